@@ -1,0 +1,91 @@
+"""The seams: the data that crosses module boundaries and the interfaces everything depends on.
+
+Messages are plain dicts in the OpenAI chat format, exactly as they go over the wire and into
+the log, so nothing needs converting between the conversation, the request and a snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Protocol
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # the JSON text as the model sent it; may not parse
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """One finished model turn."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    usage: Usage | None
+    reasoning: str = ""
+
+    def to_message(self) -> Message:
+        message: Message = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_wire() for call in self.tool_calls]
+        return message
+
+
+@dataclass
+class ToolResult:
+    """What a tool gives back. `content` is what the model reads; `meta` feeds placeholders
+    and the log (path, command, exit_code, ...)."""
+
+    content: str
+    ok: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(Protocol):
+    name: str
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool definition: {"type": "function", "function": {...}}."""
+        ...
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult: ...
+
+
+# Called with each piece of assistant text as it streams in.
+TextSink = Callable[[str], None]
+
+
+class ModelClient(Protocol):
+    async def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None
+    ) -> StreamResult: ...
+
+
+class EventSink(Protocol):
+    def emit(self, type: str, **fields: Any) -> None: ...
+
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
