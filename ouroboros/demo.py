@@ -1,0 +1,165 @@
+"""The demo task and the scripted agent that does it.
+
+The task: record the KEY line of every file in `data/` into `results.txt`, keeping a
+`progress.md` so that a restarted session knows where to pick up. It is long enough to fill a
+small window many times over, so it exercises masking, wind-down, restart and recall, and its
+outcome is checkable: `results.txt` must list every part exactly once, in order.
+
+`RecordingAgent` is the brain behind the scripted model server: like a real model it sees only
+the messages of each request and answers with tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from ouroboros.protocols import Message
+from ouroboros.scripted import Reply
+
+DEMO_PROMPT = """\
+You are a meticulous records clerk working alone in a workspace.
+
+Mission: for every file in data/ (part_001.txt, part_002.txt, ...), read it and append its
+KEY line to results.txt as `part_NNN: <key>`, exactly once per part, in order.
+
+Keep progress.md up to date with the next part to do (`next: N`). Your context is managed:
+old tool output is masked, and the session restarts when the window fills, so progress.md is
+how you pick up where you left off. When every part is recorded, say TASK COMPLETE.
+"""
+
+COMPLETE = "TASK COMPLETE"
+PART_RE = re.compile(r"data/part_(\d+)\.txt")
+KEY_RE = re.compile(r"^KEY: (\S+)", re.MULTILINE)
+NEXT_RE = re.compile(r"next: (\d+)")
+FILLER = ("The archive holds ledgers, letters and inventories from the old harbour office; "
+          "each record was copied by hand and checked twice before filing. ")
+
+
+def part_name(index: int) -> str:
+    return f"data/part_{index:03d}.txt"
+
+
+def make_workspace(workspace: Path, parts: int, chars_per_part: int = 6000,
+                   seed: int = 7) -> dict[int, str]:
+    """Write the data files; return each part's key (what results.txt must end up holding)."""
+    rng = random.Random(seed)
+    (workspace / "data").mkdir(parents=True, exist_ok=True)
+    keys = {}
+    for index in range(1, parts + 1):
+        key = f"{rng.getrandbits(48):012x}"
+        keys[index] = key
+        body = (FILLER * (chars_per_part // len(FILLER) + 1))[:chars_per_part]
+        lines = [body[i:i + 100] for i in range(0, len(body), 100)]
+        (workspace / part_name(index)).write_text(f"KEY: {key}\n" + "\n".join(lines) + "\n")
+    return keys
+
+
+def expected_results(keys: dict[int, str]) -> str:
+    return "".join(f"part_{i:03d}: {keys[i]}\n" for i in sorted(keys))
+
+
+@dataclass(frozen=True)
+class Action:
+    """The last thing the agent did, read back from the conversation."""
+
+    calls: list[tuple[str, dict]]
+    results: list[str]
+
+
+def last_action(messages: list[Message]) -> Action | None:
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
+                     for c in m["tool_calls"]]
+            results = [r.get("content") or "" for r in messages[i + 1:] if r["role"] == "tool"]
+            return Action(calls, results)
+    return None
+
+
+def known_next_part(messages: list[Message]) -> int | None:
+    """The newest `next: N` the agent wrote or read in this conversation."""
+    for m in reversed(messages):
+        for call in m.get("tool_calls") or ():
+            args = json.loads(call["function"]["arguments"] or "{}")
+            if call["function"]["name"] == "file_write" and args.get("path") == "progress.md":
+                return int(NEXT_RE.search(args["content"]).group(1))
+        if m["role"] == "tool" and (match := NEXT_RE.search(m.get("content") or "")):
+            return int(match.group(1))
+    return None
+
+
+def part_of_observation(messages: list[Message], obs_id: str) -> int | None:
+    """The part whose file_read produced observation `obs_id` (named in its placeholder)."""
+    marker = f'"{obs_id}"'
+    call_id = next((m["tool_call_id"] for m in messages
+                    if m["role"] == "tool" and marker in (m.get("content") or "")), None)
+    for m in messages:
+        for call in m.get("tool_calls") or ():
+            if call["id"] == call_id and (match := PART_RE.search(call["function"]["arguments"])):
+                return int(match.group(1))
+    return None
+
+
+def part_read(action: Action, messages: list[Message]) -> int | None:
+    name, args = action.calls[0]
+    if name == "file_read" and (match := PART_RE.search(args.get("path", ""))):
+        return int(match.group(1))
+    if name == "recall":
+        return part_of_observation(messages, args.get("id", ""))
+    return None
+
+
+def record(index: int, key: str) -> Reply:
+    line = shlex.quote(f"part_{index:03d}: {key}")
+    command = f"grep -qxF {line} results.txt 2>/dev/null || echo {line} >> results.txt"
+    return Reply(f"Recording part {index}.", [
+        ("shell_exec", {"command": command}),
+        ("file_write", {"path": "progress.md", "content": f"next: {index + 1}\n"}),
+    ])
+
+
+class RecordingAgent:
+    """A deterministic agent for the demo task. Callable as the scripted server's brain."""
+
+    def __init__(self, parts: int) -> None:
+        self.parts = parts
+
+    def __call__(self, messages: list[Message]) -> Reply:
+        last = messages[-1]
+        if "Context nearly full" in (last.get("content") or "") and last["role"] == "user":
+            return self.save(messages)
+        action = last_action(messages)
+        if action is None:
+            return Reply("Starting: let me look around.", [("list_dir", {"path": "."})])
+        if any(r.startswith("[interrupted:") for r in action.results):
+            return Reply("The last step was interrupted; redoing it (it is idempotent).",
+                         list(action.calls))
+        name, _ = action.calls[0]
+        result = action.results[0] if action.results else ""
+        if name == "list_dir":
+            return Reply("Checking saved progress.", [("file_read", {"path": "progress.md"})])
+        if name in ("file_read", "recall") and (part := part_read(action, messages)) is not None:
+            if key := KEY_RE.search(result):
+                return record(part, key.group(1))
+            if obs := re.search(r'recall\(id="(obs-\d+)"', result):
+                return Reply("That output was masked; recalling it.",
+                             [("recall", {"id": obs.group(1)})])
+            return Reply(f"Re-reading part {part}.", [("file_read", {"path": part_name(part)})])
+        return self.read_next(messages)
+
+    def read_next(self, messages: list[Message]) -> Reply:
+        next_part = known_next_part(messages) or 1
+        if next_part > self.parts:
+            return Reply(f"{COMPLETE}: all {self.parts} parts are recorded in results.txt.")
+        return Reply(f"Reading part {next_part}.", [("file_read", {"path": part_name(next_part)})])
+
+    def save(self, messages: list[Message]) -> Reply:
+        next_part = known_next_part(messages) or 1
+        return Reply("Saving progress before the restart.", [
+            ("file_write", {"path": "progress.md", "content": f"next: {next_part}\n"})])

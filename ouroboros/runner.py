@@ -1,0 +1,249 @@
+"""The outer loop: start or resume a run, then run sessions, restarting them with carryover
+when the context manager asks, until the run stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ouroboros import __version__
+from ouroboros import context as ctx
+from ouroboros.client import ChatClient
+from ouroboros.config import LoadedConfig
+from ouroboros.context import ContextManager, ContextSettings
+from ouroboros.discovery import discover_context_limit
+from ouroboros.errors import ModelError, OuroborosError
+from ouroboros.events import EVENTS_FILE, EventLog, find_run, new_run_id, runs_dir
+from ouroboros.lock import WorkspaceLock
+from ouroboros.protocols import Message, TextSink, ToolResult
+from ouroboros.resume import drop_torn_line, interrupted_text, recover
+from ouroboros.retry import RetryPolicy
+from ouroboros.session import RestartSession, RunState, Services, Session, StopFlag, StopRun
+from ouroboros.tools import Toolbox, default_tools
+from ouroboros.tools.recall import RecallTool
+
+Listener = Callable[[dict[str, Any]], None]
+ConfirmRestart = Callable[[str], bool]
+
+
+@dataclass
+class RunHooks:
+    """How the terminal takes part: it watches events and text, and may be asked to confirm."""
+
+    on_event: Listener | None = None
+    on_text: TextSink | None = None
+    confirm_restart: ConfirmRestart | None = None  # None: cannot ask (headless)
+
+
+async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
+                    run_id: str | None = None) -> int:
+    """Run (or resume) the agent until it stops. Returns the exit code: 0 for a normal stop,
+    1 for a failed run. Config errors raise before anything is written."""
+    loaded.check_files()
+    cfg = loaded.config
+    if resume:
+        run_dir = find_run(loaded.state_dir, run_id)
+        run_id = run_dir.name
+    else:
+        run_id = new_run_id()
+        run_dir = runs_dir(loaded.state_dir) / run_id
+    lock = WorkspaceLock.acquire(loaded.state_dir, run_id)
+    client = ChatClient(
+        cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
+        temperature=cfg.model.temperature, max_output_tokens=cfg.model.max_output_tokens,
+        timeout_secs=cfg.model.request_timeout_secs)
+    try:
+        runner = await Runner.open(loaded, run_dir, client, hooks, resume=resume)
+        if lock.taken_over is not None:
+            runner.log.emit("warning", message=f"took over a stale lock left by pid "
+                            f"{lock.taken_over.get('pid')} (that process is gone)")
+        return await runner.run()
+    finally:
+        await client.aclose()
+        lock.release()
+
+
+def api_key(env_name: str) -> str | None:
+    return os.environ.get(env_name) or None if env_name else None
+
+
+class Runner:
+    def __init__(self, loaded: LoadedConfig, run_dir: Path, state: RunState, log: EventLog,
+                 services: Services, hooks: RunHooks) -> None:
+        self.loaded = loaded
+        self.run_dir = run_dir
+        self.state = state
+        self.log = log
+        self.services = services
+        self.hooks = hooks
+
+    @classmethod
+    async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
+                   hooks: RunHooks, *, resume: bool) -> Runner:
+        cfg = loaded.config
+        if resume:
+            recovered = recover(run_dir)
+            if recovered.torn_line is not None:
+                drop_torn_line(run_dir, recovered.valid_bytes)
+            state = recovered.state
+            log = open_log(run_dir, hooks, seq=recovered.seq, state=state)
+            log.emit("run_resumed", total_turns=state.total_turns, restarts=state.restarts,
+                     torn_line_dropped=recovered.torn_line is not None,
+                     interrupted_tools=[c.name for c in recovered.interrupted])
+        else:
+            limit, source = await discover_context_limit(
+                cfg.model.base_url, cfg.model.name, cfg.model.context_limit)
+            settings = ContextSettings(**cfg.context.model_dump(include=set(
+                ContextSettings.__dataclass_fields__)))
+            context = ContextManager.create(limit, source, cfg.model.max_output_tokens, settings)
+            state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message),
+                             context)
+            log = open_log(run_dir, hooks, seq=0, state=state)
+            log.emit("run_start", format_version=1, run_id=run_dir.name, version=__version__,
+                     pid=os.getpid(), config=loaded.redacted())
+            log.emit("session_start", context_limit=limit, limit_source=source,
+                     budget=context.budget, carryover_messages=0)
+        toolbox = build_toolbox(loaded, run_dir, state.context, log)
+        services = Services(
+            client=client, toolbox=toolbox, log=log, run_dir=run_dir,
+            retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs), stop=StopFlag(),
+            max_turns=cfg.agent.max_turns, continue_message=cfg.agent.continue_message,
+            on_text=hooks.on_text)
+        runner = cls(loaded, run_dir, state, log, services, hooks)
+        if resume:
+            for call in recovered.interrupted:
+                runner.answer_interrupted(call.id, call.name, call.arguments)
+        return runner
+
+    def answer_interrupted(self, call_id: str, name: str, arguments: str) -> None:
+        """Give a tool call cut short by a crash a result that says so."""
+        context = self.state.context
+        result = ToolResult(interrupted_text(name), ok=False)
+        obs = ctx.describe(name, {}, result, context.new_observation_id(), call_id)
+        content = context.admit(obs, result.content)
+        self.state.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        self.log.emit("tool_result", id=call_id, name=name, ok=False, bytes=len(content),
+                      observation=obs.id, truncated=False, summary="interrupted", duration_ms=0,
+                      interrupted=True)
+
+    async def run(self) -> int:
+        reason, code = "stopped", 0
+        self.install_signal_handlers()
+        try:
+            while True:
+                try:
+                    await Session(self.state, self.services).run()
+                except RestartSession as restart:
+                    self.restart(restart.reason)
+        except StopRun as stop:
+            reason = stop.reason
+        except asyncio.CancelledError:
+            reason = "interrupted_now"
+        except ModelError as error:
+            reason, code = "error", 1
+            self.log.emit("error", message=error.message, kind=type(error).__name__)
+        finally:
+            self.remove_signal_handlers()
+        self.finish(reason, code)
+        return code
+
+    def restart(self, reason: str) -> None:
+        state, cfg = self.state, self.loaded.config.context
+        if cfg.max_restarts and state.restarts >= cfg.max_restarts:
+            raise StopRun("max_restarts")
+        if not cfg.auto_restart:
+            confirm = self.hooks.confirm_restart
+            if confirm is None or not confirm(reason):
+                raise StopRun("restart_declined")
+        previous_turns = state.session_turns
+        carried = ctx.carryover(state.messages, cfg.carryover_turns)
+        self.log.emit("session_end", reason="restart")
+        state.session += 1
+        state.restarts += 1
+        state.session_turns = 0
+        state.messages = [system_message(self.loaded, state.messages[0]),
+                          ctx.restart_marker(state.session, previous_turns), *carried]
+        state.context.wound_down = False
+        state.context.anchor_messages = 0
+        self.log.session, self.log.turn = state.session, 0
+        self.log.emit("session_restart", session=state.session, previous_turns=previous_turns,
+                      carryover_messages=len(carried), reason=reason)
+        self.log.emit("session_start", context_limit=state.context.limit,
+                      limit_source=state.context.limit_source, budget=state.context.budget,
+                      carryover_messages=len(carried))
+
+    def finish(self, reason: str, code: int) -> None:
+        self.log.emit("session_end", reason=reason)
+        self.log.emit("run_end", reason=reason, exit_code=code, sessions=self.state.session,
+                      total_turns=self.state.total_turns, restarts=self.state.restarts,
+                      resumable=code != 0 or reason == "interrupted_now")
+        Session(self.state, self.services).checkpoint()
+        self.log.close()
+
+    # -- signals: the first Ctrl+C (or SIGTERM) finishes the turn, the second stops now --
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+
+        def on_signal(name: str) -> None:
+            if self.services.stop.requested and task is not None:
+                task.cancel()
+                return
+            self.services.stop.requested = True
+            self.log.emit("stop_requested", signal=name)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+
+    def remove_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def open_log(run_dir: Path, hooks: RunHooks, *, seq: int, state: RunState) -> EventLog:
+    log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
+                   turn=state.session_turns)
+    if hooks.on_event is not None:
+        log.subscribe(hooks.on_event)
+    return log
+
+
+def read_system_prompt(loaded: LoadedConfig) -> str:
+    return loaded.system_prompt_path.read_text(encoding="utf-8")
+
+
+def first_messages(loaded: LoadedConfig, kickoff: str) -> list[Message]:
+    return [{"role": "system", "content": read_system_prompt(loaded)},
+            ctx.note("continue", kickoff)]
+
+
+def system_message(loaded: LoadedConfig, previous: Message) -> Message:
+    """SYSTEM_PROMPT.md as it is on disk now (the agent may have edited it); the previous one
+    if the file has gone."""
+    try:
+        return {"role": "system", "content": read_system_prompt(loaded)}
+    except OSError:
+        return previous
+
+
+def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
+                  log: EventLog) -> Toolbox:
+    safety = loaded.config.safety
+    secrets = [loaded.config.model.api_key_env] if loaded.config.model.api_key_env else []
+    tools = default_tools(
+        loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
+        max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
+        secret_env_names=secrets, on_security=lambda event: log.emit("security", **event))
+    toolbox = Toolbox(tools)
+    toolbox.add(RecallTool(run_dir / "observations", context.max_result_chars))
+    return toolbox
+
+
+__all__ = ["RunHooks", "run_agent", "OuroborosError"]

@@ -1,0 +1,260 @@
+"""One session: ask the model, run its tools, keep the window in budget, repeat.
+
+The loop never ends by itself: it raises `RestartSession` when the context manager says so and
+`StopRun` when the run should end (Ctrl+C, max turns). The runner catches both.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ouroboros import context as ctx
+from ouroboros.context import ContextManager, Mask, Restart, WindDown
+from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
+from ouroboros.events import EventLog, write_snapshot
+from ouroboros.protocols import Message, ModelClient, StreamResult, TextSink, ToolCall
+from ouroboros.retry import RetryPolicy, with_retries
+from ouroboros.tools import Toolbox
+
+MAX_OVERFLOW_RECOVERIES = 3
+
+
+class RestartSession(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class StopRun(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class StopFlag:
+    """Set by the first Ctrl+C or SIGTERM: the current turn finishes, then the run stops."""
+
+    requested: bool = False
+
+
+@dataclass
+class RunState:
+    """Everything a resumed run needs back; saved as the snapshot after every step."""
+
+    run_id: str
+    messages: list[Message]
+    context: ContextManager
+    session: int = 1
+    session_turns: int = 0
+    total_turns: int = 0
+    restarts: int = 0
+    warned: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["context"] = self.context.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        data = dict(data)
+        data["context"] = ContextManager.from_dict(data["context"])
+        return cls(**data)
+
+
+@dataclass
+class Services:
+    client: ModelClient
+    toolbox: Toolbox
+    log: EventLog
+    run_dir: Path
+    retry: RetryPolicy
+    stop: StopFlag
+    max_turns: int = 0
+    continue_message: str = "Continue working towards your goals. Use your tools."
+    on_text: TextSink | None = None
+
+
+class Session:
+    def __init__(self, state: RunState, services: Services) -> None:
+        self.state = state
+        self.s = services
+        self.context = state.context
+        self.log = services.log
+        self.tools = services.toolbox.schemas()
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.state.messages
+
+    @messages.setter
+    def messages(self, value: list[Message]) -> None:
+        self.state.messages = value
+
+    async def run(self) -> None:
+        await self.finish_interrupted_turn()
+        while True:
+            self.check_limits()
+            self.state.session_turns += 1
+            self.state.total_turns += 1
+            self.log.turn = self.state.session_turns
+            reply = await self.query()
+            await self.execute(reply.tool_calls)
+            self.manage_context()
+            self.checkpoint()
+
+    async def finish_interrupted_turn(self) -> None:
+        """After a resume: run the tool calls the last reply made that never started."""
+        pending = ctx.pending_calls(self.messages)
+        if pending or self.messages[-1]["role"] == "assistant":
+            await self.execute(pending)
+            self.manage_context()
+            self.checkpoint()
+
+    def check_limits(self) -> None:
+        if self.s.stop.requested:
+            raise StopRun("interrupted")
+        if self.s.max_turns and self.state.total_turns >= self.s.max_turns:
+            raise StopRun("max_turns")
+
+    # -- one turn --
+
+    async def query(self) -> StreamResult:
+        for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
+            sent_tokens = self.fit()
+            sent = list(self.messages)
+            try:
+                reply = await with_retries(
+                    lambda: self.s.client.complete(ctx.to_wire(sent), self.tools, self.s.on_text),
+                    self.s.retry, on_retry=self.on_retry)
+            except (ContextOverflowError, EmptyStreamError) as error:
+                self.context.lower_limit(sent_tokens)
+                self.log.emit("context_overflow_recovered", error=str(error),
+                              rejected_tokens=sent_tokens, new_limit=self.context.limit)
+                continue
+            self.record(sent, reply)
+            self.checkpoint()
+            return reply
+        raise ModelError(f"the server kept refusing the prompt as too long after "
+                         f"{MAX_OVERFLOW_RECOVERIES} attempts to shrink it; set "
+                         "model.context_limit to the window the server really has")
+
+    def fit(self) -> int:
+        """Shrink the conversation before sending if it would not fit; return its size."""
+        before = self.context.current_tokens(self.messages, self.tools)
+        fitted = self.context.fit(self.messages, self.tools)
+        self.messages = fitted.messages
+        if fitted.masked:
+            self.log_mask(len(fitted.masked), before, fitted.tokens, preflight=True)
+        if fitted.dropped_turns:
+            self.log.emit("context_drop", turns_dropped=fitted.dropped_turns,
+                          tokens_after=fitted.tokens)
+        if fitted.tokens > self.context.budget:
+            self.warn_once("oversize", f"the newest turn alone (~{fitted.tokens} tokens) does "
+                           f"not fit the {self.context.budget}-token budget; sending it anyway")
+        return fitted.tokens
+
+    def record(self, sent: list[Message], reply: StreamResult) -> None:
+        self.messages.append(reply.to_message())
+        self.log.emit("assistant", text=reply.text, finish_reason=reply.finish_reason,
+                      tool_calls=[asdict(call) for call in reply.tool_calls])
+        usage = reply.usage
+        reading = self.context.observe_reply(
+            sent, self.tools, usage.prompt_tokens if usage else None,
+            usage.completion_tokens if usage else None, len(reply.text))
+        self.log.emit("token_usage", prompt_tokens=reading.prompt_tokens,
+                      completion_tokens=reading.completion_tokens,
+                      total_tokens=reading.prompt_tokens + reading.completion_tokens,
+                      context_limit=self.context.limit, budget=self.context.budget,
+                      context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
+                      source=reading.source)
+        if reading.source == "estimate":
+            self.warn_once("estimate", "the server sent no token usage; estimating at "
+                           f"{self.context.chars_per_token:.1f} characters per token")
+        if reading.truncated:
+            self.log.emit("context_truncation_detected", reported=reading.prompt_tokens,
+                          estimated=reading.estimated, new_limit=self.context.limit)
+            self.warn_once("truncation", (
+                f"the server counted {reading.prompt_tokens} prompt tokens where ~"
+                f"{reading.estimated} were sent: it cut the front of the conversation. Working "
+                f"within {self.context.limit} tokens from now on. Fix: give the model a bigger "
+                "window (OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or PARAMETER num_ctx in a "
+                "Modelfile) and set model.context_limit to match"))
+
+    async def execute(self, calls: list[ToolCall]) -> None:
+        for call in calls:
+            await self.run_tool(call)
+            self.checkpoint()
+        if not calls:
+            self.messages.append(ctx.note("continue", self.s.continue_message))
+
+    async def run_tool(self, call: ToolCall) -> None:
+        self.log.emit("tool_call", id=call.id, name=call.name, arguments=call.arguments)
+        self.log.sync()
+        started = time.monotonic()
+        result = await self.s.toolbox.run(call)
+        obs_id = self.context.new_observation_id()
+        self.save_observation(obs_id, result.content)
+        obs = ctx.describe(call.name, parse_object(call.arguments), result, obs_id, call.id)
+        content = self.context.admit(obs, result.content)
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.log.emit("tool_result", id=call.id, name=call.name, ok=result.ok,
+                      bytes=len(result.content.encode()), observation=obs_id,
+                      truncated=obs.truncated, summary=obs.first_line[:120],
+                      duration_ms=round(1000 * (time.monotonic() - started)))
+
+    # -- the window --
+
+    def manage_context(self) -> None:
+        tokens = self.context.current_tokens(self.messages, self.tools)
+        match self.context.evaluate(tokens, self.messages):
+            case Mask(tool_call_ids=ids):
+                self.messages = self.context.mask(self.messages, ids)
+                after = self.context.estimate(self.messages, self.tools)
+                reclaimed = self.log_mask(len(ids), tokens, after, preflight=False)
+                self.messages.append(ctx.mask_notice(len(ids), reclaimed))
+            case WindDown():
+                pct = self.context.used_pct(tokens)
+                self.messages.append(ctx.note("wind_down", ctx.WIND_DOWN_TEXT.format(pct=pct)))
+                self.log.emit("wind_down", context_used_pct=round(100 * pct, 1))
+            case Restart(reason=reason):
+                raise RestartSession(reason)
+
+    def log_mask(self, count: int, before: int, after: int, *, preflight: bool) -> float:
+        reclaimed = 100 * (before - after) / before if before else 0.0
+        self.log.emit("context_mask", observations_masked=count,
+                      total_masked=self.context.total_masked, tokens_before=before,
+                      tokens_after=after, reclaimed_pct=round(reclaimed, 1), preflight=preflight)
+        return reclaimed
+
+    # -- bookkeeping --
+
+    def on_retry(self, attempt: int, delay: float, error: Exception) -> None:
+        self.log.emit("retry", attempt=attempt, delay_secs=round(delay, 2), error=str(error))
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self.state.warned:
+            self.state.warned.append(key)
+            self.log.emit("warning", message=message)
+
+    def save_observation(self, obs_id: str, text: str) -> None:
+        directory = self.s.run_dir / "observations"
+        directory.mkdir(exist_ok=True)
+        (directory / f"{obs_id}.txt").write_text(text, encoding="utf-8")
+
+    def checkpoint(self) -> None:
+        self.log.sync()
+        write_snapshot(self.s.run_dir, self.log.seq, self.state.to_dict())
+
+
+def parse_object(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

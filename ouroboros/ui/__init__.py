@@ -1,0 +1,1 @@
+"""Terminal views. They read events; they never drive the run."""

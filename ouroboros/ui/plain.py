@@ -1,0 +1,107 @@
+"""Plain, greppable lines: one per event, for --headless, pipes and `ouroboros logs`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, TextIO
+
+
+def one_line(text: str, width: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def tool_call_text(name: str, arguments: str) -> str:
+    try:
+        args = json.loads(arguments or "{}")
+    except ValueError:
+        return f"{name}({one_line(arguments, 80)})"
+    if isinstance(args, dict):
+        inner = ", ".join(f"{k}={one_line(str(v), 60)!r}" for k, v in args.items())
+        return f"{name}({inner})"
+    return f"{name}({one_line(str(args), 80)})"
+
+
+def describe(e: dict[str, Any]) -> str | None:
+    """The text of one event, or None for events not worth a line of their own."""
+    t = e["type"]
+    match t:
+        case "run_start":
+            return f"run {e['run_id']} started (ouroboros {e.get('version', '?')})"
+        case "run_resumed":
+            extra = ", torn last log line dropped" if e.get("torn_line_dropped") else ""
+            interrupted = e.get("interrupted_tools") or []
+            if interrupted:
+                extra += f", interrupted tool calls: {', '.join(interrupted)}"
+            return f"run resumed at turn {e['total_turns']} ({e['restarts']} restarts{extra})"
+        case "session_start":
+            return (f"session {e['session']} started: context limit {e['context_limit']} "
+                    f"tokens ({e['limit_source']}), budget {e['budget']}, "
+                    f"{e['carryover_messages']} messages carried over")
+        case "assistant":
+            calls = ", ".join(c["name"] for c in e.get("tool_calls") or [])
+            text = one_line(e.get("text") or "")
+            return f"assistant: {text}" + (f" -> {calls}" if calls else "") if text or calls \
+                else "assistant: (empty reply)"
+        case "tool_call":
+            return f"tool {tool_call_text(e['name'], e.get('arguments', ''))}"
+        case "tool_result":
+            status = "ok" if e["ok"] else "FAILED"
+            cut = ", truncated" if e.get("truncated") else ""
+            return (f"  -> {e['name']} {status}: {one_line(e.get('summary', ''), 100)} "
+                    f"({e['bytes']} bytes, {e['duration_ms']} ms{cut})")
+        case "token_usage":
+            return (f"context {e['prompt_tokens']}/{e['budget']} tokens "
+                    f"({e['context_used_pct']}%, {e['source']}), "
+                    f"+{e['completion_tokens']} completion")
+        case "context_mask":
+            return (f"masked {e['observations_masked']} observations "
+                    f"({e['tokens_before']} -> {e['tokens_after']} tokens, "
+                    f"{e['reclaimed_pct']}% reclaimed, {e['total_masked']} in total)")
+        case "context_drop":
+            return f"dropped {e['turns_dropped']} oldest turns to fit the window"
+        case "wind_down":
+            return f"wind-down: context at {e['context_used_pct']}%, agent asked to save state"
+        case "session_restart":
+            return (f"restart -> session {e['session']} ({e['reason']}; previous session ran "
+                    f"{e['previous_turns']} turns, {e['carryover_messages']} messages carried)")
+        case "context_truncation_detected":
+            return (f"WARNING server truncated the prompt: counted {e['reported']} of ~"
+                    f"{e['estimated']} tokens; limit now {e['new_limit']}")
+        case "context_overflow_recovered":
+            return f"prompt refused as too long ({e['error']}); limit now {e['new_limit']}"
+        case "retry":
+            return f"retry {e['attempt']} in {e['delay_secs']}s: {e['error']}"
+        case "security":
+            detail = e.get("path") or e.get("command") or ""
+            return f"SECURITY {e['kind']} in {e.get('tool', '?')}: {detail}"
+        case "warning":
+            return f"WARNING {e['message']}"
+        case "error":
+            return f"ERROR {e['message']}"
+        case "stop_requested":
+            return "stopping after this turn (press Ctrl+C again to stop now)"
+        case "session_end":
+            return None
+        case "run_end":
+            return (f"run ended: {e['reason']} after {e['total_turns']} turns, "
+                    f"{e['sessions']} sessions, {e['restarts']} restarts")
+    return None
+
+
+def format_line(e: dict[str, Any]) -> str | None:
+    text = describe(e)
+    if text is None:
+        return None
+    clock = e["ts"][11:19]
+    return f"{clock} s{e['session']} t{e['turn']} {text}"
+
+
+def plain_printer(out: TextIO = sys.stdout) -> Callable[[dict[str, Any]], None]:
+    def print_event(e: dict[str, Any]) -> None:
+        line = format_line(e)
+        if line is not None:
+            print(line, file=out, flush=True)
+
+    return print_event
