@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +38,7 @@ class RunHooks:
     on_event: Listener | None = None
     on_text: TextSink | None = None
     confirm_restart: ConfirmRestart | None = None  # None: cannot ask (headless)
+    stop: StopFlag = field(default_factory=StopFlag)
 
 
 async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
@@ -111,7 +112,7 @@ class Runner:
         toolbox = build_toolbox(loaded, run_dir, state.context, log)
         services = Services(
             client=client, toolbox=toolbox, log=log, run_dir=run_dir,
-            retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs), stop=StopFlag(),
+            retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs), stop=hooks.stop,
             max_turns=cfg.agent.max_turns, continue_message=cfg.agent.continue_message,
             on_text=hooks.on_text)
         runner = cls(loaded, run_dir, state, log, services, hooks)
@@ -195,7 +196,7 @@ class Runner:
             if self.services.stop.requested and task is not None:
                 task.cancel()
                 return
-            self.services.stop.requested = True
+            self.services.stop.request("interrupted")
             self.log.emit("stop_requested", signal=name)
 
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -37,9 +37,17 @@ class StopRun(Exception):
 
 @dataclass
 class StopFlag:
-    """Set by the first Ctrl+C or SIGTERM: the current turn finishes, then the run stops."""
+    """Set by the first Ctrl+C or SIGTERM (or by whoever runs the harness): the current turn
+    finishes, then the run stops with the reason given."""
 
-    requested: bool = False
+    reason: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.reason is not None
+
+    def request(self, reason: str) -> None:
+        self.reason = self.reason or reason
 
 
 @dataclass
@@ -117,8 +125,8 @@ class Session:
             self.checkpoint()
 
     def check_limits(self) -> None:
-        if self.s.stop.requested:
-            raise StopRun("interrupted")
+        if self.s.stop.reason is not None:
+            raise StopRun(self.s.stop.reason)
         if self.s.max_turns and self.state.total_turns >= self.s.max_turns:
             raise StopRun("max_turns")
 

@@ -1,0 +1,241 @@
+"""The shell_exec tool: one `/bin/sh -c` command in the workspace.
+
+The command runs in its own process group with the harness's secrets removed from its
+environment. On timeout the whole group is killed, so background children die too. Output
+beyond the cap is read and discarded so the command never blocks on a full pipe.
+
+A background job whose output is redirected (`server > server.log 2>&1 &`) outlives the call.
+One that keeps the output pipe open after the shell exits gets OUTPUT_GRACE_SECS to finish,
+then its process group is killed: nothing would be left to read what it writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ouroboros.protocols import ToolResult
+from ouroboros.tools.safety import SecurityHook, blocked_by, shell_environment
+
+READ_CHUNK_BYTES = 65536
+OUTPUT_GRACE_SECS = 1.0
+SETTLE_SECS = 2.0  # after the kill: how long to wait for the output pipe to close
+MAX_EXIT_POLL_SECS = 0.1
+
+
+@dataclass
+class CappedOutput:
+    """Keeps the first `limit` bytes of a stream and counts the rest."""
+
+    limit: int
+    kept: bytearray = field(default_factory=bytearray)
+    dropped: int = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = max(0, self.limit - len(self.kept))
+        self.kept += chunk[:room]
+        self.dropped += max(0, len(chunk) - room)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a command ended. `exit_code` is None when it timed out."""
+
+    exit_code: int | None
+    timed_out: bool = False
+    lingering: bool = False  # a background process held the output open after the shell exited
+
+
+def render(text: str, dropped: int, outcome: Outcome, timeout_secs: float) -> str:
+    """The model's view of a finished command: its output, notes, then the final status line."""
+    lines = [text.removesuffix("\n")] if text else []
+    if dropped:
+        lines.append(
+            f"[output truncated: {dropped} more bytes dropped; redirect the output to a file "
+            "and read it with file_read offset/limit, or filter it with head, tail or grep]"
+        )
+    if outcome.lingering:
+        lines.append(
+            "[a background process kept the output open after the shell exited, so its process "
+            "group was killed; redirect background output, e.g. `cmd > cmd.log 2>&1 &`]"
+        )
+    lines.append(status_line(outcome, timeout_secs))
+    return "\n".join(lines)
+
+
+def status_line(outcome: Outcome, timeout_secs: float) -> str:
+    if outcome.timed_out:
+        return f"[timed out after {timeout_secs:g}s; process group killed]"
+    code = outcome.exit_code
+    if code is not None and code < 0:
+        return f"[exit code {code}: killed by {signal_name(-code)}]"
+    return f"[exit code {code}]"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+async def _drain(stream: asyncio.StreamReader, output: CappedOutput) -> None:
+    while chunk := await stream.read(READ_CHUNK_BYTES):
+        output.add(chunk)
+
+
+async def _shell_exit(process: asyncio.subprocess.Process) -> None:
+    # Process.wait() also waits for the output pipe to close, which a background child may hold
+    # open; returncode is set as soon as the shell itself has exited.
+    delay = 0.001
+    while process.returncode is None:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, MAX_EXIT_POLL_SECS)
+
+
+async def supervise(
+    process: asyncio.subprocess.Process, output: CappedOutput, timeout_secs: float
+) -> Outcome:
+    """Collect the output of `process` until the shell exits and its output closes, or until
+    the timeout; any of its process group still running then is killed."""
+    assert process.stdout is not None
+    reader = asyncio.create_task(_drain(process.stdout, output))
+    try:
+        try:
+            await asyncio.wait_for(_shell_exit(process), timeout_secs)
+        except TimeoutError:
+            return Outcome(exit_code=None, timed_out=True)
+        done, _ = await asyncio.wait({reader}, timeout=OUTPUT_GRACE_SECS)
+        return Outcome(exit_code=process.returncode, lingering=not done)
+    finally:
+        if process.returncode is None or not reader.done():
+            kill_group(process.pid)
+        await _settle(process, reader)
+
+
+async def _settle(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> None:
+    done, _ = await asyncio.wait({reader}, timeout=SETTLE_SECS)
+    if done:
+        await process.wait()
+    else:
+        # A process that left the group (setsid) still holds the pipe: stop listening to it and
+        # close our end, which asyncio offers no public call for.
+        reader.cancel()
+        await asyncio.wait({reader})
+        process._transport.close()  # type: ignore[attr-defined]
+
+
+class ShellExec:
+    """Run a shell command in the workspace.
+
+    ShellExec(workspace, timeout_secs=120, max_output_bytes=50_000, blocked_patterns=[],
+              secret_env_names=["OPENAI_API_KEY"], on_security=log.security)
+    """
+
+    name = "shell_exec"
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        timeout_secs: float,
+        max_output_bytes: int,
+        blocked_patterns: list[str],
+        secret_env_names: list[str],
+        on_security: SecurityHook,
+    ) -> None:
+        self.workspace = workspace
+        self.timeout_secs = timeout_secs
+        self.max_output_bytes = max_output_bytes
+        self.blocked_patterns = blocked_patterns
+        self.secret_env_names = secret_env_names
+        self.on_security = on_security
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": (
+                    "Run a command with /bin/sh in the workspace directory and return its "
+                    "combined stdout and stderr and exit code. Times out after "
+                    f"{self.timeout_secs:g}s; output is capped at {self.max_output_bytes} bytes."
+                ),
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "command": {"type": "string", "description": "The shell command."}
+                    },
+                    "required": ["command"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        command: str = arguments["command"]
+        meta: dict[str, Any] = {
+            "command": command,
+            "exit_code": None,
+            "timed_out": False,
+            "bytes": 0,
+        }
+        if not command.strip():
+            return ToolResult(
+                "error: empty command; give a shell command to run", ok=False, meta=meta
+            )
+        pattern = blocked_by(command, self.blocked_patterns)
+        if pattern is not None:
+            self.on_security(
+                {
+                    "kind": "blocked_command",
+                    "tool": self.name,
+                    "command": command,
+                    "pattern": pattern,
+                }
+            )
+            return ToolResult(
+                f"error: command blocked by safety pattern '{pattern}'; it was not run. "
+                "Find another way that does not match this pattern.",
+                ok=False,
+                meta=meta,
+            )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "/bin/sh",
+                "-c",
+                command,
+                cwd=self.workspace,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                env=shell_environment(os.environ, self.secret_env_names),
+            )
+        except OSError as failure:
+            return ToolResult(f"error: could not start /bin/sh: {failure}", ok=False, meta=meta)
+        output = CappedOutput(self.max_output_bytes)
+        outcome = await supervise(process, output, self.timeout_secs)
+        text = bytes(output.kept).decode("utf-8", errors="replace")
+        meta.update(
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            bytes=len(output.kept),
+            dropped_bytes=output.dropped,
+        )
+        return ToolResult(
+            render(text, output.dropped, outcome, self.timeout_secs),
+            ok=outcome.exit_code == 0,
+            meta=meta,
+        )

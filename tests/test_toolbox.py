@@ -1,0 +1,187 @@
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ouroboros.protocols import ToolCall, ToolResult
+from ouroboros.tools import Toolbox, default_tools
+
+
+class Repeat:
+    """A tool that records what it was given."""
+
+    name = "repeat"
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": "Repeat a text.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
+                    "required": ["text"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        self.received.append(arguments)
+        return ToolResult(arguments["text"] * arguments.get("times", 1))
+
+
+def free_form(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+class Clock:
+    name = "clock"
+
+    def schema(self) -> dict[str, Any]:
+        return free_form(self.name)
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(f"noon {sorted(arguments)}")
+
+
+class Broken:
+    name = "broken"
+
+    def schema(self) -> dict[str, Any]:
+        return free_form(self.name)
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        raise RuntimeError("disk on fire")
+
+
+def call(toolbox: Toolbox, name: str, arguments: str) -> ToolResult:
+    return asyncio.run(toolbox.run(ToolCall(id="call_1", name=name, arguments=arguments)))
+
+
+@pytest.fixture
+def repeat() -> Repeat:
+    return Repeat()
+
+
+@pytest.fixture
+def toolbox(repeat: Repeat) -> Toolbox:
+    return Toolbox([repeat, Clock(), Broken()])
+
+
+def test_runs_the_named_tool_with_parsed_arguments(toolbox: Toolbox, repeat: Repeat) -> None:
+    result = call(toolbox, "repeat", '{"text": "ab", "times": 3}')
+    assert result == ToolResult("ababab")
+    assert repeat.received == [{"text": "ab", "times": 3}]
+
+
+def test_empty_arguments_mean_no_arguments(toolbox: Toolbox) -> None:
+    assert call(toolbox, "clock", "").content == "noon []"
+
+
+def test_unknown_tool_lists_the_available_ones(toolbox: Toolbox) -> None:
+    result = call(toolbox, "teleport", "{}")
+    assert not result.ok
+    assert result.content == (
+        "error: unknown tool 'teleport'; available tools: repeat, clock, broken"
+    )
+
+
+def test_unparseable_arguments_quote_the_parse_error(toolbox: Toolbox, repeat: Repeat) -> None:
+    result = call(toolbox, "repeat", '{"text": "ab",')
+    assert not result.ok
+    assert result.content.startswith("error: repeat: the arguments are not valid JSON (Expecting")
+    assert "JSON object" in result.content
+    assert repeat.received == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kind"), [('["ab"]', "array"), ('"ab"', "string"), ("3", "integer")]
+)
+def test_arguments_must_be_an_object(toolbox: Toolbox, arguments: str, kind: str) -> None:
+    result = call(toolbox, "repeat", arguments)
+    assert not result.ok
+    assert result.content == f"error: repeat: the arguments must be a JSON object, not {kind}"
+
+
+def test_missing_required_argument_is_named_with_its_type(toolbox: Toolbox, repeat: Repeat) -> None:
+    result = call(toolbox, "repeat", '{"times": 2}')
+    assert not result.ok
+    assert result.content == "error: repeat: missing required argument 'text' (string)"
+    assert repeat.received == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ('{"text": 5}', "argument 'text' must be string, got integer"),
+        ('{"text": "a", "times": "2"}', "argument 'times' must be integer, got string"),
+        ('{"text": "a", "times": true}', "argument 'times' must be integer, got boolean"),
+        ('{"text": "a", "times": 2.5}', "argument 'times' must be integer, got number"),
+    ],
+)
+def test_wrong_types_name_the_argument_and_the_expected_type(
+    toolbox: Toolbox, repeat: Repeat, arguments: str, message: str
+) -> None:
+    result = call(toolbox, "repeat", arguments)
+    assert not result.ok
+    assert result.content == f"error: repeat: {message}"
+    assert repeat.received == []
+
+
+def test_unknown_arguments_are_refused_when_the_schema_says_so(toolbox: Toolbox) -> None:
+    result = call(toolbox, "repeat", '{"text": "a", "tims": 2}')
+    assert result.content == (
+        "error: repeat: unknown argument 'tims'; the arguments are: text, times"
+    )
+    assert call(toolbox, "clock", '{"anything": 1}').content == "noon ['anything']"
+
+
+def test_null_for_an_optional_argument_counts_as_omitted(toolbox: Toolbox, repeat: Repeat) -> None:
+    assert call(toolbox, "repeat", '{"text": "a", "times": null}') == ToolResult("a")
+    assert repeat.received == [{"text": "a"}]
+
+
+def test_an_exception_inside_a_tool_becomes_an_error_result(toolbox: Toolbox) -> None:
+    result = call(toolbox, "broken", "{}")
+    assert not result.ok
+    assert result.content == "error: broken failed: RuntimeError: disk on fire"
+
+
+def test_tool_names_are_unique(repeat: Repeat) -> None:
+    toolbox = Toolbox([repeat])
+    with pytest.raises(ValueError, match="repeat"):
+        toolbox.add(Repeat())
+    toolbox.add(Clock())
+    assert toolbox.names == ["repeat", "clock"]
+
+
+def test_default_tools_work_together_in_the_workspace(tmp_path: Path) -> None:
+    events: list[dict[str, Any]] = []
+    toolbox = Toolbox(
+        default_tools(
+            tmp_path,
+            shell_timeout_secs=30,
+            max_output_bytes=10_000,
+            blocked_patterns=[],
+            secret_env_names=[],
+            on_security=events.append,
+        )
+    )
+    assert toolbox.names == ["file_read", "file_write", "shell_exec", "list_dir"]
+    assert [schema["function"]["name"] for schema in toolbox.schemas()] == toolbox.names
+    assert all(schema["type"] == "function" for schema in toolbox.schemas())
+
+    assert call(toolbox, "file_write", '{"path": "a/b.txt", "content": "hello\\n"}').ok
+    catted = call(toolbox, "shell_exec", '{"command": "cat a/b.txt"}')
+    assert catted.content == "hello\n[exit code 0]"
+    assert call(toolbox, "file_read", '{"path": "a/b.txt"}').content == "hello\n"
+    assert call(toolbox, "list_dir", "{}").content == "a/"
+    escaped = call(toolbox, "file_read", '{"path": "../x"}')
+    assert escaped.content.startswith("error: path '../x' is outside")
+    assert events == [{"kind": "path_escape", "tool": "file_read", "path": "../x"}]
