@@ -15,11 +15,17 @@ import json
 import random
 import re
 import shlex
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+import tomli_w
+
+from ouroboros.config import load_config
 from ouroboros.protocols import Message
-from ouroboros.scripted import Reply
+from ouroboros.runner import RunHooks, run_agent
+from ouroboros.scripted import Reply, ScriptedServer
 
 DEMO_PROMPT = """\
 You are a meticulous records clerk working alone in a workspace.
@@ -163,3 +169,43 @@ class RecordingAgent:
         next_part = known_next_part(messages) or 1
         return Reply("Saving progress before the restart.", [
             ("file_write", {"path": "progress.md", "content": f"next: {next_part}\n"})])
+
+
+DEMO_CONFIG = {
+    "model": {"name": "scripted-demo", "context_limit": 4096, "max_output_tokens": 512,
+              "max_retry_secs": 10},
+    "agent": {"workspace": "workspace", "system_prompt": "SYSTEM_PROMPT.md"},
+    "context": {"carryover_turns": 3},
+}
+
+
+def write_demo_project(directory: Path, base_url: str, parts: int) -> dict[int, str]:
+    """A project directory like `ouroboros init` makes, set up for the demo task."""
+    config = {**DEMO_CONFIG, "model": {**DEMO_CONFIG["model"], "base_url": base_url}}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ouroboros.toml").write_text(tomli_w.dumps(config))
+    (directory / "SYSTEM_PROMPT.md").write_text(DEMO_PROMPT)
+    return make_workspace(directory / "workspace", parts)
+
+
+def stop_when_complete(hooks: RunHooks) -> RunHooks:
+    """The same hooks, plus: stop the run once the agent says the task is complete."""
+    shown = hooks.on_event
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["type"] == "assistant" and (event.get("text") or "").startswith(COMPLETE):
+            hooks.stop.request("task_complete")
+        if shown is not None:
+            shown(event)
+
+    return replace(hooks, on_event=on_event)
+
+
+async def run_demo(hooks: RunHooks, directory: Path | None = None, *, parts: int = 12) -> int:
+    """Run the real harness on the demo task against the scripted model on loopback."""
+    directory = directory or Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))
+    with ScriptedServer(RecordingAgent(parts), model="scripted-demo",
+                        context_length=DEMO_CONFIG["model"]["context_limit"]) as server:
+        write_demo_project(directory, server.base_url, parts)
+        loaded = load_config(directory / "ouroboros.toml", {}, env={}, user_file=None)
+        return await run_agent(loaded, stop_when_complete(hooks))

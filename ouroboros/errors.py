@@ -6,6 +6,7 @@ Each carries a one-line message a person can act on and the exit code the CLI us
     ├── ConfigError                exit 2: bad ouroboros.toml, flag, env var or missing file
     ├── UsageError                 exit 2: a command used wrongly (unknown run id, ...)
     ├── RunLockedError             exit 2: another harness owns this workspace
+    ├── RunFailed                  the run stopped on a model error; it can be resumed
     └── ModelError                 the model server failed us
         ├── PermanentModelError    retrying cannot help: stop the run
         │   ├── ModelNotFoundError
@@ -38,6 +39,10 @@ class UsageError(OuroborosError):
 
 class RunLockedError(OuroborosError):
     exit_code = 2
+
+
+class RunFailed(OuroborosError):
+    pass
 
 
 class ModelError(OuroborosError):

@@ -11,13 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import httpx
+
 from ouroboros import __version__
 from ouroboros import context as ctx
 from ouroboros.client import ChatClient
 from ouroboros.config import LoadedConfig
 from ouroboros.context import ContextManager, ContextSettings
 from ouroboros.discovery import discover_context_limit
-from ouroboros.errors import ModelError, OuroborosError
+from ouroboros.errors import (
+    ModelError,
+    RunFailed,
+    OuroborosError,
+    ServerUnreachableError,
+    TransientModelError,
+)
 from ouroboros.events import EVENTS_FILE, EventLog, find_run, new_run_id, runs_dir
 from ouroboros.lock import WorkspaceLock
 from ouroboros.protocols import Message, TextSink, ToolResult
@@ -59,6 +67,7 @@ async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = Fal
         temperature=cfg.model.temperature, max_output_tokens=cfg.model.max_output_tokens,
         timeout_secs=cfg.model.request_timeout_secs)
     try:
+        await check_reachable(client)
         runner = await Runner.open(loaded, run_dir, client, hooks, resume=resume)
         if lock.taken_over is not None:
             runner.log.emit("warning", message=f"took over a stale lock left by pid "
@@ -67,6 +76,18 @@ async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = Fal
     finally:
         await client.aclose()
         lock.release()
+
+
+async def check_reachable(client: ChatClient) -> None:
+    """Fail fast when nothing listens at the server's address: retrying is for servers that
+    go away during a run, not for one that was never started."""
+    try:
+        await client.list_models()
+    except TransientModelError as error:
+        if isinstance(error.__cause__, httpx.ConnectError):
+            raise ServerUnreachableError(
+                f"cannot reach the model server at {client.base_url}: is `ollama serve` running "
+                "there? (set model.base_url or OLLAMA_HOST to point elsewhere)") from None
 
 
 def api_key(env_name: str) -> str | None:
@@ -133,7 +154,8 @@ class Runner:
                       interrupted=True)
 
     async def run(self) -> int:
-        reason, code = "stopped", 0
+        """Run sessions until the run stops; 0 for a normal stop. A model failure is logged,
+        the run is left resumable, and RunFailed carries the message out."""
         self.install_signal_handlers()
         try:
             while True:
@@ -142,16 +164,17 @@ class Runner:
                 except RestartSession as restart:
                     self.restart(restart.reason)
         except StopRun as stop:
-            reason = stop.reason
+            self.finish(stop.reason, 0)
         except asyncio.CancelledError:
-            reason = "interrupted_now"
+            self.finish("interrupted_now", 0)
         except ModelError as error:
-            reason, code = "error", 1
             self.log.emit("error", message=error.message, kind=type(error).__name__)
+            self.finish("error", 1)
+            raise RunFailed(f"{error.message} (run {self.state.run_id} is saved: fix the "
+                            "cause, then `ouroboros resume` continues it)") from None
         finally:
             self.remove_signal_handlers()
-        self.finish(reason, code)
-        return code
+        return 0
 
     def restart(self, reason: str) -> None:
         state, cfg = self.state, self.loaded.config.context

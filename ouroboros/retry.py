@@ -1,0 +1,78 @@
+"""Retrying transient model failures with capped exponential backoff and jitter.
+
+    result = await with_retries(lambda: client.complete(messages, tools), RetryPolicy(),
+                                on_retry=lambda n, delay, error: log(n, delay, error))
+
+Only TransientModelError is retried. EmptyStreamError is re-raised at once although it is
+transient: an empty 200 is how llama.cpp answers an oversized prompt, so the caller decides
+whether to shrink the prompt. Everything else propagates untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable, TypeVar
+
+from ouroboros.errors import EmptyStreamError, TransientModelError
+from ouroboros.protocols import Clock, Sleep
+
+T = TypeVar("T")
+
+
+@dataclass
+class RetryPolicy:
+    max_retry_secs: float = 600
+    """Give up once the next wait would end more than this long after the first failure."""
+    base_delay: float = 1.0
+    """The wait before the first retry; it doubles with each retry."""
+    max_delay: float = 30.0
+    """No single wait is longer than this."""
+    jitter: float = 0.25
+    """Each wait is scaled by a random factor in [1 - jitter, 1 + jitter]."""
+
+
+def backoff_delay(attempt: int, policy: RetryPolicy, rand: float) -> float:
+    """Seconds to wait before retry number `attempt` (1 for the first retry), `rand` in [0, 1).
+
+    `base_delay * 2 ** (attempt - 1)`, scaled by the jitter factor, never above `max_delay`.
+    """
+    exponent = min(max(attempt - 1, 0), 62)
+    delay = min(policy.max_delay, policy.base_delay * 2.0**exponent)
+    delay *= 1 + policy.jitter * (2 * rand - 1)
+    return max(0.0, min(policy.max_delay, delay))
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    on_retry: Callable[[int, float, Exception], None],
+    sleep: Sleep = asyncio.sleep,
+    clock: Clock = time.monotonic,
+    rand: Callable[[], float] = random.random,
+) -> T:
+    """Await `attempt()` until it succeeds, retrying transient failures.
+
+    `on_retry(retry_number, delay, error)` is called before each wait. When the next wait
+    would end past `policy.max_retry_secs` after the first failure, the last error is raised.
+    """
+    first_failure: float | None = None
+    failures = 0
+    while True:
+        try:
+            return await attempt()
+        except EmptyStreamError:
+            raise
+        except TransientModelError as error:
+            now = clock()
+            if first_failure is None:
+                first_failure = now
+            failures += 1
+            delay = backoff_delay(failures, policy, rand())
+            if now + delay - first_failure > policy.max_retry_secs:
+                raise
+            on_retry(failures, delay, error)
+            await sleep(delay)

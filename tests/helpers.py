@@ -1,0 +1,64 @@
+"""Building projects and running the real `ouroboros` command in tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from ouroboros.events import EVENTS_FILE, list_runs, read_events
+
+
+def make_project(root: Path, base_url: str, *, prompt: str = "You are a test agent.",
+                 **tables: dict[str, Any]) -> Path:
+    """A project directory: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace."""
+    config: dict[str, Any] = {
+        "model": {"base_url": base_url, "name": "scripted", "max_retry_secs": 2},
+    }
+    for table, values in tables.items():
+        config[table] = {**config.get(table, {}), **values}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "ouroboros.toml").write_text(tomli_w.dumps(config))
+    (root / "SYSTEM_PROMPT.md").write_text(prompt)
+    (root / "workspace").mkdir(exist_ok=True)
+    return root / "ouroboros.toml"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment a user's shell would give, minus anything that would steer the test."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("OUROBOROS_") and k != "OLLAMA_HOST"}
+    env["XDG_CONFIG_HOME"] = "/nonexistent-ouroboros-test"
+    env.update(extra)
+    return env
+
+
+def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+              timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the installed command as a user would, in its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ouroboros", *args], cwd=cwd, env=env or clean_env(),
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def run_events(project: Path, run_id: str | None = None) -> list[dict[str, Any]]:
+    state_dir = project / ".ouroboros"
+    run_id = run_id or list_runs(state_dir)[-1]
+    return read_events(state_dir / "runs" / run_id / EVENTS_FILE).events
+
+
+def of_type(events: list[dict[str, Any]], type: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == type]
+
+
+def sent_roles(request: dict[str, Any]) -> list[str]:
+    return [m["role"] for m in request["messages"]]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value)
