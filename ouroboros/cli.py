@@ -5,16 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 import typer
+from rich.console import Console
 
 from ouroboros import __version__
-from ouroboros.config import load_config
-from ouroboros.errors import OuroborosError
+from ouroboros.config import (
+    DEFAULT_PROJECT_FILE,
+    ContextConfig,
+    LoadedConfig,
+    load_config,
+    set_config_value,
+)
+from ouroboros.errors import OuroborosError, UsageError
+from ouroboros.events import EVENTS_FILE, find_run, read_events
 from ouroboros.runner import RunHooks, run_agent
-from ouroboros.ui.plain import plain_printer
+from ouroboros.scaffold import create_project
+from ouroboros.ui.config_view import config_table, override_note, toml_value
+from ouroboros.ui.follow import follow_events
+from ouroboros.ui.plain import format_any, plain_printer, select_types
+from ouroboros.ui.stats import run_stats, stats_view
+from ouroboros.ui.status import run_status, status_view
 
 app = typer.Typer(
     name="ouroboros",
@@ -31,6 +46,8 @@ ConfigOption = typer.Option(None, "--config", "-c", help="Path to ouroboros.toml
                             "(default: ./ouroboros.toml).", dir_okay=False)
 HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
                               "instead of the live view (also when stdout is not a terminal).")
+RunIdArgument = typer.Argument(None, metavar="[RUN_ID]", show_default=False,
+                               help="The run (default: the latest).")
 
 
 def fail(error: OuroborosError) -> typer.Exit:
@@ -61,12 +78,16 @@ def root(
     before the window is full, and restarts the session with its recent turns carried over."""
 
 
-def make_hooks(headless: bool) -> RunHooks:
+def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks:
+    """The live dashboard on a terminal (with the thresholds to mark on its gauge), else one
+    plain line per event."""
     interactive = not headless and sys.stdout.isatty()
     if interactive:
         from ouroboros.ui.live import live_hooks
 
-        return live_hooks()
+        if context is None:
+            return live_hooks()
+        return live_hooks(context.soft_threshold_pct, context.hard_threshold_pct)
     return RunHooks(on_event=plain_printer())
 
 
@@ -88,7 +109,8 @@ def run(
     overrides = flags(**{"agent.workspace": workspace, "model.name": model,
                          "model.base_url": base_url, "agent.max_turns": max_turns})
     loaded = guarded(lambda: load_config(config, overrides))
-    code = guarded(lambda: asyncio.run(run_agent(loaded, make_hooks(headless))))
+    hooks = make_hooks(headless, loaded.config.context)
+    code = guarded(lambda: asyncio.run(run_agent(loaded, hooks)))
     raise typer.Exit(code)
 
 
@@ -101,9 +123,148 @@ def resume(
 ) -> None:
     """Continue a run that was killed or crashed, from its log."""
     loaded = guarded(lambda: load_config(config, {}))
-    code = guarded(lambda: asyncio.run(
-        run_agent(loaded, make_hooks(headless), resume=True, run_id=run_id)))
+    hooks = make_hooks(headless, loaded.config.context)
+    code = guarded(lambda: asyncio.run(run_agent(loaded, hooks, resume=True, run_id=run_id)))
     raise typer.Exit(code)
+
+
+@app.command()
+def init(
+    directory: Path = typer.Argument(Path("."), help="The project directory to create.",
+                                     file_okay=False),
+) -> None:
+    """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/."""
+    created = guarded(lambda: create_project(directory))
+    for path in created:
+        typer.echo(f"created {path}{'/' if path.is_dir() else ''}")
+    go = "ouroboros run" if directory.resolve() == Path.cwd().resolve() \
+        else f"cd {directory} && ouroboros run"
+    typer.echo(f"next: write the agent's mission in SYSTEM_PROMPT.md, start Ollama, then\n"
+               f"  {go}\nor try it first without a model server:\n  ouroboros demo")
+
+
+config_app = typer.Typer(help="Show or change the configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(config: Optional[Path] = ConfigOption) -> None:
+    """Every key, its effective value and where it came from."""
+    loaded = guarded(lambda: load_config(config, {}))
+    Console().print(config_table(loaded))
+
+
+@config_app.command("set")
+def config_set(
+    key: str = typer.Argument(..., help="A dotted key, e.g. context.soft_threshold_pct."),
+    value: str = typer.Argument(..., help="A TOML value (0.6, true, \"text\") or plain text."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Set one key in ouroboros.toml (the file is validated first; comments are not kept)."""
+    path = config or DEFAULT_PROJECT_FILE
+    written = guarded(lambda: set_config_value(path, key, value))
+    typer.echo(f"{key} = {toml_value(written)} (in {path})")
+    note = override_note(guarded(lambda: load_config(path, {})), key)
+    if note is not None:
+        typer.echo(note)
+
+
+@app.command()
+def status(config: Optional[Path] = ConfigOption) -> None:
+    """The current or last run: is it running, where it is, how full its context is."""
+    loaded = guarded(lambda: load_config(config, {}))
+    found = guarded(lambda: run_status(loaded.state_dir))
+    if found is None:
+        typer.echo(f"no runs yet in {loaded.state_dir}")
+        return
+    Console().print(status_view(found, now=datetime.now(timezone.utc)))
+
+
+@app.command()
+def stats(run_id: Optional[str] = RunIdArgument,
+          config: Optional[Path] = ConfigOption) -> None:
+    """Per-session numbers and a chart of context use over the run's turns."""
+    loaded = guarded(lambda: load_config(config, {}))
+    events = guarded(lambda: read_events(run_log(loaded, run_id)).events)
+    context = loaded.config.context
+    Console().print(stats_view(run_stats(events, context.soft_threshold_pct,
+                                         context.hard_threshold_pct)))
+
+
+@app.command()
+def logs(
+    run_id: Optional[str] = RunIdArgument,
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events until "
+                                "the run ends (or Ctrl+C)."),
+    types: Optional[list[str]] = typer.Option(None, "--type", "-t", help="Only events of this "
+                                              "type (repeatable), e.g. --type tool_call."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """A run's events, one readable line each."""
+    loaded = guarded(lambda: load_config(config, {}))
+    wanted = guarded(lambda: select_types(types or []))
+    path = guarded(lambda: run_log(loaded, run_id))
+    events = follow_events(path) if follow else guarded(lambda: read_events(path).events)
+    try:
+        for event in events:
+            if not wanted or event["type"] in wanted:
+                typer.echo(format_any(event))
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def watch(run_id: Optional[str] = RunIdArgument,
+          config: Optional[Path] = ConfigOption) -> None:
+    """The live dashboard of a run going on in another terminal."""
+    from ouroboros.ui.dashboard import DashboardState
+    from ouroboros.ui.live import watch as watch_log
+
+    loaded = guarded(lambda: load_config(config, {}))
+    path = guarded(lambda: run_log(loaded, run_id))
+    context = loaded.config.context
+    state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
+    try:
+        watch_log(path, state)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def demo(
+    headless: bool = HeadlessOption,
+    keep: Optional[Path] = typer.Option(None, "--keep", metavar="DIR", file_okay=False,
+                                        help="Make the demo project in DIR (default: a new "
+                                        "temporary directory)."),
+    parts: int = typer.Option(12, min=1, help="Data files the demo agent must work through."),
+) -> None:
+    """Watch the harness work without a model server: a scripted agent does a long task in
+    a small window, through masking, wind-down and restarts."""
+    from ouroboros.demo import run_demo
+
+    directory = guarded(lambda: demo_directory(keep))
+    hooks = make_hooks(headless)
+    code = guarded(lambda: asyncio.run(run_demo(hooks, directory, parts=parts)))
+    typer.echo(f"the demo project is in {directory}\nsee what happened: "
+               f"ouroboros stats --config {directory / 'ouroboros.toml'}")
+    raise typer.Exit(code)
+
+
+def demo_directory(keep: Path | None) -> Path:
+    """Where the demo project goes: DIR, unless it holds a project other than a demo's."""
+    from ouroboros.demo import DEMO_PROMPT
+
+    if keep is None:
+        return Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))
+    prompt = keep / "SYSTEM_PROMPT.md"
+    if (keep / "ouroboros.toml").exists() and not (
+            prompt.is_file() and prompt.read_text(encoding="utf-8") == DEMO_PROMPT):
+        raise UsageError(f"{keep} holds a project that is not a demo; pick another directory")
+    return keep
+
+
+def run_log(loaded: LoadedConfig, run_id: str | None) -> Path:
+    return find_run(loaded.state_dir, run_id) / EVENTS_FILE
 
 
 def main() -> None:

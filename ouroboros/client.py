@@ -157,7 +157,7 @@ class ChatClient:
         except httpx.TimeoutException as exc:
             raise TransientModelError(
                 f"the model server at {self.base_url} sent nothing for {self.timeout_secs:g}s "
-                f"({type(exc).__name__}); raise model.timeout_secs if the model is just slow"
+                f"({type(exc).__name__}); raise model.request_timeout_secs if it is just slow"
             ) from exc
         except httpx.TransportError as exc:
             raise TransientModelError(

@@ -408,19 +408,21 @@ class ContextManager:
         self.anchor_messages = 0
         return masked
 
-    def fit(self, messages: list[Message], tools: list[dict[str, Any]]) -> Fitted:
-        """Make a request fit the budget before it is sent: mask oldest-first (the newest
-        turn's results last), then drop the oldest complete turns."""
+    def fit(self, messages: list[Message], tools: list[dict[str, Any]],
+            target: int | None = None) -> Fitted:
+        """Make a conversation fit `target` tokens (default: the budget): mask oldest-first
+        (the newest turn's results last), then drop the oldest complete turns."""
+        target = self.budget if target is None else target
         fitted = Fitted(messages, tokens=self.current_tokens(messages, tools))
-        if fitted.tokens <= self.budget:
+        if fitted.tokens <= target:
             return fitted
         for tool_call_id in maskable(messages, self.observations):
             fitted.messages = self.mask(fitted.messages, [tool_call_id])
             fitted.masked.append(tool_call_id)
             fitted.tokens = self.estimate(fitted.messages, tools)
-            if fitted.tokens <= self.budget:
+            if fitted.tokens <= target:
                 return fitted
-        while fitted.tokens > self.budget:
+        while fitted.tokens > target:
             shorter = drop_oldest_turn(fitted.messages)
             if shorter is None:
                 break
@@ -428,6 +430,11 @@ class ContextManager:
             fitted.dropped_turns += 1
             fitted.tokens = self.estimate(fitted.messages, tools)
         return fitted
+
+    def fresh_start_target(self) -> int:
+        """How full a restarted session may begin: below the soft threshold and at most half
+        the budget, so every session has room to make progress before the next wind-down."""
+        return int(self.budget * min(self.settings.soft_threshold_pct, 0.5))
 
     # -- observations --
 

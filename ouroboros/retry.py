@@ -25,7 +25,7 @@ T = TypeVar("T")
 @dataclass
 class RetryPolicy:
     max_retry_secs: float = 600
-    """Give up once the next wait would end more than this long after the first failure."""
+    """Keep retrying for this long after the first failure, then raise the last error."""
     base_delay: float = 1.0
     """The wait before the first retry; it doubles with each retry."""
     max_delay: float = 30.0
@@ -56,8 +56,9 @@ async def with_retries(
 ) -> T:
     """Await `attempt()` until it succeeds, retrying transient failures.
 
-    `on_retry(retry_number, delay, error)` is called before each wait. When the next wait
-    would end past `policy.max_retry_secs` after the first failure, the last error is raised.
+    `on_retry(retry_number, delay, error)` is called before each wait. Waits never reach past
+    `policy.max_retry_secs` after the first failure (the last one is shortened to fit); a
+    failure at or past that point raises.
     """
     first_failure: float | None = None
     failures = 0
@@ -70,9 +71,10 @@ async def with_retries(
             now = clock()
             if first_failure is None:
                 first_failure = now
-            failures += 1
-            delay = backoff_delay(failures, policy, rand())
-            if now + delay - first_failure > policy.max_retry_secs:
+            remaining = policy.max_retry_secs - (now - first_failure)
+            if remaining <= 0:
                 raise
+            failures += 1
+            delay = min(backoff_delay(failures, policy, rand()), remaining)
             on_retry(failures, delay, error)
             await sleep(delay)

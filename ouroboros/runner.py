@@ -190,13 +190,18 @@ class Runner:
         state.session += 1
         state.restarts += 1
         state.session_turns = 0
-        state.messages = [system_message(self.loaded, state.messages[0]),
-                          ctx.restart_marker(state.session, previous_turns), *carried]
-        state.context.wound_down = False
-        state.context.anchor_messages = 0
+        context = state.context
+        context.wound_down = False
+        context.anchor_messages = 0
+        fresh = [system_message(self.loaded, state.messages[0]),
+                 ctx.restart_marker(state.session, previous_turns), *carried]
+        fitted = context.fit(fresh, self.services.toolbox.schemas(), context.fresh_start_target())
+        state.messages = fitted.messages
+        carried = fitted.messages[2:]
         self.log.session, self.log.turn = state.session, 0
         self.log.emit("session_restart", session=state.session, previous_turns=previous_turns,
-                      carryover_messages=len(carried), reason=reason)
+                      carryover_messages=len(carried), carryover_masked=len(fitted.masked),
+                      carryover_turns_dropped=fitted.dropped_turns, reason=reason)
         self.log.emit("session_start", context_limit=state.context.limit,
                       limit_source=state.context.limit_source, budget=state.context.budget,
                       carryover_messages=len(carried))

@@ -4,7 +4,27 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, TextIO
+
+from ouroboros.errors import UsageError
+
+EVENT_TYPES = (
+    "run_start", "run_resumed", "session_start", "assistant", "tool_call", "tool_result",
+    "token_usage", "context_mask", "context_drop", "wind_down", "session_restart",
+    "context_truncation_detected", "context_overflow_recovered", "retry", "security",
+    "warning", "error", "stop_requested", "session_end", "run_end",
+)
+"""Every event type the harness writes, in roughly the order a run meets them."""
+
+
+def select_types(types: Iterable[str]) -> set[str]:
+    """The event types asked for (`logs --type`), checked against the known ones."""
+    wanted = set(types)
+    unknown = sorted(wanted - set(EVENT_TYPES))
+    if unknown:
+        raise UsageError(f"unknown event type {', '.join(unknown)}; known types: "
+                         + ", ".join(EVENT_TYPES))
+    return wanted
 
 
 def one_line(text: str, width: int = 160) -> str:
@@ -98,10 +118,22 @@ def format_line(e: dict[str, Any]) -> str | None:
     return f"{clock} s{e['session']} t{e['turn']} {text}"
 
 
-def plain_printer(out: TextIO = sys.stdout) -> Callable[[dict[str, Any]], None]:
+def format_any(e: dict[str, Any]) -> str:
+    """Like format_line, but every event gets a line: the quiet ones show their fields."""
+    line = format_line(e)
+    if line is not None:
+        return line
+    skip = ("type", "ts", "seq", "session", "turn")
+    fields = " ".join(f"{k}={one_line(str(v), 60)}" for k, v in e.items() if k not in skip)
+    return f"{e['ts'][11:19]} s{e['session']} t{e['turn']} {e['type']} {fields}".rstrip()
+
+
+def plain_printer(out: TextIO | None = None) -> Callable[[dict[str, Any]], None]:
+    """A listener printing format_line to `out` (default: sys.stdout at the time of printing)."""
+
     def print_event(e: dict[str, Any]) -> None:
         line = format_line(e)
         if line is not None:
-            print(line, file=out, flush=True)
+            print(line, file=out or sys.stdout, flush=True)
 
     return print_event

@@ -1,0 +1,48 @@
+"""A new project directory, as `ouroboros init` makes it.
+
+    created = create_project(Path("my-agent"))
+    # my-agent/ouroboros.toml, my-agent/SYSTEM_PROMPT.md, my-agent/workspace/
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from ouroboros.config import CONFIG_FILENAME, render_template
+from ouroboros.errors import UsageError
+
+PROMPT_FILENAME = "SYSTEM_PROMPT.md"
+WORKSPACE_DIRNAME = "workspace"
+
+
+def default_system_prompt() -> str:
+    """The system prompt shipped with the package (ouroboros/templates/SYSTEM_PROMPT.md)."""
+    return files("ouroboros").joinpath("templates", PROMPT_FILENAME).read_text(encoding="utf-8")
+
+
+def create_project(directory: Path) -> list[Path]:
+    """Write ouroboros.toml (every key with its default), the default SYSTEM_PROMPT.md and an
+    empty workspace/ into `directory`, creating it if needed. Refuses, changing nothing, when
+    either file is already there. Returns what it created."""
+    config, prompt, workspace = (directory / CONFIG_FILENAME, directory / PROMPT_FILENAME,
+                                 directory / WORKSPACE_DIRNAME)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} exists and is not a directory")
+    for path in (config, prompt):
+        if path.exists():
+            raise UsageError(f"{path} already exists; not overwriting it (nothing was changed)")
+    if workspace.exists() and not workspace.is_dir():
+        raise UsageError(f"{workspace} exists and is not a directory (nothing was changed)")
+    contents = {config: render_template(), prompt: default_system_prompt()}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, text in contents.items():
+            path.write_text(text, encoding="utf-8")
+        created = list(contents)
+        if not workspace.is_dir():
+            workspace.mkdir()
+            created.append(workspace)
+    except OSError as error:
+        raise UsageError(f"cannot create the project in {directory}: {error.strerror}") from None
+    return created

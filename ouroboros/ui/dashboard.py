@@ -1,0 +1,227 @@
+"""What the live dashboard knows about a run, built from its events.
+
+`DashboardState.apply(event)` is a reducer: it folds one event into the state and does no I/O,
+so the same state serves `ouroboros run` (fed by the event log's listeners), `ouroboros watch`
+(fed by tailing events.jsonl) and `ouroboros status` (fed by reading the log once).
+
+    state = DashboardState()
+    for event in read_events(path).events:
+        state.apply(event)
+    state.context_pct, state.restarts, state.masked
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from ouroboros.config import ContextConfig
+from ouroboros.ui.plain import describe, one_line, tool_call_text
+
+Level = Literal["info", "warn", "error"]
+Zone = Literal["green", "yellow", "red"]
+
+CHARS_PER_TOKEN = 4  # what "~tok/s" assumes of streamed text
+MIN_RATE_SECS = 0.5  # a rate over less time than this is noise
+MAX_TEXT_CHARS = 4000  # the tail of the streamed text kept for display
+
+NOTE_LEVELS: dict[str, Level] = {
+    "run_resumed": "info", "context_mask": "info", "context_drop": "warn",
+    "wind_down": "warn", "session_restart": "info", "context_truncation_detected": "warn",
+    "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
+    "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
+}
+"""The events worth a line in the dashboard's activity list, and how loudly."""
+
+_DEFAULTS = ContextConfig()
+
+
+@dataclass
+class ToolLine:
+    """One tool call and, once it is back, its result in one line."""
+
+    id: str
+    clock: str
+    call: str
+    result: str | None = None  # "ok: <first line>" or "FAILED: ..."
+    size: str = ""  # "6.1 kB, 12 ms"
+    ok: bool | None = None
+
+
+@dataclass
+class Note:
+    """One line of the activity list: masking, wind-down, restarts, retries, problems."""
+
+    clock: str
+    text: str
+    level: Level
+
+
+def parse_ts(ts: str) -> datetime:
+    return datetime.fromisoformat(ts)
+
+
+def zone(pct: float, soft: float, hard: float) -> Zone:
+    """The colour of a context reading: `pct` in percent, thresholds as fractions."""
+    if pct >= 100 * hard:
+        return "red"
+    if pct >= 100 * soft:
+        return "yellow"
+    return "green"
+
+
+@dataclass
+class DashboardState:
+    """The dashboard's view of one run. Thresholds are fractions of the prompt budget, as in
+    ouroboros.toml; a run_start event replaces them with the ones the run was started with."""
+
+    soft: float = _DEFAULTS.soft_threshold_pct
+    hard: float = _DEFAULTS.hard_threshold_pct
+    max_tools: int = 8
+    max_notes: int = 6
+
+    run_id: str = ""
+    model: str = ""
+    status: str = "starting"
+    ended: bool = False
+    session: int = 1
+    turn: int = 0
+    total_turns: int = 0
+    restarts: int = 0
+    masked: int = 0
+    context_limit: int | None = None
+    budget: int | None = None
+    prompt_tokens: int | None = None
+    context_pct: float | None = None
+    text: str = ""
+    streaming: bool = False
+    tokens_per_sec: float | None = None
+    last_type: str | None = None
+    last_ts: str | None = None
+    tools: deque[ToolLine] = field(default_factory=deque)
+    notes: deque[Note] = field(default_factory=deque)
+    _stream_chars: int = field(default=0, init=False, repr=False)
+    _stream_started: float = field(default=0.0, init=False, repr=False)
+    _streamed_turn: bool = field(default=False, init=False, repr=False)
+    _reply_secs: float | None = field(default=None, init=False, repr=False)
+
+    @property
+    def zone(self) -> Zone:
+        return zone(self.context_pct or 0.0, self.soft, self.hard)
+
+    def apply(self, e: dict[str, Any]) -> DashboardState:
+        """Fold one event into the state; returns the state, for chaining."""
+        t = e["type"]
+        self.session, self.turn = e.get("session", self.session), e.get("turn", self.turn)
+        handler = getattr(self, f"_on_{t}", None)
+        if handler is not None:
+            handler(e)
+        if t in NOTE_LEVELS:
+            self._note(e)
+        self.last_type, self.last_ts = t, e.get("ts", self.last_ts)
+        return self
+
+    def add_text(self, piece: str, now: float) -> DashboardState:
+        """A piece of the reply as it streams; `now` is a monotonic clock in seconds."""
+        if not self.streaming:
+            self.streaming, self.text, self._stream_chars = True, "", 0
+            self._stream_started, self._streamed_turn = now, True
+        self.text = (self.text + piece)[-MAX_TEXT_CHARS:]
+        self._stream_chars += len(piece)
+        elapsed = now - self._stream_started
+        if elapsed >= MIN_RATE_SECS:
+            self.tokens_per_sec = self._stream_chars / CHARS_PER_TOKEN / elapsed
+        return self
+
+    # -- one handler per event type that changes more than the clock --
+
+    def _on_run_start(self, e: dict[str, Any]) -> None:
+        self.run_id, self.status = e.get("run_id", ""), "running"
+        config = e.get("config") or {}
+        context, model = config.get("context") or {}, config.get("model") or {}
+        self.soft = context.get("soft_threshold_pct", self.soft)
+        self.hard = context.get("hard_threshold_pct", self.hard)
+        self.model = model.get("name", self.model)
+
+    def _on_run_resumed(self, e: dict[str, Any]) -> None:
+        self.status, self.ended = "running", False
+        self.total_turns, self.restarts = e["total_turns"], e["restarts"]
+
+    def _on_session_start(self, e: dict[str, Any]) -> None:
+        self.context_limit, self.budget = e["context_limit"], e["budget"]
+        self.prompt_tokens = self.context_pct = None
+
+    def _on_assistant(self, e: dict[str, Any]) -> None:
+        self.total_turns += 1
+        self.streaming, self.text = False, e.get("text") or ""
+        if self.last_ts is not None and not self._streamed_turn:
+            self._reply_secs = (parse_ts(e["ts"]) - parse_ts(self.last_ts)).total_seconds()
+
+    def _on_token_usage(self, e: dict[str, Any]) -> None:
+        self.prompt_tokens, self.budget = e["prompt_tokens"], e["budget"]
+        self.context_limit, self.context_pct = e["context_limit"], e["context_used_pct"]
+        if not self._streamed_turn and (self._reply_secs or 0) >= MIN_RATE_SECS:
+            # replayed from the log: the whole request's time, prompt processing included
+            self.tokens_per_sec = e["completion_tokens"] / self._reply_secs
+        self._streamed_turn, self._reply_secs = False, None
+
+    def _on_tool_call(self, e: dict[str, Any]) -> None:
+        self._add_tool(ToolLine(e["id"], clock(e), tool_call_text(e["name"], e["arguments"])))
+
+    def _on_tool_result(self, e: dict[str, Any]) -> None:
+        line = next((t for t in reversed(self.tools) if t.id == e["id"]), None)
+        if line is None:  # answered on resume, its call is in an earlier process's log
+            line = self._add_tool(ToolLine(e["id"], clock(e), f"{e['name']}(...)"))
+        cut = ", truncated" if e.get("truncated") else ""
+        line.ok = e["ok"]
+        line.result = f"{'ok' if e['ok'] else 'FAILED'}: {one_line(e.get('summary', ''), 80)}"
+        line.size = f"{size(e['bytes'])}, {e['duration_ms']} ms{cut}"
+
+    def _on_context_mask(self, e: dict[str, Any]) -> None:
+        self.masked = e["total_masked"]
+        self.prompt_tokens = e["tokens_after"]
+        if self.budget:
+            self.context_pct = round(100 * e["tokens_after"] / self.budget, 1)
+
+    def _on_session_restart(self, e: dict[str, Any]) -> None:
+        self.restarts += 1
+        self.masked += e.get("carryover_masked", 0)
+        self.prompt_tokens = self.context_pct = None
+
+    def _on_stop_requested(self, e: dict[str, Any]) -> None:
+        self.status = "stopping"
+
+    def _on_run_end(self, e: dict[str, Any]) -> None:
+        self.ended, self.streaming = True, False
+        self.status = f"ended: {e['reason']} (exit {e['exit_code']})"
+        self.total_turns, self.restarts = e["total_turns"], e["restarts"]
+
+    def _add_tool(self, line: ToolLine) -> ToolLine:
+        self.tools.append(line)
+        while len(self.tools) > self.max_tools:
+            self.tools.popleft()
+        return line
+
+    def _note(self, e: dict[str, Any]) -> None:
+        text = describe(e)
+        if text is None:
+            return
+        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e["type"]]))
+        while len(self.notes) > self.max_notes:
+            self.notes.popleft()
+
+
+def size(count: int) -> str:
+    """A byte count as a person reads it: 512 B, 6.1 kB, 2.3 MB."""
+    if count < 1000:
+        return f"{count} B"
+    if count < 1_000_000:
+        return f"{count / 1000:.1f} kB"
+    return f"{count / 1_000_000:.1f} MB"
+
+
+def clock(e: dict[str, Any]) -> str:
+    """The event's time of day, HH:MM:SS (UTC, as written)."""
+    return e["ts"][11:19]

@@ -1,0 +1,159 @@
+"""What a run did, session by session: `ouroboros stats`.
+
+`run_stats(events)` is a pure fold over the log; `stats_view(stats)` draws it as a table and a
+chart of context use over the run's turns.
+
+    stats = run_stats(read_events(run_dir / "events.jsonl").events)
+    Console().print(stats_view(stats))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ouroboros.config import ContextConfig
+from ouroboros.ui.chart import context_chart
+
+_DEFAULTS = ContextConfig()
+RESTART_PREFIX = "restart: "
+
+
+@dataclass
+class SessionStats:
+    session: int
+    turns: int = 0
+    peak_pct: float | None = None
+    mask_rounds: int = 0
+    masked: int = 0  # by masking rounds, and by fitting the carryover into a restart
+    end: str = "running"  # "restart: <why>", a stop reason, or "running" while it goes on
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class RunStats:
+    run_id: str = ""
+    soft: float = _DEFAULTS.soft_threshold_pct
+    hard: float = _DEFAULTS.hard_threshold_pct
+    sessions: list[SessionStats] = field(default_factory=list)
+    context_pcts: list[float] = field(default_factory=list)  # one reading per turn, in order
+    restarts_at: list[int] = field(default_factory=list)  # index of each new session's 1st turn
+    end: str | None = None
+
+    @property
+    def total_turns(self) -> int:
+        return sum(s.turns for s in self.sessions)
+
+    @property
+    def restarts(self) -> int:
+        return len(self.restarts_at)
+
+
+def run_stats(events: list[dict[str, Any]], soft: float | None = None,
+              hard: float | None = None) -> RunStats:
+    """Fold a run's events into per-session numbers and the run's context readings. The
+    thresholds come from the run_start record (the ones the run used), else from the args."""
+    stats = RunStats()
+    stats.soft = soft if soft is not None else stats.soft
+    stats.hard = hard if hard is not None else stats.hard
+    sessions: dict[int, SessionStats] = {}
+
+    def session(e: dict[str, Any]) -> SessionStats:
+        number = e.get("session", 1)
+        if number not in sessions:
+            sessions[number] = SessionStats(number)
+        return sessions[number]
+
+    for e in events:
+        current = session(e)
+        current.turns = max(current.turns, e.get("turn", 0))
+        match e["type"]:
+            case "run_start":
+                stats.run_id = e.get("run_id", "")
+                context = (e.get("config") or {}).get("context") or {}
+                stats.soft = context.get("soft_threshold_pct", stats.soft)
+                stats.hard = context.get("hard_threshold_pct", stats.hard)
+            case "token_usage":
+                pct = e["context_used_pct"]
+                current.peak_pct = max(current.peak_pct or 0.0, pct)
+                current.prompt_tokens += e["prompt_tokens"]
+                current.completion_tokens += e["completion_tokens"]
+                stats.context_pcts.append(pct)
+            case "context_mask":
+                current.mask_rounds += 1
+                current.masked += e["observations_masked"]
+            case "session_restart":
+                current.masked += e.get("carryover_masked", 0)
+                previous = sessions.get(e["session"] - 1)
+                if previous is not None:
+                    previous.end = RESTART_PREFIX + e["reason"]
+                stats.restarts_at.append(len(stats.context_pcts))
+            case "session_end" if e["reason"] != "restart":
+                current.end = e["reason"]
+            case "run_end":
+                stats.end = e["reason"]
+            case "run_resumed":
+                if current.end != "running":
+                    current.end = "running"  # it was stopped, and is going on again
+    stats.sessions = sorted(sessions.values(), key=lambda s: s.session)
+    return stats
+
+
+def stats_view(stats: RunStats, chart_width: int = 72) -> RenderableType:
+    """A summary line, the per-session table and the context chart."""
+    ended = f", ended: {stats.end}" if stats.end else ", still going (or stopped without an end)"
+    summary = Text(f"run {stats.run_id}: {len(stats.sessions)} sessions, {stats.total_turns} "
+                   f"turns, {stats.restarts} restarts{ended}", style="bold")
+    lines = context_chart(stats.context_pcts, stats.soft, stats.hard, stats.restarts_at,
+                          width=chart_width)
+    chart = Text("\n".join(lines))
+    title = Text("context use per turn (% of the prompt budget)", style="bold")
+    reasons = restart_reasons(stats)
+    notes = [Text(f"[{n}] restart: {reason}") for reason, n in reasons.items()]
+    return Group(summary, Text(), sessions_table(stats, reasons), *notes, Text(), title, chart)
+
+
+def restart_reasons(stats: RunStats) -> dict[str, int]:
+    """Each distinct restart reason and its footnote number, so the table stays narrow."""
+    reasons: dict[str, int] = {}
+    for s in stats.sessions:
+        if s.end.startswith(RESTART_PREFIX):
+            reasons.setdefault(s.end.removeprefix(RESTART_PREFIX), len(reasons) + 1)
+    return reasons
+
+
+def sessions_table(stats: RunStats, reasons: dict[str, int]) -> Table:
+    table = Table(show_footer=len(stats.sessions) > 1)
+    total = SessionStats(0, turns=stats.total_turns,
+                         mask_rounds=sum(s.mask_rounds for s in stats.sessions),
+                         masked=sum(s.masked for s in stats.sessions),
+                         prompt_tokens=sum(s.prompt_tokens for s in stats.sessions),
+                         completion_tokens=sum(s.completion_tokens for s in stats.sessions))
+    peaks = [s.peak_pct for s in stats.sessions if s.peak_pct is not None]
+    total.peak_pct = max(peaks) if peaks else None
+    columns = [("session", "all"), ("turns", f"{total.turns:,}"),
+               ("peak ctx", percent(total.peak_pct)), ("masks", f"{total.mask_rounds:,}"),
+               ("masked obs", f"{total.masked:,}"), ("prompt tok", f"{total.prompt_tokens:,}"),
+               ("compl tok", f"{total.completion_tokens:,}")]
+    for header, footer in columns:
+        table.add_column(header, footer, justify="right", no_wrap=True)
+    table.add_column("ended by", ratio=1)
+    for s in stats.sessions:
+        table.add_row(str(s.session), f"{s.turns:,}", percent(s.peak_pct), f"{s.mask_rounds:,}",
+                      f"{s.masked:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}",
+                      Text(ended_by(s.end, reasons)))
+    return table
+
+
+def ended_by(end: str, reasons: dict[str, int]) -> str:
+    reason = end.removeprefix(RESTART_PREFIX)
+    return f"restart [{reasons[reason]}]" if reason != end else end
+
+
+def percent(value: float | None) -> str:
+    return "--" if value is None else f"{value:.1f}%"

@@ -1,0 +1,100 @@
+"""Where a run stands: `ouroboros status`.
+
+The run is the one holding the workspace lock if its process is alive, else the latest one.
+Its numbers come from replaying its log into a DashboardState.
+
+    status = run_status(state_dir)
+    Console().print(status_view(status, now=datetime.now(timezone.utc)))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from ouroboros.events import EVENTS_FILE, list_runs, read_events, runs_dir
+from ouroboros.lock import LOCK_FILE, holder_is_alive, read_holder
+from ouroboros.ui.dashboard import DashboardState, parse_ts
+from ouroboros.ui.stats import percent
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    state: DashboardState
+    owner_pid: int | None  # the live process running it, if any
+    end: dict[str, Any] | None  # its run_end record, if it has stopped cleanly since resumed
+
+    @property
+    def running(self) -> bool:
+        return self.owner_pid is not None
+
+
+def run_status(state_dir: Path) -> RunStatus | None:
+    """The current or last run in a state dir, or None when there has been no run."""
+    runs = list_runs(state_dir)
+    if not runs:
+        return None
+    holder = read_holder(state_dir / LOCK_FILE)
+    alive = holder is not None and holder_is_alive(holder) and holder.get("run_id") in runs
+    run_id = holder["run_id"] if alive else runs[-1]
+    events = read_events(runs_dir(state_dir) / run_id / EVENTS_FILE).events
+    state = DashboardState()
+    end = None
+    for event in events:
+        state.apply(event)
+        if event["type"] == "run_end":
+            end = event
+        elif event["type"] == "run_resumed":
+            end = None
+    return RunStatus(run_id, state, holder.get("pid") if alive else None, end)
+
+
+def ago(then: str, now: datetime) -> str:
+    """How long ago an event's timestamp was: "12s ago", "5m ago", "3h ago", "2d ago"."""
+    secs = max(0, int((now - parse_ts(then)).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit} ago"
+    return f"{secs}s ago"
+
+
+def describe_state(status: RunStatus) -> str:
+    if status.running:
+        doing = "stopping" if status.state.status == "stopping" else "running"
+        return f"{doing} (pid {status.owner_pid})"
+    if status.end is not None:
+        resumable = "; `ouroboros resume` continues it" if status.end.get("resumable") else ""
+        return f"not running: ended ({status.end['reason']}, exit {status.end['exit_code']})" \
+            + resumable
+    return ("not running: stopped without an end record (killed or crashed); "
+            "`ouroboros resume` continues it")
+
+
+def status_view(status: RunStatus, now: datetime) -> Table:
+    """A two-column table: what, and its value."""
+    s = status.state
+    tokens = (f" ({s.prompt_tokens:,}/{s.budget:,} tokens)"
+              if s.prompt_tokens is not None and s.budget else "")
+    last = f"{s.last_type}, {ago(s.last_ts, now)}" if s.last_type and s.last_ts else "--"
+    rows = [
+        ("run", status.run_id),
+        ("state", describe_state(status)),
+        ("session", str(s.session)),
+        ("turn", f"{s.turn} in this session, {s.total_turns} in total"),
+        ("context", percent(s.context_pct) + tokens),
+        ("restarts", str(s.restarts)),
+        ("masked", f"{s.masked} observations"),
+        ("last event", last),
+    ]
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in rows:
+        table.add_row(label, Text(value))
+    return table

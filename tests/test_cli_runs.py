@@ -1,0 +1,208 @@
+"""`ouroboros status|stats|logs|watch` on a real run log written with EventLog."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ouroboros.cli import app
+from ouroboros.events import read_events
+from ouroboros.lock import LOCK_FILE
+from ouroboros.ui.chart import RESTART
+from ouroboros.ui.plain import EVENT_TYPES
+from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
+
+
+def project(tmp_path: Path, *, ended: bool = True) -> tuple[Path, Path]:
+    """ouroboros.toml in tmp_path, the sample run in its state dir; (config, events file)."""
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("[context]\nsoft_threshold_pct = 0.7\n")
+    return config, write_sample_run(tmp_path / ".ouroboros", ended=ended)
+
+
+def invoke(*args: str) -> object:
+    clean: dict[str, str | None] = {name: None for name in os.environ
+                                    if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    clean.update(COLUMNS="100", XDG_CONFIG_HOME="/nonexistent-ouroboros-test")
+    return CliRunner(env=clean).invoke(app, list(args))
+
+
+# -- status --
+
+
+def test_status_with_no_runs(tmp_path):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+
+    result = invoke("status", "-c", str(config))
+
+    assert result.exit_code == 0
+    assert result.output == f"no runs yet in {tmp_path / '.ouroboros'}\n"
+
+
+def test_status_of_a_finished_run(tmp_path):
+    config, _ = project(tmp_path)
+
+    result = invoke("status", "-c", str(config))
+
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines()]
+    assert lines[:7] == [
+        f"run {RUN_ID}",
+        "state not running: ended (max_turns, exit 0)",
+        "session 2",
+        "turn 3 in this session, 9 in total",
+        "context 61.8% (3,797/6,144 tokens)",
+        "restarts 1",
+        "masked 5 observations",
+    ]
+    assert lines[7].startswith("last event run_end, ") and lines[7].endswith(" ago")
+
+
+def test_status_of_a_run_going_on(tmp_path):
+    config, _ = project(tmp_path, ended=False)
+    (tmp_path / ".ouroboros" / LOCK_FILE).write_text(json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(), "run_id": RUN_ID}))
+
+    result = invoke("status", "-c", str(config))
+
+    assert result.exit_code == 0, result.output
+    assert f"running (pid {os.getpid()})" in result.output
+    assert "last event tool_result" in " ".join(result.output.split())
+
+
+def test_status_of_a_killed_run(tmp_path):
+    config, _ = project(tmp_path, ended=False)
+
+    result = invoke("status", "-c", str(config))
+
+    assert "not running: stopped without an end record (killed or crashed); `ouroboros " \
+        "resume` continues it" in " ".join(result.output.split())
+
+
+# -- stats --
+
+
+def test_stats_table_and_chart(tmp_path):
+    config, _ = project(tmp_path)
+
+    result = invoke("stats", RUN_ID, "--config", str(config))
+
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert f"run {RUN_ID}: 2 sessions, 9 turns, 1 restarts, ended: max_turns" in out
+    session_rows = [line for line in out.splitlines() if line.startswith(("│       1 ",
+                                                                          "│       2 "))]
+    assert [row.split("│")[1:8] for row in session_rows] == [
+        ["       1 ", "     6 ", "    93.5% ", "     2 ", "          4 ", "     22,837 ",
+         "       261 "],
+        ["       2 ", "     3 ", "    61.8% ", "     0 ", "          1 ", "      8,804 ",
+         "       126 "],
+    ]
+    assert [row.split("│")[8].strip() for row in session_rows] == ["restart [1]", "max_turns"]
+    assert f"[1] restart: {RESTART_REASON}" in out
+    assert "soft 70%" in out and "hard 90%" in out and f"{RESTART} restart" in out
+    assert sum("% ┤" in line for line in out.splitlines()) == 10  # the chart's rows
+
+
+def test_stats_of_an_unknown_run(tmp_path):
+    config, _ = project(tmp_path)
+
+    result = invoke("stats", "20990101-000000-0000", "-c", str(config))
+
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: no run '20990101-000000-0000' in "
+                                     f"{tmp_path / '.ouroboros' / 'runs'} (latest: {RUN_ID})")
+
+
+def test_stats_with_no_runs(tmp_path):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+
+    result = invoke("stats", "-c", str(config))
+
+    assert result.exit_code == 2
+    assert "no runs in" in result.stderr
+
+
+# -- logs --
+
+
+def test_logs_prints_every_event(tmp_path):
+    config, path = project(tmp_path)
+
+    result = invoke("logs", "-c", str(config))
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == len(read_events(path).events)
+    assert lines[0].endswith(f"s1 t0 run {RUN_ID} started (ouroboros 0.1.0)")
+    assert any(line.endswith("s1 t6 session_end reason=restart") for line in lines)
+    assert any(f"restart -> session 2 ({RESTART_REASON}" in line for line in lines)
+
+
+def test_logs_filters_by_type(tmp_path):
+    config, _ = project(tmp_path)
+
+    result = invoke("logs", RUN_ID, "--type", "context_mask", "-t", "wind_down", "-c",
+                    str(config))
+
+    assert result.exit_code == 0, result.output
+    texts = [line.split(" ", 3)[3] for line in result.output.splitlines()]
+    assert texts == [
+        "masked 3 observations (4584 -> 3310 tokens, 27.8% reclaimed, 3 in total)",
+        "masked 1 observations (5290 -> 4950 tokens, 6.4% reclaimed, 4 in total)",
+        "wind-down: context at 93.5%, agent asked to save state",
+    ]
+
+
+def test_logs_refuses_an_unknown_type(tmp_path):
+    config, _ = project(tmp_path)
+
+    result = invoke("logs", "--type", "tool_cal", "-c", str(config))
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: unknown event type tool_cal; known types: ")
+    assert all(name in result.stderr for name in EVENT_TYPES)
+    assert result.stdout == ""
+
+
+def test_logs_follow_reads_to_the_run_end(tmp_path):
+    config, _ = project(tmp_path)
+
+    followed = invoke("logs", "--follow", "-c", str(config))
+    plain = invoke("logs", "-c", str(config))
+
+    assert followed.exit_code == 0, followed.output
+    assert followed.output == plain.output
+    assert followed.output.splitlines()[-1].endswith(
+        "run ended: max_turns after 9 turns, 2 sessions, 1 restarts")
+
+
+# -- watch --
+
+
+def test_watch_a_finished_run_shows_its_final_state(tmp_path):
+    config, _ = project(tmp_path)
+
+    result = invoke("watch", "-c", str(config))
+
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert f"ouroboros · run {RUN_ID} · qwen3:8b" in out
+    assert "session 2   turn 3   total turns 9   restarts 1   masked 5" in out
+    assert "3,797/6,144 tokens  61.8%" in out and "↑soft 70%" in out
+    assert "ended: max_turns (exit 0)" in out
+    assert out.count("ended: max_turns (exit 0)") == 1  # one frame, not one per event
+
+
+def test_watch_an_unknown_run(tmp_path):
+    config, _ = project(tmp_path)
+
+    result = invoke("watch", "nope", "-c", str(config))
+
+    assert result.exit_code == 2 and f"(latest: {RUN_ID})" in result.stderr

@@ -1,0 +1,183 @@
+"""A long task in a small window: masking, wind-down, restarts with carryover, and the task
+finished without overflowing the model's context or redoing work."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from ouroboros.config import load_config
+from ouroboros.demo import RecordingAgent, expected_results, stop_when_complete, \
+    write_demo_project
+from ouroboros.runner import RunHooks, run_agent
+from ouroboros.scripted import Reply, ScriptedServer
+from tests.helpers import of_type, run_events
+
+CONTEXT = 4096
+PARTS = 14
+
+
+def run_task(tmp_path, server: ScriptedServer, parts: int = PARTS, **context):
+    keys = write_demo_project(tmp_path, server.base_url, parts)
+    loaded = load_config(tmp_path / "ouroboros.toml", {f"context.{k}": v
+                                                       for k, v in context.items()},
+                         env={}, user_file=None)
+    code = asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+    return code, keys
+
+
+@pytest.mark.parametrize("usage,wire,fragment", [
+    (True, "current", False),
+    (False, "current", False),
+    (True, "legacy", True),
+])
+def test_long_task_in_a_small_window(tmp_path, usage, wire, fragment):
+    brain = RecordingAgent(PARTS)
+    with ScriptedServer(brain, model="scripted-demo", context_length=CONTEXT, send_usage=usage,
+                        wire=wire, fragment_tool_calls=fragment) as server:
+        code, keys = run_task(tmp_path, server)
+
+    assert code == 0
+    # The task finished, every part recorded once, in order: no work lost or redone.
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+    # The model never got a prompt over its window.
+    assert server.over_limit == 0
+    assert max(server.prompt_tokens) <= CONTEXT
+    events = run_events(tmp_path)
+    assert events[-1]["type"] == "run_end" and events[-1]["reason"] == "task_complete"
+    sources = {e["source"] for e in of_type(events, "token_usage")}
+    assert sources == ({"server"} if usage else {"estimate"})
+    masks = of_type(events, "context_mask")
+    assert masks and all(m["reclaimed_pct"] > 0 for m in masks)
+    assert all(m["tokens_after"] < m["tokens_before"] for m in masks)
+    assert of_type(events, "wind_down")
+    restarts = of_type(events, "session_restart")
+    assert restarts and restarts[0]["carryover_messages"] > 0
+    if not usage:
+        assert any("no token usage" in w["message"] for w in of_type(events, "warning"))
+
+
+def test_masking_placeholders_and_notices_reach_the_model(tmp_path):
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo",
+                        context_length=CONTEXT) as server:
+        run_task(tmp_path, server)
+    masked_request = next(r for r in server.requests
+                          if any("file_read result masked: data/" in (m.get("content") or "")
+                                 for m in r["messages"]))
+    messages = masked_request["messages"]
+    placeholder = next(m for m in messages
+                       if "file_read result masked: data/" in (m.get("content") or ""))
+    assert placeholder["role"] == "tool"
+    assert re.match(r'\[file_read result masked: data/part_\d{3}\.txt, \d+ lines, [\d.]+ KB, '
+                    r'began "KEY: [0-9a-f]+"\. recall\(id="obs-\d+"\)', placeholder["content"])
+    # The call it answers is still there, arguments intact.
+    call_ids = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+    assert placeholder["tool_call_id"] in call_ids
+    notices = [m["content"] for m in messages if (m.get("content") or "").startswith(
+        "[Context compressed:")]
+    assert notices and re.match(r"\[Context compressed: \d+ observations masked, ~\d+% of the "
+                                r"context reclaimed\]", notices[0])
+    assert "~0%" not in notices[0]
+
+
+def test_restart_rereads_the_prompt_and_carries_over_whole_turns(tmp_path):
+    edited = "EDITED MISSION"
+
+    class EditingAgent(RecordingAgent):
+        """Edits its own SYSTEM_PROMPT.md on disk when asked to wind down."""
+
+        def save(self, messages):
+            (tmp_path / "SYSTEM_PROMPT.md").write_text(edited)
+            return super().save(messages)
+
+    with ScriptedServer(EditingAgent(PARTS), model="scripted-demo",
+                        context_length=CONTEXT) as server:
+        run_task(tmp_path, server, carryover_turns=2)
+    events = run_events(tmp_path)
+    restart = of_type(events, "session_restart")[0]
+    first_after = next(r for r in server.requests
+                       if any("[Session restarted. Session #2." in (m.get("content") or "")
+                              for m in r["messages"]))["messages"]
+    assert first_after[0] == {"role": "system", "content": edited}
+    assert first_after[1]["content"].startswith(
+        f"[Session restarted. Session #2. The previous session ran {restart['previous_turns']} "
+        "turns. Check your workspace files for saved progress.]")
+    carried = first_after[2:]
+    assert len(carried) == restart["carryover_messages"]
+    assert sum(1 for m in carried if m["role"] == "assistant") == 2
+    call_ids = [c["id"] for m in carried for c in m.get("tool_calls") or ()]
+    result_ids = [m["tool_call_id"] for m in carried if m["role"] == "tool"]
+    assert call_ids == result_ids  # no call without its result, no result without its call
+    assert not any("Context nearly full" in (m.get("content") or "") for m in carried)
+
+
+def test_max_restarts_stops_the_run(tmp_path):
+    with ScriptedServer(RecordingAgent(40), model="scripted-demo",
+                        context_length=CONTEXT) as server:
+        code, _ = run_task(tmp_path, server, parts=40, max_restarts=1)
+    assert code == 0
+    events = run_events(tmp_path)
+    assert len(of_type(events, "session_restart")) == 1
+    assert events[-1]["reason"] == "max_restarts"
+
+
+def test_headless_run_without_auto_restart_stops_instead_of_asking(tmp_path):
+    with ScriptedServer(RecordingAgent(40), model="scripted-demo",
+                        context_length=CONTEXT) as server:
+        run_task(tmp_path, server, parts=40, auto_restart=False)
+    events = run_events(tmp_path)
+    assert not of_type(events, "session_restart")
+    assert events[-1]["reason"] == "restart_declined"
+
+
+@pytest.mark.parametrize("overflow", ["error", "empty"])
+def test_overflow_errors_are_recovered(tmp_path, overflow):
+    """A server whose real window is smaller than the configured one refuses the prompt; the
+    harness shrinks it and goes on."""
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
+                        overflow=overflow) as server:
+        code, keys = run_task(tmp_path, server)
+    assert code == 0
+    events = run_events(tmp_path)
+    recovered = of_type(events, "context_overflow_recovered")
+    assert recovered
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+
+
+def test_silent_truncation_is_detected_and_the_limit_lowered(tmp_path):
+    """The config claims 16k but the server (like Ollama's default) holds 2.5k and silently
+    cuts the front of longer prompts."""
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
+                        overflow="truncate") as server:
+        keys = write_demo_project(tmp_path, server.base_url, PARTS)
+        loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": 16384},
+                             env={}, user_file=None)
+        asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+    events = run_events(tmp_path)
+    detected = of_type(events, "context_truncation_detected")
+    assert len(detected) >= 1
+    assert detected[0]["new_limit"] <= 2500
+    warnings = [w["message"] for w in of_type(events, "warning")]
+    assert any("OLLAMA_CONTEXT_LENGTH" in w for w in warnings)
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+
+
+def test_recall_returns_the_original_text(tmp_path):
+    brain_calls = [
+        Reply("", [("shell_exec", {"command": "seq 1 20000"})]),
+        Reply("", [("recall", {"id": "obs-1", "offset": 100000})]),
+        Reply("", [("recall", {"id": "obs-99"})]),
+        Reply("done"),
+    ]
+    with ScriptedServer(brain_calls, model="scripted-demo", context_length=CONTEXT) as server:
+        write_demo_project(tmp_path, server.base_url, 1)
+        loaded = load_config(tmp_path / "ouroboros.toml", {"agent.max_turns": 4}, env={},
+                             user_file=None)
+        asyncio.run(run_agent(loaded, RunHooks()))
+    results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "characters cut" in results[0] and 'recall(id="obs-1"' in results[0]
+    full = "".join(f"{i}\n" for i in range(1, 20001))
+    assert results[1].startswith(full[100000:100100])
+    assert results[2].startswith("error: no observation 'obs-99'")

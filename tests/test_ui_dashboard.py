@@ -1,0 +1,206 @@
+"""The dashboard: its reducer over real events, its rendering, and the live display."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from ouroboros.events import read_events
+from ouroboros.ui.dashboard import DashboardState, zone
+from ouroboros.ui.live import LiveDashboard, watch
+from ouroboros.ui.render import gauge, render
+from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
+
+
+def sample_events(tmp_path: Path, *, ended: bool = True) -> list[dict]:
+    return read_events(write_sample_run(tmp_path / ".ouroboros", ended=ended)).events
+
+
+def replay(events: list[dict], state: DashboardState | None = None) -> DashboardState:
+    state = state or DashboardState()
+    for event in events:
+        state.apply(event)
+    return state
+
+
+def rendered(state: DashboardState) -> str:
+    console = Console(record=True, width=100)
+    console.print(render(state))
+    return console.export_text()
+
+
+def upto(events: list[dict], type: str, nth: int = 1) -> list[dict]:
+    """The events up to and including the nth of a type."""
+    seen = 0
+    for index, event in enumerate(events):
+        seen += event["type"] == type
+        if seen == nth:
+            return events[: index + 1]
+    raise AssertionError(f"fewer than {nth} {type} events")
+
+
+def test_reducer_follows_a_whole_run(tmp_path):
+    state = replay(sample_events(tmp_path))
+
+    assert (state.run_id, state.model) == (RUN_ID, "qwen3:8b")
+    assert (state.session, state.turn, state.total_turns) == (2, 3, 9)
+    assert (state.restarts, state.masked) == (1, 5)  # 4 by masking, 1 fitting the carryover
+    assert (state.context_pct, state.prompt_tokens, state.budget) == (61.8, 3797, 6144)
+    assert state.ended and state.status == "ended: max_turns (exit 0)"
+    assert state.text == "Adding examples to the help."
+    assert len(state.tools) == state.max_tools
+    assert state.tools[-1].call == "file_write(path='src/cli.py', content='...')"
+    assert state.tools[-1].result == "ok: wrote 4,096 bytes" and state.tools[-1].ok
+    kinds = [note.text.split()[0] for note in state.notes]
+    assert kinds == ["masked", "wind-down:", "restart", "retry", "WARNING", "run"]
+    assert [note.level for note in state.notes][3:5] == ["warn", "warn"]
+
+
+def test_thresholds_come_from_the_run_start_record(tmp_path):
+    events = sample_events(tmp_path)
+    events[0]["config"]["context"].update(soft_threshold_pct=0.6, hard_threshold_pct=0.8)
+
+    state = replay(events[:1], DashboardState(soft=0.5, hard=0.55))
+
+    assert (state.soft, state.hard) == (0.6, 0.8)
+    assert DashboardState(soft=0.5, hard=0.55).apply({**events[1]}).soft == 0.5
+
+
+def test_masking_lowers_the_reading_and_a_restart_clears_it(tmp_path):
+    events = sample_events(tmp_path)
+
+    before = replay(upto(events, "token_usage", 4))
+    masked = replay(upto(events, "context_mask", 1))
+    restarted = replay(upto(events, "session_restart"))
+
+    assert before.context_pct == 74.6 and before.zone == "yellow"
+    assert masked.context_pct == round(100 * 3310 / 6144, 1) and masked.masked == 3
+    assert masked.zone == "green"
+    assert restarted.context_pct is None and restarted.prompt_tokens is None
+    assert (restarted.session, restarted.restarts, restarted.masked) == (2, 1, 5)
+
+
+def test_zones():
+    assert [zone(pct, 0.7, 0.9) for pct in (0, 69.9, 70, 89.9, 90, 130)] == \
+        ["green", "green", "yellow", "yellow", "red", "red"]
+
+
+def test_streamed_text_and_its_rate(tmp_path):
+    events = sample_events(tmp_path)
+    state = replay(upto(events, "tool_result", 2))
+
+    state.add_text("Let me ", now=100.0)
+    state.add_text("look at the failing test.", now=100.25)
+    assert state.streaming and state.text == "Let me look at the failing test."
+    assert state.tokens_per_sec is None  # too early to tell
+    state.add_text("x" * 68, now=101.0)
+    assert state.tokens_per_sec == (7 + 25 + 68) / 4 / 1.0
+
+    state.apply(upto(events, "assistant", 3)[-1])
+    state.apply(upto(events, "token_usage", 3)[-1])
+    assert not state.streaming and state.text == "The tokenizer drops trailing spaces; reading it."
+    assert state.tokens_per_sec == 25.0  # the stream's rate, not one from the timestamps
+
+    state.add_text("Next", now=200.0)
+    assert state.text == "Next"  # a new stream starts afresh
+
+
+def test_replayed_rate_comes_from_the_timestamps():
+    base = {"session": 1, "turn": 1, "seq": 1}
+    state = replay([
+        {**base, "type": "tool_result", "ts": "2025-03-01T10:00:00.000Z", "id": "a",
+         "name": "shell_exec", "ok": True, "bytes": 3, "summary": "ok", "duration_ms": 5},
+        {**base, "type": "assistant", "ts": "2025-03-01T10:00:04.000Z", "text": "Done.",
+         "tool_calls": []},
+        {**base, "type": "token_usage", "ts": "2025-03-01T10:00:04.001Z", "prompt_tokens": 900,
+         "completion_tokens": 120, "context_limit": 4096, "budget": 3584,
+         "context_used_pct": 25.1},
+    ])
+
+    assert state.tokens_per_sec == 30.0
+    assert state.tools[0].call == "shell_exec(...)"  # its call was in an earlier log
+
+
+def test_render_shows_gauge_counters_tools_and_activity(tmp_path):
+    text = rendered(replay(sample_events(tmp_path)))
+
+    assert f"ouroboros · run {RUN_ID} · qwen3:8b" in text
+    assert "session 2   turn 3   total turns 9   restarts 1   masked 5" in text
+    assert "3,797/6,144 tokens  61.8%" in text
+    assert "↑soft 70%" in text and "↑hard 90%" in text
+    assert "ended: max_turns (exit 0)" in text
+    assert "FAILED: [exit code 1] 2 failed" in text
+    assert "restart -> session 2" in text and "retry 1 in 2.0s: server returned 503" in text
+    assert "WARNING the server is slow to answer" in text
+
+
+def test_render_while_streaming_shows_the_last_lines(tmp_path):
+    state = replay(upto(sample_events(tmp_path), "tool_result", 1))
+    state.add_text("\n".join(f"line {n}" for n in range(1, 8)), now=0.0)
+
+    text = rendered(state)
+
+    assert "assistant (streaming)" in text
+    assert "line 4" in text and "line 7" in text and "line 3" not in text
+
+
+def test_render_before_any_reading(tmp_path):
+    text = rendered(replay(sample_events(tmp_path)[:2]))
+
+    assert "no reading yet" in text and "(no tool calls yet)" in text
+    assert "running" in text
+
+
+def test_gauge_marks_the_thresholds_where_they_are():
+    bar, labels = gauge(61.8, 0.7, 0.9, width=50)
+
+    assert len(bar.plain) == 50
+    assert bar.plain[35] == "│" and bar.plain[45] == "│"
+    assert bar.plain == "█" * 31 + "░" * 4 + "│" + "░" * 9 + "│" + "░" * 4
+    assert labels.plain.index("↑soft 70%") == 35 and labels.plain.index("↑hard 90%") == 45
+    assert str(bar.spans[0].style) == "green"
+    assert str(gauge(95.0, 0.7, 0.9, width=50)[0].spans[0].style) == "red"
+
+
+def test_gauge_labels_never_overlap():
+    _, labels = gauge(10.0, 0.85, 0.9, width=20)
+
+    assert "↑soft 85% ↑hard 90%" in labels.plain
+
+
+def test_live_dashboard_prints_the_final_frame_and_asks_before_a_restart(tmp_path):
+    out = io.StringIO()
+    dashboard = LiveDashboard(DashboardState(), Console(file=out, width=100))
+    hooks = dashboard.hooks(input_stream=io.StringIO("n\n\n"))
+
+    for event in sample_events(tmp_path):
+        hooks.on_event(event)
+        if event["type"] == "wind_down":
+            assert hooks.confirm_restart(RESTART_REASON) is False
+            assert hooks.confirm_restart(RESTART_REASON) is True  # Enter means yes
+
+    text = out.getvalue()
+    assert f"Context full ({RESTART_REASON}). Restart the session? [Y/n]" in text
+    assert text.rstrip().endswith("╯")
+    assert "ended: max_turns (exit 0)" in text.split("Restart the session?")[-1]
+
+
+def test_watch_follows_a_growing_log_to_its_end(tmp_path):
+    whole = write_sample_run(tmp_path / "whole").read_bytes()
+    lines = whole.splitlines(keepends=True)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(lines[:5]))
+    rest = [piece for line in lines[5:] for piece in (line[:7], line[7:])]  # torn, then whole
+
+    def wait() -> None:
+        with path.open("ab") as f:
+            f.write(rest.pop(0))
+
+    out = io.StringIO()
+    state = watch(path, DashboardState(), Console(file=out, width=100), wait=wait)
+
+    assert not rest
+    assert state.ended and state.total_turns == 9 and state.restarts == 1
+    assert "ended: max_turns (exit 0)" in out.getvalue()

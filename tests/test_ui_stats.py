@@ -1,0 +1,117 @@
+"""Stats over a run's events, and the context chart."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from ouroboros.events import read_events
+from ouroboros.ui.chart import HARD_LINE, RESTART, SOFT_LINE, context_chart
+from ouroboros.ui.stats import SessionStats, run_stats, stats_view
+from tests.ui_sample import RESTART_REASON, RUN_ID, SESSION_1, SESSION_2, write_sample_run
+
+
+def sample_stats(tmp_path, **options):
+    return run_stats(read_events(write_sample_run(tmp_path / ".ouroboros", **options)).events)
+
+
+def test_stats_per_session(tmp_path):
+    stats = sample_stats(tmp_path)
+
+    first, second = stats.sessions
+    assert (stats.run_id, stats.soft, stats.hard, stats.end) == (RUN_ID, 0.7, 0.9, "max_turns")
+    assert (first.session, first.turns, first.peak_pct) == (1, 6, 93.5)
+    assert (first.mask_rounds, first.masked) == (2, 4)
+    assert first.end == f"restart: {RESTART_REASON}"
+    assert first.prompt_tokens == sum(round(6144 * step[-1] / 100) for step in SESSION_1)
+    assert first.completion_tokens == sum(40 + n for n in range(1, 7))
+    assert (second.session, second.turns, second.peak_pct) == (2, 3, 61.8)
+    assert (second.mask_rounds, second.masked, second.end) == (0, 1, "max_turns")
+    assert stats.context_pcts == [step[-1] for step in SESSION_1 + SESSION_2]
+    assert stats.restarts_at == [6] and stats.total_turns == 9 and stats.restarts == 1
+
+
+def test_stats_of_a_run_still_going(tmp_path):
+    stats = sample_stats(tmp_path, ended=False)
+
+    assert stats.end is None
+    assert [s.end for s in stats.sessions] == [f"restart: {RESTART_REASON}", "running"]
+    assert stats.total_turns == 8
+
+
+def test_stats_of_a_resumed_run_say_running_again():
+    base = {"ts": "2025-03-01T10:00:00.000Z", "seq": 1, "session": 1, "turn": 2}
+    events = [{**base, "type": "session_end", "reason": "interrupted_now"},
+              {**base, "type": "run_end", "reason": "interrupted_now", "exit_code": 0},
+              {**base, "type": "run_resumed", "total_turns": 2, "restarts": 0}]
+
+    assert run_stats(events).sessions[0].end == "running"
+    assert run_stats(events[:2]).sessions[0].end == "interrupted_now"
+
+
+def test_thresholds_fall_back_to_the_given_ones():
+    stats = run_stats([], soft=0.5, hard=0.8)
+
+    assert (stats.soft, stats.hard, stats.sessions) == (0.5, 0.8, [])
+
+
+def test_chart_puts_each_value_in_its_row_with_thresholds_and_restarts():
+    lines = context_chart([50.0, 95.0], 0.7, 0.9, [1], height=10, width=2)
+
+    assert lines == [
+        " 100% ┤ ▄",
+        f"  90% ┤{HARD_LINE}█ hard 90%",
+        "  80% ┤ █",
+        f"  70% ┤{SOFT_LINE}█ soft 70%",
+        "  60% ┤ █",
+        "  50% ┤██",
+        "  40% ┤██",
+        "  30% ┤██",
+        "  20% ┤██",
+        "  10% ┤██",
+        "     └──",
+        f"       {RESTART}",
+        f"      turn 1 2   {RESTART} restart",
+    ]
+
+
+def test_chart_widens_short_runs_and_squeezes_long_ones():
+    short = context_chart([10.0, 20.0], 0.7, 0.9, [], width=60)
+    long = context_chart([float(n % 100) for n in range(200)], 0.7, 0.9, [100], width=50)
+
+    assert short[-2] == "     └" + "─" * 6  # 3 columns a turn, no restart row
+    assert RESTART not in "".join(short)
+    assert long[-3] == "     └" + "─" * 50
+    assert long[-2].index(RESTART) == 6 + 25
+    assert long[-1].endswith(f"200   {RESTART} restart")
+
+
+def test_chart_grows_above_a_full_budget():
+    lines = context_chart([40.0, 130.0], 0.7, 0.9, [])
+
+    assert lines[0].startswith(" 130% ┤")
+    assert lines[0].endswith("█")
+    assert context_chart([], 0.7, 0.9, []) == ["(no context readings yet)"]
+
+
+def test_stats_view_renders_the_table_and_the_chart(tmp_path):
+    console = Console(record=True, width=100)
+    console.print(stats_view(sample_stats(tmp_path)))
+    text = console.export_text()
+
+    assert f"run {RUN_ID}: 2 sessions, 9 turns, 1 restarts, ended: max_turns" in text
+    assert "93.5%" in text and "61.8%" in text and "restart [1]" in text
+    assert f"[1] restart: {RESTART_REASON}" in text
+    assert "soft 70%" in text and "hard 90%" in text and RESTART in text
+
+
+def test_restart_reasons_become_numbered_notes_under_the_table():
+    stats = run_stats([])
+    stats.sessions = [SessionStats(1, end="restart: full"), SessionStats(2, end="restart: cut"),
+                      SessionStats(3, end="restart: full"), SessionStats(4, end="max_turns")]
+    console = Console(record=True, width=100)
+    console.print(stats_view(stats))
+    text = console.export_text()
+
+    ended = [line.split("│")[8].strip() for line in text.splitlines() if line.count("│") == 9]
+    assert ended[:4] == ["restart [1]", "restart [2]", "restart [1]", "max_turns"]
+    assert "[1] restart: full\n[2] restart: cut\n" in text
