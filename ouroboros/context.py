@@ -24,7 +24,10 @@ from ouroboros.protocols import Message, ToolCall, ToolResult
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 MESSAGE_OVERHEAD_TOKENS = 4
-TRUNCATION_RATIO = 0.6  # a server count below 60% of our estimate means it cut the prompt
+# A server count this far below our estimate means it cut the prompt: loose before any usage
+# has calibrated the estimate, tight after.
+TRUNCATION_RATIO = 0.6
+CALIBRATED_TRUNCATION_RATIO = 0.85
 NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
 
 Note = Literal["continue", "mask", "wind_down", "restart", "interrupted"]
@@ -116,9 +119,10 @@ def estimate_tokens(
     return text_tokens + MESSAGE_OVERHEAD_TOKENS * len(messages)
 
 
-def looks_truncated(reported: int, estimated: int) -> bool:
+def looks_truncated(reported: int, estimated: int, calibrated: bool) -> bool:
     """Ollama silently cuts the front of an oversized prompt and reports the cut count."""
-    return estimated > 0 and reported < TRUNCATION_RATIO * estimated
+    ratio = CALIBRATED_TRUNCATION_RATIO if calibrated else TRUNCATION_RATIO
+    return estimated > 0 and reported < ratio * estimated
 
 
 def prompt_budget(limit: int, max_output_tokens: int) -> int:
@@ -207,12 +211,14 @@ def turn_starts(messages: list[Message]) -> list[int]:
 
 
 def maskable(messages: list[Message], observations: dict[str, Observation]) -> list[str]:
-    """Tool-call ids of the unmasked observations, oldest first."""
+    """Tool-call ids of the unmasked observations worth masking (longer than their
+    placeholder), oldest first."""
     ids = []
     for m in messages:
         if m["role"] == "tool":
             obs = observations.get(m.get("tool_call_id", ""))
-            if obs is not None and not obs.masked:
+            if (obs is not None and not obs.masked
+                    and len(m.get("content") or "") > len(placeholder(obs))):
                 ids.append(obs.tool_call_id)
     return ids
 
@@ -317,6 +323,7 @@ class ContextManager:
     wound_down: bool = False
     truncation_detected: bool = False
     next_observation: int = 1
+    largest_prompt: int = 0  # the most prompt tokens the server has reported taking
     # Tokens the server counted for the first `anchor_messages` messages of the conversation.
     anchor_tokens: int = 0
     anchor_messages: int = 0
@@ -361,10 +368,13 @@ class ContextManager:
             self.anchor_tokens, self.anchor_messages = estimated, len(sent)
             return Reading(estimated, completion, "estimate", estimated)
         reading = Reading(prompt_tokens, completion_tokens or 0, "server", estimated)
-        if looks_truncated(prompt_tokens, estimated):
+        self.largest_prompt = max(self.largest_prompt, prompt_tokens)
+        if looks_truncated(prompt_tokens, estimated, self.calibration.tokens > 0):
+            # The server's window is at least the largest prompt it has taken, and smaller
+            # than this one: work within the former.
             reading.truncated = True
             self.truncation_detected = True
-            self.limit = max(prompt_tokens, 1)
+            self.limit = max(min(self.largest_prompt, self.limit), 1)
             self.reserve = self.limit - prompt_budget(self.limit, self.reserve)
             self.anchor_messages = 0
             return reading
@@ -382,22 +392,28 @@ class ContextManager:
     # -- decisions --
 
     def evaluate(self, tokens: int, messages: list[Message]) -> Decision:
-        """Continue below the soft threshold; mask above it; wind down the first time above the
-        hard threshold; restart when still above it a turn later."""
+        """Continue below the soft threshold; above it, mask the oldest observations. At the
+        hard threshold with nothing left to mask, wind down; still there a turn later, restart.
+
+        Masking comes first even above the hard threshold: one large observation can jump
+        straight past both thresholds, and masking an old one is far cheaper than a restart.
+        """
         used = self.used_pct(tokens)
         s = self.settings
-        if used >= s.hard_threshold_pct:
-            if self.wound_down:
-                return Restart(f"context at {used:.0%} of the budget after the wind-down")
-            self.wound_down = True
-            return WindDown()
-        self.wound_down = False
-        if used >= s.soft_threshold_pct:
-            ids = select_for_masking(messages, self.observations, s.mask_batch_size,
-                                     s.keep_recent_observations)
-            if ids:
-                return Mask(ids)
-        return Continue()
+        if used < s.hard_threshold_pct:
+            self.wound_down = False
+        if used < s.soft_threshold_pct:
+            return Continue()
+        ids = select_for_masking(messages, self.observations, s.mask_batch_size,
+                                 s.keep_recent_observations)
+        if ids:
+            return Mask(ids)
+        if used < s.hard_threshold_pct:
+            return Continue()
+        if self.wound_down:
+            return Restart(f"context at {used:.0%} of the budget after the wind-down")
+        self.wound_down = True
+        return WindDown()
 
     def mask(self, messages: list[Message], ids: list[str]) -> list[Message]:
         for tool_call_id in ids:
@@ -410,18 +426,15 @@ class ContextManager:
 
     def fit(self, messages: list[Message], tools: list[dict[str, Any]],
             target: int | None = None) -> Fitted:
-        """Make a conversation fit `target` tokens (default: the budget): mask oldest-first
-        (the newest turn's results last), then drop the oldest complete turns."""
+        """Make a conversation fit `target` tokens (default: the budget): mask older results
+        oldest-first, then drop the oldest complete turns, and only then mask the newest
+        turn's results, which the model has not seen yet."""
         target = self.budget if target is None else target
         fitted = Fitted(messages, tokens=self.current_tokens(messages, tools))
-        if fitted.tokens <= target:
-            return fitted
-        for tool_call_id in maskable(messages, self.observations):
-            fitted.messages = self.mask(fitted.messages, [tool_call_id])
-            fitted.masked.append(tool_call_id)
-            fitted.tokens = self.estimate(fitted.messages, tools)
-            if fitted.tokens <= target:
-                return fitted
+        starts = turn_starts(messages)
+        newest = maskable(messages[starts[-1]:], self.observations) if starts else []
+        older = [i for i in maskable(messages, self.observations) if i not in newest]
+        self._mask_until(fitted, older, tools, target)
         while fitted.tokens > target:
             shorter = drop_oldest_turn(fitted.messages)
             if shorter is None:
@@ -429,7 +442,17 @@ class ContextManager:
             fitted.messages = shorter
             fitted.dropped_turns += 1
             fitted.tokens = self.estimate(fitted.messages, tools)
+        self._mask_until(fitted, newest, tools, target)
         return fitted
+
+    def _mask_until(self, fitted: Fitted, ids: list[str], tools: list[dict[str, Any]],
+                    target: int) -> None:
+        for tool_call_id in ids:
+            if fitted.tokens <= target:
+                return
+            fitted.messages = self.mask(fitted.messages, [tool_call_id])
+            fitted.masked.append(tool_call_id)
+            fitted.tokens = self.estimate(fitted.messages, tools)
 
     def fresh_start_target(self) -> int:
         """How full a restarted session may begin: below the soft threshold and at most half

@@ -138,9 +138,10 @@ class RecordingAgent:
 
     def __call__(self, messages: list[Message]) -> Reply:
         last = messages[-1]
-        if "Context nearly full" in (last.get("content") or "") and last["role"] == "user":
-            return self.save(messages)
         action = last_action(messages)
+        reading = action is not None and part_read(action, messages) is not None
+        if "Context nearly full" in (last.get("content") or "") and not reading:
+            return self.save(messages)
         if action is None:
             return Reply("Starting: let me look around.", [("list_dir", {"path": "."})])
         if any(r.startswith("[interrupted:") for r in action.results):
@@ -169,7 +170,6 @@ class RecordingAgent:
         next_part = known_next_part(messages) or 1
         return Reply("Saving progress before the restart.", [
             ("file_write", {"path": "progress.md", "content": f"next: {next_part}\n"})])
-
 
 DEMO_CONFIG = {
     "model": {"name": "scripted-demo", "context_limit": 4096, "max_output_tokens": 512,

@@ -11,7 +11,8 @@ Each carries a one-line message a person can act on and the exit code the CLI us
         ├── PermanentModelError    retrying cannot help: stop the run
         │   ├── ModelNotFoundError
         │   ├── ToolsNotSupportedError
-        │   └── AuthError
+        │   ├── AuthError
+        │   └── WindowTooSmallError  the prompt and tools alone fill the context window
         ├── ContextOverflowError   the prompt did not fit: shrink it and retry
         └── TransientModelError    retry with backoff
             ├── ServerUnreachableError
@@ -78,4 +79,8 @@ class ServerUnreachableError(TransientModelError):
 
 
 class EmptyStreamError(TransientModelError):
+    pass
+
+
+class WindowTooSmallError(PermanentModelError):
     pass

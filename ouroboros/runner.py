@@ -25,6 +25,7 @@ from ouroboros.errors import (
     OuroborosError,
     ServerUnreachableError,
     TransientModelError,
+    WindowTooSmallError,
 )
 from ouroboros.events import EVENTS_FILE, EventLog, find_run, new_run_id, runs_dir
 from ouroboros.lock import WorkspaceLock
@@ -140,6 +141,7 @@ class Runner:
         if resume:
             for call in recovered.interrupted:
                 runner.answer_interrupted(call.id, call.name, call.arguments)
+        Session(state, services).checkpoint()  # a run killed before its first reply resumes
         return runner
 
     def answer_interrupted(self, call_id: str, name: str, arguments: str) -> None:
@@ -196,8 +198,16 @@ class Runner:
         fresh = [system_message(self.loaded, state.messages[0]),
                  ctx.restart_marker(state.session, previous_turns), *carried]
         fitted = context.fit(fresh, self.services.toolbox.schemas(), context.fresh_start_target())
+        if fitted.tokens > context.budget:
+            raise WindowTooSmallError(
+                f"the system prompt and tool definitions alone take ~{fitted.tokens} tokens, more "
+                f"than the {context.budget}-token budget of a {context.limit}-token window; give "
+                "the model a bigger window (OLLAMA_CONTEXT_LENGTH, num_ctx) or shorten "
+                "SYSTEM_PROMPT.md")
         state.messages = fitted.messages
         carried = fitted.messages[2:]
+        # Saved before the events that announce it: a crash in between resumes the new session.
+        Session(state, self.services).checkpoint()
         self.log.session, self.log.turn = state.session, 0
         self.log.emit("session_restart", session=state.session, previous_turns=previous_turns,
                       carryover_messages=len(carried), carryover_masked=len(fitted.masked),

@@ -108,9 +108,7 @@ class Session:
         await self.finish_interrupted_turn()
         while True:
             self.check_limits()
-            self.state.session_turns += 1
-            self.state.total_turns += 1
-            self.log.turn = self.state.session_turns
+            self.log.turn = self.state.session_turns + 1
             reply = await self.query()
             await self.execute(reply.tool_calls)
             self.manage_context()
@@ -154,7 +152,7 @@ class Session:
 
     def fit(self) -> int:
         """Shrink the conversation before sending if it would not fit; return its size."""
-        before = self.context.current_tokens(self.messages, self.tools)
+        before = self.context.estimate(self.messages, self.tools)
         fitted = self.context.fit(self.messages, self.tools)
         self.messages = fitted.messages
         if fitted.masked:
@@ -168,6 +166,10 @@ class Session:
         return fitted.tokens
 
     def record(self, sent: list[Message], reply: StreamResult) -> None:
+        """Add the reply to the conversation: only now does the turn count (a request that
+        failed for good, or was cut short by a crash, is asked again on resume)."""
+        self.state.session_turns += 1
+        self.state.total_turns += 1
         self.messages.append(reply.to_message())
         self.log.emit("assistant", text=reply.text, finish_reason=reply.finish_reason,
                       tool_calls=[asdict(call) for call in reply.tool_calls])
@@ -222,6 +224,7 @@ class Session:
         tokens = self.context.current_tokens(self.messages, self.tools)
         match self.context.evaluate(tokens, self.messages):
             case Mask(tool_call_ids=ids):
+                tokens = self.context.estimate(self.messages, self.tools)
                 self.messages = self.context.mask(self.messages, ids)
                 after = self.context.estimate(self.messages, self.tools)
                 reclaimed = self.log_mask(len(ids), tokens, after, preflight=False)

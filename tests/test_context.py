@@ -82,15 +82,23 @@ def test_soft_zone_with_nothing_left_to_mask_continues():
 
 
 def test_hard_threshold_winds_down_first_then_restarts():
-    cm = manager()
+    cm = manager(keep_recent_observations=3)
     messages = conversation(cm, 3)
     assert cm.evaluate(9_000, messages) == WindDown()
     decision = cm.evaluate(9_100, messages)
     assert isinstance(decision, Restart)
 
 
+def test_above_the_hard_threshold_masking_comes_before_the_wind_down():
+    cm = manager(mask_batch_size=3, keep_recent_observations=2)
+    messages = conversation(cm, 4)
+    assert cm.evaluate(9_500, messages) == Mask(["c0", "c1"])
+    messages = cm.mask(messages, ["c0", "c1"])
+    assert cm.evaluate(9_400, messages) == WindDown()
+
+
 def test_dropping_below_hard_after_wind_down_rearms_it():
-    cm = manager()
+    cm = manager(keep_recent_observations=3)
     messages = conversation(cm, 3)
     assert cm.evaluate(9_500, messages) == WindDown()
     assert cm.evaluate(5_000, messages) == Continue()
@@ -197,6 +205,23 @@ def test_a_server_count_far_below_the_estimate_means_the_prompt_was_cut():
     assert cm.truncation_detected
     assert cm.limit == 4000
     assert cm.calibration.tokens == 0  # a cut count must not skew the calibration
+
+
+def test_after_truncation_the_limit_is_the_largest_prompt_the_server_took():
+    cm = manager(limit=32_000)
+    cm.observe_reply([{"role": "user", "content": "y" * 7000}], [], 2000, 5, 5)  # 3.5 c/t
+    cm.observe_reply([{"role": "user", "content": "y" * 8400}], [], 2400, 5, 5)
+    # Ollama dropped whole messages from the front: the count is far below the window.
+    reading = cm.observe_reply([{"role": "user", "content": "y" * 14000}], [], 900, 5, 5)
+    assert reading.truncated
+    assert cm.limit == 2400
+
+
+def test_once_calibrated_a_modest_shortfall_is_caught():
+    cm = manager(limit=32_000)
+    cm.observe_reply([{"role": "user", "content": "y" * 3500}], [], 1000, 5, 5)
+    reading = cm.observe_reply([{"role": "user", "content": "y" * 10500}], [], 2500, 5, 5)
+    assert reading.truncated  # ~3000 expected at this run's 3.5 chars per token
 
 
 def test_a_close_count_is_not_truncation():

@@ -167,7 +167,7 @@ def test_silent_truncation_is_detected_and_the_limit_lowered(tmp_path):
 def test_recall_returns_the_original_text(tmp_path):
     brain_calls = [
         Reply("", [("shell_exec", {"command": "seq 1 20000"})]),
-        Reply("", [("recall", {"id": "obs-1", "offset": 100000})]),
+        Reply("", [("recall", {"id": "obs-1", "offset": 50000})]),
         Reply("", [("recall", {"id": "obs-99"})]),
         Reply("done"),
     ]
@@ -179,5 +179,5 @@ def test_recall_returns_the_original_text(tmp_path):
     results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert "characters cut" in results[0] and 'recall(id="obs-1"' in results[0]
     full = "".join(f"{i}\n" for i in range(1, 20001))
-    assert results[1].startswith(full[100000:100100])
+    assert results[1].startswith(full[50000:50100])
     assert results[2].startswith("error: no observation 'obs-99'")
