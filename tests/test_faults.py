@@ -1,0 +1,102 @@
+"""A flaky model server survived: dropped streams, 5xx, 429, garbage, no [DONE] and a 30 s
+outage are retried (and logged) without a duplicated turn; permanent faults stop the run with
+a clear message; an outage longer than model.max_retry_secs leaves the run resumable."""
+
+from __future__ import annotations
+
+import pytest
+
+from ouroboros.scripted import Fault
+from tests.crash_helpers import (
+    CountingAgent,
+    check_conversation,
+    check_log,
+    demo_project,
+    executions,
+    port_open,
+    snapshot,
+    wait_for,
+)
+from tests.helpers import of_type, ouroboros
+
+PARTS = 3
+MAX_TURNS = 10  # 2 + 2 * PARTS turns of work, then TASK COMPLETE
+
+
+def finished_cleanly(tmp_path, server, result, expected: str) -> list[dict]:
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert (tmp_path / "workspace" / "results.txt").read_text() == expected
+    events = check_log(tmp_path)
+    state = snapshot(tmp_path)["state"]
+    check_conversation(state["messages"])
+    # One assistant event per turn: the partial output of failed attempts was dropped.
+    assert len(of_type(events, "assistant")) == state["total_turns"] == MAX_TURNS
+    for request in server.requests:
+        check_conversation(request["messages"])
+    assert set(executions(tmp_path).values()) == {1}
+    return events
+
+
+def test_transient_faults_and_a_30s_outage_are_survived(tmp_path, scripted_server):
+    agent = CountingAgent(PARTS, inject_at={
+        2: [Fault("drop"), Fault("status", 500)],
+        3: [Fault("status", 503, message="loading model"), Fault("status", 429)],
+        5: [Fault("garbage"), Fault("no_done")],
+        7: [Fault("drop"), Fault("outage", seconds=30)],
+    })
+    server = scripted_server(agent)
+    agent.server = server
+    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
+                                    model={"max_retry_secs": 120})
+
+    result = ouroboros("run", "--config", str(config), "--headless", timeout=150)
+
+    events = finished_cleanly(tmp_path, server, result, expected)
+    retries = of_type(events, "retry")
+    errors = " | ".join(r["error"] for r in retries)
+    assert len(retries) >= 8, errors
+    for fragment in ("500", "503", "429", "[DONE]"):
+        assert fragment in errors, (fragment, errors)
+    assert all(r["delay_secs"] > 0 for r in retries)
+    assert "retry 1 in" in result.stdout
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_an_auth_failure_stops_with_a_clear_message(tmp_path, scripted_server, status):
+    agent = CountingAgent(PARTS, inject_at={2: [Fault("status", status, "unauthorized")]})
+    server = scripted_server(agent)
+    agent.server = server
+    config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS)
+
+    result = ouroboros("run", "--config", str(config), "--headless")
+
+    assert result.returncode == 1
+    assert "api_key_env" in result.stderr and "Traceback" not in result.stderr
+    events = check_log(tmp_path)
+    assert not of_type(events, "retry")
+    assert of_type(events, "error")[0]["kind"] == "AuthError"
+
+
+def test_an_outage_longer_than_max_retry_secs_exits_1_and_resume_finishes(tmp_path,
+                                                                        scripted_server):
+    agent = CountingAgent(PARTS, inject_at={4: [Fault("outage", seconds=8)]})
+    server = scripted_server(agent)
+    agent.server = server
+    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
+                                    model={"max_retry_secs": 2})
+
+    result = ouroboros("run", "--config", str(config), "--headless")
+
+    assert result.returncode == 1, result.stdout
+    assert "ouroboros resume" in result.stderr and "Traceback" not in result.stderr
+    events = check_log(tmp_path)
+    assert of_type(events, "retry")
+    assert events[-1]["type"] == "run_end" and events[-1]["resumable"] is True
+    turns_before = snapshot(tmp_path)["state"]["total_turns"]
+    assert 0 < turns_before < MAX_TURNS
+
+    wait_for(lambda: port_open(server.port), "the server to come back", timeout=60)
+    result = ouroboros("resume", "--config", str(config), "--headless")
+
+    finished_cleanly(tmp_path, server, result, expected)
+    assert of_type(check_log(tmp_path), "run_resumed")[0]["total_turns"] == turns_before
