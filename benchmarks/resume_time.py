@@ -13,7 +13,7 @@ from pathlib import Path
 from ouroboros.context import ContextManager, ContextSettings
 from ouroboros.events import EVENTS_FILE, EventLog, write_snapshot
 from ouroboros.resume import recover
-from ouroboros.session import RunState
+from ouroboros.state import RunState
 
 
 def make_run(run_dir: Path, events: int) -> None:

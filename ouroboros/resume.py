@@ -16,7 +16,7 @@ from ouroboros.errors import UsageError
 from ouroboros.events import EVENTS_FILE, FORMAT_VERSION, read_events, read_snapshot
 from ouroboros.context import pending_calls
 from ouroboros.protocols import ToolCall
-from ouroboros.session import RunState
+from ouroboros.state import RunState
 
 INTERRUPTED_TEXT = (
     "[interrupted: the harness stopped while this {name} call was running, so it may or may "

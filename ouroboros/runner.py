@@ -32,7 +32,8 @@ from ouroboros.lock import WorkspaceLock
 from ouroboros.protocols import Message, TextSink, ToolResult
 from ouroboros.resume import drop_torn_line, interrupted_text, recover
 from ouroboros.retry import RetryPolicy
-from ouroboros.session import RestartSession, RunState, Services, Session, StopFlag, StopRun
+from ouroboros.session import RestartSession, Services, Session, StopRun
+from ouroboros.state import RunState, StopFlag
 from ouroboros.tools import Toolbox, default_tools
 from ouroboros.tools.recall import RecallTool
 

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ouroboros import context as ctx
-from ouroboros.context import ContextManager, Mask, Restart, WindDown
+from ouroboros.context import Mask, Restart, WindDown
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
 from ouroboros.events import EventLog, write_snapshot
 from ouroboros.protocols import Message, ModelClient, StreamResult, TextSink, ToolCall
 from ouroboros.retry import RetryPolicy, with_retries
+from ouroboros.state import RunState, StopFlag
 from ouroboros.tools import Toolbox
 
 MAX_OVERFLOW_RECOVERIES = 3
@@ -33,46 +34,6 @@ class StopRun(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-@dataclass
-class StopFlag:
-    """Set by the first Ctrl+C or SIGTERM (or by whoever runs the harness): the current turn
-    finishes, then the run stops with the reason given."""
-
-    reason: str | None = None
-
-    @property
-    def requested(self) -> bool:
-        return self.reason is not None
-
-    def request(self, reason: str) -> None:
-        self.reason = self.reason or reason
-
-
-@dataclass
-class RunState:
-    """Everything a resumed run needs back; saved as the snapshot after every step."""
-
-    run_id: str
-    messages: list[Message]
-    context: ContextManager
-    session: int = 1
-    session_turns: int = 0
-    total_turns: int = 0
-    restarts: int = 0
-    warned: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["context"] = self.context.to_dict()
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunState:
-        data = dict(data)
-        data["context"] = ContextManager.from_dict(data["context"])
-        return cls(**data)
 
 
 @dataclass

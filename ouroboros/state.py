@@ -1,0 +1,49 @@
+"""What a run carries from step to step: the state a resume needs back, and the stop flag."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ouroboros.context import ContextManager
+from ouroboros.protocols import Message
+
+
+@dataclass
+class StopFlag:
+    """Set by the first Ctrl+C or SIGTERM (or by whoever runs the harness): the current turn
+    finishes, then the run stops with the reason given."""
+
+    reason: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.reason is not None
+
+    def request(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+
+@dataclass
+class RunState:
+    """Everything a resumed run needs back; saved as the snapshot after every step."""
+
+    run_id: str
+    messages: list[Message]
+    context: ContextManager
+    session: int = 1
+    session_turns: int = 0
+    total_turns: int = 0
+    restarts: int = 0
+    warned: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["context"] = self.context.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        data = dict(data)
+        data["context"] = ContextManager.from_dict(data["context"])
+        return cls(**data)
