@@ -153,7 +153,7 @@ class ChatClient:
                     return await self._whole_completion(response.text)
                 return await self._read_stream(response, on_text)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise self._unreachable() from exc
+            raise self.unreachable() from exc
         except httpx.TimeoutException as exc:
             raise TransientModelError(
                 f"the model server at {self.base_url} sent nothing for {self.timeout_secs:g}s "
@@ -281,7 +281,7 @@ class ChatClient:
             return "the server has no models"
         return "the server has: " + ", ".join(models)
 
-    def _unreachable(self) -> ServerUnreachableError:
+    def unreachable(self) -> ServerUnreachableError:
         return ServerUnreachableError(
             f"cannot reach the model server at {self.base_url}: is `ollama serve` running there? "
             "(set model.base_url or OLLAMA_HOST to point elsewhere)"

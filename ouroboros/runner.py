@@ -23,7 +23,6 @@ from ouroboros.errors import (
     ModelError,
     RunFailed,
     OuroborosError,
-    ServerUnreachableError,
     TransientModelError,
     WindowTooSmallError,
 )
@@ -87,9 +86,7 @@ async def check_reachable(client: ChatClient) -> None:
         await client.list_models()
     except TransientModelError as error:
         if isinstance(error.__cause__, httpx.ConnectError):
-            raise ServerUnreachableError(
-                f"cannot reach the model server at {client.base_url}: is `ollama serve` running "
-                "there? (set model.base_url or OLLAMA_HOST to point elsewhere)") from None
+            raise client.unreachable() from None
 
 
 def api_key(env_name: str) -> str | None:
