@@ -16,13 +16,17 @@ model would see (after any truncation). Injected faults come before the script. 
 takes effect as soon as it reaches the front of the queue, before any request consumes it:
 the server closes its listening socket and its idle connections, so clients see connection
 refused, and comes back on the same port after `seconds`.
+
+Prompt tokens are counted by a `ServerTokenizer` (scripted_tokens.py), by default one token
+per word or punctuation mark, not by any characters-per-token ratio; `usage` makes the server
+report them the way a buggy server does, and `tokenize` serves a tokenizer endpoint.
+`server.prompt_tokens` always records the true count of each chat request.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import socket
 import sys
@@ -35,6 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 from ouroboros.discovery import same_model
 from ouroboros.protocols import Message, Usage
+from ouroboros.scripted_tokens import TOKENIZERS, ServerTokenizer
 
 SCRIPT_FINISHED = "(script finished)"
 OVERFLOW_MESSAGE = "the prompt is longer than the context length currently available to the model"
@@ -43,6 +48,17 @@ GARBAGE_FRAME = b"data: {not json\n\n"
 OLLAMA_VERSION = "0.13.0"
 TRAINED_CONTEXT = 131072
 _ARGUMENT_FRAGMENT = 6  # characters per streamed argument piece in fragmented mode
+
+UsageMode = Literal["whole", "zero", "null", "absent", "uncached"]
+"""How `prompt_tokens` is reported: the whole prompt; 0; null; no key at all; or only the
+part not in the prompt cache (ollama#16414)."""
+TokenizeFamily = Literal["llama.cpp", "llama-cpp-python", "vllm"]
+TOKENIZE_PATHS: dict[str, str] = {
+    "llama.cpp": "/tokenize",
+    "llama-cpp-python": "/extras/tokenize/count",
+    "vllm": "/tokenize",
+}
+_TOKENIZE_FIELD = {"llama.cpp": "content", "llama-cpp-python": "input", "vllm": "prompt"}
 
 
 @dataclass
@@ -97,12 +113,22 @@ def error_body(message: str, status: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
-def usage_wire(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
+def usage_wire(
+    usage: Usage, mode: UsageMode = "whole", cached_tokens: int | None = None
+) -> dict[str, Any]:
+    """The `usage` object as a server in this mode sends it. For "uncached" the caller passes
+    the uncached count as `usage.prompt_tokens`; `cached_tokens` adds prompt_tokens_details."""
+    prompt = usage.prompt_tokens if mode in ("whole", "uncached") else 0
+    wire: dict[str, Any] = {
+        "prompt_tokens": None if mode == "null" else prompt,
         "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
+        "total_tokens": prompt + usage.completion_tokens,
     }
+    if mode == "absent":
+        del wire["prompt_tokens"]
+    if cached_tokens is not None:
+        wire["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return wire
 
 
 def render_deltas(
@@ -141,12 +167,13 @@ def render_stream(
     model: str,
     wire: Literal["current", "legacy"] = "current",
     fragment_tool_calls: bool = False,
-    usage: Usage | None = None,
+    usage: dict[str, Any] | None = None,
     request_number: int = 1,
     created: int = 0,
     done: bool = True,
 ) -> list[bytes]:
-    """Every SSE frame of one streamed answer, `[DONE]` last unless `done` is False.
+    """Every SSE frame of one streamed answer, `[DONE]` last unless `done` is False; a chunk
+    with `usage` (a usage_wire object) before `[DONE]` if given.
 
     current: role only in the first delta, finish_reason in a last chunk of its own.
     legacy (Ollama before v0.32.6): role and content in every delta, finish_reason `stop` on
@@ -176,14 +203,19 @@ def render_stream(
         for delta, finish in zip(deltas, finishes)
     ]
     if usage is not None:
-        frames.append(frame({**head, "choices": [], "usage": usage_wire(usage)}))
+        frames.append(frame({**head, "choices": [], "usage": usage}))
     return frames + [DONE_FRAME] if done else frames
 
 
 def render_completion(
-    reply: Reply, *, model: str, usage: Usage, request_number: int = 1, created: int = 0
+    reply: Reply,
+    *,
+    model: str,
+    usage: dict[str, Any],
+    request_number: int = 1,
+    created: int = 0,
 ) -> dict[str, Any]:
-    """The non-streaming `chat.completion` object."""
+    """The non-streaming `chat.completion` object; `usage` is a usage_wire object."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.text}
     if reply.reasoning:
         message["reasoning"] = reply.reasoning
@@ -205,7 +237,7 @@ def render_completion(
                 "finish_reason": "tool_calls" if reply.tool_calls else "stop",
             }
         ],
-        "usage": usage_wire(usage),
+        "usage": usage,
     }
 
 
@@ -239,7 +271,10 @@ class ScriptedServer:
         context_length: int | None = 8192,
         overflow: Literal["truncate", "error", "empty"] = "truncate",
         tools_supported: bool = True,
-        chars_per_token: float = 3.5,
+        tokenizer: ServerTokenizer = TOKENIZERS["words"],
+        usage: UsageMode = "whole",
+        report_cached: bool = False,
+        tokenize: TokenizeFamily | None = None,
         extra_models: Sequence[str] = (),
         port: int = 0,
     ) -> None:
@@ -254,12 +289,17 @@ class ScriptedServer:
         self.context_length = context_length
         self.overflow = overflow
         self.tools_supported = tools_supported
-        self.chars_per_token = chars_per_token
+        self.tokenizer = tokenizer
+        self.usage = usage
+        self.report_cached = report_cached
+        self.tokenize = tokenize
         self.models = [model, *extra_models]
 
         self.requests: list[dict[str, Any]] = []
-        self.prompt_tokens: list[int] = []
+        self.prompt_tokens: list[int] = []  # the true count of every chat request
         self.over_limit = 0
+        self.tokenize_requests = 0
+        self._cached: tuple[list[Message], Any] = ([], None)  # the last prompt the model read
 
         self.port = port
         self.base_url = ""
@@ -309,15 +349,8 @@ class ScriptedServer:
     # -- the model
 
     def count_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> int:
-        """ceil(characters of contents, tool-call names and arguments and the tools JSON /
-        chars_per_token) + 4 per message."""
-        chars = len(json.dumps(tools)) if tools else 0
-        for message in messages:
-            chars += len(_content_text(message.get("content")))
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
-                chars += len(function.get("name") or "") + len(_as_text(function.get("arguments")))
-        return math.ceil(chars / self.chars_per_token) + 4 * len(messages)
+        """The whole prompt's tokens, as this server's tokenizer counts them."""
+        return self.tokenizer.count(messages, tools)
 
     def truncate(
         self, messages: list[Message], tools: list[dict[str, Any]] | None
@@ -358,6 +391,7 @@ class ScriptedServer:
         if over:
             messages = self.truncate(messages, tools)
             prompt = min(self.count_tokens(messages, tools), self.context_length or prompt)
+        common = self._read_prompt(messages, tools)
         delay = 0.0
         item = self._next_item(messages)
         while isinstance(item, Fault) and item.kind == "slow":
@@ -366,7 +400,8 @@ class ScriptedServer:
         if isinstance(item, Fault):
             answer = self._fault_answer(item, body)
         else:
-            answer = self._reply_answer(item, body, prompt)
+            usage = self._usage(item, prompt, messages, tools, common)
+            answer = self._reply_answer(item, body, usage)
         answer.delay = delay
         return answer
 
@@ -396,11 +431,37 @@ class ScriptedServer:
         }
         return _Answer(400, {"error": error})
 
-    def _reply_answer(self, reply: Reply, body: dict[str, Any], prompt: int) -> _Answer:
-        completion_chars = len(reply.text) + sum(
-            len(name) + len(arguments_text(arguments)) for name, arguments in reply.tool_calls
-        )
-        usage = Usage(prompt, max(1, math.ceil(completion_chars / self.chars_per_token)))
+    def _read_prompt(self, messages: list[Message], tools: Any) -> int:
+        """Put this prompt in the cache; return how many leading messages it shares with the
+        previous one (none if the tools changed)."""
+        cached_messages, cached_tools = self._cached
+        self._cached = (list(messages), tools)
+        if tools != cached_tools:
+            return 0
+        common = 0
+        for new, old in zip(messages, cached_messages):
+            if new != old:
+                break
+            common += 1
+        return common
+
+    def _usage(
+        self, reply: Reply, prompt: int, messages: list[Message], tools: Any, common: int
+    ) -> dict[str, Any]:
+        """The usage object to send: `prompt` (the count of what the model read) as the
+        usage mode reports it, and the completion counted by the tokenizer."""
+        texts = [reply.text]
+        for name, arguments in reply.tool_calls:
+            texts += [name, arguments_text(arguments)]
+        completion = max(1, sum(self.tokenizer.count_text(text) for text in texts))
+        cached = self.count_tokens(messages[:common], tools) if common else 0
+        if self.usage == "uncached" and common:  # Ollama evaluates at least one token
+            prompt = min(prompt, max(1, self.count_tokens(messages[common:], None)))
+        report_cached = self.report_cached and self.usage == "whole"
+        cached_tokens = min(cached, prompt) if report_cached else None
+        return usage_wire(Usage(prompt, completion), self.usage, cached_tokens)
+
+    def _reply_answer(self, reply: Reply, body: dict[str, Any], usage: dict[str, Any]) -> _Answer:
         model, number, created = str(body.get("model")), len(self.requests), int(time.time())
         if not body.get("stream"):
             return _Answer(
@@ -442,7 +503,7 @@ class ScriptedServer:
             return _Answer(frames=frames[:2] + [GARBAGE_FRAME] + frames[2:] + [DONE_FRAME])
         if fault.kind == "no_done":
             if not streaming:  # nothing to leave out: a whole answer
-                usage = Usage(self.prompt_tokens[-1], 1)
+                usage = usage_wire(Usage(self.prompt_tokens[-1], 1))
                 return _Answer(json=render_completion(partial, model=model, usage=usage))
             return _Answer(frames=frames)
         raise ValueError(f"unknown fault kind {fault.kind!r}")
@@ -609,21 +670,30 @@ class ScriptedServer:
             "capabilities": ["completion", "tools"] if self.tools_supported else ["completion"],
         }
 
+    def _tokenize(self, path: str, body: dict[str, Any]) -> tuple[int, Any] | None:
+        """The tokenizer endpoint of the `tokenize` family, or None if `path` is not it."""
+        if self.tokenize is None or path != TOKENIZE_PATHS[self.tokenize]:
+            return None
+        with self._lock:
+            self.tokenize_requests += 1
+        if self.tokenize == "vllm" and isinstance(body.get("messages"), list):  # chat form
+            count = self.count_tokens(body["messages"], body.get("tools"))
+        else:
+            text = body.get(_TOKENIZE_FIELD[self.tokenize])
+            if not isinstance(text, str):
+                message = f"'{_TOKENIZE_FIELD[self.tokenize]}' must be a string"
+                return 400, error_body(message, 400)
+            count = self.tokenizer.count_text(text)
+        if self.tokenize == "llama.cpp":
+            return 200, {"tokens": list(range(count))}
+        if self.tokenize == "llama-cpp-python":
+            return 200, {"count": count}
+        max_model_len = self.context_length or TRAINED_CONTEXT
+        return 200, {"count": count, "max_model_len": max_model_len, "tokens": list(range(count))}
+
 
 def _tagged(name: str) -> str:
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
-
-
-def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, list):  # content parts
-        return "".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
-    return _as_text(content)
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -687,7 +757,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, error_body("invalid request body", 400))
             return
         path = self.path.split("?")[0]
-        if path == "/api/show":
+        tokenized = self.server.owner._tokenize(path, body)
+        if tokenized is not None:
+            self._send_json(*tokenized)
+        elif path == "/api/show":
             self._send_json(*self.server.owner._show(body))
         elif path == "/v1/chat/completions":
             self._chat(body)

@@ -18,7 +18,9 @@ from ouroboros.scripted import (
     ScriptedServer,
     render_stream,
     split_text,
+    usage_wire,
 )
+from ouroboros.scripted_tokens import ServerTokenizer
 from ouroboros.sse import SSEDecoder, StreamAccumulator, parse_data
 
 
@@ -43,7 +45,7 @@ def test_split_text_streams_word_pieces_that_join_back():
 
 
 def test_current_wire_role_once_finish_alone_usage_last():
-    frames = render_stream(Reply("Hi there"), model="m", usage=Usage(7, 2), request_number=3, created=5)
+    frames = render_stream(Reply("Hi there"), model="m", usage=usage_wire(Usage(7, 2)), request_number=3, created=5)
     assert frames[-1] == DONE_FRAME
     chunks = chunks_of(frames)
     assert all(c["id"] == "chatcmpl-3" and c["model"] == "m" and c["system_fingerprint"] == "fp_ollama" for c in chunks)
@@ -103,7 +105,7 @@ def test_an_empty_reply_still_has_a_delta_and_a_finish():
 @pytest.mark.parametrize("fragment", [False, True])
 def test_rendered_bytes_fed_byte_by_byte_decode_back_to_the_reply(wire, fragment):
     reply = Reply("Ünïcode 🐍 text", [("a", {"k": "v é"}), ("b", "raw")], reasoning="hmm")
-    data = b"".join(render_stream(reply, model="m", wire=wire, fragment_tool_calls=fragment, usage=Usage(3, 4)))
+    data = b"".join(render_stream(reply, model="m", wire=wire, fragment_tool_calls=fragment, usage=usage_wire(Usage(3, 4))))
     decoder, accumulator = SSEDecoder(), StreamAccumulator()
     for i in range(len(data)):
         for payload in decoder.feed(data[i : i + 1]):
@@ -182,7 +184,7 @@ def test_usage_only_when_asked_and_enabled(scripted_server):
 
 
 def test_count_tokens_is_deterministic_and_counts_everything():
-    server = ScriptedServer([], chars_per_token=2)
+    server = ScriptedServer([], tokenizer=ServerTokenizer("characters", len, per_message=4))
     messages = [
         {"role": "system", "content": "abcd"},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "ab", "arguments": "{}"}}]},
@@ -190,7 +192,7 @@ def test_count_tokens_is_deterministic_and_counts_everything():
     ]
     tools = [{"type": "function"}]
     chars = 4 + 2 + 2 + 2 + len(json.dumps(tools))
-    assert server.count_tokens(messages, tools) == -(-chars // 2) + 12
+    assert server.count_tokens(messages, tools) == chars + 12
     assert server.count_tokens([], None) == 0
 
 
@@ -198,15 +200,16 @@ def test_prompt_tokens_recorded_for_every_request(scripted_server):
     server = scripted_server([Reply("a")])
     server.inject(Fault("status"))
     chat(server, USER)
-    chat(server, USER + [{"role": "user", "content": "x" * 70}])
-    assert server.prompt_tokens == [server.count_tokens(USER, None), server.count_tokens(USER, None) + 20 + 4]
+    chat(server, USER + [{"role": "user", "content": "one two three, four"}])
+    assert server.prompt_tokens == [1 + 3, 1 + 3 + 5 + 3]  # words and punctuation, 3 per message
     assert len(server.requests) == 2
 
 
 def long_conversation():
-    return [{"role": "system", "content": "s" * 35}] + [
-        {"role": "user" if n % 2 else "assistant", "content": f"{n}" * 35} for n in range(10)
-    ]  # every message is 10 + 4 = 14 tokens: 154 in all
+    return [{"role": "system", "content": " ".join(["s"] * 11)}] + [
+        {"role": "user" if n % 2 else "assistant", "content": " ".join([f"w{n}"] * 11)}
+        for n in range(10)
+    ]  # every message is 11 words + 3 = 14 tokens: 154 in all
 
 
 def test_truncate_drops_whole_messages_from_the_front_keeping_system_and_last(scripted_server):

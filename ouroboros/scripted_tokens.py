@@ -1,0 +1,162 @@
+"""How the scripted server counts tokens: pluggable, and unlike the harness's estimate.
+
+A real server's count depends on its vocabulary (prose, JSON and hex digests differ in
+density), its chat template (tokens per message, reasoning stripped from the history) and
+whether it counts the tool schemas. A `ServerTokenizer` names one such combination;
+`TOKENIZERS` is the matrix tests and benchmarks iterate over.
+
+    tokenizer = TOKENIZERS["by-content"]
+    tokenizer.count(messages, tools)     # the prompt_tokens a server would report
+    tokenizer.count_text("some text")    # what a /tokenize endpoint answers
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ouroboros.protocols import Message
+
+TextCounter = Callable[[str], int]
+
+LONGEST_WORD = 12
+"""words_and_punctuation: a longer run of word characters (a digest, base64, "xxxx...")
+counts as several tokens, since no vocabulary holds it whole."""
+_WORD_OR_PUNCTUATION = re.compile(rf"\w{{1,{LONGEST_WORD}}}|[^\w\s]")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{8,}")
+_PIECE = re.compile(r"(?P<punct>[^\w\s]+)|(?P<prose>[\w\s]+)")
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+PROSE_CHARS_PER_TOKEN = 5.0
+"""by_content: English words with their spaces."""
+PUNCTUATION_CHARS_PER_TOKEN = 2.0
+"""by_content: runs of punctuation such as `":"` or `"},{"`."""
+HEX_CHARS_PER_TOKEN = 2.0
+"""by_content: digests and ids, which a BPE vocabulary barely compresses."""
+
+
+# ---- Text counters -----------------------------------------------------------------------
+
+
+def words_and_punctuation(text: str) -> int:
+    """One token per run of word characters (per LONGEST_WORD of a longer run) and one per
+    punctuation character: the default, and no characters-per-token ratio."""
+    return len(_WORD_OR_PUNCTUATION.findall(text))
+
+
+def ratio(chars_per_token: float) -> TextCounter:
+    """A counter of ceil(characters / chars_per_token), the harness's own kind of estimate."""
+
+    def count(text: str) -> int:
+        return math.ceil(len(text) / chars_per_token)
+
+    count.__name__ = count.__qualname__ = f"ratio({chars_per_token:g})"
+    return count
+
+
+def by_content(text: str) -> int:
+    """Density by content, like a BPE vocabulary.
+
+    Hex-ish runs (8 or more hex characters, at least one a digit) cost a token per 2
+    characters; each run of punctuation a token per 2 characters; each stretch of words and
+    spaces between them a token per 5 characters. Plain prose comes out at 4.5 to 5
+    characters per token, JSON near 3, digests near 2.
+    """
+    tokens = 0
+    for is_hex, piece in _split_hex(text):
+        if is_hex:
+            tokens += math.ceil(len(piece) / HEX_CHARS_PER_TOKEN)
+            continue
+        for match in _PIECE.finditer(piece):
+            if match.lastgroup == "punct":
+                tokens += math.ceil(len(match.group()) / PUNCTUATION_CHARS_PER_TOKEN)
+            elif match.group().strip():  # whitespace alone merges into its neighbours
+                tokens += math.ceil(len(match.group()) / PROSE_CHARS_PER_TOKEN)
+    return tokens
+
+
+def _split_hex(text: str) -> list[tuple[bool, str]]:
+    """The text cut around its hex-ish runs: (is_hex, piece) in order."""
+    pieces, start = [], 0
+    for match in _HEX_RUN.finditer(text):
+        if any(c.isdigit() for c in match.group()):
+            pieces += [(False, text[start : match.start()]), (True, match.group())]
+            start = match.end()
+    return pieces + [(False, text[start:])]
+
+
+# ---- The server's view of a whole prompt -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerTokenizer:
+    """How one server counts a prompt: a vocabulary and a chat template."""
+
+    name: str
+    text: TextCounter = words_and_punctuation
+    """Tokens of a piece of text."""
+    per_message: int = 3
+    """Template tokens around each message (role markers, separators)."""
+    count_tools: bool = True
+    """Whether the JSON of the `tools` list is part of the prompt."""
+    strip_reasoning: bool = False
+    """Drop `<think>...</think>` from assistant messages before the last user message, as
+    Qwen3-style templates do."""
+
+    def count(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> int:
+        """The whole prompt: every message's text, the tools if counted, the template."""
+        texts = _message_texts(messages, strip_reasoning=self.strip_reasoning)
+        if tools and self.count_tools:
+            texts.append(json.dumps(tools))
+        return sum(self.text(text) for text in texts) + self.per_message * len(messages)
+
+    def count_text(self, text: str) -> int:
+        """Tokens of bare text, as a tokenize endpoint answers: no template."""
+        return self.text(text)
+
+
+def _message_texts(messages: list[Message], *, strip_reasoning: bool = False) -> list[str]:
+    """The pieces of text a template renders: contents, tool-call names and arguments."""
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    texts = []
+    for index, message in enumerate(messages):
+        content = _content_text(message.get("content"))
+        if strip_reasoning and message.get("role") == "assistant" and index < last_user:
+            content = _THINK.sub("", content)
+        texts.append(content)
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            texts += [str(function.get("name") or ""), _as_text(function.get("arguments"))]
+    return texts
+
+
+def _content_text(content: Any) -> str:
+    """A message's content as text; a list of content parts joins their texts."""
+    if isinstance(content, list):
+        return "".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
+    return _as_text(content)
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+TOKENIZERS: dict[str, ServerTokenizer] = {
+    tokenizer.name: tokenizer
+    for tokenizer in [
+        ServerTokenizer("words"),
+        ServerTokenizer("cpt-2.5", ratio(2.5)),
+        ServerTokenizer("cpt-4", ratio(4)),
+        ServerTokenizer("cpt-6.5", ratio(6.5)),
+        ServerTokenizer("by-content", by_content),
+        ServerTokenizer("template-heavy", per_message=12),
+        ServerTokenizer("no-tools", count_tools=False),
+        ServerTokenizer("strip-reasoning", strip_reasoning=True),
+    ]
+}
+"""Named server tokenizers; "words" is the scripted server's default."""
