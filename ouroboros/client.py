@@ -117,6 +117,11 @@ class ChatClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The connection pool (with the API key), for other requests to the same server."""
+        return self._http
+
     async def aclose(self) -> None:
         await self._http.aclose()
 

@@ -4,8 +4,9 @@
     # (8192, "allocated by Ollama (/api/ps)")
 
 Sources, best first: the config; what Ollama allocated for the loaded model (`/api/ps`); the
-Modelfile's `num_ctx` and the trained length (`/api/show`); a guess from the model's name.
-Servers that are not Ollama answer 404 to those endpoints; any failure moves to the next source.
+Modelfile's `num_ctx` and the trained length (`/api/show`); the `n_ctx` of llama.cpp's own
+server (`/props`); vLLM's `max_model_len` (`/v1/models`); a guess from the model's name.
+Servers answer 404 to the endpoints they do not have; any failure moves to the next source.
 
 The trained length can be far above what Ollama allocates for a model that is not loaded yet
 (its default `num_ctx` is 4096 on small GPUs): ask again after the first request, when
@@ -79,6 +80,25 @@ def trained_context_from_show(body: dict[str, Any]) -> int | None:
     return int(length) if _positive(length) else None
 
 
+def context_from_props(body: dict[str, Any]) -> int | None:
+    """The context of each slot of a llama.cpp server, from a `/props` body."""
+    settings = body.get("default_generation_settings")
+    length = settings.get("n_ctx") if isinstance(settings, dict) else None
+    return int(length) if _positive(length) else None
+
+
+def context_from_models(body: dict[str, Any], model: str) -> int | None:
+    """vLLM's `max_model_len` for `model`, from a `/v1/models` body; when the server lists a
+    single model under another name, that one is taken to be it."""
+    data = body.get("data")
+    entries = [entry for entry in data if isinstance(entry, dict)] if isinstance(data, list) else []
+    named = [entry for entry in entries if same_model(str(entry.get("id") or ""), model)]
+    for entry in named or (entries if len(entries) == 1 else []):
+        if _positive(length := entry.get("max_model_len")):
+            return int(length)
+    return None
+
+
 def context_from_name(model: str) -> tuple[int, str]:
     """A guess by model family, or a conservative default when the family is unknown."""
     base = model.rsplit("/", 1)[-1].split(":", 1)[0].lower()
@@ -111,7 +131,23 @@ async def discover_context_limit(
                 return length, "num_ctx in the model's Modelfile (/api/show)"
             if length := trained_context_from_show(show):
                 return length, "trained context length (/api/show)"
+        props = await _get_json(http, "GET", "/props")
+        if props is not None and (length := context_from_props(props)):
+            return length, "n_ctx of the llama.cpp server (/props)"
+        models = await _get_json(http, "GET", "/v1/models")
+        if models is not None and (length := context_from_models(models, model)):
+            return length, "max_model_len of the vLLM server (/v1/models)"
     return context_from_name(model)
+
+
+async def allocated_context(
+    base_url: str, model: str, *, transport: httpx.AsyncBaseTransport | None = None
+) -> int | None:
+    """The window Ollama has allocated for `model` now (`/api/ps`); None when the server is
+    not Ollama or the model is not loaded."""
+    async with _http(base_url, transport) as http:
+        ps = await _get_json(http, "GET", "/api/ps")
+    return context_from_ps(ps, model) if ps is not None else None
 
 
 async def model_supports_tools(
