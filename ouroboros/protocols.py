@@ -28,12 +28,16 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
-    prompt_tokens: int
-    completion_tokens: int
+    """What the server said the request cost. A count that is absent, null or 0 is None:
+    unknown, not zero (Ollama reports 0 for prompts served from its cache)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None = None  # `prompt_tokens_details.cached_tokens`, where sent
 
     @property
     def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+        return (self.prompt_tokens or 0) + (self.completion_tokens or 0)
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,12 @@ class ModelClient(Protocol):
     async def complete(
         self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None
     ) -> StreamResult: ...
+
+
+class TokenCounter(Protocol):
+    async def count(self, text: str) -> int | None:
+        """Tokens in `text` by the server's own tokenizer; None when it cannot say."""
+        ...
 
 
 class EventSink(Protocol):

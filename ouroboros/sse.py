@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -128,10 +129,7 @@ class StreamAccumulator:
         self.chunks += 1
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self.usage = Usage(
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-            )
+            self.usage = parse_usage(usage)
         added = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
@@ -199,3 +197,21 @@ class StreamAccumulator:
             usage=self.usage,
             reasoning="".join(self._reasoning),
         )
+
+
+def parse_usage(usage: dict[str, Any]) -> Usage:
+    """A usage object as the server sent it; counts that are missing, null, 0, negative or
+    not numbers become None."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
+        cached_tokens=_count(cached),
+    )
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if value >= 1 else None

@@ -259,3 +259,20 @@ def test_counts_chunks_and_survives_chunks_without_choices():
     accumulator.feed({"choices": None, "usage": None})
     assert accumulator.chunks == 2
     assert accumulator.result().text == ""
+
+
+@pytest.mark.parametrize("usage,expected", [
+    ({"prompt_tokens": 12, "completion_tokens": 3}, Usage(12, 3)),
+    ({"prompt_tokens": 0, "completion_tokens": 3}, Usage(None, 3)),  # cached: unknown, not 0
+    ({"prompt_tokens": None, "completion_tokens": 3}, Usage(None, 3)),
+    ({"completion_tokens": 3, "total_tokens": 3}, Usage(None, 3)),
+    ({"prompt_tokens": "12", "completion_tokens": -1}, Usage(None, None)),
+    ({"prompt_tokens": 40, "completion_tokens": 2,
+      "prompt_tokens_details": {"cached_tokens": 32}}, Usage(40, 2, cached_tokens=32)),
+    ({"prompt_tokens": 40, "completion_tokens": 2,
+      "prompt_tokens_details": {"cached_tokens": 0}}, Usage(40, 2)),
+])
+def test_usage_counts_that_say_nothing_are_unknown(usage, expected):
+    result, _ = accumulate([chunk({"content": "ok"}, "stop"),
+                            {"id": "chatcmpl-1", "choices": [], "usage": usage}])
+    assert result.usage == expected
