@@ -10,7 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ouroboros.context import ContextManager, ContextSettings
+from ouroboros.config import ContextConfig
+from ouroboros.context import ContextManager
 from ouroboros.events import EVENTS_FILE, EventLog, write_snapshot
 from ouroboros.resume import recover
 from ouroboros.state import RunState
@@ -19,7 +20,7 @@ from ouroboros.state import RunState
 def make_run(run_dir: Path, events: int) -> None:
     log = EventLog(run_dir / EVENTS_FILE)
     log.emit("run_start", format_version=1, run_id=run_dir.name, config={})
-    context = ContextManager.create(8192, "benchmark", 1024, ContextSettings())
+    context = ContextManager.create(8192, "benchmark", 1024, ContextConfig())
     messages = [{"role": "system", "content": "mission " * 200}]
     while log.seq < events:
         call_id = f"call_{log.seq}"
@@ -47,7 +48,7 @@ def main() -> None:
         times = []
         for _ in range(5):
             started = time.perf_counter()
-            recovered = recover(run_dir)
+            recovered = recover(run_dir, ContextConfig())
             times.append(time.perf_counter() - started)
         print(f"log: {recovered.seq:,} events, {size / 1e6:.1f} MB")
         print(f"resume (read log + snapshot): best {min(times) * 1000:.0f} ms, "

@@ -243,6 +243,12 @@ class ContextConfig(_Table):
         "head",
         description='Which part of a long tool result to keep: "head", "tail" or "both" ends.',
     )
+    truncation_guard: bool = Field(
+        True,
+        description="Watch the server's token counts for signs that it cuts prompts to a "
+        "smaller window than configured, and work within that window when they prove it; "
+        "false trusts every count (for servers that misreport).",
+    )
 
     @model_validator(mode="after")
     def _soft_below_hard(self) -> ContextConfig:

@@ -15,20 +15,28 @@ Vocabulary:
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
-from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros import tokens as tk
+from ouroboros.protocols import Message, ToolCall, ToolResult, Usage
+from ouroboros.window import Count, Verdict, Window, after_refusal, judge
 
-DEFAULT_CHARS_PER_TOKEN = 4.0
-MESSAGE_OVERHEAD_TOKENS = 4
-# A server count this far below our estimate means it cut the prompt: loose before any usage
-# has calibrated the estimate, tight after.
-TRUNCATION_RATIO = 0.6
-CALIBRATED_TRUNCATION_RATIO = 0.85
+if TYPE_CHECKING:
+    from ouroboros.config import ContextConfig
+
 NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
+# The reply's reserve is max_output_tokens, but never more than this share of the window.
+REPLY_RESERVE_MAX_SHARE = 0.25
+# A restarted session starts at most this full (and below the soft threshold), so it has
+# room to work before the next wind-down.
+FRESH_START_MAX_FILL = 0.5
+# One tool result never takes more than this share of the budget.
+RESULT_MAX_SHARE = 0.25
+MIN_RESULT_CHARS = 200
+
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
 Note = Literal["continue", "mask", "wind_down", "restart", "interrupted"]
 Truncation = Literal["head", "tail", "both"]
@@ -60,6 +68,32 @@ class Restart:
 Decision = Continue | Mask | WindDown | Restart
 
 
+def decide(policy: ContextConfig, used: float, candidates: list[str],
+           wound_down: bool) -> tuple[Decision, bool]:
+    """The decision at `used` (a fraction of the budget), given the observations worth
+    masking (oldest first), and whether the agent has been told to wind down since.
+
+    Continue below the soft threshold; above it, mask the oldest observations (never the
+    newest `keep_recent_observations`). At the hard threshold with nothing left to mask, wind
+    down; still there a turn later, restart. Masking comes first even above the hard
+    threshold: one large result can jump past both thresholds, and masking is far cheaper
+    than a restart. Returns the decision and whether the agent stands wound down after it.
+    """
+    if used < policy.hard_threshold_pct:
+        wound_down = False
+    if used < policy.soft_threshold_pct:
+        return Continue(), wound_down
+    keep = policy.keep_recent_observations
+    ids = (candidates[:-keep] if keep else candidates)[: policy.mask_batch_size]
+    if ids:
+        return Mask(ids), wound_down
+    if used < policy.hard_threshold_pct:
+        return Continue(), wound_down
+    if wound_down:
+        return Restart(f"context at {used:.0%} of the budget after the wind-down"), True
+    return WindDown(), True
+
+
 # --- messages -------------------------------------------------------------------------------
 
 
@@ -73,61 +107,15 @@ def to_wire(messages: list[Message]) -> list[Message]:
     return [{k: v for k, v in m.items() if not k.startswith("_")} for m in messages]
 
 
-def message_chars(message: Message) -> int:
-    chars = len(message.get("content") or "")
-    for call in message.get("tool_calls") or ():
-        function = call.get("function", {})
-        chars += len(function.get("name", "")) + len(function.get("arguments", ""))
-    return chars
-
-
-def tools_chars(tools: list[dict[str, Any]]) -> int:
-    return len(json.dumps(tools)) if tools else 0
-
-
-# --- estimates ------------------------------------------------------------------------------
-
-
-@dataclass
-class Calibration:
-    """This run's characters per token, learned from turns whose usage the server reported."""
-
-    chars: int = 0
-    tokens: int = 0
-
-    @property
-    def chars_per_token(self) -> float:
-        if self.tokens <= 0:
-            return DEFAULT_CHARS_PER_TOKEN
-        return self.chars / self.tokens
-
-    def observe(self, chars: int, prompt_tokens: int) -> None:
-        self.chars += chars
-        self.tokens += prompt_tokens
-
-
-def prompt_chars(messages: list[Message], tools: list[dict[str, Any]]) -> int:
-    return sum(message_chars(m) for m in messages) + tools_chars(tools)
-
-
-def estimate_tokens(
-    messages: list[Message], tools: list[dict[str, Any]], chars_per_token: float
-) -> int:
-    """Tokens a prompt would take: characters over the calibrated ratio, plus a per-message
-    allowance for the chat template's role markers."""
-    text_tokens = math.ceil(prompt_chars(messages, tools) / chars_per_token)
-    return text_tokens + MESSAGE_OVERHEAD_TOKENS * len(messages)
-
-
-def looks_truncated(reported: int, estimated: int, calibrated: bool) -> bool:
-    """Ollama silently cuts the front of an oversized prompt and reports the cut count."""
-    ratio = CALIBRATED_TRUNCATION_RATIO if calibrated else TRUNCATION_RATIO
-    return estimated > 0 and reported < ratio * estimated
+def without_reasoning(text: str) -> str:
+    """Assistant text without its `<think>` blocks. Kept out of the history: templates strip
+    earlier reasoning anyway (so counts would shrink unpredictably), and it costs tokens."""
+    return _THINK.sub("", text).lstrip()
 
 
 def prompt_budget(limit: int, max_output_tokens: int) -> int:
-    """The tokens a prompt may take: the limit less the reply's reserve (at most a quarter)."""
-    return limit - min(max_output_tokens, limit // 4)
+    """The tokens a prompt may take: the limit less the reply's reserve."""
+    return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
 
 
 # --- observations and placeholders ----------------------------------------------------------
@@ -223,19 +211,10 @@ def maskable(messages: list[Message], observations: dict[str, Observation]) -> l
     return ids
 
 
-def select_for_masking(
-    messages: list[Message], observations: dict[str, Observation], batch: int, keep_recent: int
-) -> list[str]:
-    candidates = maskable(messages, observations)
-    if keep_recent:
-        candidates = candidates[:-keep_recent]
-    return candidates[:batch]
-
-
 def apply_masks(messages: list[Message], placeholders: dict[str, str]) -> list[Message]:
     """Replace the content of the named tool results (by tool-call id); nothing else changes."""
     return [
-        {**m, "content": placeholders[m["tool_call_id"]]}
+        {**tk.forget(m), "content": placeholders[m["tool_call_id"]]}
         if m["role"] == "tool" and m.get("tool_call_id") in placeholders else m
         for m in messages
     ]
@@ -279,24 +258,16 @@ def drop_oldest_turn(messages: list[Message]) -> list[Message] | None:
 
 
 @dataclass
-class ContextSettings:
-    soft_threshold_pct: float = 0.70
-    hard_threshold_pct: float = 0.90
-    mask_batch_size: int = 3
-    keep_recent_observations: int = 2
-    max_tool_result_tokens: int = 8000
-    tool_result_truncation: Truncation = "head"
-
-
-@dataclass
 class Reading:
     """The window after one model turn."""
 
-    prompt_tokens: int
+    prompt_tokens: int  # the server's count when it proved whole, else the ledger's figure
     completion_tokens: int
     source: Literal["server", "estimate"]
-    estimated: int
-    truncated: bool = False
+    estimated: int  # the ledger's figure for what was sent
+    verdict: Verdict
+    reported: int | None = None  # what the server said, whatever it proved
+    cached_tokens: int | None = None
 
 
 @dataclass
@@ -307,113 +278,129 @@ class Fitted:
     tokens: int = 0
 
 
+@dataclass(frozen=True)
+class LastCount:
+    """The last count later counts are compared with (the conversation's revision and length
+    when it was sent, and what the server reported), and the suspect counts since."""
+
+    revision: int
+    messages: int
+    reported: int
+    suspects: int = 0
+    largest_suspect: int = 0
+
+
 @dataclass
 class ContextManager:
-    """Tracks how full the window is and decides what to do about it. Serialisable: its
-    fields are the counters a resumed run must get back."""
+    """Tracks how full the window is and decides what to do about it.
 
-    limit: int
-    limit_source: str
-    reserve: int
-    settings: ContextSettings = field(default_factory=ContextSettings)
-    calibration: Calibration = field(default_factory=Calibration)
+    `policy` is the `[context]` table as configured now; everything else is the state a
+    resumed run gets back (`to_dict`/`from_dict`).
+    """
+
+    window: Window
+    max_output_tokens: int
+    policy: ContextConfig
+    calibration: tk.Calibration = field(default_factory=tk.Calibration)
+    base_tokens: int | None = None  # tool schemas and template tokens, learned from counts
     observations: dict[str, Observation] = field(default_factory=dict)
     total_masked: int = 0
     mask_rounds: int = 0
     wound_down: bool = False
-    truncation_detected: bool = False
     next_observation: int = 1
-    largest_prompt: int = 0  # the most prompt tokens the server has reported taking
-    # Tokens the server counted for the first `anchor_messages` messages of the conversation.
-    anchor_tokens: int = 0
-    anchor_messages: int = 0
+    revision: int = 0  # bumped whenever the conversation changes other than by appending
+    last_count: LastCount | None = None
 
     @classmethod
     def create(cls, limit: int, limit_source: str, max_output_tokens: int,
-               settings: ContextSettings) -> ContextManager:
-        reserve = limit - prompt_budget(limit, max_output_tokens)
-        return cls(limit=limit, limit_source=limit_source, reserve=reserve, settings=settings)
+               policy: ContextConfig) -> ContextManager:
+        return cls(Window(limit, limit_source), max_output_tokens, policy)
 
     # -- numbers --
 
     @property
+    def limit(self) -> int:
+        return self.window.limit
+
+    @property
+    def limit_source(self) -> str:
+        return self.window.source
+
+    @property
     def budget(self) -> int:
-        return self.limit - self.reserve
+        return prompt_budget(self.limit, self.max_output_tokens)
 
     @property
     def chars_per_token(self) -> float:
         return self.calibration.chars_per_token
 
-    def estimate(self, messages: list[Message], tools: list[dict[str, Any]]) -> int:
-        return estimate_tokens(messages, tools, self.chars_per_token)
-
     def used_pct(self, tokens: int) -> float:
         return tokens / self.budget if self.budget > 0 else 1.0
 
+    def base(self, tools: list[dict[str, Any]]) -> int:
+        if self.base_tokens is not None:
+            return self.base_tokens
+        return tk.estimate_chars(tk.tools_chars(tools), self.chars_per_token)
+
     def current_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int:
-        """The window now: what the server counted for the last request, plus an estimate of
-        what was added since. Without a valid anchor, the calibrated estimate of it all."""
-        if 0 < self.anchor_messages <= len(messages):
-            added = messages[self.anchor_messages:]
-            return self.anchor_tokens + estimate_tokens(added, [], self.chars_per_token)
-        return self.estimate(messages, tools)
+        """The window a request of these messages would take: measured sizes where counts
+        have been attributed, estimates for the rest."""
+        cpt = self.chars_per_token
+        return self.base(tools) + sum(tk.message_tokens(m, cpt) for m in messages)
+
+    def comparable(self, sent: list[Message]) -> LastCount | None:
+        """The last count, if `sent` only extends the conversation it was made of."""
+        last = self.last_count
+        if last is None or last.revision != self.revision or last.messages > len(sent):
+            return None
+        return last
 
     def observe_reply(self, sent: list[Message], tools: list[dict[str, Any]],
-                      prompt_tokens: int | None, completion_tokens: int | None,
-                      reply_chars: int) -> Reading:
-        """Take in the usage of a finished turn (None when the server sent none)."""
-        estimated = self.estimate(sent, tools)
-        if prompt_tokens is None:
-            completion = completion_tokens or math.ceil(reply_chars / self.chars_per_token)
-            self.anchor_tokens, self.anchor_messages = estimated, len(sent)
-            return Reading(estimated, completion, "estimate", estimated)
-        reading = Reading(prompt_tokens, completion_tokens or 0, "server", estimated)
-        self.largest_prompt = max(self.largest_prompt, prompt_tokens)
-        if looks_truncated(prompt_tokens, estimated, self.calibration.tokens > 0):
-            # The server's window is at least the largest prompt it has taken, and smaller
-            # than this one: work within the former.
-            reading.truncated = True
-            self.truncation_detected = True
-            self.limit = max(min(self.largest_prompt, self.limit), 1)
-            self.reserve = self.limit - prompt_budget(self.limit, self.reserve)
-            self.anchor_messages = 0
-            return reading
-        self.calibration.observe(prompt_chars(sent, tools), prompt_tokens)
-        self.anchor_tokens, self.anchor_messages = prompt_tokens, len(sent)
-        return reading
+                      usage: Usage | None, reply_chars: int) -> Reading:
+        """Take in what the server reported for the request `sent` (usage None: nothing)."""
+        cpt = self.chars_per_token
+        estimate = self.current_tokens(sent, tools)
+        reported = usage.prompt_tokens if usage else None
+        previous = self.comparable(sent)
+        added = (sum(tk.message_tokens(m, cpt) for m in sent[previous.messages:])
+                 if previous else 0)
+        count = Count(reported, estimate, previous.reported if previous else None, added,
+                      previous.suspects if previous else 0,
+                      previous.largest_suspect if previous else 0)
+        verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
+        if verdict == "whole":
+            assert reported is not None
+            self.base_tokens, chars, attributed = tk.attribute(sent, reported, self.base(tools),
+                                                               cpt)
+            self.calibration.observe(chars, attributed)
+            self.last_count = LastCount(self.revision, len(sent), reported)
+        elif verdict == "suspect":
+            assert reported is not None
+            self.last_count = (
+                replace(previous, suspects=previous.suspects + 1,
+                        largest_suspect=max(previous.largest_suspect, reported))
+                if previous else LastCount(self.revision, len(sent), reported, 1, reported))
+        elif verdict == "truncated":
+            self.last_count = None
+        completion = (usage.completion_tokens if usage else None) or tk.estimate_chars(
+            reply_chars, cpt)
+        whole = verdict == "whole"
+        return Reading(reported if whole and reported else estimate, completion,
+                       "server" if whole else "estimate", estimate, verdict, reported,
+                       usage.cached_tokens if usage else None)
 
-    def lower_limit(self, rejected_tokens: int) -> None:
-        """The server refused a prompt of this (estimated) size: shrink the budget below it."""
-        new_budget = max(int(rejected_tokens * 0.9), 1)
-        if new_budget < self.budget:
-            self.limit = new_budget + self.reserve
-        self.anchor_messages = 0
+    def refused(self, rejected_tokens: int, named: int | None) -> None:
+        """The server refused a prompt of about this size as too long."""
+        self.window = after_refusal(self.window, rejected_tokens, named)
+        self.last_count = None
 
     # -- decisions --
 
     def evaluate(self, tokens: int, messages: list[Message]) -> Decision:
-        """Continue below the soft threshold; above it, mask the oldest observations. At the
-        hard threshold with nothing left to mask, wind down; still there a turn later, restart.
-
-        Masking comes first even above the hard threshold: one large observation can jump
-        straight past both thresholds, and masking an old one is far cheaper than a restart.
-        """
-        used = self.used_pct(tokens)
-        s = self.settings
-        if used < s.hard_threshold_pct:
-            self.wound_down = False
-        if used < s.soft_threshold_pct:
-            return Continue()
-        ids = select_for_masking(messages, self.observations, s.mask_batch_size,
-                                 s.keep_recent_observations)
-        if ids:
-            return Mask(ids)
-        if used < s.hard_threshold_pct:
-            return Continue()
-        if self.wound_down:
-            return Restart(f"context at {used:.0%} of the budget after the wind-down")
-        self.wound_down = True
-        return WindDown()
+        decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
+                                           maskable(messages, self.observations),
+                                           self.wound_down)
+        return decision
 
     def mask(self, messages: list[Message], ids: list[str]) -> list[Message]:
         for tool_call_id in ids:
@@ -421,7 +408,7 @@ class ContextManager:
         masked = apply_masks(messages, {i: placeholder(self.observations[i]) for i in ids})
         self.total_masked += len(ids)
         self.mask_rounds += 1
-        self.anchor_messages = 0
+        self.revision += 1
         return masked
 
     def fit(self, messages: list[Message], tools: list[dict[str, Any]],
@@ -441,7 +428,8 @@ class ContextManager:
                 break
             fitted.messages = shorter
             fitted.dropped_turns += 1
-            fitted.tokens = self.estimate(fitted.messages, tools)
+            self.revision += 1
+            fitted.tokens = self.current_tokens(fitted.messages, tools)
         self._mask_until(fitted, newest, tools, target)
         return fitted
 
@@ -452,20 +440,24 @@ class ContextManager:
                 return
             fitted.messages = self.mask(fitted.messages, [tool_call_id])
             fitted.masked.append(tool_call_id)
-            fitted.tokens = self.estimate(fitted.messages, tools)
+            fitted.tokens = self.current_tokens(fitted.messages, tools)
 
     def fresh_start_target(self) -> int:
-        """How full a restarted session may begin: below the soft threshold and at most half
-        the budget, so every session has room to make progress before the next wind-down."""
-        return int(self.budget * min(self.settings.soft_threshold_pct, 0.5))
+        """How full a restarted session may begin."""
+        return int(self.budget * min(self.policy.soft_threshold_pct, FRESH_START_MAX_FILL))
+
+    def new_session(self) -> None:
+        self.wound_down = False
+        self.revision += 1
+        self.last_count = None
 
     # -- observations --
 
     def max_result_chars(self) -> int:
-        """Tool results are capped at max_tool_result_tokens, and never more than a quarter of
+        """Tool results are capped at max_tool_result_tokens, and never more than a share of
         the budget, so one result cannot fill a small window."""
-        tokens = min(self.settings.max_tool_result_tokens, self.budget // 4)
-        return max(int(tokens * self.chars_per_token), 200)
+        tokens = min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE))
+        return max(int(tokens * self.chars_per_token), MIN_RESULT_CHARS)
 
     def new_observation_id(self) -> str:
         obs_id = f"obs-{self.next_observation}"
@@ -475,7 +467,7 @@ class ContextManager:
     def admit(self, obs: Observation, text: str) -> str:
         """Register a tool result and return its content as the model will see it."""
         capped, cut = cap_text(text, self.max_result_chars(),
-                               self.settings.tool_result_truncation, obs.id)
+                               self.policy.tool_result_truncation, obs.id)
         obs.truncated = cut > 0
         self.observations[obs.tool_call_id] = obs
         return capped
@@ -486,15 +478,29 @@ class ContextManager:
     # -- persistence --
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "window": asdict(self.window),
+            "max_output_tokens": self.max_output_tokens,
+            "calibration": asdict(self.calibration),
+            "base_tokens": self.base_tokens,
+            "observations": {k: asdict(o) for k, o in self.observations.items()},
+            "total_masked": self.total_masked,
+            "mask_rounds": self.mask_rounds,
+            "wound_down": self.wound_down,
+            "next_observation": self.next_observation,
+            "revision": self.revision,
+            "last_count": asdict(self.last_count) if self.last_count else None,
+        }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ContextManager:
+    def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> ContextManager:
         data = dict(data)
-        data["settings"] = ContextSettings(**data["settings"])
-        data["calibration"] = Calibration(**data["calibration"])
+        data["window"] = Window(**data["window"])
+        data["calibration"] = tk.Calibration(**data["calibration"])
         data["observations"] = {k: Observation(**v) for k, v in data["observations"].items()}
-        return cls(**data)
+        if data.get("last_count") is not None:
+            data["last_count"] = LastCount(**data["last_count"])
+        return cls(policy=policy, **data)
 
 
 def restart_marker(session: int, previous_turns: int) -> Message:

@@ -23,6 +23,7 @@ from typing import Any
 import tomli_w
 
 from ouroboros.config import load_config
+from ouroboros.context import without_reasoning
 from ouroboros.protocols import Message
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scripted import Reply, ScriptedServer
@@ -193,7 +194,8 @@ def stop_when_complete(hooks: RunHooks) -> RunHooks:
     shown = hooks.on_event
 
     def on_event(event: dict[str, Any]) -> None:
-        if event["type"] == "assistant" and (event.get("text") or "").startswith(COMPLETE):
+        text = without_reasoning(event.get("text") or "") if event["type"] == "assistant" else ""
+        if text.startswith(COMPLETE):
             hooks.stop.request("task_complete")
         if shown is not None:
             shown(event)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
 from ouroboros.events import EVENTS_FILE, FORMAT_VERSION, read_events, read_snapshot
 from ouroboros.context import pending_calls
@@ -37,8 +38,9 @@ def started_ids(events: list[dict[str, Any]], after_seq: int) -> set[str]:
     return {e["id"] for e in events if e["type"] == "tool_call" and e["seq"] > after_seq}
 
 
-def recover(run_dir: Path) -> Recovered:
-    """Read a run back. Raises UsageError when it cannot or should not be resumed."""
+def recover(run_dir: Path, policy: ContextConfig) -> Recovered:
+    """Read a run back, under the `[context]` policy configured now. Raises UsageError when
+    it cannot or should not be resumed."""
     log = read_events(run_dir / EVENTS_FILE)
     events = log.events
     if not events:
@@ -54,7 +56,7 @@ def recover(run_dir: Path) -> Recovered:
     if snapshot is None:
         raise UsageError(f"run {run_dir.name} has no saved state yet (it died before its first "
                          "turn); start a new one with `ouroboros run`")
-    state = RunState.from_dict(snapshot["state"])
+    state = RunState.from_dict(snapshot["state"], policy)
     started = started_ids(events, snapshot["seq"])
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
     return Recovered(state, events[-1]["seq"], interrupted, log.torn_line, log.valid_bytes)

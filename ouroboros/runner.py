@@ -17,8 +17,8 @@ from ouroboros import __version__
 from ouroboros import context as ctx
 from ouroboros.client import ChatClient
 from ouroboros.config import LoadedConfig
-from ouroboros.context import ContextManager, ContextSettings
-from ouroboros.discovery import discover_context_limit
+from ouroboros.context import ContextManager
+from ouroboros.discovery import allocated_context, discover_context_limit
 from ouroboros.errors import (
     ModelError,
     RunFailed,
@@ -34,7 +34,12 @@ from ouroboros.retry import RetryPolicy
 from ouroboros.session import RestartSession, Services, Session, StopRun
 from ouroboros.state import RunState, StopFlag
 from ouroboros.tools import Toolbox, default_tools
+from ouroboros.tokenize import TokenCounter
 from ouroboros.tools.recall import RecallTool
+from ouroboros.window import at_session_start, reclaimed, with_allocated
+
+# Sessions in a row that end without one successful tool call before the run is stopped.
+MAX_BARREN_SESSIONS = 3
 
 Listener = Callable[[dict[str, Any]], None]
 ConfirmRestart = Callable[[str], bool]
@@ -67,9 +72,10 @@ async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = Fal
         cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
         temperature=cfg.model.temperature, max_output_tokens=cfg.model.max_output_tokens,
         timeout_secs=cfg.model.request_timeout_secs)
+    counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
         await check_reachable(client)
-        runner = await Runner.open(loaded, run_dir, client, hooks, resume=resume)
+        runner = await Runner.open(loaded, run_dir, client, counter, hooks, resume=resume)
         if lock.taken_over is not None:
             runner.log.emit("warning", message=f"took over a stale lock left by pid "
                             f"{lock.taken_over.get('pid')} (that process is gone)")
@@ -105,36 +111,42 @@ class Runner:
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
-                   hooks: RunHooks, *, resume: bool) -> Runner:
+                   counter: TokenCounter, hooks: RunHooks, *, resume: bool) -> Runner:
         cfg = loaded.config
+        claimed, source = await discover_context_limit(
+            cfg.model.base_url, cfg.model.name, cfg.model.context_limit)
         if resume:
-            recovered = recover(run_dir)
+            recovered = recover(run_dir, cfg.context)
             if recovered.torn_line is not None:
                 drop_torn_line(run_dir, recovered.valid_bytes)
             state = recovered.state
+            context = state.context
+            context.window = reclaimed(context.window, claimed, source)
+            context.max_output_tokens = cfg.model.max_output_tokens
+            state.barren_sessions = 0
             log = open_log(run_dir, hooks, seq=recovered.seq, state=state)
             log.emit("run_resumed", total_turns=state.total_turns, restarts=state.restarts,
                      torn_line_dropped=recovered.torn_line is not None,
-                     interrupted_tools=[c.name for c in recovered.interrupted])
+                     interrupted_tools=[c.name for c in recovered.interrupted],
+                     context_limit=context.limit, limit_source=context.limit_source,
+                     budget=context.budget)
         else:
-            limit, source = await discover_context_limit(
-                cfg.model.base_url, cfg.model.name, cfg.model.context_limit)
-            settings = ContextSettings(**cfg.context.model_dump(include=set(
-                ContextSettings.__dataclass_fields__)))
-            context = ContextManager.create(limit, source, cfg.model.max_output_tokens, settings)
+            context = ContextManager.create(claimed, source, cfg.model.max_output_tokens,
+                                            cfg.context)
             state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message),
                              context)
             log = open_log(run_dir, hooks, seq=0, state=state)
             log.emit("run_start", format_version=1, run_id=run_dir.name, version=__version__,
                      pid=os.getpid(), config=loaded.redacted())
-            log.emit("session_start", context_limit=limit, limit_source=source,
-                     budget=context.budget, carryover_messages=0)
+            log.emit("session_start", context_limit=context.limit,
+                     limit_source=context.limit_source, budget=context.budget,
+                     carryover_messages=0)
         toolbox = build_toolbox(loaded, run_dir, state.context, log)
         services = Services(
             client=client, toolbox=toolbox, log=log, run_dir=run_dir,
             retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs), stop=hooks.stop,
             max_turns=cfg.agent.max_turns, continue_message=cfg.agent.continue_message,
-            on_text=hooks.on_text)
+            on_text=hooks.on_text, counter=counter)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         if resume:
             for call in recovered.interrupted:
@@ -162,7 +174,7 @@ class Runner:
                 try:
                     await Session(self.state, self.services).run()
                 except RestartSession as restart:
-                    self.restart(restart.reason)
+                    await self.restart(restart.reason)
         except StopRun as stop:
             self.finish(stop.reason, 0)
         except asyncio.CancelledError:
@@ -176,7 +188,7 @@ class Runner:
             self.remove_signal_handlers()
         return 0
 
-    def restart(self, reason: str) -> None:
+    async def restart(self, reason: str) -> None:
         state, cfg = self.state, self.loaded.config.context
         if cfg.max_restarts and state.restarts >= cfg.max_restarts:
             raise StopRun("max_restarts")
@@ -184,24 +196,30 @@ class Runner:
             confirm = self.hooks.confirm_restart
             if confirm is None or not confirm(reason):
                 raise StopRun("restart_declined")
-        previous_turns = state.session_turns
+        context = state.context
+        state.barren_sessions = 0 if state.session_successes else state.barren_sessions + 1
+        if state.barren_sessions >= MAX_BARREN_SESSIONS:
+            raise WindowTooSmallError(self.cannot_progress(
+                f"{state.barren_sessions} sessions in a row ended without one successful tool "
+                "call"))
         carried = ctx.carryover(state.messages, cfg.carryover_turns)
+        model = self.loaded.config.model
+        context.window = with_allocated(at_session_start(context.window),
+                                        await allocated_context(model.base_url, model.name))
+        context.new_session()
+        fresh = [system_message(self.loaded, state.messages[0]),
+                 ctx.restart_marker(state.session + 1, state.session_turns), *carried]
+        fitted = context.fit(fresh, self.services.toolbox.schemas(), context.fresh_start_target())
+        if context.used_pct(fitted.tokens) >= cfg.soft_threshold_pct:
+            raise WindowTooSmallError(self.cannot_progress(
+                f"a fresh session would start {context.used_pct(fitted.tokens):.0%} full "
+                f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
+                "newest turn)"))
         self.log.emit("session_end", reason="restart")
+        previous_turns = state.session_turns
         state.session += 1
         state.restarts += 1
-        state.session_turns = 0
-        context = state.context
-        context.wound_down = False
-        context.anchor_messages = 0
-        fresh = [system_message(self.loaded, state.messages[0]),
-                 ctx.restart_marker(state.session, previous_turns), *carried]
-        fitted = context.fit(fresh, self.services.toolbox.schemas(), context.fresh_start_target())
-        if fitted.tokens > context.budget:
-            raise WindowTooSmallError(
-                f"the system prompt and tool definitions alone take ~{fitted.tokens} tokens, more "
-                f"than the {context.budget}-token budget of a {context.limit}-token window; give "
-                "the model a bigger window (OLLAMA_CONTEXT_LENGTH, num_ctx) or shorten "
-                "SYSTEM_PROMPT.md")
+        state.session_turns = state.session_successes = 0
         state.messages = fitted.messages
         carried = fitted.messages[2:]
         # Saved before the events that announce it: a crash in between resumes the new session.
@@ -210,9 +228,17 @@ class Runner:
         self.log.emit("session_restart", session=state.session, previous_turns=previous_turns,
                       carryover_messages=len(carried), carryover_masked=len(fitted.masked),
                       carryover_turns_dropped=fitted.dropped_turns, reason=reason)
-        self.log.emit("session_start", context_limit=state.context.limit,
-                      limit_source=state.context.limit_source, budget=state.context.budget,
+        self.log.emit("session_start", context_limit=context.limit,
+                      limit_source=context.limit_source, budget=context.budget,
                       carryover_messages=len(carried))
+
+    def cannot_progress(self, why: str) -> str:
+        """The one line for a run that cannot make progress in the window it believes."""
+        context = self.state.context
+        return (f"the run cannot make progress: {why}, in a {context.limit}-token window "
+                f"({context.limit_source}). Give the model a bigger window "
+                "(OLLAMA_CONTEXT_LENGTH or num_ctx) and set model.context_limit to match, or "
+                "shorten SYSTEM_PROMPT.md")
 
     def finish(self, reason: str, code: int) -> None:
         self.log.emit("session_end", reason=reason)

@@ -13,13 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros import context as ctx
+from ouroboros import tokens as tk
 from ouroboros.context import Mask, Restart, WindDown
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
 from ouroboros.events import EventLog, write_snapshot
-from ouroboros.protocols import Message, ModelClient, StreamResult, TextSink, ToolCall
+from ouroboros.protocols import (
+    Message,
+    ModelClient,
+    StreamResult,
+    TextSink,
+    TokenCounter,
+    ToolCall,
+)
 from ouroboros.retry import RetryPolicy, with_retries
 from ouroboros.state import RunState, StopFlag
 from ouroboros.tools import Toolbox
+from ouroboros.window import named_window
 
 MAX_OVERFLOW_RECOVERIES = 3
 
@@ -47,6 +56,7 @@ class Services:
     max_turns: int = 0
     continue_message: str = "Continue working towards your goals. Use your tools."
     on_text: TextSink | None = None
+    counter: TokenCounter | None = None
 
 
 class Session:
@@ -93,6 +103,7 @@ class Session:
 
     async def query(self) -> StreamResult:
         for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
+            await self.measure()
             sent_tokens = self.fit()
             sent = list(self.messages)
             try:
@@ -100,20 +111,39 @@ class Session:
                     lambda: self.s.client.complete(ctx.to_wire(sent), self.tools, self.s.on_text),
                     self.s.retry, on_retry=self.on_retry)
             except (ContextOverflowError, EmptyStreamError) as error:
-                self.context.lower_limit(sent_tokens)
-                self.log.emit("context_overflow_recovered", error=str(error),
-                              rejected_tokens=sent_tokens, new_limit=self.context.limit)
+                self.overflowed(error, sent_tokens)
                 continue
             self.record(sent, reply)
             self.checkpoint()
             return reply
         raise ModelError(f"the server kept refusing the prompt as too long after "
-                         f"{MAX_OVERFLOW_RECOVERIES} attempts to shrink it; set "
-                         "model.context_limit to the window the server really has")
+                         f"{MAX_OVERFLOW_RECOVERIES} attempts to shrink it to fit a "
+                         f"{self.context.limit}-token window ({self.context.limit_source}); "
+                         "set model.context_limit to the window the server really has")
+
+    async def measure(self) -> None:
+        """Count what was never counted with the server's tokenizer, where it has one."""
+        counter = self.s.counter
+        if counter is None:
+            return
+        for message in tk.unmeasured(self.messages):
+            tokens = await counter.count(tk.message_text(message))
+            if tokens is None:
+                return
+            message[tk.TOKENS_KEY] = tokens + tk.MESSAGE_OVERHEAD_TOKENS
+
+    def overflowed(self, error: ModelError, sent_tokens: int) -> None:
+        """The server refused the prompt as too long: believe a smaller window and refit. An
+        empty stream for a prompt no bigger than ones the server took whole is a glitch."""
+        glitch = isinstance(error, EmptyStreamError) and sent_tokens <= self.context.window.accepted
+        if not glitch:
+            self.context.refused(sent_tokens, named_window(str(error)))
+        self.log.emit("context_overflow_recovered", error=str(error), rejected_tokens=sent_tokens,
+                      new_limit=self.context.limit, limit_source=self.context.limit_source)
 
     def fit(self) -> int:
         """Shrink the conversation before sending if it would not fit; return its size."""
-        before = self.context.estimate(self.messages, self.tools)
+        before = self.context.current_tokens(self.messages, self.tools)
         fitted = self.context.fit(self.messages, self.tools)
         self.messages = fitted.messages
         if fitted.masked:
@@ -131,31 +161,43 @@ class Session:
         failed for good, or was cut short by a crash, is asked again on resume)."""
         self.state.session_turns += 1
         self.state.total_turns += 1
-        self.messages.append(reply.to_message())
+        message = reply.to_message()
+        message["content"] = ctx.without_reasoning(reply.text)
+        self.messages.append(message)
         self.log.emit("assistant", text=reply.text, finish_reason=reply.finish_reason,
                       tool_calls=[asdict(call) for call in reply.tool_calls])
-        usage = reply.usage
-        reading = self.context.observe_reply(
-            sent, self.tools, usage.prompt_tokens if usage else None,
-            usage.completion_tokens if usage else None, len(reply.text))
+        reading = self.context.observe_reply(sent, self.tools, reply.usage, len(reply.text))
         self.log.emit("token_usage", prompt_tokens=reading.prompt_tokens,
                       completion_tokens=reading.completion_tokens,
                       total_tokens=reading.prompt_tokens + reading.completion_tokens,
                       context_limit=self.context.limit, budget=self.context.budget,
                       context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
-                      source=reading.source)
-        if reading.source == "estimate":
-            self.warn_once("estimate", "the server sent no token usage; estimating at "
-                           f"{self.context.chars_per_token:.1f} characters per token")
-        if reading.truncated:
-            self.log.emit("context_truncation_detected", reported=reading.prompt_tokens,
-                          estimated=reading.estimated, new_limit=self.context.limit)
+                      source=reading.source, reported=reading.reported,
+                      cached_tokens=reading.cached_tokens, verdict=reading.verdict)
+        self.explain(reading)
+
+    def explain(self, reading: ctx.Reading) -> None:
+        """Tell the person what a count proved, once per kind."""
+        if reading.verdict == "unknown":
+            self.warn_once("estimate", "the server sent no token usage (or a count of 0); "
+                           f"estimating at {self.context.chars_per_token:.1f} characters per "
+                           "token")
+        elif reading.verdict == "uncached":
+            self.warn_once("uncached", (
+                f"the server counted {reading.reported} prompt tokens, about the size of only "
+                "the newest messages (Ollama's uncached-tokens bug, ollama#16414; upgrade "
+                "Ollama): estimating instead"))
+        elif reading.verdict == "truncated":
+            self.log.emit("context_truncation_detected", reported=reading.reported,
+                          estimated=reading.estimated, new_limit=self.context.limit,
+                          limit_source=self.context.limit_source)
             self.warn_once("truncation", (
-                f"the server counted {reading.prompt_tokens} prompt tokens where ~"
-                f"{reading.estimated} were sent: it cut the front of the conversation. Working "
-                f"within {self.context.limit} tokens from now on. Fix: give the model a bigger "
-                "window (OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or PARAMETER num_ctx in a "
-                "Modelfile) and set model.context_limit to match"))
+                f"the server cut the front of the conversation: its counts stayed near "
+                f"{reading.reported} tokens while the conversation grew. Working within "
+                f"{self.context.limit} tokens from now on. Fix: give the model a bigger window "
+                "(OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or PARAMETER num_ctx in a "
+                "Modelfile) and set model.context_limit to match; if the server misreports "
+                "its counts instead, set context.truncation_guard = false"))
 
     async def execute(self, calls: list[ToolCall]) -> None:
         for call in calls:
@@ -169,6 +211,7 @@ class Session:
         self.log.sync()
         started = time.monotonic()
         result = await self.s.toolbox.run(call)
+        self.state.session_successes += int(result.ok)
         obs_id = self.context.new_observation_id()
         self.save_observation(obs_id, result.content)
         obs = ctx.describe(call.name, parse_object(call.arguments), result, obs_id, call.id)
@@ -185,9 +228,8 @@ class Session:
         tokens = self.context.current_tokens(self.messages, self.tools)
         match self.context.evaluate(tokens, self.messages):
             case Mask(tool_call_ids=ids):
-                tokens = self.context.estimate(self.messages, self.tools)
                 self.messages = self.context.mask(self.messages, ids)
-                after = self.context.estimate(self.messages, self.tools)
+                after = self.context.current_tokens(self.messages, self.tools)
                 reclaimed = self.log_mask(len(ids), tokens, after, preflight=False)
                 self.messages.append(ctx.mask_notice(len(ids), reclaimed))
             case WindDown():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ouroboros.config import ContextConfig
 from ouroboros.context import ContextManager
 from ouroboros.protocols import Message
 
@@ -35,6 +36,8 @@ class RunState:
     session_turns: int = 0
     total_turns: int = 0
     restarts: int = 0
+    session_successes: int = 0  # tool calls that succeeded in this session
+    barren_sessions: int = 0  # sessions in a row that ended without one
     warned: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -43,7 +46,7 @@ class RunState:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunState:
+    def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> RunState:
         data = dict(data)
-        data["context"] = ContextManager.from_dict(data["context"])
+        data["context"] = ContextManager.from_dict(data["context"], policy)
         return cls(**data)

@@ -8,16 +8,11 @@ import math
 import pytest
 
 from ouroboros import context as ctx
-from ouroboros.context import (
-    Calibration,
-    Continue,
-    ContextManager,
-    ContextSettings,
-    Mask,
-    Restart,
-    WindDown,
-)
-from ouroboros.protocols import ToolResult
+from ouroboros import tokens as tk
+from ouroboros.config import ContextConfig
+from ouroboros.context import Continue, ContextManager, Mask, Restart, WindDown
+from ouroboros.protocols import ToolResult, Usage
+from ouroboros.window import named_window
 
 
 def assistant(*call_ids: str, text: str = "") -> dict:
@@ -36,8 +31,7 @@ def tool(call_id: str, content: str) -> dict:
 
 
 def manager(limit: int = 10_000, **settings) -> ContextManager:
-    return ContextManager.create(limit, "test", max_output_tokens=0,
-                                 settings=ContextSettings(**settings))
+    return ContextManager.create(limit, "test", 0, ContextConfig(**settings))
 
 
 def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict]:
@@ -106,14 +100,14 @@ def test_dropping_below_hard_after_wind_down_rearms_it():
 
 
 def test_zones_are_fractions_of_the_budget_after_the_output_reserve():
-    cm = ContextManager.create(8192, "test", max_output_tokens=1024, settings=ContextSettings())
+    cm = ContextManager.create(8192, "test", 1024, ContextConfig())
     assert cm.budget == 8192 - 1024
     assert cm.evaluate(math.ceil(0.9 * cm.budget), []) == WindDown()
     assert cm.evaluate(math.ceil(0.9 * cm.budget) - 1, []) == Continue()
 
 
 def test_output_reserve_is_capped_at_a_quarter_of_a_small_window():
-    cm = ContextManager.create(4096, "test", max_output_tokens=2048, settings=ContextSettings())
+    cm = ContextManager.create(4096, "test", 2048, ContextConfig())
     assert cm.budget == 3072
 
 
@@ -159,77 +153,156 @@ def test_masked_observations_are_not_masked_again():
     assert cm.evaluate(7_500, messages) == Mask(["c2", "c3"])
 
 
-# --- estimates ------------------------------------------------------------------------------
+# --- the ledger: what the window holds -----------------------------------------------------
 
 
-def test_estimate_uses_four_chars_per_token_before_any_usage():
-    assert Calibration().chars_per_token == 4.0
-    messages = [{"role": "user", "content": "x" * 400}]
-    assert ctx.estimate_tokens(messages, [], 4.0) == 100 + ctx.MESSAGE_OVERHEAD_TOKENS
+def usage(prompt, completion=5):
+    return Usage(prompt, completion)
 
 
-def test_calibration_learns_this_runs_ratio():
+def test_without_any_count_the_window_is_estimated_on_the_high_side():
     cm = manager()
-    sent = [{"role": "user", "content": "y" * 3000}]
-    reading = cm.observe_reply(sent, [], prompt_tokens=1000, completion_tokens=5, reply_chars=20)
-    assert reading.source == "server"
-    assert cm.chars_per_token == pytest.approx(3.0)
-    assert cm.estimate([{"role": "user", "content": "z" * 300}], []) == 100 + 4
-
-
-def test_missing_usage_falls_back_to_the_calibrated_estimate():
-    cm = manager()
-    sent = [{"role": "user", "content": "y" * 800}]
-    reading = cm.observe_reply(sent, [], None, None, reply_chars=40)
-    assert reading.source == "estimate"
-    assert reading.prompt_tokens == 200 + 4
+    sent = [{"role": "user", "content": "y" * 900}]
+    reading = cm.observe_reply(sent, [], None, reply_chars=30)
+    assert reading.source == "estimate" and reading.verdict == "unknown"
+    assert reading.prompt_tokens == 900 // 3 + tk.MESSAGE_OVERHEAD_TOKENS
     assert reading.completion_tokens == 10
 
 
-def test_current_tokens_anchors_on_the_server_count_plus_what_came_after():
+@pytest.mark.parametrize("reported", [None, Usage(None, 3), Usage(None, None)])
+def test_absent_or_zero_counts_are_unknown_not_zero(reported):
     cm = manager()
-    sent = [{"role": "user", "content": "y" * 4000}]
-    cm.observe_reply(sent, [], prompt_tokens=1000, completion_tokens=5, reply_chars=20)
-    later = sent + [{"role": "tool", "tool_call_id": "a", "content": "q" * 400}]
-    assert cm.current_tokens(later, []) == 1000 + 100 + 4
+    reading = cm.observe_reply([{"role": "user", "content": "y" * 900}], [], reported, 30)
+    assert reading.verdict == "unknown" and cm.limit == 10_000
+    assert reading.prompt_tokens > 0
 
 
-# --- truncation guard -----------------------------------------------------------------------
-
-
-def test_a_server_count_far_below_the_estimate_means_the_prompt_was_cut():
-    cm = manager(limit=32_000)
-    sent = [{"role": "user", "content": "y" * 40_000}]  # ~10,000 tokens at 4 chars/token
-    reading = cm.observe_reply(sent, [], prompt_tokens=4000, completion_tokens=5, reply_chars=5)
-    assert reading.truncated
-    assert cm.truncation_detected
-    assert cm.limit == 4000
-    assert cm.calibration.tokens == 0  # a cut count must not skew the calibration
-
-
-def test_after_truncation_the_limit_is_the_largest_prompt_the_server_took():
-    cm = manager(limit=32_000)
-    cm.observe_reply([{"role": "user", "content": "y" * 7000}], [], 2000, 5, 5)  # 3.5 c/t
-    cm.observe_reply([{"role": "user", "content": "y" * 8400}], [], 2400, 5, 5)
-    # Ollama dropped whole messages from the front: the count is far below the window.
-    reading = cm.observe_reply([{"role": "user", "content": "y" * 14000}], [], 900, 5, 5)
-    assert reading.truncated
-    assert cm.limit == 2400
-
-
-def test_once_calibrated_a_modest_shortfall_is_caught():
-    cm = manager(limit=32_000)
-    cm.observe_reply([{"role": "user", "content": "y" * 3500}], [], 1000, 5, 5)
-    reading = cm.observe_reply([{"role": "user", "content": "y" * 10500}], [], 2500, 5, 5)
-    assert reading.truncated  # ~3000 expected at this run's 3.5 chars per token
-
-
-def test_a_close_count_is_not_truncation():
+def test_a_whole_count_is_attributed_to_the_messages_never_counted():
     cm = manager()
-    sent = [{"role": "user", "content": "y" * 4000}]
-    reading = cm.observe_reply(sent, [], prompt_tokens=900, completion_tokens=5, reply_chars=5)
-    assert not reading.truncated
-    assert cm.limit == 10_000
+    first = [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 200}]
+    cm.observe_reply(first, [], usage(120), 10)
+    assert cm.current_tokens(first, []) == 120
+    later = first + [assistant(text="a" * 40), tool("c1", "t" * 4000)]
+    cm.observe_reply(later, [], usage(1120), 10)
+    assert cm.current_tokens(later, []) == 1120
+    # The new tool result took most of the 1,000 new tokens: its share follows its size.
+    assert later[3][tk.TOKENS_KEY] > 900
+    # What comes after is estimated at the ratio the counts taught: ~4 chars per token here.
+    newest = later + [tool("c2", "n" * 4000)]
+    assert cm.current_tokens(newest, []) == pytest.approx(1120 + 1000, rel=0.1)
+
+
+def test_the_ledger_adds_up_to_the_count_even_when_the_base_was_guessed_high():
+    cm = manager()
+    tools = [{"type": "function", "function": {"name": "x" * 900}}]  # the server skips these
+    sent = [{"role": "system", "content": "s" * 1200}]
+    cm.observe_reply(sent, tools, usage(350), 10)
+    assert cm.current_tokens(sent, tools) == 350
+    sent = grow(sent, 1, size=800)
+    cm.observe_reply(sent, tools, usage(560), 10)
+    assert cm.current_tokens(sent, tools) == 560
+
+
+def test_masking_forgets_the_measured_size_of_what_it_replaced():
+    cm = manager()
+    messages = conversation(cm, 3, size=4000)
+    cm.observe_reply(messages, [], usage(3200), 10)
+    masked = cm.mask(messages, ["c0"])
+    assert tk.TOKENS_KEY not in masked[3]
+    assert cm.current_tokens(masked, []) < 3200 - 900
+
+
+# --- truncation: judged from evidence, never from "count below estimate" --------------------
+
+
+def grow(messages, n, size=4000):
+    start = len([m for m in messages if m["role"] == "tool"])
+    return messages + [m for i in range(start, start + n)
+                       for m in (assistant(f"g{i}"), tool(f"g{i}", "w" * size))]
+
+
+def test_a_count_far_below_the_estimate_is_not_truncation():
+    """A tokenizer that packs 8 characters per token: the estimate is 2.7x high."""
+    cm = manager(limit=32_000)
+    sent = grow([{"role": "system", "content": "s"}], 2)
+    reading = cm.observe_reply(sent, [], usage(1000), 10)
+    assert reading.verdict == "whole" and cm.limit == 32_000
+    sent = grow(sent, 1)
+    reading = cm.observe_reply(sent, [], usage(1500), 10)
+    assert reading.verdict == "whole" and cm.limit == 32_000
+
+
+def test_counts_that_stall_while_the_conversation_grows_prove_truncation():
+    cm = manager(limit=32_000)
+    sent = grow([{"role": "system", "content": "s"}], 2)
+    cm.observe_reply(sent, [], usage(2300), 10)
+    sent = grow(sent, 1)
+    first = cm.observe_reply(sent, [], usage(2350), 10)
+    assert first.verdict == "suspect" and cm.limit == 32_000  # one stall proves nothing
+    sent = grow(sent, 1)
+    second = cm.observe_reply(sent, [], usage(2340), 10)
+    assert second.verdict == "truncated"
+    assert cm.limit == 2350  # the most the server was seen to take
+    assert "detected truncation" in cm.limit_source
+
+
+def test_one_fall_then_growth_is_not_truncation():
+    """A template that strips earlier reasoning makes one count fall; growth resumes."""
+    cm = manager(limit=32_000)
+    sent = grow([{"role": "system", "content": "s"}], 3)
+    cm.observe_reply(sent, [], usage(3000), 10)
+    sent = grow(sent, 1)
+    assert cm.observe_reply(sent, [], usage(2800), 10).verdict == "suspect"
+    sent = grow(sent, 1)
+    assert cm.observe_reply(sent, [], usage(4800), 10).verdict == "whole"
+    assert cm.limit == 32_000
+
+
+def test_a_count_the_size_of_only_the_newest_messages_is_the_uncached_bug():
+    cm = manager(limit=32_000)
+    sent = grow([{"role": "system", "content": "s"}], 4)
+    cm.observe_reply(sent, [], usage(4000), 10)
+    sent = grow(sent, 1)
+    for _ in range(3):
+        reading = cm.observe_reply(sent, [], usage(1010), 10)
+        assert reading.verdict == "uncached" and reading.source == "estimate"
+    assert cm.limit == 32_000
+
+
+def test_the_guard_can_be_turned_off_for_servers_that_misreport():
+    cm = manager(limit=32_000, truncation_guard=False)
+    sent = grow([{"role": "system", "content": "s"}], 2)
+    cm.observe_reply(sent, [], usage(2300), 10)
+    for _ in range(3):
+        sent = grow(sent, 1)
+        assert cm.observe_reply(sent, [], usage(2300), 10).verdict == "whole"
+    assert cm.limit == 32_000
+
+
+def test_a_refusal_that_names_the_window_sets_it():
+    cm = manager(limit=16_384)
+    cm.refused(5000, named_window("This model's maximum context length is 2048 tokens. "
+                                  "However, you requested 5000 tokens."))
+    assert cm.limit == 2048
+    assert "named" in cm.limit_source
+
+
+def test_a_refusal_never_lowers_the_limit_below_what_the_server_took_whole():
+    cm = manager(limit=8192)
+    sent = grow([{"role": "system", "content": "s"}], 5)
+    cm.observe_reply(sent, [], usage(6000), 10)
+    cm.refused(2000, None)  # a stray error for a prompt smaller than one already taken
+    assert cm.limit == 6000
+
+
+def test_state_round_trips_through_a_snapshot():
+    cm = manager()
+    messages = conversation(cm, 4)
+    cm.mask(messages, ["c0"])
+    cm.observe_reply(messages, [], usage(900), 30)
+    cm.refused(800, None)
+    restored = ContextManager.from_dict(json.loads(json.dumps(cm.to_dict())), cm.policy)
+    assert restored == cm
 
 
 # --- carryover ------------------------------------------------------------------------------
@@ -332,15 +405,20 @@ def test_admit_caps_results_at_a_quarter_of_the_budget():
     assert obs.truncated
 
 
-def test_state_round_trips_through_a_snapshot():
-    cm = manager()
-    messages = conversation(cm, 4)
-    cm.mask(messages, ["c0"])
-    cm.observe_reply(messages, [], 900, 10, 30)
-    restored = ContextManager.from_dict(json.loads(json.dumps(cm.to_dict())))
-    assert restored == cm
-
-
 def test_to_wire_strips_the_harness_private_keys():
     wire = ctx.to_wire([ctx.note("wind_down", "save")])
     assert wire == [{"role": "user", "content": "save"}]
+
+
+@pytest.mark.parametrize("used,candidates,wound_down,decision,after", [
+    (0.50, ["a", "b", "c"], False, Continue(), False),
+    (0.50, ["a", "b", "c"], True, Continue(), False),  # back below hard: the wind-down rearms
+    (0.75, ["a", "b", "c", "d", "e"], False, Mask(["a", "b", "c"]), False),
+    (0.75, ["a", "b"], False, Continue(), False),  # only the newest two: kept
+    (0.95, ["a", "b", "c"], False, Mask(["a"]), False),  # masking before winding down
+    (0.95, ["a", "b"], False, WindDown(), True),
+    (0.95, ["a", "b"], True, Restart("context at 95% of the budget after the wind-down"), True),
+    (0.85, [], True, Continue(), False),  # under the hard threshold again: rearmed
+])
+def test_decide(used, candidates, wound_down, decision, after):
+    assert ctx.decide(ContextConfig(), used, candidates, wound_down) == (decision, after)

@@ -92,6 +92,7 @@ class DashboardState:
     restarts: int = 0
     masked: int = 0
     context_limit: int | None = None
+    limit_source: str = ""
     budget: int | None = None
     prompt_tokens: int | None = None
     context_pct: float | None = None
@@ -148,10 +149,20 @@ class DashboardState:
     def _on_run_resumed(self, e: dict[str, Any]) -> None:
         self.status, self.ended = "running", False
         self.total_turns, self.restarts = e["total_turns"], e["restarts"]
+        self._on_window(e)
 
     def _on_session_start(self, e: dict[str, Any]) -> None:
         self.context_limit, self.budget = e["context_limit"], e["budget"]
+        self.limit_source = e.get("limit_source", "")
         self.prompt_tokens = self.context_pct = None
+
+    def _on_window(self, e: dict[str, Any]) -> None:
+        """An event that says which window the run now works within, and why."""
+        self.context_limit = e.get("new_limit", e.get("context_limit", self.context_limit))
+        self.limit_source = e.get("limit_source", self.limit_source)
+
+    _on_context_truncation_detected = _on_window
+    _on_context_overflow_recovered = _on_window
 
     def _on_assistant(self, e: dict[str, Any]) -> None:
         self.total_turns += 1

@@ -72,8 +72,9 @@ def describe(e: dict[str, Any]) -> str | None:
             return (f"  -> {e['name']} {status}: {one_line(e.get('summary', ''), 100)} "
                     f"({e['bytes']} bytes, {e['duration_ms']} ms{cut})")
         case "token_usage":
+            cached = f", {e['cached_tokens']} cached" if e.get("cached_tokens") else ""
             return (f"context {e['prompt_tokens']}/{e['budget']} tokens "
-                    f"({e['context_used_pct']}%, {e['source']}), "
+                    f"({e['context_used_pct']}%, {e['source']}{cached}), "
                     f"+{e['completion_tokens']} completion")
         case "context_mask":
             return (f"masked {e['observations_masked']} observations "
@@ -87,8 +88,8 @@ def describe(e: dict[str, Any]) -> str | None:
             return (f"restart -> session {e['session']} ({e['reason']}; previous session ran "
                     f"{e['previous_turns']} turns, {e['carryover_messages']} messages carried)")
         case "context_truncation_detected":
-            return (f"WARNING server truncated the prompt: counted {e['reported']} of ~"
-                    f"{e['estimated']} tokens; limit now {e['new_limit']}")
+            return (f"WARNING the server cuts prompts: its counts stalled near {e['reported']} "
+                    f"tokens while ~{e['estimated']} were sent; limit now {e['new_limit']}")
         case "context_overflow_recovered":
             return f"prompt refused as too long ({e['error']}); limit now {e['new_limit']}"
         case "retry":

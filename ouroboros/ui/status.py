@@ -88,6 +88,7 @@ def status_view(status: RunStatus, now: datetime) -> Table:
         ("session", str(s.session)),
         ("turn", f"{s.turn} in this session, {s.total_turns} in total"),
         ("context", percent(s.context_pct) + tokens),
+        ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
         ("restarts", str(s.restarts)),
         ("masked", f"{s.masked} observations"),
         ("last event", last),

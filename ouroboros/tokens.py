@@ -1,0 +1,141 @@
+"""Token counts without the server's tokenizer: estimates, and a ledger of measured sizes.
+
+Only the server knows how many tokens a prompt takes, and its density varies with the content
+(English prose near 5 characters per token, JSON 3.5, hex digests near 2), so one ratio can be
+off by 2x either way. What the server counts is better: each whole count, less what is already
+known, is shared among the messages that were never counted, in proportion to their
+estimates, and written on each message under `_tokens` (private keys never reach the wire, but
+they are saved with the conversation). A prompt's size is then its messages' measured tokens
+plus a `base` (tool schemas and template tokens the server adds), and only what was added since
+the last count is estimated.
+
+    cpt = Calibration().chars_per_token
+    size = base + sum(message_tokens(m, cpt) for m in messages)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ouroboros.protocols import Message
+
+# Before any count: denser than English prose, so the first estimates err on the high side.
+DEFAULT_CHARS_PER_TOKEN = 3.0
+# Learned ratios are kept within what real vocabularies show (hex digests to long words).
+MIN_CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN = 1.5, 8.0
+# Chat templates add role markers and separators around each message.
+MESSAGE_OVERHEAD_TOKENS = 4
+# How much the previous calibration still weighs after each new count: recent content counts
+# most, since the next tool result will likely look like the last ones.
+CALIBRATION_DECAY = 0.7
+TOKENS_KEY = "_tokens"
+
+
+def message_chars(message: Message) -> int:
+    """Characters of what a message carries: its content, tool-call names and arguments."""
+    content = message.get("content")
+    chars = len(content) if isinstance(content, str) else 0
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        chars += len(function.get("name", "")) + len(function.get("arguments", ""))
+    return chars
+
+
+def message_text(message: Message) -> str:
+    """The text a tokenizer endpoint should count for one message."""
+    parts = [message.get("content") or ""]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        parts += [function.get("name", ""), function.get("arguments", "")]
+    return "\n".join(part for part in parts if part)
+
+
+def tools_chars(tools: list[dict[str, Any]]) -> int:
+    return len(json.dumps(tools)) if tools else 0
+
+
+def estimate_chars(chars: int, chars_per_token: float) -> int:
+    return math.ceil(chars / chars_per_token)
+
+
+def estimate_message(message: Message, chars_per_token: float) -> int:
+    return estimate_chars(message_chars(message), chars_per_token) + MESSAGE_OVERHEAD_TOKENS
+
+
+def measured(message: Message) -> int | None:
+    value = message.get(TOKENS_KEY)
+    return value if isinstance(value, int) else None
+
+
+def message_tokens(message: Message, chars_per_token: float) -> int:
+    """The message's measured size if a count has been attributed to it, else an estimate."""
+    value = measured(message)
+    return value if value is not None else estimate_message(message, chars_per_token)
+
+
+def unmeasured(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if measured(m) is None]
+
+
+@dataclass
+class Calibration:
+    """This run's characters per token, learned from the counts attributed to messages, the
+    most recent weighing most."""
+
+    chars: float = 0.0
+    tokens: float = 0.0
+
+    @property
+    def chars_per_token(self) -> float:
+        if self.tokens <= 0:
+            return DEFAULT_CHARS_PER_TOKEN
+        ratio = self.chars / self.tokens
+        return min(max(ratio, MIN_CHARS_PER_TOKEN), MAX_CHARS_PER_TOKEN)
+
+    def observe(self, chars: int, tokens: int) -> None:
+        if chars <= 0 or tokens <= 0:
+            return
+        self.chars = self.chars * CALIBRATION_DECAY + chars
+        self.tokens = self.tokens * CALIBRATION_DECAY + tokens
+
+
+def share(total: int, weights: list[int]) -> list[int]:
+    """Split `total` into integer parts proportional to the positive `weights`, rounding by
+    largest remainders so the parts add up to `total`."""
+    weight_sum = sum(weights)
+    exact = [total * w / weight_sum for w in weights]
+    parts = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(len(weights)), key=lambda i: exact[i] - parts[i], reverse=True)
+    for i in by_remainder[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def attribute(messages: list[Message], reported: int, base: int,
+              chars_per_token: float) -> tuple[int, int, int]:
+    """Take in a whole count of `messages`: share what it does not already explain among the
+    messages never counted (written on them as `_tokens`). Returns the base that makes the
+    ledger add up to `reported`, and the characters and tokens attributed (for calibration).
+
+    When the count leaves too little for the uncounted messages (the base was guessed high,
+    or the template counts differently), nothing is attributed: the base absorbs the
+    difference, so the ledger still adds up to what the server counted."""
+    known = sum(m[TOKENS_KEY] for m in messages if measured(m) is not None)
+    fresh = unmeasured(messages)
+    residual = reported - base - known
+    if not fresh or residual < MESSAGE_OVERHEAD_TOKENS * len(fresh):
+        estimated = sum(estimate_message(m, chars_per_token) for m in fresh)
+        return reported - known - estimated, 0, 0
+    for message, tokens in zip(fresh, share(residual, [estimate_message(m, chars_per_token)
+                                                       for m in fresh])):
+        message[TOKENS_KEY] = tokens
+    return (base, sum(message_chars(m) for m in fresh),
+            residual - MESSAGE_OVERHEAD_TOKENS * len(fresh))
+
+
+def forget(message: Message) -> Message:
+    """A copy without the measured size (for a message whose content is about to change)."""
+    return {k: v for k, v in message.items() if k != TOKENS_KEY}

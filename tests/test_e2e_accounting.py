@@ -1,0 +1,194 @@
+"""The long task in a small window against servers that count tokens their own way.
+
+The scripted server counts with a tokenizer of the matrix (none of them the harness's
+estimate), and reports usage in each broken way real servers do. Whatever it does, the run
+must finish with no request over the server's window, no part redone, no false truncation
+alarm and a bounded number of restarts; and real truncation must still be caught.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+
+import pytest
+
+from ouroboros.config import load_config
+from ouroboros.errors import RunFailed
+from ouroboros.demo import RecordingAgent, expected_results, stop_when_complete, \
+    write_demo_project
+from ouroboros.runner import RunHooks, run_agent
+from ouroboros.scripted import Fault, Reply, ScriptedServer
+from ouroboros.scripted_tokens import TOKENIZERS
+from tests.helpers import make_project, of_type, ouroboros, run_events
+
+WINDOW = 4096
+PARTS = 12
+MAX_RESTARTS = PARTS  # a restart per part at the very worst; storms ran into the hundreds
+
+
+class ThinkingAgent(RecordingAgent):
+    """Thinks aloud in `<think>` blocks inside its text, as some models do on /v1."""
+
+    def __call__(self, messages):
+        reply = super().__call__(messages)
+        thought = "<think>" + "Let me consider what the next step should be. " * 12 + "</think>"
+        return Reply(f"{thought}{reply.text}", reply.tool_calls)
+
+
+def run_task(tmp_path, server, parts=PARTS, **flags):
+    keys = write_demo_project(tmp_path, server.base_url, parts)
+    loaded = load_config(tmp_path / "ouroboros.toml",
+                         {"model.context_limit": WINDOW, **flags}, env={}, user_file=None)
+    code = asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+    return code, keys
+
+
+def parts_read(events) -> Counter:
+    return Counter(m.group(1) for e in of_type(events, "tool_call")
+                   if (m := re.search(r"part_(\d+)", e["arguments"])) and e["name"] == "file_read")
+
+
+def assert_finished_cleanly(tmp_path, server, code, keys):
+    events = run_events(tmp_path)
+    assert code == 0
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+    assert server.over_limit == 0, f"prompts over the window: {server.over_limit}"
+    assert not of_type(events, "context_truncation_detected")
+    assert not [e for e in of_type(events, "warning") if "cut the front" in e["message"]]
+    assert len(of_type(events, "session_restart")) <= MAX_RESTARTS
+    redone = [part for part, n in parts_read(events).items() if n > 1]
+    assert not redone, f"parts read more than once: {redone}"
+    return events
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+def test_the_task_finishes_on_any_tokenizer(tmp_path, name):
+    agent = ThinkingAgent(PARTS) if name == "strip-reasoning" else RecordingAgent(PARTS)
+    with ScriptedServer(agent, model="scripted-demo", context_length=WINDOW,
+                        tokenizer=TOKENIZERS[name]) as server:
+        code, keys = run_task(tmp_path, server)
+    events = assert_finished_cleanly(tmp_path, server, code, keys)
+    sources = [e["source"] for e in of_type(events, "token_usage")]
+    assert sources.count("estimate") <= 1  # a first count far below the estimate waits a turn
+
+
+@pytest.mark.parametrize("usage", ["zero", "null", "absent", "uncached"])
+def test_the_task_finishes_whatever_the_server_reports(tmp_path, usage):
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
+                        usage=usage) as server:
+        code, keys = run_task(tmp_path, server)
+    events = assert_finished_cleanly(tmp_path, server, code, keys)
+    warnings = " ".join(w["message"] for w in of_type(events, "warning"))
+    assert ("uncached" if usage == "uncached" else "no token usage") in warnings
+
+
+def test_cached_tokens_are_read_and_recorded(tmp_path):
+    with ScriptedServer(RecordingAgent(3), model="scripted-demo", context_length=WINDOW,
+                        report_cached=True) as server:
+        run_task(tmp_path, server, parts=3)
+    cached = [e["cached_tokens"] for e in of_type(run_events(tmp_path), "token_usage")]
+    assert cached[0] is None and all(c > 0 for c in cached[1:])
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+def test_real_truncation_is_caught_on_any_tokenizer(tmp_path, name):
+    """The config claims 16k but the server holds 2.5k and silently cuts longer prompts."""
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
+                        tokenizer=TOKENIZERS[name]) as server:
+        code, keys = run_task(tmp_path, server, **{"model.context_limit": 16384})
+    assert code == 0
+    events = run_events(tmp_path)
+    detected = of_type(events, "context_truncation_detected")
+    assert detected and detected[0]["new_limit"] <= 2500
+    assert any("OLLAMA_CONTEXT_LENGTH" in w["message"] for w in of_type(events, "warning"))
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+    # Once caught, the run works within the window: only the requests that revealed the cut
+    # (and the one before the refit) went over it.
+    assert server.over_limit <= 3
+
+
+def test_counting_with_the_servers_tokenizer_where_it_has_one(tmp_path):
+    """A llama.cpp-style server: no usage in streams, but /tokenize counts exactly."""
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
+                        send_usage=False, tokenize="llama.cpp",
+                        tokenizer=TOKENIZERS["by-content"]) as server:
+        code, keys = run_task(tmp_path, server)
+    assert server.tokenize_requests > PARTS
+    assert_finished_cleanly(tmp_path, server, code, keys)
+
+
+# --- runs that cannot progress stop, with a reason a person can act on ----------------------
+
+
+def test_a_system_prompt_that_fills_the_window_stops_the_run_with_the_fix(tmp_path):
+    huge_prompt = "Remember every rule of the archive office carefully. " * 420
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo",
+                        context_length=WINDOW) as server:
+        config = make_project(tmp_path, server.base_url, prompt=huge_prompt,
+                              model={"name": "scripted-demo", "context_limit": WINDOW,
+                                     "max_output_tokens": 512})
+        result = ouroboros("run", "--config", str(config), "--headless")
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if "cannot make progress" in line]
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert f"{WINDOW}-token window (model.context_limit in config)" in lines[0]
+    assert "SYSTEM_PROMPT.md" in lines[0] and "ouroboros resume" in lines[0]
+    events = run_events(tmp_path)
+    assert len(of_type(events, "session_restart")) <= 1
+    assert events[-1]["type"] == "run_end" and events[-1]["resumable"]
+
+
+def test_sessions_that_never_get_a_tool_call_through_stop_the_run(tmp_path):
+    def flailing(messages):
+        return Reply("Trying the same thing again. " * 40, [("file_read", {"path": "nope.txt"})])
+
+    with ScriptedServer(flailing, model="scripted-demo", context_length=WINDOW) as server:
+        write_demo_project(tmp_path, server.base_url, 1)
+        loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": WINDOW},
+                             env={}, user_file=None)
+        with pytest.raises(RunFailed, match="3 sessions in a row ended without one successful"):
+            asyncio.run(run_agent(loaded, RunHooks()))
+    assert len(of_type(run_events(tmp_path), "session_restart")) == 2
+
+
+# --- resume recomputes the window from the config, so the user's fix works ------------------
+
+
+def test_resume_uses_the_context_limit_the_user_set(tmp_path):
+    class FailsAfter(RecordingAgent):
+        """Works until the server starts refusing (a permanent error ends the run)."""
+
+        def __init__(self, parts, replies):
+            super().__init__(parts)
+            self.replies = replies
+
+        def __call__(self, messages):
+            self.replies -= 1
+            return super().__call__(messages) if self.replies >= 0 else Fault("status", 401)
+
+    with ScriptedServer(FailsAfter(PARTS, 16), model="scripted-demo",
+                        context_length=2500) as small:
+        keys = write_demo_project(tmp_path, small.base_url, PARTS)
+        flags = {"model.context_limit": 16384}
+        loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
+        with pytest.raises(RunFailed):
+            asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+    detected = of_type(run_events(tmp_path), "context_truncation_detected")
+    assert detected and detected[-1]["new_limit"] <= 2500
+
+    # The fix: a server with a bigger window, and model.context_limit set to match.
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo",
+                        context_length=32768) as big:
+        flags = {"model.context_limit": 32768, "model.base_url": big.base_url}
+        loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
+        code = asyncio.run(run_agent(loaded, stop_when_complete(RunHooks()), resume=True))
+    assert code == 0
+    events = run_events(tmp_path)
+    resumed = of_type(events, "run_resumed")[-1]
+    assert resumed["context_limit"] == 32768
+    assert resumed["limit_source"] == "model.context_limit in config"
+    assert all(e["context_limit"] == 32768
+               for e in of_type(events, "token_usage") if e["seq"] > resumed["seq"])
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)

@@ -1,0 +1,115 @@
+"""What a count proves about the server's window: each rule as a table of cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from ouroboros.window import (
+    Count,
+    Window,
+    after_refusal,
+    at_session_start,
+    classify,
+    judge,
+    named_window,
+    reclaimed,
+    with_allocated,
+)
+
+W = Window(8192, "model.context_limit in config")
+
+
+@pytest.mark.parametrize("count,accepted,verdict", [
+    # Unknown: no count, whatever else is known.
+    (Count(None, 5000, 3000, 1000), 3000, "unknown"),
+    # No earlier count to compare with: believed, unless absurdly below the estimate.
+    (Count(2000, 5000), 0, "whole"),
+    (Count(1000, 5000), 0, "suspect"),
+    # Grew about as much as was added (the estimate may be 2x off either way).
+    (Count(3500, 4000, 3000, 1000), 3000, "whole"),
+    (Count(3300, 4000, 3000, 1000), 3000, "whole"),
+    (Count(5000, 4000, 3000, 1000), 3000, "whole"),
+    # Barely grew although much was added: a stall.
+    (Count(3100, 4000, 3000, 1000), 3000, "suspect"),
+    # Little was added: no judgment of growth, only of falls.
+    (Count(3000, 3040, 3000, 40), 3000, "whole"),
+    (Count(2990, 3040, 3000, 40), 3000, "whole"),  # within the tolerance
+    # Fell although the conversation only grew.
+    (Count(2500, 4000, 3000, 1000), 3000, "suspect"),
+    # Fell to about the size of what was added: Ollama's uncached-only count.
+    (Count(1050, 4000, 3000, 1000), 3000, "uncached"),
+])
+def test_classify(count, accepted, verdict):
+    assert classify(count, accepted) == verdict
+
+
+def test_one_suspect_count_changes_nothing_two_prove_truncation():
+    window = Window(8192, "config", accepted=3000)
+    verdict, after = judge(window, Count(3100, 4000, 3000, 1000))
+    assert (verdict, after) == ("suspect", window)
+    verdict, after = judge(window, Count(3150, 5000, 3000, 2000, suspects=1,
+                                         largest_suspect=3100))
+    assert verdict == "truncated"
+    assert after.limit == 3150 and after.ceiling_kind == "truncation"
+
+
+@pytest.mark.parametrize("guard,verdict", [(True, "suspect"), (False, "whole")])
+def test_the_guard_off_believes_every_count(guard, verdict):
+    assert judge(W, Count(3100, 4000, 3000, 1000), guard=guard)[0] == verdict
+
+
+@pytest.mark.parametrize("window,reported,limit", [
+    (Window(8192, "c"), 3000, 8192),  # a whole count under the claim: nothing to change
+    (Window(8192, "c", ceiling=2000, ceiling_kind="truncation"), 2500, 2500),  # more room
+    (Window(8192, "c", ceiling=2000, ceiling_kind="refused", refusals=1), 2600, 2600),
+    (Window(8192, "c", ceiling=2000, ceiling_kind="named"), 2500, 2000),  # the server said so
+])
+def test_whole_counts_raise_inferred_ceilings(window, reported, limit):
+    verdict, after = judge(window, Count(reported, reported))
+    assert verdict == "whole" and after.limit == limit and after.accepted >= reported
+
+
+@pytest.mark.parametrize("window,rejected,named,limit", [
+    (W, 5000, 2048, 2048),  # named in the error message: exact
+    (W, 10000, None, 6963),  # 85% of the window it was sent into
+    (W, 6000, None, 5100),  # 85% of what was refused
+    (Window(8192, "c", accepted=5500), 6000, None, 5500),  # never below what was taken whole
+    (Window(8192, "c", accepted=5500), 3000, None, 5500),
+])
+def test_after_refusal(window, rejected, named, limit):
+    assert after_refusal(window, rejected, named).limit == limit
+
+
+def test_a_single_refusal_is_forgotten_at_the_next_session_two_are_kept():
+    once = after_refusal(W, 6000, None)
+    assert at_session_start(once).limit == 8192
+    twice = after_refusal(once, 5000, None)
+    assert at_session_start(twice).limit == twice.limit < 8192
+
+
+@pytest.mark.parametrize("allocated,limit,kind", [
+    (None, 3000, "truncation"),  # not Ollama, or not loaded: evidence stands
+    (4096, 4096, "allocated"),  # Ollama says what it allocated: that is the window
+    (16384, 8192, ""),  # more than claimed: the truncation evidence is superseded
+])
+def test_ollama_allocation_outranks_inferred_ceilings(allocated, limit, kind):
+    window = Window(8192, "c", accepted=2000, ceiling=3000, ceiling_kind="truncation")
+    after = with_allocated(window, allocated)
+    assert (after.limit, after.ceiling_kind) == (limit, kind)
+
+
+@pytest.mark.parametrize("claimed,limit", [(8192, 3000), (32768, 32768)])
+def test_resume_keeps_evidence_only_under_the_same_claim(claimed, limit):
+    window = Window(8192, "c", accepted=2000, ceiling=3000, ceiling_kind="truncation")
+    assert reclaimed(window, claimed, "model.context_limit in config").limit == limit
+
+
+@pytest.mark.parametrize("message,window", [
+    ("This model's maximum context length is 2048 tokens. However, you requested 5000", 2048),
+    ("requested tokens (5000) exceed context window of 4096", 4096),
+    ("the request exceeds the available context size (n_ctx: 8192)", 8192),
+    ("the prompt is longer than the context length currently available to the model", None),
+    ("internal error", None),
+])
+def test_named_window(message, window):
+    assert named_window(message) == window
