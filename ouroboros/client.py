@@ -26,7 +26,7 @@ from ouroboros.errors import (
     TransientModelError,
 )
 from ouroboros.protocols import Message, StreamResult, TextSink
-from ouroboros.sse import SSEDecoder, StreamAccumulator, parse_data
+from ouroboros.sse import SSEDecoder, StreamAccumulator, parse_data, parse_usage
 
 DEFAULT_PORT = 11434
 
@@ -259,6 +259,27 @@ class ChatClient:
         return PermanentModelError(
             f"the model server at {self.base_url} rejected the request ({said})"
         )
+
+    async def prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int | None:
+        """The server's count of a prompt, from a non-streaming request for one token (servers
+        that send no usage in streams, like llama.cpp, send it here). None when it does not
+        say; ContextOverflowError, with the server's words, when the prompt does not fit."""
+        body = {**self.request_body(messages, tools), "stream": False, "max_tokens": 1}
+        del body["stream_options"]
+        try:
+            response = await self._http.post("/v1/chat/completions", json=body)
+        except httpx.HTTPError:
+            return None
+        if not response.is_success:
+            error = await self._status_error(response.status_code, response.text)
+            if isinstance(error, ContextOverflowError):
+                raise error
+            return None
+        try:
+            usage = response.json().get("usage")
+        except (ValueError, AttributeError):
+            return None
+        return parse_usage(usage).prompt_tokens if isinstance(usage, dict) else None
 
     async def list_models(self) -> list[str]:
         """Model names from `GET /v1/models`, or Ollama's `GET /api/tags` when that fails."""

@@ -310,6 +310,7 @@ class ContextManager:
     next_observation: int = 1
     revision: int = 0  # bumped whenever the conversation changes other than by appending
     last_count: LastCount | None = None
+    probed: bool = False  # the server was asked to count a prompt this session
 
     @classmethod
     def create(cls, limit: int, limit_source: str, max_output_tokens: int,
@@ -447,7 +448,7 @@ class ContextManager:
         return int(self.budget * min(self.policy.soft_threshold_pct, FRESH_START_MAX_FILL))
 
     def new_session(self) -> None:
-        self.wound_down = False
+        self.wound_down = self.probed = False
         self.revision += 1
         self.last_count = None
 
@@ -490,6 +491,7 @@ class ContextManager:
             "next_observation": self.next_observation,
             "revision": self.revision,
             "last_count": asdict(self.last_count) if self.last_count else None,
+            "probed": self.probed,
         }
 
     @classmethod

@@ -86,6 +86,10 @@ class ModelClient(Protocol):
         self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None
     ) -> StreamResult: ...
 
+    async def prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int | None:
+        """The server's own count of a prompt, where it can give one."""
+        ...
+
 
 class TokenCounter(Protocol):
     async def count(self, text: str) -> int | None:

@@ -296,6 +296,7 @@ class ScriptedServer:
         self.models = [model, *extra_models]
 
         self.requests: list[dict[str, Any]] = []
+        self.count_requests: list[dict[str, Any]] = []  # one-token requests asking for a count
         self.prompt_tokens: list[int] = []  # the true count of every chat request
         self.over_limit = 0
         self.tokenize_requests = 0
@@ -369,6 +370,8 @@ class ScriptedServer:
     def _answer_chat(self, body: dict[str, Any]) -> _Answer:
         """Record the request and decide its answer: a fault, or what the model does."""
         with self._lock:
+            if body.get("max_tokens") == 1 and not body.get("stream"):
+                return self._count_answer(body)
             self.requests.append(body)
             prompt = self.count_tokens(body.get("messages") or [], body.get("tools"))
             self.prompt_tokens.append(prompt)
@@ -383,8 +386,24 @@ class ScriptedServer:
                 return answer
             return self._fault_answer(fault, body)
 
+    def _count_answer(self, body: dict[str, Any]) -> _Answer:
+        """A one-token, non-streaming request, the way clients ask a server that sends no
+        usage in streams to count a prompt: answered with its usage, the script untouched."""
+        self.count_requests.append(body)
+        messages, tools = body.get("messages") or [], body.get("tools")
+        prompt = self.count_tokens(messages, tools)
+        over = self.context_length is not None and prompt > self.context_length
+        refusal = self._refusal(body, over, prompt)
+        if refusal is not None:
+            return refusal
+        if over:
+            prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt)
+        usage = usage_wire(Usage(prompt, 1), "whole" if self.usage == "uncached" else self.usage)
+        return _Answer(json=render_completion(Reply(""), model=str(body.get("model")),
+                                              usage=usage))
+
     def _model_answer(self, body: dict[str, Any], prompt: int, over: bool) -> _Answer:
-        refusal = self._refusal(body, over)
+        refusal = self._refusal(body, over, prompt)
         if refusal is not None:
             return refusal
         messages, tools = body.get("messages") or [], body.get("tools")
@@ -405,7 +424,7 @@ class ScriptedServer:
         answer.delay = delay
         return answer
 
-    def _refusal(self, body: dict[str, Any], over: bool) -> _Answer | None:
+    def _refusal(self, body: dict[str, Any], over: bool, prompt: int) -> _Answer | None:
         """Ollama's 404 and 400 answers, and the overflow modes other than truncation."""
         name = str(body.get("model", ""))
         if not any(same_model(name, known) for known in self.models):
@@ -421,7 +440,7 @@ class ScriptedServer:
             return _Answer(frames=[])
         message = (
             f"This model's maximum context length is {self.context_length} tokens. However, you "
-            f"requested {self.prompt_tokens[-1]} tokens. Please reduce the length of the messages."
+            f"requested {prompt} tokens. Please reduce the length of the messages."
         )
         error = {
             "message": message,

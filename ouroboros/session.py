@@ -24,6 +24,7 @@ from ouroboros.protocols import (
     TextSink,
     TokenCounter,
     ToolCall,
+    Usage,
 )
 from ouroboros.retry import RetryPolicy, with_retries
 from ouroboros.state import RunState, StopFlag
@@ -111,9 +112,9 @@ class Session:
                     lambda: self.s.client.complete(ctx.to_wire(sent), self.tools, self.s.on_text),
                     self.s.retry, on_retry=self.on_retry)
             except (ContextOverflowError, EmptyStreamError) as error:
-                self.overflowed(error, sent_tokens)
+                await self.overflowed(error, sent, sent_tokens)
                 continue
-            self.record(sent, reply)
+            await self.record(sent, reply)
             self.checkpoint()
             return reply
         raise ModelError(f"the server kept refusing the prompt as too long after "
@@ -132,13 +133,23 @@ class Session:
                 return
             message[tk.TOKENS_KEY] = tokens + tk.MESSAGE_OVERHEAD_TOKENS
 
-    def overflowed(self, error: ModelError, sent_tokens: int) -> None:
-        """The server refused the prompt as too long: believe a smaller window and refit. An
-        empty stream for a prompt no bigger than ones the server took whole is a glitch."""
-        glitch = isinstance(error, EmptyStreamError) and sent_tokens <= self.context.window.accepted
-        if not glitch:
-            self.context.refused(sent_tokens, named_window(str(error)))
-        self.log.emit("context_overflow_recovered", error=str(error), rejected_tokens=sent_tokens,
+    async def overflowed(self, error: ModelError, sent: list[Message], sent_tokens: int) -> None:
+        """The server refused the prompt as too long: believe a smaller window and refit.
+
+        An empty stream says nothing of sizes, so the prompt is asked again without streaming:
+        llama.cpp then names its window, or counts the prompt (it fit: the empty stream was a
+        glitch)."""
+        message, named = str(error), named_window(str(error))
+        if isinstance(error, EmptyStreamError):
+            try:
+                fits = await self.s.client.prompt_tokens(ctx.to_wire(sent), self.tools)
+            except ContextOverflowError as refusal:
+                fits, message, named = None, refusal.message, named_window(refusal.message)
+            if fits is not None or sent_tokens <= self.context.window.accepted:
+                self.log.emit("retry", attempt=1, delay_secs=0, error=message)
+                return
+        self.context.refused(sent_tokens, named)
+        self.log.emit("context_overflow_recovered", error=message, rejected_tokens=sent_tokens,
                       new_limit=self.context.limit, limit_source=self.context.limit_source)
 
     def fit(self) -> int:
@@ -156,7 +167,7 @@ class Session:
                            f"not fit the {self.context.budget}-token budget; sending it anyway")
         return fitted.tokens
 
-    def record(self, sent: list[Message], reply: StreamResult) -> None:
+    async def record(self, sent: list[Message], reply: StreamResult) -> None:
         """Add the reply to the conversation: only now does the turn count (a request that
         failed for good, or was cut short by a crash, is asked again on resume)."""
         self.state.session_turns += 1
@@ -166,7 +177,10 @@ class Session:
         self.messages.append(message)
         self.log.emit("assistant", text=reply.text, finish_reason=reply.finish_reason,
                       tool_calls=[asdict(call) for call in reply.tool_calls])
-        reading = self.context.observe_reply(sent, self.tools, reply.usage, len(reply.text))
+        usage = reply.usage
+        if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
+            usage = await self.probe(sent, usage)
+        reading = self.context.observe_reply(sent, self.tools, usage, len(reply.text))
         self.log.emit("token_usage", prompt_tokens=reading.prompt_tokens,
                       completion_tokens=reading.completion_tokens,
                       total_tokens=reading.prompt_tokens + reading.completion_tokens,
@@ -175,6 +189,18 @@ class Session:
                       source=reading.source, reported=reading.reported,
                       cached_tokens=reading.cached_tokens, verdict=reading.verdict)
         self.explain(reading)
+
+    async def probe(self, sent: list[Message], usage: Usage | None) -> Usage | None:
+        """Once a session, when the stream carried no count: ask the server to count the
+        prompt, so the ledger learns what only it knows (tool schemas, template tokens)."""
+        self.context.probed = True
+        try:
+            counted = await self.s.client.prompt_tokens(ctx.to_wire(sent), self.tools)
+        except ModelError:
+            return usage
+        if counted is None:
+            return usage
+        return Usage(counted, usage.completion_tokens if usage else None)
 
     def explain(self, reading: ctx.Reading) -> None:
         """Tell the person what a count proved, once per kind."""

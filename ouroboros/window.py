@@ -132,12 +132,14 @@ def classify(count: Count, accepted: int, uncached_seen: bool = False) -> Verdic
             return "uncached"
         return "suspect" if reported * UNRELATED_SHORTFALL < count.estimate else "whole"
     fell = reported < count.previous * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
-    if fell and reported <= UNCACHED_MULTIPLE * count.added + FALL_TOLERANCE_TOKENS \
-            and (uncached_seen or reported < accepted / 2):
-        return "uncached"
     stalled = (count.added >= MIN_JUDGED_GROWTH
                and reported - count.previous < STALL_FRACTION * count.added)
-    return "suspect" if fell or stalled else "whole"
+    if not (fell or stalled):
+        return "whole"
+    looks_uncached = reported <= UNCACHED_MULTIPLE * count.added + FALL_TOLERANCE_TOKENS
+    if looks_uncached and (uncached_seen or (fell and reported < accepted / 2)):
+        return "uncached"
+    return "suspect"
 
 
 def accept(window: Window, reported: int) -> Window:

@@ -313,3 +313,46 @@ def test_error_details_reads_every_body_shape():
     assert error_details("Bad Gateway\n<html>") == ("Bad Gateway <html>", None)
     assert error_details("") == ("(no message)", None)
     assert len(error_details("x" * 1000)[0]) == 300
+
+
+def count_prompt(client: ChatClient):
+    async def go():
+        async with client:
+            return await client.prompt_tokens(list(MESSAGES), list(TOOLS))
+
+    return asyncio.run(go())
+
+
+@respx.mock
+def test_prompt_tokens_asks_for_one_token_without_streaming():
+    route = respx.post(CHAT).mock(return_value=httpx.Response(200, json={
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "a"},
+                     "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 221, "completion_tokens": 1, "total_tokens": 222}}))
+    assert count_prompt(ChatClient(BASE, "m")) == 221
+    sent = json.loads(route.calls[0].request.content)
+    assert sent["stream"] is False and sent["max_tokens"] == 1 and "stream_options" not in sent
+    assert sent["messages"] == MESSAGES and sent["tools"] == TOOLS
+
+
+@pytest.mark.parametrize("response", [
+    httpx.Response(200, json={"choices": []}),  # no usage
+    httpx.Response(200, json={"usage": {"prompt_tokens": 0}}),
+    httpx.Response(200, text="not json"),
+    httpx.Response(500, json={"error": {"message": "boom"}}),
+    httpx.Response(404, json={"error": {"message": "model 'm' not found"}}),
+])
+@respx.mock
+def test_prompt_tokens_is_none_when_the_server_does_not_say(response):
+    respx.post(CHAT).mock(return_value=response)
+    respx.get(f"{BASE}/v1/models").mock(return_value=httpx.Response(200, json={"data": []}))
+    assert count_prompt(ChatClient(BASE, "m")) is None
+
+
+@respx.mock
+def test_prompt_tokens_passes_on_the_servers_words_when_the_prompt_does_not_fit():
+    respx.post(CHAT).mock(return_value=httpx.Response(400, json={"error": {
+        "message": "This model's maximum context length is 2048 tokens. However, you "
+                   "requested 2914 tokens.", "code": "context_length_exceeded"}}))
+    with pytest.raises(ContextOverflowError, match="maximum context length is 2048 tokens"):
+        count_prompt(ChatClient(BASE, "m"))

@@ -192,3 +192,19 @@ def test_resume_uses_the_context_limit_the_user_set(tmp_path):
     assert all(e["context_limit"] == 32768
                for e in of_type(events, "token_usage") if e["seq"] > resumed["seq"])
     assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+
+
+def test_a_llama_cpp_server_that_only_says_empty_is_asked_for_its_window(tmp_path):
+    """No usage in streams, an empty 200 for a prompt over its window (the claim says 16k,
+    the server holds 2.5k): asked again without streaming, it names its window."""
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
+                        send_usage=False, overflow="empty", tokenize="llama-cpp-python",
+                        tokenizer=TOKENIZERS["by-content"]) as server:
+        code, keys = run_task(tmp_path, server, **{"model.context_limit": 16384})
+    assert code == 0
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+    recovered = of_type(run_events(tmp_path), "context_overflow_recovered")
+    assert len(recovered) == 1  # found at the first refusal, and kept
+    assert recovered[0]["new_limit"] == 2500
+    assert "named this window" in recovered[0]["limit_source"]
+    assert server.over_limit == 1

@@ -43,6 +43,16 @@ def test_classify(count, accepted, verdict):
     assert classify(count, accepted) == verdict
 
 
+@pytest.mark.parametrize("count,verdict", [
+    (Count(1276, 2541, 902, 1640), "uncached"),  # one file read, no more: rose, but stalled
+    (Count(None, 2541, 902, 1640), "unknown"),
+    (Count(1276, 2541), "uncached"),  # nothing to compare with: not to be believed
+    (Count(2500, 2541, 902, 1640), "whole"),
+])
+def test_once_a_server_has_counted_only_the_uncached_part(count, verdict):
+    assert classify(count, 902, uncached_seen=True) == verdict
+
+
 def test_one_suspect_count_changes_nothing_two_prove_truncation():
     window = Window(8192, "config", accepted=3000)
     verdict, after = judge(window, Count(3100, 4000, 3000, 1000))
