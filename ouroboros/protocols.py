@@ -92,6 +92,11 @@ class ModelClient(Protocol):
 
 
 class TokenCounter(Protocol):
+    @property
+    def available(self) -> bool | None:
+        """Whether the server has a tokenizer endpoint (None: not asked yet)."""
+        ...
+
     async def count(self, text: str) -> int | None:
         """Tokens in `text` by the server's own tokenizer; None when it cannot say."""
         ...

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros import context as ctx
-from ouroboros import tokens as tk
+from ouroboros.accounting import Accounting
 from ouroboros.context import Mask, Restart, WindDown
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
 from ouroboros.events import EventLog, write_snapshot
@@ -24,12 +24,10 @@ from ouroboros.protocols import (
     TextSink,
     TokenCounter,
     ToolCall,
-    Usage,
 )
 from ouroboros.retry import RetryPolicy, with_retries
 from ouroboros.state import RunState, StopFlag
 from ouroboros.tools import Toolbox
-from ouroboros.window import named_window
 
 MAX_OVERFLOW_RECOVERIES = 3
 
@@ -67,6 +65,8 @@ class Session:
         self.context = state.context
         self.log = services.log
         self.tools = services.toolbox.schemas()
+        self.accounting = Accounting(self.context, services.client, services.counter,
+                                     self.tools, self.log, self.warn_once)
 
     @property
     def messages(self) -> list[Message]:
@@ -104,7 +104,7 @@ class Session:
 
     async def query(self) -> StreamResult:
         for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
-            await self.measure()
+            await self.accounting.measure(self.messages)
             sent_tokens = self.fit()
             sent = list(self.messages)
             try:
@@ -112,7 +112,7 @@ class Session:
                     lambda: self.s.client.complete(ctx.to_wire(sent), self.tools, self.s.on_text),
                     self.s.retry, on_retry=self.on_retry)
             except (ContextOverflowError, EmptyStreamError) as error:
-                await self.overflowed(error, sent, sent_tokens)
+                await self.accounting.refused(error, sent, sent_tokens)
                 continue
             await self.record(sent, reply)
             self.checkpoint()
@@ -121,36 +121,6 @@ class Session:
                          f"{MAX_OVERFLOW_RECOVERIES} attempts to shrink it to fit a "
                          f"{self.context.limit}-token window ({self.context.limit_source}); "
                          "set model.context_limit to the window the server really has")
-
-    async def measure(self) -> None:
-        """Count what was never counted with the server's tokenizer, where it has one."""
-        counter = self.s.counter
-        if counter is None:
-            return
-        for message in tk.unmeasured(self.messages):
-            tokens = await counter.count(tk.message_text(message))
-            if tokens is None:
-                return
-            message[tk.TOKENS_KEY] = tokens + tk.MESSAGE_OVERHEAD_TOKENS
-
-    async def overflowed(self, error: ModelError, sent: list[Message], sent_tokens: int) -> None:
-        """The server refused the prompt as too long: believe a smaller window and refit.
-
-        An empty stream says nothing of sizes, so the prompt is asked again without streaming:
-        llama.cpp then names its window, or counts the prompt (it fit: the empty stream was a
-        glitch)."""
-        message, named = str(error), named_window(str(error))
-        if isinstance(error, EmptyStreamError):
-            try:
-                fits = await self.s.client.prompt_tokens(ctx.to_wire(sent), self.tools)
-            except ContextOverflowError as refusal:
-                fits, message, named = None, refusal.message, named_window(refusal.message)
-            if fits is not None or sent_tokens <= self.context.window.accepted:
-                self.log.emit("retry", attempt=1, delay_secs=0, error=message)
-                return
-        self.context.refused(sent_tokens, named)
-        self.log.emit("context_overflow_recovered", error=message, rejected_tokens=sent_tokens,
-                      new_limit=self.context.limit, limit_source=self.context.limit_source)
 
     def fit(self) -> int:
         """Shrink the conversation before sending if it would not fit; return its size."""
@@ -177,53 +147,7 @@ class Session:
         self.messages.append(message)
         self.log.emit("assistant", text=reply.text, finish_reason=reply.finish_reason,
                       tool_calls=[asdict(call) for call in reply.tool_calls])
-        usage = reply.usage
-        if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
-            usage = await self.probe(sent, usage)
-        reading = self.context.observe_reply(sent, self.tools, usage, len(reply.text))
-        self.log.emit("token_usage", prompt_tokens=reading.prompt_tokens,
-                      completion_tokens=reading.completion_tokens,
-                      total_tokens=reading.prompt_tokens + reading.completion_tokens,
-                      context_limit=self.context.limit, budget=self.context.budget,
-                      context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
-                      source=reading.source, reported=reading.reported,
-                      cached_tokens=reading.cached_tokens, verdict=reading.verdict)
-        self.explain(reading)
-
-    async def probe(self, sent: list[Message], usage: Usage | None) -> Usage | None:
-        """Once a session, when the stream carried no count: ask the server to count the
-        prompt, so the ledger learns what only it knows (tool schemas, template tokens)."""
-        self.context.probed = True
-        try:
-            counted = await self.s.client.prompt_tokens(ctx.to_wire(sent), self.tools)
-        except ModelError:
-            return usage
-        if counted is None:
-            return usage
-        return Usage(counted, usage.completion_tokens if usage else None)
-
-    def explain(self, reading: ctx.Reading) -> None:
-        """Tell the person what a count proved, once per kind."""
-        if reading.verdict == "unknown":
-            self.warn_once("estimate", "the server sent no token usage (or a count of 0); "
-                           f"estimating at {self.context.chars_per_token:.1f} characters per "
-                           "token")
-        elif reading.verdict == "uncached":
-            self.warn_once("uncached", (
-                f"the server counted {reading.reported} prompt tokens, about the size of only "
-                "the newest messages (Ollama's uncached-tokens bug, ollama#16414; upgrade "
-                "Ollama): estimating instead"))
-        elif reading.verdict == "truncated":
-            self.log.emit("context_truncation_detected", reported=reading.reported,
-                          estimated=reading.estimated, new_limit=self.context.limit,
-                          limit_source=self.context.limit_source)
-            self.warn_once("truncation", (
-                f"the server cut the front of the conversation: its counts stayed near "
-                f"{reading.reported} tokens while the conversation grew. Working within "
-                f"{self.context.limit} tokens from now on. Fix: give the model a bigger window "
-                "(OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or PARAMETER num_ctx in a "
-                "Modelfile) and set model.context_limit to match; if the server misreports "
-                "its counts instead, set context.truncation_guard = false"))
+        await self.accounting.take_in(sent, reply)
 
     async def execute(self, calls: list[ToolCall]) -> None:
         for call in calls:

@@ -51,16 +51,17 @@ def test_status_of_a_finished_run(tmp_path):
 
     assert result.exit_code == 0, result.output
     lines = [" ".join(line.split()) for line in result.output.splitlines()]
-    assert lines[:7] == [
+    assert lines[:8] == [
         f"run {RUN_ID}",
         "state not running: ended (max_turns, exit 0)",
         "session 2",
         "turn 3 in this session, 9 in total",
         "context 61.8% (3,797/6,144 tokens)",
+        "window 8,192 tokens (server /api/show)",
         "restarts 1",
         "masked 5 observations",
     ]
-    assert lines[7].startswith("last event run_end, ") and lines[7].endswith(" ago")
+    assert lines[8].startswith("last event run_end, ") and lines[8].endswith(" ago")
 
 
 def test_status_of_a_run_going_on(tmp_path):
