@@ -17,8 +17,9 @@ The belief is a frozen value; every function here returns a new one. It never go
 what the server has already counted whole, it rises again when later counts show more room,
 and a ceiling guessed from a single refusal lasts only until the next session.
 
-    window = Window(8192, "model.context_limit in config")
-    verdict, window = judge(window, Count(reported=2038, previous=2100, added=700, ...))
+    window = Window(8192, "model.context_limit in config", accepted=2100)
+    verdict, window = judge(window, Count(reported=2038, estimate=2900, previous=2100,
+                                          added=800))   # "suspect": once proves nothing
 """
 
 from __future__ import annotations
