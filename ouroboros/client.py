@@ -266,10 +266,15 @@ class ChatClient:
         say; ContextOverflowError, with the server's words, when the prompt does not fit."""
         body = {**self.request_body(messages, tools), "stream": False, "max_tokens": 1}
         del body["stream_options"]
-        try:
-            response = await self._http.post("/v1/chat/completions", json=body)
-        except httpx.HTTPError:
-            return None
+        for attempt in range(2):  # llama.cpp drops the kept-alive connection after a failure
+            try:
+                response = await self._http.post("/v1/chat/completions", json=body)
+                break
+            except httpx.TransportError:
+                if attempt:
+                    return None
+            except httpx.HTTPError:
+                return None
         if not response.is_success:
             error = await self._status_error(response.status_code, response.text)
             if isinstance(error, ContextOverflowError):

@@ -360,12 +360,15 @@ class ContextManager:
                       usage: Usage | None, reply_chars: int) -> Reading:
         """Take in what the server reported for the request `sent` (usage None: nothing)."""
         cpt = self.chars_per_token
-        estimate = self.current_tokens(sent, tools)
+        messages = sum(tk.message_tokens(m, cpt) for m in sent)
+        estimate = self.base(tools) + messages
         reported = usage.prompt_tokens if usage else None
         previous = self.comparable(sent)
         added = (sum(tk.message_tokens(m, cpt) for m in sent[previous.messages:])
                  if previous else 0)
-        count = Count(reported, estimate, previous.reported if previous else None, added,
+        # Judged against the messages alone: servers disagree most on the base (some never
+        # show the model its tool schemas).
+        count = Count(reported, messages, previous.reported if previous else None, added,
                       previous.suspects if previous else 0,
                       previous.largest_suspect if previous else 0)
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
@@ -383,8 +386,9 @@ class ContextManager:
                 if previous else LastCount(self.revision, len(sent), reported, 1, reported))
         elif verdict == "truncated":
             self.last_count = None
-        completion = (usage.completion_tokens if usage else None) or tk.estimate_chars(
-            reply_chars, cpt)
+        guess = tk.estimate_chars(reply_chars, cpt)
+        completion = (usage.completion_tokens if usage else None) or min(
+            guess, self.max_output_tokens or guess)
         whole = verdict == "whole"
         return Reading(reported if whole and reported else estimate, completion,
                        "server" if whole else "estimate", estimate, verdict, reported,

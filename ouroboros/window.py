@@ -41,7 +41,8 @@ MIN_JUDGED_GROWTH = 48
 STALL_FRACTION = 0.25
 # Suspect counts in a row, since the last whole one, that prove truncation.
 CONFIRMATIONS = 2
-# A count this far below the estimate of a prompt it cannot be compared with is suspect.
+# A count this far below the estimate of the messages of a prompt it cannot be compared with
+# is suspect.
 UNRELATED_SHORTFALL = 3.0
 # Ollama's uncached-only bug: a count that fell to at most this multiple of what was added.
 UNCACHED_MULTIPLE = 2.5
@@ -62,7 +63,7 @@ class Count:
     """What a request's usage says, beside what the harness knows of the request."""
 
     reported: int | None  # the server's prompt_tokens (None: unknown)
-    estimate: int  # the harness's ledger figure for the whole request
+    estimate: int  # the harness's ledger figure for the request's messages
     previous: int | None = None  # the last whole count this request only extends, if any
     added: int = 0  # the harness's estimate of what was added since that count
     suspects: int = 0  # counts since that one that looked cut

@@ -356,3 +356,15 @@ def test_prompt_tokens_passes_on_the_servers_words_when_the_prompt_does_not_fit(
                    "requested 2914 tokens.", "code": "context_length_exceeded"}}))
     with pytest.raises(ContextOverflowError, match="maximum context length is 2048 tokens"):
         count_prompt(ChatClient(BASE, "m"))
+
+
+@respx.mock
+def test_prompt_tokens_tries_a_fresh_connection_once():
+    """llama.cpp closes the kept-alive connection after an empty stream."""
+    respx.post(CHAT).mock(side_effect=[
+        httpx.ReadError("connection reset"),
+        httpx.Response(400, json={"error": {
+            "message": "This model's maximum context length is 2048 tokens.",
+            "code": "context_length_exceeded"}})])
+    with pytest.raises(ContextOverflowError, match="2048 tokens"):
+        count_prompt(ChatClient(BASE, "m"))

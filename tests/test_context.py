@@ -422,3 +422,15 @@ def test_to_wire_strips_the_harness_private_keys():
 ])
 def test_decide(used, candidates, wound_down, decision, after):
     assert ctx.decide(ContextConfig(), used, candidates, wound_down) == (decision, after)
+
+
+def test_a_server_that_never_shows_the_model_its_tools_is_believed():
+    """llama-cpp-python's chatml: the tool schemas cost nothing, the count is far below the
+    estimate of messages plus schemas, but not below the messages alone."""
+    cm = manager()
+    tools = [{"type": "function", "function": {"name": "x" * 2300}}]
+    sent = [{"role": "system", "content": "s" * 600, tk.TOKENS_KEY: 201},
+            {"role": "user", "content": "u" * 400, tk.TOKENS_KEY: 131}]
+    reading = cm.observe_reply(sent, tools, usage(338), 10)
+    assert reading.verdict == "whole"
+    assert cm.current_tokens(sent, tools) == 338
