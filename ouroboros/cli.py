@@ -4,6 +4,7 @@ one function; errors become one line on stderr and an exit code (2 for usage or 
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ from ouroboros.config import (
 )
 from ouroboros.errors import OuroborosError, UsageError
 from ouroboros.events import EVENTS_FILE, find_run, read_events
+from ouroboros.reload import effect_note, live_holder, request_reload
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scaffold import create_project
 from ouroboros.ui.config_view import config_table, override_note, toml_value
@@ -164,9 +166,24 @@ def config_set(
     path = config or DEFAULT_PROJECT_FILE
     written = guarded(lambda: set_config_value(path, key, value))
     typer.echo(f"{key} = {toml_value(written)} (in {path})")
-    note = override_note(guarded(lambda: load_config(path, {})), key)
+    loaded = guarded(lambda: load_config(path, {}))
+    note = override_note(loaded, key)
     if note is not None:
         typer.echo(note)
+    if live_holder(loaded.state_dir) is not None:
+        found = guarded(lambda: run_status(loaded.state_dir))
+        where = (found.state.session, found.state.turn) if found is not None else (None, None)
+        typer.echo(effect_note(key, *where))
+
+
+@app.command()
+def reload(config: Optional[Path] = ConfigOption) -> None:
+    """Ask the running run to end its session early (after a wind-down), so the next session
+    starts now with the config as it is on disk (the same as SIGHUP to the harness)."""
+    loaded = guarded(lambda: load_config(config, {}))
+    holder = guarded(lambda: request_reload(loaded.state_dir, socket.gethostname()))
+    typer.echo(f"asked run {holder.get('run_id')} (pid {holder['pid']}) to end its session: "
+               "the agent saves its state, then the next session reads the config again")
 
 
 @app.command()

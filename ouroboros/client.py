@@ -125,6 +125,14 @@ class ChatClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    def configure(self, *, temperature: float, max_output_tokens: int,
+                  timeout_secs: float) -> None:
+        """New sampling settings and request timeout, from the next request on."""
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self.timeout_secs = timeout_secs
+        self._http.timeout = httpx.Timeout(timeout_secs)
+
     def request_body(self, messages: list[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:

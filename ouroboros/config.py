@@ -25,8 +25,9 @@ import textwrap
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Final, Literal, get_args, get_origin
+from typing import Any, Callable, Final, Literal, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
 import tomli_w
@@ -319,6 +320,14 @@ class LoadedConfig:
     root: Path
     sources: dict[str, str]
     flag_names: dict[str, str] = field(default_factory=dict, repr=False)
+    reader: Callable[[], LoadedConfig] | None = field(default=None, repr=False, compare=False)
+
+    def reread(self) -> LoadedConfig:
+        """The layers read again as load_config first read them (same flags, environment and
+        user file): what a running run applies at its next session. Raises ConfigError."""
+        if self.reader is None:
+            return self
+        return self.reader()
 
     @property
     def workspace(self) -> Path:
@@ -403,7 +412,8 @@ def load_config(
     config, sources = _build(project_doc, shown, user_file, env, flags or {}, names)
     absolute = project.resolve() if project is not None else None
     root = absolute.parent if absolute is not None else Path.cwd().resolve()
-    return LoadedConfig(config, absolute, root, sources, names)
+    reader = partial(load_config, path, flags, env, user_file, flag_names=flag_names)
+    return LoadedConfig(config, absolute, root, sources, names, reader)
 
 
 def _build(

@@ -17,6 +17,7 @@ from ouroboros.errors import UsageError
 from ouroboros.events import EVENTS_FILE, FORMAT_VERSION, read_events, read_snapshot
 from ouroboros.context import pending_calls
 from ouroboros.protocols import ToolCall
+from ouroboros.reload import recorded_config
 from ouroboros.state import RunState
 
 INTERRUPTED_TEXT = (
@@ -32,6 +33,7 @@ class Recovered:
     interrupted: list[ToolCall] = field(default_factory=list)
     torn_line: str | None = None
     valid_bytes: int = 0
+    config: dict[str, Any] = field(default_factory=dict)  # what the run last ran with
 
 
 def started_ids(events: list[dict[str, Any]], after_seq: int) -> set[str]:
@@ -59,7 +61,8 @@ def recover(run_dir: Path, policy: ContextConfig) -> Recovered:
     state = RunState.from_dict(snapshot["state"], policy)
     started = started_ids(events, snapshot["seq"])
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
-    return Recovered(state, events[-1]["seq"], interrupted, log.torn_line, log.valid_bytes)
+    return Recovered(state, events[-1]["seq"], interrupted, log.torn_line, log.valid_bytes,
+                     recorded_config(events))
 
 
 def drop_torn_line(run_dir: Path, valid_bytes: int) -> None:

@@ -1,5 +1,6 @@
 """The outer loop: start or resume a run, then run sessions, restarting them with carryover
-when the context manager asks, until the run stops.
+when the context manager asks (or a reload does), until the run stops. Every session start
+reads the config again and takes what a running run can take (see reload.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ouroboros.config import LoadedConfig
 from ouroboros.context import ContextManager
 from ouroboros.discovery import allocated_context, discover_context_limit
 from ouroboros.errors import (
+    ConfigError,
     ModelError,
     RunFailed,
     OuroborosError,
@@ -29,6 +31,14 @@ from ouroboros.errors import (
 from ouroboros.events import EVENTS_FILE, EventLog, find_run, new_run_id, runs_dir
 from ouroboros.lock import WorkspaceLock
 from ouroboros.protocols import Message, TextSink, ToolResult
+from ouroboros.reload import (
+    Change,
+    bad_edit,
+    config_diff,
+    needs_new_run,
+    show,
+    with_live,
+)
 from ouroboros.resume import drop_torn_line, interrupted_text, recover
 from ouroboros.retry import RetryPolicy
 from ouroboros.session import RestartSession, Services, Session, StopRun
@@ -124,12 +134,15 @@ class Runner:
             context.window = reclaimed(context.window, claimed, source)
             context.max_output_tokens = cfg.model.max_output_tokens
             state.barren_sessions = 0
+            state.reload = ""  # a resume reads the config anyway
             log = open_log(run_dir, hooks, seq=recovered.seq, state=state)
             log.emit("run_resumed", total_turns=state.total_turns, restarts=state.restarts,
                      torn_line_dropped=recovered.torn_line is not None,
                      interrupted_tools=[c.name for c in recovered.interrupted],
                      context_limit=context.limit, limit_source=context.limit_source,
                      budget=context.budget)
+            # A new process takes every key: log what differs from what the run last used.
+            log_changes(log, config_diff(recovered.config, loaded.redacted(), loaded.sources))
         else:
             context = ContextManager.create(claimed, source, cfg.model.max_output_tokens,
                                             cfg.context)
@@ -189,6 +202,7 @@ class Runner:
         return 0
 
     async def restart(self, reason: str) -> None:
+        changes = await self.reread_config()
         state, cfg = self.state, self.loaded.config.context
         if cfg.max_restarts and state.restarts >= cfg.max_restarts:
             raise StopRun("max_restarts")
@@ -220,6 +234,7 @@ class Runner:
         state.session += 1
         state.restarts += 1
         state.session_turns = state.session_successes = 0
+        state.reload = ""
         state.messages = fitted.messages
         carried = fitted.messages[2:]
         # Saved before the events that announce it: a crash in between resumes the new session.
@@ -228,9 +243,58 @@ class Runner:
         self.log.emit("session_restart", session=state.session, previous_turns=previous_turns,
                       carryover_messages=len(carried), carryover_masked=len(fitted.masked),
                       carryover_turns_dropped=fitted.dropped_turns, reason=reason)
+        log_changes(self.log, changes)
         self.log.emit("session_start", context_limit=context.limit,
                       limit_source=context.limit_source, budget=context.budget,
                       carryover_messages=len(carried))
+
+    # -- tuning: the config read again at every session start --
+
+    async def reread_config(self) -> list[Change]:
+        """Read the config layers again and take the keys a running run can take; return
+        those changes (logged once the new session is announced). A config that no longer
+        loads changes nothing; it, and each key that needs a new run, is warned about once."""
+        try:
+            new = self.loaded.reread()
+        except ConfigError as error:
+            self.warn_once(f"config error: {error.message}", bad_edit(error.message))
+            return []
+        changes = config_diff(self.loaded.redacted(), new.redacted(), new.sources)
+        for change in changes:
+            if not change.live:
+                self.warn_once(f"needs a new run: {change.key} = {show(change.new)}",
+                               needs_new_run(change))
+        applied = [change for change in changes if change.live]
+        if applied:
+            limit_changed = any(c.key == "model.context_limit" for c in applied)
+            await self.apply_config(with_live(self.loaded, new), limit_changed=limit_changed)
+        return applied
+
+    async def apply_config(self, loaded: LoadedConfig, *, limit_changed: bool) -> None:
+        """Make `loaded` the run's config: the context policy and reply reserve, the window
+        claim (through the same evidence rules as a resume), the client's settings, retries,
+        limits and the tools."""
+        self.loaded = loaded
+        cfg, context, services = loaded.config, self.state.context, self.services
+        context.policy = cfg.context
+        context.max_output_tokens = cfg.model.max_output_tokens
+        if limit_changed:
+            claimed, source = await discover_context_limit(
+                cfg.model.base_url, cfg.model.name, cfg.model.context_limit)
+            context.window = reclaimed(context.window, claimed, source)
+        if isinstance(services.client, ChatClient):
+            services.client.configure(temperature=cfg.model.temperature,
+                                      max_output_tokens=cfg.model.max_output_tokens,
+                                      timeout_secs=cfg.model.request_timeout_secs)
+        services.retry = RetryPolicy(max_retry_secs=cfg.model.max_retry_secs)
+        services.max_turns = cfg.agent.max_turns
+        services.continue_message = cfg.agent.continue_message
+        services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log)
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self.state.warned:
+            self.state.warned.append(key)
+            self.log.emit("warning", message=message)
 
     def cannot_progress(self, why: str) -> str:
         """The one line for a run that cannot make progress in the window it believes."""
@@ -248,7 +312,8 @@ class Runner:
         Session(self.state, self.services).checkpoint()
         self.log.close()
 
-    # -- signals: the first Ctrl+C (or SIGTERM) finishes the turn, the second stops now --
+    # -- signals: the first Ctrl+C (or SIGTERM) finishes the turn, the second stops now;
+    # -- SIGHUP (`ouroboros reload`) ends the session early, so the next one reads the config
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -263,11 +328,25 @@ class Runner:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig.name)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload, signal.SIGHUP.name)
 
     def remove_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+
+    def request_reload(self, signal_name: str) -> None:
+        """Ask the session to end early: the agent is told to save its state, then the
+        session restarts and the new one reads the config again."""
+        if not self.state.reload:
+            self.state.reload = "requested"
+            self.log.emit("reload_requested", signal=signal_name)
+
+
+def log_changes(log: EventLog, changes: list[Change]) -> None:
+    for change in changes:
+        log.emit("config_changed", key=change.key, old=change.old,
+                 new=change.new, source=change.source)
 
 
 def open_log(run_dir: Path, hooks: RunHooks, *, seq: int, state: RunState) -> EventLog:

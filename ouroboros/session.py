@@ -17,6 +17,7 @@ from ouroboros.accounting import Accounting
 from ouroboros.context import Mask, Restart, WindDown
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
 from ouroboros.events import EventLog, write_snapshot
+from ouroboros.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
 from ouroboros.protocols import (
     Message,
     ModelClient,
@@ -176,6 +177,8 @@ class Session:
 
     def manage_context(self) -> None:
         tokens = self.context.current_tokens(self.messages, self.tools)
+        if self.reloading(tokens):
+            return
         match self.context.evaluate(tokens, self.messages):
             case Mask(tool_call_ids=ids):
                 self.messages = self.context.mask(self.messages, ids)
@@ -188,6 +191,19 @@ class Session:
                 self.log.emit("wind_down", context_used_pct=round(100 * pct, 1))
             case Restart(reason=reason):
                 raise RestartSession(reason)
+
+    def reloading(self, tokens: int) -> bool:
+        """A reload (SIGHUP, `ouroboros reload`) ends the session early: the agent is told to
+        save its state, and a turn later the session restarts."""
+        if self.state.reload == "wound_down":
+            raise RestartSession(RELOAD_REASON)
+        if self.state.reload != "requested":
+            return False
+        self.state.reload = "wound_down"
+        self.messages.append(ctx.note("wind_down", RELOAD_WIND_DOWN_TEXT))
+        self.log.emit("wind_down", context_used_pct=round(100 * self.context.used_pct(tokens), 1),
+                      reason="reload")
+        return True
 
     def log_mask(self, count: int, before: int, after: int, *, preflight: bool) -> float:
         reclaimed = 100 * (before - after) / before if before else 0.0

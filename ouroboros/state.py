@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.context import ContextManager
@@ -25,6 +25,9 @@ class StopFlag:
         self.reason = self.reason or reason
 
 
+Reload = Literal["", "requested", "wound_down"]
+
+
 @dataclass
 class RunState:
     """Everything a resumed run needs back; saved as the snapshot after every step."""
@@ -39,6 +42,9 @@ class RunState:
     session_successes: int = 0  # tool calls that succeeded in this session
     barren_sessions: int = 0  # sessions in a row that ended without one
     warned: list[str] = field(default_factory=list)
+    # An early end of the session asked for (SIGHUP, `ouroboros reload`): "requested", then
+    # "wound_down" once the agent was told to save its state; cleared by the restart.
+    reload: Reload = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

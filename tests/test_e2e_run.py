@@ -4,7 +4,6 @@ speaking Ollama's wire format over loopback."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

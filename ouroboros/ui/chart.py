@@ -5,8 +5,8 @@
 
 Each turn is a column or a few (in a long run, a column is the highest of a few turns); each
 row is a band of percentages, labelled with its top. The soft and hard thresholds are drawn as
-lines through the rows they fall in, and `↻` under the axis marks the first turn of each
-restarted session.
+lines through the rows they fall in (moving where the run changed them, labelled with the
+last), and `↻` under the axis marks the first turn of each restarted session.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ MAX_TURN_WIDTH = 3  # columns per turn in a short run
 
 
 def context_chart(pcts: list[float], soft: float, hard: float, restarts_at: list[int], *,
-                  height: int = 10, width: int = 72) -> list[str]:
+                  height: int = 10, width: int = 72,
+                  thresholds: list[tuple[float, float]] | None = None) -> list[str]:
     """The chart's lines, top first. `pcts` are percentages of the prompt budget, one per
-    turn; the thresholds are fractions; `restarts_at` are indexes into `pcts`."""
+    turn; the thresholds are fractions, `(soft, hard)` per turn in `thresholds` when the run
+    changed them (else `soft` and `hard` throughout); `restarts_at` are indexes into `pcts`."""
     if not pcts:
         return ["(no context readings yet)"]
     columns = column_values(pcts, width)
@@ -31,13 +33,20 @@ def context_chart(pcts: list[float], soft: float, hard: float, restarts_at: list
              if index < len(pcts)}
     top = 100.0 if max(pcts) <= 100 else math.ceil(max(pcts) / 10) * 10.0
     step = top / height
-    lines_at = {row_of(100 * soft, top, step, height): (SOFT_LINE, f"soft {100 * soft:.0f}%"),
-                row_of(100 * hard, top, step, height): (HARD_LINE, f"hard {100 * hard:.0f}%")}
+    per_turn = thresholds if thresholds and len(thresholds) == len(pcts) \
+        else [(soft, hard)] * len(pcts)
+    lines_at = [{row_of(100 * s, top, step, height): SOFT_LINE,
+                 row_of(100 * h, top, step, height): HARD_LINE}
+                for s, h in column_thresholds(per_turn, len(columns))]
+    last_soft, last_hard = per_turn[-1]
+    labels = {row_of(100 * last_soft, top, step, height): f"soft {100 * last_soft:.0f}%",
+              row_of(100 * last_hard, top, step, height): f"hard {100 * last_hard:.0f}%"}
     lines = []
     for row in range(height):
         ceiling = top - row * step
-        line, label = lines_at.get(row, (" ", ""))
-        cells = "".join(cell(value, ceiling - step, step) or line for value in columns)
+        label = labels.get(row, "")
+        cells = "".join(cell(value, ceiling - step, step) or at.get(row, " ")
+                        for value, at in zip(columns, lines_at))
         lines.append(f"{ceiling:>4.0f}% ┤{cells}" + (f" {label}" if label else ""))
     lines.append(" " * (LABEL_WIDTH - 1) + "└" + "─" * len(columns))
     if marks:
@@ -61,6 +70,19 @@ def column_values(pcts: list[float], width: int) -> list[float]:
         column = column_of(index, len(pcts), width)
         columns[column] = max(columns[column], pct)
     return columns
+
+
+def column_thresholds(per_turn: list[tuple[float, float]],
+                      columns: int) -> list[tuple[float, float]]:
+    """The thresholds each column shows: those of the last turn drawn in it."""
+    shown = [per_turn[0]] * columns
+    for index, pair in enumerate(per_turn):
+        first = column_of(index, len(per_turn), columns)
+        last = columns if index + 1 == len(per_turn) else \
+            max(first + 1, column_of(index + 1, len(per_turn), columns))
+        for column in range(first, min(last, columns)):
+            shown[column] = pair
+    return shown
 
 
 def turn_width(count: int, width: int) -> int:

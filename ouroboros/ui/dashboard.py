@@ -32,6 +32,7 @@ NOTE_LEVELS: dict[str, Level] = {
     "wind_down": "warn", "session_restart": "info", "context_truncation_detected": "warn",
     "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
     "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
+    "reload_requested": "info", "config_changed": "info",
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
 
@@ -145,6 +146,13 @@ class DashboardState:
         self.soft = context.get("soft_threshold_pct", self.soft)
         self.hard = context.get("hard_threshold_pct", self.hard)
         self.model = model.get("name", self.model)
+
+    def _on_config_changed(self, e: dict[str, Any]) -> None:
+        """The thresholds the gauge marks move when the run takes new ones."""
+        if e["key"] == "context.soft_threshold_pct":
+            self.soft = e["new"]
+        elif e["key"] == "context.hard_threshold_pct":
+            self.hard = e["new"]
 
     def _on_run_resumed(self, e: dict[str, Any]) -> None:
         self.status, self.ended = "running", False

@@ -12,7 +12,8 @@ EVENT_TYPES = (
     "run_start", "run_resumed", "session_start", "assistant", "tool_call", "tool_result",
     "token_usage", "context_mask", "context_drop", "wind_down", "session_restart",
     "context_truncation_detected", "context_overflow_recovered", "retry", "security",
-    "warning", "error", "stop_requested", "session_end", "run_end",
+    "warning", "error", "stop_requested", "reload_requested", "config_changed", "session_end",
+    "run_end",
 )
 """Every event type the harness writes, in roughly the order a run meets them."""
 
@@ -103,6 +104,12 @@ def describe(e: dict[str, Any]) -> str | None:
             return f"ERROR {e['message']}"
         case "stop_requested":
             return "stopping after this turn (press Ctrl+C again to stop now)"
+        case "reload_requested":
+            return ("reload requested: the session ends after a wind-down, and the next one "
+                    "reads the config again")
+        case "config_changed":
+            return (f"config changed: {e['key']} {json.dumps(e['old'])} -> "
+                    f"{json.dumps(e['new'])} ({e['source']})")
         case "session_end":
             return None
         case "run_end":

@@ -43,6 +43,7 @@ class RunStats:
     sessions: list[SessionStats] = field(default_factory=list)
     context_pcts: list[float] = field(default_factory=list)  # one reading per turn, in order
     restarts_at: list[int] = field(default_factory=list)  # index of each new session's 1st turn
+    thresholds: list[tuple[float, float]] = field(default_factory=list)  # (soft, hard) per reading
     end: str | None = None
 
     @property
@@ -57,7 +58,8 @@ class RunStats:
 def run_stats(events: list[dict[str, Any]], soft: float | None = None,
               hard: float | None = None) -> RunStats:
     """Fold a run's events into per-session numbers and the run's context readings. The
-    thresholds come from the run_start record (the ones the run used), else from the args."""
+    thresholds come from the run_start record (the ones the run used), else from the args,
+    and move where a config_changed record changed them; `soft` and `hard` end as the last."""
     stats = RunStats()
     stats.soft = soft if soft is not None else stats.soft
     stats.hard = hard if hard is not None else stats.hard
@@ -84,6 +86,11 @@ def run_stats(events: list[dict[str, Any]], soft: float | None = None,
                 current.prompt_tokens += e["prompt_tokens"]
                 current.completion_tokens += e["completion_tokens"]
                 stats.context_pcts.append(pct)
+                stats.thresholds.append((stats.soft, stats.hard))
+            case "config_changed" if e["key"] == "context.soft_threshold_pct":
+                stats.soft = e["new"]
+            case "config_changed" if e["key"] == "context.hard_threshold_pct":
+                stats.hard = e["new"]
             case "context_mask":
                 current.mask_rounds += 1
                 current.masked += e["observations_masked"]
@@ -110,7 +117,7 @@ def stats_view(stats: RunStats, chart_width: int = 72) -> RenderableType:
     summary = Text(f"run {stats.run_id}: {len(stats.sessions)} sessions, {stats.total_turns} "
                    f"turns, {stats.restarts} restarts{ended}", style="bold")
     lines = context_chart(stats.context_pcts, stats.soft, stats.hard, stats.restarts_at,
-                          width=chart_width)
+                          width=chart_width, thresholds=stats.thresholds)
     chart = Text("\n".join(lines))
     title = Text("context use per turn (% of the prompt budget)", style="bold")
     reasons = restart_reasons(stats)

@@ -9,7 +9,8 @@ Its numbers come from replaying its log into a DashboardState.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from ouroboros.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.stats import percent
 
+MAX_CHANGES_SHOWN = 4  # the newest config changes `status` lists
+SHORT_KEYS = {"context.soft_threshold_pct": "soft", "context.hard_threshold_pct": "hard"}
+
 
 @dataclass
 class RunStatus:
@@ -29,6 +33,7 @@ class RunStatus:
     state: DashboardState
     owner_pid: int | None  # the live process running it, if any
     end: dict[str, Any] | None  # its run_end record, if it has stopped cleanly since resumed
+    changes: list[dict[str, Any]] = field(default_factory=list)  # its config_changed records
 
     @property
     def running(self) -> bool:
@@ -52,7 +57,8 @@ def run_status(state_dir: Path) -> RunStatus | None:
             end = event
         elif event["type"] == "run_resumed":
             end = None
-    return RunStatus(run_id, state, holder.get("pid") if alive else None, end)
+    changes = [event for event in events if event["type"] == "config_changed"]
+    return RunStatus(run_id, state, holder.get("pid") if alive else None, end, changes)
 
 
 def ago(then: str, now: datetime) -> str:
@@ -76,6 +82,14 @@ def describe_state(status: RunStatus) -> str:
             "`ouroboros resume` continues it")
 
 
+def change_line(e: dict[str, Any]) -> str:
+    """One config change as `status` shows it: "changed at session 5: soft 0.70 -> 0.60"."""
+    key = e["key"]
+    old, new = (f"{v:.2f}" if key in SHORT_KEYS and isinstance(v, (int, float))
+                else json.dumps(v) for v in (e["old"], e["new"]))
+    return f"changed at session {e['session']}: {SHORT_KEYS.get(key, key)} {old} -> {new}"
+
+
 def status_view(status: RunStatus, now: datetime) -> Table:
     """A two-column table: what, and its value."""
     s = status.state
@@ -91,8 +105,11 @@ def status_view(status: RunStatus, now: datetime) -> Table:
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
         ("restarts", str(s.restarts)),
         ("masked", f"{s.masked} observations"),
-        ("last event", last),
     ]
+    if status.changes:
+        shown = status.changes[-MAX_CHANGES_SHOWN:]
+        rows.append(("config", "\n".join(change_line(e) for e in shown)))
+    rows.append(("last event", last))
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
