@@ -292,17 +292,15 @@ class Runner:
         services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log)
 
     def warn_once(self, key: str, message: str) -> None:
-        if key not in self.state.warned:
-            self.state.warned.append(key)
-            self.log.emit("warning", message=message)
+        self.state.warn_once(self.log, key, message)
 
     def cannot_progress(self, why: str) -> str:
         """The one line for a run that cannot make progress in the window it believes."""
         context = self.state.context
         return (f"the run cannot make progress: {why}, in a {context.limit}-token window "
                 f"({context.limit_source}). Give the model a bigger window "
-                "(OLLAMA_CONTEXT_LENGTH or num_ctx) and set model.context_limit to match, or "
-                "shorten SYSTEM_PROMPT.md")
+                "(Ollama: OLLAMA_CONTEXT_LENGTH or num_ctx; llama.cpp: -c) and set "
+                "model.context_limit to match, or shorten SYSTEM_PROMPT.md")
 
     def finish(self, reason: str, code: int) -> None:
         self.log.emit("session_end", reason=reason)

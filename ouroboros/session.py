@@ -218,9 +218,7 @@ class Session:
         self.log.emit("retry", attempt=attempt, delay_secs=round(delay, 2), error=str(error))
 
     def warn_once(self, key: str, message: str) -> None:
-        if key not in self.state.warned:
-            self.state.warned.append(key)
-            self.log.emit("warning", message=message)
+        self.state.warn_once(self.log, key, message)
 
     def save_observation(self, obs_id: str, text: str) -> None:
         directory = self.s.run_dir / "observations"

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.context import ContextManager
-from ouroboros.protocols import Message
+from ouroboros.protocols import EventSink, Message
 
 
 @dataclass
@@ -45,6 +45,12 @@ class RunState:
     # An early end of the session asked for (SIGHUP, `ouroboros reload`): "requested", then
     # "wound_down" once the agent was told to save its state; cleared by the restart.
     reload: Reload = ""
+
+    def warn_once(self, log: EventSink, key: str, message: str) -> None:
+        """A `warning` event, the first time this run meets `key`."""
+        if key not in self.warned:
+            self.warned.append(key)
+            log.emit("warning", message=message)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
