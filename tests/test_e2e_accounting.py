@@ -107,6 +107,10 @@ def test_real_truncation_is_caught_on_any_tokenizer(tmp_path, name):
     # Once caught, the run works within the window: only the requests that revealed the cut
     # (and the one before the refit) went over it.
     assert server.over_limit <= 3
+    # At the next session Ollama's own word (/api/ps) replaces the inference.
+    later = [e for e in of_type(events, "session_start") if e["seq"] > detected[0]["seq"]]
+    assert later and all(e["context_limit"] == 2500 for e in later)
+    assert later[0]["limit_source"] == "allocated by Ollama (/api/ps)"
 
 
 def test_counting_with_the_servers_tokenizer_where_it_has_one(tmp_path):
