@@ -93,7 +93,7 @@ class Window:
     @property
     def source(self) -> str:
         """Where `limit` came from, as a phrase for people."""
-        claimed = f"{self.claimed_source}"
+        claimed = self.claimed_source
         if not self.ceiling or self.limit == self.claimed:
             return claimed
         return {
