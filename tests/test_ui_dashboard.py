@@ -8,7 +8,9 @@ from pathlib import Path
 from rich.console import Console
 
 from ouroboros.events import read_events
-from ouroboros.ui.dashboard import DashboardState, zone
+import pytest
+
+from ouroboros.ui.dashboard import DashboardState, call_summary, zone
 from ouroboros.ui.live import LiveDashboard, watch
 from ouroboros.ui.render import gauge, render
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
@@ -31,6 +33,40 @@ def rendered(state: DashboardState) -> str:
     return console.export_text()
 
 
+NO_USAGE = ("the server sent no token usage (or a prompt count of 0); estimating at 4.0 "
+            "characters per token, and the server is asked to count the whole prompt once a "
+            "session")
+SIZES = [(80, 24), (100, 30), (160, 50)]
+
+
+def rendered_at(state: DashboardState, width: int, height: int) -> list[str]:
+    """The frame as a terminal of that size shows it, one string per line."""
+    console = Console(record=True, width=width, height=height)
+    console.print(render(state, width, height))
+    return console.export_text().rstrip("\n").split("\n")
+
+
+def warned_early(events: list[dict]) -> list[dict]:
+    """The sample run with a long warning right after its first reply, as a server without
+    usage causes, and without its own later warning: the early one is the only one."""
+    first_usage = next(i for i, e in enumerate(events) if e["type"] == "token_usage")
+    warning = {**events[first_usage], "type": "warning", "message": NO_USAGE}
+    rest = [e for e in events if e["type"] != "warning"]
+    return rest[: first_usage + 1] + [warning] + rest[first_usage + 1:]
+
+
+def panels(lines: list[str]) -> list[str]:
+    """The titles of the panels whose top and bottom borders are both in the frame."""
+    titles, open_title = [], None
+    for line in lines:
+        if line.startswith("╭─ "):
+            open_title = line[3:].split(" ")[0]
+        elif line.startswith("╰") and open_title is not None:
+            titles.append(open_title)
+            open_title = None
+    return titles
+
+
 def upto(events: list[dict], type: str, nth: int = 1) -> list[dict]:
     """The events up to and including the nth of a type."""
     seen = 0
@@ -50,12 +86,12 @@ def test_reducer_follows_a_whole_run(tmp_path):
     assert (state.context_pct, state.prompt_tokens, state.budget) == (61.8, 3797, 6144)
     assert state.ended and state.status == "ended: max_turns (exit 0)"
     assert state.text == "Adding examples to the help."
-    assert len(state.tools) == state.max_tools
-    assert state.tools[-1].call == "file_write(path='src/cli.py', content='...')"
+    assert len(state.tools) == 9  # every call of the run: the layout decides how many show
+    assert state.tools[-1].call == "file_write src/cli.py"  # the path, not the content
     assert state.tools[-1].result == "ok: wrote 4,096 bytes" and state.tools[-1].ok
     kinds = [note.text.split()[0] for note in state.notes]
-    assert kinds == ["masked", "wind-down:", "restart", "retry", "WARNING", "run"]
-    assert [note.level for note in state.notes][3:5] == ["warn", "warn"]
+    assert kinds == ["masked", "masked", "wind-down:", "restart", "retry", "WARNING", "run"]
+    assert [note.level for note in state.notes][4:6] == ["warn", "warn"]
 
 
 def test_thresholds_come_from_the_run_start_record(tmp_path):
@@ -101,7 +137,7 @@ def test_streamed_text_and_its_rate(tmp_path):
     state.apply(upto(events, "assistant", 3)[-1])
     state.apply(upto(events, "token_usage", 3)[-1])
     assert not state.streaming and state.text == "The tokenizer drops trailing spaces; reading it."
-    assert state.tokens_per_sec == 25.0  # the stream's rate, not one from the timestamps
+    assert state.tokens_per_sec == 43 / 1.0  # the server's count over the stream's second
 
     state.add_text("Next", now=200.0)
     assert state.text == "Next"  # a new stream starts afresh
@@ -204,3 +240,115 @@ def test_watch_follows_a_growing_log_to_its_end(tmp_path):
     assert not rest
     assert state.ended and state.total_turns == 9 and state.restarts == 1
     assert "ended: max_turns (exit 0)" in out.getvalue()
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+def test_the_whole_dashboard_fits_the_terminal(tmp_path, width, height):
+    state = replay(warned_early(sample_events(tmp_path)))
+
+    lines = rendered_at(state, width, height)
+
+    assert len(lines) <= height and max(len(line) for line in lines) <= width
+    assert panels(lines) == ["ouroboros", "assistant", "tools", "activity"]  # none cut off
+    context = [line for line in lines if line.startswith("│ context ")]
+    assert len(context) == 1 and "3,797/6,144" in context[0] and "61.8%" in context[0]
+    below = lines[lines.index(context[0]) + 1]
+    assert "↑soft 70%" in below and "↑hard 90%" in below
+    assert "file_write src/cli.py" in "\n".join(lines)  # the path, not `content='...'`
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+def test_an_early_warning_stays_on_the_alert_line(tmp_path, width, height):
+    state = replay(warned_early(sample_events(tmp_path)))
+
+    lines = rendered_at(state, width, height)
+
+    header = lines[: next(i for i, line in enumerate(lines) if line.startswith("╰"))]
+    assert any("WARNING the server sent no token usage" in line for line in header)
+    if height == 24:  # the activity panel has moved on; only the alert line still says it
+        activity = lines[next(i for i, line in enumerate(lines) if "╭─ activity" in line):]
+        assert not any("WARNING" in line for line in activity)
+
+
+def test_the_alert_keeps_the_newest_and_counts_the_earlier(tmp_path):
+    events = warned_early(sample_events(tmp_path))
+    state = replay(events)
+    late = {**events[-1], "type": "warning", "message": "the server is slow to answer"}
+    error = {**events[-1], "type": "error", "message": "the server went away"}
+
+    assert "(+1 earlier)" not in "\n".join(rendered_at(state, 80, 24))
+    state.apply(late)
+    shown = "\n".join(rendered_at(state, 80, 24))
+    assert "WARNING the server is slow to answer (+1 earlier)" in shown
+    assert "no token usage" not in shown.split("╰")[0]  # replaced on the alert line
+    state.apply({**events[-1], "type": "tool_call", "id": "x", "name": "recall",
+                 "arguments": '{"id": "obs-3"}'})
+    assert "WARNING the server is slow to answer (+1 earlier)" in "\n".join(
+        rendered_at(state, 80, 24))  # other events leave it where it is
+    state.apply(error)
+    assert "ERROR the server went away (+2 earlier)" in "\n".join(rendered_at(state, 80, 24))
+
+
+def test_a_long_alert_is_cut_before_its_count(tmp_path):
+    state = replay(warned_early(sample_events(tmp_path)))
+    state.apply({**state_event(), "type": "warning", "message": "word " * 200})
+
+    header = "\n".join(rendered_at(state, 80, 24)).split("╰")[0]
+
+    assert "word… (+1 earlier)" in header
+    assert header.count("word") <= 2 * 80 // 5
+
+
+def state_event() -> dict:
+    return {"ts": "2025-03-01T10:00:00.000Z", "seq": 99, "session": 2, "turn": 3}
+
+
+def test_tool_calls_are_shown_by_their_most_telling_part():
+    assert call_summary("file_read", '{"path": "data/part-07.txt"}') == "file_read data/part-07.txt"
+    assert call_summary("file_write", '{"content": "x' + "y" * 500 + '", "path": "out.md"}') \
+        == "file_write out.md"
+    assert call_summary("shell_exec", '{"command": "pytest -q\\n  tests"}') \
+        == "shell_exec pytest -q tests"
+    assert call_summary("recall", '{"id": "obs-12", "offset": 4000}') == "recall obs-12"
+    assert call_summary("list_dir", "{}") == "list_dir"
+    assert call_summary("web_fetch", '{"url": "https://x.org"}') == "web_fetch https://x.org"
+    assert call_summary("file_read", '{"path": "a') == 'file_read {"path": "a'
+
+
+def test_rate_comes_from_usage_when_the_stream_was_too_short_to_time():
+    base = {"session": 1, "turn": 1, "seq": 1}
+    state = replay([{**base, "type": "session_start", "ts": "2025-03-01T10:00:00.000Z",
+                     "context_limit": 4096, "budget": 3584, "carryover_messages": 0}])
+    state.add_text("Done.", now=50.0)  # one piece: no streamed rate
+    assert state.tokens_per_sec is None
+    replay([
+        {**base, "type": "assistant", "ts": "2025-03-01T10:00:02.000Z", "text": "Done.",
+         "tool_calls": []},
+        {**base, "type": "token_usage", "ts": "2025-03-01T10:00:02.001Z", "prompt_tokens": 900,
+         "completion_tokens": 64, "context_limit": 4096, "budget": 3584,
+         "context_used_pct": 25.1},
+    ], state)
+
+    assert state.tokens_per_sec == 32.0  # 64 tokens over the 2 s the reply took
+    assert "~tok/s 32" in rendered(state)
+
+
+def test_the_live_frame_fits_and_is_redrawn_only_after_a_change(tmp_path):
+    state = replay(warned_early(sample_events(tmp_path, ended=False)))
+    console = Console(file=io.StringIO(), width=80, height=24, force_terminal=True)
+    dashboard = LiveDashboard(state, console)  # not started: no redrawing thread to race
+    drawn = Console(width=80, height=24, record=True)
+    drawn.print(dashboard.renderable())
+    frame = drawn.export_text().rstrip("\n").split("\n")
+
+    assert not dashboard.stale()  # nothing to redraw while the run is idle
+    dashboard.on_text("Reading")
+    assert dashboard.stale()
+    dashboard.renderable()
+    assert not dashboard.stale()
+    console.size = (100, 30)  # the terminal was resized
+    assert dashboard.stale()
+
+    assert len(frame) < 24  # one line to spare: the last frame's newline scrolls nothing away
+    assert panels(frame) == ["ouroboros", "assistant", "tools", "activity"]
+    assert any("WARNING the server sent no token usage" in line for line in frame[:7])

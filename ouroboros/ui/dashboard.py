@@ -8,23 +8,28 @@ so the same state serves `ouroboros run` (fed by the event log's listeners), `ou
     for event in read_events(path).events:
         state.apply(event)
     state.context_pct, state.restarts, state.masked
+
+The newest `warning` or `error` stays in `state.alert` until a newer one replaces it, so a
+warning emitted before the first redraw is still on the screen an hour later.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
-from ouroboros.ui.plain import describe, one_line, tool_call_text
+from ouroboros.ui.plain import describe, one_line
 
 Level = Literal["info", "warn", "error"]
 Zone = Literal["green", "yellow", "red"]
 
 CHARS_PER_TOKEN = 4  # what "~tok/s" assumes of streamed text
-MIN_RATE_SECS = 0.5  # a rate over less time than this is noise
+MIN_RATE_SECS = 0.5  # a streamed rate over less time than this is noise
+MIN_REPLY_SECS = 0.05  # a reply timed by its events' timestamps (ms) over less is noise
 MAX_TEXT_CHARS = 4000  # the tail of the streamed text kept for display
 
 NOTE_LEVELS: dict[str, Level] = {
@@ -35,6 +40,10 @@ NOTE_LEVELS: dict[str, Level] = {
     "reload_requested": "info", "config_changed": "info",
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
+
+TELLING_ARGUMENT = {"file_read": "path", "file_write": "path", "list_dir": "path",
+                    "shell_exec": "command", "recall": "id"}
+"""The argument that says what a tool call does; the others (a file's content) are noise."""
 
 _DEFAULTS = ContextConfig()
 
@@ -47,7 +56,9 @@ class ToolLine:
     clock: str
     call: str
     result: str | None = None  # "ok: <first line>" or "FAILED: ..."
-    size: str = ""  # "6.1 kB, 12 ms"
+    size: str = ""  # "6.1 kB"
+    duration_ms: int = 0
+    truncated: bool = False
     ok: bool | None = None
 
 
@@ -80,8 +91,8 @@ class DashboardState:
 
     soft: float = _DEFAULTS.soft_threshold_pct
     hard: float = _DEFAULTS.hard_threshold_pct
-    max_tools: int = 8
-    max_notes: int = 6
+    max_tools: int = 20  # kept; the layout shows as many as the terminal has room for
+    max_notes: int = 20
 
     run_id: str = ""
     model: str = ""
@@ -104,8 +115,11 @@ class DashboardState:
     last_ts: str | None = None
     tools: deque[ToolLine] = field(default_factory=deque)
     notes: deque[Note] = field(default_factory=deque)
+    alert: Note | None = None  # the newest warning or error
+    alerts: int = 0  # how many there have been, that one included
     _stream_chars: int = field(default=0, init=False, repr=False)
     _stream_started: float = field(default=0.0, init=False, repr=False)
+    _stream_last: float = field(default=0.0, init=False, repr=False)
     _streamed_turn: bool = field(default=False, init=False, repr=False)
     _reply_secs: float | None = field(default=None, init=False, repr=False)
 
@@ -132,6 +146,7 @@ class DashboardState:
             self._stream_started, self._streamed_turn = now, True
         self.text = (self.text + piece)[-MAX_TEXT_CHARS:]
         self._stream_chars += len(piece)
+        self._stream_last = now
         elapsed = now - self._stream_started
         if elapsed >= MIN_RATE_SECS:
             self.tokens_per_sec = self._stream_chars / CHARS_PER_TOKEN / elapsed
@@ -175,28 +190,37 @@ class DashboardState:
     def _on_assistant(self, e: dict[str, Any]) -> None:
         self.total_turns += 1
         self.streaming, self.text = False, e.get("text") or ""
-        if self.last_ts is not None and not self._streamed_turn:
+        if self.last_ts is not None:
             self._reply_secs = (parse_ts(e["ts"]) - parse_ts(self.last_ts)).total_seconds()
 
     def _on_token_usage(self, e: dict[str, Any]) -> None:
         self.prompt_tokens, self.budget = e["prompt_tokens"], e["budget"]
         self.context_limit, self.context_pct = e["context_limit"], e["context_used_pct"]
-        if not self._streamed_turn and (self._reply_secs or 0) >= MIN_RATE_SECS:
-            # replayed from the log: the whole request's time, prompt processing included
-            self.tokens_per_sec = e["completion_tokens"] / self._reply_secs
+        rate = reply_rate(e.get("completion_tokens"), self._stream_secs(), self._reply_secs)
+        if rate is not None:
+            self.tokens_per_sec = rate
         self._streamed_turn, self._reply_secs = False, None
 
+    def _stream_secs(self) -> float | None:
+        return self._stream_last - self._stream_started if self._streamed_turn else None
+
+    def _on_warning(self, e: dict[str, Any]) -> None:
+        self.alerts += 1
+        self.alert = Note(clock(e), describe(e) or e["type"], NOTE_LEVELS[e["type"]])
+
+    _on_error = _on_warning
+
     def _on_tool_call(self, e: dict[str, Any]) -> None:
-        self._add_tool(ToolLine(e["id"], clock(e), tool_call_text(e["name"], e["arguments"])))
+        self._add_tool(ToolLine(e["id"], clock(e), call_summary(e["name"], e["arguments"])))
 
     def _on_tool_result(self, e: dict[str, Any]) -> None:
         line = next((t for t in reversed(self.tools) if t.id == e["id"]), None)
         if line is None:  # answered on resume, its call is in an earlier process's log
             line = self._add_tool(ToolLine(e["id"], clock(e), f"{e['name']}(...)"))
-        cut = ", truncated" if e.get("truncated") else ""
         line.ok = e["ok"]
         line.result = f"{'ok' if e['ok'] else 'FAILED'}: {one_line(e.get('summary', ''), 80)}"
-        line.size = f"{size(e['bytes'])}, {e['duration_ms']} ms{cut}"
+        line.size, line.duration_ms = size(e["bytes"]), e["duration_ms"]
+        line.truncated = bool(e.get("truncated"))
 
     def _on_context_mask(self, e: dict[str, Any]) -> None:
         self.masked = e["total_masked"]
@@ -230,6 +254,34 @@ class DashboardState:
         self.notes.append(Note(clock(e), text, NOTE_LEVELS[e["type"]]))
         while len(self.notes) > self.max_notes:
             self.notes.popleft()
+
+
+def reply_rate(completion_tokens: int | None, stream_secs: float | None,
+               reply_secs: float | None) -> float | None:
+    """Tokens per second of one reply: the server's completion count over the time the text
+    streamed (when it streamed long enough to time), else over the whole request as its
+    events' timestamps bound it (prompt processing included); None when neither can tell."""
+    if not completion_tokens:
+        return None
+    if stream_secs is not None and stream_secs >= MIN_RATE_SECS:
+        return completion_tokens / stream_secs
+    if reply_secs is not None and reply_secs >= MIN_REPLY_SECS:
+        return completion_tokens / reply_secs
+    return None
+
+
+def call_summary(name: str, arguments: str) -> str:
+    """A tool call by its most telling part: `file_read notes/todo.md`, `shell_exec pytest -q`,
+    `recall obs-12`; another tool by its first argument."""
+    try:
+        args = json.loads(arguments or "{}")
+    except ValueError:
+        return f"{name} {one_line(arguments, 200)}".rstrip()
+    if not isinstance(args, dict):
+        return f"{name} {one_line(str(args), 200)}"
+    key = TELLING_ARGUMENT.get(name)
+    value = args.get(key) if key in args else next(iter(args.values()), "")
+    return f"{name} {one_line(str(value), 200)}".rstrip()
 
 
 def size(count: int) -> str:

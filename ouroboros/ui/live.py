@@ -1,8 +1,9 @@
 """The live dashboard on a terminal: a rich Live display of a DashboardState.
 
 It is fed from outside, by the run's hooks (`ouroboros run`) or by tailing a log
-(`ouroboros watch`); it never drives the run. The display refreshes in rich's own thread, so
-the state is only touched under a lock.
+(`ouroboros watch`); it never drives the run. A thread of its own redraws the frame, fitted
+to the terminal's size, at most REFRESH_PER_SECOND times a second and only when the state or
+the size changed, so the state is only touched under a lock.
 
     dashboard = LiveDashboard(DashboardState(soft=0.7, hard=0.9))
     hooks = dashboard.hooks()          # for run_agent: events, streamed text, confirmations
@@ -27,6 +28,8 @@ from ouroboros.ui.follow import follow_events
 from ouroboros.ui.render import render
 
 REFRESH_PER_SECOND = 8
+SPARE_LINES = 1  # the frame stays one line short of the terminal, so the final newline
+# after it scrolls nothing off the top
 
 
 class LiveDashboard:
@@ -38,18 +41,25 @@ class LiveDashboard:
         self.console = console or Console()
         self.stop_at_run_end = stop_at_run_end
         self._lock = threading.Lock()
-        self._live = Live(get_renderable=self.renderable, console=self.console,
-                          refresh_per_second=REFRESH_PER_SECOND)
         self._showing = False
+        self._changes = 0  # bumped by every change to the state
+        self._drawn: tuple[int, tuple[int, int]] | None = None  # changes and size last drawn
+        self._stop_redrawing = threading.Event()
+        self._redrawer: threading.Thread | None = None
+        self._live = Live(get_renderable=self.renderable, console=self.console,
+                          auto_refresh=False)
         atexit.register(self.stop)  # a crash must not leave the cursor hidden
 
     def renderable(self) -> RenderableType:
+        width, height = self.console.size
         with self._lock:
-            return render(self.state)
+            self._drawn = (self._changes, (width, height))
+            return render(self.state, width, max(height - SPARE_LINES, 1))
 
     def on_event(self, event: dict[str, Any]) -> None:
         with self._lock:
             self.state.apply(event)
+            self._changes += 1
         if event["type"] == "run_end" and self.stop_at_run_end:
             self.stop()
         else:
@@ -58,19 +68,38 @@ class LiveDashboard:
     def on_text(self, piece: str) -> None:
         with self._lock:
             self.state.add_text(piece, time.monotonic())
+            self._changes += 1
 
     def start(self) -> None:
         if not self._showing:
             self._showing = True
             self._live.start(refresh=True)
+            self._stop_redrawing.clear()
+            self._redrawer = threading.Thread(target=self._redraw_changes, daemon=True,
+                                              name="dashboard-redraw")
+            self._redrawer.start()
 
     def stop(self) -> None:
         """Stop refreshing, leaving the last frame on the screen."""
         if self._showing:
             self._showing = False
+            self._stop_redrawing.set()
+            if self._redrawer is not None and self._redrawer is not threading.current_thread():
+                self._redrawer.join()
             self._live.stop()
             if not self.console.is_terminal:  # rich ends the last frame's line only on one
                 self.console.line()
+
+    def stale(self) -> bool:
+        """Whether the state or the terminal's size changed since the last frame was drawn."""
+        size = tuple(self.console.size)
+        with self._lock:
+            return self._drawn != (self._changes, size)
+
+    def _redraw_changes(self) -> None:
+        while not self._stop_redrawing.wait(1 / REFRESH_PER_SECOND):
+            if self.stale():
+                self._live.refresh()
 
     @contextmanager
     def paused(self) -> Iterator[None]:

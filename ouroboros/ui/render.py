@@ -1,7 +1,12 @@
-"""Drawing a DashboardState: the context gauge, the streaming text, tools and activity.
+"""Drawing a DashboardState: the context gauge, the alert, the streaming text, tools and
+activity, fitted to the terminal.
 
-`render(state)` returns a rich renderable and reads nothing but the state, so a test renders
-it to `Console(record=True, width=100)` and reads `export_text()`.
+`render(state, width, height)` returns a rich renderable and reads nothing but the state and
+the size it is given, so a test renders it to `Console(record=True, width=80, height=24)` and
+reads `export_text()`. Given a height, the frame is at most that many lines: `plan` shares the
+rows among the panels so that every panel keeps its borders and at least one row, and every
+line is cut with an ellipsis rather than wrapped. Without one, each panel shows its default
+number of rows.
 """
 
 from __future__ import annotations
@@ -13,45 +18,119 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.ui.dashboard import DashboardState, zone
+from ouroboros.ui.dashboard import DashboardState, Note, ToolLine, zone
 
 GAUGE_WIDTH = 50
-TEXT_LINES = 4
+MIN_GAUGE_WIDTH = 10
+TEXT_LINES, TOOL_ROWS, NOTE_ROWS = 4, 8, 6  # what each panel shows with no height given
+PANELS = 4  # header, assistant, tools, activity: two border lines each
+HEADER_ROWS = 2  # the counters and the context line
+CLOCK_MIN_WIDTH = 100  # narrower, the tools panel leaves out the time of day
 LEVEL_STYLES = {"info": "cyan", "warn": "yellow", "error": "bold red"}
+ALERT_STYLES = {"info": "bold", "warn": "bold black on yellow", "error": "bold white on red"}
 
 
-def render(state: DashboardState) -> RenderableType:
-    """The whole dashboard: a header with the gauge, then the assistant, tools and activity."""
-    return Group(header(state), assistant(state), tools(state), activity(state))
+@dataclass(frozen=True)
+class Plan:
+    """How many rows each part of the dashboard gets."""
+
+    text: int
+    tools: int
+    notes: int
+    alert: int
+    marks: bool  # the row of threshold labels under the gauge
 
 
-def header(state: DashboardState) -> Panel:
-    bar, marks = gauge(state.context_pct, state.soft, state.hard)
-    used = (f"{state.prompt_tokens:,}/{state.budget:,} tokens"
-            if state.prompt_tokens is not None and state.budget else "no reading yet")
-    pct = f"{state.context_pct:.1f}%" if state.context_pct is not None else "--"
-    context = Text("context ").append_text(bar).append(f"  {used}  ")
-    context.append(pct, style=f"bold {state.zone}" if state.context_pct is not None else "dim")
+def plan(state: DashboardState, width: int, height: int | None) -> Plan:
+    """Share `height` lines among the panels (a pure function of the state and the size).
+
+    The alert comes first (it is why a person looks), then one row for each panel, then the
+    threshold labels, then what is left, a row at a time: tools, text, activity. Rows nobody
+    has anything for are not handed out, so a quiet run leaves the terminal's bottom empty."""
+    alert = len(alert_lines(state, width, 3)) if state.alert else 0
+    if height is None:
+        return Plan(TEXT_LINES, TOOL_ROWS, NOTE_ROWS, alert, True)
+    alert = min(alert, 2 if height <= 30 else 3)
+    rows = height - 2 * PANELS - HEADER_ROWS - alert
+    marks = rows >= 4
+    rows -= 3 + marks
+    wants = {"tools": len(state.tools), "notes": len(state.notes),
+             "text": min(text_rows(state.text, width - 4), 2 * TEXT_LINES)}
+    got = dict.fromkeys(wants, 1)
+    while rows > 0 and any(got[k] < wants[k] for k in got):
+        for key in ("tools", "text", "notes"):
+            if rows > 0 and got[key] < wants[key]:
+                got[key] += 1
+                rows -= 1
+    return Plan(got["text"], got["tools"], got["notes"], alert, marks)
+
+
+def text_rows(text: str, inner: int) -> int:
+    """About how many rows `text` takes wrapped to `inner` columns (enough to plan with)."""
+    return sum(max(1, -(-len(line) // max(inner, 1))) for line in text.strip().splitlines())
+
+
+def render(state: DashboardState, width: int = 100, height: int | None = None) -> RenderableType:
+    """The whole dashboard, `width` columns wide and at most `height` lines tall: a header
+    with the gauge and the alert, then the assistant, tools and activity."""
+    shares = plan(state, width, height)
+    return Group(header(state, width, shares), assistant(state, shares.text),
+                 tools(state, width, shares.tools), activity(state, shares.notes, height))
+
+
+def header(state: DashboardState, width: int = 100, shares: Plan | None = None) -> Panel:
+    shares = shares or plan(state, width, None)
+    inner = width - 4  # borders and padding
     title = "ouroboros" + (f" · run {state.run_id}" if state.run_id else "") \
         + (f" · {state.model}" if state.model else "")
     status_style = "green" if state.status == "running" else "yellow" if not state.ended \
         else "bold"
-    return Panel(Group(counters(state), context, Text(" " * len("context ")) + marks),
-                 title=Text(title, style="bold"), title_align="left",
-                 subtitle=Text(state.status, style=status_style), subtitle_align="right")
+    context, marks = context_line(state, inner)
+    rows: list[RenderableType] = [counters(state, inner), context]
+    if shares.marks:
+        rows.append(marks)
+    if state.alert and shares.alert:
+        rows.extend(alert_lines(state, width, shares.alert))
+    return Panel(Group(*rows), title=Text(title, style="bold", no_wrap=True, overflow="ellipsis"),
+                 title_align="left", subtitle=Text(state.status, style=status_style),
+                 subtitle_align="right")
 
 
-def counters(state: DashboardState) -> Text:
+def counters(state: DashboardState, inner: int = 96) -> Text:
     rate = f"{state.tokens_per_sec:,.0f}" if state.tokens_per_sec is not None else "--"
     parts = [("session", state.session), ("turn", state.turn),
              ("total turns", state.total_turns), ("restarts", state.restarts),
              ("masked", state.masked), ("~tok/s", rate)]
-    text = Text()
+    length = sum(len(f"{label} {value}") for label, value in parts)
+    gap = next((g for g in ("   ", "  ") if length + len(g) * (len(parts) - 1) <= inner), " ")
+    text = Text(no_wrap=True, overflow="ellipsis")
     for index, (label, value) in enumerate(parts):
         if index:
-            text.append("   ")
+            text.append(gap)
         text.append(f"{label} ", style="dim").append(str(value), style="bold")
     return text
+
+
+def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
+    """`context ███░░│░│ 2,918/6,144 tokens  47.5%` in one line of `inner` columns, the gauge
+    as wide as fits, and the row of threshold labels that goes under it."""
+    pct = f"{state.context_pct:.1f}%" if state.context_pct is not None else "--"
+    reading = state.prompt_tokens is not None and state.budget
+    used_forms = ([f"{state.prompt_tokens:,}/{state.budget:,} tokens",
+                   f"{state.prompt_tokens:,}/{state.budget:,}"] if reading
+                  else ["no reading yet", "--"])
+    prefix = "context "
+    for used in used_forms:
+        suffix = f"  {used}  {pct}"
+        bar_width = min(GAUGE_WIDTH, inner - len(prefix) - len(suffix))
+        if bar_width >= MIN_GAUGE_WIDTH:
+            break
+    bar, marks = gauge(state.context_pct, state.soft, state.hard, max(bar_width, MIN_GAUGE_WIDTH))
+    line = Text(prefix, no_wrap=True, overflow="ellipsis").append_text(bar)
+    line.append(f"  {used}  ")
+    line.append(pct, style=f"bold {state.zone}" if state.context_pct is not None else "dim")
+    labels = Text(" " * len(prefix), no_wrap=True, overflow="ellipsis").append_text(marks)
+    return line, labels
 
 
 def gauge(pct: float | None, soft: float, hard: float,
@@ -78,6 +157,31 @@ def gauge(pct: float | None, soft: float, hard: float,
     return bar, labels
 
 
+def alert_lines(state: DashboardState, width: int, lines: int) -> list[Text]:
+    """The newest warning or error, word-wrapped to at most `lines` lines of the header, the
+    message cut short rather than the count of earlier ones: `WARNING ... (+2 earlier)`."""
+    alert: Note | None = state.alert
+    if alert is None or lines <= 0:
+        return []
+    inner = width - 4
+    earlier = f" (+{state.alerts - 1} earlier)" if state.alerts > 1 else ""
+    indent = " " * (len(alert.clock) + 1)
+    words = alert.text.split()
+    rows: list[str] = []
+    while words and len(rows) < lines:
+        lead = f"{alert.clock} " if not rows else indent
+        room = inner - len(lead) - (len(earlier) if len(rows) == lines - 1 else 0)
+        row = words.pop(0)[:room]
+        while words and len(row) + 1 + len(words[0]) <= room:
+            row += " " + words.pop(0)
+        if words and len(rows) == lines - 1:  # the last row, and more to say: cut it
+            row = (row if len(row) < room else row.rsplit(" ", 1)[0]) + "…"
+        rows.append(lead + row)
+    rows[-1] += earlier
+    style = ALERT_STYLES[alert.level]
+    return [Text(row, style=style, no_wrap=True, overflow="ellipsis") for row in rows]
+
+
 @dataclass
 class Tail:
     """The last `lines` lines of a text as wrapped to the space it is given."""
@@ -90,9 +194,9 @@ class Tail:
         yield from list(wrapped)[-self.lines:]
 
 
-def assistant(state: DashboardState) -> Panel:
+def assistant(state: DashboardState, lines: int = TEXT_LINES) -> Panel:
     if state.text.strip():
-        body: RenderableType = Tail(Text(state.text.strip()), TEXT_LINES)
+        body: RenderableType = Tail(Text(state.text.strip()), lines)
     else:
         body = Text("(waiting for the model)" if state.streaming or not state.total_turns
                     else "(no text: tool calls only)", style="dim")
@@ -100,25 +204,55 @@ def assistant(state: DashboardState) -> Panel:
     return Panel(body, title=title, title_align="left", border_style="blue")
 
 
-def tools(state: DashboardState) -> Panel:
+def tools(state: DashboardState, width: int = 100, rows: int = TOOL_ROWS) -> Panel:
+    """The newest tool calls, one row each: what was called on what, and what came back.
+    The call gets the room it needs up to half the row; the result takes the rest."""
+    shown = list(state.tools)[-rows:]
+    if not shown:
+        return Panel(Text("(no tool calls yet)", style="dim"), title="tools", title_align="left",
+                     border_style="magenta")
+    with_clock = width >= CLOCK_MIN_WIDTH
+    rows_cells = [([line.clock] if with_clock else [])
+                  + [line.call, line.result or "running...", tool_size(line, with_clock)]
+                  for line in shown]
+    size_width = max(len(cells[-1]) for cells in rows_cells)
+    clock_width = len(shown[0].clock) + 1 if with_clock else 0
+    room = width - 4 - clock_width - size_width - 2  # borders, padding, gaps between columns
+    longest_call = max(len(line.call) for line in shown)
+    longest_result = max(len(cells[-2]) for cells in rows_cells)
+    call_width = max(min(longest_call, max(room // 2, room - longest_result)), 1)
+
     table = Table.grid(padding=(0, 1), expand=True)
-    table.add_column(style="dim", no_wrap=True)
+    if with_clock:
+        table.add_column(style="dim", no_wrap=True)
+    table.add_column(width=call_width, no_wrap=True, overflow="ellipsis")
     table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
-    table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
-    table.add_column(style="dim", no_wrap=True, justify="right")
-    for line in state.tools:
+    table.add_column(style="dim", no_wrap=True, justify="right", min_width=size_width)
+    for line, cells in zip(shown, rows_cells):
         style = "dim" if line.ok is None else "green" if line.ok else "red"
-        table.add_row(line.clock, Text(line.call), Text(line.result or "running...", style=style),
-                      line.size)
-    body: RenderableType = table if state.tools else Text("(no tool calls yet)", style="dim")
-    return Panel(body, title="tools", title_align="left", border_style="magenta")
+        cells[-2] = Text(cells[-2], style=style)
+        table.add_row(*cells)
+    return Panel(table, title="tools", title_align="left", border_style="magenta")
 
 
-def activity(state: DashboardState) -> Panel:
+def tool_size(line: ToolLine, with_time: bool) -> str:
+    """`6.1 kB, 12 ms, truncated`, or on a narrow terminal `6.1 kB (cut)`."""
+    if line.result is None:
+        return ""
+    cut = (", truncated" if with_time else " (cut)") if line.truncated else ""
+    took = f", {line.duration_ms} ms" if with_time else ""
+    return f"{line.size}{took}{cut}"
+
+
+def activity(state: DashboardState, rows: int = NOTE_ROWS, height: int | None = None) -> Panel:
+    """The newest notes; a long one wraps only when the height is not counted."""
     table = Table.grid(padding=(0, 1), expand=True)
     table.add_column(style="dim", no_wrap=True)
-    table.add_column(ratio=1, overflow="fold")
-    for note in state.notes:
+    if height is None:
+        table.add_column(ratio=1, overflow="fold")
+    else:
+        table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+    for note in list(state.notes)[-rows:]:
         table.add_row(note.clock, Text(note.text, style=LEVEL_STYLES[note.level]))
     body: RenderableType = table if state.notes else Text("(nothing yet)", style="dim")
     return Panel(body, title="activity", title_align="left", border_style="cyan")
