@@ -6,16 +6,21 @@ small window many times over, so it exercises masking, wind-down, restart and re
 outcome is checkable: `results.txt` must list every part exactly once, in order.
 
 `RecordingAgent` is the brain behind the scripted model server: like a real model it sees only
-the messages of each request and answers with tool calls.
+the messages of each request and answers with tool calls. `ouroboros demo` runs `DemoAgent`,
+which replies at a pace a person can follow, and captions each event as it happens
+(`show_demo`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import random
 import re
 import shlex
-import tempfile
+import shutil
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,9 +29,11 @@ import tomli_w
 
 from ouroboros.config import load_config
 from ouroboros.context import without_reasoning
+from ouroboros.errors import UsageError
 from ouroboros.protocols import Message
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scripted import Reply, ScriptedServer
+from ouroboros.ui.captions import Voice, caption, closing, opening
 
 DEMO_PROMPT = """\
 You are a meticulous records clerk working alone in a workspace.
@@ -40,6 +47,7 @@ how you pick up where you left off. When every part is recorded, say TASK COMPLE
 """
 
 COMPLETE = "TASK COMPLETE"
+PROGRESS_LISTED = re.compile(r"^progress\.md ", re.MULTILINE)
 PART_RE = re.compile(r"data/part_(\d+)\.txt")
 KEY_RE = re.compile(r"^KEY: (\S+)", re.MULTILINE)
 NEXT_RE = re.compile(r"next: (\d+)")
@@ -151,7 +159,7 @@ class RecordingAgent:
         name, _ = action.calls[0]
         result = action.results[0] if action.results else ""
         if name == "list_dir":
-            return Reply("Checking saved progress.", [("file_read", {"path": "progress.md"})])
+            return self.after_listing(result, messages)
         if name in ("file_read", "recall") and (part := part_read(action, messages)) is not None:
             if key := KEY_RE.search(result):
                 return record(part, key.group(1))
@@ -160,6 +168,10 @@ class RecordingAgent:
                              [("recall", {"id": obs.group(1)})])
             return Reply(f"Re-reading part {part}.", [("file_read", {"path": part_name(part)})])
         return self.read_next(messages)
+
+    def after_listing(self, listing: str, messages: list[Message]) -> Reply:
+        """What to do once the workspace is listed: read progress.md for where to start."""
+        return Reply("Checking saved progress.", [("file_read", {"path": "progress.md"})])
 
     def read_next(self, messages: list[Message]) -> Reply:
         next_part = known_next_part(messages) or 1
@@ -172,8 +184,82 @@ class RecordingAgent:
         return Reply("Saving progress before the restart.", [
             ("file_write", {"path": "progress.md", "content": f"next: {next_part}\n"})])
 
+
+STEP_SECS = 0.2  # each reply of the demo agent, at --speed 1
+READING_WORDS_PER_SEC = 6.0  # the pause a caption earns (it stays on the screen after)
+MAX_READING_SECS = 3.0
+
+
+def reading_secs(text: str) -> float:
+    """How long a person needs to take in `text`: six words a second, at most 3 s."""
+    return min(len(text.split()) / READING_WORDS_PER_SEC, MAX_READING_SECS)
+
+
+def parse_speed(text: str | None, *, interactive: bool) -> float:
+    """`--speed`: a multiplier of the demo's reading pace, or "max" for no pause at all.
+    Unset, the demo is paced on a terminal and instant anywhere else (--headless, pipes)."""
+    if text is None:
+        return 1.0 if interactive else math.inf
+    if text.strip().lower() == "max":
+        return math.inf
+    try:
+        speed = float(text)
+    except ValueError:
+        speed = math.nan
+    if not speed > 0:
+        raise UsageError(f"--speed takes a positive number (2 is twice as fast) or max, "
+                         f"not {text!r}")
+    return speed
+
+
+class Pacer:
+    """The demo's pace: before each reply the agent waits a step plus the reading time of what
+    was shown since its last reply, both divided by the speed. `hold` is called from the run's
+    listener, `wait` from the server's thread; `stop` ends every wait, now and later."""
+
+    def __init__(self, speed: float = math.inf) -> None:
+        self.speed = speed
+        self._held = 0.0
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    def hold(self, secs: float) -> None:
+        with self._lock:
+            self._held += secs
+
+    def wait(self) -> None:
+        with self._lock:
+            secs, self._held = STEP_SECS + self._held, 0.0
+        self._stopped.wait(secs / self.speed)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+class DemoAgent(RecordingAgent):
+    """The agent `ouroboros demo` shows: it reads progress.md only when the listing has one,
+    and takes its time before each reply, as the pacer says."""
+
+    def __init__(self, parts: int, pacer: Pacer) -> None:
+        super().__init__(parts)
+        self.pacer = pacer
+
+    def __call__(self, messages: list[Message]) -> Reply:
+        reply = super().__call__(messages)
+        self.pacer.wait()
+        return reply
+
+    def after_listing(self, listing: str, messages: list[Message]) -> Reply:
+        if PROGRESS_LISTED.search(listing):
+            return super().after_listing(listing, messages)
+        first = self.read_next(messages)
+        return Reply(f"No progress.md yet, so this is a fresh start. {first.text}",
+                     first.tool_calls)
+
+
+DEMO_WINDOW = 4096
 DEMO_CONFIG = {
-    "model": {"name": "scripted-demo", "context_limit": 4096, "max_output_tokens": 512,
+    "model": {"name": "scripted-demo", "context_limit": DEMO_WINDOW, "max_output_tokens": 512,
               "max_retry_secs": 10},
     "agent": {"workspace": "workspace", "system_prompt": "SYSTEM_PROMPT.md"},
     "context": {"carryover_turns": 3},
@@ -203,11 +289,56 @@ def stop_when_complete(hooks: RunHooks) -> RunHooks:
     return replace(hooks, on_event=on_event)
 
 
-async def run_demo(hooks: RunHooks, directory: Path | None = None, *, parts: int = 12) -> int:
+def narrated(hooks: RunHooks, voice: Voice, pacer: Pacer) -> RunHooks:
+    """The same hooks, plus: each event's caption, shown as it happens (each text once), with
+    time to read it before the agent's next reply. A stop request ends the pacing."""
+    shown = hooks.on_event
+    said: set[str] = set()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if shown is not None:
+            shown(event)
+        if event["type"] == "stop_requested":
+            pacer.stop()
+        text = caption(event)
+        if text is not None and text not in said:
+            said.add(text)
+            voice.caption(text)
+            pacer.hold(reading_secs(text))
+
+    return replace(hooks, on_event=on_event)
+
+
+async def run_demo(hooks: RunHooks, directory: Path, *, parts: int = 12,
+                   pacer: Pacer | None = None) -> int:
     """Run the real harness on the demo task against the scripted model on loopback."""
-    directory = directory or Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))
-    with ScriptedServer(RecordingAgent(parts), model="scripted-demo",
-                        context_length=DEMO_CONFIG["model"]["context_limit"]) as server:
-        write_demo_project(directory, server.base_url, parts)
-        loaded = load_config(directory / "ouroboros.toml", {}, env={}, user_file=None)
-        return await run_agent(loaded, stop_when_complete(hooks))
+    pacer = pacer or Pacer()
+    with ScriptedServer(DemoAgent(parts, pacer), model="scripted-demo",
+                        context_length=DEMO_WINDOW) as server:
+        try:
+            write_demo_project(directory, server.base_url, parts)
+            loaded = load_config(directory / "ouroboros.toml", {}, env={}, user_file=None)
+            return await run_agent(loaded, stop_when_complete(hooks))
+        finally:
+            pacer.stop()  # a reply still waiting must not hold the server up
+
+
+def show_demo(hooks: RunHooks, directory: Path, voice: Voice, *, parts: int = 12,
+              speed: float = math.inf, keep: bool = False) -> int:
+    """The demo as `ouroboros demo` shows it: what it is about to show, the run at `speed`
+    with a caption for each event, and where to go next. The project in `directory` is
+    removed afterwards (on Ctrl+C and errors too) unless `keep`. Returns the exit code."""
+    pacer = Pacer(speed)
+    intro = opening(parts, DEMO_WINDOW, paced=speed < math.inf)
+    voice.announce(intro)
+    pacer.hold(reading_secs(intro))
+    try:
+        code = asyncio.run(run_demo(narrated(hooks, voice, pacer), directory, parts=parts,
+                                    pacer=pacer))
+    except KeyboardInterrupt:  # outside the run's own Ctrl+C handling: starting or ending
+        code = 0
+    finally:
+        if not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+    voice.announce(closing(directory, kept=keep))
+    return code

@@ -1,13 +1,53 @@
-"""`ouroboros demo`: the real harness against the scripted model, then its stats."""
+"""`ouroboros demo`: the real harness against the scripted model, narrated, then cleaned up."""
 
 from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
 
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
+from tests.helpers import clean_env, ouroboros
+
+CAPTION = "  » "
 
 
-def test_demo_runs_and_keeps_its_project(tmp_path):
+def captions(output: str) -> list[str]:
+    return [line[len(CAPTION):] for line in output.splitlines() if line.startswith(CAPTION)]
+
+
+def test_the_demo_explains_itself_and_leaves_nothing_behind(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+
+    result = ouroboros("demo", "--speed", "max", env=clean_env(TMPDIR=str(temp)))
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Ouroboros demo: a scripted agent (no model server needed) must "
+                               "copy the KEY line of 12 files into results.txt")
+    said = captions(result.stdout)
+    firsts = [next(i for i, text in enumerate(said) if text.startswith(start))
+              for start in ("Masked: the context passed the soft threshold",
+                            "Wind-down: the context is",
+                            "Restart (", "The agent said TASK COMPLETE")]
+    assert firsts == sorted(firsts)  # each explained as it happens, in the order it happens
+    first_result = next(line for line in lines if re.search(r" -> \w+ (ok|FAILED)", line))
+    assert " -> list_dir ok" in first_result
+    assert "FAILED" not in result.stdout
+    assert lines[-2:] == [
+        "The demo's temporary project is removed. To look around after the run, keep it with "
+        "`ouroboros demo --keep DIR`, then `ouroboros stats --config DIR/ouroboros.toml` and "
+        "`ouroboros logs --config DIR/ouroboros.toml` show what happened.",
+        "Start your own agent: `ouroboros init my-agent`, write its mission in "
+        "my-agent/SYSTEM_PROMPT.md, then `cd my-agent && ouroboros run`."]
+    assert list(temp.glob("ouroboros-demo-*")) == []
+
+
+def test_keep_keeps_the_project_and_the_closing_points_to_it(tmp_path):
     directory = tmp_path / "demo"
 
     result = CliRunner(env={"COLUMNS": "100"}).invoke(
@@ -15,15 +55,53 @@ def test_demo_runs_and_keeps_its_project(tmp_path):
 
     assert result.exit_code == 0, result.output
     assert "run ended: task_complete" in result.output
-    assert result.output.endswith(f"the demo project is in {directory}\nsee what happened: "
-                                  f"ouroboros stats --config {directory / 'ouroboros.toml'}\n")
+    config = directory / "ouroboros.toml"
+    assert result.output.endswith(
+        f"The demo project is in {directory}.\n"
+        f"See what happened: ouroboros stats --config {config}\n"
+        f"Every event: ouroboros logs --config {config}\n"
+        "Start your own agent: `ouroboros init my-agent`, write its mission in "
+        "my-agent/SYSTEM_PROMPT.md, then `cd my-agent && ouroboros run`.\n")
     results = (directory / "workspace" / "results.txt").read_text().splitlines()
     assert [line.split(":")[0] for line in results] == ["part_001", "part_002", "part_003"]
 
-    stats = CliRunner(env={"COLUMNS": "100"}).invoke(
-        app, ["stats", "--config", str(directory / "ouroboros.toml")])
+    stats = CliRunner(env={"COLUMNS": "100"}).invoke(app, ["stats", "--config", str(config)])
     assert stats.exit_code == 0, stats.output
     assert "ended: task_complete" in stats.output
+
+
+def test_ctrl_c_stops_the_paced_demo_and_removes_its_project(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "demo", "--headless", "--speed", "1"],
+        env=clean_env(TMPDIR=str(temp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True)
+    try:
+        seen = []
+        for line in demo.stdout:  # the agent's first reply: the run is under way, and paced
+            seen.append(line)
+            if " t1 assistant: " in line:
+                break
+        assert list(temp.glob("ouroboros-demo-*")), "".join(seen)
+        demo.send_signal(signal.SIGINT)
+        rest, errors = demo.communicate(timeout=60)
+    finally:
+        demo.kill()
+
+    assert demo.returncode == 0, errors
+    assert "  » Stopped by Ctrl+C after the turn in progress" in rest
+    assert "The demo's temporary project is removed." in rest
+    assert list(temp.glob("ouroboros-demo-*")) == []
+
+
+def test_a_speed_that_is_not_a_number_is_refused(tmp_path):
+    result = CliRunner().invoke(app, ["demo", "--speed", "fast", "--keep", str(tmp_path)])
+
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("error: --speed takes a positive number (2 is twice as "
+                                     "fast) or max, not 'fast'")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_demo_will_not_take_over_a_real_project(tmp_path):
