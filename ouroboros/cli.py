@@ -16,13 +16,14 @@ from rich.console import Console
 
 from ouroboros import __version__
 from ouroboros.config import (
-    DEFAULT_PROJECT_FILE,
+    CONFIG_FILENAME,
     ContextConfig,
     LoadedConfig,
+    find_project,
     load_config,
     set_config_value,
 )
-from ouroboros.errors import OuroborosError, UsageError
+from ouroboros.errors import ConfigError, OuroborosError, UsageError
 from ouroboros.events import EVENTS_FILE, find_run, read_events
 from ouroboros.reload import effect_note, live_holder, request_reload
 from ouroboros.runner import RunHooks, run_agent
@@ -30,6 +31,7 @@ from ouroboros.scaffold import create_project
 from ouroboros.ui.config_view import config_table, override_note, toml_value
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.plain import format_any, plain_printer, select_types
+from ouroboros.ui.runs import project_runs, runs_view
 from ouroboros.ui.stats import run_stats, stats_view
 from ouroboros.ui.status import run_status, status_view
 
@@ -44,8 +46,13 @@ app = typer.Typer(
 
 T = TypeVar("T")
 
+# The config key each `run` flag sets, and the flag as errors name it.
+RUN_FLAGS = {"agent.workspace": "--workspace", "model.name": "--model",
+             "model.base_url": "--base-url", "agent.max_turns": "--max-turns"}
+
 ConfigOption = typer.Option(None, "--config", "-c", help="Path to ouroboros.toml "
-                            "(default: ./ouroboros.toml).", dir_okay=False)
+                            "(default: the nearest one here or in a directory above).",
+                            dir_okay=False)
 HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
                               "instead of the live view (also when stdout is not a terminal).")
 RunIdArgument = typer.Argument(None, metavar="[RUN_ID]", show_default=False,
@@ -97,7 +104,25 @@ def flags(**values: Any) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
-@app.command()
+def project_file(config: Path | None) -> Path:
+    """The --config file, else the nearest ouroboros.toml upward from here (as git finds its
+    repository). Raises ConfigError, saying where it looked, when there is none."""
+    if config is not None:
+        return config
+    found = find_project(Path.cwd())
+    if found is None:
+        raise ConfigError(f"no {CONFIG_FILENAME} in {Path.cwd()} or any directory above it; "
+                          "run `ouroboros init` to create a project, or pass --config")
+    return found
+
+
+def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -> LoadedConfig:
+    """The config of the project a command is about (see project_file), or exit 2."""
+    return guarded(lambda: load_config(project_file(config), overrides or {},
+                                       flag_names=RUN_FLAGS))
+
+
+@app.command(short_help="Start a new run of the agent in this project.")
 def run(
     config: Optional[Path] = ConfigOption,
     workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory."),
@@ -110,13 +135,13 @@ def run(
     """Start a new run of the agent described by ouroboros.toml and SYSTEM_PROMPT.md."""
     overrides = flags(**{"agent.workspace": workspace, "model.name": model,
                          "model.base_url": base_url, "agent.max_turns": max_turns})
-    loaded = guarded(lambda: load_config(config, overrides))
+    loaded = load_project(config, overrides)
     hooks = make_hooks(headless, loaded.config.context)
     code = guarded(lambda: asyncio.run(run_agent(loaded, hooks)))
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(short_help="Continue a run that was killed or crashed.")
 def resume(
     config: Optional[Path] = ConfigOption,
     run_id: Optional[str] = typer.Option(None, "--run", help="The run to resume "
@@ -124,13 +149,13 @@ def resume(
     headless: bool = HeadlessOption,
 ) -> None:
     """Continue a run that was killed or crashed, from its log."""
-    loaded = guarded(lambda: load_config(config, {}))
+    loaded = load_project(config)
     hooks = make_hooks(headless, loaded.config.context)
     code = guarded(lambda: asyncio.run(run_agent(loaded, hooks, resume=True, run_id=run_id)))
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(short_help="Create a project: ouroboros.toml, SYSTEM_PROMPT.md, workspace/.")
 def init(
     directory: Path = typer.Argument(Path("."), help="The project directory to create.",
                                      file_okay=False),
@@ -149,23 +174,32 @@ config_app = typer.Typer(help="Show or change the configuration.", no_args_is_he
 app.add_typer(config_app, name="config")
 
 
-@config_app.command("show")
-def config_show(config: Optional[Path] = ConfigOption) -> None:
-    """Every key, its effective value and where it came from."""
+@config_app.command("show", short_help="Every key, its value and where it came from.")
+def config_show(
+    config: Optional[Path] = ConfigOption,
+    full: bool = typer.Option(False, "--full", help="Every item of long lists "
+                              "(safety.blocked_patterns), not just the first ones."),
+) -> None:
+    """Every key, its effective value, where it came from, and what differs from the
+    default."""
     loaded = guarded(lambda: load_config(config, {}))
-    Console().print(config_table(loaded))
+    Console().print(config_table(loaded, full=full))
 
 
-@config_app.command("set")
+# ignore_unknown_options: a VALUE such as -1 or -x is the value, not an unknown option
+@config_app.command("set", short_help="Change one key in ouroboros.toml, validated.",
+                    context_settings={"ignore_unknown_options": True})
 def config_set(
     key: str = typer.Argument(..., help="A dotted key, e.g. context.soft_threshold_pct."),
     value: str = typer.Argument(..., help="A TOML value (0.6, true, \"text\") or plain text."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
-    """Set one key in ouroboros.toml (the file is validated first; comments are not kept)."""
-    path = config or DEFAULT_PROJECT_FILE
+    """Set one key in ouroboros.toml, validated first; every comment and other line of the
+    file is kept (a commented-out default is uncommented where it is)."""
+    path = guarded(lambda: project_file(config))
     written = guarded(lambda: set_config_value(path, key, value))
-    typer.echo(f"{key} = {toml_value(written)} (in {path})")
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    typer.echo(f"{key} = {toml_value(written)} (in {shown})")
     loaded = guarded(lambda: load_config(path, {}))
     note = override_note(loaded, key)
     if note is not None:
@@ -176,20 +210,20 @@ def config_set(
         typer.echo(effect_note(key, *where))
 
 
-@app.command()
+@app.command(short_help="Make the running run read its config now (a new session).")
 def reload(config: Optional[Path] = ConfigOption) -> None:
     """Ask the running run to end its session early (after a wind-down), so the next session
     starts now with the config as it is on disk (the same as SIGHUP to the harness)."""
-    loaded = guarded(lambda: load_config(config, {}))
+    loaded = load_project(config)
     holder = guarded(lambda: request_reload(loaded.state_dir, socket.gethostname()))
     typer.echo(f"asked run {holder.get('run_id')} (pid {holder['pid']}) to end its session: "
                "the agent saves its state, then the next session reads the config again")
 
 
-@app.command()
+@app.command(short_help="The current or last run: where it is, how full its context.")
 def status(config: Optional[Path] = ConfigOption) -> None:
     """The current or last run: is it running, where it is, how full its context is."""
-    loaded = guarded(lambda: load_config(config, {}))
+    loaded = load_project(config)
     found = guarded(lambda: run_status(loaded.state_dir))
     if found is None:
         typer.echo(f"no runs yet in {loaded.state_dir}")
@@ -197,15 +231,29 @@ def status(config: Optional[Path] = ConfigOption) -> None:
     Console().print(status_view(found, now=datetime.now(timezone.utc)))
 
 
-@app.command()
+@app.command(short_help="The project's runs: state, sessions, turns, last event.")
+def runs(config: Optional[Path] = ConfigOption) -> None:
+    """The project's runs, newest last: started, state, sessions, turns, last event."""
+    loaded = load_project(config)
+    found = guarded(lambda: project_runs(loaded.state_dir))
+    if not found:
+        typer.echo(f"no runs yet in {loaded.state_dir}")
+        return
+    Console().print(runs_view(found, now=datetime.now(timezone.utc)))
+
+
+@app.command(short_help="Per-session numbers and a chart of context use.")
 def stats(run_id: Optional[str] = RunIdArgument,
-          config: Optional[Path] = ConfigOption) -> None:
+          config: Optional[Path] = ConfigOption,
+          all_sessions: bool = typer.Option(False, "--all", help="List every session (a "
+                                            "long run shows its first and last few).")) -> None:
     """Per-session numbers and a chart of context use over the run's turns."""
-    loaded = guarded(lambda: load_config(config, {}))
+    loaded = load_project(config)
     events = guarded(lambda: read_events(run_log(loaded, run_id)).events)
     context = loaded.config.context
     Console().print(stats_view(run_stats(events, context.soft_threshold_pct,
-                                         context.hard_threshold_pct)))
+                                         context.hard_threshold_pct),
+                               all_sessions=all_sessions))
 
 
 @app.command()
@@ -218,7 +266,7 @@ def logs(
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """A run's events, one readable line each."""
-    loaded = guarded(lambda: load_config(config, {}))
+    loaded = load_project(config)
     wanted = guarded(lambda: select_types(types or []))
     path = guarded(lambda: run_log(loaded, run_id))
     events = follow_events(path) if follow else guarded(lambda: read_events(path).events)
@@ -237,7 +285,7 @@ def watch(run_id: Optional[str] = RunIdArgument,
     from ouroboros.ui.dashboard import DashboardState
     from ouroboros.ui.live import watch as watch_log
 
-    loaded = guarded(lambda: load_config(config, {}))
+    loaded = load_project(config)
     path = guarded(lambda: run_log(loaded, run_id))
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
@@ -247,23 +295,35 @@ def watch(run_id: Optional[str] = RunIdArgument,
         pass
 
 
-@app.command()
+@app.command(short_help="See a scripted agent at work; no model server needed.")
 def demo(
     headless: bool = HeadlessOption,
     keep: Optional[Path] = typer.Option(None, "--keep", metavar="DIR", file_okay=False,
-                                        help="Make the demo project in DIR (default: a new "
-                                        "temporary directory)."),
+                                        help="Make the demo project in DIR and keep it "
+                                        "(default: a temporary directory, removed at the "
+                                        "end)."),
     parts: int = typer.Option(12, min=1, help="Data files the demo agent must work through."),
+    speed: Optional[str] = typer.Option(None, "--speed", metavar="N|max", help="Pace: 2 is "
+                                        "twice as fast, max runs at once (default: 1 on a "
+                                        "terminal, max with --headless or a pipe)."),
 ) -> None:
     """Watch the harness work without a model server: a scripted agent does a long task in
-    a small window, through masking, wind-down and restarts."""
-    from ouroboros.demo import run_demo
+    a small window, through masking, wind-down and restarts, each explained as it happens."""
+    from ouroboros.demo import parse_speed, show_demo
+    from ouroboros.ui.captions import Voice
 
+    interactive = not headless and sys.stdout.isatty()
+    pace = guarded(lambda: parse_speed(speed, interactive=interactive))
     directory = guarded(lambda: demo_directory(keep))
-    hooks = make_hooks(headless)
-    code = guarded(lambda: asyncio.run(run_demo(hooks, directory, parts=parts)))
-    typer.echo(f"the demo project is in {directory}\nsee what happened: "
-               f"ouroboros stats --config {directory / 'ouroboros.toml'}")
+    if interactive:  # the dashboard and the captions above it share one console
+        from ouroboros.ui.live import live_hooks
+
+        voice = Voice.for_terminal()
+        hooks = live_hooks(console=voice.console)
+    else:
+        voice, hooks = Voice(styled=False), make_hooks(headless=True)
+    code = guarded(lambda: show_demo(hooks, directory, voice, parts=parts, speed=pace,
+                                     keep=keep is not None))
     raise typer.Exit(code)
 
 

@@ -10,7 +10,7 @@ and retrying is the caller's business (see `ouroboros.retry`).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -29,6 +29,11 @@ from ouroboros.protocols import Message, StreamResult, TextSink
 from ouroboros.sse import SSEDecoder, StreamAccumulator, parse_data, parse_usage
 
 DEFAULT_PORT = 11434
+
+ServerKind = Literal["ollama", "llama.cpp", "vllm", "other"]
+# Each server's default port, for a guess before (or without) asking it.
+DEFAULT_PORTS: dict[int, ServerKind] = {11434: "ollama", 8080: "llama.cpp", 8000: "vllm"}
+Situation = Literal["unreachable", "model_not_found", "no_tools"]
 
 _OVERFLOW_PHRASES = (
     "context length",
@@ -61,6 +66,57 @@ def normalize_base_url(url: str) -> str:
     if port is not None:
         netloc = f"{netloc}:{port}"
     return f"{parsed.scheme}://{netloc}{path.rstrip('/')}"
+
+
+def kind_from_url(base_url: str) -> ServerKind:
+    """The server a URL suggests by its port: Ollama's 11434, llama-server's 8080, vLLM's
+    8000; "other" for anything else."""
+    return DEFAULT_PORTS.get(httpx.URL(normalize_base_url(base_url)).port or 0, "other")
+
+
+def kind_from_answers(version: Any, props: Any, models: Any) -> ServerKind | None:
+    """The server that gave these JSON bodies (None for an endpoint that failed): Ollama
+    answers `/api/version`, llama.cpp `/props`, vLLM lists `max_model_len` in `/v1/models`."""
+    if isinstance(version, dict) and "version" in version:
+        return "ollama"
+    if isinstance(props, dict) and ("default_generation_settings" in props or "n_ctx" in props):
+        return "llama.cpp"
+    entries = models.get("data") if isinstance(models, dict) else None
+    if isinstance(entries, list) and any(isinstance(e, dict) and "max_model_len" in e
+                                         for e in entries):
+        return "vllm"
+    return None
+
+
+def hint(kind: ServerKind, situation: Situation, model: str = "<model>") -> str:
+    """What to do about a failure, in the words of the server it happened on.
+
+        hint("ollama", "model_not_found", "llama3.2")  # "run `ollama pull llama3.2` or ..."
+    """
+    elsewhere = "set model.base_url to point elsewhere"
+    if situation == "unreachable":
+        return {
+            "ollama": "is `ollama serve` running there? (set model.base_url or OLLAMA_HOST to "
+                      "point elsewhere)",
+            "llama.cpp": f"is `llama-server -m <file.gguf>` running there? ({elsewhere})",
+            "vllm": f"is `vllm serve {model}` running there? ({elsewhere})",
+        }.get(kind, "is the model server running there (`ollama serve`, `llama-server` or "
+                    f"`vllm serve`)? ({elsewhere})")
+    if situation == "model_not_found":
+        return {
+            "ollama": f"run `ollama pull {model}` or set model.name to one of them",
+            "llama.cpp": "set model.name to one of them (llama-server serves the model it was "
+                         "started with)",
+            "vllm": f"set model.name to one of them, or start `vllm serve {model}`",
+        }.get(kind, "set model.name to one of them")
+    return {
+        "ollama": "choose a model with tool support, e.g. qwen3, qwen2.5 or llama3.1 "
+                  "(`ollama show <name>` lists capabilities)",
+        "llama.cpp": "start `llama-server --jinja` so it uses the model's tool-calling "
+                     "template, or choose a model with tool support",
+        "vllm": "start `vllm serve --enable-auto-tool-choice --tool-call-parser <parser>`, "
+                "or choose a model with tool support",
+    }.get(kind, "choose a model with tool support, e.g. qwen3, qwen2.5 or llama3.1")
 
 
 def error_details(body: str) -> tuple[str, str | None]:
@@ -97,8 +153,10 @@ class ChatClient:
         max_output_tokens: int = 2048,
         timeout_secs: float = 300,
         transport: httpx.AsyncBaseTransport | None = None,
+        server_kind: ServerKind | None = None,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
+        self.server_kind = server_kind  # None: guessed from the URL, or asked when it answers
         self.model = model
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
@@ -253,16 +311,16 @@ class ChatClient:
             return TransientModelError(f"the model server at {self.base_url} {reason} ({said})")
         if "does not support tools" in lowered:
             return ToolsNotSupportedError(
-                f"{self.model} does not support tools ({said}); choose a model with tool "
-                "support, e.g. qwen3, qwen2.5 or llama3.1 (`ollama show <name>` lists capabilities)"
+                f"{self.model} does not support tools ({said}); "
+                f"{hint(await self.detect_kind(), 'no_tools', self.model)}"
             )
         if _is_overflow(lowered, code):
             return ContextOverflowError(f"the prompt did not fit the model's context ({said})")
         if status == 404 or ("not found" in lowered and "model" in lowered):
             return ModelNotFoundError(
                 f"the model server at {self.base_url} has no model {self.model!r} ({said}); "
-                f"{await self._available_models()}; run `ollama pull {self.model}` or set "
-                "model.name to one of them"
+                f"{await self._available_models()}; "
+                f"{hint(await self.detect_kind(), 'model_not_found', self.model)}"
             )
         return PermanentModelError(
             f"the model server at {self.base_url} rejected the request ({said})"
@@ -320,10 +378,29 @@ class ChatClient:
             return "the server has no models"
         return "the server has: " + ", ".join(models)
 
+    async def detect_kind(self) -> ServerKind:
+        """The kind the caller gave; else Ollama on its port; else what the server's answers
+        say; else the URL's guess."""
+        if self.server_kind is None:
+            guess = kind_from_url(self.base_url)
+            if guess != "ollama":
+                paths = ("/api/version", "/props", "/v1/models")
+                guess = kind_from_answers(*[await self._json(path) for path in paths]) or guess
+            self.server_kind = guess
+        return self.server_kind
+
+    async def _json(self, path: str) -> Any:
+        try:
+            response = await self._http.get(path, timeout=10)
+            return response.json() if response.is_success else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
     def unreachable(self) -> ServerUnreachableError:
+        kind = self.server_kind or kind_from_url(self.base_url)
         return ServerUnreachableError(
-            f"cannot reach the model server at {self.base_url}: is `ollama serve` running there? "
-            "(set model.base_url or OLLAMA_HOST to point elsewhere)"
+            f"cannot reach the model server at {self.base_url}: "
+            f"{hint(kind, 'unreachable', self.model)}"
         )
 
     def _empty_stream(self, what: str) -> EmptyStreamError:

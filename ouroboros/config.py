@@ -31,6 +31,7 @@ from typing import Any, Callable, Final, Literal, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
 import tomli_w
+import tomlkit
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import (
     BaseModel,
@@ -43,6 +44,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
+from tomlkit.exceptions import TOMLKitError
 
 from ouroboros.errors import ConfigError
 
@@ -392,7 +394,8 @@ def load_config(
 ) -> LoadedConfig:
     """Merge defaults, the user file, the project file, the environment and flags; validate once.
 
-    `path` None means ./ouroboros.toml if it exists. `flags` maps dotted keys to values (only the
+    `path` None means the nearest ouroboros.toml from the current directory up (see
+    `find_project`), or no project file at all. `flags` maps dotted keys to values (only the
     flags given; UNSET values are skipped). `flag_names` maps dotted keys to the flag as the user
     typed it ("model.name" -> "--model") for error messages. `user_file` None skips that layer.
 
@@ -401,9 +404,9 @@ def load_config(
     env = os.environ if env is None else env
     names = dict(flag_names or {})
     if path is None:
-        candidate = Path.cwd() / DEFAULT_PROJECT_FILE
-        project = candidate if candidate.exists() else None
-        shown = str(DEFAULT_PROJECT_FILE)
+        project = find_project(Path.cwd())
+        here = project is None or project.parent == Path.cwd()
+        shown = str(DEFAULT_PROJECT_FILE) if here else str(project)
     else:
         project, shown = path, str(path)
         if not path.exists():
@@ -414,6 +417,19 @@ def load_config(
     root = absolute.parent if absolute is not None else Path.cwd().resolve()
     reader = partial(load_config, path, flags, env, user_file, flag_names=flag_names)
     return LoadedConfig(config, absolute, root, sources, names, reader)
+
+
+def find_project(start: Path) -> Path | None:
+    """The nearest ouroboros.toml in `start` or a directory above it, as git finds its
+    repository; None when there is none up to the filesystem root.
+
+        find_project(Path("/home/me/proj/workspace/src"))  # /home/me/proj/ouroboros.toml
+    """
+    for directory in (start, *start.parents):
+        candidate = directory / DEFAULT_PROJECT_FILE
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _build(
@@ -765,10 +781,10 @@ def set_config_value(
 ) -> Any:
     """Set one key in a config file, as `ouroboros config set context.soft_threshold_pct 0.6`.
 
-    `raw` is read as a TOML value when it parses as one (0.6, true, ["a"], "x"), else as a
+    `raw` is read as a TOML value when it parses as one (0.6, -1, true, ["a"], "x"), else as a
     string; a string key always gets text. The new file is validated like load_config (with the
     user file and the environment, but with this key's value taken from the file); on any error
-    the file is left untouched. The file is rewritten with tomli_w, so its comments are lost.
+    the file is left untouched. Every other byte of the file is kept (see `edit_toml`).
     Returns the value written.
     """
     if not path.exists():
@@ -788,8 +804,115 @@ def set_config_value(
     doc.setdefault(table, {})[name] = value
     env = os.environ if env is None else env
     _build(doc, shown, user_file, env, {}, {}, file_wins=key)
-    _write_atomically(path.resolve(), tomli_w.dumps(doc))
+    try:
+        text = edit_toml(path.read_bytes().decode("utf-8"), key, value)
+    except ValueError:
+        raise ConfigError(
+            f"cannot set {key} in {shown} without rewriting its layout; set it by hand"
+        ) from None
+    _write_atomically(path.resolve(), text)
     return value
+
+
+def edit_toml(text: str, key: str, value: Any) -> str:
+    """`text` with one dotted key set to `value` and every other byte kept.
+
+    A key already there gets the new value in place (tomlkit); a commented-out default, as
+    `ouroboros init` writes them (`# temperature = 0.7`), is replaced by the uncommented line;
+    otherwise the line goes at the end of its table, or a new table at the end. The result is
+    checked to parse to the intended document; ValueError when no edit gives it.
+
+        edit_toml("[model]\n# temperature = 0.7\n", "model.temperature", 0.2)
+        # "[model]\ntemperature = 0.2\n"
+    """
+    expected = tomllib.loads(text)
+    table, name = key.split(".")
+    if not isinstance(expected.setdefault(table, {}), dict):
+        raise ValueError(f"{table} is not a table")
+    expected[table][name] = value
+    newline = "\r\n" if "\r\n" in text else "\n"
+    line = f"{name} = {_toml_value(value)}".replace("\n", newline)
+    for edit in (_edit_in_place, _edit_by_lines, _edit_anyhow):
+        try:
+            candidate = edit(text, table, name, line, newline)
+            if candidate is not None and tomllib.loads(candidate) == expected:
+                return candidate
+        except (tomllib.TOMLDecodeError, TOMLKitError):
+            continue
+    raise ValueError(f"cannot set {key} in place")
+
+
+def _edit_in_place(text: str, table: str, name: str, line: str, newline: str) -> str | None:
+    """A key already in the file, set by tomlkit where it is (its trailing comment kept)."""
+    doc = tomlkit.parse(text)
+    body = doc.get(table)
+    if not isinstance(body, dict) or name not in body:
+        return None
+    body[name] = tomlkit.parse(line + newline)[name]
+    return doc.as_string()
+
+
+def _edit_anyhow(text: str, table: str, name: str, line: str, newline: str) -> str:
+    """The last resort, for layouts the line edits do not know (dotted keys, quoted headers)."""
+    doc = tomlkit.parse(text)
+    doc.setdefault(table, tomlkit.table())[name] = tomlkit.parse(line + newline)[name]
+    return doc.as_string()
+
+
+_TABLE_HEADER: Final = re.compile(r"\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?")
+
+
+def _edit_by_lines(text: str, table: str, name: str, line: str, newline: str) -> str:
+    """A key not in the file: its commented-out default uncommented where it is, else the
+    line added at the end of its table, else a new table at the end of the file."""
+    lines = text.splitlines(keepends=True)
+    span = _table_span(lines, table)
+    if span is None:
+        ending = "" if not text or text.endswith(("\n", "\r")) else newline
+        gap = newline if text.strip() else ""
+        return f"{text}{ending}{gap}[{table}]{newline}{line}{newline}"
+    header, end = span
+    for at in range(header + 1, end):
+        stop = _commented_value_end(lines, at, end, name)
+        if stop is not None:
+            ending = newline if lines[stop - 1].endswith(("\n", "\r")) else ""
+            return "".join([*lines[:at], line + ending, *lines[stop:]])
+    if end < len(lines):
+        while end > header + 1 and lines[end - 1].lstrip().startswith("#"):
+            end -= 1  # the comment just above the next header describes that table
+    while end > header + 1 and not lines[end - 1].strip():
+        end -= 1
+    before = lines[end - 1]
+    ending = "" if before.endswith(("\n", "\r")) else newline
+    return "".join([*lines[: end - 1], before + ending, line + newline, *lines[end:]])
+
+
+def _table_span(lines: list[str], table: str) -> tuple[int, int] | None:
+    """(index of the `[table]` header line, index of the next header or the end)."""
+    starts = [at for at, row in enumerate(lines) if row.lstrip().startswith("[")]
+    for start, end in zip(starts, [*starts[1:], len(lines)]):
+        match = _TABLE_HEADER.fullmatch(lines[start].rstrip("\r\n"))
+        if match and match.group(1) == table:
+            return start, end
+    return None
+
+
+def _commented_value_end(lines: list[str], at: int, end: int, name: str) -> int | None:
+    """If lines[at] starts a commented-out `name = value` (over one or more comment lines),
+    the index just after it."""
+    if not re.match(rf"#\s?{re.escape(name)}\s*=", lines[at]):
+        return None
+    body = ""
+    for stop in range(at, end):
+        if not lines[stop].startswith("#"):
+            return None
+        body += re.sub(r"^#\s?", "", lines[stop])
+        try:
+            if name in tomllib.loads(body):
+                return stop + 1
+        except tomllib.TOMLDecodeError:
+            continue
+    return None
 
 
 def _parse_toml_value(raw: str) -> Any:
@@ -819,15 +942,19 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def render_template() -> str:
-    """The text of a fresh ouroboros.toml: every table and key with its default and description.
+    """The text of a fresh ouroboros.toml: every table, and every key commented out with its
+    default under its description, so a key takes effect (over the user file and the
+    defaults) only once someone uncomments or sets it.
 
     Generated from the models, so it cannot drift from them. `ouroboros init` writes it.
     """
     lines = [
-        "# Ouroboros configuration. Every key is optional: a missing key takes the default shown.",
+        "# Ouroboros configuration. Every key is listed, commented out, with its default and what",
+        "# it does; uncomment one (or run `ouroboros config set KEY VALUE`) to change it.",
         "# Precedence: flags > OUROBOROS_<TABLE>_<KEY> environment variables > this file",
         "#   > ~/.config/ouroboros/ouroboros.toml > defaults.",
-        "# `ouroboros config show` prints the effective values and where each came from.",
+        "# `ouroboros config show` prints the effective values, where each came from and what",
+        "# differs from the default.",
     ]
     for table, model in _TABLES.items():
         summary = (model.__doc__ or "").strip().split("\n\n")[0]
@@ -836,8 +963,13 @@ def render_template() -> str:
             if index:
                 lines.append("")
             default = info.get_default(call_default_factory=True)
-            lines += [*_comment(info.description or ""), f"{name} = {_toml_value(default)}"]
+            setting = f"{name} = {_toml_value(default)}"
+            lines += [*_comment(info.description or ""), *_comment_out(setting)]
     return "\n".join(lines) + "\n"
+
+
+def _comment_out(text: str) -> list[str]:
+    return ["# " + line for line in text.split("\n")]
 
 
 def _comment(text: str) -> list[str]:

@@ -10,7 +10,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import httpx
 
@@ -154,6 +154,8 @@ class Runner:
             log.emit("session_start", context_limit=context.limit,
                      limit_source=context.limit_source, budget=context.budget,
                      carryover_messages=0)
+        for message in startup_warnings(loaded, os.environ):
+            log.emit("warning", message=message)
         toolbox = build_toolbox(loaded, run_dir, state.context, log)
         services = Services(
             client=client, toolbox=toolbox, log=log, run_dir=run_dir,
@@ -353,6 +355,21 @@ def open_log(run_dir: Path, hooks: RunHooks, *, seq: int, state: RunState) -> Ev
     if hooks.on_event is not None:
         log.subscribe(hooks.on_event)
     return log
+
+
+def startup_warnings(loaded: LoadedConfig, env: Mapping[str, str]) -> list[str]:
+    """What a run may start with but probably should not: an API key variable that is named
+    but not set, and a system prompt with nothing in it."""
+    warnings = []
+    name = loaded.config.model.api_key_env
+    if name and not env.get(name):
+        warnings.append(f"model.api_key_env names {name}, which is not set in the environment: "
+                        "requests go without an API key")
+    path = loaded.system_prompt_path
+    if path.is_file() and not path.read_text(encoding="utf-8").strip():
+        warnings.append(f"the system prompt {path} is empty: the agent starts with no mission "
+                        "(write it in that file)")
+    return warnings
 
 
 def read_system_prompt(loaded: LoadedConfig) -> str:

@@ -22,9 +22,9 @@ def default_system_prompt() -> str:
 
 
 def create_project(directory: Path) -> list[Path]:
-    """Write ouroboros.toml (every key with its default), the default SYSTEM_PROMPT.md and an
-    empty workspace/ into `directory`, creating it if needed. Refuses, changing nothing, when
-    either file is already there. Returns what it created."""
+    """Write ouroboros.toml (every key commented out with its default), the default
+    SYSTEM_PROMPT.md and an empty workspace/ into `directory`, creating it if needed. Refuses,
+    changing nothing, when either file is already there. Returns what it created."""
     config, prompt, workspace = (directory / CONFIG_FILENAME, directory / PROMPT_FILENAME,
                                  directory / WORKSPACE_DIRNAME)
     if directory.exists() and not directory.is_dir():

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
-from ouroboros.config import load_config, render_template
+from ouroboros.config import DEFAULT_BLOCKED_PATTERNS, KEYS, load_config, render_template
+from ouroboros.ui.config_view import toml_value
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +46,10 @@ def test_init_creates_a_project(tmp_path):
     assert "ouroboros demo" in result.output
     loaded = load_config(project / "ouroboros.toml", env={}, user_file=None)
     loaded.check_files()  # ready to run as it is
+
+
+def test_the_repository_config_is_the_one_init_writes():
+    assert (REPO / "ouroboros.toml").read_text() == render_template()
 
 
 def test_init_in_the_current_directory(tmp_path, monkeypatch):
@@ -160,3 +166,179 @@ def test_config_set_needs_a_file(tmp_path):
 
     assert result.exit_code == 2
     assert "config file not found" in result.stderr and "ouroboros init" in result.stderr
+
+
+# -- config set and show on the file `init` writes --
+
+
+def init_project(tmp_path: Path) -> Path:
+    result = runner(tmp_path).invoke(app, ["init", str(tmp_path / "agent")])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "agent" / "ouroboros.toml"
+
+
+def commented_patterns(text: str) -> str:
+    """The commented-out default of safety.blocked_patterns, all its lines, as init writes it."""
+    start = text.index("# blocked_patterns = [\n")
+    return text[start : text.index("# ]\n", start) + len("# ]\n")]
+
+
+@pytest.mark.parametrize("key,value,old,new", [
+    ("model.temperature", "0.25", "# temperature = 0.7\n", "temperature = 0.25\n"),
+    ("context.carryover_turns", "8", "# carryover_turns = 5\n", "carryover_turns = 8\n"),
+    ("context.truncation_guard", "false", "# truncation_guard = true\n",
+     "truncation_guard = false\n"),
+    ("model.name", "qwen3:8b", '# name = "llama3.2"\n', 'name = "qwen3:8b"\n'),
+    ("model.name", "-1", '# name = "llama3.2"\n', 'name = "-1"\n'),  # a value, not an option
+    ("safety.blocked_patterns", r"['\bsudo\b', 'rm -rf /']", None,
+     "blocked_patterns = [\n    '\\bsudo\\b',\n    \"rm -rf /\",\n]\n"),
+])
+def test_config_set_changes_only_its_line_of_the_file_init_wrote(tmp_path, key, value, old,
+                                                                 new):
+    config = init_project(tmp_path)
+    before = config.read_text()
+    old = old or commented_patterns(before)
+
+    result = runner(tmp_path).invoke(app, ["config", "set", key, value, "-c", str(config)])
+
+    assert result.exit_code == 0, result.output
+    assert before.count(old) == 1
+    assert config.read_bytes() == before.replace(old, new).encode()
+
+
+def test_config_set_again_changes_the_same_line(tmp_path):
+    config = init_project(tmp_path)
+    before = config.read_text()
+
+    for value in ("0.3", "1.5"):
+        result = runner(tmp_path).invoke(
+            app, ["config", "set", "model.temperature", value, "-c", str(config)])
+        assert result.exit_code == 0, result.output
+
+    assert config.read_text() == before.replace("# temperature = 0.7\n", "temperature = 1.5\n")
+
+
+def test_comments_and_regex_literals_survive_edits(tmp_path):
+    config = init_project(tmp_path)
+    before = config.read_text()
+    patterns = r"""['''rm\s+-rf\s+["']?/''', '\bsudo\b']"""
+    descriptions = [line for line in before.splitlines()  # not the commented-out defaults
+                    if line.startswith("#") and not re.match(r"# (\w+ = |    |\]$)", line)]
+
+    for key, value in [("safety.blocked_patterns", patterns), ("model.temperature", "0.3"),
+                       ("safety.shell_timeout_secs", "12.5")]:
+        result = runner(tmp_path).invoke(app, ["config", "set", key, value, "-c", str(config)])
+        assert result.exit_code == 0, result.output
+
+    after = config.read_text()
+    assert "blocked_patterns = [\n    '''rm\\s+-rf\\s+[\"']?/''',\n    '\\bsudo\\b',\n]\n" in after
+    assert [line for line in after.splitlines() if line in descriptions] == descriptions
+    # the 12 lines of the commented-out default array became the 4 of the new one
+    assert len(after.splitlines()) == len(before.splitlines()) - 12 + 4
+    loaded = load_config(config, env={}, user_file=None)
+    assert loaded.config.safety.blocked_patterns == [r"""rm\s+-rf\s+["']?/""", r"\bsudo\b"]
+
+
+def test_config_set_keeps_a_list_the_user_uncommented_by_hand(tmp_path):
+    config = init_project(tmp_path)
+    block = commented_patterns(config.read_text())
+    mine = config.read_text().replace(block, block.replace("# ", "", 1).replace("#     ", "    ")
+                                      .replace("# ]", "]"))
+    config.write_text(mine)
+
+    result = runner(tmp_path).invoke(app, ["config", "set", "context.max_restarts", "4",
+                                           "-c", str(config)])
+
+    assert result.exit_code == 0, result.output
+    assert "\n    '''\\brm\\s+(?:-\\S+\\s+)*" in mine
+    assert config.read_text() == mine.replace("# max_restarts = 0\n", "max_restarts = 4\n")
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("model.temperature", "-1", "model.temperature in {config} must be between 0 and 2, got -1"),
+    ("context.max_restarts", "-3", "context.max_restarts in {config} must be at least 0, got -3"),
+    ("context.auto_restart", "maybe",
+     'context.auto_restart in {config} must be true or false, got "maybe"'),
+    ("safety.blocked_patterns", "['(']", "safety.blocked_patterns in {config} has a pattern "
+     'that is not a valid Python regex: "(" (missing ), unterminated subpattern at position 0)'),
+    ("context.soft_threshold_pct", "0.95", "context.soft_threshold_pct (0.95 in {config}) must "
+     "be less than context.hard_threshold_pct (0.9 by default)"),
+])
+def test_config_set_refuses_a_bad_value_in_the_file_init_wrote(tmp_path, key, value, message):
+    config = init_project(tmp_path)
+    before = config.read_bytes()
+
+    result = runner(tmp_path).invoke(app, ["config", "set", key, value, "-c", str(config)])
+
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {message.format(config=config)}\n"
+    assert config.read_bytes() == before
+    assert sorted(p.name for p in config.parent.iterdir()) == [
+        "SYSTEM_PROMPT.md", "ouroboros.toml", "workspace"]
+
+
+def changed_marks(output: str) -> list[str]:
+    """The keys of the rows `config show` marks with a * (changed from the default)."""
+    return [line.split("│")[2].strip() for line in output.splitlines()
+            if line.startswith("│ * │")]
+
+
+def test_config_show_after_init_says_every_value_is_a_default(tmp_path):
+    config = init_project(tmp_path)
+
+    result = runner(tmp_path).invoke(app, ["config", "show", "-c", str(config)])
+
+    assert result.exit_code == 0, result.output
+    for key in KEYS:
+        assert row(result.output, key).rstrip(" │").endswith("│ default"), key
+    assert changed_marks(result.output) == []
+    assert "every value is its default" in result.output
+
+
+def test_config_show_marks_the_key_config_set_changed(tmp_path):
+    config = init_project(tmp_path)
+    runner(tmp_path).invoke(app, ["config", "set", "model.temperature", "0.25", "-c", str(config)])
+
+    result = runner(tmp_path).invoke(app, ["config", "show", "-c", str(config)])
+
+    assert result.exit_code == 0, result.output
+    assert changed_marks(result.output) == ["model.temperature"]
+    temperature = row(result.output, "model.temperature")
+    assert "0.25  (default 0.7)" in temperature and "project file" in temperature
+    assert "* changed from the default (1 of 26): model.temperature" in result.output
+    assert "every value is its default" not in result.output
+
+
+def test_the_user_file_takes_effect_in_an_inited_project(tmp_path):
+    config = init_project(tmp_path)
+    user = tmp_path / "no-user-config" / "ouroboros" / "ouroboros.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text('[model]\nname = "qwen3:8b"\n')
+
+    result = runner(tmp_path).invoke(app, ["config", "show", "-c", str(config)])
+
+    assert result.exit_code == 0, result.output
+    assert f"user file: {user}" in result.output
+    name = row(result.output, "model.name")
+    assert '"qwen3:8b"  (default "llama3.2")' in name and "user file" in name
+    assert changed_marks(result.output) == ["model.name"]
+
+
+def test_config_show_folds_the_blocked_patterns_unless_asked(tmp_path):
+    config = init_project(tmp_path)
+    shown = [toml_value(pattern) for pattern in DEFAULT_BLOCKED_PATTERNS]
+
+    folded = runner(tmp_path).invoke(app, ["config", "show", "-c", str(config)])
+    full = runner(tmp_path).invoke(app, ["config", "show", "--full", "-c", str(config)])
+
+    assert folded.exit_code == full.exit_code == 0
+    patterns = row(folded.output, "safety.blocked_patterns")
+    assert shown[0][:40] in patterns and "…" in patterns  # the first, cut to one line
+    assert shown[1] in folded.output
+    assert "… 8 more (--full shows all 10)" in folded.output
+    assert not any(pattern in folded.output for pattern in shown[2:])
+    assert len(folded.output.splitlines()) < len(full.output.splitlines())
+    for pattern in shown:
+        if len(pattern) < 90:  # the longest ones wrap over two lines
+            assert pattern in full.output
+    assert "more (--full" not in full.output

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
-from ouroboros.events import read_events
+from ouroboros.events import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
@@ -59,7 +59,7 @@ def test_status_of_a_finished_run(tmp_path):
         "context 61.8% (3,797/6,144 tokens)",
         "window 8,192 tokens (server /api/show)",
         "restarts 1",
-        "masked 5 observations",
+        "masking 5 tool results masked (2 masking rounds)",
     ]
     assert lines[8].startswith("last event run_end, ") and lines[8].endswith(" ago")
 
@@ -85,7 +85,103 @@ def test_status_of_a_killed_run(tmp_path):
         "resume` continues it" in " ".join(result.output.split())
 
 
+# -- runs --
+
+
+def write_run(state_dir: Path, run_id: str, sessions: int, *, turns: int = 2,
+              end: dict | None = None) -> Path:
+    """A run of `sessions` sessions of `turns` turns each, ended by `end` (a run_end record's
+    fields) or cut off as a killed run's log is; returns its events.jsonl."""
+    path = runs_dir(state_dir) / run_id / EVENTS_FILE
+    log = EventLog(path)
+    log.emit("run_start", format_version=1, run_id=run_id, version="0.1.0", pid=1, config={})
+    for session in range(1, sessions + 1):
+        log.session, log.turn = session, 0
+        if session > 1:
+            log.emit("session_restart", session=session, previous_turns=turns,
+                     carryover_messages=2, carryover_masked=0, carryover_turns_dropped=0,
+                     reason="context full")
+        for number in range(1, turns + 1):
+            log.turn = number
+            log.emit("assistant", text="Working.", finish_reason="stop", tool_calls=[])
+            log.emit("token_usage", prompt_tokens=100 * number, completion_tokens=10,
+                     total_tokens=100 * number + 10, context_limit=1000, budget=800,
+                     context_used_pct=40.0 + 10 * number, source="server")
+            log.emit("context_mask", observations_masked=1, total_masked=session,
+                     tokens_before=500, tokens_after=400, reclaimed_pct=20.0, preflight=False)
+    if end is not None:
+        log.emit("session_end", reason=end["reason"])
+        log.emit("run_end", **{"exit_code": 0, "sessions": sessions, "restarts": sessions - 1,
+                               "total_turns": sessions * turns, **end})
+    log.close()
+    return path
+
+
+def test_runs_lists_every_run_oldest_first_with_its_state(tmp_path):
+    config, _ = project(tmp_path)
+    state_dir = tmp_path / ".ouroboros"
+    write_run(state_dir, "20250302-090000-cd34", 3, end={"reason": "error", "exit_code": 1,
+                                                         "resumable": True})
+    write_run(state_dir, "20250303-090000-ef56", 1)  # killed: no end record
+    write_run(state_dir, "20250304-090000-gh78", 2)
+    (state_dir / LOCK_FILE).write_text(json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(), "run_id": "20250304-090000-gh78"}))
+
+    result = invoke("runs", "-c", str(config))
+
+    assert result.exit_code == 0, result.output
+    rows = [line.split("  ") for line in result.output.splitlines()]
+    rows = [[cell.strip() for cell in row if cell.strip()] for row in rows]
+    assert rows[0] == ["run", "started", "state", "sessions", "turns", "last event"]
+    assert [row[0] for row in rows[1:]] == [RUN_ID, "20250302-090000-cd34",
+                                           "20250303-090000-ef56", "20250304-090000-gh78"]
+    assert [row[2:5] for row in rows[1:]] == [
+        ["ended: max_turns", "2", "9"],
+        ["ended: error, resumable", "3", "6"],
+        ["stopped (killed?), resumable", "1", "2"],
+        [f"running (pid {os.getpid()})", "2", "4"],
+    ]
+    assert rows[1][5].startswith("run_end, ") and rows[4][5].startswith("context_mask, ")
+    assert all(row[1].endswith(" ago") for row in rows[1:])
+
+
+def test_runs_with_no_runs(tmp_path):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+
+    result = invoke("runs", "-c", str(config))
+
+    assert result.exit_code == 0
+    assert result.output == f"no runs yet in {tmp_path / '.ouroboros'}\n"
+
+
 # -- stats --
+
+
+def test_stats_of_a_long_run_shows_its_ends_and_totals(tmp_path):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 40,
+              end={"reason": "max_turns"})
+
+    short = invoke("stats", "-c", str(config))
+    full = invoke("stats", "--all", "-c", str(config))
+
+    assert short.exit_code == 0 and full.exit_code == 0, short.output + full.output
+    listed = [int(line.split("│")[1]) for line in short.output.splitlines()
+              if line.startswith("│") and line.split("│")[1].strip().isdigit()]
+    assert listed == [1, 2, 3, 38, 39, 40]
+    assert "│     ... │" in short.output and "(34 more)" in short.output
+    assert "34 sessions not shown: `ouroboros stats --all` lists every one" in short.output
+    totals = next(line for line in short.output.splitlines() if line.startswith("│     all"))
+    assert [cell.strip() for cell in totals.split("│")[1:6]] == ["all", "80", "60.0%", "80",
+                                                                "80"]
+    assert sum("% ┤" in line for line in short.output.splitlines()) == 10  # the chart
+    assert len(short.output.splitlines()) < 50
+    listed_all = [int(line.split("│")[1]) for line in full.output.splitlines()
+                  if line.startswith("│") and line.split("│")[1].strip().isdigit()]
+    assert listed_all == list(range(1, 41))
+    assert "not shown" not in full.output
 
 
 def test_stats_table_and_chart(tmp_path):
@@ -95,14 +191,13 @@ def test_stats_table_and_chart(tmp_path):
 
     assert result.exit_code == 0, result.output
     out = result.output
-    assert f"run {RUN_ID}: 2 sessions, 9 turns, 1 restarts, ended: max_turns" in out
+    assert (f"run {RUN_ID}: 2 sessions, 9 turns, 1 restart, ended: max_turns\n"
+            "masking: 5 tool results masked (2 masking rounds)") in out
     session_rows = [line for line in out.splitlines() if line.startswith(("│       1 ",
                                                                           "│       2 "))]
-    assert [row.split("│")[1:8] for row in session_rows] == [
-        ["       1 ", "     6 ", "    93.5% ", "     2 ", "          4 ", "     22,837 ",
-         "       261 "],
-        ["       2 ", "     3 ", "    61.8% ", "     0 ", "          1 ", "      8,804 ",
-         "       126 "],
+    assert [[cell.strip() for cell in row.split("│")[1:8]] for row in session_rows] == [
+        ["1", "6", "93.5%", "2", "4", "22,837", "261"],
+        ["2", "3", "61.8%", "0", "1", "8,804", "126"],
     ]
     assert [row.split("│")[8].strip() for row in session_rows] == ["restart [1]", "max_turns"]
     assert f"[1] restart: {RESTART_REASON}" in out
@@ -155,8 +250,8 @@ def test_logs_filters_by_type(tmp_path):
     assert result.exit_code == 0, result.output
     texts = [line.split(" ", 3)[3] for line in result.output.splitlines()]
     assert texts == [
-        "masked 3 observations (4584 -> 3310 tokens, 27.8% reclaimed, 3 in total)",
-        "masked 1 observations (5290 -> 4950 tokens, 6.4% reclaimed, 4 in total)",
+        "masked 3 tool results (4584 -> 3310 tokens, 27.8% reclaimed; 3 masked in total)",
+        "masked 1 tool result (5290 -> 4950 tokens, 6.4% reclaimed; 4 masked in total)",
         "wind-down: context at 93.5%, agent asked to save state",
     ]
 

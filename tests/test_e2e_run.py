@@ -137,7 +137,7 @@ def test_server_unreachable_says_what_to_check(tmp_path):
     config = make_project(tmp_path, "http://127.0.0.1:9")
     result = ouroboros("run", "-c", str(config), "--headless")
     assert result.returncode == 1
-    assert "is `ollama serve` running" in result.stderr
+    assert "is the model server running there" in result.stderr  # port 9: not Ollama's
     assert "http://127.0.0.1:9" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
 

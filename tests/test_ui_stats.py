@@ -6,7 +6,7 @@ from rich.console import Console
 
 from ouroboros.events import read_events
 from ouroboros.ui.chart import HARD_LINE, RESTART, SOFT_LINE, context_chart
-from ouroboros.ui.stats import SessionStats, run_stats, stats_view
+from ouroboros.ui.stats import SessionStats, run_stats, shown_sessions, stats_view
 from tests.ui_sample import RESTART_REASON, RUN_ID, SESSION_1, SESSION_2, write_sample_run
 
 
@@ -98,7 +98,8 @@ def test_stats_view_renders_the_table_and_the_chart(tmp_path):
     console.print(stats_view(sample_stats(tmp_path)))
     text = console.export_text()
 
-    assert f"run {RUN_ID}: 2 sessions, 9 turns, 1 restarts, ended: max_turns" in text
+    assert (f"run {RUN_ID}: 2 sessions, 9 turns, 1 restart, ended: max_turns\n"
+            "masking: 5 tool results masked (2 masking rounds)") in text
     assert "93.5%" in text and "61.8%" in text and "restart [1]" in text
     assert f"[1] restart: {RESTART_REASON}" in text
     assert "soft 70%" in text and "hard 90%" in text and RESTART in text
@@ -115,3 +116,39 @@ def test_restart_reasons_become_numbered_notes_under_the_table():
     ended = [line.split("│")[8].strip() for line in text.splitlines() if line.count("│") == 9]
     assert ended[:4] == ["restart [1]", "restart [2]", "restart [1]", "max_turns"]
     assert "[1] restart: full\n[2] restart: cut\n" in text
+
+
+def test_a_long_run_shows_its_first_and_last_sessions():
+    sessions = [SessionStats(n, turns=1) for n in range(1, 21)]
+
+    shown, hidden = shown_sessions(sessions)
+
+    assert [s.session for s in shown] == [1, 2, 3, 18, 19, 20] and hidden == 14
+    assert shown_sessions(sessions, all_sessions=True) == (sessions, 0)
+    assert shown_sessions(sessions[:12]) == (sessions[:12], 0)
+
+
+def test_the_summary_keeps_the_totals_of_every_session():
+    stats = run_stats([])
+    stats.sessions = [SessionStats(n, turns=n, mask_rounds=1, masked=2, end="restart: full")
+                      for n in range(1, 31)]
+    console = Console(record=True, width=100)
+    console.print(stats_view(stats))
+    text = console.export_text()
+
+    rows = [line.split("│") for line in text.splitlines() if line.count("│") == 9]
+    assert [row[1].strip() for row in rows] == ["1", "2", "3", "...", "28", "29", "30", "all"]
+    assert [cell.strip() for cell in rows[-1][2:6]] == [f"{sum(range(1, 31)):,}", "--", "30",
+                                                        "60"]
+    assert "masking: 60 tool results masked (30 masking rounds)" in text
+    assert "24 sessions not shown: `ouroboros stats --all` lists every one" in text
+
+
+def test_the_table_fits_80_columns_with_every_column(tmp_path):
+    console = Console(record=True, width=80)
+    console.print(stats_view(sample_stats(tmp_path)))
+    lines = console.export_text().splitlines()
+
+    assert max(len(line) for line in lines) <= 80
+    assert any("ended by" in line for line in lines)
+    assert "…" not in "\n".join(lines)  # no header or number cut short

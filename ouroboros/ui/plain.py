@@ -78,9 +78,9 @@ def describe(e: dict[str, Any]) -> str | None:
                     f"({e['context_used_pct']}%, {e['source']}{cached}), "
                     f"+{e['completion_tokens']} completion")
         case "context_mask":
-            return (f"masked {e['observations_masked']} observations "
+            return (f"masked {plural(e['observations_masked'], 'tool result')} "
                     f"({e['tokens_before']} -> {e['tokens_after']} tokens, "
-                    f"{e['reclaimed_pct']}% reclaimed, {e['total_masked']} in total)")
+                    f"{e['reclaimed_pct']}% reclaimed; {e['total_masked']} masked in total)")
         case "context_drop":
             return f"dropped {e['turns_dropped']} oldest turns to fit the window"
         case "wind_down":
@@ -116,6 +116,17 @@ def describe(e: dict[str, Any]) -> str | None:
             return (f"run ended: {e['reason']} after {e['total_turns']} turns, "
                     f"{e['sessions']} sessions, {e['restarts']} restarts")
     return None
+
+
+def masked_text(results: int, rounds: int) -> str:
+    """The one wording for masking in `status`, `stats` and `logs`: a masking round replaces
+    the oldest tool results with placeholders (a restart may mask some more to fit what it
+    carries over). "5 tool results masked (2 masking rounds)"."""
+    return f"{plural(results, 'tool result')} masked ({plural(rounds, 'masking round')})"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 def format_line(e: dict[str, Any]) -> str | None:

@@ -1,7 +1,8 @@
 """What a run did, session by session: `ouroboros stats`.
 
 `run_stats(events)` is a pure fold over the log; `stats_view(stats)` draws it as a table and a
-chart of context use over the run's turns.
+chart of context use over the run's turns. A run of more than SUMMARY_AFTER sessions shows its
+first and last few sessions and the totals, unless asked for all.
 
     stats = run_stats(read_events(run_dir / "events.jsonl").events)
     Console().print(stats_view(stats))
@@ -18,9 +19,13 @@ from rich.text import Text
 
 from ouroboros.config import ContextConfig
 from ouroboros.ui.chart import context_chart
+from ouroboros.ui.plain import masked_text, plural
 
 _DEFAULTS = ContextConfig()
 RESTART_PREFIX = "restart: "
+SUMMARY_AFTER = 12  # sessions; a longer run's table shows only its ends
+FIRST_SHOWN = 3
+LAST_SHOWN = 3
 
 
 @dataclass
@@ -111,30 +116,53 @@ def run_stats(events: list[dict[str, Any]], soft: float | None = None,
     return stats
 
 
-def stats_view(stats: RunStats, chart_width: int = 72) -> RenderableType:
-    """A summary line, the per-session table and the context chart."""
+def stats_view(stats: RunStats, chart_width: int = 72, *,
+               all_sessions: bool = False) -> RenderableType:
+    """A summary line, the per-session table (only its first and last sessions for a long
+    run, unless `all_sessions`) with its totals, and the context chart."""
     ended = f", ended: {stats.end}" if stats.end else ", still going (or stopped without an end)"
-    summary = Text(f"run {stats.run_id}: {len(stats.sessions)} sessions, {stats.total_turns} "
-                   f"turns, {stats.restarts} restarts{ended}", style="bold")
+    masked = masked_text(sum(s.masked for s in stats.sessions),
+                         sum(s.mask_rounds for s in stats.sessions))
+    summary = Text(f"run {stats.run_id}: {plural(len(stats.sessions), 'session')}, "
+                   f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
+                   f"{ended}\nmasking: {masked}", style="bold")
     lines = context_chart(stats.context_pcts, stats.soft, stats.hard, stats.restarts_at,
                           width=chart_width, thresholds=stats.thresholds)
     chart = Text("\n".join(lines))
     title = Text("context use per turn (% of the prompt budget)", style="bold")
-    reasons = restart_reasons(stats)
+    shown, hidden = shown_sessions(stats.sessions, all_sessions)
+    reasons = restart_reasons(shown)
     notes = [Text(f"[{n}] restart: {reason}") for reason, n in reasons.items()]
-    return Group(summary, Text(), sessions_table(stats, reasons), *notes, Text(), title, chart)
+    if hidden:
+        notes.append(Text(f"{plural(hidden, 'session')} not shown: "
+                          "`ouroboros stats --all` lists every one"))
+    table = sessions_table(stats, shown, reasons, hidden)
+    return Group(summary, Text(), table, *notes, Text(), title, chart)
 
 
-def restart_reasons(stats: RunStats) -> dict[str, int]:
+def shown_sessions(sessions: list[SessionStats],
+                   all_sessions: bool = False) -> tuple[list[SessionStats], int]:
+    """The sessions the table lists and how many it leaves out: every one, or for a run of
+    more than SUMMARY_AFTER sessions the first FIRST_SHOWN and the last LAST_SHOWN."""
+    if all_sessions or len(sessions) <= SUMMARY_AFTER:
+        return sessions, 0
+    return sessions[:FIRST_SHOWN] + sessions[-LAST_SHOWN:], \
+        len(sessions) - FIRST_SHOWN - LAST_SHOWN
+
+
+def restart_reasons(sessions: list[SessionStats]) -> dict[str, int]:
     """Each distinct restart reason and its footnote number, so the table stays narrow."""
     reasons: dict[str, int] = {}
-    for s in stats.sessions:
+    for s in sessions:
         if s.end.startswith(RESTART_PREFIX):
             reasons.setdefault(s.end.removeprefix(RESTART_PREFIX), len(reasons) + 1)
     return reasons
 
 
-def sessions_table(stats: RunStats, reasons: dict[str, int]) -> Table:
+def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str, int],
+                   hidden: int = 0) -> Table:
+    """One row per shown session (a "..." row where `hidden` ones were left out) and a
+    totals row over every session."""
     table = Table(show_footer=len(stats.sessions) > 1)
     total = SessionStats(0, turns=stats.total_turns,
                          mask_rounds=sum(s.mask_rounds for s in stats.sessions),
@@ -143,14 +171,19 @@ def sessions_table(stats: RunStats, reasons: dict[str, int]) -> Table:
                          completion_tokens=sum(s.completion_tokens for s in stats.sessions))
     peaks = [s.peak_pct for s in stats.sessions if s.peak_pct is not None]
     total.peak_pct = max(peaks) if peaks else None
+    # Two-line headers keep the table within 80 columns.
     columns = [("session", "all"), ("turns", f"{total.turns:,}"),
-               ("peak ctx", percent(total.peak_pct)), ("masks", f"{total.mask_rounds:,}"),
-               ("masked obs", f"{total.masked:,}"), ("prompt tok", f"{total.prompt_tokens:,}"),
-               ("compl tok", f"{total.completion_tokens:,}")]
+               ("peak\nctx", percent(total.peak_pct)),
+               ("mask\nrounds", f"{total.mask_rounds:,}"),
+               ("masked\nresults", f"{total.masked:,}"),
+               ("prompt\ntokens", f"{total.prompt_tokens:,}"),
+               ("compl.\ntokens", f"{total.completion_tokens:,}")]
     for header, footer in columns:
         table.add_column(header, footer, justify="right", no_wrap=True)
     table.add_column("ended by", ratio=1)
-    for s in stats.sessions:
+    for index, s in enumerate(shown):
+        if hidden and index == FIRST_SHOWN:
+            table.add_row("...", *[""] * 6, Text(f"({hidden:,} more)"))
         table.add_row(str(s.session), f"{s.turns:,}", percent(s.peak_pct), f"{s.mask_rounds:,}",
                       f"{s.masked:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}",
                       Text(ended_by(s.end, reasons)))

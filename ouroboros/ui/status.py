@@ -21,6 +21,7 @@ from rich.text import Text
 from ouroboros.events import EVENTS_FILE, list_runs, read_events, runs_dir
 from ouroboros.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
+from ouroboros.ui.plain import masked_text
 from ouroboros.ui.stats import percent
 
 MAX_CHANGES_SHOWN = 4  # the newest config changes `status` lists
@@ -34,6 +35,8 @@ class RunStatus:
     owner_pid: int | None  # the live process running it, if any
     end: dict[str, Any] | None  # its run_end record, if it has stopped cleanly since resumed
     changes: list[dict[str, Any]] = field(default_factory=list)  # its config_changed records
+    mask_rounds: int = 0  # its context_mask records
+    started: str | None = None  # the timestamp of its first record
 
     @property
     def running(self) -> bool:
@@ -45,9 +48,22 @@ def run_status(state_dir: Path) -> RunStatus | None:
     runs = list_runs(state_dir)
     if not runs:
         return None
+    live = live_run(state_dir)
+    if live is not None and live[0] in runs:
+        return replay(state_dir, *live)
+    return replay(state_dir, runs[-1], None)
+
+
+def live_run(state_dir: Path) -> tuple[str, int | None] | None:
+    """(run id, pid) of the run whose process holds the workspace lock now, if any."""
     holder = read_holder(state_dir / LOCK_FILE)
-    alive = holder is not None and holder_is_alive(holder) and holder.get("run_id") in runs
-    run_id = holder["run_id"] if alive else runs[-1]
+    if holder is None or not holder_is_alive(holder) or "run_id" not in holder:
+        return None
+    return holder["run_id"], holder.get("pid")
+
+
+def replay(state_dir: Path, run_id: str, owner_pid: int | None) -> RunStatus:
+    """One run's status from its log; `owner_pid` is the live process running it, if any."""
     events = read_events(runs_dir(state_dir) / run_id / EVENTS_FILE).events
     state = DashboardState()
     end = None
@@ -58,7 +74,9 @@ def run_status(state_dir: Path) -> RunStatus | None:
         elif event["type"] == "run_resumed":
             end = None
     changes = [event for event in events if event["type"] == "config_changed"]
-    return RunStatus(run_id, state, holder.get("pid") if alive else None, end, changes)
+    rounds = sum(1 for event in events if event["type"] == "context_mask")
+    started = events[0]["ts"] if events else None
+    return RunStatus(run_id, state, owner_pid, end, changes, rounds, started)
 
 
 def ago(then: str, now: datetime) -> str:
@@ -104,7 +122,7 @@ def status_view(status: RunStatus, now: datetime) -> Table:
         ("context", percent(s.context_pct) + tokens),
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
         ("restarts", str(s.restarts)),
-        ("masked", f"{s.masked} observations"),
+        ("masking", masked_text(s.masked, status.mask_rounds)),
     ]
     if status.changes:
         shown = status.changes[-MAX_CHANGES_SHOWN:]
