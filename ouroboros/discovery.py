@@ -116,11 +116,13 @@ async def discover_context_limit(
     model: str,
     configured: int,
     *,
+    configured_in: str = "in config",
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[int, str]:
-    """(tokens, where that number came from, as a phrase for people)."""
+    """(tokens, where that number came from, as a phrase for people). `configured_in` says
+    where a configured limit was set ("in config", "from a command-line flag", ...)."""
     if configured > 0:
-        return configured, "model.context_limit in config"
+        return configured, f"model.context_limit {configured_in}"
     async with _http(base_url, transport) as http:
         ps = await _get_json(http, "GET", "/api/ps")
         if ps is not None and (length := context_from_ps(ps, model)):

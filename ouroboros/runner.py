@@ -123,8 +123,7 @@ class Runner:
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
                    counter: TokenCounter, hooks: RunHooks, *, resume: bool) -> Runner:
         cfg = loaded.config
-        claimed, source = await discover_context_limit(
-            cfg.model.base_url, cfg.model.name, cfg.model.context_limit)
+        claimed, source = await claim_window(loaded)
         if resume:
             recovered = recover(run_dir, cfg.context)
             if recovered.torn_line is not None:
@@ -281,9 +280,7 @@ class Runner:
         context.policy = cfg.context
         context.max_output_tokens = cfg.model.max_output_tokens
         if limit_changed:
-            claimed, source = await discover_context_limit(
-                cfg.model.base_url, cfg.model.name, cfg.model.context_limit)
-            context.window = reclaimed(context.window, claimed, source)
+            context.window = reclaimed(context.window, *await claim_window(loaded))
         if isinstance(services.client, ChatClient):
             services.client.configure(temperature=cfg.model.temperature,
                                       max_output_tokens=cfg.model.max_output_tokens,
@@ -355,6 +352,24 @@ def open_log(run_dir: Path, hooks: RunHooks, *, seq: int, state: RunState) -> Ev
     if hooks.on_event is not None:
         log.subscribe(hooks.on_event)
     return log
+
+
+async def claim_window(loaded: LoadedConfig) -> tuple[int, str]:
+    """The window the config claims (or the server says), and where that came from."""
+    model = loaded.config.model
+    return await discover_context_limit(
+        model.base_url, model.name, model.context_limit,
+        configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")))
+
+
+def setting_origin(source: str) -> str:
+    """Where a setting was made, as "in config" (either file), "from the environment (NAME)"
+    or "from a command-line flag"."""
+    if source.startswith("environment "):
+        return f"from the environment ({source.removeprefix('environment ')})"
+    if source == "flag":
+        return "from a command-line flag"
+    return "in config"
 
 
 def startup_warnings(loaded: LoadedConfig, env: Mapping[str, str]) -> list[str]:

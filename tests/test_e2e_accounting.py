@@ -192,7 +192,7 @@ def test_resume_uses_the_context_limit_the_user_set(tmp_path):
     events = run_events(tmp_path)
     resumed = of_type(events, "run_resumed")[-1]
     assert resumed["context_limit"] == 32768
-    assert resumed["limit_source"] == "model.context_limit in config"
+    assert resumed["limit_source"] == "model.context_limit from a command-line flag"
     assert all(e["context_limit"] == 32768
                for e in of_type(events, "token_usage") if e["seq"] > resumed["seq"])
     assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
@@ -212,3 +212,15 @@ def test_a_llama_cpp_server_that_only_says_empty_is_asked_for_its_window(tmp_pat
     assert recovered[0]["new_limit"] == 2500
     assert "named this window" in recovered[0]["limit_source"]
     assert server.over_limit == 1
+
+
+def test_the_limit_says_where_it_was_set(tmp_path):
+    with ScriptedServer(RecordingAgent(1), model="scripted-demo", context_length=WINDOW) as server:
+        write_demo_project(tmp_path, server.base_url, 1)
+        loaded = load_config(tmp_path / "ouroboros.toml", {},
+                             env={"OUROBOROS_MODEL_CONTEXT_LIMIT": "4000"}, user_file=None)
+        asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+    start = of_type(run_events(tmp_path), "session_start")[0]
+    assert start["context_limit"] == 4000
+    assert start["limit_source"] == ("model.context_limit from the environment "
+                                     "(OUROBOROS_MODEL_CONTEXT_LIMIT)")
