@@ -317,11 +317,7 @@ class ChatClient:
         if _is_overflow(lowered, code):
             return ContextOverflowError(f"the prompt did not fit the model's context ({said})")
         if status == 404 or ("not found" in lowered and "model" in lowered):
-            return ModelNotFoundError(
-                f"the model server at {self.base_url} has no model {self.model!r} ({said}); "
-                f"{await self._available_models()}; "
-                f"{hint(await self.detect_kind(), 'model_not_found', self.model)}"
-            )
+            return await self.missing_model(f" ({said})")
         return PermanentModelError(
             f"the model server at {self.base_url} rejected the request ({said})"
         )
@@ -377,6 +373,14 @@ class ChatClient:
         if not models:
             return "the server has no models"
         return "the server has: " + ", ".join(models)
+
+    async def missing_model(self, said: str = "") -> ModelNotFoundError:
+        """The error for a model the server does not have, with the ones it has."""
+        return ModelNotFoundError(
+            f"the model server at {self.base_url} has no model {self.model!r}{said}; "
+            f"{await self._available_models()}; "
+            f"{hint(await self.detect_kind(), 'model_not_found', self.model)}"
+        )
 
     async def detect_kind(self) -> ServerKind:
         """The kind the caller gave; else Ollama on its port; else what the server's answers

@@ -19,7 +19,7 @@ from ouroboros import context as ctx
 from ouroboros.client import ChatClient
 from ouroboros.config import LoadedConfig
 from ouroboros.context import ContextManager
-from ouroboros.discovery import allocated_context, discover_context_limit
+from ouroboros.discovery import allocated_context, discover_context_limit, same_model
 from ouroboros.errors import (
     ConfigError,
     ModelError,
@@ -96,13 +96,18 @@ async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = Fal
 
 
 async def check_reachable(client: ChatClient) -> None:
-    """Fail fast when nothing listens at the server's address: retrying is for servers that
-    go away during a run, not for one that was never started."""
+    """Fail fast, before a run is recorded, when nothing listens at the server's address
+    (retrying is for servers that go away during a run, not for one never started) or when
+    Ollama does not have the model (other servers may serve one model under any name)."""
     try:
-        await client.list_models()
+        models = await client.list_models()
     except TransientModelError as error:
         if isinstance(error.__cause__, httpx.ConnectError):
             raise client.unreachable() from None
+        return
+    if await client.detect_kind() == "ollama" and not any(
+            same_model(name, client.model) for name in models):
+        raise await client.missing_model()
 
 
 def api_key(env_name: str) -> str | None:
