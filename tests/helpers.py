@@ -62,3 +62,16 @@ def sent_roles(request: dict[str, Any]) -> list[str]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value)
+
+
+def whole_panels(lines: list[str]) -> list[str]:
+    """The titles of the dashboard panels drawn from top border to bottom border, in order:
+    a panel cut off by the terminal is missing."""
+    titles, open_title = [], None
+    for line in lines:
+        if line.startswith("╭─ "):
+            open_title = line[3:].split(" ")[0]
+        elif line.startswith("╰") and open_title is not None:
+            titles.append(open_title)
+            open_title = None
+    return titles

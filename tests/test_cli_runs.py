@@ -7,6 +7,7 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
@@ -34,11 +35,12 @@ def invoke(*args: str) -> object:
 # -- status --
 
 
-def test_status_with_no_runs(tmp_path):
+@pytest.mark.parametrize("command", ["status", "runs"])
+def test_with_no_runs_says_where_it_looked(tmp_path, command):
     config = tmp_path / "ouroboros.toml"
     config.write_text("")
 
-    result = invoke("status", "-c", str(config))
+    result = invoke(command, "-c", str(config))
 
     assert result.exit_code == 0
     assert result.output == f"no runs yet in {tmp_path / '.ouroboros'}\n"
@@ -143,16 +145,6 @@ def test_runs_lists_every_run_oldest_first_with_its_state(tmp_path):
     ]
     assert rows[1][5].startswith("run_end, ") and rows[4][5].startswith("context_mask, ")
     assert all(row[1].endswith(" ago") for row in rows[1:])
-
-
-def test_runs_with_no_runs(tmp_path):
-    config = tmp_path / "ouroboros.toml"
-    config.write_text("")
-
-    result = invoke("runs", "-c", str(config))
-
-    assert result.exit_code == 0
-    assert result.output == f"no runs yet in {tmp_path / '.ouroboros'}\n"
 
 
 # -- stats --

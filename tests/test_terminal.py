@@ -21,7 +21,7 @@ import pytest
 
 from ouroboros.protocols import Message
 from ouroboros.scripted import Reply
-from tests.helpers import clean_env, make_project
+from tests.helpers import clean_env, make_project, whole_panels
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
@@ -107,18 +107,6 @@ def last_frame(lines: list[str]) -> list[str]:
     frame = lines[top:]
     bottom = max(i for i, line in enumerate(frame) if line.startswith("╰"))
     return frame[: bottom + 1]
-
-
-def whole_panels(frame: list[str]) -> list[str]:
-    """The titles of the panels drawn from top border to bottom border, in order."""
-    titles, open_title = [], None
-    for line in frame:
-        if line.startswith("╭─ "):
-            open_title = line[3:].split(" ")[0]
-        elif line.startswith("╰") and open_title is not None:
-            titles.append(open_title)
-            open_title = None
-    return titles
 
 
 def header(frame: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 from ouroboros.ui.dashboard import DashboardState, call_summary, zone
 from ouroboros.ui.live import LiveDashboard, watch
 from ouroboros.ui.render import gauge, render
+from tests.helpers import whole_panels
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
 
 
@@ -53,18 +54,6 @@ def warned_early(events: list[dict]) -> list[dict]:
     warning = {**events[first_usage], "type": "warning", "message": NO_USAGE}
     rest = [e for e in events if e["type"] != "warning"]
     return rest[: first_usage + 1] + [warning] + rest[first_usage + 1:]
-
-
-def panels(lines: list[str]) -> list[str]:
-    """The titles of the panels whose top and bottom borders are both in the frame."""
-    titles, open_title = [], None
-    for line in lines:
-        if line.startswith("╭─ "):
-            open_title = line[3:].split(" ")[0]
-        elif line.startswith("╰") and open_title is not None:
-            titles.append(open_title)
-            open_title = None
-    return titles
 
 
 def upto(events: list[dict], type: str, nth: int = 1) -> list[dict]:
@@ -249,7 +238,7 @@ def test_the_whole_dashboard_fits_the_terminal(tmp_path, width, height):
     lines = rendered_at(state, width, height)
 
     assert len(lines) <= height and max(len(line) for line in lines) <= width
-    assert panels(lines) == ["ouroboros", "assistant", "tools", "activity"]  # none cut off
+    assert whole_panels(lines) == ["ouroboros", "assistant", "tools", "activity"]  # none cut off
     context = [line for line in lines if line.startswith("│ context ")]
     assert len(context) == 1 and "3,797/6,144" in context[0] and "61.8%" in context[0]
     below = lines[lines.index(context[0]) + 1]
@@ -350,5 +339,5 @@ def test_the_live_frame_fits_and_is_redrawn_only_after_a_change(tmp_path):
     assert dashboard.stale()
 
     assert len(frame) < 24  # one line to spare: the last frame's newline scrolls nothing away
-    assert panels(frame) == ["ouroboros", "assistant", "tools", "activity"]
+    assert whole_panels(frame) == ["ouroboros", "assistant", "tools", "activity"]
     assert any("WARNING the server sent no token usage" in line for line in frame[:7])
