@@ -87,11 +87,15 @@ def root(
     before the window is full, and restarts the session with its recent turns carried over."""
 
 
+def interactive(headless: bool) -> bool:
+    """Whether to draw the live view: not asked for plain lines, and stdout is a terminal."""
+    return not headless and sys.stdout.isatty()
+
+
 def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks:
     """The live dashboard on a terminal (with the thresholds to mark on its gauge), else one
     plain line per event."""
-    interactive = not headless and sys.stdout.isatty()
-    if interactive:
+    if interactive(headless):
         from ouroboros.ui.live import live_hooks
 
         if context is None:
@@ -312,10 +316,9 @@ def demo(
     from ouroboros.demo import parse_speed, show_demo
     from ouroboros.ui.captions import Voice
 
-    interactive = not headless and sys.stdout.isatty()
-    pace = guarded(lambda: parse_speed(speed, interactive=interactive))
+    pace = guarded(lambda: parse_speed(speed, interactive=interactive(headless)))
     directory = guarded(lambda: demo_directory(keep))
-    if interactive:  # the dashboard and the captions above it share one console
+    if interactive(headless):  # the dashboard and the captions above it share one console
         from ouroboros.ui.live import live_hooks
 
         voice = Voice.for_terminal()

@@ -112,15 +112,6 @@ class TokenCounter:
         except (httpx.HTTPError, _NoCount):
             return None
 
-    async def count_many(self, texts: list[str]) -> list[int] | None:
-        """The count of each text, in order; None as soon as one cannot be counted."""
-        counts: list[int] = []
-        for text in texts:
-            if (count := await self.count(text)) is None:
-                return None
-            counts.append(count)
-        return counts
-
     async def _probe(self, text: str) -> int | None:
         """Ask each family in turn; remember the first that answers, or that none did."""
         try:

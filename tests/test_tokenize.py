@@ -204,23 +204,7 @@ def test_a_failure_of_the_known_endpoint_is_transient():
     assert (counter.available, counter.endpoint) == (True, LLAMA_CPP)
 
 
-# ---- count_many and the HTTP client ------------------------------------------------------
-
-
-def test_count_many_is_none_unless_every_text_is_counted():
-    def tokenizer_failing_on_boom(request: httpx.Request) -> httpx.Response:
-        if json.loads(request.content)["input"] == "boom":
-            return httpx.Response(500, text="tokenizer crashed")
-        return llama_cpp_python(request)
-
-    async def go():
-        async with TokenCounter(BASE, "m") as counter:
-            return await counter.count_many(TEXTS), await counter.count_many(["a", "boom", "c d"])
-
-    with respx.mock() as router:
-        extras = router.post(EXTRAS).mock(side_effect=tokenizer_failing_on_boom)
-        assert asyncio.run(go()) == ([3, 1, 2], None)
-    assert [body["input"] for body in bodies(extras)] == TEXTS + ["a", "boom"]
+# ---- the HTTP client --------------------------------------------------------------------
 
 
 def test_counts_through_a_given_transport():

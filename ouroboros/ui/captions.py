@@ -15,6 +15,8 @@ from typing import Any
 
 from rich.console import Console, ConsoleDimensions
 
+from ouroboros.ui.plain import plural
+
 CAPTION_ROWS = 6  # the terminal lines left above the live dashboard for the captions
 
 
@@ -105,10 +107,6 @@ def end_caption(e: dict[str, Any]) -> str:
         case "error":
             return f"The run failed after {done}; the error says why."
     return f"The run ended ({e['reason']}) after {done}."
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 def opening(parts: int, window: int, *, paced: bool) -> str:
