@@ -105,8 +105,8 @@ async def check_reachable(client: ChatClient) -> None:
         if isinstance(error.__cause__, httpx.ConnectError):
             raise client.unreachable() from None
         return
-    if await client.detect_kind() == "ollama" and not any(
-            same_model(name, client.model) for name in models):
+    listed = any(same_model(name, client.model) for name in models)
+    if not listed and await client.detect_kind() == "ollama":
         raise await client.missing_model()
 
 
