@@ -224,3 +224,18 @@ def test_the_limit_says_where_it_was_set(tmp_path):
     assert start["context_limit"] == 4000
     assert start["limit_source"] == ("model.context_limit from the environment "
                                      "(OUROBOROS_MODEL_CONTEXT_LIMIT)")
+
+
+def test_a_server_that_refuses_every_prompt_is_given_up_after_three_shrinks(tmp_path):
+    """Ollama's nameless 400 for a window smaller than the system prompt itself."""
+    with ScriptedServer(RecordingAgent(1), model="scripted-demo", context_length=200,
+                        overflow="error") as server:
+        write_demo_project(tmp_path, server.base_url, 1)
+        loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": WINDOW},
+                             env={}, user_file=None)
+        with pytest.raises(RunFailed, match="kept refusing the prompt as too long after 3 "
+                                            "attempts"):
+            asyncio.run(run_agent(loaded, RunHooks()))
+    assert len(server.requests) == 4
+    limits = [e["new_limit"] for e in of_type(run_events(tmp_path), "context_overflow_recovered")]
+    assert len(limits) == 4 and limits == sorted(limits, reverse=True) and limits[-1] < WINDOW
