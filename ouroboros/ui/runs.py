@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ouroboros.events import list_runs
-from ouroboros.ui.status import RunStatus, ago, live_run, replay
+from ouroboros.ui.status import RunStatus, ago, last_event, live_run, replay
 
 
 def project_runs(state_dir: Path) -> list[RunStatus]:
@@ -48,7 +48,6 @@ def runs_view(runs: list[RunStatus], now: datetime) -> Table:
     for status in runs:
         s = status.state
         started = ago(status.started, now) if status.started else "--"
-        last = f"{s.last_type}, {ago(s.last_ts, now)}" if s.last_type and s.last_ts else "--"
         table.add_row(status.run_id, started, run_state(status), f"{s.session:,}",
-                      f"{s.total_turns:,}", last)
+                      f"{s.total_turns:,}", last_event(s, now))
     return table

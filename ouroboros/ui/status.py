@@ -88,6 +88,13 @@ def ago(then: str, now: datetime) -> str:
     return f"{secs}s ago"
 
 
+def last_event(state: DashboardState, now: datetime) -> str:
+    """The newest event's type and how long ago it was: "tool_result, 12s ago"."""
+    if state.last_type and state.last_ts:
+        return f"{state.last_type}, {ago(state.last_ts, now)}"
+    return "--"
+
+
 def describe_state(status: RunStatus) -> str:
     if status.running:
         doing = "stopping" if status.state.status == "stopping" else "running"
@@ -113,7 +120,7 @@ def status_view(status: RunStatus, now: datetime) -> Table:
     s = status.state
     tokens = (f" ({s.prompt_tokens:,}/{s.budget:,} tokens)"
               if s.prompt_tokens is not None and s.budget else "")
-    last = f"{s.last_type}, {ago(s.last_ts, now)}" if s.last_type and s.last_ts else "--"
+    last = last_event(s, now)
     rows = [
         ("run", status.run_id),
         ("state", describe_state(status)),
