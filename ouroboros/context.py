@@ -77,12 +77,12 @@ def decide(policy: ContextConfig, used: float, candidates: list[str],
     newest `keep_recent_observations`). At the hard threshold with nothing left to mask, wind
     down; still there a turn later, restart. Masking comes first even above the hard
     threshold: one large result can jump past both thresholds, and masking is far cheaper
-    than a restart. Returns the decision and whether the agent stands wound down after it.
+    than a restart. The wind-down rearms only once use falls below the soft threshold: a
+    conversation hovering about the hard threshold would otherwise wind down forever.
+    Returns the decision and whether the agent stands wound down after it.
     """
-    if used < policy.hard_threshold_pct:
-        wound_down = False
     if used < policy.soft_threshold_pct:
-        return Continue(), wound_down
+        return Continue(), False
     keep = policy.keep_recent_observations
     ids = (candidates[:-keep] if keep else candidates)[: policy.mask_batch_size]
     if ids:

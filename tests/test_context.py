@@ -99,6 +99,14 @@ def test_dropping_below_hard_after_wind_down_rearms_it():
     assert cm.evaluate(9_500, messages) == WindDown()
 
 
+def test_hovering_about_the_hard_threshold_restarts_instead_of_winding_down_again():
+    cm = manager(keep_recent_observations=3)
+    messages = conversation(cm, 3)
+    assert cm.evaluate(9_500, messages) == WindDown()
+    assert cm.evaluate(8_800, messages) == Continue()  # the save turn dipped under hard
+    assert isinstance(cm.evaluate(9_500, messages), Restart)
+
+
 def test_zones_are_fractions_of_the_budget_after_the_output_reserve():
     cm = ContextManager.create(8192, "test", 1024, ContextConfig())
     assert cm.budget == 8192 - 1024
@@ -418,7 +426,7 @@ def test_to_wire_strips_the_harness_private_keys():
     (0.95, ["a", "b", "c"], False, Mask(["a"]), False),  # masking before winding down
     (0.95, ["a", "b"], False, WindDown(), True),
     (0.95, ["a", "b"], True, Restart("context at 95% of the budget after the wind-down"), True),
-    (0.85, [], True, Continue(), False),  # under the hard threshold again: rearmed
+    (0.85, [], True, Continue(), True),  # under hard but above soft: still wound down
 ])
 def test_decide(used, candidates, wound_down, decision, after):
     assert ctx.decide(ContextConfig(), used, candidates, wound_down) == (decision, after)
