@@ -76,6 +76,9 @@ def demo_project(root: Path, base_url: str, parts: int, *, max_turns: int,
                  chars_per_part: int = 300, **tables: dict[str, Any]) -> tuple[Path, str]:
     """A project for the demo task; returns its config and the results.txt it must produce."""
     agent = {"max_turns": max_turns, **tables.pop("agent", {})}
+    # The bookkeeping (executions.log, held_tool) is written beside the workspace, where the
+    # sandbox lets no command write: these tests are about resuming, not confinement.
+    tables["safety"] = {"sandbox": "off", **tables.get("safety", {})}
     config = make_project(root, base_url, prompt=DEMO_PROMPT, agent=agent, **tables)
     keys = make_workspace(root / "workspace", parts, chars_per_part=chars_per_part)
     return config, expected_results(keys)

@@ -1,8 +1,11 @@
 """The shell_exec tool: one `/bin/sh -c` command in the workspace.
 
-The command runs in its own process group with the harness's secrets removed from its
-environment. On timeout the whole group is killed, so background children die too. Output
-beyond the cap is read and discarded so the command never blocks on a full pipe.
+The command runs in the run's sandbox (see sandbox.py: on Linux with Landlock it reads the
+system and writes only the workspace and a private temp dir), in its own session and process
+group, with the harness's secrets removed from its environment and a marker naming its
+workspace added (see reaper.py: tool processes die with the harness). On timeout the whole
+group is killed, so background children die too. Output beyond the cap is read and discarded
+so the command never blocks on a full pipe.
 
 A background job whose output is redirected (`server > server.log 2>&1 &`) outlives the call.
 One that keeps the output pipe open after the shell exits gets OUTPUT_GRACE_SECS to finish,
@@ -14,11 +17,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ouroboros.protocols import ToolResult
+from ouroboros.reaper import MARKER, workspace_tag
+from ouroboros.sandbox import Sandbox
 from ouroboros.tools.safety import SecurityHook, blocked_by, shell_environment
 
 READ_CHUNK_BYTES = 65536
@@ -95,25 +101,53 @@ async def _drain(stream: asyncio.StreamReader, output: CappedOutput) -> None:
         output.add(chunk)
 
 
-async def _shell_exit(process: asyncio.subprocess.Process) -> None:
-    # Process.wait() also waits for the output pipe to close, which a background child may hold
-    # open; returncode is set as soon as the shell itself has exited.
-    delay = 0.001
-    while process.returncode is None:
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, MAX_EXIT_POLL_SECS)
+@dataclass
+class Running:
+    """A started command as the supervisor sees it. The sandbox starts it from a thread of its
+    own, so it is a subprocess.Popen whose output pipe is read through the event loop."""
+
+    popen: subprocess.Popen[bytes]
+    stdout: asyncio.StreamReader
+    transport: asyncio.ReadTransport
+
+    @classmethod
+    async def start(cls, sandbox: Sandbox, command: str, *, cwd: Path,
+                    env: dict[str, str]) -> Running:
+        popen = sandbox.spawn(["/bin/sh", "-c", command], cwd=cwd, env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+        reader = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
+        return cls(popen, reader, transport)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Set as soon as the shell itself has exited, whoever still holds its output pipe."""
+        return self.popen.poll()
+
+    async def wait(self) -> int:
+        delay = 0.001
+        while (code := self.popen.poll()) is None:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_EXIT_POLL_SECS)
+        return code
+
+    def stop_listening(self) -> None:
+        self.transport.close()
 
 
-async def supervise(
-    process: asyncio.subprocess.Process, output: CappedOutput, timeout_secs: float
-) -> Outcome:
+async def supervise(process: Running, output: CappedOutput, timeout_secs: float) -> Outcome:
     """Collect the output of `process` until the shell exits and its output closes, or until
     the timeout; any of its process group still running then is killed."""
-    assert process.stdout is not None
     reader = asyncio.create_task(_drain(process.stdout, output))
     try:
         try:
-            await asyncio.wait_for(_shell_exit(process), timeout_secs)
+            await asyncio.wait_for(process.wait(), timeout_secs)
         except TimeoutError:
             return Outcome(exit_code=None, timed_out=True)
         done, _ = await asyncio.wait({reader}, timeout=OUTPUT_GRACE_SECS)
@@ -124,23 +158,24 @@ async def supervise(
         await _settle(process, reader)
 
 
-async def _settle(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> None:
+async def _settle(process: Running, reader: asyncio.Task[None]) -> None:
     done, _ = await asyncio.wait({reader}, timeout=SETTLE_SECS)
-    if done:
-        await process.wait()
-    else:
-        # A process that left the group (setsid) still holds the pipe: stop listening to it and
-        # close our end, which asyncio offers no public call for.
+    if not done:
+        # A process that left the group (setsid) still holds the pipe: stop listening to it.
         reader.cancel()
         await asyncio.wait({reader})
-        process._transport.close()  # type: ignore[attr-defined]
+    process.stop_listening()
+    await process.wait()
 
 
 class ShellExec:
     """Run a shell command in the workspace.
 
     ShellExec(workspace, timeout_secs=120, max_output_bytes=50_000, blocked_patterns=[],
-              secret_env_names=["OPENAI_API_KEY"], on_security=log.security)
+              secret_env_names=["OPENAI_API_KEY"], on_security=log.security, sandbox=sandbox)
+
+    Without a sandbox given, the first command prepares the best one this machine offers
+    (`safety.sandbox = "auto"`, network allowed) for this tool alone.
     """
 
     name = "shell_exec"
@@ -154,6 +189,7 @@ class ShellExec:
         blocked_patterns: list[str],
         secret_env_names: list[str],
         on_security: SecurityHook,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.workspace = workspace
         self.timeout_secs = timeout_secs
@@ -161,6 +197,17 @@ class ShellExec:
         self.blocked_patterns = blocked_patterns
         self.secret_env_names = secret_env_names
         self.on_security = on_security
+        self.sandbox = sandbox
+        self.tag = workspace_tag(workspace)
+
+    def environment(self) -> dict[str, str]:
+        """The command's environment: the harness's, less its secrets, as the sandbox sets
+        it, marked with the workspace's tag."""
+        if self.sandbox is None:
+            self.sandbox = Sandbox.prepare("auto", workspace=self.workspace)
+        env = self.sandbox.environment(shell_environment(os.environ, self.secret_env_names))
+        env[MARKER] = self.tag
+        return env
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -211,19 +258,12 @@ class ShellExec:
                 ok=False,
                 meta=meta,
             )
+        env = self.environment()
+        assert self.sandbox is not None
         try:
-            process = await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                command,
-                cwd=self.workspace,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                env=shell_environment(os.environ, self.secret_env_names),
-            )
-        except OSError as failure:
+            process = await Running.start(self.sandbox, command, cwd=self.workspace, env=env)
+        except (OSError, subprocess.SubprocessError) as failure:
+            # A sandbox that cannot be applied fails closed: the command does not run.
             return ToolResult(f"error: could not start /bin/sh: {failure}", ok=False, meta=meta)
         output = CappedOutput(self.max_output_bytes)
         outcome = await supervise(process, output, self.timeout_secs)

@@ -1,0 +1,94 @@
+"""The API key never reaches the agent: not from a file a user left in the workspace, not from
+the harness's /proc entry (even with the sandbox off), and never into the log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ouroboros.events import EventLog
+from ouroboros.redact import REDACTED, Redactor, environment_block, secret_values
+from ouroboros.scripted import Reply
+from tests.helpers import clean_env, make_project, ouroboros, run_events
+
+KEY = "sk-proj-9f8e7d6c5b4a3210"
+
+
+def tool_results(server) -> list[str]:
+    return [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+
+
+def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_path,
+                                                                          scripted_server):
+    server = scripted_server([
+        Reply("read the env file", [("file_read", {"path": ".env"})]),
+        Reply("and through the shell",
+              [("shell_exec", {"command": "cat .env; echo \"$TEST_API_KEY\""})]),
+        Reply("done"),
+    ])
+    config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
+    (tmp_path / "workspace" / ".env").write_text(f"OPENAI_API_KEY={KEY}\n")
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3",
+                       env=clean_env(TEST_API_KEY=KEY))
+
+    assert result.returncode == 0, result.stderr
+    read, shell = tool_results(server)
+    assert f"OPENAI_API_KEY={REDACTED}" in read
+    assert shell.startswith(f"OPENAI_API_KEY={REDACTED}\n\n[exit code 0]")
+    assert KEY not in json.dumps(server.requests)
+    run_dir = tmp_path / ".ouroboros" / "runs" / run_events(tmp_path)[0]["run_id"]
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(errors="replace"), path
+    assert KEY not in result.stdout
+
+
+def test_the_key_is_scrubbed_from_the_harness_proc_entry_even_unconfined(tmp_path,
+                                                                        scripted_server):
+    server = scripted_server([
+        Reply("peek", [("shell_exec", {"command": "tr '\\0' '\\n' < /proc/$PPID/environ | "
+                                                  "grep TEST_API_KEY"})]),
+        Reply("done"),
+    ])
+    config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"},
+                          safety={"sandbox": "off"})
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2",
+                       env=clean_env(TEST_API_KEY=KEY))
+
+    assert result.returncode == 0, result.stderr
+    [peek] = tool_results(server)
+    # Overwritten in the process itself, not merely redacted on the way out.
+    assert peek.startswith("TEST_API_KEY=" + "*" * len(KEY)), peek
+
+
+def test_the_event_log_redacts_what_it_writes_and_tells(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "events.jsonl")
+    log.redact = Redactor.of([KEY, 'pa"ss\\word'])
+    told: list[dict] = []
+    log.subscribe(told.append)
+    log.emit("assistant", text=f"the key is {KEY}", note='pa"ss\\word')
+    log.close()
+    text = (tmp_path / "events.jsonl").read_text()
+    assert KEY not in text and "ss\\\\word" not in text
+    assert json.loads(text)["text"] == f"the key is {REDACTED}"
+    assert told[0]["text"] == f"the key is {REDACTED}" and told[0]["note"] == REDACTED
+
+
+def test_only_secrets_long_enough_to_be_told_apart_are_redacted() -> None:
+    redact = Redactor.of(["short", KEY, ""])
+    assert redact(f"short {KEY}") == f"short {REDACTED}"
+    assert not Redactor.of(["1234567"])
+
+
+def test_the_secrets_are_the_key_and_the_server_password() -> None:
+    env = {"MY_KEY": KEY}
+    assert secret_values("MY_KEY", "http://u:hunter2hunter2@h:1", env) == [KEY, "hunter2hunter2"]
+    assert secret_values("", "http://h:1", env) == []
+
+
+def test_the_environment_block_is_read_from_proc_stat() -> None:
+    fields = " ".join(str(n) for n in range(3, 53))
+    assert environment_block(f"1 (a) b) {fields}") == (50, 51)
+    assert environment_block("1 (short) S 1") is None

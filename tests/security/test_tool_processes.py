@@ -1,0 +1,142 @@
+"""Tool processes die with the harness: a real `ouroboros run` is `kill -9`ed while a command
+with a background job runs; the job never writes. With the watchdog gone too, the resume kills
+the leftovers before the run goes on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from ouroboros.reaper import Process, temp_prefix, victims, workspace_tag
+from ouroboros.scripted import Reply
+from tests.crash_helpers import kill, start, wait_for
+from tests.helpers import make_project, of_type, ouroboros, run_events
+
+LATE_SECS = 2
+HELD = (f"(sleep {LATE_SECS}; echo late >> late.txt) > /dev/null 2>&1 & echo $! > bg.pid; "
+        "echo $$ > sh.pid; sleep 30")
+
+
+def holder(messages: list[dict]) -> Reply:
+    """The scripted model: the held command first, then done (after a resume too)."""
+    if not any(m["role"] == "tool" for m in messages):
+        return Reply("start a background job", [("shell_exec", {"command": HELD})])
+    return Reply("done")
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def gone_within(pids: list[int], secs: float) -> bool:
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        if not any(map(running, pids)):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def private_temp_dirs(workspace: Path) -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob(temp_prefix(workspace_tag(workspace)) + "*"))
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def killed_mid_command(tmp_path: Path, server, *,
+                       watchdog_too: bool = False) -> tuple[Path, list[int]]:
+    """A run killed with SIGKILL while HELD runs (its watchdog first, if `watchdog_too`):
+    the config and the command's pids."""
+    config = make_project(tmp_path, server.base_url, agent={"max_turns": 2})
+    workspace = tmp_path / "workspace"
+    harness = start("run", "--config", str(config), "--headless", root=tmp_path)
+    try:
+        wait_for(lambda: (workspace / "sh.pid").exists() and (workspace / "bg.pid").exists(),
+                 "the held command", harness)
+        time.sleep(0.05)  # the pid files are written; their processes are running
+        watchdog = [p for p in children(harness.pid)
+                    if b"ouroboros.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(watchdog) == 1, "no watchdog was started with the run"
+        if watchdog_too:
+            os.kill(watchdog[0], signal.SIGKILL)
+    finally:
+        kill(harness)
+    pids = [int((workspace / name).read_text()) for name in ("sh.pid", "bg.pid")]
+    return config, pids
+
+
+def test_a_killed_harness_leaves_no_tool_process(tmp_path, scripted_server):
+    server = scripted_server(holder)
+    started = time.monotonic()
+    config, pids = killed_mid_command(tmp_path, server)
+
+    assert gone_within(pids, 1.5), [p for p in pids if running(p)]
+    time.sleep(max(0.0, LATE_SECS + 0.3 - (time.monotonic() - started)))
+    assert not (tmp_path / "workspace" / "late.txt").exists()
+    assert not private_temp_dirs(tmp_path / "workspace")  # the watchdog removed it
+
+
+def test_a_background_job_ends_with_the_run(tmp_path, scripted_server):
+    server = scripted_server([
+        Reply("serve",
+              [("shell_exec", {"command": "sleep 30 > /dev/null 2>&1 & echo $! > bg.pid"})]),
+        Reply("done"),
+    ])
+    config = make_project(tmp_path, server.base_url)
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2")
+
+    assert result.returncode == 0, result.stderr
+    assert not running(int((tmp_path / "workspace" / "bg.pid").read_text()))
+    assert not private_temp_dirs(tmp_path / "workspace")
+
+
+def test_resume_kills_leftovers_before_answering_the_interrupted_call(tmp_path,
+                                                                     scripted_server):
+    server = scripted_server(holder)
+    started = time.monotonic()
+    config, pids = killed_mid_command(tmp_path, server, watchdog_too=True)
+    assert all(map(running, pids))  # with the watchdog gone, nothing reaped them
+
+    result = ouroboros("resume", "--config", str(config), "--headless")
+
+    assert result.returncode == 0, result.stderr
+    assert not any(map(running, pids))
+    time.sleep(max(0.0, LATE_SECS + 0.3 - (time.monotonic() - started)))
+    assert not (tmp_path / "workspace" / "late.txt").exists()
+    events = run_events(tmp_path)
+    resumed = next(i for i, e in enumerate(events) if e["type"] == "run_resumed")
+    interrupted = next(i for i, e in enumerate(events) if e.get("interrupted"))
+    warning = next(i for i, e in enumerate(events) if e["type"] == "warning"
+                   and "left running in this workspace" in e["message"])
+    assert resumed < warning < interrupted
+    listed = events[warning]["message"].split("(pid ")[1].rstrip(")").split(", ")
+    assert {str(pid) for pid in pids} <= set(listed)
+    assert not private_temp_dirs(tmp_path / "workspace")  # the killed run's, and the resume's
+    assert of_type(events, "run_end")[-1]["reason"] in ("max_turns", "task_complete")
+
+
+def test_only_marked_processes_and_their_sessions_are_taken() -> None:
+    processes = [
+        Process(10, 10, True),   # a tool's shell, leading its session
+        Process(11, 10, False),  # its child that cleared its environment
+        Process(20, 20, False),  # someone else's session leader
+        Process(21, 20, True),   # a marked process inside it: only itself
+        Process(30, 5, True),    # marked, in our own session
+        Process(31, 5, False),   # us, or a sibling: never
+        Process(40, 0, True),    # session 0
+        Process(41, 0, False),
+    ]
+    assert victims(processes, own_sessions={5}) == [10, 11, 21, 30, 40]
