@@ -1,5 +1,6 @@
 import asyncio
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -7,7 +8,9 @@ import pytest
 
 from ouroboros.protocols import ToolResult
 from ouroboros.tools import FileRead, FileWrite, ListDir
-from ouroboros.tools.safety import PathEscape, confine
+from ouroboros.tools.excerpt import Excerpt, LineScanner, excerpt, excerpt_note
+from ouroboros.tools.safety import PathEscape
+from ouroboros.tools.workspace import given_parts
 
 Events = list[dict[str, Any]]
 
@@ -52,28 +55,38 @@ def numbered(count: int) -> str:
     return "".join(f"line {n}\n" for n in range(1, count + 1))
 
 
-# confine
+# paths
 
 
-def test_confine_resolves_relative_and_absolute_paths_inside(workspace: Path) -> None:
-    assert confine(workspace, "notes/a.md") == workspace.resolve() / "notes" / "a.md"
-    assert confine(workspace, str(workspace / "b.md")) == workspace.resolve() / "b.md"
-    assert confine(workspace, "x/../c.md") == workspace.resolve() / "c.md"
+def test_given_parts_are_relative_to_the_workspace(workspace: Path) -> None:
+    assert given_parts(workspace, "notes/a.md") == ["notes", "a.md"]
+    assert given_parts(workspace, str(workspace / "b.md")) == ["b.md"]
+    assert given_parts(workspace, str(workspace)) == []
 
 
-@pytest.mark.parametrize("path", ["..", "../outside/secret.txt", "a/../../outside", "/etc/passwd"])
-def test_confine_refuses_paths_outside(workspace: Path, outside: Path, path: str) -> None:
+@pytest.mark.parametrize("path", ["/etc/passwd", "/"])
+def test_given_parts_refuse_absolute_paths_outside(workspace: Path, path: str) -> None:
     with pytest.raises(PathEscape, match="outside the workspace"):
-        confine(workspace, path)
+        given_parts(workspace, path)
 
 
-def test_confine_follows_symlinks(workspace: Path, outside: Path) -> None:
-    (workspace / "inner.txt").write_text("hi")
-    (workspace / "inside_link").symlink_to(workspace / "inner.txt")
-    (workspace / "outside_link").symlink_to(outside)
-    assert confine(workspace, "inside_link") == workspace.resolve() / "inner.txt"
-    with pytest.raises(PathEscape):
-        confine(workspace, "outside_link/secret.txt")
+def test_dotdot_inside_the_workspace_works_and_paths_show_resolved(
+    workspace: Path, events: Events
+) -> None:
+    (workspace / "real").mkdir()
+    (workspace / "alias").symlink_to("real", target_is_directory=True)
+    written = run(writer(workspace, events), path="x/../alias/c.md", content="c")
+    assert written.content == "wrote 1 bytes (1 lines) to real/c.md"
+    assert run(reader(workspace, events), path="real/./../alias/c.md").content == "c"
+    assert not (workspace / "x").exists()
+    assert events == []
+
+
+def test_a_loop_of_links_is_an_error(workspace: Path, events: Events) -> None:
+    (workspace / "a").symlink_to("b")
+    (workspace / "b").symlink_to("a")
+    result = run(reader(workspace, events), path="a")
+    assert result.content.startswith("error: path 'a' cannot be resolved: too many levels")
 
 
 # every file tool refuses every kind of escape and reports it
@@ -336,3 +349,47 @@ def test_list_dir_errors(workspace: Path, events: Events) -> None:
     a_file = run(tool, path="a.txt")
     assert not a_file.ok
     assert "use file_read" in a_file.content
+
+
+# the excerpt, fed in chunks
+
+
+def reference_excerpt(data: bytes, offset: int, limit: int | None, max_bytes: int) -> Excerpt:
+    """What file_read showed when it read whole lines at a time."""
+    lines = data.splitlines(keepends=True)
+    end = None if limit is None else offset + limit - 1
+    shown: list[bytes] = []
+    size, capped, cut = 0, False, False
+    for number, line in enumerate(lines, start=1):
+        if number < offset or (end is not None and number > end) or capped:
+            continue
+        if size + len(line) > max_bytes:
+            capped = True
+            if not shown:
+                shown, size, cut = [line[:max_bytes]], max_bytes, True
+            continue
+        shown.append(line)
+        size += len(line)
+    text = b"".join(shown).decode("utf-8", errors="replace")
+    return Excerpt(text, offset, offset + len(shown) - 1, len(lines), size, capped, cut)
+
+
+def test_the_excerpt_is_the_same_whatever_the_chunks() -> None:
+    rng = random.Random(7)
+    for _ in range(400):
+        data = b"".join(rng.choice([b"\n", b"ab\n", b"x" * rng.randint(1, 40) + b"\n", b"tail"])
+                        for _ in range(rng.randint(0, 30)))
+        offset, limit = rng.randint(1, 8), rng.choice([None, 1, 3, 10])
+        max_bytes = rng.randint(1, 120)
+        cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 6))))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+        assert excerpt(chunks, offset, limit, max_bytes) == \
+            reference_excerpt(data, offset, limit, max_bytes), (data, offset, limit, max_bytes)
+
+
+def test_a_read_that_stops_counting_says_at_least() -> None:
+    scanner = LineScanner(1, 2, 100)
+    scanner.feed(b"one\ntwo\nthree\nfour")
+    shown = scanner.finish(counted=False)
+    assert excerpt_note(shown, 100) == (
+        "[lines 1-2 of at least 4 shown; call file_read with offset=3 to read more]")

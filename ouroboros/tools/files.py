@@ -1,5 +1,13 @@
 """The file tools: file_read, file_write and list_dir, each confined to the workspace.
 
+Every path is opened through tools/workspace.py, component by component from the workspace
+root without following a link out, so no path can be swapped for a symlink between a check
+and its use. Reads are bounded in memory (what is shown, plus one chunk) and in time (the
+file's size when opened, at most READ_SECS, and at most COUNT_BYTES counted past what is
+shown); a FIFO or device is refused, and so is a file with more than one hard link, which may
+be a file outside the workspace. Writes go to a temporary file in the same directory fd and
+are renamed over the target there.
+
 Every result carries `meta` with the workspace-relative path and its size, for the
 placeholders that later stand in for masked results. A path outside the workspace is refused
 and reported to the `on_security` callback.
@@ -8,83 +16,38 @@ and reported to the `on_security` callback.
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
+import time
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ouroboros.protocols import ToolResult
-from ouroboros.tools.safety import PathEscape, SecurityHook, confine
+from ouroboros.tools.excerpt import Excerpt, LineScanner, excerpt_note
+from ouroboros.tools.safety import PathEscape, SecurityHook
+from ouroboros.tools.workspace import (
+    FINAL_DIR,
+    FINAL_ENTRY,
+    FINAL_FILE,
+    Missing,
+    NotADirectory,
+    Workspace,
+)
 
 BINARY_SNIFF_BYTES = 8192
 DEFAULT_MAX_ENTRIES = 500
+CHUNK_BYTES = 65536  # read at a time: the memory a read needs beyond what it shows
+READ_SECS = 2.0  # the longest a read scans a file
+COUNT_BYTES = 64 << 20  # counted past what is shown, for "lines 1-40 of N"
 
 
 class _Refusal(Exception):
     """A request the tool turns down with a message for the model."""
 
 
-@dataclass(frozen=True)
-class Excerpt:
-    """What file_read shows: lines `first`..`last` (1-based, inclusive) of `total`."""
-
-    text: str
-    first: int
-    last: int
-    total: int
-    size: int  # bytes shown
-    capped: bool  # stopped early at the byte cap
-    line_cut: bool  # the single line shown is longer than the cap and was cut
-
-
-def excerpt(lines: Iterable[bytes], offset: int, limit: int | None, max_bytes: int) -> Excerpt:
-    """Pick lines `offset`.. (at most `limit` of them, at most `max_bytes` bytes) from `lines`,
-    counting them all. A first line longer than `max_bytes` is cut rather than skipped."""
-    end = None if limit is None else offset + limit - 1
-    shown: list[bytes] = []
-    size = 0
-    total = 0
-    capped = line_cut = False
-    for number, line in enumerate(lines, start=1):
-        total = number
-        if number < offset or (end is not None and number > end) or capped:
-            continue
-        if size + len(line) > max_bytes:
-            capped = True
-            if not shown:
-                shown.append(line[:max_bytes])
-                size = max_bytes
-                line_cut = True
-            continue
-        shown.append(line)
-        size += len(line)
-    text = b"".join(shown).decode("utf-8", errors="replace")
-    return Excerpt(text, offset, offset + len(shown) - 1, total, size, capped, line_cut)
-
-
-def excerpt_note(shown: Excerpt, max_bytes: int) -> str | None:
-    """The trailing note telling the model what part of the file it got and how to get more."""
-    if shown.line_cut:
-        rest = (
-            f"; call file_read with offset={shown.last + 1} for the next line"
-            if shown.last < shown.total
-            else ""
-        )
-        return (
-            f"[line {shown.first} is longer than {max_bytes} bytes and only its start is shown; "
-            f"use shell_exec (e.g. cut -c or fold) to see the rest of it{rest}]"
-        )
-    if shown.first == 1 and shown.last == shown.total:
-        return None
-    span = f"[lines {shown.first}-{shown.last} of {shown.total} shown"
-    if shown.last == shown.total:
-        return span + "]"
-    more = f"call file_read with offset={shown.last + 1} to read more"
-    if shown.capped:
-        return f"{span}; output capped at {max_bytes} bytes; {more}]"
-    return f"{span}; {more}]"
+class _HardLink(Exception):
+    """A file with more than one hard link: it may be a file outside the workspace."""
 
 
 def count_lines(text: str) -> int:
@@ -92,31 +55,64 @@ def count_lines(text: str) -> int:
     return text.count("\n") + (0 if text == "" or text.endswith("\n") else 1)
 
 
-def workspace_relative(workspace: Path, target: Path) -> str:
-    return target.relative_to(workspace.resolve()).as_posix()
+def scan(fd: int, size: int, scanner: LineScanner, clock: Callable[[], float] = time.monotonic
+         ) -> bool:
+    """Feed the first `size` bytes of `fd` to `scanner`, stopping after READ_SECS or once
+    COUNT_BYTES are counted past what it shows. True if it read all `size` bytes. Raises
+    _Refusal for a binary file (a NUL in its first BINARY_SNIFF_BYTES)."""
+    deadline = clock() + READ_SECS
+    done_at: int | None = None
+    done = 0
+    while done < size:
+        if scanner.done and done_at is None:
+            done_at = done
+        if clock() > deadline or (done_at is not None and done - done_at >= COUNT_BYTES):
+            return False
+        chunk = os.read(fd, min(CHUNK_BYTES, size - done))
+        if not chunk:
+            break  # it shrank
+        if done == 0 and b"\x00" in chunk[:BINARY_SNIFF_BYTES]:
+            raise _Refusal("binary")
+        done += len(chunk)
+        scanner.feed(chunk)
+    return True
 
 
-def write_atomically(target: Path, data: bytes) -> None:
-    """Write to a temporary file beside `target`, then rename it over `target`, keeping the
-    permissions of the file it replaces."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".ouroboros-{uuid.uuid4().hex[:12]}.tmp")
+def write_atomically(directory: int, name: str, data: bytes) -> None:
+    """Write `data` to a temporary file in the directory fd `directory`, then rename it over
+    `name` there, keeping the permissions of the file it replaces."""
+    temporary = f".ouroboros-{uuid.uuid4().hex[:12]}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temporary, flags, 0o666, dir_fd=directory)
     try:
-        temporary.write_bytes(data)
-        if target.exists():
-            os.chmod(temporary, stat.S_IMODE(target.stat().st_mode))
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            try:
+                mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and stat.S_ISREG(mode):
+                os.fchmod(fd, stat.S_IMODE(mode))
+        finally:
+            os.close(fd)
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        try:
+            os.unlink(temporary, dir_fd=directory)
+        except FileNotFoundError:
+            pass
+        raise
 
 
-def describe_entry(entry: os.DirEntry[str]) -> str:
+def describe_entry(entry: os.DirEntry[str], directory: int) -> str:
     """One list_dir line: `name/` for a directory, `name (N bytes)` for a file, and the link
-    target for a symlink."""
+    target for a symlink. `entry` comes from scanning the directory fd `directory`."""
     try:
         if entry.is_symlink():
             slash = "/" if entry.is_dir() else ""
-            return f"{entry.name}{slash} -> {os.readlink(entry.path)}"
+            return f"{entry.name}{slash} -> {os.readlink(entry.name, dir_fd=directory)}"
         if entry.is_dir():
             return f"{entry.name}/"
         return f"{entry.name} ({entry.stat().st_size} bytes)"
@@ -147,7 +143,7 @@ def _error(message: str, path: str) -> ToolResult:
 
 
 class _WorkspaceTool:
-    """Shared plumbing: confine the path, turn refusals and OS errors into error results."""
+    """Shared plumbing: turn escapes, refusals and OS errors into error results."""
 
     name: str
     default_path: str | None = None
@@ -155,26 +151,27 @@ class _WorkspaceTool:
     def __init__(self, workspace: Path, *, on_security: SecurityHook) -> None:
         self.workspace = workspace
         self.on_security = on_security
+        self.files = Workspace(workspace)
 
     async def run(self, arguments: dict[str, Any]) -> ToolResult:
         given = arguments.get("path", self.default_path)
         if not isinstance(given, str):
             return _error("the path argument must be a string", str(given))
         try:
-            return self._run(confine(self.workspace, given), arguments)
+            return self._run(given, arguments)
         except PathEscape as escape:
             self.on_security({"kind": "path_escape", "tool": self.name, "path": given})
             return _error(str(escape), given)
+        except _HardLink as refusal:
+            self.on_security({"kind": "hard_link", "tool": self.name, "path": given})
+            return _error(str(refusal), given)
         except (_Refusal, ValueError) as refusal:
             return _error(str(refusal), given)
         except OSError as failure:
             return _error(f"{self.name} on {given!r} failed: {failure.strerror or failure}", given)
 
-    def _run(self, target: Path, arguments: dict[str, Any]) -> ToolResult:
+    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
         raise NotImplementedError
-
-    def _shown(self, target: Path) -> str:
-        return workspace_relative(self.workspace, target)
 
 
 class FileRead(_WorkspaceTool):
@@ -210,31 +207,51 @@ class FileRead(_WorkspaceTool):
             ["path"],
         )
 
-    def _run(self, target: Path, arguments: dict[str, Any]) -> ToolResult:
+    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
         offset: int = arguments.get("offset", 1)
         limit: int | None = arguments.get("limit")
-        shown_path = self._shown(target)
         if offset < 1:
             raise _Refusal(f"offset must be 1 or more (the first line is 1), got {offset}")
         if limit is not None and limit < 1:
             raise _Refusal(f"limit must be 1 or more, got {limit}")
-        if not target.exists():
-            raise _Refusal(f"file not found: {shown_path}; use list_dir to see what exists")
-        if target.is_dir():
+        try:
+            with self.files.walk(given, final=FINAL_FILE) as found:
+                shown_path = found.shown
+                shown = self._excerpt(found.fd, shown_path, offset, limit)
+        except (Missing, NotADirectory) as missing:
+            shown = missing.shown if isinstance(missing, Missing) else posixpath.normpath(given)
+            raise _Refusal(f"file not found: {shown}; use list_dir to see what exists") from None
+        return self._result(shown_path, shown, offset)
+
+    def _excerpt(self, fd: int, shown_path: str, offset: int, limit: int | None) -> Excerpt:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise _Refusal(f"{shown_path} is a directory; use list_dir to list it")
-        if not target.is_file():
+        if not stat.S_ISREG(info.st_mode):
             raise _Refusal(f"{shown_path} is not a regular file")
-        with target.open("rb") as handle:
-            if b"\x00" in handle.read(BINARY_SNIFF_BYTES):
-                raise _Refusal(
-                    f"{shown_path} looks like a binary file (it contains NUL bytes); "
-                    "use shell_exec (e.g. file, xxd | head) to inspect it"
-                )
-            handle.seek(0)
-            shown = excerpt(handle, offset, limit, self.max_read_bytes)
-        if shown.total == 0 and offset == 1:
+        if info.st_nlink > 1:
+            raise _HardLink(
+                f"{shown_path} has {info.st_nlink} hard links, and a file with more than one "
+                "may be a file outside the workspace; file_read only reads files with one link")
+        scanner = LineScanner(offset, limit, self.max_read_bytes)
+        try:
+            counted = scan(fd, info.st_size, scanner)
+        except _Refusal:
+            raise _Refusal(
+                f"{shown_path} looks like a binary file (it contains NUL bytes); "
+                "use shell_exec (e.g. file, xxd | head) to inspect it"
+            ) from None
+        return scanner.finish(counted=counted)
+
+    def _result(self, shown_path: str, shown: Excerpt, offset: int) -> ToolResult:
+        if shown.total == 0 and offset == 1 and shown.counted:
             return ToolResult(f"[{shown_path} is empty]", meta=_read_meta(shown_path, shown))
-        if offset > shown.total:
+        if offset > shown.total and shown.last < shown.first:
+            if not shown.counted:
+                raise _Refusal(
+                    f"offset {offset} is past the {shown.total} lines file_read scanned of "
+                    f"{shown_path} in {READ_SECS:g} s; use shell_exec (e.g. sed -n "
+                    f"'{offset},+99p') to read that far")
             raise _Refusal(
                 f"offset {offset} is past the end of {shown_path}, which has {shown.total} lines"
             )
@@ -273,23 +290,31 @@ class FileWrite(_WorkspaceTool):
             ["path", "content"],
         )
 
-    def _run(self, target: Path, arguments: dict[str, Any]) -> ToolResult:
+    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
         content: str = arguments["content"]
-        shown_path = self._shown(target)
-        if target.is_dir():
-            raise _Refusal(f"{shown_path} is a directory; give the path of a file to write")
-        for parent in target.parents:
-            if parent.exists() and not parent.is_dir():
-                raise _Refusal(
-                    f"cannot create {shown_path}: {self._shown(parent)} is a file, not a directory"
-                )
         data = content.encode("utf-8", errors="replace")
-        write_atomically(target, data)
+        try:
+            with self.files.walk(given, final=FINAL_ENTRY, create_dirs=True) as found:
+                shown_path = found.shown
+                if found.name is None or _is_directory(found.fd, found.name):
+                    raise _Refusal(f"{shown_path} is a directory; give the path of a file to "
+                                   "write")
+                write_atomically(found.fd, found.name, data)
+        except NotADirectory as blocked:
+            raise _Refusal(f"cannot create {given}: {blocked.shown} is a file, not a "
+                           "directory") from None
         lines = count_lines(content)
         return ToolResult(
             f"wrote {len(data)} bytes ({lines} lines) to {shown_path}",
             meta={"path": shown_path, "bytes": len(data), "lines": lines},
         )
+
+
+def _is_directory(directory: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 class ListDir(_WorkspaceTool):
@@ -320,15 +345,18 @@ class ListDir(_WorkspaceTool):
             [],
         )
 
-    def _run(self, target: Path, arguments: dict[str, Any]) -> ToolResult:
-        shown_path = self._shown(target)
-        if not target.exists():
-            raise _Refusal(f"directory not found: {shown_path}")
-        if not target.is_dir():
-            raise _Refusal(f"{shown_path} is a file, not a directory; use file_read to read it")
-        with os.scandir(target) as scan:
-            entries = sorted(scan, key=lambda entry: entry.name)
-        lines = [describe_entry(entry) for entry in entries[: self.max_entries]]
+    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
+        try:
+            with self.files.walk(given, final=FINAL_DIR) as found:
+                shown_path = found.shown
+                with os.scandir(found.fd) as scan_:
+                    entries = sorted(scan_, key=lambda entry: entry.name)
+                lines = [describe_entry(entry, found.fd) for entry in entries[: self.max_entries]]
+        except Missing as missing:
+            raise _Refusal(f"directory not found: {missing.shown}") from None
+        except NotADirectory as blocked:
+            raise _Refusal(f"{blocked.shown} is a file, not a directory; use file_read to "
+                           "read it") from None
         if not entries:
             lines.append(f"[{shown_path} is empty]")
         elif len(entries) > self.max_entries:

@@ -1,60 +1,25 @@
-"""Pure checks that keep the agent's tools inside its workspace and away from the harness's
-secrets: path confinement, the command blocklist and the shell's environment."""
+"""What keeps the agent's tools inside its workspace and away from the harness's secrets:
+the escape error and the security hook (paths are opened by workspace.py), the command
+blocklist (screening.py) and the shell's environment."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
+
+from ouroboros.tools.screening import blocked_by
+
+__all__ = ["PathEscape", "SecurityHook", "blocked_by", "shell_environment"]
 
 HARNESS_ENV_PREFIX = "OUROBOROS_"
 
-# Told about refused paths and blocked commands: {"kind": "path_escape" | "blocked_command", ...}
+# Told about refused paths and commands:
+# {"kind": "path_escape" | "hard_link" | "blocked_command", "tool": ..., "path" | "command": ...}
 SecurityHook = Callable[[dict[str, Any]], None]
 
 
 class PathEscape(ValueError):
     """A model-given path that resolves outside the workspace."""
-
-
-def confine(workspace: Path, path: str) -> Path:
-    """Resolve a model-given path (relative to the workspace, or absolute), following `..` and
-    symlinks, and raise PathEscape unless the result lies inside the workspace.
-
-        confine(Path("/ws"), "notes/a.md")  # -> Path("/ws/notes/a.md")
-
-    Raises plain ValueError for a path that cannot be resolved at all (NUL byte, symlink loop).
-    """
-    if "\x00" in path:
-        raise ValueError(f"path {path!r} contains a NUL byte")
-    root = workspace.resolve()
-    try:
-        target = (root / path).resolve(strict=False)
-    except RuntimeError as error:  # Python 3.11 reports a symlink loop this way
-        raise ValueError(f"path {path!r} cannot be resolved: {error}") from error
-    if not target.is_relative_to(root):
-        raise PathEscape(
-            f"path {path!r} is outside the workspace ({root}); "
-            "use a path inside it, preferably relative to it"
-        )
-    return target
-
-
-def blocked_by(command: str, patterns: list[str]) -> str | None:
-    """The first regex in `patterns` found anywhere in `command`, or None.
-
-        blocked_by("rm -rf /", [r"rm\\s+-rf\\s+/(\\s|$)"])  # -> the pattern
-
-    An invalid regex is skipped here; config validation is where it gets reported.
-    """
-    for pattern in patterns:
-        try:
-            if re.search(pattern, command):
-                return pattern
-        except re.error:
-            continue
-    return None
 
 
 def shell_environment(base: Mapping[str, str], secret_names: list[str]) -> dict[str, str]:
