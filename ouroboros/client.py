@@ -4,31 +4,56 @@
         result = await client.complete(messages, tools, on_text=print)
 
 One call is one attempt: failures become the ModelError subclasses of `ouroboros.errors`
-and retrying is the caller's business (see `ouroboros.retry`).
+(which are transient is decided in `ouroboros.server_errors`) and retrying is the caller's
+business (see `ouroboros.retry`). Every reply is bounded in time and size
+(`ouroboros.reply_limits`); breaking a bound is a transient failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import replace
 from typing import Any, Literal
 
 import httpx
 
+from ouroboros.config import ModelConfig
 from ouroboros.errors import (
     AuthError,
     ContextOverflowError,
     EmptyStreamError,
     ModelError,
     ModelNotFoundError,
+    NotAnLLMServerError,
     PermanentModelError,
     ServerUnreachableError,
     ToolsNotSupportedError,
     TransientModelError,
 )
 from ouroboros.protocols import Message, StreamResult, TextSink
-from ouroboros.sse import SSEDecoder, StreamAccumulator, parse_data, parse_usage
+from ouroboros.reply_limits import ReplyLimits, ReplyWatch
+from ouroboros.reply_limits import max_reply_bytes as reply_byte_limit
+from ouroboros.server_errors import (
+    NOT_AN_API,
+    body_line,
+    error_details,
+    is_transient_status,
+    parse_retry_after,
+)
+from ouroboros.sse import (
+    MalformedChunk,
+    SSEDecoder,
+    StreamAccumulator,
+    assign_call_ids,
+    call_ids_in,
+    parse_data,
+    parse_usage,
+)
 
 DEFAULT_PORT = 11434
+CHAT_PATH = "/v1/chat/completions"
+ERROR_BODY_BYTES = 64_000  # of an error body or a web page: one line of it is quoted
 
 ServerKind = Literal["ollama", "llama.cpp", "vllm", "other"]
 # Each server's default port, for a guess before (or without) asking it.
@@ -66,6 +91,19 @@ def normalize_base_url(url: str) -> str:
     if port is not None:
         netloc = f"{netloc}:{port}"
     return f"{parsed.scheme}://{netloc}{path.rstrip('/')}"
+
+
+def client_settings(model: ModelConfig) -> dict[str, Any]:
+    """The `[model]` settings a ChatClient takes (and `configure` takes again at a session
+    start): sampling and the reply limits."""
+    return {
+        "temperature": model.temperature,
+        "max_output_tokens": model.max_output_tokens,
+        "timeout_secs": model.request_timeout_secs,
+        "first_token_secs": model.first_token_timeout_secs,
+        "idle_secs": model.idle_timeout_secs,
+        "max_reply_bytes": model.max_reply_bytes,
+    }
 
 
 def kind_from_url(base_url: str) -> ServerKind:
@@ -119,29 +157,14 @@ def hint(kind: ServerKind, situation: Situation, model: str = "<model>") -> str:
     }.get(kind, "choose a model with tool support, e.g. qwen3, qwen2.5 or llama3.1")
 
 
-def error_details(body: str) -> tuple[str, str | None]:
-    """(message, code) from an error body: `{"error":{"message":..,"code":..}}`,
-    `{"error":"..."}`, `{"message":..}`/`{"detail":..}`, or plain text. One line."""
-    message, code = body.strip(), None
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        error = parsed.get("error", parsed)
-        if isinstance(error, dict):
-            message = str(error.get("message") or error.get("detail") or json.dumps(error))
-            code = str(error["code"]) if error.get("code") is not None else None
-        else:
-            message = str(error)
-    message = " ".join(message.split())
-    if len(message) > 300:
-        message = message[:297] + "..."
-    return message or "(no message)", code
-
-
 class ChatClient:
-    """A `ModelClient` for `/v1/chat/completions` with streaming and usage reporting."""
+    """A `ModelClient` for `/v1/chat/completions` with streaming and usage reporting.
+
+    Every reply is bounded (see `ouroboros.reply_limits`): the first data within
+    `first_token_secs`, no gap longer than `idle_secs`, all of it within `timeout_secs` and
+    `max_reply_bytes` (0: derived from `max_output_tokens`). Breaking one is a transient
+    failure, retried like a dropped stream.
+    """
 
     def __init__(
         self,
@@ -151,23 +174,22 @@ class ChatClient:
         api_key: str | None = None,
         temperature: float = 0.7,
         max_output_tokens: int = 2048,
-        timeout_secs: float = 300,
+        timeout_secs: float = 600,
+        first_token_secs: float = 300,
+        idle_secs: float = 60,
+        max_reply_bytes: int = 0,
         transport: httpx.AsyncBaseTransport | None = None,
         server_kind: ServerKind | None = None,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.server_kind = server_kind  # None: guessed from the URL, or asked when it answers
         self.model = model
-        self.temperature = temperature
-        self.max_output_tokens = max_output_tokens
-        self.timeout_secs = timeout_secs
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_secs),
-            transport=transport,
-        )
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers,
+                                       transport=transport)
+        self.configure(temperature=temperature, max_output_tokens=max_output_tokens,
+                       timeout_secs=timeout_secs, first_token_secs=first_token_secs,
+                       idle_secs=idle_secs, max_reply_bytes=max_reply_bytes)
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -183,12 +205,15 @@ class ChatClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def configure(self, *, temperature: float, max_output_tokens: int,
-                  timeout_secs: float) -> None:
-        """New sampling settings and request timeout, from the next request on."""
+    def configure(self, *, temperature: float, max_output_tokens: int, timeout_secs: float,
+                  first_token_secs: float = 300, idle_secs: float = 60,
+                  max_reply_bytes: int = 0) -> None:
+        """New sampling settings and reply limits, from the next request on."""
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
         self.timeout_secs = timeout_secs
+        self.limits = ReplyLimits(first_token_secs, idle_secs, timeout_secs,
+                                  reply_byte_limit(max_output_tokens, max_reply_bytes))
         self._http.timeout = httpx.Timeout(timeout_secs)
 
     def request_body(self, messages: list[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -209,40 +234,62 @@ class ChatClient:
         tools: list[dict[str, Any]],
         on_text: TextSink | None = None,
     ) -> StreamResult:
-        """Stream one completion; `on_text` gets each piece of text as it arrives.
+        """Stream one completion; `on_text` gets each piece of text as it arrives. Tool calls
+        come back with ids unique in `messages` (made up where the server sent none).
 
         Raises a ModelError subclass for every failure (one attempt, no retries).
         """
         body = self.request_body(messages, tools)
+        watch = ReplyWatch(self.limits, asyncio.get_running_loop().time())
+        timer = asyncio.timeout_at(watch.deadline)
         try:
-            async with self._http.stream("POST", "/v1/chat/completions", json=body) as response:
-                if not response.is_success:
-                    await response.aread()
-                    raise await self._status_error(response.status_code, response.text)
-                if response.headers.get("content-type", "").startswith("application/json"):
-                    await response.aread()
-                    return await self._whole_completion(response.text)
-                return await self._read_stream(response, on_text)
+            async with timer:
+                result = await self._exchange(body, on_text, watch, timer)
+        except TimeoutError:
+            raise TransientModelError(
+                f"the model server at {self.base_url} was too slow: {watch.broken_bound()}"
+            ) from None
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise self.unreachable() from exc
         except httpx.TimeoutException as exc:
-            raise TransientModelError(
-                f"the model server at {self.base_url} sent nothing for {self.timeout_secs:g}s "
-                f"({type(exc).__name__}); raise model.request_timeout_secs if it is just slow"
-            ) from exc
+            raise TransientModelError(f"the model server at {self.base_url} sent nothing in "
+                                      f"time ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise TransientModelError(
                 f"the connection to the model server at {self.base_url} broke: "
                 f"{type(exc).__name__}: {exc or 'no details'}"
             ) from exc
+        calls = assign_call_ids(result.tool_calls, call_ids_in(messages))
+        return replace(result, tool_calls=calls)
 
-    async def _read_stream(
-        self, response: httpx.Response, on_text: TextSink | None
-    ) -> StreamResult:
+    async def _exchange(self, body: dict[str, Any], on_text: TextSink | None,
+                        watch: ReplyWatch, timer: asyncio.Timeout) -> StreamResult:
+        async with self._http.stream("POST", CHAT_PATH, json=body, timeout=None) as response:
+            if not response.is_success:
+                text = await read_capped(response, ERROR_BODY_BYTES)
+                timer.reschedule(None)  # the reply is over; naming the error may ask the server
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                raise await self._status_error(response.status_code, text,
+                                               retry_after=retry_after)
+            if _is_html(response):
+                page = await read_capped(response, ERROR_BODY_BYTES)
+                raise self.not_an_llm_server(f"POST {CHAT_PATH} answered "
+                                             f"{_described(response, page)}")
+            if response.headers.get("content-type", "").startswith("application/json"):
+                watch.whole_body = True
+                timer.reschedule(watch.deadline)
+                return await self._whole_completion(await self._read_whole(response, watch))
+            return await self._read_stream(response, on_text, watch, timer)
+
+    async def _read_stream(self, response: httpx.Response, on_text: TextSink | None,
+                           watch: ReplyWatch, timer: asyncio.Timeout) -> StreamResult:
+        loop = asyncio.get_running_loop()
         decoder = SSEDecoder()
         accumulator = StreamAccumulator()
         payloads = 0
         async for data in response.aiter_bytes():
+            if not watch.received(len(data)):
+                raise self._oversize(watch)
             for payload in decoder.feed(data):
                 payloads += 1
                 chunk = self._parse_chunk(payload)
@@ -250,9 +297,11 @@ class ChatClient:
                     if accumulator.chunks == 0:
                         raise self._empty_stream("only [DONE]")
                     return accumulator.result()
-                if "error" in chunk and not chunk.get("choices"):
-                    raise await self._stream_error(chunk)
-                text = accumulator.feed(chunk)
+                progress = accumulator.progress
+                text = await self._take(accumulator, chunk, payload)
+                if accumulator.progress != progress:
+                    watch.progressed(loop.time())
+                    timer.reschedule(watch.deadline)
                 if text and on_text is not None:
                     on_text(text)
         trailing = decoder.close()  # a last line with no line ending
@@ -265,24 +314,56 @@ class ChatClient:
             "chunks: the server failed mid-answer"
         )
 
+    async def _read_whole(self, response: httpx.Response, watch: ReplyWatch) -> str:
+        parts = []
+        async for data in response.aiter_bytes():
+            if not watch.received(len(data)):
+                raise self._oversize(watch)
+            parts.append(data)
+        return b"".join(parts).decode("utf-8", errors="replace")
+
+    async def _take(self, accumulator: StreamAccumulator, chunk: dict[str, Any],
+                    payload: str) -> str:
+        """Feed one chunk to the accumulator: an error event raises its ModelError, a chunk
+        of the wrong shape a TransientModelError naming the field."""
+        if "error" in chunk and not chunk.get("choices"):
+            raise await self._stream_error(chunk)
+        try:
+            return accumulator.feed(chunk)
+        except MalformedChunk as exc:
+            raise self._malformed(str(exc), payload) from None
+
     def _parse_chunk(self, payload: str) -> dict[str, Any] | None:
         try:
             return parse_data(payload)
-        except ValueError as exc:
-            raise TransientModelError(
-                f"the model server at {self.base_url} sent a chunk that is not a JSON object: "
-                f"{payload[:120]!r}"
-            ) from exc
+        except MalformedChunk as exc:
+            raise self._malformed(str(exc), payload) from None
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to read
+            raise self._malformed("not JSON", payload) from None
+
+    def _malformed(self, reason: str, payload: str) -> TransientModelError:
+        return TransientModelError(
+            f"the model server at {self.base_url} sent a malformed chunk ({reason}): "
+            f"{payload[:120]!r}"
+        )
+
+    def _oversize(self, watch: ReplyWatch) -> TransientModelError:
+        return TransientModelError(
+            f"the model server at {self.base_url} sent too much: {watch.oversize()}; "
+            f"a server that honours max_tokens ({self.max_output_tokens}) stays far below it"
+        )
 
     async def _whole_completion(self, body: str) -> StreamResult:
         """A server that ignored `stream: true` and answered one chat.completion object."""
         chunk = self._parse_chunk(body) or {}
-        if "error" in chunk and not chunk.get("choices"):
+        choices = chunk.get("choices")
+        if "error" in chunk and not choices:
             raise await self._stream_error(chunk)
-        for choice in chunk.get("choices") or []:
-            choice["delta"] = choice.pop("message", None) or {}
+        if isinstance(choices, list):
+            chunk["choices"] = [{**choice, "delta": choice.get("message") or {}}
+                                if isinstance(choice, dict) else choice for choice in choices]
         accumulator = StreamAccumulator()
-        accumulator.feed(chunk)
+        await self._take(accumulator, chunk, body)
         return accumulator.result()
 
     async def _stream_error(self, chunk: dict[str, Any]) -> ModelError:
@@ -295,31 +376,47 @@ class ChatClient:
         return await self._status_error(status, json.dumps(chunk), message=message, code=code)
 
     async def _status_error(
-        self, status: int, body: str, *, message: str | None = None, code: str | None = None
+        self, status: int, body: str, *, message: str | None = None, code: str | None = None,
+        retry_after: float | None = None,
     ) -> ModelError:
+        """The error a status means, quoting one line of the server's words (see
+        `server_errors` for which statuses are retried)."""
         if message is None:
             message, code = error_details(body)
         lowered = message.lower()
         said = f"{status}: {message}"
+        overflow = _is_overflow(lowered, code)
         if status in (401, 403):
             return AuthError(
                 f"the model server at {self.base_url} refused the request ({said}); put the API "
                 "key in an environment variable and name it in model.api_key_env"
             )
-        if status in (408, 429) or (status >= 500 and not _is_overflow(lowered, code)):
+        if is_transient_status(status) and not overflow:
             reason = "is rate limiting us" if status == 429 else "failed"
-            return TransientModelError(f"the model server at {self.base_url} {reason} ({said})")
+            wait = "" if retry_after is None else f"; it asked to wait {retry_after:g} s"
+            return TransientModelError(
+                f"the model server at {self.base_url} {reason} ({said}){wait}",
+                retry_after=retry_after)
+        if status in (405, 501):
+            return self.not_an_llm_server(f"POST {CHAT_PATH} answered {status} ({message})")
         if "does not support tools" in lowered:
             return ToolsNotSupportedError(
                 f"{self.model} does not support tools ({said}); "
                 f"{hint(await self.detect_kind(), 'no_tools', self.model)}"
             )
-        if _is_overflow(lowered, code):
+        if overflow:
             return ContextOverflowError(f"the prompt did not fit the model's context ({said})")
         if status == 404 or ("not found" in lowered and "model" in lowered):
             return await self.missing_model(f" ({said})")
         return PermanentModelError(
             f"the model server at {self.base_url} rejected the request ({said})"
+        )
+
+    def not_an_llm_server(self, evidence: str) -> NotAnLLMServerError:
+        return NotAnLLMServerError(
+            f"{self.base_url} answers HTTP but is not an OpenAI-compatible LLM server: "
+            f"{evidence}; set model.base_url to the model server's address (Ollama listens "
+            "on port 11434, llama-server on 8080, vLLM on 8000)"
         )
 
     async def prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int | None:
@@ -328,42 +425,74 @@ class ChatClient:
         say; ContextOverflowError, with the server's words, when the prompt does not fit."""
         body = {**self.request_body(messages, tools), "stream": False, "max_tokens": 1}
         del body["stream_options"]
+        answer = None
         for attempt in range(2):  # llama.cpp drops the kept-alive connection after a failure
             try:
-                response = await self._http.post("/v1/chat/completions", json=body)
+                async with asyncio.timeout(self.limits.total_secs):
+                    answer = await self._post_capped(body)
                 break
             except httpx.TransportError:
                 if attempt:
                     return None
-            except httpx.HTTPError:
+            except (httpx.HTTPError, TimeoutError):
                 return None
-        if not response.is_success:
-            error = await self._status_error(response.status_code, response.text)
+        if answer is None:
+            return None
+        status, text = answer
+        if not 200 <= status < 300:
+            error = await self._status_error(status, text)
             if isinstance(error, ContextOverflowError):
                 raise error
             return None
         try:
-            usage = response.json().get("usage")
+            usage = json.loads(text).get("usage")
         except (ValueError, AttributeError):
             return None
         return parse_usage(usage).prompt_tokens if isinstance(usage, dict) else None
 
+    async def _post_capped(self, body: dict[str, Any]) -> tuple[int, str]:
+        async with self._http.stream("POST", CHAT_PATH, json=body) as response:
+            return response.status_code, await read_capped(response, self.limits.max_bytes)
+
+    async def listed_models(self) -> list[str] | None:
+        """At start: the models the server lists (`/v1/models`, else Ollama's `/api/tags`), or
+        None when it does not say. ServerUnreachableError when nothing listens there;
+        NotAnLLMServerError when a web server answers that has neither list nor the chat
+        endpoint (asked with an empty request, which an LLM server refuses at no cost)."""
+        evidence = []
+        for path in ("/v1/models", "/api/tags"):
+            try:
+                response = await self._http.get(path, timeout=10)
+            except httpx.ConnectError:
+                raise self.unreachable() from None
+            except httpx.HTTPError:
+                return None
+            names = model_names(path, response)
+            if names is not None:
+                return names
+            if not lacks_endpoint(response):
+                return None
+            evidence.append(f"GET {path} answered {_described(response, response.text)}")
+        try:
+            async with self._http.stream("POST", CHAT_PATH, json={}, timeout=10) as response:
+                body = await read_capped(response, ERROR_BODY_BYTES)
+        except httpx.HTTPError:
+            return None
+        if not lacks_endpoint(response):
+            return None
+        evidence.append(f"POST {CHAT_PATH} answered {_described(response, body)}")
+        raise self.not_an_llm_server(", ".join(evidence))
+
     async def list_models(self) -> list[str]:
         """Model names from `GET /v1/models`, or Ollama's `GET /api/tags` when that fails."""
-        try:
-            response = await self._http.get("/v1/models", timeout=10)
-            response.raise_for_status()
-            return [str(entry["id"]) for entry in response.json()["data"]]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            pass
-        try:
-            response = await self._http.get("/api/tags", timeout=10)
-            response.raise_for_status()
-            return [str(entry["name"]) for entry in response.json()["models"]]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise TransientModelError(
-                f"could not list the models on {self.base_url}: {type(exc).__name__}: {exc}"
-            ) from exc
+        for path in ("/v1/models", "/api/tags"):
+            try:
+                names = model_names(path, await self._http.get(path, timeout=10))
+            except httpx.HTTPError:
+                names = None
+            if names is not None:
+                return names
+        raise TransientModelError(f"could not list the models on {self.base_url}")
 
     async def _available_models(self) -> str:
         try:
@@ -412,6 +541,47 @@ class ChatClient:
             f"the model server at {self.base_url} answered 200 with an empty stream ({what}); "
             "llama.cpp does this when the prompt is longer than its context"
         )
+
+
+async def read_capped(response: httpx.Response, limit: int) -> str:
+    """At most `limit` bytes of a streamed response's body, as text; the rest is not read."""
+    parts, size = [], 0
+    async for data in response.aiter_bytes():
+        parts.append(data[: limit - size])
+        size += len(parts[-1])
+        if size >= limit:
+            break
+    return b"".join(parts).decode(response.encoding or "utf-8", errors="replace")
+
+
+def model_names(path: str, response: httpx.Response) -> list[str] | None:
+    """The model names in a `/v1/models` (`data[].id`) or `/api/tags` (`models[].name`)
+    answer; None when it is not such a list."""
+    key, field = ("data", "id") if path == "/v1/models" else ("models", "name")
+    if not response.is_success:
+        return None
+    try:
+        return [str(entry[field]) for entry in response.json()[key]]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def lacks_endpoint(response: httpx.Response) -> bool:
+    """Whether an answer is a web server's for a path it does not have: 404, 405 or 501, or a
+    web page."""
+    return response.status_code in NOT_AN_API or (response.is_success and _is_html(response))
+
+
+def _is_html(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("text/html")
+
+
+def _described(response: httpx.Response, body: str) -> str:
+    """"404 (Not Found)", or "200 with an HTML page (Welcome)"."""
+    line = body_line(body) or "empty"
+    if response.is_success and _is_html(response):
+        return f"{response.status_code} with an HTML page ({line})"
+    return f"{response.status_code} ({line})"
 
 
 def _is_overflow(lowered_message: str, code: str | None) -> bool:

@@ -3,9 +3,12 @@
     result = await with_retries(lambda: client.complete(messages, tools), RetryPolicy(),
                                 on_retry=lambda n, delay, error: log(n, delay, error))
 
-Only TransientModelError is retried. EmptyStreamError is re-raised at once although it is
-transient: an empty 200 is how llama.cpp answers an oversized prompt, so the caller decides
-whether to shrink the prompt. Everything else propagates untouched.
+Only TransientModelError is retried (the client decides what is transient: connection
+errors, drops, timeouts, oversized replies, 408, 429 and 5xx but 501 and 505). A server's
+`Retry-After` is honoured: the wait is at least what it asked, within the retry budget.
+EmptyStreamError is re-raised at once although it is transient: an empty 200 is how llama.cpp
+answers an oversized prompt, so the caller decides whether to shrink the prompt. Everything
+else propagates untouched.
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ def backoff_delay(attempt: int, policy: RetryPolicy, rand: float) -> float:
     return max(0.0, min(policy.max_delay, delay))
 
 
+def retry_delay(attempt: int, policy: RetryPolicy, rand: float,
+                retry_after: float | None = None) -> float:
+    """The backoff for retry number `attempt`, but never less than the server's `Retry-After`."""
+    delay = backoff_delay(attempt, policy, rand)
+    return delay if retry_after is None else max(delay, retry_after)
+
+
 async def with_retries(
     attempt: Callable[[], Awaitable[T]],
     policy: RetryPolicy,
@@ -56,7 +66,8 @@ async def with_retries(
 ) -> T:
     """Await `attempt()` until it succeeds, retrying transient failures.
 
-    `on_retry(retry_number, delay, error)` is called before each wait. Waits never reach past
+    `on_retry(retry_number, delay, error)` is called before each wait. A wait is the backoff,
+    or the server's `Retry-After` when that is longer. Waits never reach past
     `policy.max_retry_secs` after the first failure (the last one is shortened to fit); a
     failure at or past that point raises.
     """
@@ -75,6 +86,6 @@ async def with_retries(
             if remaining <= 0:
                 raise
             failures += 1
-            delay = min(backoff_delay(failures, policy, rand()), remaining)
+            delay = min(retry_delay(failures, policy, rand(), error.retry_after), remaining)
             on_retry(failures, delay, error)
             await sleep(delay)

@@ -150,3 +150,27 @@ def test_other_errors_and_empty_streams_propagate_at_once(error):
     with pytest.raises(type(error)):
         retry(attempt)
     assert len(attempt.calls) == 1
+
+
+# ---- Retry-After ----------------------------------------------------------------------------
+
+
+def test_a_servers_retry_after_longer_than_the_backoff_is_waited_out():
+    rate_limited = TransientModelError("429", retry_after=7.0)
+    result, retries, time = retry(failing(rate_limited, "ok"))
+    assert result == "ok"
+    assert time.sleeps == [7.0]  # not the 1 s backoff
+    assert retries == [(1, 7.0, rate_limited)]
+
+
+def test_a_retry_after_shorter_than_the_backoff_does_not_hurry_it():
+    errors = [TransientModelError("503"), TransientModelError("503"),
+              TransientModelError("503", retry_after=0.5)]
+    _, _, time = retry(failing(*errors, "ok"))
+    assert time.sleeps == [1.0, 2.0, 4.0]
+
+
+def test_a_retry_after_past_the_budget_waits_only_to_the_end_of_it():
+    attempt = failing(TransientModelError("429", retry_after=3600), "ok")
+    _, _, time = retry(attempt, RetryPolicy(max_retry_secs=20))
+    assert time.sleeps == [20]

@@ -3,7 +3,17 @@ import json
 import pytest
 
 from ouroboros.protocols import ToolCall, Usage
-from ouroboros.sse import SSEDecoder, StreamAccumulator, data_payload, iter_sse_data, parse_data
+from ouroboros.sse import (
+    MalformedChunk,
+    SSEDecoder,
+    StreamAccumulator,
+    assign_call_ids,
+    call_ids_in,
+    data_payload,
+    iter_sse_data,
+    parse_data,
+    without_surrogates,
+)
 
 
 def feed_all(decoder: SSEDecoder, data: bytes, *, step: int | None = None) -> list[str]:
@@ -94,7 +104,7 @@ def test_parse_data():
     assert parse_data('{"choices": []}') == {"choices": []}
     with pytest.raises(ValueError):
         parse_data("{not json")
-    with pytest.raises(ValueError, match="JSON object"):
+    with pytest.raises(MalformedChunk, match="the chunk is an array, not an object"):
         parse_data("[1, 2]")
 
 
@@ -199,14 +209,14 @@ def test_fragmented_tool_calls_are_merged_by_index():
     ]
 
 
-def test_calls_without_id_get_generated_ids():
+def test_calls_without_id_come_back_without_one_for_the_client_to_assign():
     result, _ = accumulate(
         [
             chunk({"tool_calls": [{"index": 0, "function": {"name": "a", "arguments": "{}"}}]}),
             chunk({"tool_calls": [{"index": 1, "function": {"name": "b", "arguments": "{}"}}]}),
         ]
     )
-    assert [(c.id, c.name) for c in result.tool_calls] == [("call_0", "a"), ("call_1", "b")]
+    assert [(c.id, c.name) for c in result.tool_calls] == [("", "a"), ("", "b")]
 
 
 def test_a_new_id_at_a_used_index_is_a_new_call():
@@ -276,3 +286,124 @@ def test_usage_counts_that_say_nothing_are_unknown(usage, expected):
     result, _ = accumulate([chunk({"content": "ok"}, "stop"),
                             {"id": "chatcmpl-1", "choices": [], "usage": usage}])
     assert result.usage == expected
+
+
+# ---- malformed chunks, lone surrogates, progress ---------------------------------------------
+
+
+@pytest.mark.parametrize("payload, where", [
+    ("[1, 2]", "the chunk is an array, not an object"),
+    ('"ping"', "the chunk is a string, not an object"),
+    ("null", "the chunk is null, not an object"),
+    ("42", "the chunk is a number, not an object"),
+])
+def test_a_chunk_that_is_json_but_not_an_object_is_malformed(payload, where):
+    with pytest.raises(MalformedChunk, match=where):
+        parse_data(payload)
+
+
+@pytest.mark.parametrize("bad, where", [
+    ({"choices": {"0": {}}}, "choices is an object, not an array"),
+    ({"choices": ["hi"]}, "choices[0] is a string, not an object"),
+    ({"choices": [{"delta": "hi"}]}, "choices[0].delta is a string, not an object"),
+    ({"choices": [{"delta": {"content": 5}}]}, "choices[0].delta.content is a number, not a string"),
+    ({"choices": [{"delta": {"reasoning": ["a"]}}]}, "choices[0].delta.reasoning is an array"),
+    ({"choices": [{"delta": {"tool_calls": {"index": 0}}}]},
+     "choices[0].delta.tool_calls is an object, not an array"),
+    ({"choices": [{"delta": {"tool_calls": ["x"]}}]}, "choices[0].delta.tool_calls[0] is a string"),
+    ({"choices": [{"delta": {"tool_calls": [{"function": "f"}]}}]},
+     "choices[0].delta.tool_calls[0].function is a string, not an object"),
+    ({"choices": [{"delta": {"tool_calls": [{"function": {"arguments": 5}}]}}]},
+     "choices[0].delta.tool_calls[0].function.arguments is a number, not a string or an object"),
+    ({"choices": [{"delta": {"tool_calls": [{"function": {"name": True}}]}}]},
+     "function.name is a boolean, not a string"),
+    ({"choices": [{"delta": {"tool_calls": [{"id": 7, "function": {}}]}}]}, "tool_calls[0].id is a number"),
+    ({"choices": [{"delta": {"tool_calls": [{"index": [0]}]}}]}, "tool_calls[0].index is an array"),
+    ({"choices": [{"delta": {}, "finish_reason": 1}]}, "choices[0].finish_reason is a number"),
+])
+def test_a_field_of_the_wrong_type_is_named_and_nothing_of_the_chunk_is_taken(bad, where):
+    accumulator = StreamAccumulator()
+    accumulator.feed(chunk({"content": "kept"}))
+    with pytest.raises(MalformedChunk, match=where.replace("[", r"\[").replace("]", r"\]")):
+        accumulator.feed(bad)
+    assert accumulator.result().text == "kept" and accumulator.chunks == 1
+
+
+def test_lone_surrogates_become_replacement_characters_everywhere():
+    payload = json.dumps({"choices": [{"delta": {"content": "a\ud800b", "reasoning": "\udfff",
+                                                 "tool_calls": [{"index": 0, "id": "c\ud801",
+                                                                 "function": {"name": "n",
+                                                                              "arguments": "{}"}}]}}]})
+    assert "\\ud800" in payload  # escaped on the wire, as JSON writers do
+    result, _ = accumulate([parse_data(payload)])
+    assert (result.text, result.reasoning, result.tool_calls[0].id) == ("a\ufffdb", "\ufffd", "c\ufffd")
+    json.dumps(result.text, ensure_ascii=False).encode("utf-8")  # storable
+
+
+def test_a_valid_surrogate_pair_is_kept():
+    assert parse_data(json.dumps({"t": "🐍"}))["t"] == "🐍"
+    assert without_surrogates({"k": ["\ud83d", "ok"]}) == {"k": ["\ufffd", "ok"]}
+
+
+def test_a_lone_surrogate_escaped_inside_tool_arguments_is_replaced_too():
+    arguments = json.dumps({"content": "x\udc00y"})  # JSON text holding the escape \\udc00
+    result, _ = accumulate([chunk({"tool_calls": [{"index": 0, "id": "c", "function": {
+        "name": "file_write", "arguments": arguments}}]})])
+    assert json.loads(result.tool_calls[0].arguments) == {"content": "x\ufffdy"}
+    result.tool_calls[0].arguments.encode("utf-8")
+
+
+def test_progress_counts_only_chunks_that_carry_something():
+    accumulator = StreamAccumulator()
+    for empty in (chunk({"role": "assistant"}), chunk({}), chunk({"content": ""}), {"id": "x"},
+                  {"choices": []}):
+        accumulator.feed(empty)
+    assert accumulator.progress == 0
+    for carrying in (chunk({"content": "a"}), chunk({"reasoning": "r"}), chunk({}, "stop"),
+                     chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}),
+                     {"choices": [], "usage": {"prompt_tokens": 3}}):
+        accumulator.feed(carrying)
+    assert accumulator.progress == 5
+
+
+# ---- tool calls without ids ------------------------------------------------------------------
+
+
+def test_whole_calls_without_ids_at_one_index_are_told_apart_by_complete_arguments():
+    result, _ = accumulate([
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "a", "arguments": '{"n": 1}'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "b", "arguments": '{"n": 2}'}}]}),
+    ])
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("a", '{"n": 1}'), ("b", '{"n": 2}')]
+
+
+def test_fragmented_calls_without_ids_or_index_are_split_at_each_new_name():
+    pieces = [{"name": "a", "arguments": ""}, {"arguments": '{"p": '}, {"arguments": '"x"}'},
+              {"name": "b", "arguments": '{"q"'}, {"arguments": ": 1}"}]
+    result, _ = accumulate([chunk({"tool_calls": [{"function": p}]}) for p in pieces])
+    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
+        ("", "a", '{"p": "x"}'), ("", "b", '{"q": 1}')]
+
+
+def test_a_name_repeated_mid_arguments_is_not_a_new_call():
+    pieces = [{"name": "a", "arguments": '{"p": '}, {"name": "a", "arguments": '"x"}'}]
+    result, _ = accumulate([chunk({"tool_calls": [{"index": 0, "function": p}]}) for p in pieces])
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("a", '{"p": "x"}')]
+
+
+def test_assign_call_ids_fills_missing_and_replaces_repeated_ids():
+    fresh = iter(["call_new1", "call_used", "call_new2", "call_new3"])
+    calls = [ToolCall("", "a", "{}"), ToolCall("call_1", "b", "{}"), ToolCall("call_1", "c", "{}"),
+             ToolCall("call_9", "d", "{}")]
+    assigned = assign_call_ids(calls, {"call_used", "call_9"}, new_id=lambda: next(fresh))
+    assert [c.id for c in assigned] == ["call_new1", "call_1", "call_new2", "call_new3"]
+    assert [c.name for c in assigned] == ["a", "b", "c", "d"]
+
+
+def test_generated_ids_are_unique_and_call_ids_in_reads_calls_and_results():
+    messages = [{"role": "assistant", "content": "", "tool_calls": [{"id": "x", "type": "function",
+                                                                     "function": {}}]},
+                {"role": "tool", "tool_call_id": "y", "content": ""}, {"role": "user", "content": "z"}]
+    assert call_ids_in(messages) == {"x", "y"}
+    ids = [c.id for c in assign_call_ids([ToolCall("", "a", "{}")] * 50, set())]
+    assert len(set(ids)) == 50 and all(i.startswith("call_") for i in ids)
