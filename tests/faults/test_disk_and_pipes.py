@@ -1,0 +1,238 @@
+"""The run's files cannot be written (a file size limit, a full disk, a read-only state dir),
+or its output goes into a closed pipe: one line and the documented exit code, never a
+traceback; an `error` event where the log can still take it; what was written before is
+intact, and `ouroboros resume` finishes the task once the cause is gone.
+
+The full disk is a tiny tmpfs mounted on the state dir and the read-only state dir a
+read-only bind mount (both need root; without it they are skipped, or use chmod).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from ouroboros.events import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
+from ouroboros.scripted import Fault
+from tests.crash_helpers import CountingAgent, check_conversation, demo_project
+from tests.helpers import clean_env, of_type, ouroboros
+
+PARTS = 3
+MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
+BIG_PART = 3000  # characters per data file: the snapshot grows by about that per part read
+
+
+def run_dir(root: Path) -> Path:
+    return root / ".ouroboros" / "runs" / list_runs(root / ".ouroboros")[-1]
+
+
+def parts_recorded(root: Path) -> Counter[str]:
+    path = root / "workspace" / "results.txt"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter(line.split(":")[0] for line in lines)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output and "Exception ignored" not in output, output[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def resumes_to_the_end(root: Path, expected: str) -> None:
+    """`ouroboros resume` finishes the task: every part recorded once, the log whole."""
+    result = ouroboros("resume", "--config", str(root / "ouroboros.toml"), "--headless",
+                       timeout=60)
+    assert result.returncode == 0, result.stderr + result.stdout[-1000:]
+    assert (root / "workspace" / "results.txt").read_text() == expected, parts_recorded(root)
+    events = read_events(run_dir(root) / EVENTS_FILE).events
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    check_conversation(read_snapshot_messages(root))
+
+
+def read_snapshot_messages(root: Path) -> list[dict]:
+    return json.loads((run_dir(root) / SNAPSHOT_FILE).read_text())["state"]["messages"]
+
+
+def limited(max_bytes: int):
+    def preexec() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails: EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+    return preexec
+
+
+def run_until_it_cannot_write(root: Path, config: Path, preexec=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
+        env=clean_env(), capture_output=True, text=True, timeout=60, preexec_fn=preexec,
+        stdin=subprocess.DEVNULL)
+
+
+def check_failed_write(root: Path, result: subprocess.CompletedProcess, why: str) -> None:
+    """Exit 1 with one line saying what could not be written and how to go on; the log is
+    readable and, where it could take it, ends with the error."""
+    assert result.returncode == 1, result.stderr
+    line = one_line_error(result)
+    assert why in line and "ouroboros resume" in line, line
+    log = read_events(run_dir(root) / EVENTS_FILE)
+    assert of_type(log.events, "assistant"), "the run did some work first"
+    if log.torn_line is None:  # the log could take the error: it is there, and the end
+        errors = of_type(log.events, "error")
+        assert errors and errors[-1]["kind"] == "StateError", log.events[-3:]
+        assert why in errors[-1]["message"] and log.events[-1]["type"] == "run_end"
+
+
+def test_a_file_size_limit_ends_the_run_with_one_line_and_resume_finishes(tmp_path,
+                                                                         scripted_server):
+    agent = CountingAgent(PARTS)
+    server = scripted_server(agent)
+    agent.server = server
+    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
+                                    chars_per_part=BIG_PART)
+
+    result = run_until_it_cannot_write(tmp_path, config, limited(12_000))
+
+    check_failed_write(tmp_path, result, "File too large")
+    assert len(parts_recorded(tmp_path)) < PARTS
+    resumes_to_the_end(tmp_path, expected)
+
+
+@contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[None]:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_a_full_disk_ends_the_run_with_one_line_and_resume_finishes(tmp_path,
+                                                                   scripted_server):
+    agent = CountingAgent(PARTS)
+    server = scripted_server(agent)
+    agent.server = server
+    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
+                                    chars_per_part=BIG_PART)
+    state_dir = tmp_path / ".ouroboros"
+    with tmpfs(state_dir, "24k"):
+        result = run_until_it_cannot_write(tmp_path, config)
+
+        check_failed_write(tmp_path, result, "No space left on device")
+        subprocess.run(["mount", "-o", "remount,size=4m", str(state_dir)], check=True)
+        resumes_to_the_end(tmp_path, expected)
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """`path` read-only, even for root (a read-only bind mount onto itself)."""
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [path, *path.rglob("*")] if p.is_dir()}
+        for p in modes:
+            p.chmod(0o555)
+        try:
+            yield
+        finally:
+            for p, mode in modes.items():
+                p.chmod(mode)
+        return
+    bound = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(path)], check=True)
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def stopped_run(root: Path, server, agent: CountingAgent) -> str:
+    """A run that did some work and stopped, resumable (the server refused: 401)."""
+    agent.inject_at = {agent.calls + 6: [Fault("status", 401, "unauthorized")]}
+    config, expected = demo_project(root, server.base_url, PARTS, max_turns=MAX_TURNS)
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 1
+    return expected
+
+
+def at_once(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """`ouroboros ARGS` for each, run side by side."""
+    running = [subprocess.Popen([sys.executable, "-m", "ouroboros", *args], env=clean_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL) for args in commands]
+    done = []
+    for args, process in zip(commands, running):
+        out, err = process.communicate(timeout=60)
+        done.append(subprocess.CompletedProcess(args, process.returncode, out, err))
+    return done
+
+
+def tree_bytes(path: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_a_read_only_state_dir_is_one_line_and_changes_nothing(tmp_path, scripted_server):
+    agent = CountingAgent(PARTS)
+    server = scripted_server(agent)
+    agent.server = server
+    expected = stopped_run(tmp_path, server, agent)
+    config = str(tmp_path / "ouroboros.toml")
+    state_dir = tmp_path / ".ouroboros"
+    before = tree_bytes(state_dir)
+
+    with read_only(state_dir):
+        resumed, started, status = at_once(["resume", "--config", config, "--headless"],
+                                           ["run", "--config", config, "--headless"],
+                                           ["status", "--config", config])
+
+        for result in (resumed, started):
+            assert result.returncode == 1, result.stderr
+            line = one_line_error(result)
+            assert str(state_dir) in line and "Read-only file system" in line, line
+        assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
+        assert tree_bytes(state_dir) == before
+    resumes_to_the_end(tmp_path, expected)
+
+
+def test_output_into_a_closed_pipe_stops_the_run_gracefully_and_resumably(tmp_path,
+                                                                          scripted_server):
+    """`ouroboros run --headless | head -2`: the run stops as if by one Ctrl+C (the stop is
+    recorded, exit 0), says nothing more, and resume finishes the task."""
+    agent = CountingAgent(PARTS)
+    server = scripted_server(agent)
+    agent.server = server
+    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS)
+    command = (f"{sys.executable} -m ouroboros run --config {config} --headless | head -2; "
+               "exit ${PIPESTATUS[0]}")
+
+    started = time.monotonic()
+    result = subprocess.run(["bash", "-c", command], env=clean_env(), capture_output=True,
+                            text=True, timeout=60, stdin=subprocess.DEVNULL)
+    elapsed = time.monotonic() - started
+
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    assert result.stderr == "" and len(result.stdout.splitlines()) == 2
+    assert elapsed < 10
+    events = read_events(run_dir(tmp_path) / EVENTS_FILE).events
+    assert [e["signal"] for e in of_type(events, "stop_requested")] == ["SIGPIPE"]
+    end = events[-1]
+    assert end["type"] == "run_end" and end["exit_code"] == 0, end
+    assert len(parts_recorded(tmp_path)) < PARTS
+    resumes_to_the_end(tmp_path, expected)

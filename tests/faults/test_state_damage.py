@@ -1,0 +1,304 @@
+"""A run's files damaged between a stop and `ouroboros resume`: state.json truncated, empty,
+binary, missing or not a run's state; the log with a torn last line or damaged in the middle;
+a read-only state dir. Never a traceback: a damaged snapshot is rebuilt from the log (the
+source of truth) and the resumed run finishes the task; a log that cannot be read is one line
+naming the file and the byte.
+
+One genuine run (the demo agent against the scripted server, stopped by a permanent server
+error after a few turns) is made once; each case damages a copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from ouroboros.config import ContextConfig
+from ouroboros.context import ContextManager, to_wire
+from ouroboros.errors import StateError
+from ouroboros.events import (
+    EVENTS_FILE,
+    SNAPSHOT_FILE,
+    EventLog,
+    list_runs,
+    read_events,
+    write_snapshot,
+)
+from ouroboros.protocols import ToolCall
+from ouroboros.rebuild import rebuild_state
+from ouroboros.resume import observation_reader, recover
+from ouroboros.state import RunState
+from ouroboros.scripted import Fault, ScriptedServer
+from tests.crash_helpers import CountingAgent, check_conversation, demo_project
+from tests.helpers import clean_env, of_type
+
+PARTS = 3
+MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
+STOP_AT = 6  # the model call after which the server refuses (401): the run stops, resumable
+
+
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory) -> Iterator[tuple[Path, str]]:
+    """A project whose run stopped after some turns of work: (its directory, the results.txt
+    the task must end with). Its server stays up for the resumes."""
+    agent = CountingAgent(PARTS, inject_at={STOP_AT: [Fault("status", 401, "unauthorized")]})
+    with ScriptedServer(agent) as server:
+        agent.server = server
+        root = tmp_path_factory.mktemp("genuine")
+        _, expected = demo_project(root, server.base_url, PARTS, max_turns=MAX_TURNS)
+        result = ouroboros_all([("run", root)])[0]
+        assert result.returncode == 1, result.stderr
+        assert run_dir(root).joinpath(SNAPSHOT_FILE).is_file()
+        yield root, expected
+    assert result.returncode == 1, result.stderr
+    assert run_dir(root).joinpath(SNAPSHOT_FILE).is_file()
+    return root, expected
+
+
+def run_dir(root: Path) -> Path:
+    return root / ".ouroboros" / "runs" / list_runs(root / ".ouroboros")[-1]
+
+
+def ouroboros_all(commands: list[tuple[str, Path]]) -> list[subprocess.CompletedProcess[str]]:
+    """`ouroboros COMMAND --config ROOT/ouroboros.toml` for each, all at once."""
+    running = []
+    for command, root in commands:
+        extra = ["--headless"] if command in ("run", "resume") else []
+        running.append((command, subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", command, "--config",
+             str(root / "ouroboros.toml"), *extra], env=clean_env(), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)))
+    done = []
+    for command, process in running:
+        out, err = process.communicate(timeout=60)
+        done.append(subprocess.CompletedProcess([command], process.returncode, out, err))
+    return done
+
+
+def copy_of(genuine: tuple[Path, str], tmp_path: Path, name: str) -> Path:
+    root = tmp_path / name
+    shutil.copytree(genuine[0], root, symlinks=True)
+    return root
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def torn_log_and_no_snapshot(run: Path) -> None:
+    (run / SNAPSHOT_FILE).unlink()
+    with (run / EVENTS_FILE).open("a") as f:
+        f.write('{"type": "assistant", "ts": "2026-01-01T00:00:00.000Z", "seq": 99, "te')
+
+
+Damage = Callable[[Path], None]
+SNAPSHOT_DAMAGE: dict[str, Damage] = {
+    "truncated": lambda run: truncate(run / SNAPSHOT_FILE),
+    "empty": lambda run: (run / SNAPSHOT_FILE).write_bytes(b""),
+    "binary": lambda run: (run / SNAPSHOT_FILE).write_bytes(bytes(range(256)) * 8),
+    "missing": lambda run: (run / SNAPSHOT_FILE).unlink(),
+    "not a run's state": lambda run: (run / SNAPSHOT_FILE).write_text('{"seq": "x"}'),
+    "wrong fields": lambda run: (run / SNAPSHOT_FILE).write_text(
+        '{"format_version": 1, "seq": 3, "state": {"run_id": "x", "bogus": 1}}'),
+    "torn log, no snapshot": torn_log_and_no_snapshot,
+    "no snapshot, no observations": lambda run: (
+        (run / SNAPSHOT_FILE).unlink(), shutil.rmtree(run / "observations")),
+}
+
+
+def parts_recorded(root: Path) -> Counter[str]:
+    path = root / "workspace" / "results.txt"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter(line.split(":")[0] for line in lines)
+
+
+def test_a_damaged_snapshot_is_rebuilt_from_the_log_and_the_run_finishes(genuine, tmp_path):
+    roots = {}
+    for name, damage in SNAPSHOT_DAMAGE.items():
+        roots[name] = copy_of(genuine, tmp_path, name.replace(" ", "_").replace("'", ""))
+        damage(run_dir(roots[name]))
+    before = {name: read_events(run_dir(root) / EVENTS_FILE).events
+              for name, root in roots.items()}
+
+    results = ouroboros_all([("resume", root) for root in roots.values()])
+
+    failures = []
+    for (name, root), result in zip(roots.items(), results):
+        output = result.stdout + result.stderr
+        if "Traceback" in output or result.returncode != 0:
+            failures.append(f"{name}: exit {result.returncode}: {output[-600:]}")
+            continue
+        if (root / "workspace" / "results.txt").read_text() != genuine[1]:
+            failures.append(f"{name}: results.txt is {parts_recorded(root)}")
+        events = read_events(run_dir(root) / EVENTS_FILE).events
+        if events[:len(before[name])] != before[name]:
+            failures.append(f"{name}: the log before the resume changed")
+        warnings = [e["message"] for e in of_type(events, "warning")]
+        if not any("rebuilt from events.jsonl" in w for w in warnings):
+            failures.append(f"{name}: no warning says the state was rebuilt: {warnings}")
+        state = json.loads((run_dir(root) / SNAPSHOT_FILE).read_text())["state"]
+        check_conversation(state["messages"])
+    assert not failures, "\n".join(failures)
+
+
+def test_the_rebuilt_conversation_is_the_one_the_snapshot_held(genuine):
+    """Rebuilt from the log alone, a session's conversation is what was sent to the model."""
+    run = run_dir(genuine[0])
+    events = read_events(run / EVENTS_FILE).events
+    saved = json.loads((run / SNAPSHOT_FILE).read_text())
+    prompt = saved["state"]["messages"][0]["content"]
+
+    state, seq = rebuild_state(events, run.name, ContextConfig(), prompt,
+                               observation_reader(run))
+
+    assert to_wire(state.messages) == to_wire(saved["state"]["messages"])
+    assert (state.session, state.session_turns, state.total_turns, state.restarts) == (
+        1, saved["state"]["session_turns"], saved["state"]["total_turns"], 0)
+    assert state.context.next_observation == saved["state"]["context"]["next_observation"]
+    assert seq == max(e["seq"] for e in events if e["type"] in ("assistant", "tool_result"))
+
+
+def damage_log_middle(run: Path) -> int:
+    """Overwrite the 5th line of the log with garbage; return the byte it starts at."""
+    data = (run / EVENTS_FILE).read_bytes()
+    lines = data.split(b"\n")
+    offset = sum(len(line) + 1 for line in lines[:4])
+    lines[4] = b"\x00\xff garbage \x81" + lines[4][12:]
+    (run / EVENTS_FILE).write_bytes(b"\n".join(lines))
+    return offset
+
+
+def test_a_log_damaged_in_the_middle_is_one_line_naming_the_file_and_the_byte(genuine,
+                                                                              tmp_path):
+    root = copy_of(genuine, tmp_path, "damaged")
+    offset = damage_log_middle(run_dir(root))
+    log = run_dir(root) / EVENTS_FILE
+    data = log.read_bytes()
+
+    results = ouroboros_all([(command, root)
+                             for command in ("resume", "status", "runs", "stats", "logs")])
+
+    for result in results:
+        assert "Traceback" not in result.stdout + result.stderr, result.stderr
+        assert result.returncode == 1, (result.args, result.stderr)
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+        assert str(log) in result.stderr and f"byte {offset}" in result.stderr
+    assert log.read_bytes() == data  # nothing was written to a log that cannot be read
+
+
+def test_reading_a_log_names_the_byte_where_it_is_damaged(tmp_path):
+    log = tmp_path / EVENTS_FILE
+    first = b'{"type": "run_start", "seq": 1}\n'
+    log.write_bytes(first + b'{"type": "warning", "se\n' + b'{"type": "run_end", "seq": 3}\n')
+
+    with pytest.raises(StateError) as raised:
+        read_events(log)
+
+    assert raised.value.message.startswith(f"{log} is damaged at byte {len(first)} (line 2 ")
+
+
+@pytest.mark.parametrize("last", [b'{"type": "assistant", "se', b"[1, 2]\n", b'{"seq": 2}\n',
+                                  b"\xff\xfe\n"])
+def test_a_bad_last_line_is_torn_not_damage(tmp_path, last):
+    log = tmp_path / EVENTS_FILE
+    first = b'{"type": "run_start", "seq": 1}\n'
+    log.write_bytes(first + last)
+
+    contents = read_events(log)
+
+    assert [e["seq"] for e in contents.events] == [1]
+    assert contents.torn_line is not None and contents.valid_bytes == len(first)
+
+
+def test_a_rebuild_after_a_restart_opens_with_the_restart_note_and_keeps_the_last_answer():
+    """Session 2 of a run: its turns only, the restart marker first; a reply logged twice
+    (asked again after a crash) counts once, the later one kept; a wind-down is told again."""
+    def event(seq: int, type: str, session: int, turn: int, **fields) -> dict:
+        return {"type": type, "seq": seq, "session": session, "turn": turn, **fields}
+
+    call = {"id": "c1", "name": "file_read", "arguments": '{"path": "a.txt"}'}
+    events = [
+        event(1, "run_start", 1, 0, config={"agent": {"continue_message": "Go on."}}),
+        event(2, "session_start", 1, 0, context_limit=4096, limit_source="config"),
+        event(3, "assistant", 1, 1, text="Reading.", tool_calls=[call]),
+        event(4, "tool_call", 1, 1, **call),
+        event(5, "tool_result", 1, 1, id="c1", name="file_read", ok=True, observation="obs-1",
+              summary="A"),
+        event(6, "session_restart", 2, 0, previous_turns=1),
+        event(7, "session_start", 2, 0, context_limit=4096, limit_source="config"),
+        event(8, "assistant", 2, 1, text="Thinking.", tool_calls=[]),
+        event(9, "wind_down", 2, 1, context_used_pct=91.0),
+        event(10, "assistant", 2, 2, text="First try.", tool_calls=[]),
+        event(11, "assistant", 2, 2, text="<think>hm</think>Second try.", tool_calls=[]),
+    ]
+
+    state, seq = rebuild_state(events, "r1", ContextConfig(), "Mission.", lambda obs: "A\n")
+
+    assert [(m["role"], m["content"][:30]) for m in state.messages] == [
+        ("system", "Mission."),
+        ("user", "[Session restarted. Session #2"),
+        ("assistant", "Thinking."),
+        ("user", "Go on."),
+        ("user", "[Context nearly full: 91% of t"),
+        ("assistant", "Second try."),
+        ("user", "Go on."),
+    ]
+    assert (state.session, state.session_turns, state.total_turns, state.restarts) == (2, 2, 3, 1)
+    assert state.context.next_observation == 2 and state.context.wound_down
+    assert (state.context.limit, seq) == (4096, 11)
+
+
+def test_a_tool_result_logged_after_the_last_snapshot_is_taken_not_run_again(tmp_path):
+    """The disk filled up as the snapshot after a tool was being saved: the log has the
+    result, so the resume answers the call with it instead of reporting it interrupted."""
+    run = tmp_path / "run1"
+    (run / "observations").mkdir(parents=True)
+    (run / "observations" / "obs-1.txt").write_text("KEY: 1234\n")
+    call = ToolCall("c1", "file_read", '{"path": "a.txt"}')
+    log = EventLog(run / EVENTS_FILE)
+    log.emit("run_start", format_version=1, run_id="run1", config={})
+    log.emit("assistant", text="Reading.", tool_calls=[asdict(call)])
+    context = ContextManager.create(8192, "config", 1024, ContextConfig())
+    messages = [{"role": "system", "content": "Mission."},
+                {"role": "assistant", "content": "Reading.", "tool_calls": [call.to_wire()]}]
+    write_snapshot(run, log.seq, RunState("run1", messages, context, total_turns=1).to_dict())
+    log.emit("tool_call", **asdict(call))
+    log.emit("tool_result", id="c1", name="file_read", ok=True, observation="obs-1",
+             summary="KEY: 1234")
+    log.close()
+
+    recovered = recover(run, ContextConfig())
+
+    assert recovered.interrupted == [] and recovered.rebuilt is None
+    assert recovered.state.messages[-1] == {"role": "tool", "tool_call_id": "c1",
+                                            "content": "KEY: 1234\n"}
+    assert recovered.state.context.next_observation == 2
+
+
+def test_a_reply_logged_after_the_last_snapshot_is_taken_not_asked_again(tmp_path):
+    run = tmp_path / "run1"
+    call = ToolCall("c1", "file_read", '{"path": "a.txt"}')
+    log = EventLog(run / EVENTS_FILE)
+    log.emit("run_start", format_version=1, run_id="run1", config={})
+    context = ContextManager.create(8192, "config", 1024, ContextConfig())
+    messages = [{"role": "system", "content": "Mission."}, {"role": "user", "content": "Go."}]
+    write_snapshot(run, log.seq, RunState("run1", messages, context).to_dict())
+    log.turn = 1
+    log.emit("assistant", text="Reading.", tool_calls=[asdict(call)])
+    log.close()
+
+    recovered = recover(run, ContextConfig())
+
+    assert recovered.state.messages[-1] == {"role": "assistant", "content": "Reading.",
+                                            "tool_calls": [call.to_wire()]}
+    assert (recovered.state.total_turns, recovered.state.session_turns) == (1, 1)
+    assert recovered.interrupted == []  # its call never started: the resume runs it
