@@ -32,7 +32,6 @@ from ouroboros.demo import (
     RecordingAgent,
     expected_results,
     make_workspace,
-    stop_when_complete,
     write_demo_project,
 )
 from ouroboros.events import list_runs, read_events
@@ -99,7 +98,7 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
                  "agent.max_turns": 20 * parts + 50}  # a cap, should a row run away
         loaded = load_config(root / "ouroboros.toml", flags, env={}, user_file=None)
         started = time.perf_counter()
-        asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+        asyncio.run(run_agent(loaded, RunHooks()))
         seconds = time.perf_counter() - started
         state_dir = root / ".ouroboros"
         events = read_events(state_dir / "runs" / list_runs(state_dir)[-1] / "events.jsonl").events

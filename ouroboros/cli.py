@@ -9,7 +9,7 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Coroutine, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -23,11 +23,13 @@ from ouroboros.config import (
     load_config,
     set_config_value,
 )
+from ouroboros.continuation import plan_resume, refusal
 from ouroboros.errors import ConfigError, OuroborosError, UsageError
 from ouroboros.events import EVENTS_FILE, find_run, read_events
 from ouroboros.reload import effect_note, live_holder, request_reload
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scaffold import create_project
+from ouroboros.stopping import ignore_late_signals
 from ouroboros.ui.config_view import config_table, override_note, toml_value
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.plain import format_any, plain_printer, select_types
@@ -51,8 +53,7 @@ RUN_FLAGS = {"agent.workspace": "--workspace", "model.name": "--model",
              "model.base_url": "--base-url", "agent.max_turns": "--max-turns"}
 
 ConfigOption = typer.Option(None, "--config", "-c", help="Path to ouroboros.toml "
-                            "(default: the nearest one here or in a directory above).",
-                            dir_okay=False)
+                            "(default: the nearest one here or in a directory above).")
 HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
                               "instead of the live view (also when stdout is not a terminal).")
 RunIdArgument = typer.Argument(None, metavar="[RUN_ID]", show_default=False,
@@ -65,11 +66,16 @@ def fail(error: OuroborosError) -> typer.Exit:
 
 
 def guarded(action: Callable[[], T]) -> T:
-    """Run a command body, turning Ouroboros errors into one line and their exit code."""
+    """Run a command body, turning Ouroboros errors into one line and their exit code, and
+    any other failure of the filesystem (a full disk, a read-only directory) into one line
+    and exit 1."""
     try:
         return action()
     except OuroborosError as error:
         raise fail(error) from None
+    except OSError as error:
+        what = f"cannot use {error.filename}: " if error.filename else ""
+        raise fail(OuroborosError(f"{what}{error.strerror or error}")) from None
 
 
 def version_callback(value: bool) -> None:
@@ -101,7 +107,19 @@ def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks
         if context is None:
             return live_hooks()
         return live_hooks(context.soft_threshold_pct, context.hard_threshold_pct)
-    return RunHooks(on_event=plain_printer())
+    hooks = RunHooks()
+    hooks.on_event = plain_printer(on_closed=lambda: stop_for_closed_output(hooks))
+    return hooks
+
+
+def stop_for_closed_output(hooks: RunHooks) -> None:
+    """Output into a closed pipe (`ouroboros run | head`) stops the run as a stop signal
+    does, delivered the same way (from the event loop, not inside the event being printed):
+    the stop is recorded, exit 0, and the run can be resumed."""
+    try:
+        asyncio.get_running_loop().call_soon(hooks.stop.signal, "SIGPIPE")
+    except RuntimeError:  # no run going on
+        hooks.stop.signal("SIGPIPE")
 
 
 def flags(**values: Any) -> dict[str, Any]:
@@ -122,8 +140,12 @@ def project_file(config: Path | None) -> Path:
 
 def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -> LoadedConfig:
     """The config of the project a command is about (see project_file), or exit 2."""
-    return guarded(lambda: load_config(project_file(config), overrides or {},
-                                       flag_names=RUN_FLAGS))
+    def load() -> LoadedConfig:
+        loaded = load_config(project_file(config), overrides or {}, flag_names=RUN_FLAGS)
+        loaded.check_state_dir()
+        return loaded
+
+    return guarded(load)
 
 
 @app.command(short_help="Start a new run of the agent in this project.")
@@ -141,22 +163,62 @@ def run(
                          "model.base_url": base_url, "agent.max_turns": max_turns})
     loaded = load_project(config, overrides)
     hooks = make_hooks(headless, loaded.config.context)
-    code = guarded(lambda: asyncio.run(run_agent(loaded, hooks)))
-    raise typer.Exit(code)
+    raise typer.Exit(run_to_end(hooks, interactive(headless), lambda: run_agent(loaded, hooks)))
 
 
-@app.command(short_help="Continue a run that was killed or crashed.")
+@app.command(short_help="Continue a stopped run: Ctrl+C, max turns, done, idle, error, crash.")
 def resume(
     config: Optional[Path] = ConfigOption,
     run_id: Optional[str] = typer.Option(None, "--run", help="The run to resume "
                                          "(default: the latest)."),
+    message: str = typer.Option("", "--message", "-m", help="A new instruction for the agent "
+                                "(for a run that is complete or paused idle)."),
+    max_turns: Optional[int] = typer.Option(None, min=0, help="N more model turns from here "
+                                            "(0 = no limit); default: the limit it had."),
+    workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory "
+                                             "(default: the one the run started with)."),
+    model: Optional[str] = typer.Option(None, help="Model name (default: the run's)."),
+    base_url: Optional[str] = typer.Option(None, help="Server root (default: the run's)."),
     headless: bool = HeadlessOption,
 ) -> None:
-    """Continue a run that was killed or crashed, from its log."""
-    loaded = load_project(config)
+    """Continue a stopped run from its log, with the flags it started with unless given
+    others: after Ctrl+C or SIGTERM, max turns (--max-turns N for N more), task_complete or
+    an idle pause (--message "..." for a new instruction), an error or a crash."""
+    given = flags(**{"agent.workspace": workspace, "model.name": model,
+                     "model.base_url": base_url})
+    found = load_project(config)
+    plan = guarded(lambda: plan_resume(found.state_dir, run_id, given, max_turns))
+    loaded = load_project(config, plan.flags)
+    why_not = refusal(plan.run_id, plan.end, total_turns=plan.total_turns,
+                      max_turns=loaded.config.agent.max_turns, message=message)
+    if why_not is not None:
+        raise fail(UsageError(why_not))
     hooks = make_hooks(headless, loaded.config.context)
-    code = guarded(lambda: asyncio.run(run_agent(loaded, hooks, resume=True, run_id=run_id)))
-    raise typer.Exit(code)
+    raise typer.Exit(run_to_end(hooks, interactive(headless), lambda: run_agent(
+        loaded, hooks, resume=True, run_id=plan.run_id, message=message)))
+
+
+def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, Any, int]]
+               ) -> int:
+    """Run the harness; its exit code. A stop signal after the run is over is ignored, so
+    the code is the one logged. On a terminal, how to continue is said below the dashboard."""
+    ended: list[dict[str, Any]] = []
+    shown = hooks.on_event
+
+    def on_event(event: dict[str, Any]) -> None:
+        if shown is not None:
+            shown(event)
+        if event["type"] == "run_end":
+            ended.append(event)
+
+    if live:
+        hooks.on_event = on_event
+    ignore_late_signals()
+    code = guarded(lambda: asyncio.run(start()))
+    for end in ended:
+        summary = f"task complete: {end['summary']}\n" if end.get("summary") else ""
+        typer.echo(f"{summary}{end['next']}" if end.get("next") else summary, err=True)
+    return code
 
 
 @app.command(short_help="Create a project: ouroboros.toml, SYSTEM_PROMPT.md, workspace/.")

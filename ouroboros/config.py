@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Final, Literal, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import tomli_w
 import tomlkit
 from annotated_types import Ge, Gt, Le, Lt
@@ -65,21 +66,24 @@ UNSET: Final = _Unset()
 """A flag the user did not give. load_config skips flags whose value is UNSET."""
 
 
-# Searched with re.search (case-sensitive) in each shell command before it runs.
+# Searched (case-sensitive) in each shell command, as written and normalised, before it runs
+# (tools/screening.py). RE2 syntax, which Python's engine reads the same way: no lookarounds or
+# backreferences, so screening stays linear in the command. A guard against accidents, not a
+# security boundary.
 DEFAULT_BLOCKED_PATTERNS: Final[tuple[str, ...]] = (
     # rm -r / -rf (any flag order) of /, /*, ~, ~/, *, $HOME
     r"""\brm\s+(?:-\S+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+(?:[^\s;&|]+\s+)*["']?"""
-    r"""(?:/|/\*|~/?\*?|\*|\$\{?HOME\}?/?\*?)["']?(?=$|[\s;&|)])""",
+    r"""(?:/|/\*|~/?\*?|\*|\$\{?HOME\}?/?\*?)["']?(?:$|[\s;&|)])""",
     r"\bmkfs(?:\.\w+)?\b",
-    r"\bdd\b[^;&|\n]*\bof=/dev/(?!null\b|zero\b|stdout\b|stderr\b|fd/)",
-    r"(?P<f>[\w:]+)\s*\(\)\s*\{[^}]*(?P=f)\s*\|\s*(?P=f)\s*&",  # fork bomb :(){ :|:& };:
+    r"\bdd\b[^;&|\n]*\bof=/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|loop|md|dm-|mapper/)",
+    r"\(\)\s*\{\s*[\w:]+\s*\|\s*[\w:]+\s*&",  # fork bomb :(){ :|:& };:
     r"(?:^|[;&|(`\n]|\bsudo|\bexec|\bnohup)\s*(?:/usr)?(?:/s?bin/)?"
     r"(?:shutdown|reboot|halt|poweroff)\b",
     r"\bsystemctl\s+(?:-\S+\s+)*(?:poweroff|reboot|halt|kexec)\b",
     r"""\bchmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)\s+(?:-\S+\s+)*"""
-    r"""["']?/\*?["']?(?=$|[\s;&|)])""",
+    r"""["']?/\*?["']?(?:$|[\s;&|)])""",
     r"(?:>|\btee\s+(?:-\S+\s+)*)\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk)",
-    r"\b(?:curl|wget)\b[^|;&\n]*\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b",
+    r"\b(?:curl|wget|base64|xxd|openssl)\b[^|;&\n]*\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b",
     r"""\b(?:ba|z|da|k)?sh\s+(?:-c\s+)?["']?(?:\$\(|<\()\s*(?:curl|wget)\b""",
 )
 
@@ -113,7 +117,31 @@ class ModelConfig(_Table):
         description="Most tokens per reply, sent as max_tokens and reserved in the context budget.",
     )
     request_timeout_secs: float = Field(
-        300.0, gt=0, allow_inf_nan=False, description="Seconds to wait for one request."
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds one reply may take in all, from sending the request to its last "
+        "byte; a slower reply is a failed attempt, retried.",
+    )
+    first_token_timeout_secs: float = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds to wait for the first data of a reply (connecting, loading the "
+        "model and reading the prompt included); keep-alive comments do not count.",
+    )
+    idle_timeout_secs: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds a reply may go without new data once it has begun; keep-alive "
+        "comments and empty chunks do not count.",
+    )
+    max_reply_bytes: int = Field(
+        0,
+        ge=0,
+        description="Most bytes one reply may take on the wire; 0 = 512 per max_output_tokens "
+        "plus 1 MB (2.05 MB for 2048).",
     )
     max_retry_secs: float = Field(
         600.0,
@@ -128,9 +156,8 @@ class ModelConfig(_Table):
         url = value.strip().rstrip("/")
         if url.endswith("/v1"):
             url = url[: -len("/v1")].rstrip("/")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise PydanticCustomError("url", "must be an http:// or https:// URL")
+        if not is_server_url(url):
+            raise PydanticCustomError("url", URL_RULE)
         return url
 
     @field_validator("api_key_env")
@@ -143,6 +170,25 @@ class ModelConfig(_Table):
                 "not the key itself",
             )
         return value
+
+
+URL_RULE: Final = ("must be an http:// or https:// URL with a host and a port from 1 to 65535, "
+                   "like http://127.0.0.1:11434")
+
+
+def is_server_url(url: str) -> bool:
+    """Whether a client can connect to `url`: http(s), a host, a port from 1 to 65535, no
+    spaces or control characters (urlsplit silently drops some of those)."""
+    if re.search(r"[\s\x00-\x1f\x7f]", url):
+        return False
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL):
+        return False
+    return (parts.scheme in ("http", "https") and bool(parts.hostname)
+            and (port is None or 0 < port < 65536))
 
 
 class AgentConfig(_Table):
@@ -165,6 +211,18 @@ class AgentConfig(_Table):
         description="User message sent to keep the agent going when it ends a turn without "
         "calling a tool.",
     )
+    allow_complete: bool = Field(
+        True,
+        description="Offer the agent the task_complete tool, which ends the run (exit 0) once "
+        "the task is done; false: the run goes on until stopped.",
+    )
+    max_idle_turns: int = Field(
+        3,
+        ge=0,
+        description="Pause the run (resumable) after this many turns in a row without a tool "
+        "call; the continue_message before each is sent after a growing pause (0, 2, 4 ... "
+        "60 s). 0 = never pause.",
+    )
 
 
 class SafetyConfig(_Table):
@@ -176,19 +234,38 @@ class SafetyConfig(_Table):
     max_output_bytes: int = Field(
         65536, ge=1024, description="Most bytes of output kept from one shell command."
     )
+    sandbox: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description='Confining shell commands (Linux Landlock): reads of the system, writes '
+        'only to the workspace and a private temp dir. "auto" uses it where the system has it '
+        'and says at start when it does not; "required" refuses to start without it; "off" '
+        "runs the shell unconfined.",
+    )
+    network: bool = Field(
+        True,
+        description="Whether shell commands may use the network; false gives each command its "
+        "own network namespace with only loopback (or, without user namespaces, cuts TCP).",
+    )
     blocked_patterns: list[str] = Field(
         default_factory=lambda: list(DEFAULT_BLOCKED_PATTERNS),
-        description="Python regexes searched (re.search) in each shell command; a command that "
-        "matches any of them is refused.",
+        description="Regexes searched in each shell command, as written and with quotes, "
+        "backslashes, ${IFS} and variables it sets undone; a command that matches any of them "
+        "is refused. A guard against accidents, not a security boundary (the sandbox is). "
+        "Patterns run on RE2, in time linear in the command; one RE2 cannot run (lookarounds, "
+        "backreferences) runs on Python's engine, which can be slow on long commands.",
     )
 
     @field_validator("blocked_patterns")
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:
+        from ouroboros.tools.screening import linear_time
+
         for pattern in patterns:
             try:
                 re.compile(pattern)
             except re.error as error:
+                if linear_time(pattern):  # RE2 syntax Python lacks, such as \z
+                    continue
                 raise PydanticCustomError(
                     "regex",
                     "has a pattern that is not a valid Python regex: {pattern} ({reason})",
@@ -196,9 +273,12 @@ class SafetyConfig(_Table):
                 ) from None
         return patterns
 
-    def compiled_patterns(self) -> list[re.Pattern[str]]:
-        """The blocked patterns, compiled: `any(p.search(command) for p in ...)`."""
-        return [re.compile(pattern) for pattern in self.blocked_patterns]
+    def compiled_patterns(self) -> list[Any]:
+        """The blocked patterns as screening compiles them (RE2 where it can):
+        `any(p.search(command) for p in ...)`."""
+        from ouroboros.tools.screening import compiled
+
+        return [found for found in map(compiled, self.blocked_patterns) if found is not None]
 
 
 class ContextConfig(_Table):
@@ -344,9 +424,35 @@ class LoadedConfig:
         return self._resolve(self.config.logging.state_dir)
 
     def check_files(self) -> None:
-        """Raise ConfigError unless the system prompt file and the workspace directory exist."""
+        """Raise ConfigError unless the system prompt is a UTF-8 text file, the workspace a
+        directory, and the state dir a directory or a path where one can be made."""
         self._require("agent.system_prompt", "system prompt", self.system_prompt_path, "file")
         self._require("agent.workspace", "workspace", self.workspace, "directory")
+        self._require_text("agent.system_prompt", "system prompt", self.system_prompt_path)
+        self.check_state_dir()
+
+    def check_state_dir(self) -> None:
+        """Raise ConfigError when the state dir, or a directory above it, is a file."""
+        path = self.state_dir
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if existing.is_dir():
+            return
+        key = "logging.state_dir"
+        origin = _origin(self.sources.get(key, "default"), key, self.flag_names)
+        raise ConfigError(f"state dir {path} must be a directory, but {existing} is a file "
+                          f"({key} {origin}); point {key} elsewhere or move the file")
+
+    def _require_text(self, key: str, what: str, path: Path) -> None:
+        origin = _origin(self.sources.get(key, "default"), key, self.flag_names)
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{what} {path} is not UTF-8 text (bad byte at offset "
+                              f"{error.start}; {key} {origin}); it must be saved as UTF-8"
+                              ) from None
+        except OSError as error:
+            raise ConfigError(f"cannot read the {what} {path}: {error.strerror} "
+                              f"({key} {origin})") from None
 
     def redacted(self) -> dict[str, Any]:
         """The effective config as plain JSON-able data for the log, with no secrets in it."""

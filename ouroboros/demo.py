@@ -28,7 +28,6 @@ from typing import Any
 import tomli_w
 
 from ouroboros.config import load_config
-from ouroboros.context import without_reasoning
 from ouroboros.errors import UsageError
 from ouroboros.protocols import Message
 from ouroboros.runner import RunHooks, run_agent
@@ -43,7 +42,8 @@ KEY line to results.txt as `part_NNN: <key>`, exactly once per part, in order.
 
 Keep progress.md up to date with the next part to do (`next: N`). Your context is managed:
 old tool output is masked, and the session restarts when the window fills, so progress.md is
-how you pick up where you left off. When every part is recorded, say TASK COMPLETE.
+how you pick up where you left off. When every part is recorded, call task_complete with a
+one-line summary.
 """
 
 COMPLETE = "TASK COMPLETE"
@@ -176,7 +176,8 @@ class RecordingAgent:
     def read_next(self, messages: list[Message]) -> Reply:
         next_part = known_next_part(messages) or 1
         if next_part > self.parts:
-            return Reply(f"{COMPLETE}: all {self.parts} parts are recorded in results.txt.")
+            summary = f"all {self.parts} parts are recorded in results.txt"
+            return Reply(f"{COMPLETE}: {summary}.", [("task_complete", {"summary": summary})])
         return Reply(f"Reading part {next_part}.", [("file_read", {"path": part_name(next_part)})])
 
     def save(self, messages: list[Message]) -> Reply:
@@ -275,20 +276,6 @@ def write_demo_project(directory: Path, base_url: str, parts: int) -> dict[int, 
     return make_workspace(directory / "workspace", parts)
 
 
-def stop_when_complete(hooks: RunHooks) -> RunHooks:
-    """The same hooks, plus: stop the run once the agent says the task is complete."""
-    shown = hooks.on_event
-
-    def on_event(event: dict[str, Any]) -> None:
-        text = without_reasoning(event.get("text") or "") if event["type"] == "assistant" else ""
-        if text.startswith(COMPLETE):
-            hooks.stop.request("task_complete")
-        if shown is not None:
-            shown(event)
-
-    return replace(hooks, on_event=on_event)
-
-
 def narrated(hooks: RunHooks, voice: Voice, pacer: Pacer) -> RunHooks:
     """The same hooks, plus: each event's caption, shown as it happens (each text once), with
     time to read it before the agent's next reply. A stop request ends the pacing."""
@@ -318,7 +305,7 @@ async def run_demo(hooks: RunHooks, directory: Path, *, parts: int = 12,
         try:
             write_demo_project(directory, server.base_url, parts)
             loaded = load_config(directory / "ouroboros.toml", {}, env={}, user_file=None)
-            return await run_agent(loaded, stop_when_complete(hooks))
+            return await run_agent(loaded, hooks)
         finally:
             pacer.stop()  # a reply still waiting must not hold the server up
 

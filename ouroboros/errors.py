@@ -7,16 +7,22 @@ Each carries a one-line message a person can act on and the exit code the CLI us
     ├── UsageError                 exit 2: a command used wrongly (unknown run id, ...)
     ├── RunLockedError             exit 2: another harness owns this workspace
     ├── RunFailed                  the run stopped on a model error; it can be resumed
+    ├── StateError                 the run's files cannot be written or read (disk full, ...)
     └── ModelError                 the model server failed us
         ├── PermanentModelError    retrying cannot help: stop the run
         │   ├── ModelNotFoundError
         │   ├── ToolsNotSupportedError
         │   ├── AuthError
+        │   ├── NotAnLLMServerError  HTTP answers, but not an OpenAI-compatible chat API
         │   └── WindowTooSmallError  the prompt and tools alone fill the context window
         ├── ContextOverflowError   the prompt did not fit: shrink it and retry
-        └── TransientModelError    retry with backoff
+        └── TransientModelError    retry with backoff (or after the server's Retry-After)
             ├── ServerUnreachableError
             └── EmptyStreamError   200 with no data: llama.cpp's answer to an oversized prompt
+
+Which failures are transient is decided once, where the client meets them
+(`ouroboros.server_errors.is_transient_status` for HTTP statuses); `ouroboros.retry` only
+retries what it is given as transient.
 """
 
 from __future__ import annotations
@@ -70,8 +76,17 @@ class ContextOverflowError(ModelError):
     pass
 
 
-class TransientModelError(ModelError):
+class NotAnLLMServerError(PermanentModelError):
     pass
+
+
+class TransientModelError(ModelError):
+    retry_after: float | None
+    """Seconds the server asked us to wait (its `Retry-After`); None when it did not say."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ServerUnreachableError(TransientModelError):
@@ -84,3 +99,9 @@ class EmptyStreamError(TransientModelError):
 
 class WindowTooSmallError(PermanentModelError):
     pass
+
+
+class StateError(OuroborosError):
+    """The run's files (log, snapshot, observations) cannot be written or read back: a full
+    disk, a file size limit, a read-only or damaged state dir. Exit 1; what was written
+    before stays whole, and `ouroboros resume` continues once the cause is fixed."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ouroboros.errors import UsageError
+from ouroboros.errors import StateError, UsageError
 
 FORMAT_VERSION = 1
 EVENTS_FILE = "events.jsonl"
@@ -44,13 +45,16 @@ class EventLog:
     """
 
     def __init__(self, path: Path, *, seq: int = 0, session: int = 1, turn: int = 0) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.seq = seq
         self.session = session
         self.turn = turn
-        self._file = path.open("a", encoding="utf-8")
+        with cannot_write(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", encoding="utf-8")
         self._listeners: list[Listener] = []
+        # Known secrets replaced in every record, in the file and for listeners (redact.py).
+        self.redact: Callable[[str], str] | None = None
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -59,20 +63,45 @@ class EventLog:
         self.seq += 1
         record = {"type": type, "ts": utc_now(), "seq": self.seq,
                   "session": self.session, "turn": self.turn, **fields}
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
+        line = json.dumps(record, ensure_ascii=False)
+        if self.redact is not None and (redacted := self.redact(line)) != line:
+            line, record = redacted, json.loads(redacted)
+        with cannot_write(self.path):
+            self._file.write(line + "\n")
+            self._file.flush()
         for listener in self._listeners:
             listener(record)
         return record
 
     def sync(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with cannot_write(self.path):
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def close(self) -> None:
         if not self._file.closed:
-            self.sync()
-            self._file.close()
+            try:
+                self.sync()
+            finally:
+                try:
+                    self._file.close()
+                except OSError:  # the unwritten rest of a line the disk had no room for
+                    pass
+
+
+@contextmanager
+def cannot_write(path: Path) -> Iterator[None]:
+    """Turn a failed write (a full disk, `ulimit -f`, a read-only state dir) into one line."""
+    try:
+        yield
+    except OSError as error:
+        raise write_failure(path, error) from None
+
+
+def write_failure(path: Path | str, error: OSError) -> StateError:
+    return StateError(f"cannot write {path}: {error.strerror or error}; what was written "
+                      "before is kept: fix that (free space, a file size limit, "
+                      "permissions), then `ouroboros resume` continues the run")
 
 
 @dataclass
@@ -84,23 +113,35 @@ class LogContents:
 
 def read_events(path: Path) -> LogContents:
     """Every whole record of a log. A torn last line (the process died mid-write) is set
-    aside; a bad line anywhere else is a corrupted log."""
-    data = path.read_bytes()
+    aside; a bad line anywhere else is a damaged log (StateError naming the byte)."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise StateError(f"cannot read {path}: {error.strerror or error}") from None
     events: list[dict[str, Any]] = []
     offset = 0
     for raw in data.splitlines(keepends=True):
-        try:
-            record = json.loads(raw)
-            if not raw.endswith(b"\n") or not isinstance(record, dict):
-                raise ValueError("incomplete record")
-        except ValueError:
+        record = parse_record(raw) if raw.endswith(b"\n") else None
+        if record is None:
             if offset + len(raw) >= len(data):
                 return LogContents(events, raw.decode("utf-8", "replace"), offset)
-            raise UsageError(f"{path}: line {len(events) + 1} is not a JSON event; "
-                             "the log is corrupted") from None
+            raise StateError(f"{path} is damaged at byte {offset} (line {len(events) + 1} "
+                             "is not a whole event); the events before it are intact")
         events.append(record)
         offset += len(raw)
     return LogContents(events, None, offset)
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """One line of the log as an event, or None if it is not one."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str) \
+            or not isinstance(record.get("seq"), int):
+        return None
+    return record
 
 
 def iter_events(path: Path) -> Iterator[dict[str, Any]]:
@@ -111,16 +152,21 @@ def iter_events(path: Path) -> Iterator[dict[str, Any]]:
 def write_atomically(path: Path, text: str) -> None:
     """Write a file so that a crash leaves either the old or the new content, never a mix."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    with cannot_write(path):
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any]) -> None:
@@ -129,11 +175,25 @@ def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any]) -> None:
     write_atomically(run_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
 
 
+class DamagedSnapshot(Exception):
+    """state.json is there but cannot be read back; the message says how it is damaged."""
+
+
 def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
+    """The snapshot, or None when there is none. Raises DamagedSnapshot when it cannot be
+    read or is not a snapshot, UsageError when a newer Ouroboros wrote it."""
     path = run_dir / SNAPSHOT_FILE
-    if not path.is_file():
+    if not path.exists():
         return None
-    snapshot = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        snapshot = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
+    except ValueError:
+        raise DamagedSnapshot("is not JSON (truncated, empty or overwritten)") from None
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("seq"), int) \
+            or not isinstance(snapshot.get("state"), dict):
+        raise DamagedSnapshot("does not hold a run's state")
     if snapshot.get("format_version", 0) > FORMAT_VERSION:
         raise UsageError(f"{path} was written by a newer Ouroboros (format "
                          f"{snapshot['format_version']}, this one reads {FORMAT_VERSION}); "

@@ -28,9 +28,11 @@ from ouroboros.lock import LOCK_FILE, holder_is_alive, read_holder
 
 LIVE_TABLES: Final = frozenset({"context", "safety"})
 LIVE_KEYS: Final = frozenset({
-    "agent.max_turns", "agent.continue_message", "model.temperature",
+    "agent.max_turns", "agent.continue_message", "agent.allow_complete",
+    "agent.max_idle_turns", "model.temperature",
     "model.max_output_tokens", "model.request_timeout_secs", "model.max_retry_secs",
-    "model.context_limit",
+    "model.context_limit", "model.first_token_timeout_secs", "model.idle_timeout_secs",
+    "model.max_reply_bytes",
 })
 RELOAD_REASON: Final = "reload requested"
 RELOAD_WIND_DOWN_TEXT: Final = (

@@ -4,19 +4,30 @@ The snapshot (`state.json`) holds the conversation and counters as of event `seq
 after it say what happened since. The only thing that can be in flight at a crash is a tool
 call: one that started (its `tool_call` event was written) but has no result in the snapshot
 gets a result saying it was interrupted. Calls that never started are simply run.
+
+The log is the source of truth: a snapshot that is damaged, empty or missing is rebuilt from
+it (see rebuild.py), and `Recovered.rebuilt` says why.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
-from ouroboros.events import EVENTS_FILE, FORMAT_VERSION, read_events, read_snapshot
+from ouroboros.events import (
+    EVENTS_FILE,
+    FORMAT_VERSION,
+    SNAPSHOT_FILE,
+    DamagedSnapshot,
+    read_events,
+    read_snapshot,
+)
 from ouroboros.context import pending_calls
 from ouroboros.protocols import ToolCall
+from ouroboros.rebuild import rebuild_state, restore_results
 from ouroboros.reload import recorded_config
 from ouroboros.state import RunState
 
@@ -34,15 +45,17 @@ class Recovered:
     torn_line: str | None = None
     valid_bytes: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # what the run last ran with
+    rebuilt: str | None = None  # why the state was rebuilt from the log, if it was
 
 
 def started_ids(events: list[dict[str, Any]], after_seq: int) -> set[str]:
     return {e["id"] for e in events if e["type"] == "tool_call" and e["seq"] > after_seq}
 
 
-def recover(run_dir: Path, policy: ContextConfig) -> Recovered:
+def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Recovered:
     """Read a run back, under the `[context]` policy configured now. Raises UsageError when
-    it cannot or should not be resumed."""
+    it should not be resumed, StateError when its log cannot be read. `system_prompt` opens
+    the conversation if it has to be rebuilt from the log."""
     log = read_events(run_dir / EVENTS_FILE)
     events = log.events
     if not events:
@@ -51,18 +64,45 @@ def recover(run_dir: Path, policy: ContextConfig) -> Recovered:
     if version > FORMAT_VERSION:
         raise UsageError(f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
                          f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it")
-    if events[-1]["type"] == "run_end" and events[-1].get("resumable") is False:
-        raise UsageError(f"run {run_dir.name} ended cleanly ({events[-1].get('reason')}); "
-                         "start a new one with `ouroboros run`")
-    snapshot = read_snapshot(run_dir)
-    if snapshot is None:
-        raise UsageError(f"run {run_dir.name} has no saved state yet (it died before its first "
-                         "turn); start a new one with `ouroboros run`")
-    state = RunState.from_dict(snapshot["state"], policy)
-    started = started_ids(events, snapshot["seq"])
+    state, seq, rebuilt = saved_state(run_dir, policy)
+    if state is None:
+        state, seq = rebuild_state(events, run_dir.name, policy, system_prompt,
+                                   observation_reader(run_dir))
+    else:
+        seq = restore_results(state, events, seq, observation_reader(run_dir))
+    started = started_ids(events, seq)
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
     return Recovered(state, events[-1]["seq"], interrupted, log.torn_line, log.valid_bytes,
-                     recorded_config(events))
+                     recorded_config(events), rebuilt)
+
+
+def saved_state(run_dir: Path, policy: ContextConfig) -> tuple[RunState | None, int, str | None]:
+    """The snapshot's state and seq; (None, 0, why) when it has to be rebuilt."""
+    try:
+        snapshot = read_snapshot(run_dir)
+        if snapshot is None:
+            return None, 0, f"{SNAPSHOT_FILE} is missing"
+        return RunState.from_dict(snapshot["state"], policy), snapshot["seq"], None
+    except DamagedSnapshot as damage:
+        return None, 0, f"{SNAPSHOT_FILE} {damage}"
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None, 0, f"{SNAPSHOT_FILE} does not hold a run's state"
+
+
+def observation_reader(run_dir: Path) -> Callable[[str], str | None]:
+    def read(obs_id: str) -> str | None:
+        try:
+            return (run_dir / "observations" / f"{obs_id}.txt").read_text(encoding="utf-8")
+        except (OSError, ValueError):
+            return None
+    return read
+
+
+def rebuilt_warning(why: str, state: RunState) -> str:
+    """The warning a resume logs when it rebuilt the state from the log."""
+    return (f"{why}: the conversation was rebuilt from {EVENTS_FILE} ({state.total_turns} "
+            f"turns, session {state.session}); what the session carried over from the one "
+            "before is not in the log, so the agent relies on its files for it")
 
 
 def drop_torn_line(run_dir: Path, valid_bytes: int) -> None:

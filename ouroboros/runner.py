@@ -12,25 +12,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import httpx
-
 from ouroboros import __version__
 from ouroboros import context as ctx
-from ouroboros.client import ChatClient
+from ouroboros.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
 from ouroboros.context import ContextManager
+from ouroboros.continuation import flags_to_remember, how_to_continue
 from ouroboros.discovery import allocated_context, discover_context_limit, same_model
 from ouroboros.errors import (
     ConfigError,
     ModelError,
     RunFailed,
     OuroborosError,
-    TransientModelError,
+    StateError,
     WindowTooSmallError,
 )
-from ouroboros.events import EVENTS_FILE, EventLog, find_run, new_run_id, runs_dir
+from ouroboros.events import (
+    EVENTS_FILE,
+    EventLog,
+    find_run,
+    new_run_id,
+    runs_dir,
+    write_failure,
+)
+from ouroboros.guard import RunGuard
 from ouroboros.lock import WorkspaceLock
-from ouroboros.protocols import Message, TextSink, ToolResult
+from ouroboros.protocols import Message, TextSink
 from ouroboros.reload import (
     Change,
     bad_edit,
@@ -39,11 +46,12 @@ from ouroboros.reload import (
     show,
     with_live,
 )
-from ouroboros.resume import drop_torn_line, interrupted_text, recover
+from ouroboros.resume import drop_torn_line, rebuilt_warning, recover
 from ouroboros.retry import RetryPolicy
 from ouroboros.session import RestartSession, Services, Session, StopRun
 from ouroboros.state import RunState, StopFlag
-from ouroboros.tools import Toolbox, default_tools
+from ouroboros.stopping import Interrupted, stop_signals
+from ouroboros.tools import TaskComplete, Toolbox, default_tools
 from ouroboros.tokenize import TokenCounter
 from ouroboros.tools.recall import RecallTool
 from ouroboros.window import at_session_start, reclaimed, with_allocated
@@ -66,9 +74,20 @@ class RunHooks:
 
 
 async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
-                    run_id: str | None = None) -> int:
-    """Run (or resume) the agent until it stops. Returns the exit code: 0 for a normal stop,
-    1 for a failed run. Config errors raise before anything is written."""
+                    run_id: str | None = None, message: str = "") -> int:
+    """Run (or resume) the agent until it stops. Returns the exit code: 0 for a normal stop
+    (a stop signal included), 1 for a failed run. Config errors raise before anything is
+    written. `message` (on resume) is a new instruction for the agent."""
+    with stop_signals(hooks.stop):
+        try:
+            return await start_and_run(loaded, hooks, resume=resume, run_id=run_id,
+                                       message=message)
+        except Interrupted:  # stopped before the run began: nothing was recorded
+            return 0
+
+
+async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
+                        run_id: str | None, message: str) -> int:
     loaded.check_files()
     cfg = loaded.config
     if resume:
@@ -77,33 +96,35 @@ async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = Fal
     else:
         run_id = new_run_id()
         run_dir = runs_dir(loaded.state_dir) / run_id
-    lock = WorkspaceLock.acquire(loaded.state_dir, run_id)
+    guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
+    lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
     client = ChatClient(
         cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
-        temperature=cfg.model.temperature, max_output_tokens=cfg.model.max_output_tokens,
-        timeout_secs=cfg.model.request_timeout_secs)
+        **client_settings(cfg.model))
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
-        await check_reachable(client)
-        runner = await Runner.open(loaded, run_dir, client, counter, hooks, resume=resume)
+        guard.start()  # before an interrupted call is answered: its processes are gone
+        await hooks.stop.cancellable(check_reachable(client))
+        runner = await hooks.stop.cancellable(
+            Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
+                        guard=guard))
         if lock.taken_over is not None:
             runner.log.emit("warning", message=f"took over a stale lock left by pid "
                             f"{lock.taken_over.get('pid')} (that process is gone)")
         return await runner.run()
     finally:
         await client.aclose()
+        guard.close()
         lock.release()
 
 
 async def check_reachable(client: ChatClient) -> None:
     """Fail fast, before a run is recorded, when nothing listens at the server's address
-    (retrying is for servers that go away during a run, not for one never started) or when
-    Ollama does not have the model (other servers may serve one model under any name)."""
-    try:
-        models = await client.list_models()
-    except TransientModelError as error:
-        if isinstance(error.__cause__, httpx.ConnectError):
-            raise client.unreachable() from None
+    (retrying is for servers that go away during a run, not for one never started), when what
+    answers there is not an LLM server, or when Ollama does not have the model (other servers
+    may serve one model under any name)."""
+    models = await client.listed_models()
+    if models is None:
         return
     listed = any(same_model(name, client.model) for name in models)
     if not listed and await client.detect_kind() == "ollama":
@@ -115,6 +136,8 @@ def api_key(env_name: str) -> str | None:
 
 
 class Runner:
+    guard: RunGuard | None = None  # the sandbox, redaction and tool processes of the run
+
     def __init__(self, loaded: LoadedConfig, run_dir: Path, state: RunState, log: EventLog,
                  services: Services, hooks: RunHooks) -> None:
         self.loaded = loaded
@@ -126,11 +149,13 @@ class Runner:
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
-                   counter: TokenCounter, hooks: RunHooks, *, resume: bool) -> Runner:
+                   counter: TokenCounter, hooks: RunHooks, *, resume: bool,
+                   message: str = "", guard: RunGuard | None = None) -> Runner:
         cfg = loaded.config
+        flags = flags_to_remember(loaded.config.model_dump(), loaded.sources)
         claimed, source = await claim_window(loaded)
         if resume:
-            recovered = recover(run_dir, cfg.context)
+            recovered = recover(run_dir, cfg.context, read_system_prompt(loaded))
             if recovered.torn_line is not None:
                 drop_torn_line(run_dir, recovered.valid_bytes)
             state = recovered.state
@@ -139,12 +164,17 @@ class Runner:
             context.max_output_tokens = cfg.model.max_output_tokens
             state.barren_sessions = 0
             state.reload = ""  # a resume reads the config anyway
-            log = open_log(run_dir, hooks, seq=recovered.seq, state=state)
+            state.idle_turns = 0  # the person chose to go on
+            state.instruction = message.strip() or state.instruction
+            log = open_log(run_dir, hooks, seq=recovered.seq, state=state, guard=guard)
             log.emit("run_resumed", total_turns=state.total_turns, restarts=state.restarts,
                      torn_line_dropped=recovered.torn_line is not None,
                      interrupted_tools=[c.name for c in recovered.interrupted],
                      context_limit=context.limit, limit_source=context.limit_source,
-                     budget=context.budget)
+                     budget=context.budget, flags=flags, message=message.strip(),
+                     **sandbox_fields(guard))
+            if recovered.rebuilt is not None:
+                log.emit("warning", message=rebuilt_warning(recovered.rebuilt, state))
             # A new process takes every key: log what differs from what the run last used.
             log_changes(log, config_diff(recovered.config, loaded.redacted(), loaded.sources))
         else:
@@ -152,60 +182,61 @@ class Runner:
                                             cfg.context)
             state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message),
                              context)
-            log = open_log(run_dir, hooks, seq=0, state=state)
+            log = open_log(run_dir, hooks, seq=0, state=state, guard=guard)
             log.emit("run_start", format_version=1, run_id=run_dir.name, version=__version__,
-                     pid=os.getpid(), config=loaded.redacted())
+                     pid=os.getpid(), config=loaded.redacted(), flags=flags,
+                     **sandbox_fields(guard))
             log.emit("session_start", context_limit=context.limit,
                      limit_source=context.limit_source, budget=context.budget,
                      carryover_messages=0)
-        for message in startup_warnings(loaded, os.environ):
+        guarded = guard.warnings() if guard is not None else []
+        for message in startup_warnings(loaded, os.environ) + guarded:
             log.emit("warning", message=message)
-        toolbox = build_toolbox(loaded, run_dir, state.context, log)
+        toolbox = build_toolbox(loaded, run_dir, state.context, log, guard)
         services = Services(
             client=client, toolbox=toolbox, log=log, run_dir=run_dir,
             retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs), stop=hooks.stop,
             max_turns=cfg.agent.max_turns, continue_message=cfg.agent.continue_message,
-            on_text=hooks.on_text, counter=counter)
+            max_idle_turns=cfg.agent.max_idle_turns, on_text=hooks.on_text, counter=counter)
         runner = cls(loaded, run_dir, state, log, services, hooks)
+        runner.guard = guard
+        session = Session(state, services)
         if resume:
             for call in recovered.interrupted:
-                runner.answer_interrupted(call.id, call.name, call.arguments)
-        Session(state, services).checkpoint()  # a run killed before its first reply resumes
+                session.answer_interrupted(call)
+        session.checkpoint()  # a run killed before its first reply resumes
         return runner
-
-    def answer_interrupted(self, call_id: str, name: str, arguments: str) -> None:
-        """Give a tool call cut short by a crash a result that says so."""
-        context = self.state.context
-        result = ToolResult(interrupted_text(name), ok=False)
-        obs = ctx.describe(name, {}, result, context.new_observation_id(), call_id)
-        content = context.admit(obs, result.content)
-        self.state.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
-        self.log.emit("tool_result", id=call_id, name=name, ok=False, bytes=len(content),
-                      observation=obs.id, truncated=False, summary="interrupted", duration_ms=0,
-                      interrupted=True)
 
     async def run(self) -> int:
         """Run sessions until the run stops; 0 for a normal stop. A model failure is logged,
-        the run is left resumable, and RunFailed carries the message out."""
+        the run is left resumable, and RunFailed carries the message out. A stop signal
+        cancels the sessions wherever they wait (see stopping.py)."""
+        stop = self.services.stop
+        stop.listeners.append(lambda name: self.log.emit("stop_requested", signal=name))
         self.install_signal_handlers()
         try:
-            while True:
-                try:
-                    await Session(self.state, self.services).run()
-                except RestartSession as restart:
-                    await self.restart(restart.reason)
-        except StopRun as stop:
-            self.finish(stop.reason, 0)
-        except asyncio.CancelledError:
-            self.finish("interrupted_now", 0)
+            await stop.cancellable(self.sessions())
+        except StopRun as stopped:
+            self.finish(stopped.reason, 0, stopped.summary)
+        except Interrupted as interrupted:
+            self.finish(interrupted.reason, 0)
         except ModelError as error:
             self.log.emit("error", message=error.message, kind=type(error).__name__)
             self.finish("error", 1)
             raise RunFailed(f"{error.message} (run {self.state.run_id} is saved: fix the "
                             "cause, then `ouroboros resume` continues it)") from None
+        except (StateError, OSError) as error:
+            raise self.cannot_write(error) from None
         finally:
             self.remove_signal_handlers()
         return 0
+
+    async def sessions(self) -> None:
+        while True:
+            try:
+                await Session(self.state, self.services).run()
+            except RestartSession as restart:
+                await self.restart(restart.reason)
 
     async def restart(self, reason: str) -> None:
         changes = await self.reread_config()
@@ -287,13 +318,12 @@ class Runner:
         if limit_changed:
             context.window = reclaimed(context.window, *await claim_window(loaded))
         if isinstance(services.client, ChatClient):
-            services.client.configure(temperature=cfg.model.temperature,
-                                      max_output_tokens=cfg.model.max_output_tokens,
-                                      timeout_secs=cfg.model.request_timeout_secs)
+            services.client.configure(**client_settings(cfg.model))
         services.retry = RetryPolicy(max_retry_secs=cfg.model.max_retry_secs)
         services.max_turns = cfg.agent.max_turns
         services.continue_message = cfg.agent.continue_message
-        services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log)
+        services.max_idle_turns = cfg.agent.max_idle_turns
+        services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log, self.guard)
 
     def warn_once(self, key: str, message: str) -> None:
         self.state.warn_once(self.log, key, message)
@@ -306,36 +336,39 @@ class Runner:
                 "(Ollama: OLLAMA_CONTEXT_LENGTH or num_ctx; llama.cpp: -c) and set "
                 "model.context_limit to match, or shorten SYSTEM_PROMPT.md")
 
-    def finish(self, reason: str, code: int) -> None:
+    def cannot_write(self, error: StateError | OSError) -> StateError:
+        """A full disk or a file size limit: the `error` and `run_end` events go to the log
+        if it can still take them; what was written before stays as it was."""
+        failed = error if isinstance(error, StateError) else \
+            write_failure(error.filename or self.run_dir, error)
+        try:
+            self.log.emit("error", message=failed.message, kind="StateError")
+            self.finish("error", 1)
+        except (StateError, OSError):
+            pass
+        return failed
+
+    def finish(self, reason: str, code: int, summary: str = "") -> None:
+        """Record the end: every way a run ends leaves it resumable, and `next` says how."""
+        agent = self.loaded.config.agent
         self.log.emit("session_end", reason=reason)
         self.log.emit("run_end", reason=reason, exit_code=code, sessions=self.state.session,
                       total_turns=self.state.total_turns, restarts=self.state.restarts,
-                      resumable=code != 0 or reason == "interrupted_now")
+                      resumable=True, **({"summary": summary} if summary else {}),
+                      next=how_to_continue(reason, max_turns=agent.max_turns,
+                                           max_idle_turns=agent.max_idle_turns))
         Session(self.state, self.services).checkpoint()
         self.log.close()
 
-    # -- signals: the first Ctrl+C (or SIGTERM) finishes the turn, the second stops now;
-    # -- SIGHUP (`ouroboros reload`) ends the session early, so the next one reads the config
+    # -- SIGHUP (`ouroboros reload`) ends the session early, so the next one reads the
+    # -- config; SIGINT and SIGTERM stop the run (run_agent hands them to the stop flag)
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-
-        def on_signal(name: str) -> None:
-            if self.services.stop.requested and task is not None:
-                task.cancel()
-                return
-            self.services.stop.request("interrupted")
-            self.log.emit("stop_requested", signal=name)
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self.request_reload, signal.SIGHUP.name)
 
     def remove_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
 
     def request_reload(self, signal_name: str) -> None:
         """Ask the session to end early: the agent is told to save its state, then the
@@ -351,9 +384,17 @@ def log_changes(log: EventLog, changes: list[Change]) -> None:
                  new=change.new, source=change.source)
 
 
-def open_log(run_dir: Path, hooks: RunHooks, *, seq: int, state: RunState) -> EventLog:
+def sandbox_fields(guard: RunGuard | None) -> dict[str, Any]:
+    """For `run_start` and `run_resumed`: what the shell is confined to, and what not."""
+    return {"sandbox": guard.sandbox.describe()} if guard is not None else {}
+
+
+def open_log(run_dir: Path, hooks: RunHooks, *, seq: int, state: RunState,
+             guard: RunGuard | None = None) -> EventLog:
     log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
                    turn=state.session_turns)
+    if guard is not None and guard.redact:
+        log.redact = guard.redact
     if hooks.on_event is not None:
         log.subscribe(hooks.on_event)
     return log
@@ -411,15 +452,19 @@ def system_message(loaded: LoadedConfig, previous: Message) -> Message:
 
 
 def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
-                  log: EventLog) -> Toolbox:
+                  log: EventLog, guard: RunGuard | None = None) -> Toolbox:
     safety = loaded.config.safety
     secrets = [loaded.config.model.api_key_env] if loaded.config.model.api_key_env else []
     tools = default_tools(
         loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
         max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
-        secret_env_names=secrets, on_security=lambda event: log.emit("security", **event))
-    toolbox = Toolbox(tools)
+        secret_env_names=secrets, on_security=lambda event: log.emit("security", **event),
+        sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None)
+    toolbox = Toolbox(tools, redact=guard.redact if guard is not None and guard.redact
+                      else None)
     toolbox.add(RecallTool(run_dir / "observations", context.max_result_chars))
+    if loaded.config.agent.allow_complete:
+        toolbox.add(TaskComplete())
     return toolbox
 
 

@@ -1,11 +1,14 @@
 """One session: ask the model, run its tools, keep the window in budget, repeat.
 
 The loop never ends by itself: it raises `RestartSession` when the context manager says so and
-`StopRun` when the run should end (Ctrl+C, max turns). The runner catches both.
+`StopRun` when the run should end (max turns, task_complete, an idle agent, a stop asked for
+between turns). A stop signal cancels it wherever it waits (see stopping.py). The runner
+catches all three.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -25,12 +28,18 @@ from ouroboros.protocols import (
     TextSink,
     TokenCounter,
     ToolCall,
+    ToolResult,
 )
+from ouroboros.resume import interrupted_text
 from ouroboros.retry import RetryPolicy, with_retries
 from ouroboros.state import RunState, StopFlag
-from ouroboros.tools import Toolbox
+from ouroboros.tools import COMPLETE_KEY, Toolbox
 
 MAX_OVERFLOW_RECOVERIES = 3
+# The pause before the continue message, after the 2nd turn in a row without a tool call
+# (the 1st gets none); it doubles with each more, up to the cap.
+IDLE_FIRST_PAUSE_SECS = 2.0
+IDLE_MAX_PAUSE_SECS = 60.0
 
 
 class RestartSession(Exception):
@@ -40,9 +49,20 @@ class RestartSession(Exception):
 
 
 class StopRun(Exception):
-    def __init__(self, reason: str) -> None:
+    """The run ends, resumable; `summary` is the agent's own, for task_complete."""
+
+    def __init__(self, reason: str, summary: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.summary = summary
+
+
+def idle_pause(idle_turns: int) -> float:
+    """Seconds to wait before the continue message after the `idle_turns`-th turn in a row
+    without a tool call: 0, 2, 4, 8, ... at most IDLE_MAX_PAUSE_SECS."""
+    if idle_turns <= 1:
+        return 0.0
+    return min(IDLE_FIRST_PAUSE_SECS * 2.0 ** min(idle_turns - 2, 30), IDLE_MAX_PAUSE_SECS)
 
 
 @dataclass
@@ -55,6 +75,7 @@ class Services:
     stop: StopFlag
     max_turns: int = 0
     continue_message: str = "Continue working towards your goals. Use your tools."
+    max_idle_turns: int = 3
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
 
@@ -78,20 +99,30 @@ class Session:
         self.state.messages = value
 
     async def run(self) -> None:
-        await self.finish_interrupted_turn()
+        await self.pick_up()
         while True:
             self.check_limits()
             self.log.turn = self.state.session_turns + 1
             reply = await self.query()
-            await self.execute(reply.tool_calls)
+            await self.act(reply.tool_calls)
             self.manage_context()
             self.checkpoint()
 
-    async def finish_interrupted_turn(self) -> None:
-        """After a resume: run the tool calls the last reply made that never started."""
+    async def pick_up(self) -> None:
+        """At a session start: run the calls of the last reply that never started (a stop or
+        a crash came first), then give the agent the instruction a resume brought
+        (`--message`), or the continue message a reply without tool calls was due."""
         pending = ctx.pending_calls(self.messages)
-        if pending or self.messages[-1]["role"] == "assistant":
+        due = not pending and self.messages[-1]["role"] == "assistant"
+        instruction = self.state.instruction
+        if pending:
             await self.execute(pending)
+        if instruction:
+            self.messages.append({"role": "user", "content": instruction})
+            self.state.instruction = ""
+        elif due:
+            self.messages.append(ctx.note("continue", self.s.continue_message))
+        if pending or due or instruction:
             self.manage_context()
             self.checkpoint()
 
@@ -150,18 +181,46 @@ class Session:
                       tool_calls=[asdict(call) for call in reply.tool_calls])
         await self.accounting.take_in(sent, reply)
 
-    async def execute(self, calls: list[ToolCall]) -> None:
-        for call in calls:
-            await self.run_tool(call)
-            self.checkpoint()
-        if not calls:
-            self.messages.append(ctx.note("continue", self.s.continue_message))
+    async def act(self, calls: list[ToolCall]) -> None:
+        if calls:
+            self.state.idle_turns = 0
+            await self.execute(calls)
+        else:
+            await self.idle()
 
-    async def run_tool(self, call: ToolCall) -> None:
+    async def execute(self, calls: list[ToolCall]) -> None:
+        """Run the calls in order; a task_complete among them ends the run once all ran."""
+        summary = None
+        for call in calls:
+            result = await self.run_tool(call)
+            self.checkpoint()
+            summary = result.meta.get(COMPLETE_KEY, summary)
+        if summary is not None:
+            raise StopRun("task_complete", summary)
+
+    async def idle(self) -> None:
+        """A reply without a tool call: the continue message, after a pause that grows with
+        each such turn in a row; after `max_idle_turns` of them the run pauses instead."""
+        self.state.idle_turns += 1
+        turns, limit = self.state.idle_turns, self.s.max_idle_turns
+        if limit and turns >= limit:
+            raise StopRun("idle")
+        pause = idle_pause(turns)
+        if pause:
+            self.log.emit("idle", idle_turns=turns, pause_secs=pause, max_idle_turns=limit)
+            await asyncio.sleep(pause)
+        self.messages.append(ctx.note("continue", self.s.continue_message))
+
+    async def run_tool(self, call: ToolCall) -> ToolResult:
         self.log.emit("tool_call", id=call.id, name=call.name, arguments=call.arguments)
         self.log.sync()
         started = time.monotonic()
-        result = await self.s.toolbox.run(call)
+        try:
+            result = await self.s.toolbox.run(call)
+        except asyncio.CancelledError:  # a stop signal: the tool was killed
+            self.answer_interrupted(call, round(1000 * (time.monotonic() - started)))
+            self.checkpoint()
+            raise
         self.state.session_successes += int(result.ok)
         obs_id = self.context.new_observation_id()
         self.save_observation(obs_id, result.content)
@@ -172,6 +231,17 @@ class Session:
                       bytes=len(result.content.encode()), observation=obs_id,
                       truncated=obs.truncated, summary=obs.first_line[:120],
                       duration_ms=round(1000 * (time.monotonic() - started)))
+        return result
+
+    def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
+        """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
+        result = ToolResult(interrupted_text(call.name), ok=False)
+        obs = ctx.describe(call.name, {}, result, self.context.new_observation_id(), call.id)
+        content = self.context.admit(obs, result.content)
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.log.emit("tool_result", id=call.id, name=call.name, ok=False, bytes=len(content),
+                      observation=obs.id, truncated=False, summary="interrupted",
+                      duration_ms=duration_ms, interrupted=True)
 
     # -- the window --
 

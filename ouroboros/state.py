@@ -1,4 +1,5 @@
-"""What a run carries from step to step: the state a resume needs back, and the stop flag."""
+"""What a run carries from step to step: the state a resume needs back (and the stop flag,
+from stopping.py)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,9 @@ from typing import Any, Literal
 from ouroboros.config import ContextConfig
 from ouroboros.context import ContextManager
 from ouroboros.protocols import EventSink, Message
+from ouroboros.stopping import StopFlag
 
-
-@dataclass
-class StopFlag:
-    """Set by the first Ctrl+C or SIGTERM (or by whoever runs the harness): the current turn
-    finishes, then the run stops with the reason given."""
-
-    reason: str | None = None
-
-    @property
-    def requested(self) -> bool:
-        return self.reason is not None
-
-    def request(self, reason: str) -> None:
-        self.reason = self.reason or reason
+__all__ = ["RunState", "StopFlag"]
 
 
 Reload = Literal["", "requested", "wound_down"]
@@ -45,6 +34,9 @@ class RunState:
     # An early end of the session asked for (SIGHUP, `ouroboros reload`): "requested", then
     # "wound_down" once the agent was told to save its state; cleared by the restart.
     reload: Reload = ""
+    idle_turns: int = 0  # turns in a row without a tool call
+    # A user instruction from `ouroboros resume --message`, given at the next session start.
+    instruction: str = ""
 
     def warn_once(self, log: EventSink, key: str, message: str) -> None:
         """A `warning` event, the first time this run meets `key`."""

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from ouroboros.scripted import ScriptedServer
+
+# Workspace locks live in the user's cache dir: keep the tests' out of the real home.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ouroboros-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_the_demo_explains_itself_and_leaves_nothing_behind(tmp_path):
     firsts = [next(i for i, text in enumerate(said) if text.startswith(start))
               for start in ("Masked: the context passed the soft threshold",
                             "Wind-down: the context is",
-                            "Restart (", "The agent said TASK COMPLETE")]
+                            "Restart (", "The agent called task_complete")]
     assert firsts == sorted(firsts)  # each explained as it happens, in the order it happens
     first_result = next(line for line in lines if re.search(r" -> \w+ (ok|FAILED)", line))
     assert " -> list_dir ok" in first_result
@@ -90,7 +90,7 @@ def test_ctrl_c_stops_the_paced_demo_and_removes_its_project(tmp_path):
         demo.kill()
 
     assert demo.returncode == 0, errors
-    assert "  » Stopped by Ctrl+C after the turn in progress" in rest
+    assert "  » Stopped by Ctrl+C at once" in rest
     assert "The demo's temporary project is removed." in rest
     assert list(temp.glob("ouroboros-demo-*")) == []
 

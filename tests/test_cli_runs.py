@@ -268,7 +268,7 @@ def test_logs_follow_reads_to_the_run_end(tmp_path):
     assert followed.exit_code == 0, followed.output
     assert followed.output == plain.output
     assert followed.output.splitlines()[-1].endswith(
-        "run ended: max_turns after 9 turns, 2 sessions, 1 restarts")
+        "run ended: max_turns after 9 turns, 2 sessions, 1 restarts (exit 0)")
 
 
 # -- watch --

@@ -334,7 +334,9 @@ def test_wrong_type(project: Path) -> None:
             'context.tool_result_truncation in {f} must be one of "head", "tail" or "both", got "middle"',
         ),
         ("[model]\nname = \"\"", "model.name in {f} must not be empty"),
-        ("[model]\nbase_url = \"localhost:11434\"", 'model.base_url in {f} must be an http:// or https:// URL, got "localhost:11434"'),
+        ("[model]\nbase_url = \"localhost:11434\"", "model.base_url in {f} must be an http:// "
+         "or https:// URL with a host and a port from 1 to 65535, "
+         'like http://127.0.0.1:11434, got "localhost:11434"'),
     ],
 )
 def test_other_wrong_values(project: Path, line: str, expected: str) -> None:

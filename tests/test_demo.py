@@ -82,10 +82,10 @@ def test_the_first_restart_says_what_carries_over():
 
 
 @pytest.mark.parametrize("reason,says", [
-    ("task_complete", "The agent said TASK COMPLETE, so the demo ended the run: 28 turns in "
+    ("task_complete", "The agent called task_complete, which ends the run: 28 turns in "
                       "3 sessions, 2 restarts."),
-    ("interrupted", "Stopped by Ctrl+C after the turn in progress (28 turns in 3 sessions, "
-                    "2 restarts)."),
+    ("interrupted", "Stopped by Ctrl+C at once, the turn in progress cut short (28 turns in 3 "
+                    "sessions, 2 restarts)."),
     ("interrupted_now", "Stopped at once by a second Ctrl+C"),
     ("error", "The run failed after 28 turns"),
     ("max_restarts", "The run ended (max_restarts) after 28 turns"),

@@ -16,7 +16,7 @@ import pytest
 
 from ouroboros.config import load_config
 from ouroboros.errors import RunFailed
-from ouroboros.demo import RecordingAgent, expected_results, stop_when_complete, \
+from ouroboros.demo import RecordingAgent, expected_results, \
     write_demo_project
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scripted import Fault, Reply, ScriptedServer
@@ -41,7 +41,7 @@ def run_task(tmp_path, server, parts=PARTS, **flags):
     keys = write_demo_project(tmp_path, server.base_url, parts)
     loaded = load_config(tmp_path / "ouroboros.toml",
                          {"model.context_limit": WINDOW, **flags}, env={}, user_file=None)
-    code = asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+    code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
 
 
@@ -104,9 +104,10 @@ def test_real_truncation_is_caught_on_any_tokenizer(tmp_path, name):
     assert detected and detected[0]["new_limit"] <= 2500
     assert any("OLLAMA_CONTEXT_LENGTH" in w["message"] for w in of_type(events, "warning"))
     assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
-    # Once caught, the run works within the window: only the requests that revealed the cut
-    # (and the one before the refit) went over it.
-    assert server.over_limit <= 3
+    # Once caught, the run works within the window: only the requests that revealed the cut,
+    # the one before the refit and (on the densest tokenizer, where the tool schemas weigh
+    # most) the first after it, while the ledger still learns the schemas' share, went over.
+    assert server.over_limit <= 4
     # At the next session Ollama's own word (/api/ps) replaces the inference.
     later = [e for e in of_type(events, "session_start") if e["seq"] > detected[0]["seq"]]
     assert later and all(e["context_limit"] == 2500 for e in later)
@@ -178,7 +179,7 @@ def test_resume_uses_the_context_limit_the_user_set(tmp_path):
         flags = {"model.context_limit": 16384}
         loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
         with pytest.raises(RunFailed):
-            asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+            asyncio.run(run_agent(loaded, RunHooks()))
     detected = of_type(run_events(tmp_path), "context_truncation_detected")
     assert detected and detected[-1]["new_limit"] <= 2500
 
@@ -187,7 +188,7 @@ def test_resume_uses_the_context_limit_the_user_set(tmp_path):
                         context_length=32768) as big:
         flags = {"model.context_limit": 32768, "model.base_url": big.base_url}
         loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
-        code = asyncio.run(run_agent(loaded, stop_when_complete(RunHooks()), resume=True))
+        code = asyncio.run(run_agent(loaded, RunHooks(), resume=True))
     assert code == 0
     events = run_events(tmp_path)
     resumed = of_type(events, "run_resumed")[-1]
@@ -219,7 +220,7 @@ def test_the_limit_says_where_it_was_set(tmp_path):
         write_demo_project(tmp_path, server.base_url, 1)
         loaded = load_config(tmp_path / "ouroboros.toml", {},
                              env={"OUROBOROS_MODEL_CONTEXT_LIMIT": "4000"}, user_file=None)
-        asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+        asyncio.run(run_agent(loaded, RunHooks()))
     start = of_type(run_events(tmp_path), "session_start")[0]
     assert start["context_limit"] == 4000
     assert start["limit_source"] == ("model.context_limit from the environment "

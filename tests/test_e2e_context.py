@@ -9,7 +9,7 @@ import re
 import pytest
 
 from ouroboros.config import load_config
-from ouroboros.demo import RecordingAgent, expected_results, stop_when_complete, \
+from ouroboros.demo import RecordingAgent, expected_results, \
     write_demo_project
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scripted import Reply, ScriptedServer
@@ -24,7 +24,7 @@ def run_task(tmp_path, server: ScriptedServer, parts: int = PARTS, **context):
     loaded = load_config(tmp_path / "ouroboros.toml", {f"context.{k}": v
                                                        for k, v in context.items()},
                          env={}, user_file=None)
-    code = asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+    code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
 
 
@@ -158,7 +158,7 @@ def test_silent_truncation_is_detected_and_the_limit_lowered(tmp_path):
         keys = write_demo_project(tmp_path, server.base_url, PARTS)
         loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": 16384},
                              env={}, user_file=None)
-        asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+        asyncio.run(run_agent(loaded, RunHooks()))
     events = run_events(tmp_path)
     detected = of_type(events, "context_truncation_detected")
     assert len(detected) >= 1

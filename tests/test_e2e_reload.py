@@ -21,7 +21,7 @@ from rich.console import Console
 
 from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, expected_results, make_workspace, \
-    stop_when_complete, write_demo_project
+    write_demo_project
 from ouroboros.errors import RunFailed
 from ouroboros.protocols import Message
 from ouroboros.reload import RELOAD_REASON
@@ -71,7 +71,7 @@ def run_task(root: Path, brain, parts: int, *, resume: bool = False,
             edit_config(root, "model", "base_url", server.base_url)
         keys = make_workspace(root / "workspace", parts, chars_per_part=CHARS_PER_PART)
         loaded = load_config(root / "ouroboros.toml", {}, env={}, user_file=None)
-        code = asyncio.run(run_agent(loaded, stop_when_complete(hooks or RunHooks()),
+        code = asyncio.run(run_agent(loaded, hooks or RunHooks(),
                                      resume=resume))
     return code, keys
 
@@ -190,7 +190,7 @@ def test_resume_after_an_edit_uses_the_edited_values(tmp_path):
         make_workspace(tmp_path / "workspace", 14, chars_per_part=CHARS_PER_PART)
         loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
         with pytest.raises(RunFailed):
-            asyncio.run(run_agent(loaded, stop_when_complete(RunHooks())))
+            asyncio.run(run_agent(loaded, RunHooks()))
     before = run_events(tmp_path)
     assert not of_type(before, "session_restart")  # still in session 1 when it failed
     assert mask_levels(before)[1] and min(mask_levels(before)[1]) >= SOFT

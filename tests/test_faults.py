@@ -20,7 +20,8 @@ from tests.crash_helpers import (
 from tests.helpers import of_type, ouroboros
 
 PARTS = 3
-MAX_TURNS = 10  # 2 + 2 * PARTS turns of work, then TASK COMPLETE
+MAX_TURNS = 10  # a limit past the task: 2 + 2 * PARTS turns of work, then task_complete
+TASK_TURNS = 3 + 2 * PARTS
 
 
 def finished_cleanly(tmp_path, server, result, expected: str) -> list[dict]:
@@ -30,7 +31,8 @@ def finished_cleanly(tmp_path, server, result, expected: str) -> list[dict]:
     state = snapshot(tmp_path)["state"]
     check_conversation(state["messages"])
     # One assistant event per turn: the partial output of failed attempts was dropped.
-    assert len(of_type(events, "assistant")) == state["total_turns"] == MAX_TURNS
+    assert len(of_type(events, "assistant")) == state["total_turns"] == TASK_TURNS
+    assert events[-1]["reason"] == "task_complete"
     for request in server.requests:
         check_conversation(request["messages"])
     assert set(executions(tmp_path).values()) == {1}

@@ -184,4 +184,4 @@ def test_ctrl_c_typed_at_80x24_stops_the_run_and_leaves_a_whole_frame(tmp_path, 
                   "the run stopped by Ctrl+C")
     final = last_frame(tmux.everything())
     assert_fits(final, 80, 24)
-    assert any("stopping after this turn" in line for line in final)
+    assert any("SIGINT: stopping now" in line for line in final)

@@ -79,8 +79,10 @@ def test_reducer_follows_a_whole_run(tmp_path):
     assert state.tools[-1].call == "file_write src/cli.py"  # the path, not the content
     assert state.tools[-1].result == "ok: wrote 4,096 bytes" and state.tools[-1].ok
     kinds = [note.text.split()[0] for note in state.notes]
-    assert kinds == ["masked", "masked", "wind-down:", "restart", "retry", "WARNING", "run"]
-    assert [note.level for note in state.notes][4:6] == ["warn", "warn"]
+    # The start line is the first note (it says what confines the shell).
+    assert kinds == ["run", "masked", "masked", "wind-down:", "restart", "retry", "WARNING",
+                     "run"]
+    assert [note.level for note in state.notes][5:7] == ["warn", "warn"]
 
 
 def test_thresholds_come_from_the_run_start_record(tmp_path):

@@ -9,11 +9,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from ouroboros.protocols import Tool, ToolCall, ToolResult
+from ouroboros.sandbox import Sandbox
+from ouroboros.tools.complete import COMPLETE_KEY, TaskComplete
 from ouroboros.tools.files import FileRead, FileWrite, ListDir
 from ouroboros.tools.safety import PathEscape, SecurityHook
 from ouroboros.tools.shell import ShellExec
@@ -24,8 +26,10 @@ __all__ = [
     "FileWrite",
     "ListDir",
     "PathEscape",
+    "COMPLETE_KEY",
     "SecurityHook",
     "ShellExec",
+    "TaskComplete",
     "Toolbox",
     "checked_arguments",
     "default_tools",
@@ -131,8 +135,10 @@ class Toolbox:
     toolbox = Toolbox([FileRead(...), ShellExec(...)]); await toolbox.run(call)
     """
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (),
+                 redact: Callable[[str], str] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self.redact = redact  # applied to every result: no known secret reaches the model
         for tool in tools:
             self.add(tool)
 
@@ -151,7 +157,14 @@ class Toolbox:
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one tool call. Unknown tools, bad arguments and exceptions inside the tool all
-        come back as results starting with `error:`; only cancellation propagates."""
+        come back as results starting with `error:`; only cancellation propagates. Known
+        secrets in the result are redacted."""
+        result = await self._run(call)
+        if self.redact is None:
+            return result
+        return ToolResult(self.redact(result.content), result.ok, result.meta)
+
+    async def _run(self, call: ToolCall) -> ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
             available = ", ".join(self.names) or "none"
@@ -173,8 +186,10 @@ def default_tools(
     blocked_patterns: list[str],
     secret_env_names: list[str],
     on_security: SecurityHook,
+    sandbox: Sandbox | None = None,
 ) -> list[Tool]:
-    """file_read, file_write, shell_exec and list_dir, in that order, all in `workspace`."""
+    """file_read, file_write, shell_exec and list_dir, in that order, all in `workspace`;
+    shell commands run in `sandbox` (None: the best this machine offers)."""
     return [
         FileRead(workspace, max_read_bytes=max_output_bytes, on_security=on_security),
         FileWrite(workspace, on_security=on_security),
@@ -185,6 +200,7 @@ def default_tools(
             blocked_patterns=blocked_patterns,
             secret_env_names=secret_env_names,
             on_security=on_security,
+            sandbox=sandbox,
         ),
         ListDir(workspace, on_security=on_security),
     ]

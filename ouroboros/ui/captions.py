@@ -97,11 +97,11 @@ def end_caption(e: dict[str, Any]) -> str:
             f"{plural(e['restarts'], 'restart')}")
     match e["reason"]:
         case "task_complete":
-            return (f"The agent said TASK COMPLETE, so the demo ended the run: {done}. The "
-                    "window never held more than a few files, yet the task got done.")
+            return (f"The agent called task_complete, which ends the run: {done}. The window "
+                    "never held more than a few files, yet the task got done.")
         case "interrupted":
-            return (f"Stopped by Ctrl+C after the turn in progress ({done}). A real run stopped "
-                    "this way continues with `ouroboros resume`.")
+            return (f"Stopped by Ctrl+C at once, the turn in progress cut short ({done}). A "
+                    "real run stopped this way continues with `ouroboros resume`.")
         case "interrupted_now":
             return f"Stopped at once by a second Ctrl+C ({done})."
         case "error":

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.ui.plain import describe, one_line
+from ouroboros.ui.sanitize import neutralise, neutralise_all
 
 Level = Literal["info", "warn", "error"]
 Zone = Literal["green", "yellow", "red"]
@@ -33,7 +34,7 @@ MIN_REPLY_SECS = 0.05  # a reply timed by its events' timestamps (ms) over less 
 MAX_TEXT_CHARS = 4000  # the tail of the streamed text kept for display
 
 NOTE_LEVELS: dict[str, Level] = {
-    "run_resumed": "info", "context_mask": "info", "context_drop": "warn",
+    "run_start": "info", "run_resumed": "info", "context_mask": "info", "context_drop": "warn",
     "wind_down": "warn", "session_restart": "info", "context_truncation_detected": "warn",
     "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
     "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
@@ -128,7 +129,9 @@ class DashboardState:
         return zone(self.context_pct or 0.0, self.soft, self.hard)
 
     def apply(self, e: dict[str, Any]) -> DashboardState:
-        """Fold one event into the state; returns the state, for chaining."""
+        """Fold one event into the state; returns the state, for chaining. Control
+        characters in it are made visible first (ui/sanitize.py)."""
+        e = neutralise_all(e)
         t = e["type"]
         self.session, self.turn = e.get("session", self.session), e.get("turn", self.turn)
         handler = getattr(self, f"_on_{t}", None)
@@ -141,6 +144,7 @@ class DashboardState:
 
     def add_text(self, piece: str, now: float) -> DashboardState:
         """A piece of the reply as it streams; `now` is a monotonic clock in seconds."""
+        piece = neutralise(piece)
         if not self.streaming:
             self.streaming, self.text, self._stream_chars = True, "", 0
             self._stream_started, self._streamed_turn = now, True
@@ -211,7 +215,8 @@ class DashboardState:
     _on_error = _on_warning
 
     def _on_tool_call(self, e: dict[str, Any]) -> None:
-        self._add_tool(ToolLine(e["id"], clock(e), call_summary(e["name"], e["arguments"])))
+        summary = neutralise(call_summary(e["name"], e["arguments"]))  # JSON may hide an ESC
+        self._add_tool(ToolLine(e["id"], clock(e), summary))
 
     def _on_tool_result(self, e: dict[str, Any]) -> None:
         line = next((t for t in reversed(self.tools) if t.id == e["id"]), None)

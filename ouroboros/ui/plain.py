@@ -1,19 +1,23 @@
-"""Plain, greppable lines: one per event, for --headless, pipes and `ouroboros logs`."""
+"""Plain, greppable lines: one per event, for --headless, pipes and `ouroboros logs`; control
+characters from the model or a tool are shown, never sent raw (ui/sanitize.py)."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 from typing import Any, Callable, Iterable, TextIO
 
 from ouroboros.errors import UsageError
+from ouroboros.ui.sanitize import neutralise
 
 EVENT_TYPES = (
     "run_start", "run_resumed", "session_start", "assistant", "tool_call", "tool_result",
     "token_usage", "context_mask", "context_drop", "wind_down", "session_restart",
     "context_truncation_detected", "context_overflow_recovered", "retry", "security",
-    "warning", "error", "stop_requested", "reload_requested", "config_changed", "session_end",
-    "run_end",
+    "warning", "error", "idle", "stop_requested", "reload_requested", "config_changed",
+    "session_end", "run_end",
 )
 """Every event type the harness writes, in roughly the order a run meets them."""
 
@@ -44,18 +48,26 @@ def tool_call_text(name: str, arguments: str) -> str:
     return f"{name}({one_line(str(args), 80)})"
 
 
+def sandbox_note(e: dict[str, Any]) -> str:
+    """What confines the shell, as `run_start` and `run_resumed` record it."""
+    sandbox = e.get("sandbox")
+    return f"; sandbox: {sandbox['summary']}" if isinstance(sandbox, dict) else ""
+
+
 def describe(e: dict[str, Any]) -> str | None:
     """The text of one event, or None for events not worth a line of their own."""
     t = e["type"]
     match t:
         case "run_start":
-            return f"run {e['run_id']} started (ouroboros {e.get('version', '?')})"
+            return (f"run {e['run_id']} started (ouroboros {e.get('version', '?')})"
+                    + sandbox_note(e))
         case "run_resumed":
             extra = ", torn last log line dropped" if e.get("torn_line_dropped") else ""
             interrupted = e.get("interrupted_tools") or []
             if interrupted:
                 extra += f", interrupted tool calls: {', '.join(interrupted)}"
-            return f"run resumed at turn {e['total_turns']} ({e['restarts']} restarts{extra})"
+            return (f"run resumed at turn {e['total_turns']} ({e['restarts']} restarts{extra})"
+                    + sandbox_note(e))
         case "session_start":
             return (f"session {e['session']} started: context limit {e['context_limit']} "
                     f"tokens ({e['limit_source']}), budget {e['budget']}, "
@@ -102,8 +114,13 @@ def describe(e: dict[str, Any]) -> str | None:
             return f"WARNING {e['message']}"
         case "error":
             return f"ERROR {e['message']}"
+        case "idle":
+            return (f"no tool call in {e['idle_turns']} turns in a row: the continue message "
+                    f"goes in {e['pause_secs']:g}s (the run pauses after "
+                    f"{e['max_idle_turns']})")
         case "stop_requested":
-            return "stopping after this turn (press Ctrl+C again to stop now)"
+            return (f"{e['signal']}: stopping now (what was waited on is cancelled; the run "
+                    "stays resumable)")
         case "reload_requested":
             return ("reload requested: the session ends after a wind-down, and the next one "
                     "reads the config again")
@@ -113,8 +130,11 @@ def describe(e: dict[str, Any]) -> str | None:
         case "session_end":
             return None
         case "run_end":
-            return (f"run ended: {e['reason']} after {e['total_turns']} turns, "
-                    f"{e['sessions']} sessions, {e['restarts']} restarts")
+            summary = f": {one_line(e['summary'], 200)}" if e.get("summary") else ""
+            then = f"; {e['next']}" if e.get("next") else ""
+            return (f"run ended: {e['reason']}{summary} after {e['total_turns']} turns, "
+                    f"{e['sessions']} sessions, {e['restarts']} restarts (exit "
+                    f"{e['exit_code']}){then}")
     return None
 
 
@@ -134,7 +154,7 @@ def format_line(e: dict[str, Any]) -> str | None:
     if text is None:
         return None
     clock = e["ts"][11:19]
-    return f"{clock} s{e['session']} t{e['turn']} {text}"
+    return neutralise(f"{clock} s{e['session']} t{e['turn']} {text}")
 
 
 def format_any(e: dict[str, Any]) -> str:
@@ -144,15 +164,39 @@ def format_any(e: dict[str, Any]) -> str:
         return line
     skip = ("type", "ts", "seq", "session", "turn")
     fields = " ".join(f"{k}={one_line(str(v), 60)}" for k, v in e.items() if k not in skip)
-    return f"{e['ts'][11:19]} s{e['session']} t{e['turn']} {e['type']} {fields}".rstrip()
+    return neutralise(f"{e['ts'][11:19]} s{e['session']} t{e['turn']} {e['type']} {fields}"
+                      .rstrip())
 
 
-def plain_printer(out: TextIO | None = None) -> Callable[[dict[str, Any]], None]:
-    """A listener printing format_line to `out` (default: sys.stdout at the time of printing)."""
+def plain_printer(out: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
+                  ) -> Callable[[dict[str, Any]], None]:
+    """A listener printing format_line to `out` (default: sys.stdout at the time of printing).
+    When the reader goes away (a broken pipe), printing stops and `on_closed` is called once."""
+    closed = False
 
     def print_event(e: dict[str, Any]) -> None:
+        nonlocal closed
         line = format_line(e)
-        if line is not None:
-            print(line, file=out or sys.stdout, flush=True)
+        if line is None or closed:
+            return
+        stream = out or sys.stdout
+        try:
+            print(line, file=stream, flush=True)
+        except BrokenPipeError:
+            closed = True
+            discard_output(stream)
+            if on_closed is not None:
+                on_closed()
 
     return print_event
+
+
+def discard_output(stream: TextIO) -> None:
+    """Point a stream whose reader has gone at /dev/null, so that what is still buffered (and
+    Python's flush at exit) goes nowhere instead of raising again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass

@@ -1,0 +1,47 @@
+"""The task_complete tool: the agent says the task is done, and the run ends.
+
+The tool itself only checks the summary and marks its result; the session sees the mark
+(`COMPLETE_KEY` in the result's meta), finishes the turn's other calls and ends the run with
+reason `task_complete` and the summary. `ouroboros resume --message "..."` gives the agent
+more to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ouroboros.protocols import ToolResult
+
+COMPLETE_KEY = "task_complete"  # in ToolResult.meta: the summary, when the call ends the run
+MAX_SUMMARY_CHARS = 2000
+
+
+class TaskComplete:
+    """End the run: the task given in the instructions is done."""
+
+    name = "task_complete"
+
+    def schema(self) -> dict[str, Any]:
+        # Short on purpose: its tokens are in every prompt, and small windows feel each one.
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": "Ends the run. Call once the whole task is done and checked.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"summary": {"type": "string"}},
+                    "required": ["summary"],
+                },
+            },
+        }
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        summary = " ".join(str(arguments["summary"]).split())
+        if not summary:
+            return ToolResult("error: task_complete needs a summary of what was done; "
+                              "call it again with one", ok=False)
+        if len(summary) > MAX_SUMMARY_CHARS:
+            summary = summary[: MAX_SUMMARY_CHARS - 3] + "..."
+        return ToolResult("The task is recorded as complete; the run ends after this turn.",
+                          meta={COMPLETE_KEY: summary})

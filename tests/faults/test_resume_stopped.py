@@ -1,0 +1,182 @@
+"""Any stopped run can be continued with `ouroboros resume`, with the flags it started with:
+after Ctrl+C or SIGTERM (during a tool call), max_turns (`--max-turns N` for N more),
+task_complete and an idle pause (`--message` for a new instruction), an error and a crash.
+The agent's appends (not idempotent) show that no work was lost or done twice: each part is
+in parts.txt exactly once, and no tool call was started twice."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import pytest
+
+from ouroboros.scripted import Fault
+from tests.faults.parts_agent import (
+    PartsAgent,
+    expected_parts,
+    kill,
+    log_text,
+    parts_project,
+    start,
+    stop_and_time,
+    wait_for,
+)
+from tests.helpers import of_type, ouroboros, run_events
+
+
+def parts(root, workspace: str = "workspace") -> str:
+    path = root / workspace / "parts.txt"
+    return path.read_text() if path.exists() else ""
+
+
+def check_once(root) -> list[dict]:
+    events = run_events(root)
+    started = Counter(e["id"] for e in events if e["type"] == "tool_call")
+    assert set(started.values()) == {1}, started.most_common(2)
+    return events
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=lambda s: s.name)
+def test_a_run_stopped_during_a_tool_call_resumes_without_losing_or_redoing_work(
+        tmp_path, scripted_server, sig):
+    server = scripted_server(PartsAgent(4, hold_part=2))
+    config = parts_project(tmp_path, server.base_url)
+    process = start(tmp_path, "run", "--config", str(config))
+    held = tmp_path / "workspace" / "held.pid"
+    try:
+        wait_for(lambda: held.exists() and held.read_text().strip(), "the held call", process)
+        stop_and_time(process, sig)
+    finally:
+        kill(process)
+    assert parts(tmp_path) == expected_parts(1)
+
+    result = ouroboros("resume", "--config", str(config), "--headless")
+
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert parts(tmp_path) == expected_parts(4)
+    events = check_once(tmp_path)
+    assert events[-1]["reason"] == "task_complete"
+    assert events[-1]["summary"] == "parts 1 to 4 are in parts.txt"
+    interrupted = [e for e in of_type(events, "tool_result") if e.get("interrupted")]
+    assert len(interrupted) == 1 and "sleep 30" in next(
+        e["arguments"] for e in of_type(events, "tool_call") if e["id"] == interrupted[0]["id"])
+
+
+def test_max_turns_is_remembered_and_extended_with_the_flags_the_run_began_with(
+        tmp_path, scripted_server):
+    server = scripted_server(PartsAgent(5))
+    config = parts_project(tmp_path, server.base_url)
+    (tmp_path / "alt_ws").mkdir()
+    first = ouroboros("run", "--config", str(config), "--workspace", "alt_ws",
+                      "--max-turns", "2", "--headless", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert run_events(tmp_path)[-1]["reason"] == "max_turns"
+    assert "--max-turns N" in first.stdout
+
+    again = ouroboros("resume", "--config", str(config), "--headless")
+    assert again.returncode == 2 and "--max-turns N" in again.stderr  # the limit it had
+
+    more = ouroboros("resume", "--config", str(config), "--max-turns", "2", "--headless")
+    assert more.returncode == 0, more.stderr
+    assert run_events(tmp_path)[-1]["reason"] == "max_turns"
+    assert run_events(tmp_path)[-1]["total_turns"] == 4
+    done = ouroboros("resume", "--config", str(config), "--max-turns", "0", "--headless")
+
+    assert done.returncode == 0, done.stderr
+    assert parts(tmp_path, "alt_ws") == expected_parts(5)
+    assert parts(tmp_path) == ""  # the config's workspace was never written to
+    events = check_once(tmp_path)
+    assert events[-1]["reason"] == "task_complete"
+    assert events[0]["flags"] == {"agent.workspace": str(tmp_path / "alt_ws"),
+                                  "agent.max_turns": 2}
+    assert [e["flags"]["agent.max_turns"] for e in of_type(events, "run_resumed")] == [4, 0]
+
+
+def test_a_complete_run_takes_a_new_instruction(tmp_path, scripted_server):
+    server = scripted_server(PartsAgent(2))
+    config = parts_project(tmp_path, server.base_url)
+    first = ouroboros("run", "--config", str(config), "--headless")
+    assert first.returncode == 0, first.stderr
+    assert "run ended: task_complete: parts 1 to 2 are in parts.txt" in first.stdout
+    assert 'ouroboros resume --message' in first.stdout
+
+    bare = ouroboros("resume", "--config", str(config), "--headless")
+    assert bare.returncode == 2 and "--message" in bare.stderr and "is complete" in bare.stderr
+
+    more = ouroboros("resume", "--config", str(config), "--message", "Now do parts up to 4.",
+                     "--headless")
+
+    assert more.returncode == 0, more.stderr
+    assert parts(tmp_path) == expected_parts(4)
+    events = check_once(tmp_path)
+    assert of_type(events, "run_resumed")[-1]["message"] == "Now do parts up to 4."
+    assert [e["reason"] for e in of_type(events, "run_end")] == ["task_complete"] * 2
+
+
+def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server):
+    agent = PartsAgent(3, idle_after=1)
+    server = scripted_server(agent)
+    config = parts_project(tmp_path, server.base_url, max_idle_turns=2)
+    first = ouroboros("run", "--config", str(config), "--headless")
+
+    assert first.returncode == 0, first.stderr
+    end = run_events(tmp_path)[-1]
+    assert (end["reason"], end["total_turns"], end["resumable"]) == ("idle", 3, True)
+    assert "made no tool call in 2 turns in a row" in first.stdout
+    assert 'ouroboros resume --message "what to do next"' in first.stdout
+    idle_requests = server.requests[1:]
+    assert [r["messages"][-1]["content"] for r in idle_requests][-1].startswith("Continue")
+
+    more = ouroboros("resume", "--config", str(config), "--message", "Go on, please.",
+                     "--headless")
+
+    assert more.returncode == 0, more.stderr
+    assert parts(tmp_path) == expected_parts(3)
+    assert run_events(tmp_path)[-1]["reason"] == "task_complete"
+    check_once(tmp_path)
+
+
+def test_idle_turns_back_off_before_the_continue_message(tmp_path, scripted_server):
+    server = scripted_server(PartsAgent(3, idle_after=0))
+    config = parts_project(tmp_path, server.base_url, max_idle_turns=3)
+    result = ouroboros("run", "--config", str(config), "--headless")
+
+    assert result.returncode == 0, result.stderr
+    events = run_events(tmp_path)
+    assert events[-1]["reason"] == "idle" and events[-1]["total_turns"] == 3
+    assert [(e["idle_turns"], e["pause_secs"]) for e in of_type(events, "idle")] == [(2, 2.0)]
+    asked = [e for e in events if e["type"] == "assistant"]
+    assert seconds_between(asked[0], asked[1]) < 1.5  # the first continue at once
+    assert seconds_between(asked[1], asked[2]) >= 2.0  # the second after 2 s
+
+
+def seconds_between(a: dict, b: dict) -> float:
+    from datetime import datetime
+
+    def at(e: dict) -> float:
+        return datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
+
+    return at(b) - at(a)
+
+
+def test_a_run_that_failed_resumes(tmp_path, scripted_server):
+    agent = PartsAgent(3)
+    script = iter([None, Fault("status", 401, "unauthorized")])
+
+    def brain(messages):
+        fault = next(script, None)
+        return fault if fault is not None else agent(messages)
+
+    server = scripted_server(brain)
+    config = parts_project(tmp_path, server.base_url)
+    failed = ouroboros("run", "--config", str(config), "--headless")
+    assert failed.returncode == 1 and run_events(tmp_path)[-1]["exit_code"] == 1
+    assert parts(tmp_path) == expected_parts(1)
+
+    result = ouroboros("resume", "--config", str(config), "--headless")
+
+    assert result.returncode == 0, result.stderr + log_text(tmp_path)
+    assert parts(tmp_path) == expected_parts(3)
+    check_once(tmp_path)

@@ -1,0 +1,71 @@
+"""The pure decisions behind continuing a stopped run: the flags a resume runs with, when it
+must be told more, the line a run ends with, and the idle back-off."""
+
+from __future__ import annotations
+
+import pytest
+
+from ouroboros.continuation import (
+    flags_to_remember,
+    how_to_continue,
+    refusal,
+    remembered_flags,
+    resume_flags,
+    turns_taken,
+)
+from ouroboros.session import idle_pause
+
+
+def test_only_flags_are_remembered_and_never_a_password():
+    config = {"agent": {"workspace": "/w", "max_turns": 3},
+              "model": {"name": "m", "base_url": "http://u:pw@h:1"}}
+    sources = {"agent.workspace": "flag", "agent.max_turns": "project file x",
+               "model.base_url": "flag", "model.name": "flag"}
+    assert flags_to_remember(config, sources) == {"agent.workspace": "/w", "model.name": "m"}
+
+
+def test_the_latest_start_or_resume_says_what_was_remembered():
+    events = [{"type": "run_start", "flags": {"agent.max_turns": 3}},
+              {"type": "assistant"}, {"type": "assistant"},
+              {"type": "run_resumed", "flags": {"agent.max_turns": 8}},
+              {"type": "assistant"}]
+    assert remembered_flags(events) == {"agent.max_turns": 8}
+    assert turns_taken(events) == 3
+    assert remembered_flags([{"type": "run_start"}]) == {}  # a log from before flags
+
+
+@pytest.mark.parametrize("remembered,given,more,expected", [
+    ({"agent.max_turns": 3}, {}, None, {"agent.max_turns": 3}),
+    ({"agent.max_turns": 3}, {}, 5, {"agent.max_turns": 12}),
+    ({"agent.max_turns": 3}, {}, 0, {"agent.max_turns": 0}),
+    ({"model.name": "a"}, {"model.name": "b"}, None, {"model.name": "b"}),
+])
+def test_resume_flags(remembered, given, more, expected):
+    assert resume_flags(remembered, given, more_turns=more, total_turns=7) == expected
+
+
+def test_a_resume_that_would_stop_at_once_says_what_to_give_it():
+    assert "--max-turns N" in refusal("r1", None, total_turns=3, max_turns=3, message="")
+    assert refusal("r1", None, total_turns=3, max_turns=4, message="") is None
+    complete = {"reason": "task_complete", "summary": "all done"}
+    why = refusal("r1", complete, total_turns=3, max_turns=0, message=" ")
+    assert "is complete (task_complete: all done)" in why and "--message" in why
+    assert refusal("r1", complete, total_turns=3, max_turns=0, message="more") is None
+    for reason in ("interrupted", "interrupted_now", "idle", "error", "max_restarts"):
+        assert refusal("r1", {"reason": reason}, total_turns=3, max_turns=0, message="") is None
+
+
+@pytest.mark.parametrize("reason,says", [
+    ("task_complete", 'ouroboros resume --message "what to do next"'),
+    ("idle", "no tool call in 3 turns in a row, so the run is paused"),
+    ("max_turns", "`ouroboros resume --max-turns N` gives it N more"),
+    ("interrupted", "`ouroboros resume` continues the run"),
+    ("error", "fix the cause"),
+])
+def test_every_end_says_how_to_continue(reason, says):
+    assert says in how_to_continue(reason, max_turns=5, max_idle_turns=3)
+
+
+def test_the_idle_pause_grows_and_is_capped():
+    assert [idle_pause(n) for n in range(1, 8)] == [0, 2, 4, 8, 16, 32, 60]
+    assert idle_pause(10_000) == 60
