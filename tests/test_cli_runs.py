@@ -87,6 +87,22 @@ def test_status_of_a_killed_run(tmp_path):
         "resume` continues it" in " ".join(result.output.split())
 
 
+def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+    (tmp_path / "SYSTEM_PROMPT.md").write_text("mission")
+    (tmp_path / "workspace").mkdir()
+    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 1, end={
+        "reason": "task_complete", "resumable": True,
+        "next": 'the agent says the task is done; to give it more to do: '
+                'ouroboros resume --message "what to do next"'})
+
+    result = invoke("status", "-c", str(config))
+
+    assert 'ended (task_complete, exit 0); the agent says the task is done; to give it more ' \
+        'to do: ouroboros resume --message "what to do next"' in " ".join(result.output.split())
+
+
 # -- runs --
 
 

@@ -100,9 +100,10 @@ def describe_state(status: RunStatus) -> str:
         doing = "stopping" if status.state.status == "stopping" else "running"
         return f"{doing} (pid {status.owner_pid})"
     if status.end is not None:
-        resumable = "; `ouroboros resume` continues it" if status.end.get("resumable") else ""
+        how = status.end.get("next") or (
+            "`ouroboros resume` continues it" if status.end.get("resumable") else "")
         return f"not running: ended ({status.end['reason']}, exit {status.end['exit_code']})" \
-            + resumable
+            + (f"; {how}" if how else "")
     return ("not running: stopped without an end record (killed or crashed); "
             "`ouroboros resume` continues it")
 
