@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ouroboros import context as ctx
 from ouroboros import tokens as tk
 from ouroboros.context import ContextManager, Reading
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
@@ -37,11 +36,11 @@ class Accounting:
         counter = self.counter
         if counter is None:
             return
-        for message in tk.unmeasured(messages):
+        for message in self.context.unmeasured(messages):
             tokens = await counter.count(tk.message_text(message))
             if tokens is None:
                 return
-            message[tk.TOKENS_KEY] = tokens + tk.MESSAGE_OVERHEAD_TOKENS
+            self.context.measured(message, tokens + tk.MESSAGE_OVERHEAD_TOKENS)
 
     async def take_in(self, sent: list[Message], reply: StreamResult) -> Reading:
         """What the server said of the request `sent`, into the ledger and the log."""
@@ -64,7 +63,7 @@ class Accounting:
         prompt, so the ledger learns what only it knows (tool schemas, template tokens)."""
         self.context.probed = True
         try:
-            counted = await self.client.prompt_tokens(ctx.to_wire(sent), self.tools)
+            counted = await self.client.prompt_tokens(self.context.wire(sent), self.tools)
         except ModelError:
             return usage
         if counted is None:
@@ -106,7 +105,7 @@ class Accounting:
         message, named = str(error), named_window(str(error))
         if isinstance(error, EmptyStreamError):
             try:
-                fits = await self.client.prompt_tokens(ctx.to_wire(sent), self.tools)
+                fits = await self.client.prompt_tokens(self.context.wire(sent), self.tools)
             except ContextOverflowError as refusal:
                 fits, message, named = None, refusal.message, named_window(refusal.message)
             if fits is not None or sent_tokens <= self.context.window.accepted:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ from ouroboros.errors import (
     ToolsNotSupportedError,
     TransientModelError,
 )
-from ouroboros.protocols import Message, StreamResult, TextSink
+from ouroboros.protocols import Message, StreamResult, TextSink, WireMessages
 from ouroboros.reply_limits import ReplyLimits, ReplyWatch
 from ouroboros.reply_limits import max_reply_bytes as reply_byte_limit
 from ouroboros.server_errors import (
@@ -46,13 +47,15 @@ from ouroboros.sse import (
     SSEDecoder,
     StreamAccumulator,
     assign_call_ids,
-    call_ids_in,
     parse_data,
     parse_usage,
 )
+from ouroboros.tally import encode_json, wire_messages
 
 DEFAULT_PORT = 11434
 CHAT_PATH = "/v1/chat/completions"
+JSON_CONTENT = {"Content-Type": "application/json"}
+DRAIN_SECS = 1.0  # after [DONE]: how long to wait for the body's end, to reuse the connection
 ERROR_BODY_BYTES = 64_000  # of an error body or a web page: one line of it is quoted
 
 ServerKind = Literal["ollama", "llama.cpp", "vllm", "other"]
@@ -216,21 +219,17 @@ class ChatClient:
                                   reply_byte_limit(max_output_tokens, max_reply_bytes))
         self._http.timeout = httpx.Timeout(timeout_secs)
 
-    def request_body(self, messages: list[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
-        if tools:
-            body["tools"] = tools
-        body.update(
-            stream=True,
-            stream_options={"include_usage": True},
-            temperature=self.temperature,
-            max_tokens=self.max_output_tokens,
-        )
-        return body
+    def request_body(self, messages: WireMessages, tools: list[dict[str, Any]]) -> bytes:
+        return encode_body(self.model, messages, tools, {
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": self.temperature,
+            "max_tokens": self.max_output_tokens,
+        })
 
     async def complete(
         self,
-        messages: list[Message],
+        messages: list[Message] | WireMessages,
         tools: list[dict[str, Any]],
         on_text: TextSink | None = None,
     ) -> StreamResult:
@@ -239,7 +238,8 @@ class ChatClient:
 
         Raises a ModelError subclass for every failure (one attempt, no retries).
         """
-        body = self.request_body(messages, tools)
+        wire = messages if isinstance(messages, WireMessages) else wire_messages(messages)
+        body = self.request_body(wire, tools)
         watch = ReplyWatch(self.limits, asyncio.get_running_loop().time())
         timer = asyncio.timeout_at(watch.deadline)
         try:
@@ -259,12 +259,14 @@ class ChatClient:
                 f"the connection to the model server at {self.base_url} broke: "
                 f"{type(exc).__name__}: {exc or 'no details'}"
             ) from exc
-        calls = assign_call_ids(result.tool_calls, call_ids_in(messages))
+        calls = assign_call_ids(result.tool_calls, set(wire.call_ids))
         return replace(result, tool_calls=calls)
 
-    async def _exchange(self, body: dict[str, Any], on_text: TextSink | None,
+    async def _exchange(self, body: bytes, on_text: TextSink | None,
                         watch: ReplyWatch, timer: asyncio.Timeout) -> StreamResult:
-        async with self._http.stream("POST", CHAT_PATH, json=body, timeout=None) as response:
+        headers = {**JSON_CONTENT, "Content-Length": str(len(body))}
+        async with self._http.stream("POST", CHAT_PATH, content=_once(body), headers=headers,
+                                     timeout=None) as response:
             if not response.is_success:
                 text = await read_capped(response, ERROR_BODY_BYTES)
                 timer.reschedule(None)  # the reply is over; naming the error may ask the server
@@ -287,7 +289,8 @@ class ChatClient:
         decoder = SSEDecoder()
         accumulator = StreamAccumulator()
         payloads = 0
-        async for data in response.aiter_bytes():
+        received = response.aiter_bytes()
+        async for data in received:
             if not watch.received(len(data)):
                 raise self._oversize(watch)
             for payload in decoder.feed(data):
@@ -296,6 +299,7 @@ class ChatClient:
                 if chunk is None:
                     if accumulator.chunks == 0:
                         raise self._empty_stream("only [DONE]")
+                    await _drain(received, watch)
                     return accumulator.result()
                 progress = accumulator.progress
                 text = await self._take(accumulator, chunk, payload)
@@ -419,12 +423,14 @@ class ChatClient:
             "on port 11434, llama-server on 8080, vLLM on 8000)"
         )
 
-    async def prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int | None:
+    async def prompt_tokens(self, messages: list[Message] | WireMessages,
+                            tools: list[dict[str, Any]]) -> int | None:
         """The server's count of a prompt, from a non-streaming request for one token (servers
         that send no usage in streams, like llama.cpp, send it here). None when it does not
         say; ContextOverflowError, with the server's words, when the prompt does not fit."""
-        body = {**self.request_body(messages, tools), "stream": False, "max_tokens": 1}
-        del body["stream_options"]
+        wire = messages if isinstance(messages, WireMessages) else wire_messages(messages)
+        body = encode_body(self.model, wire, tools,
+                           {"stream": False, "temperature": self.temperature, "max_tokens": 1})
         answer = None
         for attempt in range(2):  # llama.cpp drops the kept-alive connection after a failure
             try:
@@ -450,8 +456,9 @@ class ChatClient:
             return None
         return parse_usage(usage).prompt_tokens if isinstance(usage, dict) else None
 
-    async def _post_capped(self, body: dict[str, Any]) -> tuple[int, str]:
-        async with self._http.stream("POST", CHAT_PATH, json=body) as response:
+    async def _post_capped(self, body: bytes) -> tuple[int, str]:
+        async with self._http.stream("POST", CHAT_PATH, content=body,
+                                     headers=JSON_CONTENT) as response:
             return response.status_code, await read_capped(response, self.limits.max_bytes)
 
     async def listed_models(self) -> list[str] | None:
@@ -543,6 +550,21 @@ class ChatClient:
         )
 
 
+def encode_body(model: str, messages: WireMessages, tools: list[dict[str, Any]],
+                settings: dict[str, Any]) -> bytes:
+    """One chat request as JSON: the messages, encoded when they entered the conversation, are
+    joined as they are, into the one buffer sent (a large body is costly to copy)."""
+    head = b'{"model":' + encode_json(model) + b',"messages":['
+    tail = b"]" + (b',"tools":' + encode_json(tools) if tools else b"")
+    tail += b"," + encode_json(settings)[1:]
+    if not messages.json:
+        return head + tail
+    pieces = list(messages.json)
+    pieces[0] = head + pieces[0]
+    pieces[-1] += tail
+    return b",".join(pieces)
+
+
 async def read_capped(response: httpx.Response, limit: int) -> str:
     """At most `limit` bytes of a streamed response's body, as text; the rest is not read."""
     parts, size = [], 0
@@ -588,3 +610,22 @@ def _is_overflow(lowered_message: str, code: str | None) -> bool:
     if code == "context_length_exceeded":
         return True
     return any(phrase in lowered_message for phrase in _OVERFLOW_PHRASES)
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    """The request body as a one-shot stream: httpx then keeps no reference to it once sent
+    (a bytes body stays on the Request, held by a reference cycle until a full collection,
+    which at 10,000 messages is megabytes per turn)."""
+    yield body
+
+
+async def _drain(received: AsyncIterator[bytes], watch: ReplyWatch) -> None:
+    """Read what follows [DONE] (normally only the end of the body) so the connection can be
+    reused; a server that keeps talking, or stays silent, is left to close with it."""
+    try:
+        async with asyncio.timeout(DRAIN_SECS):
+            async for data in received:
+                if not watch.received(len(data)):
+                    return
+    except (TimeoutError, httpx.HTTPError):
+        return

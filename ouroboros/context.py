@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ouroboros import tokens as tk
-from ouroboros.protocols import Message, ToolCall, ToolResult, Usage
+from ouroboros.protocols import Message, ToolCall, ToolResult, Usage, WireMessages
+from ouroboros.tally import Tally
 from ouroboros.window import Count, Verdict, Window, after_refusal, judge
 
 if TYPE_CHECKING:
@@ -198,17 +199,20 @@ def turn_starts(messages: list[Message]) -> list[int]:
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
+def worth_masking(message: Message, observations: dict[str, Observation]) -> str | None:
+    """The tool-call id of a result whose observation is unmasked and longer than its
+    placeholder; None for any other message."""
+    if message["role"] != "tool":
+        return None
+    obs = observations.get(message.get("tool_call_id", ""))
+    if obs is None or obs.masked or len(message.get("content") or "") <= len(placeholder(obs)):
+        return None
+    return obs.tool_call_id
+
+
 def maskable(messages: list[Message], observations: dict[str, Observation]) -> list[str]:
-    """Tool-call ids of the unmasked observations worth masking (longer than their
-    placeholder), oldest first."""
-    ids = []
-    for m in messages:
-        if m["role"] == "tool":
-            obs = observations.get(m.get("tool_call_id", ""))
-            if (obs is not None and not obs.masked
-                    and len(m.get("content") or "") > len(placeholder(obs))):
-                ids.append(obs.tool_call_id)
-    return ids
+    """Tool-call ids of the unmasked observations worth masking, oldest first."""
+    return [i for i in (worth_masking(m, observations) for m in messages) if i is not None]
 
 
 def apply_masks(messages: list[Message], placeholders: dict[str, str]) -> list[Message]:
@@ -312,6 +316,11 @@ class ContextManager:
     last_count: LastCount | None = None
     probed: bool = False  # the server was asked to count a prompt this session
 
+    def __post_init__(self) -> None:
+        # Sizes and wire forms of the messages, as running sums: not a field, so it is
+        # never saved nor copied with the state.
+        self.tally = Tally()
+
     @classmethod
     def create(cls, limit: int, limit_source: str, max_output_tokens: int,
                policy: ContextConfig) -> ContextManager:
@@ -346,8 +355,29 @@ class ContextManager:
     def current_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int:
         """The window a request of these messages would take: measured sizes where counts
         have been attributed, estimates for the rest."""
-        cpt = self.chars_per_token
-        return self.base(tools) + sum(tk.message_tokens(m, cpt) for m in messages)
+        self.sync(messages)
+        return self.base(tools) + self.tally.tokens(self.chars_per_token)
+
+    def sync(self, messages: list[Message]) -> None:
+        """Bring the tally up to `messages`: only what was appended since is looked at,
+        unless the conversation changed otherwise (a new `revision`)."""
+        self.tally.sync(messages, self.revision, self._worth_masking)
+
+    def _worth_masking(self, message: Message) -> str | None:
+        return worth_masking(message, self.observations)
+
+    def wire(self, messages: list[Message]) -> WireMessages:
+        """The messages as the server should see them, encoded (see `to_wire`)."""
+        self.sync(messages)
+        return self.tally.wire()
+
+    def unmeasured(self, messages: list[Message]) -> list[Message]:
+        self.sync(messages)
+        return self.tally.unmeasured()
+
+    def measured(self, message: Message, tokens: int) -> None:
+        """Write what the server's tokenizer counted for a message of the last `sync`."""
+        self.tally.measure(message, tokens)
 
     def comparable(self, sent: list[Message]) -> LastCount | None:
         """The last count, if `sent` only extends the conversation it was made of."""
@@ -360,7 +390,8 @@ class ContextManager:
                       usage: Usage | None, reply_chars: int) -> Reading:
         """Take in what the server reported for the request `sent` (usage None: nothing)."""
         cpt = self.chars_per_token
-        messages = sum(tk.message_tokens(m, cpt) for m in sent)
+        self.sync(sent)
+        messages = self.tally.tokens(cpt)
         estimate = self.base(tools) + messages
         reported = usage.prompt_tokens if usage else None
         previous = self.comparable(sent)
@@ -374,8 +405,11 @@ class ContextManager:
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
         if verdict == "whole":
             assert reported is not None
-            self.base_tokens, chars, attributed = tk.attribute(sent, reported, self.base(tools),
-                                                               cpt)
+            fresh = self.tally.unmeasured()
+            self.base_tokens, shares, chars, attributed = tk.attribute(
+                fresh, self.tally.measured_sum, reported, self.base(tools), cpt)
+            for message, tokens in zip(fresh, shares):
+                self.tally.measure(message, tokens)
             self.calibration.observe(chars, attributed)
             self.last_count = LastCount(self.revision, len(sent), reported)
         elif verdict == "suspect":
@@ -402,18 +436,20 @@ class ContextManager:
     # -- decisions --
 
     def evaluate(self, tokens: int, messages: list[Message]) -> Decision:
+        self.sync(messages)
         decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
-                                           maskable(messages, self.observations),
-                                           self.wound_down)
+                                           self.tally.candidates(), self.wound_down)
         return decision
 
     def mask(self, messages: list[Message], ids: list[str]) -> list[Message]:
+        self.sync(messages)
         for tool_call_id in ids:
             self.observations[tool_call_id].masked = True
         masked = apply_masks(messages, {i: placeholder(self.observations[i]) for i in ids})
         self.total_masked += len(ids)
         self.mask_rounds += 1
         self.revision += 1
+        self.tally.replace(masked, ids, self.revision, self._worth_masking)
         return masked
 
     def fit(self, messages: list[Message], tools: list[dict[str, Any]],
@@ -423,10 +459,12 @@ class ContextManager:
         turn's results, which the model has not seen yet."""
         target = self.budget if target is None else target
         fitted = Fitted(messages, tokens=self.current_tokens(messages, tools))
-        starts = turn_starts(messages)
-        newest = maskable(messages[starts[-1]:], self.observations) if starts else []
-        older = [i for i in maskable(messages, self.observations) if i not in newest]
-        self._mask_until(fitted, older, tools, target)
+        if fitted.tokens <= target:
+            return fitted
+        starts = self.tally.starts
+        newest_turn = starts[-1] if starts else len(messages)
+        newest = self.tally.candidates(newest_turn)
+        self._mask_until(fitted, self.tally.candidates(0, newest_turn), tools, target)
         while fitted.tokens > target:
             shorter = drop_oldest_turn(fitted.messages)
             if shorter is None:

@@ -7,7 +7,7 @@ the log, so nothing needs converting between the conversation, the request and a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import AbstractSet, Any, Awaitable, Callable, Protocol
 
 Message = dict[str, Any]
 
@@ -77,16 +77,27 @@ class Tool(Protocol):
     async def run(self, arguments: dict[str, Any]) -> ToolResult: ...
 
 
+@dataclass(frozen=True)
+class WireMessages:
+    """A conversation as the server reads it, already encoded: each message's JSON (encoded
+    once, when it entered the conversation), and every tool-call id it uses."""
+
+    json: tuple[bytes, ...]
+    call_ids: AbstractSet[str]
+
+
 # Called with each piece of assistant text as it streams in.
 TextSink = Callable[[str], None]
 
 
 class ModelClient(Protocol):
     async def complete(
-        self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None
+        self, messages: list[Message] | WireMessages, tools: list[dict[str, Any]],
+        on_text: TextSink | None = None
     ) -> StreamResult: ...
 
-    async def prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int | None:
+    async def prompt_tokens(self, messages: list[Message] | WireMessages,
+                            tools: list[dict[str, Any]]) -> int | None:
         """The server's own count of a prompt, where it can give one."""
         ...
 

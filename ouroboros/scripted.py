@@ -310,6 +310,7 @@ class ScriptedServer:
         self._stopping = threading.Event()
         self._down = threading.Event()  # the listening socket is closed (an outage)
         self._connections: dict[_Handler, bool] = {}  # handler -> busy
+        self.connections_opened = 0
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -629,6 +630,7 @@ class ScriptedServer:
             if busy is None:
                 self._connections.pop(handler, None)
             else:
+                self.connections_opened += handler not in self._connections
                 self._connections[handler] = busy
 
     def _tags(self) -> list[dict[str, Any]]:

@@ -114,25 +114,22 @@ def share(total: int, weights: list[int]) -> list[int]:
     return parts
 
 
-def attribute(messages: list[Message], reported: int, base: int,
-              chars_per_token: float) -> tuple[int, int, int]:
-    """Take in a whole count of `messages`: share what it does not already explain among the
-    messages never counted (written on them as `_tokens`). Returns the base that makes the
-    ledger add up to `reported`, and the characters and tokens attributed (for calibration).
+def attribute(fresh: list[Message], known: int, reported: int, base: int,
+              chars_per_token: float) -> tuple[int, list[int], int, int]:
+    """Take in a whole count of a prompt whose measured messages add up to `known` tokens:
+    share what it does not already explain among the messages never counted (`fresh`, to be
+    written on them as `_tokens`). Returns the base that makes the ledger add up to
+    `reported`, each fresh message's share, and the characters and tokens attributed (for
+    calibration).
 
     When the count leaves too little for the uncounted messages (the base was guessed high,
     or the template counts differently), nothing is attributed: the base absorbs the
     difference, so the ledger still adds up to what the server counted."""
-    known = sum(m[TOKENS_KEY] for m in messages if measured(m) is not None)
-    fresh = unmeasured(messages)
     residual = reported - base - known
+    estimates = [estimate_message(m, chars_per_token) for m in fresh]
     if not fresh or residual < MESSAGE_OVERHEAD_TOKENS * len(fresh):
-        estimated = sum(estimate_message(m, chars_per_token) for m in fresh)
-        return reported - known - estimated, 0, 0
-    for message, tokens in zip(fresh, share(residual, [estimate_message(m, chars_per_token)
-                                                       for m in fresh])):
-        message[TOKENS_KEY] = tokens
-    return (base, sum(message_chars(m) for m in fresh),
+        return reported - known - sum(estimates), [], 0, 0
+    return (base, share(residual, estimates), sum(message_chars(m) for m in fresh),
             residual - MESSAGE_OVERHEAD_TOKENS * len(fresh))
 
 

@@ -72,6 +72,13 @@ def test_every_wire_shape_reads_the_same(scripted_server, wire, fragment, usage)
         assert first.usage is None and second.usage is None
 
 
+def test_one_connection_serves_every_reply(scripted_server):
+    server = scripted_server([Reply("one"), Reply("two"), Reply("three")])
+    outcomes, _ = run(server, [(USER, None)] * 3)
+    assert [o.text for o in outcomes] == ["one", "two", "three"]
+    assert server.connections_opened == 1
+
+
 def test_reasoning_arrives_apart_from_text(scripted_server):
     server = scripted_server([Reply("42.", reasoning="Six times seven.")])
     (result,), pieces = run(server, [(USER, [])])

@@ -1,0 +1,143 @@
+"""The tally: per-message sizes and wire forms kept as running sums, so a turn's bookkeeping
+costs what changed, and its figures are always those of a walk over every message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import respx
+
+from ouroboros import context as ctx
+from ouroboros import tokens as tk
+from ouroboros.client import ChatClient
+from ouroboros.config import ContextConfig
+from ouroboros.context import ContextManager, Mask
+from ouroboros.protocols import ToolResult, Usage
+
+CHAT = "http://127.0.0.1:11434/v1/chat/completions"
+TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]
+CLIENT = ChatClient(CHAT, "m")  # only builds request bodies: nothing is sent
+
+
+def manager(limit: int = 100_000_000, **settings) -> ContextManager:
+    return ContextManager.create(limit, "test", 1000, ContextConfig(**settings))
+
+
+def add_turn(cm: ContextManager, messages: list[dict], i: int, size: int = 120) -> None:
+    """An assistant call and its result, registered with the manager as the session does."""
+    call_id = f"c{i}"
+    messages.append({"role": "assistant", "content": "", "tool_calls": [
+        {"id": call_id, "type": "function",
+         "function": {"name": "shell", "arguments": '{"command": "ls"}'}}]})
+    text = f"result {i}\n" + "x" * size
+    obs = ctx.describe("shell", {"command": "ls"}, ToolResult(text), cm.new_observation_id(),
+                       call_id)
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
+
+
+def start(cm: ContextManager, turns: int, size: int = 120) -> list[dict]:
+    messages = [{"role": "system", "content": "mission"}, ctx.note("continue", "go")]
+    for i in range(turns):
+        add_turn(cm, messages, i, size)
+    return messages
+
+
+def walked(cm: ContextManager, messages: list[dict]) -> int:
+    """The figure every turn used to walk the whole conversation for."""
+    cpt = cm.chars_per_token
+    return cm.base(TOOLS) + sum(tk.message_tokens(m, cpt) for m in messages)
+
+
+def body(cm: ContextManager, messages: list[dict]) -> dict:
+    return json.loads(CLIENT.request_body(cm.wire(messages), TOOLS))
+
+
+def bookkeeping(cm: ContextManager, messages: list[dict], i: int) -> float:
+    """Seconds of one turn's context and request work, as the session does it."""
+    began = time.perf_counter()
+    fitted = cm.fit(messages, TOOLS)
+    sent = list(fitted.messages)
+    CLIENT.request_body(cm.wire(sent), TOOLS)
+    cm.observe_reply(sent, TOOLS, Usage(cm.current_tokens(sent, TOOLS), 5), 2)
+    add_turn(cm, fitted.messages, i)
+    cm.evaluate(cm.current_tokens(fitted.messages, TOOLS), fitted.messages)
+    return time.perf_counter() - began
+
+
+def test_a_turn_at_20000_messages_costs_what_changed_not_what_is_held():
+    cm = manager()
+    messages = start(cm, 10_000)
+    for i in range(10_000, 10_003):  # the first turn sizes and encodes every message once
+        bookkeeping(cm, messages, i)
+    best = min(bookkeeping(cm, messages, i) for i in range(10_003, 10_008))
+    # Walking 20,000 messages in each step took ~90 ms a turn; what changed takes ~1 ms.
+    assert best < 0.008, f"{1000 * best:.1f} ms for one turn's bookkeeping at 20,000 messages"
+
+
+def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
+    cm = manager(limit=6000, keep_recent_observations=1, mask_batch_size=2)
+    messages = start(cm, 4, size=2000)
+    assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
+    sent = list(messages)
+    cm.observe_reply(sent, TOOLS, Usage(4000, 5), 2)  # measured sizes written on the messages
+    assert all(tk.TOKENS_KEY in m for m in sent)
+    add_turn(cm, messages, 4, size=2000)
+    assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
+    decision = cm.evaluate(cm.current_tokens(messages, TOOLS), messages)
+    assert decision == Mask(["c0", "c1"])
+    masked = cm.mask(messages, decision.tool_call_ids)
+    assert cm.current_tokens(masked, TOOLS) == walked(cm, masked) < walked(cm, messages)
+    # The list from before the mask, asked about again: what was masked is not offered twice.
+    assert cm.evaluate(cm.budget, messages) == Mask(["c2", "c3"])
+    assert cm.current_tokens(masked, TOOLS) == walked(cm, masked)
+    assert body(cm, masked)["messages"] == ctx.to_wire(masked)
+    shorter = masked[:-2]  # a list cut short (as a replay does), then grown anew
+    assert cm.current_tokens(shorter, TOOLS) == walked(cm, shorter)
+    add_turn(cm, shorter, 5, size=10)
+    assert cm.current_tokens(shorter, TOOLS) == walked(cm, shorter)
+    assert body(cm, shorter)["messages"] == ctx.to_wire(shorter)
+
+
+def test_fitting_masks_and_drops_as_a_walk_would():
+    cm = manager(limit=3000)
+    messages = start(cm, 6, size=2000)
+    fitted = cm.fit(messages, TOOLS)
+    assert fitted.masked[:2] == ["c0", "c1"] and "c5" not in fitted.masked[:5]
+    assert fitted.tokens == walked(cm, fitted.messages) <= cm.budget
+    assert body(cm, fitted.messages)["messages"] == ctx.to_wire(fitted.messages)
+
+
+def test_the_request_is_the_conversation_without_private_keys_in_one_json_body():
+    cm = manager()
+    messages = start(cm, 2)
+    messages.append(ctx.note("continue", "go on: ünïcode and \"quotes\"\n"))
+    # Byte for byte what encoding the whole request at once gives (httpx's `json=`).
+    whole = {"model": "m", "messages": ctx.to_wire(messages), "tools": TOOLS, "stream": True,
+             "stream_options": {"include_usage": True}, "temperature": 0.7, "max_tokens": 2048}
+    assert CLIENT.request_body(cm.wire(messages), TOOLS) == json.dumps(
+        whole, ensure_ascii=False, separators=(",", ":")).encode()
+    assert json.loads(CLIENT.request_body(manager().wire([]), []))["messages"] == []
+
+
+@respx.mock
+def test_a_reply_gets_call_ids_the_encoded_conversation_does_not_use():
+    calls = ('data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1",'
+             '"function":{"name":"shell","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}\n\n'
+             "data: [DONE]\n\n").encode()
+    route = respx.post(CHAT).mock(return_value=httpx.Response(
+        200, content=calls, headers={"content-type": "text/event-stream"}))
+    cm = manager()
+    messages = start(cm, 2)
+
+    async def go():
+        async with ChatClient(CHAT.removesuffix("/v1/chat/completions"), "m") as client:
+            return await client.complete(cm.wire(messages), TOOLS)
+
+    reply = asyncio.run(go())
+    request = route.calls.last.request
+    assert request.headers["content-type"] == "application/json"
+    assert json.loads(request.content)["messages"] == ctx.to_wire(messages)
+    assert reply.tool_calls[0].id not in {"c0", "c1"}
