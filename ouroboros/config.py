@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Callable, Final, Literal, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import tomli_w
 import tomlkit
 from annotated_types import Ge, Gt, Le, Lt
@@ -179,6 +178,8 @@ URL_RULE: Final = ("must be an http:// or https:// URL with a host and a port fr
 def is_server_url(url: str) -> bool:
     """Whether a client can connect to `url`: http(s), a host, a port from 1 to 65535, no
     spaces or control characters (urlsplit silently drops some of those)."""
+    import httpx  # on first use: importing this module (`init`) needs no HTTP client
+
     if re.search(r"[\s\x00-\x1f\x7f]", url):
         return False
     try:
@@ -351,6 +352,13 @@ class LoggingConfig(_Table):
         ".ouroboros",
         min_length=1,
         description="Directory for run logs and state; relative paths are relative to this file.",
+    )
+    durability: Literal["turn", "event"] = Field(
+        "turn",
+        description="When the event log is made durable with fsync: \"turn\" once per turn "
+        "(a killed process loses nothing; a power cut may lose the turn in progress), or "
+        "\"event\" after every event and tool result (slower; a power cut loses at most the "
+        "event being written).",
     )
 
 

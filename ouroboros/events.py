@@ -1,8 +1,10 @@
 """The append-only event log (`events.jsonl`), the run's snapshot, and reading them back.
 
 Layout of a run's directory, `<state_dir>/runs/<run_id>/`:
-    events.jsonl      one JSON object per line, written as things happen
-    state.json        the latest snapshot: conversation and counters (atomic replace)
+    events.jsonl      one JSON object per line, written as things happen; `checkpoint`
+                      events hold what each step changed in the run's state (journal.py)
+    state.json        a full snapshot: conversation and counters as of an event (atomic
+                      replace), written at session boundaries, at the end and now and then
     observations/     the full text of every tool result, for `recall`
 
 Every record has `type`, `ts` (ISO 8601 UTC), `seq`, `session` and `turn`; the first record
@@ -18,15 +20,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 from ouroboros.errors import StateError, UsageError
 
 FORMAT_VERSION = 1
+# The snapshot alone is no longer the latest state (the checkpoints after it are part of it),
+# so an Ouroboros that would resume from it alone is told to upgrade.
+SNAPSHOT_FORMAT_VERSION = 2
 EVENTS_FILE = "events.jsonl"
 SNAPSHOT_FILE = "state.json"
 
 Listener = Callable[[dict[str, Any]], None]
+Durability = Literal["turn", "event"]
 
 
 def utc_now() -> str:
@@ -40,19 +46,24 @@ def new_run_id() -> str:
 class EventLog:
     """Appends events to events.jsonl and tells listeners (the terminal views) about each.
 
-    Each line is flushed to the OS as written; `sync()` (at every turn boundary) makes it
-    durable with fsync.
+    Each line is flushed to the OS as written (a killed process loses nothing), and made
+    durable with fsync at every turn boundary (`commit()`), or after every event with
+    `durability="event"` (a power cut then loses at most the event being written).
     """
 
-    def __init__(self, path: Path, *, seq: int = 0, session: int = 1, turn: int = 0) -> None:
+    def __init__(self, path: Path, *, seq: int = 0, session: int = 1, turn: int = 0,
+                 durability: Durability = "turn") -> None:
         self.path = path
+        self.durability = durability
         self.seq = seq
         self.session = session
         self.turn = turn
         with cannot_write(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8")
+            self._file = path.open("ab", buffering=0)
+            self._size = os.fstat(self._file.fileno()).st_size  # up to the last whole record
         self._listeners: list[Listener] = []
+        self._held: list[tuple[bytes, dict[str, Any]]] | None = None  # see together()
         # Known secrets replaced in every record, in the file and for listeners (redact.py).
         self.redact: Callable[[str], str] | None = None
 
@@ -66,16 +77,63 @@ class EventLog:
         line = json.dumps(record, ensure_ascii=False)
         if self.redact is not None and (redacted := self.redact(line)) != line:
             line, record = redacted, json.loads(redacted)
-        with cannot_write(self.path):
-            self._file.write(line + "\n")
-            self._file.flush()
-        for listener in self._listeners:
-            listener(record)
+        try:
+            data = (line + "\n").encode("utf-8")
+        except ValueError:
+            self.seq -= 1
+            raise
+        if self._held is not None:
+            self._held.append((data, record))
+        else:
+            self._write([(data, record)])
         return record
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The records emitted inside are written at the end in one go, all or none (the
+        records that end a run: a disk with room for some of them gets none)."""
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+        self._write(held)
+
+    def _write(self, records: list[tuple[bytes, dict[str, Any]]]) -> None:
+        with cannot_write(self.path):
+            try:
+                self._append(b"".join(data for data, _ in records))
+            except OSError:
+                self.seq -= len(records)
+                raise
+            if self.durability == "event":
+                os.fsync(self._file.fileno())
+        for _, record in records:
+            for listener in self._listeners:
+                listener(record)
+
+    def _append(self, data: bytes) -> None:
+        """Write a whole record, or nothing: a record the disk had no room for is cut off
+        again, so the smaller ones that end the run may still fit after it."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._file.write(view):]
+        except OSError:
+            try:
+                os.ftruncate(self._file.fileno(), self._size)
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+
+    def commit(self) -> None:
+        """A turn boundary: make what was logged durable, unless every event already was."""
+        if self.durability != "event":
+            self.sync()
 
     def sync(self) -> None:
         with cannot_write(self.path):
-            self._file.flush()
             os.fsync(self._file.fileno())
 
     def close(self) -> None:
@@ -83,10 +141,7 @@ class EventLog:
             try:
                 self.sync()
             finally:
-                try:
-                    self._file.close()
-                except OSError:  # the unwritten rest of a line the disk had no room for
-                    pass
+                self._file.close()
 
 
 @contextmanager
@@ -171,7 +226,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any]) -> None:
     """Save the run's state as of event `seq`; resume starts from the latest snapshot."""
-    snapshot = {"format_version": FORMAT_VERSION, "seq": seq, "state": state}
+    snapshot = {"format_version": SNAPSHOT_FORMAT_VERSION, "seq": seq, "state": state}
     write_atomically(run_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
 
 
@@ -194,9 +249,10 @@ def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
     if not isinstance(snapshot, dict) or not isinstance(snapshot.get("seq"), int) \
             or not isinstance(snapshot.get("state"), dict):
         raise DamagedSnapshot("does not hold a run's state")
-    if snapshot.get("format_version", 0) > FORMAT_VERSION:
+    if snapshot.get("format_version", 0) > SNAPSHOT_FORMAT_VERSION:
         raise UsageError(f"{path} was written by a newer Ouroboros (format "
-                         f"{snapshot['format_version']}, this one reads {FORMAT_VERSION}); "
+                         f"{snapshot['format_version']}, this one reads "
+                         f"{SNAPSHOT_FORMAT_VERSION}); "
                          "upgrade to resume it")
     return snapshot
 

@@ -1,9 +1,11 @@
 """Picking a run up from its directory after the process died (or stopped).
 
-The snapshot (`state.json`) holds the conversation and counters as of event `seq`; the events
-after it say what happened since. The only thing that can be in flight at a crash is a tool
-call: one that started (its `tool_call` event was written) but has no result in the snapshot
-gets a result saying it was interrupted. Calls that never started are simply run.
+The snapshot (`state.json`) holds the conversation and counters as of event `seq`; the
+`checkpoint` events after it hold what each step changed since (journal.py), and the events
+after the last of them say what happened since. The only thing that can be in flight at a
+crash is a tool call: one that started (its `tool_call` event was written) but has no result
+in the saved state gets a result saying it was interrupted. Calls that never started are
+simply run.
 
 The log is the source of truth: a snapshot that is damaged, empty or missing is rebuilt from
 it (see rebuild.py), and `Recovered.rebuilt` says why.
@@ -26,6 +28,7 @@ from ouroboros.events import (
     read_snapshot,
 )
 from ouroboros.context import pending_calls
+from ouroboros.journal import replay
 from ouroboros.protocols import ToolCall
 from ouroboros.rebuild import rebuild_state, restore_results
 from ouroboros.reload import recorded_config
@@ -64,7 +67,7 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     if version > FORMAT_VERSION:
         raise UsageError(f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
                          f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it")
-    state, seq, rebuilt = saved_state(run_dir, policy)
+    state, seq, rebuilt = saved_state(run_dir, policy, events)
     if state is None:
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt,
                                    observation_reader(run_dir))
@@ -76,23 +79,28 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
                      recorded_config(events), rebuilt)
 
 
-def saved_state(run_dir: Path, policy: ContextConfig) -> tuple[RunState | None, int, str | None]:
-    """The snapshot's state and seq; (None, 0, why) when it has to be rebuilt."""
+def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any]]
+                ) -> tuple[RunState | None, int, str | None]:
+    """The snapshot's state brought forward by the checkpoints logged after it, and the seq
+    it is now as of; (None, 0, why) when it has to be rebuilt."""
     try:
         snapshot = read_snapshot(run_dir)
         if snapshot is None:
             return None, 0, f"{SNAPSHOT_FILE} is missing"
-        return RunState.from_dict(snapshot["state"], policy), snapshot["seq"], None
+        state, seq = replay(snapshot, events, observation_reader(run_dir))
+        return RunState.from_dict(state, policy), seq, None
     except DamagedSnapshot as damage:
         return None, 0, f"{SNAPSHOT_FILE} {damage}"
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         return None, 0, f"{SNAPSHOT_FILE} does not hold a run's state"
 
 
 def observation_reader(run_dir: Path) -> Callable[[str], str | None]:
     def read(obs_id: str) -> str | None:
         try:
-            return (run_dir / "observations" / f"{obs_id}.txt").read_text(encoding="utf-8")
+            with (run_dir / "observations" / f"{obs_id}.txt").open(
+                    encoding="utf-8", newline="") as f:  # as written: "\r\n" stays
+                return f.read()
         except (OSError, ValueError):
             return None
     return read

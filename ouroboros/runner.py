@@ -29,6 +29,7 @@ from ouroboros.errors import (
 )
 from ouroboros.events import (
     EVENTS_FILE,
+    Durability,
     EventLog,
     find_run,
     new_run_id,
@@ -166,7 +167,8 @@ class Runner:
             state.reload = ""  # a resume reads the config anyway
             state.idle_turns = 0  # the person chose to go on
             state.instruction = message.strip() or state.instruction
-            log = open_log(run_dir, hooks, seq=recovered.seq, state=state, guard=guard)
+            log = open_log(run_dir, hooks, seq=recovered.seq, state=state, guard=guard,
+                           durability=cfg.logging.durability)
             log.emit("run_resumed", total_turns=state.total_turns, restarts=state.restarts,
                      torn_line_dropped=recovered.torn_line is not None,
                      interrupted_tools=[c.name for c in recovered.interrupted],
@@ -182,7 +184,8 @@ class Runner:
                                             cfg.context)
             state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message),
                              context)
-            log = open_log(run_dir, hooks, seq=0, state=state, guard=guard)
+            log = open_log(run_dir, hooks, seq=0, state=state, guard=guard,
+                           durability=cfg.logging.durability)
             log.emit("run_start", format_version=1, run_id=run_dir.name, version=__version__,
                      pid=os.getpid(), config=loaded.redacted(), flags=flags,
                      **sandbox_fields(guard))
@@ -204,7 +207,7 @@ class Runner:
         if resume:
             for call in recovered.interrupted:
                 session.answer_interrupted(call)
-        session.checkpoint()  # a run killed before its first reply resumes
+        session.snapshot()  # a run killed before its first reply resumes
         return runner
 
     async def run(self) -> int:
@@ -275,7 +278,7 @@ class Runner:
         state.messages = fitted.messages
         carried = fitted.messages[2:]
         # Saved before the events that announce it: a crash in between resumes the new session.
-        Session(state, self.services).checkpoint()
+        Session(state, self.services).snapshot()
         self.log.session, self.log.turn = state.session, 0
         self.log.emit("session_restart", session=state.session, previous_turns=previous_turns,
                       carryover_messages=len(carried), carryover_masked=len(fitted.masked),
@@ -342,22 +345,27 @@ class Runner:
         failed = error if isinstance(error, StateError) else \
             write_failure(error.filename or self.run_dir, error)
         try:
-            self.log.emit("error", message=failed.message, kind="StateError")
-            self.finish("error", 1)
+            self.finish("error", 1, failed=failed)
         except (StateError, OSError):
             pass
         return failed
 
-    def finish(self, reason: str, code: int, summary: str = "") -> None:
-        """Record the end: every way a run ends leaves it resumable, and `next` says how."""
+    def finish(self, reason: str, code: int, summary: str = "",
+               failed: StateError | None = None) -> None:
+        """Record the end: every way a run ends leaves it resumable, and `next` says how.
+        The end records (with the `error` of a failed write) go to the log all or none."""
         agent = self.loaded.config.agent
-        self.log.emit("session_end", reason=reason)
-        self.log.emit("run_end", reason=reason, exit_code=code, sessions=self.state.session,
-                      total_turns=self.state.total_turns, restarts=self.state.restarts,
-                      resumable=True, **({"summary": summary} if summary else {}),
-                      next=how_to_continue(reason, max_turns=agent.max_turns,
-                                           max_idle_turns=agent.max_idle_turns))
-        Session(self.state, self.services).checkpoint()
+        with self.log.together():
+            if failed is not None:
+                self.log.emit("error", message=failed.message, kind="StateError")
+            self.log.emit("session_end", reason=reason)
+            self.log.emit("run_end", reason=reason, exit_code=code,
+                          sessions=self.state.session, total_turns=self.state.total_turns,
+                          restarts=self.state.restarts, resumable=True,
+                          **({"summary": summary} if summary else {}),
+                          next=how_to_continue(reason, max_turns=agent.max_turns,
+                                               max_idle_turns=agent.max_idle_turns))
+        Session(self.state, self.services).snapshot()
         self.log.close()
 
     # -- SIGHUP (`ouroboros reload`) ends the session early, so the next one reads the
@@ -390,9 +398,9 @@ def sandbox_fields(guard: RunGuard | None) -> dict[str, Any]:
 
 
 def open_log(run_dir: Path, hooks: RunHooks, *, seq: int, state: RunState,
-             guard: RunGuard | None = None) -> EventLog:
+             guard: RunGuard | None = None, durability: Durability = "turn") -> EventLog:
     log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
-                   turn=state.session_turns)
+                   turn=state.session_turns, durability=durability)
     if guard is not None and guard.redact:
         log.redact = guard.redact
     if hooks.on_event is not None:

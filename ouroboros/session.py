@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ouroboros.accounting import Accounting
 from ouroboros.context import Mask, Restart, WindDown
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
 from ouroboros.events import EventLog, write_snapshot
+from ouroboros.journal import CHECKPOINT, Journal, tool_result_ref
 from ouroboros.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
 from ouroboros.protocols import (
     Message,
@@ -78,6 +80,7 @@ class Services:
     max_idle_turns: int = 3
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
+    journal: Journal = field(default_factory=Journal)  # what the last snapshot holds
 
 
 class Session:
@@ -106,7 +109,7 @@ class Session:
             reply = await self.query()
             await self.act(reply.tool_calls)
             self.manage_context()
-            self.checkpoint()
+            self.checkpoint(turn_end=True)
 
     async def pick_up(self) -> None:
         """At a session start: run the calls of the last reply that never started (a stop or
@@ -124,7 +127,7 @@ class Session:
             self.messages.append(ctx.note("continue", self.s.continue_message))
         if pending or due or instruction:
             self.manage_context()
-            self.checkpoint()
+            self.checkpoint(turn_end=True)
 
     def check_limits(self) -> None:
         if self.s.stop.reason is not None:
@@ -139,9 +142,10 @@ class Session:
             await self.accounting.measure(self.messages)
             sent_tokens = self.fit()
             sent = list(self.messages)
+            wire = self.context.wire(sent)
             try:
                 reply = await with_retries(
-                    lambda: self.s.client.complete(ctx.to_wire(sent), self.tools, self.s.on_text),
+                    lambda: self.s.client.complete(wire, self.tools, self.s.on_text),
                     self.s.retry, on_retry=self.on_retry)
             except (ContextOverflowError, EmptyStreamError) as error:
                 await self.accounting.refused(error, sent, sent_tokens)
@@ -213,7 +217,6 @@ class Session:
 
     async def run_tool(self, call: ToolCall) -> ToolResult:
         self.log.emit("tool_call", id=call.id, name=call.name, arguments=call.arguments)
-        self.log.sync()
         started = time.monotonic()
         try:
             result = await self.s.toolbox.run(call)
@@ -226,12 +229,21 @@ class Session:
         self.save_observation(obs_id, result.content)
         obs = ctx.describe(call.name, parse_object(call.arguments), result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
-        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.append_result(call.id, obs_id, result.content, content)
         self.log.emit("tool_result", id=call.id, name=call.name, ok=result.ok,
                       bytes=len(result.content.encode()), observation=obs_id,
                       truncated=obs.truncated, summary=obs.first_line[:120],
-                      duration_ms=round(1000 * (time.monotonic() - started)))
+                      duration_ms=round(1000 * (time.monotonic() - started)),
+                      **self.changes())
         return result
+
+    def append_result(self, call_id: str, obs_id: str, text: str, content: str) -> None:
+        """Add a tool result; its checkpoint names the observation holding its text."""
+        message = {"role": "tool", "tool_call_id": call_id, "content": content}
+        self.messages.append(message)
+        limit, keep = self.context.max_result_chars(), self.context.policy.tool_result_truncation
+        if ctx.cap_text(text, limit, keep, obs_id)[0] == content:
+            self.s.journal.refer(message, tool_result_ref(obs_id, call_id, limit, keep))
 
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
@@ -293,11 +305,35 @@ class Session:
     def save_observation(self, obs_id: str, text: str) -> None:
         directory = self.s.run_dir / "observations"
         directory.mkdir(exist_ok=True)
-        (directory / f"{obs_id}.txt").write_text(text, encoding="utf-8")
+        with (directory / f"{obs_id}.txt").open("w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            if self.log.durability == "event":
+                f.flush()
+                os.fsync(f.fileno())
 
-    def checkpoint(self) -> None:
+    def changes(self) -> dict[str, Any]:
+        """What the step changed in the state, for the event that ends it to carry (see
+        journal.py); nothing if nothing changed."""
+        delta = self.s.journal.delta(self.state)
+        return {CHECKPOINT: {"base": self.s.journal.base, **delta}} if delta else {}
+
+    def checkpoint(self, *, turn_end: bool = False) -> None:
+        """After a step: log what it changed in the state (a `checkpoint` event); at the end
+        of a turn, make the log durable, and now and then write a full snapshot instead."""
+        journal = self.s.journal
+        if turn_end and journal.snapshot_due(self.state):
+            self.snapshot()
+            return
+        if (delta := journal.delta(self.state)) is not None:
+            self.log.emit(CHECKPOINT, base=journal.base, **delta)
+        if turn_end:
+            self.log.commit()
+
+    def snapshot(self) -> None:
+        """Write the whole state (at session boundaries, at the end, now and then)."""
         self.log.sync()
         write_snapshot(self.s.run_dir, self.log.seq, self.state.to_dict())
+        self.s.journal.reset(self.state, self.log.seq)
 
 
 def parse_object(arguments: str) -> dict[str, Any]:

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.events import SNAPSHOT_FILE, list_runs
+from ouroboros.events import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
+from ouroboros.journal import replay
+from ouroboros.resume import observation_reader
 from ouroboros.protocols import Message
 from ouroboros.scripted import Fault, Reply
 from tests.helpers import clean_env, make_project, run_events
@@ -128,8 +130,11 @@ def event_lines(root: Path) -> int:
 
 
 def snapshot(root: Path) -> dict[str, Any]:
-    run_id = list_runs(root / ".ouroboros")[-1]
-    return json.loads((root / ".ouroboros" / "runs" / run_id / SNAPSHOT_FILE).read_text())
+    """The state as saved: state.json brought forward by the checkpoints logged after it."""
+    run = root / ".ouroboros" / "runs" / list_runs(root / ".ouroboros")[-1]
+    saved = json.loads((run / SNAPSHOT_FILE).read_text())
+    state, seq = replay(saved, read_events(run / EVENTS_FILE).events, observation_reader(run))
+    return {**saved, "seq": seq, "state": state}
 
 
 def executions(root: Path) -> Counter[str]:

@@ -301,10 +301,17 @@ def test_unknown_key_suggests_the_close_match(project: Path) -> None:
 
 
 def test_unknown_key_without_a_match_lists_the_table(project: Path) -> None:
-    write(project, "[logging]\nverbosity = 3\n")
+    write(project, "[logging]\nwhatever_else_entirely = 3\n")
     assert config_error(path=project) == (
-        f"unknown key logging.verbosity in {project} ([logging] takes state_dir)"
+        f"unknown key logging.whatever_else_entirely in {project} ([logging] takes state_dir, durability)"
     )
+
+
+def test_durability_takes_turn_or_event(project: Path) -> None:
+    write(project, '[logging]\ndurability = "sometimes"\n')
+    error = config_error(path=project)
+    assert "logging.durability" in error and "turn" in error and "event" in error
+    assert "\n" not in error
 
 
 def test_unknown_table_suggests_the_close_match(project: Path) -> None:

@@ -88,9 +88,10 @@ def check_failed_write(root: Path, result: subprocess.CompletedProcess, why: str
     assert why in line and "ouroboros resume" in line, line
     log = read_events(run_dir(root) / EVENTS_FILE)
     assert of_type(log.events, "assistant"), "the run did some work first"
-    if log.torn_line is None:  # the log could take the error: it is there, and the end
-        errors = of_type(log.events, "error")
-        assert errors and errors[-1]["kind"] == "StateError", log.events[-3:]
+    assert log.torn_line is None  # a record the log had no room for is cut off whole
+    errors = of_type(log.events, "error")
+    if errors:  # the log could take the error: it is there, and the end
+        assert errors[-1]["kind"] == "StateError", log.events[-3:]
         assert why in errors[-1]["message"] and log.events[-1]["type"] == "run_end"
 
 
