@@ -3,39 +3,20 @@ one function; errors become one line on stderr and an exit code (2 for usage or 
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import sys
-import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, TypeVar
 
 import typer
-from rich.console import Console
 
 from ouroboros import __version__
-from ouroboros.config import (
-    CONFIG_FILENAME,
-    ContextConfig,
-    LoadedConfig,
-    find_project,
-    load_config,
-    set_config_value,
-)
-from ouroboros.continuation import plan_resume, refusal
 from ouroboros.errors import ConfigError, OuroborosError, UsageError
-from ouroboros.events import EVENTS_FILE, find_run, read_events
-from ouroboros.reload import effect_note, live_holder, request_reload
-from ouroboros.runner import RunHooks, run_agent
-from ouroboros.scaffold import create_project
-from ouroboros.stopping import ignore_late_signals
-from ouroboros.ui.config_view import config_table, override_note, toml_value
-from ouroboros.ui.follow import follow_events
-from ouroboros.ui.plain import format_any, plain_printer, select_types
-from ouroboros.ui.runs import project_runs, runs_view
-from ouroboros.ui.stats import run_stats, stats_view
-from ouroboros.ui.status import run_status, status_view
+
+# Each command imports what it uses, so `--version`, `--help` and the read-only commands start
+# without the runner, httpx or rich.
+if TYPE_CHECKING:
+    from ouroboros.config import ContextConfig, LoadedConfig
+    from ouroboros.runner import RunHooks
 
 app = typer.Typer(
     name="ouroboros",
@@ -101,6 +82,9 @@ def interactive(headless: bool) -> bool:
 def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks:
     """The live dashboard on a terminal (with the thresholds to mark on its gauge), else one
     plain line per event."""
+    from ouroboros.runner import RunHooks
+    from ouroboros.ui.plain import plain_printer
+
     if interactive(headless):
         from ouroboros.ui.live import live_hooks
 
@@ -116,6 +100,8 @@ def stop_for_closed_output(hooks: RunHooks) -> None:
     """Output into a closed pipe (`ouroboros run | head`) stops the run as a stop signal
     does, delivered the same way (from the event loop, not inside the event being printed):
     the stop is recorded, exit 0, and the run can be resumed."""
+    import asyncio
+
     try:
         asyncio.get_running_loop().call_soon(hooks.stop.signal, "SIGPIPE")
     except RuntimeError:  # no run going on
@@ -129,6 +115,8 @@ def flags(**values: Any) -> dict[str, Any]:
 def project_file(config: Path | None) -> Path:
     """The --config file, else the nearest ouroboros.toml upward from here (as git finds its
     repository). Raises ConfigError, saying where it looked, when there is none."""
+    from ouroboros.config import CONFIG_FILENAME, find_project
+
     if config is not None:
         return config
     found = find_project(Path.cwd())
@@ -140,6 +128,8 @@ def project_file(config: Path | None) -> Path:
 
 def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -> LoadedConfig:
     """The config of the project a command is about (see project_file), or exit 2."""
+    from ouroboros.config import load_config
+
     def load() -> LoadedConfig:
         loaded = load_config(project_file(config), overrides or {}, flag_names=RUN_FLAGS)
         loaded.check_state_dir()
@@ -159,6 +149,8 @@ def run(
     headless: bool = HeadlessOption,
 ) -> None:
     """Start a new run of the agent described by ouroboros.toml and SYSTEM_PROMPT.md."""
+    from ouroboros.runner import run_agent
+
     overrides = flags(**{"agent.workspace": workspace, "model.name": model,
                          "model.base_url": base_url, "agent.max_turns": max_turns})
     loaded = load_project(config, overrides)
@@ -184,6 +176,9 @@ def resume(
     """Continue a stopped run from its log, with the flags it started with unless given
     others: after Ctrl+C or SIGTERM, max turns (--max-turns N for N more), task_complete or
     an idle pause (--message "..." for a new instruction), an error or a crash."""
+    from ouroboros.continuation import plan_resume, refusal
+    from ouroboros.runner import run_agent
+
     given = flags(**{"agent.workspace": workspace, "model.name": model,
                      "model.base_url": base_url})
     found = load_project(config)
@@ -202,6 +197,10 @@ def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, A
                ) -> int:
     """Run the harness; its exit code. A stop signal after the run is over is ignored, so
     the code is the one logged. On a terminal, how to continue is said below the dashboard."""
+    import asyncio
+
+    from ouroboros.stopping import ignore_late_signals
+
     ended: list[dict[str, Any]] = []
     shown = hooks.on_event
 
@@ -227,6 +226,8 @@ def init(
                                      file_okay=False),
 ) -> None:
     """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/."""
+    from ouroboros.scaffold import create_project
+
     created = guarded(lambda: create_project(directory))
     for path in created:
         typer.echo(f"created {path}{'/' if path.is_dir() else ''}")
@@ -248,6 +249,11 @@ def config_show(
 ) -> None:
     """Every key, its effective value, where it came from, and what differs from the
     default."""
+    from rich.console import Console
+
+    from ouroboros.config import load_config
+    from ouroboros.ui.config_view import config_table
+
     loaded = guarded(lambda: load_config(config, {}))
     Console().print(config_table(loaded, full=full))
 
@@ -262,6 +268,11 @@ def config_set(
 ) -> None:
     """Set one key in ouroboros.toml, validated first; every comment and other line of the
     file is kept (a commented-out default is uncommented where it is)."""
+    from ouroboros.config import load_config, set_config_value
+    from ouroboros.reload import effect_note, live_holder
+    from ouroboros.ui.config_view import override_note, toml_value
+    from ouroboros.ui.status import run_status
+
     path = guarded(lambda: project_file(config))
     written = guarded(lambda: set_config_value(path, key, value))
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
@@ -280,6 +291,10 @@ def config_set(
 def reload(config: Optional[Path] = ConfigOption) -> None:
     """Ask the running run to end its session early (after a wind-down), so the next session
     starts now with the config as it is on disk (the same as SIGHUP to the harness)."""
+    import socket
+
+    from ouroboros.reload import request_reload
+
     loaded = load_project(config)
     holder = guarded(lambda: request_reload(loaded.state_dir, socket.gethostname()))
     typer.echo(f"asked run {holder.get('run_id')} (pid {holder['pid']}) to end its session: "
@@ -289,6 +304,12 @@ def reload(config: Optional[Path] = ConfigOption) -> None:
 @app.command(short_help="The current or last run: where it is, how full its context.")
 def status(config: Optional[Path] = ConfigOption) -> None:
     """The current or last run: is it running, where it is, how full its context is."""
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+
+    from ouroboros.ui.status import run_status, status_view
+
     loaded = load_project(config)
     found = guarded(lambda: run_status(loaded.state_dir))
     if found is None:
@@ -300,6 +321,12 @@ def status(config: Optional[Path] = ConfigOption) -> None:
 @app.command(short_help="The project's runs: state, sessions, turns, last event.")
 def runs(config: Optional[Path] = ConfigOption) -> None:
     """The project's runs, newest last: started, state, sessions, turns, last event."""
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+
+    from ouroboros.ui.runs import project_runs, runs_view
+
     loaded = load_project(config)
     found = guarded(lambda: project_runs(loaded.state_dir))
     if not found:
@@ -314,6 +341,11 @@ def stats(run_id: Optional[str] = RunIdArgument,
           all_sessions: bool = typer.Option(False, "--all", help="List every session (a "
                                             "long run shows its first and last few).")) -> None:
     """Per-session numbers and a chart of context use over the run's turns."""
+    from rich.console import Console
+
+    from ouroboros.events import read_events
+    from ouroboros.ui.stats import run_stats, stats_view
+
     loaded = load_project(config)
     events = guarded(lambda: read_events(run_log(loaded, run_id)).events)
     context = loaded.config.context
@@ -332,6 +364,10 @@ def logs(
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """A run's events, one readable line each."""
+    from ouroboros.events import read_events
+    from ouroboros.ui.follow import follow_events
+    from ouroboros.ui.plain import format_any, select_types
+
     loaded = load_project(config)
     wanted = guarded(lambda: select_types(types or []))
     path = guarded(lambda: run_log(loaded, run_id))
@@ -394,6 +430,8 @@ def demo(
 
 def demo_directory(keep: Path | None) -> Path:
     """Where the demo project goes: DIR, unless it holds a project other than a demo's."""
+    import tempfile
+
     from ouroboros.demo import DEMO_PROMPT
 
     if keep is None:
@@ -406,6 +444,8 @@ def demo_directory(keep: Path | None) -> Path:
 
 
 def run_log(loaded: LoadedConfig, run_id: str | None) -> Path:
+    from ouroboros.events import EVENTS_FILE, find_run
+
     return find_run(loaded.state_dir, run_id) / EVENTS_FILE
 
 

@@ -1,0 +1,50 @@
+"""What a command loads before it answers: `--version` and `--help` start without the
+runner, httpx, pydantic or rich, and the read-only commands without the runner."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ui_sample import write_sample_run
+
+# Runs the CLI as the `ouroboros` script does, then prints which of these were imported.
+PROBE = """
+import sys
+from ouroboros.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.runner", "ouroboros.client",
+           "ouroboros.session")
+print("loaded:", " ".join(sorted(m for m in watched if m in sys.modules)))
+"""
+
+
+def loaded_by(*args: str, cwd: Path | None = None) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=60)
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("loaded:"), done.stdout + done.stderr
+    return set(line.split()[1:])
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_version_and_help_load_nothing_heavy(args):
+    assert loaded_by(*args) == set()
+
+
+@pytest.mark.parametrize("command", ["status", "runs", "logs"])
+def test_read_only_commands_do_not_load_the_runner(tmp_path, command):
+    (tmp_path / "ouroboros.toml").write_text("")
+    write_sample_run(tmp_path / ".ouroboros", ended=True)
+
+    loaded = loaded_by(command, cwd=tmp_path)
+
+    assert not loaded & {"asyncio", "ouroboros.runner", "ouroboros.client", "ouroboros.session"}
+    if command == "logs":  # plain lines: no rich
+        assert "rich" not in loaded
