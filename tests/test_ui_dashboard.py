@@ -343,3 +343,12 @@ def test_the_live_frame_fits_and_is_redrawn_only_after_a_change(tmp_path):
     assert len(frame) < 24  # one line to spare: the last frame's newline scrolls nothing away
     assert whole_panels(frame) == ["ouroboros", "assistant", "tools", "activity"]
     assert any("WARNING the server sent no token usage" in line for line in frame[:7])
+
+
+def test_a_checkpoint_is_not_shown_as_the_last_thing_the_run_did():
+    state = DashboardState()
+    state.apply({"type": "assistant", "ts": "2026-11-26T08:00:00+00:00", "session": 1,
+                 "turn": 3, "text": "Thinking.", "finish_reason": "stop", "tool_calls": []})
+    state.apply({"type": "checkpoint", "ts": "2026-11-26T08:00:01+00:00", "session": 1,
+                 "turn": 3, "base": 1})
+    assert (state.last_type, state.last_ts) == ("assistant", "2026-11-26T08:00:00+00:00")

@@ -139,7 +139,8 @@ class DashboardState:
             handler(e)
         if t in NOTE_LEVELS:
             self._note(e)
-        self.last_type, self.last_ts = t, e.get("ts", self.last_ts)
+        if t != "checkpoint":  # bookkeeping, not something the run did
+            self.last_type, self.last_ts = t, e.get("ts", self.last_ts)
         return self
 
     def add_text(self, piece: str, now: float) -> DashboardState:

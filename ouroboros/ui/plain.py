@@ -17,7 +17,7 @@ EVENT_TYPES = (
     "token_usage", "context_mask", "context_drop", "wind_down", "session_restart",
     "context_truncation_detected", "context_overflow_recovered", "retry", "security",
     "warning", "error", "idle", "stop_requested", "reload_requested", "config_changed",
-    "session_end", "run_end",
+    "checkpoint", "session_end", "run_end",
 )
 """Every event type the harness writes, in roughly the order a run meets them."""
 
