@@ -15,6 +15,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -136,6 +137,16 @@ class Observation:
     exit_code: int | None = None
     truncated: bool = False
     masked: bool = False
+
+
+def call_arguments(text: str) -> dict[str, Any]:
+    """A tool call's arguments as an object, for describing the call; {} when they are not
+    one (the tool itself reports bad arguments)."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def describe(tool: str, arguments: dict[str, Any], result: ToolResult, obs_id: str,

@@ -17,7 +17,6 @@ tool that did run is not reported interrupted and run again.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Callable
 
@@ -112,7 +111,7 @@ class Replay:
             text = (f"[the full result is no longer on disk; its first line was: "
                     f"{event.get('summary', '')}]")
         result = ToolResult(text, ok=bool(event.get("ok", True)))
-        obs = ctx.describe(call.name, arguments(call.arguments), result, obs_id, call.id)
+        obs = ctx.describe(call.name, ctx.call_arguments(call.arguments), result, obs_id, call.id)
         return {"role": "tool", "tool_call_id": call.id,
                 "content": self.context.admit(obs, text)}
 
@@ -184,10 +183,3 @@ def setting(config: dict[str, Any], table: str, name: str) -> Any:
     model = {"model": ModelConfig, "agent": AgentConfig}[table]
     return model.model_fields[name].get_default(call_default_factory=True)
 
-
-def arguments(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

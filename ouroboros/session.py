@@ -9,7 +9,6 @@ catches all three.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -227,7 +226,7 @@ class Session:
         self.state.session_successes += int(result.ok)
         obs_id = self.context.new_observation_id()
         self.save_observation(obs_id, result.content)
-        obs = ctx.describe(call.name, parse_object(call.arguments), result, obs_id, call.id)
+        obs = ctx.describe(call.name, ctx.call_arguments(call.arguments), result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
         self.append_result(call.id, obs_id, result.content, content)
         self.log.emit("tool_result", id=call.id, name=call.name, ok=result.ok,
@@ -335,10 +334,3 @@ class Session:
         write_snapshot(self.s.run_dir, self.log.seq, self.state.to_dict())
         self.s.journal.reset(self.state, self.log.seq)
 
-
-def parse_object(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

@@ -442,3 +442,13 @@ def test_a_server_that_never_shows_the_model_its_tools_is_believed():
     reading = cm.observe_reply(sent, tools, usage(338), 10)
     assert reading.verdict == "whole"
     assert cm.current_tokens(sent, tools) == 338
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('{"path": "a.md"}', {"path": "a.md"}),
+    ("", {}),
+    ("not json", {}),
+    ('["a list"]', {}),
+])
+def test_call_arguments_are_an_object_or_nothing(text, expected):
+    assert ctx.call_arguments(text) == expected
