@@ -366,7 +366,7 @@ def logs(
     """A run's events, one readable line each."""
     from ouroboros.events import read_events
     from ouroboros.ui.follow import follow_events
-    from ouroboros.ui.plain import format_any, select_types
+    from ouroboros.ui.plain import format_any, listed, select_types
 
     loaded = load_project(config)
     wanted = guarded(lambda: select_types(types or []))
@@ -374,7 +374,7 @@ def logs(
     events = follow_events(path) if follow else guarded(lambda: read_events(path).events)
     try:
         for event in events:
-            if not wanted or event["type"] in wanted:
+            if listed(event["type"], wanted):
                 typer.echo(format_any(event))
     except KeyboardInterrupt:
         pass

@@ -249,6 +249,20 @@ def test_logs_prints_every_event(tmp_path):
     assert any(f"restart -> session 2 ({RESTART_REASON}" in line for line in lines)
 
 
+def test_logs_leaves_out_checkpoints_unless_asked_for_them(tmp_path):
+    config, path = project(tmp_path)
+    log = EventLog(path)
+    log.emit("checkpoint", base=1, state={"total_turns": 7})
+    log.close()
+
+    everything = invoke("logs", "-c", str(config)).output
+    asked = invoke("logs", "--type", "checkpoint", "-c", str(config)).output
+
+    assert "checkpoint" not in everything
+    assert len(everything.splitlines()) == len(read_events(path).events) - 1
+    assert "checkpoint base=1 state={'total_turns': 7}" in asked
+
+
 def test_logs_filters_by_type(tmp_path):
     config, _ = project(tmp_path)
 

@@ -32,6 +32,12 @@ def select_types(types: Iterable[str]) -> set[str]:
     return wanted
 
 
+def listed(event_type: str, wanted: set[str]) -> bool:
+    """Whether `logs` shows an event: those of the types asked for, else all but the
+    bookkeeping `checkpoint` events (shown when asked for by name)."""
+    return event_type in wanted if wanted else event_type != "checkpoint"
+
+
 def one_line(text: str, width: int = 160) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
