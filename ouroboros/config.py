@@ -177,19 +177,17 @@ URL_RULE: Final = ("must be an http:// or https:// URL with a host and a port fr
 
 def is_server_url(url: str) -> bool:
     """Whether a client can connect to `url`: http(s), a host, a port from 1 to 65535, no
-    spaces or control characters (urlsplit silently drops some of those)."""
+    spaces or control characters."""
     import httpx  # on first use: importing this module (`init`) needs no HTTP client
 
     if re.search(r"[\s\x00-\x1f\x7f]", url):
         return False
     try:
-        parts = urlsplit(url)
-        port = parts.port
-        httpx.URL(url)
-    except (ValueError, httpx.InvalidURL):
+        parsed = httpx.URL(url)  # the parser the client will use
+    except httpx.InvalidURL:
         return False
-    return (parts.scheme in ("http", "https") and bool(parts.hostname)
-            and (port is None or 0 < port < 65536))
+    return (parsed.scheme in ("http", "https") and bool(parsed.host)
+            and (parsed.port is None or 0 < parsed.port < 65536))
 
 
 class AgentConfig(_Table):
