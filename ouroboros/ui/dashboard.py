@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
-from ouroboros.ui.plain import describe, one_line
+from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
 
 Level = Literal["info", "warn", "error"]
@@ -139,7 +139,7 @@ class DashboardState:
             handler(e)
         if t in NOTE_LEVELS:
             self._note(e)
-        if t != "checkpoint":  # bookkeeping, not something the run did
+        if t not in BOOKKEEPING:
             self.last_type, self.last_ts = t, e.get("ts", self.last_ts)
         return self
 

@@ -32,10 +32,15 @@ def select_types(types: Iterable[str]) -> set[str]:
     return wanted
 
 
+BOOKKEEPING = frozenset({"checkpoint"})
+"""Event types that record state, not something the run did: `logs` and the dashboard skip
+them unless asked for by name."""
+
+
 def listed(event_type: str, wanted: set[str]) -> bool:
-    """Whether `logs` shows an event: those of the types asked for, else all but the
-    bookkeeping `checkpoint` events (shown when asked for by name)."""
-    return event_type in wanted if wanted else event_type != "checkpoint"
+    """Whether `logs` shows an event: those of the types asked for, else all but
+    bookkeeping."""
+    return event_type in wanted if wanted else event_type not in BOOKKEEPING
 
 
 def one_line(text: str, width: int = 160) -> str:
