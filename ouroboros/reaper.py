@@ -69,9 +69,15 @@ def _read(path: str) -> bytes | None:
         return None
 
 
+def _stat_fields(stat: bytes) -> list[bytes]:
+    """The fields of a `/proc/<pid>/stat` line after the command name in parentheses (which
+    may itself hold spaces and parentheses): state, ppid, pgrp, session, ..."""
+    return stat.rsplit(b")", 1)[-1].split()
+
+
 def session_of(stat: bytes) -> int | None:
-    """The session id in a `/proc/<pid>/stat` line (after the command name in parentheses)."""
-    fields = stat.rsplit(b")", 1)[-1].split()
+    """The session id in a `/proc/<pid>/stat` line."""
+    fields = _stat_fields(stat)
     return int(fields[3]) if len(fields) > 3 else None
 
 
@@ -79,7 +85,7 @@ def is_running(stat: bytes | None) -> bool:
     """Alive and not a zombie: a zombie cannot act any more."""
     if stat is None:
         return False
-    fields = stat.rsplit(b")", 1)[-1].split()
+    fields = _stat_fields(stat)
     return bool(fields) and fields[0] not in (b"Z", b"X")
 
 
@@ -121,7 +127,7 @@ def _own_sessions() -> set[int]:
         stat = _read(f"/proc/{pid}/stat")
         if stat is None:
             break
-        fields = stat.rsplit(b")", 1)[-1].split()
+        fields = _stat_fields(stat)
         sessions.add(int(fields[3]))
         pid = int(fields[1])
     return sessions

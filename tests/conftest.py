@@ -18,6 +18,14 @@ atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 
 @pytest.fixture
+def workspace(tmp_path: Any) -> Any:
+    """An empty directory `ws` for tools to work in (tmp_path holds it, and what's outside)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
 def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
     """A factory: `scripted_server(script, **options)` starts a ScriptedServer on loopback;
     every server it started is stopped when the test ends, pass or fail."""

@@ -16,13 +16,6 @@ Events = list[dict[str, Any]]
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     directory = tmp_path / "outside"
     directory.mkdir()

@@ -15,13 +15,6 @@ Events = list[dict[str, Any]]
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def events() -> Events:
     return []
 

@@ -38,20 +38,18 @@ FINAL_DIR: Ending = "dir"  # open it as a directory
 FINAL_ENTRY: Ending = "entry"  # leave it unopened: its directory's fd and its name
 
 
-class Missing(Exception):
+class _Refused(Exception):
+    def __init__(self, shown: str) -> None:
+        super().__init__(shown)
+        self.shown = shown
+
+
+class Missing(_Refused):
     """A component of the path does not exist; `shown` is the whole path asked for."""
 
-    def __init__(self, shown: str) -> None:
-        super().__init__(shown)
-        self.shown = shown
 
-
-class NotADirectory(Exception):
+class NotADirectory(_Refused):
     """A component that should be a directory is something else; `shown` names it."""
-
-    def __init__(self, shown: str) -> None:
-        super().__init__(shown)
-        self.shown = shown
 
 
 @dataclass

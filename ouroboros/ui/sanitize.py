@@ -42,9 +42,3 @@ def neutralise_all(value: T) -> T:
     if isinstance(value, list):
         return [neutralise_all(item) for item in value]  # type: ignore[return-value]
     return value
-
-
-def is_clean(text: str) -> bool:
-    """Whether `text` holds no control character a terminal would act on."""
-    return not any(ord(char) in _VISIBLE for char in text)
-
