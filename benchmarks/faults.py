@@ -142,6 +142,14 @@ def wait_for(condition: Callable[[], Any], process: subprocess.Popen[str]) -> No
     raise RuntimeError("the fault point never came")
 
 
+def wait_until_held(root: Path, agent: BenchAgent, process: subprocess.Popen[str]) -> None:
+    """Until the agent's held tool call has started, or else its held request has come."""
+    if agent.hold_tool_at:
+        wait_for(lambda: (root / "workspace" / "held_tool").exists(), process)
+    else:
+        wait_for(lambda: agent.calls >= agent.hold_request_at, process)
+
+
 def stop_by_sigterm(process: subprocess.Popen[str]) -> float:
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
@@ -214,12 +222,10 @@ def sigterm(name: str, *, hold_tool_at: int = 0, hold_request_at: int = 0,
             agent.server = server
             config, expected = make_project(root, server.base_url, parts)
             process = start(root, "run")
-            if hold_tool_at:
-                wait_for(lambda: (root / "workspace" / "held_tool").exists(), process)
-            elif outage_at:
+            if outage_at:
                 wait_for(lambda: any(e["type"] == "retry" for e in events(root)), process)
             else:
-                wait_for(lambda: agent.calls >= hold_request_at, process)
+                wait_until_held(root, agent, process)
             time.sleep(0.2)  # well inside the wait
             stop = stop_by_sigterm(process)
             kill_held(root)
@@ -248,10 +254,7 @@ def kill_9(name: str, *, hold_tool_at: int = 0, hold_request_at: int = 0,
             agent.server = server
             config, expected = make_project(root, server.base_url, parts)
             process = start(root, "run")
-            if hold_tool_at:
-                wait_for(lambda: (root / "workspace" / "held_tool").exists(), process)
-            else:
-                wait_for(lambda: agent.calls >= hold_request_at, process)
+            wait_until_held(root, agent, process)
             process.kill()
             process.wait()
             kill_held(root)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,18 @@ def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
     return subprocess.run(
         [sys.executable, "-m", "ouroboros", *args], cwd=cwd, env=env or clean_env(),
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def run_dir(project: Path) -> Path:
+    """The directory of the project's latest run."""
+    return project / ".ouroboros" / "runs" / list_runs(project / ".ouroboros")[-1]
+
+
+def parts_recorded(project: Path) -> Counter[str]:
+    """How often each part is in the demo task's results.txt (tests/crash_helpers.py)."""
+    path = project / "workspace" / "results.txt"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter(line.split(":")[0] for line in lines)
 
 
 def run_events(project: Path, run_id: str | None = None) -> list[dict[str, Any]]:

@@ -11,14 +11,15 @@ import pytest
 
 from tests.ui_sample import write_sample_run
 
-# Runs the CLI as the `ouroboros` script does, then prints which of these were imported.
+# Runs the CLI as the `ouroboros` script does, then prints which of these were imported (a
+# command that failed early would load nothing and prove nothing: it fails the probe).
 PROBE = """
 import sys
 from ouroboros.cli import main
 try:
     main()
-except SystemExit:
-    pass
+except SystemExit as exit:
+    assert not exit.code, f"the command failed: exit {exit.code}"
 watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.runner", "ouroboros.client",
            "ouroboros.session")
 print("loaded:", " ".join(sorted(m for m in watched if m in sys.modules)))
@@ -28,7 +29,7 @@ print("loaded:", " ".join(sorted(m for m in watched if m in sys.modules)))
 def loaded_by(*args: str, cwd: Path | None = None) -> set[str]:
     done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
                           text=True, cwd=cwd, timeout=60)
-    line = done.stdout.strip().splitlines()[-1]
+    line = (done.stdout.strip().splitlines() or [""])[-1]
     assert line.startswith("loaded:"), done.stdout + done.stderr
     return set(line.split()[1:])
 

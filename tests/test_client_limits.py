@@ -3,7 +3,6 @@ against streams that take their time (respx, in-process; tests/faults/ does it o
 sockets through the real command)."""
 
 import asyncio
-import json
 import time
 
 import httpx
@@ -13,6 +12,7 @@ import respx
 from ouroboros.client import ChatClient
 from ouroboros.errors import TransientModelError
 from ouroboros.reply_limits import ReplyLimits, ReplyWatch, describe_bytes, max_reply_bytes
+from ouroboros.scripted import frame
 
 BASE = "http://127.0.0.1:11434"
 CHAT = f"{BASE}/v1/chat/completions"
@@ -73,10 +73,6 @@ def test_bytes_count_up_to_the_limit():
 
 
 # ---- the client against slow streams ------------------------------------------------------
-
-
-def frame(payload) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 def text_chunk(text, finish=None):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ouroboros.client import ChatClient
-from ouroboros.config import load_config
+from ouroboros.config import ContextConfig, load_config
 from ouroboros.context import ContextManager
 from ouroboros.events import EVENTS_FILE, read_events, read_snapshot
 from ouroboros.journal import Journal, apply_delta, replay
@@ -114,8 +114,6 @@ def test_a_step_writes_what_it_changed_not_the_conversation(tmp_path, scripted_s
 def test_masking_and_dropped_turns_are_logged_as_kept_ranges():
     """The pure part: a conversation changed other than by appending is described as the
     ranges of the old one it keeps, and the messages that replace the rest."""
-    from ouroboros.config import ContextConfig
-
     context = ContextManager.create(8192, "test", 512, ContextConfig())
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"},
                 {"role": "assistant", "content": "a"}, {"role": "tool", "tool_call_id": "c",

@@ -19,10 +19,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ouroboros.protocols import Message
 from ouroboros.scripted import Reply
+from tests.crash_helpers import wait_for
 from tests.helpers import clean_env, make_project
 
 STEP = re.compile(r"echo (part_\d+) >> parts\.txt")
@@ -100,16 +101,11 @@ def start(root: Path, *args: str) -> subprocess.Popen[str]:
                             text=True)
 
 
-def wait_for(condition: Callable[[], Any], what: str, process: subprocess.Popen[str],
-             timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        if process.poll() is not None:
-            raise AssertionError(f"the process exited ({process.returncode}) before {what}")
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+def held_pid(root: Path, process: subprocess.Popen[str]) -> int:
+    """Wait until the held step's shell has written its pid (`hold_part`), and return it."""
+    held = root / "workspace" / "held.pid"
+    return int(wait_for(lambda: held.exists() and held.read_text().strip(),
+                        "the held tool call", process))
 
 
 def stop_and_time(process: subprocess.Popen[str], *signals: signal.Signals,
@@ -123,12 +119,6 @@ def stop_and_time(process: subprocess.Popen[str], *signals: signal.Signals,
             process.send_signal(sig)
     process.wait(timeout=30)
     return time.monotonic() - started
-
-
-def kill(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def log_text(root: Path) -> str:

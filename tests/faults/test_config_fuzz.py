@@ -289,7 +289,6 @@ def test_real_processes_agree(tmp_path):
     assert not failures, "\n".join(failures)
 
 
-
 @pytest.mark.parametrize("url", ["http://127.0.0.1:11434", "https://ollama.example.com",
                                  "http://[::1]:8080", "http://user:pw@gpu:65535/prefix"])
 def test_a_server_url_a_client_can_reach_is_accepted(url):

@@ -16,31 +16,28 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
-from ouroboros.events import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
+from ouroboros.events import EVENTS_FILE, SNAPSHOT_FILE, read_events
 from ouroboros.scripted import Fault
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
-from tests.helpers import clean_env, of_type, ouroboros
+from tests.helpers import clean_env, of_type, ouroboros, parts_recorded, run_dir
 
 PARTS = 3
 MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
 BIG_PART = 3000  # characters per data file: the snapshot grows by about that per part read
 
 
-def run_dir(root: Path) -> Path:
-    return root / ".ouroboros" / "runs" / list_runs(root / ".ouroboros")[-1]
-
-
-def parts_recorded(root: Path) -> Counter[str]:
-    path = root / "workspace" / "results.txt"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return Counter(line.split(":")[0] for line in lines)
+def counting_server(scripted_server) -> tuple[CountingAgent, Any]:
+    """The demo agent for PARTS parts, and the scripted server it answers from (and injects
+    its faults into)."""
+    agent = CountingAgent(PARTS)
+    server = agent.server = scripted_server(agent)
+    return agent, server
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -97,9 +94,7 @@ def check_failed_write(root: Path, result: subprocess.CompletedProcess, why: str
 
 def test_a_file_size_limit_ends_the_run_with_one_line_and_resume_finishes(tmp_path,
                                                                          scripted_server):
-    agent = CountingAgent(PARTS)
-    server = scripted_server(agent)
-    agent.server = server
+    _, server = counting_server(scripted_server)
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
                                     chars_per_part=BIG_PART)
 
@@ -127,9 +122,7 @@ def tmpfs(path: Path, size: str) -> Iterator[None]:
 
 def test_a_full_disk_ends_the_run_with_one_line_and_resume_finishes(tmp_path,
                                                                    scripted_server):
-    agent = CountingAgent(PARTS)
-    server = scripted_server(agent)
-    agent.server = server
+    _, server = counting_server(scripted_server)
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
                                     chars_per_part=BIG_PART)
     state_dir = tmp_path / ".ouroboros"
@@ -189,9 +182,7 @@ def tree_bytes(path: Path) -> dict[str, bytes]:
 
 
 def test_a_read_only_state_dir_is_one_line_and_changes_nothing(tmp_path, scripted_server):
-    agent = CountingAgent(PARTS)
-    server = scripted_server(agent)
-    agent.server = server
+    agent, server = counting_server(scripted_server)
     expected = stopped_run(tmp_path, server, agent)
     config = str(tmp_path / "ouroboros.toml")
     state_dir = tmp_path / ".ouroboros"
@@ -215,9 +206,7 @@ def test_output_into_a_closed_pipe_stops_the_run_gracefully_and_resumably(tmp_pa
                                                                           scripted_server):
     """`ouroboros run --headless | head -2`: the run stops as if by one Ctrl+C (the stop is
     recorded, exit 0), says nothing more, and resume finishes the task."""
-    agent = CountingAgent(PARTS)
-    server = scripted_server(agent)
-    agent.server = server
+    _, server = counting_server(scripted_server)
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS)
     command = (f"{sys.executable} -m ouroboros run --config {config} --headless | head -2; "
                "exit ${PIPESTATUS[0]}")

@@ -12,15 +12,16 @@ from collections import Counter
 import pytest
 
 from ouroboros.scripted import Fault
+from ouroboros.ui.dashboard import parse_ts
+from tests.crash_helpers import kill
 from tests.faults.parts_agent import (
     PartsAgent,
     expected_parts,
-    kill,
+    held_pid,
     log_text,
     parts_project,
     start,
     stop_and_time,
-    wait_for,
 )
 from tests.helpers import of_type, ouroboros, run_events
 
@@ -44,9 +45,8 @@ def test_a_run_stopped_during_a_tool_call_resumes_without_losing_or_redoing_work
     server = scripted_server(PartsAgent(4, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
     process = start(tmp_path, "run", "--config", str(config))
-    held = tmp_path / "workspace" / "held.pid"
     try:
-        wait_for(lambda: held.exists() and held.read_text().strip(), "the held call", process)
+        held_pid(tmp_path, process)
         stop_and_time(process, sig)
     finally:
         kill(process)
@@ -153,12 +153,7 @@ def test_idle_turns_back_off_before_the_continue_message(tmp_path, scripted_serv
 
 
 def seconds_between(a: dict, b: dict) -> float:
-    from datetime import datetime
-
-    def at(e: dict) -> float:
-        return datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
-
-    return at(b) - at(a)
+    return (parse_ts(b["ts"]) - parse_ts(a["ts"])).total_seconds()
 
 
 def test_a_run_that_failed_resumes(tmp_path, scripted_server):

@@ -11,7 +11,7 @@ from tests.faults.servers import FAULTS, run_against, start
 from tests.helpers import of_type, run_events
 
 
-def survived_with_one_retry(project, server, result) -> dict:
+def survived_with_one_retry(project, result) -> dict:
     """The run went on after the failed attempt and ended normally; the first retry event."""
     assert result.returncode == 0, result.stderr + result.stdout
     assert "Traceback" not in result.stderr
@@ -34,7 +34,7 @@ def test_a_reply_that_never_ends_is_cut_at_its_bound_and_retried(tmp_path, fault
     with start(fault) as server:
         result = run_against(tmp_path, server, FAULTS[fault].model, timeout=20)
 
-    retry = survived_with_one_retry(tmp_path, server, result)
+    retry = survived_with_one_retry(tmp_path, result)
     assert reason in retry["error"]
     assert any(line.split(" t1 ", 1)[-1].startswith("retry 1 in ") and reason in line
                for line in result.stdout.splitlines()), result.stdout
@@ -47,7 +47,7 @@ def test_a_reply_past_max_tokens_is_cut_at_its_size_bound_and_never_stored(tmp_p
     with start("huge") as server:  # 8 MB of text, where max_output_tokens is 64
         result = run_against(tmp_path, server, FAULTS["huge"].model)
 
-    retry = survived_with_one_retry(tmp_path, server, result)
+    retry = survived_with_one_retry(tmp_path, result)
     assert "the reply exceeded 1.03 MB (model.max_reply_bytes)" in retry["error"]
     run_dir = next((tmp_path / ".ouroboros" / "runs").iterdir())
     assert (run_dir / "events.jsonl").stat().st_size < 100_000

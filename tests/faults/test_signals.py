@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from ouroboros.scripted import Fault, Reply
+from tests.crash_helpers import kill, wait_for
 from tests.faults.parts_agent import (
     PartsAgent,
-    kill,
+    held_pid,
     log_text,
     parts_project,
     start,
     stop_and_time,
-    wait_for,
 )
 from tests.faults.servers import Status, Trickle, start_server
 from tests.helpers import of_type, run_events
@@ -88,10 +88,8 @@ def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_
     server = scripted_server(PartsAgent(3, hold_part=1))
     config = parts_project(tmp_path, server.base_url)
     process = start(tmp_path, "run", "--config", str(config))
-    held = tmp_path / "workspace" / "held.pid"
     try:
-        wait_for(held.exists, "the held tool call", process)
-        wait_for(lambda: held.read_text().strip(), "its pid", process)
+        group = held_pid(tmp_path, process)
         signals = (signal.SIGINT, signal.SIGINT) if gap else (signal.SIGINT,)
         elapsed = stop_and_time(process, *signals, gap=gap)
     finally:
@@ -100,7 +98,7 @@ def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_
     # after the end is recorded it changes nothing
     end = check_stopped(tmp_path, process, elapsed,
                         ("interrupted", "interrupted_now") if gap else ("interrupted",))
-    assert not live_members(int(held.read_text())), "the command's process group is gone"
+    assert not live_members(group), "the command's process group is gone"
     results = logged(tmp_path, "tool_result")
     assert results[-1]["interrupted"] is True and results[-1]["name"] == "shell_exec"
     assert end["total_turns"] == 1

@@ -14,7 +14,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator
@@ -28,7 +27,6 @@ from ouroboros.events import (
     EVENTS_FILE,
     SNAPSHOT_FILE,
     EventLog,
-    list_runs,
     read_events,
     write_snapshot,
 )
@@ -38,7 +36,7 @@ from ouroboros.resume import observation_reader, recover
 from ouroboros.state import RunState
 from ouroboros.scripted import Fault, ScriptedServer
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
-from tests.helpers import clean_env, of_type
+from tests.helpers import clean_env, of_type, parts_recorded, run_dir
 
 PARTS = 3
 MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
@@ -58,13 +56,6 @@ def genuine(tmp_path_factory) -> Iterator[tuple[Path, str]]:
         assert result.returncode == 1, result.stderr
         assert run_dir(root).joinpath(SNAPSHOT_FILE).is_file()
         yield root, expected
-    assert result.returncode == 1, result.stderr
-    assert run_dir(root).joinpath(SNAPSHOT_FILE).is_file()
-    return root, expected
-
-
-def run_dir(root: Path) -> Path:
-    return root / ".ouroboros" / "runs" / list_runs(root / ".ouroboros")[-1]
 
 
 def ouroboros_all(commands: list[tuple[str, Path]]) -> list[subprocess.CompletedProcess[str]]:
@@ -113,12 +104,6 @@ SNAPSHOT_DAMAGE: dict[str, Damage] = {
     "no snapshot, no observations": lambda run: (
         (run / SNAPSHOT_FILE).unlink(), shutil.rmtree(run / "observations")),
 }
-
-
-def parts_recorded(root: Path) -> Counter[str]:
-    path = root / "workspace" / "results.txt"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return Counter(line.split(":")[0] for line in lines)
 
 
 def test_a_damaged_snapshot_is_rebuilt_from_the_log_and_the_run_finishes(genuine, tmp_path):
