@@ -247,16 +247,16 @@ class ChatClient:
                 result = await self._exchange(body, on_text, watch, timer)
         except TimeoutError:
             raise TransientModelError(
-                f"the model server at {self.base_url} was too slow: {watch.broken_bound()}"
+                f"{self.server} was too slow: {watch.broken_bound()}"
             ) from None
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise self.unreachable() from exc
         except httpx.TimeoutException as exc:
-            raise TransientModelError(f"the model server at {self.base_url} sent nothing in "
+            raise TransientModelError(f"{self.server} sent nothing in "
                                       f"time ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise TransientModelError(
-                f"the connection to the model server at {self.base_url} broke: "
+                f"the connection to {self.server} broke: "
                 f"{type(exc).__name__}: {exc or 'no details'}"
             ) from exc
         calls = assign_call_ids(result.tool_calls, set(wire.call_ids))
@@ -347,13 +347,13 @@ class ChatClient:
 
     def _malformed(self, reason: str, payload: str) -> TransientModelError:
         return TransientModelError(
-            f"the model server at {self.base_url} sent a malformed chunk ({reason}): "
+            f"{self.server} sent a malformed chunk ({reason}): "
             f"{payload[:120]!r}"
         )
 
     def _oversize(self, watch: ReplyWatch) -> TransientModelError:
         return TransientModelError(
-            f"the model server at {self.base_url} sent too much: {watch.oversize()}; "
+            f"{self.server} sent too much: {watch.oversize()}; "
             f"a server that honours max_tokens ({self.max_output_tokens}) stays far below it"
         )
 
@@ -392,14 +392,14 @@ class ChatClient:
         overflow = _is_overflow(lowered, code)
         if status in (401, 403):
             return AuthError(
-                f"the model server at {self.base_url} refused the request ({said}); put the API "
+                f"{self.server} refused the request ({said}); put the API "
                 "key in an environment variable and name it in model.api_key_env"
             )
         if is_transient_status(status) and not overflow:
             reason = "is rate limiting us" if status == 429 else "failed"
             wait = "" if retry_after is None else f"; it asked to wait {retry_after:g} s"
             return TransientModelError(
-                f"the model server at {self.base_url} {reason} ({said}){wait}",
+                f"{self.server} {reason} ({said}){wait}",
                 retry_after=retry_after)
         if status in (405, 501):
             return self.not_an_llm_server(f"POST {CHAT_PATH} answered {status} ({message})")
@@ -413,7 +413,7 @@ class ChatClient:
         if status == 404 or ("not found" in lowered and "model" in lowered):
             return await self.missing_model(f" ({said})")
         return PermanentModelError(
-            f"the model server at {self.base_url} rejected the request ({said})"
+            f"{self.server} rejected the request ({said})"
         )
 
     def not_an_llm_server(self, evidence: str) -> NotAnLLMServerError:
@@ -513,7 +513,7 @@ class ChatClient:
     async def missing_model(self, said: str = "") -> ModelNotFoundError:
         """The error for a model the server does not have, with the ones it has."""
         return ModelNotFoundError(
-            f"the model server at {self.base_url} has no model {self.model!r}{said}; "
+            f"{self.server} has no model {self.model!r}{said}; "
             f"{await self._available_models()}; "
             f"{hint(await self.detect_kind(), 'model_not_found', self.model)}"
         )
@@ -536,16 +536,21 @@ class ChatClient:
         except (httpx.HTTPError, ValueError):
             return None
 
+    @property
+    def server(self) -> str:
+        """How errors name the server."""
+        return f"the model server at {self.base_url}"
+
     def unreachable(self) -> ServerUnreachableError:
         kind = self.server_kind or kind_from_url(self.base_url)
         return ServerUnreachableError(
-            f"cannot reach the model server at {self.base_url}: "
+            f"cannot reach {self.server}: "
             f"{hint(kind, 'unreachable', self.model)}"
         )
 
     def _empty_stream(self, what: str) -> EmptyStreamError:
         return EmptyStreamError(
-            f"the model server at {self.base_url} answered 200 with an empty stream ({what}); "
+            f"{self.server} answered 200 with an empty stream ({what}); "
             "llama.cpp does this when the prompt is longer than its context"
         )
 

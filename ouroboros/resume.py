@@ -67,27 +67,27 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     if version > FORMAT_VERSION:
         raise UsageError(f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
                          f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it")
-    state, seq, rebuilt = saved_state(run_dir, policy, events)
+    read = observation_reader(run_dir)
+    state, seq, rebuilt = saved_state(run_dir, policy, events, read)
     if state is None:
-        state, seq = rebuild_state(events, run_dir.name, policy, system_prompt,
-                                   observation_reader(run_dir))
+        state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
     else:
-        seq = restore_results(state, events, seq, observation_reader(run_dir))
+        seq = restore_results(state, events, seq, read)
     started = started_ids(events, seq)
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
     return Recovered(state, events[-1]["seq"], interrupted, log.torn_line, log.valid_bytes,
                      recorded_config(events), rebuilt)
 
 
-def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any]]
-                ) -> tuple[RunState | None, int, str | None]:
+def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any]],
+                read: Callable[[str], str | None]) -> tuple[RunState | None, int, str | None]:
     """The snapshot's state brought forward by the checkpoints logged after it, and the seq
     it is now as of; (None, 0, why) when it has to be rebuilt."""
     try:
         snapshot = read_snapshot(run_dir)
         if snapshot is None:
             return None, 0, f"{SNAPSHOT_FILE} is missing"
-        state, seq = replay(snapshot, events, observation_reader(run_dir))
+        state, seq = replay(snapshot, events, read)
         return RunState.from_dict(state, policy), seq, None
     except DamagedSnapshot as damage:
         return None, 0, f"{SNAPSHOT_FILE} {damage}"

@@ -29,6 +29,7 @@ from ouroboros.errors import (
 )
 from ouroboros.events import (
     EVENTS_FILE,
+    FORMAT_VERSION,
     Durability,
     EventLog,
     find_run,
@@ -186,7 +187,7 @@ class Runner:
                              context)
             log = open_log(run_dir, hooks, seq=0, state=state, guard=guard,
                            durability=cfg.logging.durability)
-            log.emit("run_start", format_version=1, run_id=run_dir.name, version=__version__,
+            log.emit("run_start", format_version=FORMAT_VERSION, run_id=run_dir.name, version=__version__,
                      pid=os.getpid(), config=loaded.redacted(), flags=flags,
                      **sandbox_fields(guard))
             log.emit("session_start", context_limit=context.limit,
