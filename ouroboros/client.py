@@ -51,8 +51,8 @@ from ouroboros.sse import (
     parse_usage,
 )
 from ouroboros.tally import encode_json, wire_messages
+from ouroboros.urls import normalize_base_url
 
-DEFAULT_PORT = 11434
 CHAT_PATH = "/v1/chat/completions"
 JSON_CONTENT = {"Content-Type": "application/json"}
 DRAIN_SECS = 1.0  # after [DONE]: how long to wait for the body's end, to reuse the connection
@@ -72,28 +72,6 @@ _OVERFLOW_PHRASES = (
     "too many tokens",
     "exceeds the available context",
 )
-
-
-def normalize_base_url(url: str) -> str:
-    """The server's root URL, as Ollama reads OLLAMA_HOST.
-
-    `localhost:11434` -> `http://localhost:11434`; `0.0.0.0` -> `http://127.0.0.1:11434`
-    (no scheme means Ollama's default port); `http://host:8080/v1/` -> `http://host:8080`.
-    """
-    url = url.strip()
-    had_scheme = "://" in url
-    parsed = httpx.URL(url if had_scheme else f"http://{url}")
-    host = parsed.host or "127.0.0.1"
-    if host in ("0.0.0.0", "::"):
-        host = "127.0.0.1"
-    port = parsed.port if parsed.port is not None or had_scheme else DEFAULT_PORT
-    path = parsed.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None:
-        netloc = f"{netloc}:{port}"
-    return f"{parsed.scheme}://{netloc}{path.rstrip('/')}"
 
 
 def client_settings(model: ModelConfig) -> dict[str, Any]:

@@ -19,8 +19,6 @@ import json
 import math
 import os
 import re
-import stat
-import tempfile
 import textwrap
 import tomllib
 from collections.abc import Mapping
@@ -46,7 +44,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 from tomlkit.exceptions import TOMLKitError
 
+from ouroboros.atomic import write_atomically
 from ouroboros.errors import ConfigError
+from ouroboros.urls import URL_RULE, BadURL, is_server_url, normalize_base_url
 
 CONFIG_FILENAME: Final = "ouroboros.toml"
 DEFAULT_PROJECT_FILE: Final = Path(CONFIG_FILENAME)
@@ -169,25 +169,6 @@ class ModelConfig(_Table):
                 "not the key itself",
             )
         return value
-
-
-URL_RULE: Final = ("must be an http:// or https:// URL with a host and a port from 1 to 65535, "
-                   "like http://127.0.0.1:11434")
-
-
-def is_server_url(url: str) -> bool:
-    """Whether a client can connect to `url`: http(s), a host, a port from 1 to 65535, no
-    spaces or control characters."""
-    import httpx  # on first use: importing this module (`init`) needs no HTTP client
-
-    if re.search(r"[\s\x00-\x1f\x7f]", url):
-        return False
-    try:
-        parsed = httpx.URL(url)  # the parser the client will use
-    except httpx.InvalidURL:
-        return False
-    return (parsed.scheme in ("http", "https") and bool(parsed.host)
-            and (parsed.port is None or 0 < parsed.port < 65536))
 
 
 class AgentConfig(_Table):
@@ -644,7 +625,7 @@ def _env_layer(env: Mapping[str, str]) -> _Layer:
     layer: _Layer = {}
     host = env.get("OLLAMA_HOST", "").strip()
     if host:
-        layer["model.base_url"] = (normalize_ollama_host(host), "environment OLLAMA_HOST")
+        layer["model.base_url"] = (_ollama_host_url(host), "environment OLLAMA_HOST")
     for name, text in sorted(env.items()):
         if not name.startswith(ENV_PREFIX):
             continue
@@ -660,6 +641,13 @@ def _env_layer(env: Mapping[str, str]) -> _Layer:
         value = _coerce(key, text, f"from environment variable {name}")
         layer[key] = (value, f"environment {name}")
     return layer
+
+
+def _ollama_host_url(host: str) -> str:
+    try:
+        return normalize_base_url(host)
+    except BadURL:  # left for the URL check to name
+        return host
 
 
 def _flag_layer(flags: Mapping[str, Any], flag_names: Mapping[str, str]) -> _Layer:
@@ -695,33 +683,6 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     if key in _PATH_KEYS and value:
         value = os.path.abspath(os.path.expanduser(value))  # typed by someone in the cwd
     return value
-
-
-def normalize_ollama_host(value: str) -> str:
-    """OLLAMA_HOST as Ollama reads it, as a base_url.
-
-    "0.0.0.0" -> "http://127.0.0.1:11434", "gpu:8080" -> "http://gpu:8080",
-    "https://ollama.example.com" -> unchanged (a URL with a scheme keeps its own default port).
-    """
-    text = value.strip()
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        scheme, rest = "http", text
-    hostport, slash, path = rest.partition("/")
-    if hostport.startswith("["):
-        host, _, after = hostport.partition("]")
-        host, port = host + "]", after.removeprefix(":")
-    elif hostport.count(":") == 1:
-        host, port = hostport.split(":")
-    elif hostport.count(":") > 1:
-        host, port = f"[{hostport}]", ""
-    else:
-        host, port = hostport, ""
-    if host in ("", "0.0.0.0", "[::]"):
-        host = "127.0.0.1"
-    if not port and not sep:
-        port = "11434"
-    return f"{scheme}://{host}" + (f":{port}" if port else "") + (f"/{path}" if path else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -922,7 +883,10 @@ def set_config_value(
         raise ConfigError(
             f"cannot set {key} in {shown} without rewriting its layout; set it by hand"
         ) from None
-    _write_atomically(path.resolve(), text)
+    try:
+        write_atomically(path.resolve(), text)
+    except OSError as error:
+        raise ConfigError(f"cannot write config file {path}: {error.strerror}") from None
     return value
 
 
@@ -1033,24 +997,6 @@ def _parse_toml_value(raw: str) -> Any:
     except tomllib.TOMLDecodeError:
         return raw
     return doc["value"] if set(doc) == {"value"} else raw
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    mode = stat.S_IMODE(path.stat().st_mode)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except OSError as error:
-        Path(temp).unlink(missing_ok=True)
-        raise ConfigError(f"cannot write config file {path}: {error.strerror}") from None
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def render_template() -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from ouroboros.client import normalize_base_url
+from ouroboros.urls import normalize_base_url
 
 UNKNOWN_SERVER_DEFAULT = 4096
 
@@ -45,10 +45,11 @@ _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
 
 def same_model(a: str, b: str) -> bool:
     """`llama3.2` and `llama3.2:latest` name the same model."""
-    return _with_tag(a) == _with_tag(b)
+    return with_tag(a) == with_tag(b)
 
 
-def _with_tag(name: str) -> str:
+def with_tag(name: str) -> str:
+    """A model name with its tag: `llama3.2` -> `llama3.2:latest`, as Ollama lists it."""
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
 
 

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
+from ouroboros.atomic import write_atomically
 from ouroboros.errors import StateError, UsageError
 
 FORMAT_VERSION = 1
@@ -204,30 +205,12 @@ def iter_events(path: Path) -> Iterator[dict[str, Any]]:
     yield from read_events(path).events
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write a file so that a crash leaves either the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with cannot_write(path):
-        try:
-            with tmp.open("w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-
 def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any]) -> None:
     """Save the run's state as of event `seq`; resume starts from the latest snapshot."""
     snapshot = {"format_version": SNAPSHOT_FORMAT_VERSION, "seq": seq, "state": state}
-    write_atomically(run_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
+    path = run_dir / SNAPSHOT_FILE
+    with cannot_write(path):
+        write_atomically(path, json.dumps(snapshot, ensure_ascii=False))
 
 
 class DamagedSnapshot(Exception):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
-from ouroboros.discovery import same_model
+from ouroboros.discovery import same_model, with_tag
 from ouroboros.protocols import Message, Usage
 from ouroboros.scripted_tokens import TOKENIZERS, ServerTokenizer
 
@@ -636,8 +636,8 @@ class ScriptedServer:
     def _tags(self) -> list[dict[str, Any]]:
         return [
             {
-                "name": _tagged(name),
-                "model": _tagged(name),
+                "name": with_tag(name),
+                "model": with_tag(name),
                 "modified_at": "2025-01-01T00:00:00Z",
                 "size": 2019393189,
                 "digest": hashlib.sha256(name.encode()).hexdigest(),
@@ -655,7 +655,7 @@ class ScriptedServer:
             return 200, {"models": self._tags()}
         if path == "/v1/models":
             data = [
-                {"id": _tagged(name), "object": "model", "created": 0, "owned_by": "library"}
+                {"id": with_tag(name), "object": "model", "created": 0, "owned_by": "library"}
                 for name in self.models
             ]
             return 200, {"object": "list", "data": data}
@@ -711,10 +711,6 @@ class ScriptedServer:
             return 200, {"count": count}
         max_model_len = self.context_length or TRAINED_CONTEXT
         return 200, {"count": count, "max_model_len": max_model_len, "tokens": list(range(count))}
-
-
-def _tagged(name: str) -> str:
-    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
 
 
 class _HTTPServer(ThreadingHTTPServer):

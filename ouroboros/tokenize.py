@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import httpx
 
-from ouroboros.client import normalize_base_url
+from ouroboros.urls import normalize_base_url
 
 
 @dataclass(frozen=True)

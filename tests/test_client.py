@@ -7,7 +7,8 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.client import ChatClient, error_details, normalize_base_url
+from ouroboros.client import ChatClient, error_details
+from ouroboros.urls import normalize_base_url
 from ouroboros.errors import (
     AuthError,
     ContextOverflowError,

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ouroboros.urls import normalize_base_url
+
 from ouroboros.config import (
     DEFAULT_BLOCKED_PATTERNS,
     DEFAULT_USER_FILE,
@@ -17,7 +19,6 @@ from ouroboros.config import (
     effective_items,
     env_var_for,
     load_config,
-    normalize_ollama_host,
     render_template,
     set_config_value,
 )
@@ -198,7 +199,7 @@ def test_home_config_is_the_user_file_without_xdg(tmp_path: Path) -> None:
     ],
 )
 def test_ollama_host_forms(host: str, url: str) -> None:
-    assert normalize_ollama_host(host) == url
+    assert normalize_base_url(host) == url
     loaded = load_config(env={"OLLAMA_HOST": host}, user_file=None)
     assert loaded.config.model.base_url == url
     assert loaded.sources["model.base_url"] == "environment OLLAMA_HOST"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ouroboros.tokens import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.events import read_events
 import pytest
 
@@ -123,7 +124,7 @@ def test_streamed_text_and_its_rate(tmp_path):
     assert state.streaming and state.text == "Let me look at the failing test."
     assert state.tokens_per_sec is None  # too early to tell
     state.add_text("x" * 68, now=101.0)
-    assert state.tokens_per_sec == (7 + 25 + 68) / 4 / 1.0
+    assert state.tokens_per_sec == (7 + 25 + 68) / DEFAULT_CHARS_PER_TOKEN / 1.0
 
     state.apply(upto(events, "assistant", 3)[-1])
     state.apply(upto(events, "token_usage", 3)[-1])

@@ -19,10 +19,10 @@ import os
 import posixpath
 import stat
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from ouroboros.atomic import replace_in
 from ouroboros.protocols import ToolResult
 from ouroboros.tools.excerpt import Excerpt, LineScanner, excerpt_note
 from ouroboros.tools.safety import PathEscape, SecurityHook
@@ -76,34 +76,6 @@ def scan(fd: int, size: int, scanner: LineScanner, clock: Callable[[], float] = 
         done += len(chunk)
         scanner.feed(chunk)
     return True
-
-
-def write_atomically(directory: int, name: str, data: bytes) -> None:
-    """Write `data` to a temporary file in the directory fd `directory`, then rename it over
-    `name` there, keeping the permissions of the file it replaces."""
-    temporary = f".ouroboros-{uuid.uuid4().hex[:12]}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(temporary, flags, 0o666, dir_fd=directory)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            try:
-                mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
-            except FileNotFoundError:
-                mode = None
-            if mode is not None and stat.S_ISREG(mode):
-                os.fchmod(fd, stat.S_IMODE(mode))
-        finally:
-            os.close(fd)
-        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
-    except BaseException:
-        try:
-            os.unlink(temporary, dir_fd=directory)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def describe_entry(entry: os.DirEntry[str], directory: int) -> str:
@@ -299,7 +271,7 @@ class FileWrite(_WorkspaceTool):
                 if found.name is None or _is_directory(found.fd, found.name):
                     raise _Refusal(f"{shown_path} is a directory; give the path of a file to "
                                    "write")
-                write_atomically(found.fd, found.name, data)
+                replace_in(found.fd, found.name, data, durable=False)
         except NotADirectory as blocked:
             raise _Refusal(f"cannot create {given}: {blocked.shown} is a file, not a "
                            "directory") from None

@@ -22,13 +22,13 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
+from ouroboros.tokens import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
 
 Level = Literal["info", "warn", "error"]
 Zone = Literal["green", "yellow", "red"]
 
-CHARS_PER_TOKEN = 4  # what "~tok/s" assumes of streamed text
 MIN_RATE_SECS = 0.5  # a streamed rate over less time than this is noise
 MIN_REPLY_SECS = 0.05  # a reply timed by its events' timestamps (ms) over less is noise
 MAX_TEXT_CHARS = 4000  # the tail of the streamed text kept for display
@@ -154,7 +154,7 @@ class DashboardState:
         self._stream_last = now
         elapsed = now - self._stream_started
         if elapsed >= MIN_RATE_SECS:
-            self.tokens_per_sec = self._stream_chars / CHARS_PER_TOKEN / elapsed
+            self.tokens_per_sec = self._stream_chars / DEFAULT_CHARS_PER_TOKEN / elapsed
         return self
 
     # -- one handler per event type that changes more than the clock --

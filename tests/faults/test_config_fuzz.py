@@ -23,7 +23,8 @@ from annotated_types import Ge, Gt, Le, Lt
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
-from ouroboros.config import _FIELDS, KEYS, is_server_url
+from ouroboros.config import _FIELDS, KEYS
+from ouroboros.urls import is_server_url
 from tests.helpers import clean_env
 
 DEAD_URL = "http://127.0.0.1:9"  # nothing listens: a config that passes would fail with exit 1

@@ -1,0 +1,51 @@
+"""Replacing a file so that a crash leaves either the old content or the new, never a mix."""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from pathlib import Path
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def replace_in(directory: int, name: str, data: bytes, *, durable: bool) -> None:
+    """Write `data` to a temporary file in the directory fd `directory`, then rename it over
+    `name` there, keeping the permissions of the regular file it replaces. `durable` syncs the
+    file and the directory, so the new content survives a power cut too."""
+    temporary = f".ouroboros-{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(temporary, _CREATE, 0o666, dir_fd=directory)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            try:
+                mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and stat.S_ISREG(mode):
+                os.fchmod(fd, stat.S_IMODE(mode))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        try:
+            os.unlink(temporary, dir_fd=directory)
+        except OSError:
+            pass
+        raise
+    if durable:
+        os.fsync(directory)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace the file at `path` with `text` (UTF-8), durably."""
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        replace_in(directory, path.name, text.encode("utf-8"), durable=True)
+    finally:
+        os.close(directory)

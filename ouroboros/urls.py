@@ -1,0 +1,59 @@
+"""The model server's address: the one reading of a base URL (and of OLLAMA_HOST)."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+OLLAMA_PORT: Final = 11434
+URL_RULE: Final = ("must be an http:// or https:// URL with a host and a port from 1 to 65535, "
+                   "like http://127.0.0.1:11434")
+_UNSAFE: Final = re.compile(r"[\s\x00-\x1f\x7f]")
+_ANY_HOST: Final = frozenset({"", "0.0.0.0", "::"})
+
+
+class BadURL(ValueError):
+    """A base URL no client could connect to."""
+
+
+def normalize_base_url(url: str) -> str:
+    """The server's root URL, read the way Ollama reads OLLAMA_HOST.
+
+    `localhost` -> `http://localhost:11434` (no scheme means Ollama's default port);
+    `0.0.0.0:8080` -> `http://127.0.0.1:8080`; `http://host:8080/v1/` -> `http://host:8080`;
+    `https://example.com` keeps the scheme's own default port.
+    """
+    import httpx  # here, not at the top: `ouroboros init` and `--version` need no HTTP client
+
+    url = url.strip()
+    if _UNSAFE.search(url):
+        raise BadURL(f"{url!r} has spaces or control characters")
+    had_scheme = "://" in url
+    if not had_scheme and url.count(":") > 1 and not url.startswith("["):
+        url = f"[{url}]"  # a bare IPv6 address
+    try:
+        parsed = httpx.URL(url if had_scheme else f"http://{url}")
+    except httpx.InvalidURL as error:
+        raise BadURL(str(error)) from None
+    host = "127.0.0.1" if parsed.host in _ANY_HOST else parsed.host
+    port = parsed.port if parsed.port is not None or had_scheme else OLLAMA_PORT
+    path = parsed.path.rstrip("/").removesuffix("/v1").rstrip("/")
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc = f"{netloc}:{port}"
+    return f"{parsed.scheme}://{netloc}{path}"
+
+
+def is_server_url(url: str) -> bool:
+    """Whether a client can connect to `url`: http(s), a host, a port from 1 to 65535, no
+    spaces or control characters."""
+    import httpx
+
+    if _UNSAFE.search(url):
+        return False
+    try:
+        parsed = httpx.URL(url)  # the parser the client will use
+    except httpx.InvalidURL:
+        return False
+    return (parsed.scheme in ("http", "https") and bool(parsed.host)
+            and (parsed.port is None or 0 < parsed.port < 65536))
