@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from typer.testing import CliRunner
+
+from ouroboros.cli import app
 from tests.ui_sample import write_sample_run
 
 # Runs the CLI as the `ouroboros` script does, then prints which of these were imported (a
@@ -49,3 +52,12 @@ def test_read_only_commands_do_not_load_the_runner(tmp_path, command):
     assert not loaded & {"asyncio", "ouroboros.runner", "ouroboros.client", "ouroboros.session"}
     if command == "logs":  # plain lines: no rich
         assert "rich" not in loaded
+
+
+def test_help_lists_the_commands_in_the_order_of_use():
+    help_text = CliRunner().invoke(app, ["--help"]).output
+
+    rows = help_text.split("Commands:\n")[1].splitlines()
+    names = [row.split()[0] for row in rows if row.startswith("  ") and row[2] != " "]
+    assert names == ["run", "resume", "init", "reload", "status", "runs", "stats", "logs",
+                     "watch", "demo", "config"]

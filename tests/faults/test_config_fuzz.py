@@ -23,7 +23,8 @@ from annotated_types import Ge, Gt, Le, Lt
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
-from ouroboros.config import _FIELDS, KEYS
+from ouroboros.config import KEYS
+from ouroboros.config.schema import FIELDS
 from ouroboros.urls import is_server_url
 from tests.helpers import clean_env
 
@@ -52,7 +53,7 @@ def base_config() -> dict[str, Any]:
 
 
 def wrong_type(key: str) -> Any:
-    annotation = _FIELDS[key].annotation
+    annotation = FIELDS[key].annotation
     if annotation is str:
         return 5
     if annotation is bool:
@@ -68,7 +69,7 @@ def wrong_type(key: str) -> Any:
 
 def out_of_range(key: str) -> list[Any]:
     """A value just past each bound the field declares."""
-    info = _FIELDS[key]
+    info = FIELDS[key]
     step = 1 if info.annotation is int else 0.5
     values = []
     for bound in info.metadata:

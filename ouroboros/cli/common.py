@@ -1,0 +1,100 @@
+"""The `ouroboros` app and what its commands share: the common options, finding and loading
+the project, and turning an error into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import typer
+
+from ouroboros import __version__
+from ouroboros.errors import ConfigError, OuroborosError
+
+# Each command imports what it uses, so `--version`, `--help` and the read-only commands start
+# without the runner, httpx or rich.
+if TYPE_CHECKING:
+    from ouroboros.config import LoadedConfig
+
+app = typer.Typer(
+    name="ouroboros",
+    help="Run an LLM agent indefinitely, managing its context window.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+T = TypeVar("T")
+
+# The config key each `run` flag sets, and the flag as errors name it.
+RUN_FLAGS = {"agent.workspace": "--workspace", "model.name": "--model",
+             "model.base_url": "--base-url", "agent.max_turns": "--max-turns"}
+
+ConfigOption = typer.Option(None, "--config", "-c", help="Path to ouroboros.toml "
+                            "(default: the nearest one here or in a directory above).")
+HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
+                              "instead of the live view (also when stdout is not a terminal).")
+RunIdArgument = typer.Argument(None, metavar="[RUN_ID]", show_default=False,
+                               help="The run (default: the latest).")
+
+
+def fail(error: OuroborosError) -> typer.Exit:
+    """Say `error` on stderr; the exit to raise: `raise fail(UsageError("..."))`."""
+    typer.echo(f"error: {error.message}", err=True)
+    return typer.Exit(error.exit_code)
+
+
+def guarded(action: Callable[[], T]) -> T:
+    """Run a command body, turning Ouroboros errors into one line and their exit code, and
+    any other failure of the filesystem (a full disk, a read-only directory) into one line
+    and exit 1."""
+    try:
+        return action()
+    except OuroborosError as error:
+        raise fail(error) from None
+    except OSError as error:
+        what = f"cannot use {error.filename}: " if error.filename else ""
+        raise fail(OuroborosError(f"{what}{error.strerror or error}")) from None
+
+
+def version_callback(value: bool) -> None:
+    """`--version`: print it and exit before any command runs."""
+    if value:
+        typer.echo(f"ouroboros {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=version_callback,
+                                 is_eager=True, help="Show the version and exit."),
+) -> None:
+    """Ouroboros keeps an agent working for hours: it masks old tool output, warns the agent
+    before the window is full, and restarts the session with its recent turns carried over."""
+
+
+def project_file(config: Path | None) -> Path:
+    """The --config file, else the nearest ouroboros.toml upward from here (as git finds its
+    repository). Raises ConfigError, saying where it looked, when there is none."""
+    from ouroboros.config import CONFIG_FILENAME, find_project
+
+    if config is not None:
+        return config
+    found = find_project(Path.cwd())
+    if found is None:
+        raise ConfigError(f"no {CONFIG_FILENAME} in {Path.cwd()} or any directory above it; "
+                          "run `ouroboros init` to create a project, or pass --config")
+    return found
+
+
+def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -> LoadedConfig:
+    """The config of the project a command is about (see project_file), or exit 2."""
+    from ouroboros.config import load_config
+
+    def load() -> LoadedConfig:
+        loaded = load_config(project_file(config), overrides or {}, flag_names=RUN_FLAGS)
+        loaded.check_state_dir()
+        return loaded
+
+    return guarded(load)

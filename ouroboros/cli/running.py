@@ -1,0 +1,156 @@
+"""Starting and continuing runs: `ouroboros run`, `resume` and `init`, and how a run is shown
+(the live dashboard on a terminal, else plain lines)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional
+
+import typer
+
+from ouroboros.cli.common import ConfigOption, HeadlessOption, app, fail, guarded, load_project
+from ouroboros.errors import UsageError
+
+if TYPE_CHECKING:
+    from ouroboros.config import ContextConfig
+    from ouroboros.runner import RunHooks
+
+
+def interactive(headless: bool) -> bool:
+    """Whether to draw the live view: not asked for plain lines, and stdout is a terminal."""
+    return not headless and sys.stdout.isatty()
+
+
+def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks:
+    """The live dashboard on a terminal (with the thresholds to mark on its gauge), else one
+    plain line per event."""
+    from ouroboros.runner import RunHooks
+    from ouroboros.ui.plain import plain_printer
+
+    if interactive(headless):
+        from ouroboros.ui.live import live_hooks
+
+        if context is None:
+            return live_hooks()
+        return live_hooks(context.soft_threshold_pct, context.hard_threshold_pct)
+    hooks = RunHooks()
+    hooks.on_event = plain_printer(on_closed=lambda: stop_for_closed_output(hooks))
+    return hooks
+
+
+def stop_for_closed_output(hooks: RunHooks) -> None:
+    """Output into a closed pipe (`ouroboros run | head`) stops the run as a stop signal
+    does, delivered the same way (from the event loop, not inside the event being printed):
+    the stop is recorded, exit 0, and the run can be resumed."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop().call_soon(hooks.stop.signal, "SIGPIPE")
+    except RuntimeError:  # no run going on
+        hooks.stop.signal("SIGPIPE")
+
+
+def flags(**values: Any) -> dict[str, Any]:
+    """The flags given on the command line: those whose value is not None."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
+@app.command(short_help="Start a new run of the agent in this project.")
+def run(
+    config: Optional[Path] = ConfigOption,
+    workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory."),
+    model: Optional[str] = typer.Option(None, help="Model name, e.g. llama3.2."),
+    base_url: Optional[str] = typer.Option(None, help="Server root, e.g. http://127.0.0.1:11434."),
+    max_turns: Optional[int] = typer.Option(None, min=0, help="Stop after N model turns in "
+                                            "total (0 = no limit)."),
+    headless: bool = HeadlessOption,
+) -> None:
+    """Start a new run of the agent described by ouroboros.toml and SYSTEM_PROMPT.md."""
+    from ouroboros.runner import run_agent
+
+    overrides = flags(**{"agent.workspace": workspace, "model.name": model,
+                         "model.base_url": base_url, "agent.max_turns": max_turns})
+    loaded = load_project(config, overrides)
+    hooks = make_hooks(headless, loaded.config.context)
+    raise typer.Exit(run_to_end(hooks, interactive(headless), lambda: run_agent(loaded, hooks)))
+
+
+@app.command(short_help="Continue a stopped run: Ctrl+C, max turns, done, idle, error, crash.")
+def resume(
+    config: Optional[Path] = ConfigOption,
+    run_id: Optional[str] = typer.Option(None, "--run", help="The run to resume "
+                                         "(default: the latest)."),
+    message: str = typer.Option("", "--message", "-m", help="A new instruction for the agent "
+                                "(for a run that is complete or paused idle)."),
+    max_turns: Optional[int] = typer.Option(None, min=0, help="N more model turns from here "
+                                            "(0 = no limit); default: the limit it had."),
+    workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory "
+                                             "(default: the one the run started with)."),
+    model: Optional[str] = typer.Option(None, help="Model name (default: the run's)."),
+    base_url: Optional[str] = typer.Option(None, help="Server root (default: the run's)."),
+    headless: bool = HeadlessOption,
+) -> None:
+    """Continue a stopped run from its log, with the flags it started with unless given
+    others: after Ctrl+C or SIGTERM, max turns (--max-turns N for N more), task_complete or
+    an idle pause (--message "..." for a new instruction), an error or a crash."""
+    from ouroboros.continuation import plan_resume, refusal
+    from ouroboros.runner import run_agent
+
+    given = flags(**{"agent.workspace": workspace, "model.name": model,
+                     "model.base_url": base_url})
+    found = load_project(config)
+    plan = guarded(lambda: plan_resume(found.state_dir, run_id, given, max_turns))
+    loaded = load_project(config, plan.flags)
+    why_not = refusal(plan.run_id, plan.end, total_turns=plan.total_turns,
+                      max_turns=loaded.config.agent.max_turns, message=message)
+    if why_not is not None:
+        raise fail(UsageError(why_not))
+    hooks = make_hooks(headless, loaded.config.context)
+    raise typer.Exit(run_to_end(hooks, interactive(headless), lambda: run_agent(
+        loaded, hooks, resume=True, run_id=plan.run_id, message=message)))
+
+
+def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, Any, int]]
+               ) -> int:
+    """Run the harness; its exit code. A stop signal after the run is over is ignored, so
+    the code is the one logged. On a terminal, how to continue is said below the dashboard."""
+    import asyncio
+
+    from ouroboros.events import EventBase, RunEnd
+    from ouroboros.stopping import ignore_late_signals
+
+    ended: list[RunEnd] = []
+    shown = hooks.on_event
+
+    def on_event(event: EventBase) -> None:
+        if shown is not None:
+            shown(event)
+        if isinstance(event, RunEnd):
+            ended.append(event)
+
+    if live:
+        hooks.on_event = on_event
+    ignore_late_signals()
+    code = guarded(lambda: asyncio.run(start()))
+    for end in ended:
+        summary = f"task complete: {end.summary}\n" if end.summary else ""
+        typer.echo(f"{summary}{end.next}" if end.next else summary, err=True)
+    return code
+
+
+@app.command(short_help="Create a project: ouroboros.toml, SYSTEM_PROMPT.md, workspace/.")
+def init(
+    directory: Path = typer.Argument(Path("."), help="The project directory to create.",
+                                     file_okay=False),
+) -> None:
+    """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/."""
+    from ouroboros.scaffold import create_project
+
+    created = guarded(lambda: create_project(directory))
+    for path in created:
+        typer.echo(f"created {path}{'/' if path.is_dir() else ''}")
+    go = "ouroboros run" if directory.resolve() == Path.cwd().resolve() \
+        else f"cd {directory} && ouroboros run"
+    typer.echo(f"next: write the agent's mission in SYSTEM_PROMPT.md, start Ollama, then\n"
+               f"  {go}\nor try it first without a model server:\n  ouroboros demo")

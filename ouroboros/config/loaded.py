@@ -1,0 +1,120 @@
+"""A loaded config: the validated tables, the paths they name resolved against the project,
+and where each value came from.
+
+    loaded = load_config()
+    loaded.workspace, loaded.sources["model.name"]  # Path(...), "flag"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from ouroboros.config.schema import KEYS, Config
+from ouroboros.config.wording import where_set
+from ouroboros.errors import ConfigError
+
+
+@dataclass
+class LoadedConfig:
+    """The validated config, the project file it came from, and where each value came from."""
+
+    config: Config
+    path: Path | None
+    root: Path
+    sources: dict[str, str]
+    flag_names: dict[str, str] = field(default_factory=dict, repr=False)
+    reader: Callable[[], LoadedConfig] | None = field(default=None, repr=False, compare=False)
+
+    def reread(self) -> LoadedConfig:
+        """The layers read again as load_config first read them (same flags, environment and
+        user file): what a running run applies at its next session. Raises ConfigError."""
+        if self.reader is None:
+            return self
+        return self.reader()
+
+    @property
+    def workspace(self) -> Path:
+        """The agent's workspace directory, absolute."""
+        return self._resolve(self.config.agent.workspace)
+
+    @property
+    def system_prompt_path(self) -> Path:
+        """The system prompt file, absolute."""
+        return self._resolve(self.config.agent.system_prompt)
+
+    @property
+    def state_dir(self) -> Path:
+        """Where runs are recorded, absolute."""
+        return self._resolve(self.config.logging.state_dir)
+
+    def check_files(self) -> None:
+        """Raise ConfigError unless the system prompt is a UTF-8 text file, the workspace a
+        directory, and the state dir a directory or a path where one can be made."""
+        self._require("agent.system_prompt", "system prompt", self.system_prompt_path, "file")
+        self._require("agent.workspace", "workspace", self.workspace, "directory")
+        self._require_text("agent.system_prompt", "system prompt", self.system_prompt_path)
+        self.check_state_dir()
+
+    def check_state_dir(self) -> None:
+        """Raise ConfigError when the state dir, or a directory above it, is a file."""
+        path = self.state_dir
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if existing.is_dir():
+            return
+        key = "logging.state_dir"
+        origin = where_set(self.sources.get(key, "default"), key, self.flag_names)
+        raise ConfigError(f"state dir {path} must be a directory, but {existing} is a file "
+                          f"({key} {origin}); point {key} elsewhere or move the file")
+
+    def _require_text(self, key: str, what: str, path: Path) -> None:
+        origin = where_set(self.sources.get(key, "default"), key, self.flag_names)
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{what} {path} is not UTF-8 text (bad byte at offset "
+                              f"{error.start}; {key} {origin}); it must be saved as UTF-8"
+                              ) from None
+        except OSError as error:
+            raise ConfigError(f"cannot read the {what} {path}: {error.strerror} "
+                              f"({key} {origin})") from None
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective config as plain JSON-able data for the log, with no secrets in it."""
+        data = self.config.model_dump(mode="json")
+        data["model"]["base_url"] = _without_password(data["model"]["base_url"])
+        return data
+
+    def _resolve(self, value: str) -> Path:
+        return (self.root / Path(value).expanduser()).resolve()
+
+    def _require(self, key: str, what: str, path: Path, kind: str) -> None:
+        if path.is_dir() if kind == "directory" else path.is_file():
+            return
+        origin = where_set(self.sources.get(key, "default"), key, self.flag_names)
+        problem = f"is not a {kind}" if path.exists() else f"{kind} not found"
+        raise ConfigError(
+            f"{what} {problem}: {path} ({key} {origin}); run `ouroboros init` or create it"
+        )
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def effective_items(loaded: LoadedConfig) -> list[tuple[str, Any, str]]:
+    """(dotted key, effective value, where it came from) for every key, in table order."""
+    items = []
+    for key in KEYS:
+        table, name = key.split(".")
+        value = getattr(getattr(loaded.config, table), name)
+        items.append((key, value, loaded.sources[key]))
+    return items

@@ -1,0 +1,335 @@
+"""The typed tables of ouroboros.toml: one pydantic model per table, a description per key.
+
+    Config().context.soft_threshold_pct  # 0.7
+    KEYS                                  # ("model.base_url", ..., "logging.durability")
+    env_var_for("model.name")             # "OUROBOROS_MODEL_NAME"
+
+The models are the one definition of every key: loading (layering.py), the wording of errors
+(wording.py), `config set` (editing.py) and the file `ouroboros init` writes (template.py) all
+read them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
+
+from ouroboros.config.values import show_value
+from ouroboros.urls import URL_RULE, is_server_url
+
+ENV_PREFIX: Final = "OUROBOROS_"
+
+
+# Searched (case-sensitive) in each shell command, as written and normalised, before it runs
+# (tools/screening.py). RE2 syntax, which Python's engine reads the same way: no lookarounds or
+# backreferences, so screening stays linear in the command. A guard against accidents, not a
+# security boundary.
+DEFAULT_BLOCKED_PATTERNS: Final[tuple[str, ...]] = (
+    # rm -r / -rf (any flag order) of /, /*, ~, ~/, *, $HOME
+    r"""\brm\s+(?:-\S+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+(?:[^\s;&|]+\s+)*["']?"""
+    r"""(?:/|/\*|~/?\*?|\*|\$\{?HOME\}?/?\*?)["']?(?:$|[\s;&|)])""",
+    r"\bmkfs(?:\.\w+)?\b",
+    r"\bdd\b[^;&|\n]*\bof=/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|loop|md|dm-|mapper/)",
+    r"\(\)\s*\{\s*[\w:]+\s*\|\s*[\w:]+\s*&",  # fork bomb :(){ :|:& };:
+    r"(?:^|[;&|(`\n]|\bsudo|\bexec|\bnohup)\s*(?:/usr)?(?:/s?bin/)?"
+    r"(?:shutdown|reboot|halt|poweroff)\b",
+    r"\bsystemctl\s+(?:-\S+\s+)*(?:poweroff|reboot|halt|kexec)\b",
+    r"""\bchmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)\s+(?:-\S+\s+)*"""
+    r"""["']?/\*?["']?(?:$|[\s;&|)])""",
+    r"(?:>|\btee\s+(?:-\S+\s+)*)\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk)",
+    r"\b(?:curl|wget|base64|xxd|openssl)\b[^|;&\n]*\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b",
+    r"""\b(?:ba|z|da|k)?sh\s+(?:-c\s+)?["']?(?:\$\(|<\()\s*(?:curl|wget)\b""",
+)
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Table):
+    """The model server: any OpenAI-compatible chat API (Ollama, llama.cpp, vLLM, ...)."""
+
+    base_url: str = Field(
+        "http://127.0.0.1:11434",
+        description="Root URL of the server; a trailing /v1 is accepted and dropped.",
+    )
+    name: str = Field("llama3.2", min_length=1, description="Model name sent with each request.")
+    api_key_env: str = Field(
+        "",
+        description="Name of the environment variable holding a bearer token for hosted servers "
+        "(the name, never the key itself); empty for none.",
+    )
+    context_limit: int = Field(
+        0, ge=0, description="Context window in tokens; 0 = find out from the server."
+    )
+    temperature: float = Field(
+        0.7, ge=0, le=2, allow_inf_nan=False, description="Sampling temperature, 0 to 2."
+    )
+    max_output_tokens: int = Field(
+        2048,
+        ge=1,
+        description="Most tokens per reply, sent as max_tokens and reserved in the context budget.",
+    )
+    request_timeout_secs: float = Field(
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds one reply may take in all, from sending the request to its last "
+        "byte; a slower reply is a failed attempt, retried.",
+    )
+    first_token_timeout_secs: float = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds to wait for the first data of a reply (connecting, loading the "
+        "model and reading the prompt included); keep-alive comments do not count.",
+    )
+    idle_timeout_secs: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds a reply may go without new data once it has begun; keep-alive "
+        "comments and empty chunks do not count.",
+    )
+    max_reply_bytes: int = Field(
+        0,
+        ge=0,
+        description="Most bytes one reply may take on the wire; 0 = 512 per max_output_tokens "
+        "plus 1 MB (2.05 MB for 2048).",
+    )
+    max_retry_secs: float = Field(
+        600.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Seconds to keep retrying a server that is down; 0 = fail at once.",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _server_root(cls, value: str) -> str:
+        url = value.strip().rstrip("/")
+        if url.endswith("/v1"):
+            url = url[: -len("/v1")].rstrip("/")
+        if not is_server_url(url):
+            raise PydanticCustomError("url", URL_RULE)
+        return url
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable_name(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise PydanticCustomError(
+                "env_var_name",
+                "must be the name of an environment variable (like OPENAI_API_KEY), "
+                "not the key itself",
+            )
+        return value
+
+
+class AgentConfig(_Table):
+    """The agent: where it works, what it is told, how long it runs."""
+
+    workspace: str = Field(
+        "workspace",
+        min_length=1,
+        description="Directory the agent works in; relative paths are relative to this file.",
+    )
+    system_prompt: str = Field(
+        "SYSTEM_PROMPT.md",
+        min_length=1,
+        description="File holding the system prompt; relative paths are relative to this file.",
+    )
+    max_turns: int = Field(0, ge=0, description="Model turns in total; 0 = no limit.")
+    continue_message: str = Field(
+        "Continue working towards your goals. Use your tools.",
+        min_length=1,
+        description="User message sent to keep the agent going when it ends a turn without "
+        "calling a tool.",
+    )
+    allow_complete: bool = Field(
+        True,
+        description="Offer the agent the task_complete tool, which ends the run (exit 0) once "
+        "the task is done; false: the run goes on until stopped.",
+    )
+    max_idle_turns: int = Field(
+        3,
+        ge=0,
+        description="Pause the run (resumable) after this many turns in a row without a tool "
+        "call; the continue_message before each is sent after a growing pause (0, 2, 4 ... "
+        "60 s). 0 = never pause.",
+    )
+
+
+class SafetyConfig(_Table):
+    """Limits on the shell tool."""
+
+    shell_timeout_secs: float = Field(
+        30.0, gt=0, allow_inf_nan=False, description="Seconds before a shell command is killed."
+    )
+    max_output_bytes: int = Field(
+        65536, ge=1024, description="Most bytes of output kept from one shell command."
+    )
+    sandbox: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description='Confining shell commands (Linux Landlock): reads of the system, writes '
+        'only to the workspace and a private temp dir. "auto" uses it where the system has it '
+        'and says at start when it does not; "required" refuses to start without it; "off" '
+        "runs the shell unconfined.",
+    )
+    network: bool = Field(
+        True,
+        description="Whether shell commands may use the network; false gives each command its "
+        "own network namespace with only loopback (or, without user namespaces, cuts TCP).",
+    )
+    blocked_patterns: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_BLOCKED_PATTERNS),
+        description="Regexes searched in each shell command, as written and with quotes, "
+        "backslashes, ${IFS} and variables it sets undone; a command that matches any of them "
+        "is refused. A guard against accidents, not a security boundary (the sandbox is). "
+        "Patterns run on RE2, in time linear in the command; one RE2 cannot run (lookarounds, "
+        "backreferences) runs on Python's engine, which can be slow on long commands.",
+    )
+
+    @field_validator("blocked_patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        from ouroboros.tools.screening import linear_time
+
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                if linear_time(pattern):  # RE2 syntax Python lacks, such as \z
+                    continue
+                raise PydanticCustomError(
+                    "regex",
+                    "has a pattern that is not a valid Python regex: {pattern} ({reason})",
+                    {"pattern": show_value(pattern), "reason": str(error)},
+                ) from None
+        return patterns
+
+    def compiled_patterns(self) -> list[Any]:
+        """The blocked patterns as screening compiles them (RE2 where it can):
+        `any(p.search(command) for p in ...)`."""
+        from ouroboros.tools.screening import compiled
+
+        return [found for found in map(compiled, self.blocked_patterns) if found is not None]
+
+
+class ContextConfig(_Table):
+    """Managing the context window: masking old tool results, winding down, restarting."""
+
+    soft_threshold_pct: float = Field(
+        0.70,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Fraction of the prompt budget (context limit less the reply's reserve) in "
+        "use at which the oldest tool results start being masked.",
+    )
+    hard_threshold_pct: float = Field(
+        0.90,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Fraction of the prompt budget in use at which the agent is told to save "
+        "its state; still above it a turn later, the session restarts. Above "
+        "soft_threshold_pct.",
+    )
+    carryover_turns: int = Field(
+        5, ge=0, description="Most recent turns carried over into the fresh context on a restart."
+    )
+    max_restarts: int = Field(0, ge=0, description="Context restarts allowed; 0 = unlimited.")
+    auto_restart: bool = Field(
+        True,
+        description="Restart without asking; false asks before each restart (and stops when "
+        "there is no one to ask).",
+    )
+    mask_batch_size: int = Field(
+        3, ge=1, description="Old tool results masked together in one step."
+    )
+    keep_recent_observations: int = Field(
+        2, ge=0, description="Most recent tool results that are never masked."
+    )
+    max_tool_result_tokens: int = Field(
+        8000,
+        ge=100,
+        description="Longest tool result the model sees, in tokens (and never more than a "
+        "quarter of the prompt budget); longer ones are cut, the full text kept for recall.",
+    )
+    tool_result_truncation: Literal["head", "tail", "both"] = Field(
+        "head",
+        description='Which part of a long tool result to keep: "head", "tail" or "both" ends.',
+    )
+    truncation_guard: bool = Field(
+        True,
+        description="Watch the server's token counts for signs that it cuts prompts to a "
+        "smaller window than configured, and work within that window when they prove it; "
+        "false trusts every count (for servers that misreport).",
+    )
+
+    @model_validator(mode="after")
+    def _soft_below_hard(self) -> ContextConfig:
+        if self.soft_threshold_pct >= self.hard_threshold_pct:
+            raise PydanticCustomError(
+                "threshold_order",
+                "soft_threshold_pct ({soft}) must be less than hard_threshold_pct ({hard})",
+                {"soft": self.soft_threshold_pct, "hard": self.hard_threshold_pct},
+            )
+        return self
+
+
+class LoggingConfig(_Table):
+    """Where runs are recorded."""
+
+    state_dir: str = Field(
+        ".ouroboros",
+        min_length=1,
+        description="Directory for run logs and state; relative paths are relative to this file.",
+    )
+    durability: Literal["turn", "event"] = Field(
+        "turn",
+        description="When the event log is made durable with fsync: \"turn\" once per turn "
+        "(a killed process loses nothing; a power cut may lose the turn in progress), or "
+        "\"event\" after every event and tool result (slower; a power cut loses at most the "
+        "event being written).",
+    )
+
+
+class Config(_Table):
+    """The whole of ouroboros.toml."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The model server.")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="The agent.")
+    safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Shell tool limits.")
+    context: ContextConfig = Field(
+        default_factory=ContextConfig, description="Context window management."
+    )
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run records.")
+
+
+TABLES: Final[dict[str, type[_Table]]] = {
+    name: info.annotation for name, info in Config.model_fields.items()  # type: ignore[misc]
+}
+FIELDS: Final[dict[str, FieldInfo]] = {
+    f"{table}.{name}": info
+    for table, model in TABLES.items()
+    for name, info in model.model_fields.items()
+}
+KEYS: Final[tuple[str, ...]] = tuple(FIELDS)
+"""Every dotted key, in table order: ("model.base_url", ..., "logging.durability")."""
+PATH_KEYS: Final = frozenset({"agent.workspace", "agent.system_prompt", "logging.state_dir"})
+
+
+def env_var_for(key: str) -> str:
+    """The environment variable for a dotted key: "model.name" -> "OUROBOROS_MODEL_NAME"."""
+    return ENV_PREFIX + key.replace(".", "_").upper()
+
+
+def default_flag_name(key: str) -> str:
+    """How an error names a flag when load_config gets no flag_names: "--model-name"."""
+    return "--" + key.replace(".", "-").replace("_", "-")
