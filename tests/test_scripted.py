@@ -3,11 +3,13 @@
 import asyncio
 import json
 import socket
+import threading
 import time
 
 import httpx
 import pytest
 
+from ouroboros.chunks import StreamAccumulator, parse_data
 from ouroboros.discovery import discover_context_limit, model_supports_tools
 from ouroboros.protocols import Usage
 from ouroboros.scripted import (
@@ -16,12 +18,12 @@ from ouroboros.scripted import (
     Fault,
     Reply,
     ScriptedServer,
+    ServerTokenizer,
     render_stream,
     split_text,
     usage_wire,
 )
-from ouroboros.scripted_tokens import ServerTokenizer
-from ouroboros.sse import SSEDecoder, StreamAccumulator, parse_data
+from ouroboros.sse import SSEDecoder
 
 
 def chunks_of(frames: list[bytes]) -> list[dict]:
@@ -306,8 +308,10 @@ def test_drop_cuts_the_chunked_body_short(scripted_server):
 
 def test_slow_delays_then_answers_from_the_script(scripted_server):
     server = scripted_server([Reply("eventually")])
-    server.inject(Fault("slow", seconds=0.05))
+    server.inject(Fault("slow", seconds=0.3))
+    started = time.monotonic()
     assert text_of(streamed(chat(server, USER))) == "eventually"
+    assert time.monotonic() - started >= 0.3
 
 
 def test_outage_refuses_then_comes_back_on_the_same_port(scripted_server):
@@ -339,7 +343,12 @@ def test_outage_closes_kept_alive_connections_too(scripted_server):
 def test_stop_during_an_outage_returns_promptly(scripted_server):
     server = scripted_server([])
     server.inject(Fault("outage", seconds=3600))
-    server.stop()  # would hang for an hour if the outage could not be interrupted
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(server.base_url + "/")
+    stopping = threading.Thread(target=server.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=10)
+    assert not stopping.is_alive(), "stop() is waiting for the hour-long outage to end"
 
 
 def test_stop_closes_the_socket():

@@ -10,7 +10,7 @@ import pytest
 
 from ouroboros.client import ChatClient
 from ouroboros.scripted import Fault, Reply, ScriptedServer
-from ouroboros.scripted_tokens import (
+from ouroboros.scripted.tokenizer import (
     TOKENIZERS,
     ServerTokenizer,
     by_content,
@@ -83,7 +83,8 @@ def test_no_default_counter_is_a_fixed_ratio():
 
 
 @pytest.mark.parametrize(
-    "a, b", list(combinations([words_and_punctuation, ratio(4), by_content], 2)), ids=str
+    "a, b", list(combinations([words_and_punctuation, ratio(4), by_content], 2)),
+    ids=lambda counter: counter.__qualname__,
 )
 def test_every_counter_weighs_prose_json_and_hex_differently_from_the_others(a, b):
     relative = [a(text) / b(text) for text in (PROSE, JSON, HEX)]
@@ -169,7 +170,7 @@ def test_the_matrix_names_every_kind_of_server():
     assert TOKENIZERS["words"].text is words_and_punctuation
     assert TOKENIZERS["by-content"].text is by_content
     assert [TOKENIZERS[f"cpt-{r}"].count_text("x" * 13) for r in ("2.5", "4", "6.5")] == [6, 4, 2]
-    assert ScriptedServer([]).tokenizer is TOKENIZERS["words"]
+    assert ScriptedServer([]).settings.tokenizer is TOKENIZERS["words"]
     counts = {tokenizer.count(CONVERSATION, TOOLS) for tokenizer in TOKENIZERS.values()}
     assert len(counts) == len(TOKENIZERS)  # each one disagrees with every other
 
