@@ -8,21 +8,25 @@ Each carries a one-line message a person can act on and the exit code the CLI us
     ├── RunLockedError             exit 2: another harness owns this workspace
     ├── RunFailed                  the run stopped on a model error; it can be resumed
     ├── StateError                 the run's files cannot be written or read (disk full, ...)
-    └── ModelError                 the model server failed us
-        ├── PermanentModelError    retrying cannot help: stop the run
-        │   ├── ModelNotFoundError
-        │   ├── ToolsNotSupportedError
-        │   ├── AuthError
-        │   ├── NotAnLLMServerError  HTTP answers, but not an OpenAI-compatible chat API
-        │   └── WindowTooSmallError  the prompt and tools alone fill the context window
-        ├── ContextOverflowError   the prompt did not fit: shrink it and retry
-        └── TransientModelError    retry with backoff (or after the server's Retry-After)
-            ├── ServerUnreachableError
-            └── EmptyStreamError   200 with no data: llama.cpp's answer to an oversized prompt
+    └── ModelError                 the model server failed us; one of three families:
+        ├── TransientModelError    retry with backoff (or after the server's Retry-After)
+        │   └── ServerUnreachableError
+        ├── ContextOverflowError   the prompt did not fit: the context manager shrinks it and
+        │   │                      the turn is asked again
+        │   └── EmptyStreamError   200 with no data: llama.cpp's answer to an oversized prompt;
+        │                          the server is asked once to count the prompt and name its
+        │                          window before anything is shrunk
+        └── PermanentModelError    retrying cannot help: the run stops with one line
+            ├── ModelNotFoundError
+            ├── ToolsNotSupportedError
+            ├── AuthError
+            ├── NotAnLLMServerError  HTTP answers, but not an OpenAI-compatible chat API
+            └── WindowTooSmallError  the prompt and tools alone fill the context window
 
-Which failures are transient is decided once, where the client meets them
-(`ouroboros.server_errors.is_transient_status` for HTTP statuses); `ouroboros.retry` only
-retries what it is given as transient.
+A failure is put in its family once, where the client meets it (HTTP statuses and error
+bodies in `ouroboros.server_errors.classify`, the stream's own failures in
+`ouroboros.reply_reader`): `ouroboros.retry` retries TransientModelError and nothing else,
+the session hands ContextOverflowError to the context manager, and anything else ends the run.
 """
 
 from __future__ import annotations
@@ -93,8 +97,8 @@ class ServerUnreachableError(TransientModelError):
     pass
 
 
-class EmptyStreamError(TransientModelError):
-    pass
+class EmptyStreamError(ContextOverflowError):
+    """An empty 200 stream: the usual sign of an oversized prompt, but not proof of one."""
 
 
 class WindowTooSmallError(PermanentModelError):

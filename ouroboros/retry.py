@@ -4,11 +4,9 @@
                                 on_retry=lambda n, delay, error: log(n, delay, error))
 
 Only TransientModelError is retried (the client decides what is transient: connection
-errors, drops, timeouts, oversized replies, 408, 429 and 5xx but 501 and 505). A server's
-`Retry-After` is honoured: the wait is at least what it asked, within the retry budget.
-EmptyStreamError is re-raised at once although it is transient: an empty 200 is how llama.cpp
-answers an oversized prompt, so the caller decides whether to shrink the prompt. Everything
-else propagates untouched.
+errors, drops, timeouts, oversized replies, 408, 429 and 5xx but 501 and 505; see the family
+tree in `ouroboros.errors`). A server's `Retry-After` is honoured: the wait is at least what it
+asked, within the retry budget. Everything else propagates untouched.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
 
-from ouroboros.errors import EmptyStreamError, TransientModelError
+from ouroboros.errors import TransientModelError
 from ouroboros.protocols import Clock, Sleep
 
 T = TypeVar("T")
@@ -76,8 +74,6 @@ async def with_retries(
     while True:
         try:
             return await attempt()
-        except EmptyStreamError:
-            raise
         except TransientModelError as error:
             now = clock()
             if first_failure is None:

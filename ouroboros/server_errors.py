@@ -1,6 +1,8 @@
-"""What a model server's failure means, decided once: retry it or not, how long the server
-asked us to wait, and the one line of its answer worth quoting. Pure: no I/O.
+"""What a model server's failure means, decided once: which family of `ouroboros.errors` it
+belongs to, how long the server asked us to wait, and the one line of its answer worth
+quoting. Pure: no I/O.
 
+    classify(400, "the prompt is too long")       # "overflow"
     is_transient_status(503)                      # True: 408, 429 and 5xx but 501 and 505
     parse_retry_after("7")                        # 7.0; an HTTP date works too
     error_details('{"error": {"message": "boom", "code": "c1"}}')   # ("boom", "c1")
@@ -15,19 +17,66 @@ import json
 import math
 import re
 from datetime import datetime, timezone
+from typing import Literal
 
-from ouroboros.sse import without_surrogates
+from ouroboros.chunks import without_surrogates
 
 MAX_QUOTE = 200
 """The most characters of a server's words quoted in an error line."""
 NOT_AN_API = frozenset({404, 405, 501})
 """Statuses a plain web server gives for an endpoint it does not have."""
 
+Failure = Literal["transient", "overflow", "auth", "not_an_api", "no_tools", "model_not_found",
+                  "rejected"]
+"""What a failed request means: "transient" is retried, "overflow" (the prompt is too long)
+goes to the context manager, the rest are permanent and stop the run."""
+
+_OVERFLOW_PHRASES = (
+    "context length",
+    "context_length",
+    "context size",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+    "exceeds the available context",
+)
 _PERMANENT_5XX = frozenset({501, 505})  # Not Implemented, HTTP Version Not Supported
 _LOOKS_HTML = re.compile(r"<\s*(?:!doctype|html|head|body|title|p|h\d|div|center|pre)\b", re.I)
 _HIDDEN = re.compile(r"<\s*(head|script|style)\b.*?<\s*/\s*\1\s*>", re.I | re.S)
 _TITLE = re.compile(r"<\s*title\b[^>]*>(.*?)<\s*/\s*title\s*>", re.I | re.S)
 _TAG = re.compile(r"<[^>]*>")
+
+
+def classify(status: int, message: str, code: str | None = None) -> Failure:
+    """What an HTTP error, or an error event in a stream, means: its status, its message and
+    its `code` as `error_details` reads them from the body.
+
+        classify(503, "busy")                                   # "transient"
+        classify(500, "context size exceeded")                  # "overflow", never retried
+        classify(404, "model 'x' not found")                    # "model_not_found"
+    """
+    lowered = message.lower()
+    overflow = is_overflow(lowered, code)
+    if status in (401, 403):
+        return "auth"
+    if is_transient_status(status) and not overflow:
+        return "transient"
+    if status in (405, 501):
+        return "not_an_api"
+    if "does not support tools" in lowered:
+        return "no_tools"
+    if overflow:
+        return "overflow"
+    if status == 404 or ("not found" in lowered and "model" in lowered):
+        return "model_not_found"
+    return "rejected"
+
+
+def is_overflow(lowered_message: str, code: str | None) -> bool:
+    """Whether an error's (lower-cased) message or its code says the prompt was too long."""
+    if code == "context_length_exceeded":
+        return True
+    return any(phrase in lowered_message for phrase in _OVERFLOW_PHRASES)
 
 
 def is_transient_status(status: int) -> bool:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ouroboros import tokens as tk
 from ouroboros.protocols import Message, WireMessages
-from ouroboros.sse import call_ids_in
+from ouroboros.chunks import call_ids_in
 
 # How far back from the end a list may part from the one held and still be caught up with
 # (a replay that takes back a reply); further, everything is looked at again.

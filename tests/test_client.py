@@ -7,7 +7,8 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.client import ChatClient, error_details
+from ouroboros.client import ChatClient
+from ouroboros.server_errors import error_details
 from ouroboros.urls import normalize_base_url
 from ouroboros.errors import (
     AuthError,
@@ -157,6 +158,28 @@ def test_done_without_a_final_newline_still_counts():
 
 
 @respx.mock
+def test_done_with_one_newline_and_no_blank_line_still_counts():
+    respx.post(CHAT).mock(return_value=stream_response(HELLO[:-1]))
+    assert complete(ChatClient(BASE, "llama3.2")).text == "Hello world"
+
+
+@respx.mock
+def test_unicode_line_separators_in_the_text_arrive_whole():
+    text = "one\u2028two\u2029three\x85four"  # JSON allows these unescaped; they end no SSE line
+    frame = b"data: " + json.dumps(delta(text, role="assistant"), ensure_ascii=False).encode()
+    respx.post(CHAT).mock(return_value=stream_response(frame + b"\n\n" + sse(delta(finish="stop"))))
+    assert complete(ChatClient(BASE, "llama3.2")).text == text
+
+
+@respx.mock
+def test_a_chunk_spread_over_several_data_lines_is_read_as_one():
+    lines = json.dumps(delta("Hi", role="assistant"), indent=1).encode().split(b"\n")
+    frame = b"".join(b"data: " + line + b"\r\n" for line in lines) + b"\r\n"
+    respx.post(CHAT).mock(return_value=stream_response(frame + sse(delta(finish="stop"))))
+    assert complete(ChatClient(BASE, "llama3.2")).text == "Hi"
+
+
+@respx.mock
 def test_a_server_that_ignores_stream_true_is_read_as_one_completion():
     body = {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}],
@@ -286,6 +309,12 @@ def test_connection_reset_mid_stream_is_transient():
 def test_a_stream_that_ends_without_done_is_transient():
     message = fails_with(TransientModelError, stream_response(HELLO.replace(b"data: [DONE]\n\n", b"")))
     assert "without [DONE]" in message
+
+
+def test_a_stream_cut_in_the_middle_of_a_chunk_failed_mid_answer():
+    body = sse(delta("Hi", role="assistant"), done=False) + b'data: {"choices": [{"ind'
+    message = fails_with(TransientModelError, stream_response(body))
+    assert "ended without [DONE] after 1 chunks" in message
 
 
 def test_an_unparseable_chunk_is_transient():

@@ -20,6 +20,7 @@ from ouroboros.errors import (
 from ouroboros.server_errors import (
     MAX_QUOTE,
     body_line,
+    classify,
     error_details,
     is_transient_status,
     parse_retry_after,
@@ -69,6 +70,25 @@ def test_everything_else_is_permanent_501_and_505_included(status):
 
 
 # ---- Retry-After ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status, message, code, failure", [
+    (503, "server busy", None, "transient"),
+    (429, "slow down", None, "transient"),
+    (500, "the request exceeds the available context size", None, "overflow"),
+    (400, "bad", "context_length_exceeded", "overflow"),
+    (400, "the prompt is longer than the context length", None, "overflow"),
+    (401, "the prompt is too long", None, "auth"),
+    (405, "method not allowed", None, "not_an_api"),
+    (501, "not implemented", None, "not_an_api"),
+    (400, "llama2 does not support tools", None, "no_tools"),
+    (404, "page not found", None, "model_not_found"),
+    (400, "model 'x' not found, try pulling it first", None, "model_not_found"),
+    (422, "bad request", None, "rejected"),
+    (505, "http version", None, "rejected"),
+])
+def test_each_failure_has_one_classification(status, message, code, failure):
+    assert classify(status, message, code) == failure
 
 
 @pytest.mark.parametrize("value, seconds", [

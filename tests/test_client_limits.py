@@ -3,6 +3,7 @@ against streams that take their time (respx, in-process; tests/faults/ does it o
 sockets through the real command)."""
 
 import asyncio
+import itertools
 import time
 
 import httpx
@@ -149,6 +150,15 @@ def test_a_reply_over_the_size_limit_is_cut_off():
     big = frame(text_chunk("x" * 10_000))
     error, _ = timed_complete([(0, big)] * 100, max_reply_bytes=50_000, **FAST)
     assert "sent too much: the reply exceeded 50 kB (model.max_reply_bytes)" in error.message
+
+
+def test_one_endless_line_without_a_newline_is_cut_at_the_size_limit():
+    start = (0, b'data: {"choices":[{"index":0,"delta":{"content":"')
+    endless = itertools.chain([start], itertools.repeat((0.001, b"x" * 10_000)))
+    error, elapsed = timed_complete(endless, max_reply_bytes=50_000, first_token_secs=3,
+                                    idle_secs=3, timeout_secs=5)
+    assert "sent too much: the reply exceeded 50 kB (model.max_reply_bytes)" in error.message
+    assert elapsed < 2  # at the size bound, not at a time bound
 
 
 @pytest.mark.parametrize("tokens, cut", [(64, True), (4096, False)])

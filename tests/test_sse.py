@@ -2,408 +2,142 @@ import json
 
 import pytest
 
-from ouroboros.protocols import ToolCall, Usage
-from ouroboros.sse import (
-    MalformedChunk,
-    SSEDecoder,
-    StreamAccumulator,
-    assign_call_ids,
-    call_ids_in,
-    data_payload,
-    iter_sse_data,
-    parse_data,
-    without_surrogates,
-)
+from ouroboros.sse import EventDecoder, LineSplitter, SSEDecoder
 
 
-def feed_all(decoder: SSEDecoder, data: bytes, *, step: int | None = None) -> list[str]:
-    pieces = [data] if step is None else [data[i : i + step] for i in range(0, len(data), step)]
-    payloads = []
-    for piece in pieces:
-        payloads += decoder.feed(piece)
-    return payloads + decoder.close()
+def pieces(data: bytes, step: int | None) -> list[bytes]:
+    return [data] if step is None else [data[i : i + step] for i in range(0, len(data), step)]
+
+
+def split_all(data: bytes, step: int | None = None) -> list[str]:
+    splitter = LineSplitter()
+    lines = [line for piece in pieces(data, step) for line in splitter.feed(piece)]
+    return lines + splitter.close()
+
+
+def events_of(lines: list[str]) -> list[str]:
+    decoder = EventDecoder()
+    found = [data for line in lines if (data := decoder.feed(line)) is not None]
+    last = decoder.close()
+    return found + ([last] if last is not None else [])
+
+
+def decode_all(data: bytes, step: int | None = None) -> list[str]:
+    decoder = SSEDecoder()
+    found = [event for piece in pieces(data, step) for event in decoder.feed(piece)]
+    return found + decoder.close()
 
 
 # ---- lines -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "line, payload",
-    [
-        ('data: {"a":1}', '{"a":1}'),
-        ('data:{"a":1}', '{"a":1}'),
-        ("data:  two spaces", " two spaces"),
-        ("data: [DONE]", "[DONE]"),
-        (": ping", None),
-        (": ping - 2025-01-01 00:00:00", None),
-        ("event: message", None),
-        ("id: 7", None),
-        ("retry: 100", None),
-        ("", None),
-        ("data:", None),
-        ("data: ", None),
-    ],
-)
-def test_data_payload(line, payload):
-    assert data_payload(line) == payload
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+@pytest.mark.parametrize("step", [None, 1, 2, 3])
+def test_lines_end_with_lf_crlf_or_a_lone_cr_however_the_bytes_are_split(ending, step):
+    data = b"".join(line + ending for line in [b"data: a", b"", b": ping", b"data: b", b""])
+    assert split_all(data, step) == ["data: a", "", ": ping", "data: b", ""]
 
 
-def test_iter_sse_data_takes_split_lines_with_or_without_endings():
-    lines = ["data: a\r\n", ": ping\n", "", "event: x", "data:b", "data: [DONE]\n"]
-    assert list(iter_sse_data(lines)) == ["a", "b", "[DONE]"]
+def test_unicode_line_separators_inside_a_line_do_not_end_it():
+    line = 'data: {"t":"a\u2028b\u2029c\x85d\x0be\x0cf\x1cg"}'
+    assert split_all(line.encode() + b"\n") == [line]
 
 
-# ---- the incremental decoder --------------------------------------------------------------
+def test_utf8_characters_split_across_reads_are_reassembled():
+    line = "data: héllo 🐍 世界"
+    for step in (1, 2, 3, 5):
+        assert split_all(line.encode() + b"\n", step) == [line]
+
+
+def test_a_trailing_cr_waits_to_learn_whether_an_lf_follows():
+    splitter = LineSplitter()
+    assert splitter.feed(b"data: a\r") == []
+    assert splitter.feed(b"\ndata: b\r") == ["data: a"]
+    assert splitter.feed(b"data: c\n") == ["data: b", "data: c"]
+
+
+def test_a_partial_line_is_held_until_its_end_arrives():
+    splitter = LineSplitter()
+    assert splitter.feed(b'data: {"a"') == []
+    assert splitter.feed(b":1}\n") == ['data: {"a":1}']
+
+
+def test_close_gives_the_last_line_without_an_ending_once():
+    splitter = LineSplitter()
+    assert splitter.feed(b"data: a\n\ndata: [DONE]") == ["data: a", ""]
+    assert splitter.close() == ["data: [DONE]"]
+    assert splitter.close() == []
+
+
+def test_a_cr_at_the_very_end_of_the_stream_ends_a_line():
+    splitter = LineSplitter()
+    assert splitter.feed(b"data: a\r\r") == ["data: a"]
+    assert splitter.close() == [""]
+
+
+# ---- events ------------------------------------------------------------------------------
+
+
+def test_the_data_lines_of_one_event_are_joined_with_newlines():
+    assert events_of(["data: {", 'data: "a": 1', "data: }", ""]) == ['{\n"a": 1\n}']
+
+
+def test_a_blank_line_ends_each_event():
+    assert events_of(["data: a", "", "data: b", ""]) == ["a", "b"]
+
+
+def test_comments_and_other_fields_are_ignored():
+    lines = [": ping", "event: message", "id: 3", "retry: 100", "data: a", ": more", "foo: x", ""]
+    assert events_of(lines) == ["a"]
+
+
+def test_one_space_after_the_colon_is_dropped_and_no_more():
+    assert events_of(["data:a", "", "data: b", "", "data:  c", ""]) == ["a", "b", " c"]
+
+
+def test_a_blank_line_without_data_dispatches_nothing():
+    assert events_of(["", ": ping", "", "event: x", ""]) == []
+
+
+def test_a_data_field_without_value_is_an_empty_line_of_data():
+    assert events_of(["data", ""]) == [""]
+    assert events_of(["data:", "data", "data: x", ""]) == ["\n\nx"]
+
+
+def test_an_event_without_its_blank_line_is_still_given_out_at_the_end():
+    assert events_of(["data: a", "", "data: [DONE]"]) == ["a", "[DONE]"]
+    assert events_of(["data: one", "data: two"]) == ["one\ntwo"]
+
+
+def test_a_colon_inside_the_value_belongs_to_the_value():
+    assert events_of(['data: {"a": "b:c"}', ""]) == ['{"a": "b:c"}']
+
+
+# ---- the wire shapes, bytes to events ------------------------------------------------------
 
 OLLAMA = b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n'
-LLAMA_CPP = b': ping\ndata:{"n":1}\nevent: message\nid: 3\ndata:{"n":2}\ndata: [DONE]\n'
+LLAMA_CPP = (b': ping\n\ndata:{"n":1}\n\nevent: message\nid: 3\ndata:{"n":2}\n\n'
+             b'data: [DONE]\n\n')
 CRLF = b'data: {"n":1}\r\n\r\n: keep-alive\r\ndata: {"n":2}\r\n\r\ndata: [DONE]\r\n\r\n'
-BARE_CR = b'data: {"n":1}\r\rdata: {"n":2}\rdata: [DONE]\r'
+BARE_CR = b'data: {"n":1}\r\rdata: {"n":2}\r\r: ping\rdata: [DONE]\r\r'
+NO_LAST_BLANK = b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n'
 
 
-@pytest.mark.parametrize("stream", [OLLAMA, LLAMA_CPP, CRLF, BARE_CR], ids=["lflf", "lf", "crlf", "cr"])
+@pytest.mark.parametrize("stream", [OLLAMA, LLAMA_CPP, CRLF, BARE_CR, NO_LAST_BLANK],
+                         ids=["lflf", "llama.cpp", "crlf", "cr", "no-last-blank"])
 @pytest.mark.parametrize("step", [None, 1, 2, 3, 7])
-def test_decoder_yields_each_data_payload_however_the_bytes_are_split(stream, step):
-    assert feed_all(SSEDecoder(), stream, step=step) == ['{"n":1}', '{"n":2}', "[DONE]"]
+def test_every_wire_shape_gives_the_same_events_however_split(stream, step):
+    assert decode_all(stream, step) == ['{"n":1}', '{"n":2}', "[DONE]"]
 
 
-def test_decoder_reassembles_utf8_characters_split_across_reads():
-    text = "héllo 🐍 世界"
-    stream = b"data: " + json.dumps({"t": text}, ensure_ascii=False).encode() + b"\n\n"
-    for step in (1, 2, 3, 5):
-        payloads = feed_all(SSEDecoder(), stream, step=step)
-        assert [json.loads(p)["t"] for p in payloads] == [text]
+def test_a_multi_line_json_event_decodes_whole():
+    stream = b'data: {"choices":\r\ndata: []}\r\n\r\ndata: [DONE]\r\n\r\n'
+    assert [json.loads(e) for e in decode_all(stream, 1)[:1]] == [{"choices": []}]
 
 
-def test_decoder_waits_after_a_trailing_cr_until_it_knows_whether_lf_follows():
+def test_events_come_out_as_soon_as_their_blank_line_arrives():
     decoder = SSEDecoder()
-    assert decoder.feed(b"data: a\r") == []
-    assert decoder.feed(b"\ndata: b\r") == ["a"]
-    assert decoder.feed(b"data: c\n") == ["b", "c"]
-
-
-def test_decoder_holds_a_partial_line_until_its_end_arrives():
-    decoder = SSEDecoder()
-    assert decoder.feed(b'data: {"a"') == []
-    assert decoder.feed(b":1}\n\n") == ['{"a":1}']
-
-
-def test_decoder_close_returns_a_last_line_without_an_ending():
-    decoder = SSEDecoder()
-    assert decoder.feed(b"data: a\n\ndata: [DONE]") == ["a"]
-    assert decoder.close() == ["[DONE]"]
+    assert decoder.feed(b"data: a\n") == []
+    assert decoder.feed(b"\ndata: b") == ["a"]
+    assert decoder.close() == ["b"]
     assert decoder.close() == []
-
-
-# ---- payloads -----------------------------------------------------------------------------
-
-
-def test_parse_data():
-    assert parse_data("[DONE]") is None
-    assert parse_data(" [DONE] ") is None
-    assert parse_data('{"choices": []}') == {"choices": []}
-    with pytest.raises(ValueError):
-        parse_data("{not json")
-    with pytest.raises(MalformedChunk, match="the chunk is an array, not an object"):
-        parse_data("[1, 2]")
-
-
-# ---- accumulation -------------------------------------------------------------------------
-
-
-def chunk(delta=None, finish=None, **extra):
-    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m", **extra}
-    if delta is not None or finish is not None:
-        body["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
-    return body
-
-
-def accumulate(chunks):
-    accumulator = StreamAccumulator()
-    added = [accumulator.feed(c) for c in chunks]
-    return accumulator.result(), added
-
-
-def test_current_wire_role_once_and_a_separate_finish_chunk():
-    result, added = accumulate(
-        [
-            chunk({"role": "assistant", "content": "Hel"}),
-            chunk({"content": "lo"}),
-            chunk({}, "stop"),
-            {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}},
-        ]
-    )
-    assert result.text == "Hello"
-    assert added == ["Hel", "lo", "", ""]
-    assert result.finish_reason == "stop"
-    assert result.usage == Usage(12, 3)
-    assert result.tool_calls == []
-
-
-def test_legacy_wire_role_in_every_delta_and_finish_on_the_last_content_chunk():
-    result, _ = accumulate(
-        [
-            chunk({"role": "assistant", "content": ""}),
-            chunk({"role": "assistant", "content": "Hi"}),
-            chunk({"role": "assistant", "content": " there"}, "length"),
-        ]
-    )
-    assert result.text == "Hi there"
-    assert result.finish_reason == "length"
-    assert result.usage is None
-
-
-def test_null_content_and_null_usage_in_every_chunk():
-    result, added = accumulate(
-        [
-            chunk({"role": "assistant", "content": None}, usage=None),
-            chunk({"content": "ok"}, usage=None),
-            chunk({}, "stop", usage={"prompt_tokens": 5, "completion_tokens": 1}),
-            chunk({"content": None}, usage=None),
-        ]
-    )
-    assert result.text == "ok"
-    assert added == ["", "ok", "", ""]
-    assert result.usage == Usage(5, 1)
-
-
-def test_reasoning_is_kept_apart_from_the_text():
-    result, added = accumulate(
-        [
-            chunk({"role": "assistant", "reasoning": "Let me "}),
-            chunk({"reasoning_content": "think."}),
-            chunk({"content": "Answer."}),
-        ]
-    )
-    assert result.reasoning == "Let me think."
-    assert result.text == "Answer."
-    assert added == ["", "", "Answer."]
-
-
-def test_ollama_sends_several_whole_tool_calls_in_one_chunk():
-    calls = [
-        {"id": "call_a", "index": 0, "type": "function", "function": {"name": "file_read", "arguments": '{"path":"a.txt"}'}},
-        {"id": "call_b", "index": 1, "type": "function", "function": {"name": "shell", "arguments": '{"command":"ls"}'}},
-    ]
-    result, _ = accumulate([chunk({"role": "assistant", "tool_calls": calls}), chunk({}, "tool_calls")])
-    assert result.tool_calls == [
-        ToolCall("call_a", "file_read", '{"path":"a.txt"}'),
-        ToolCall("call_b", "shell", '{"command":"ls"}'),
-    ]
-    assert result.finish_reason == "tool_calls"
-
-
-def test_fragmented_tool_calls_are_merged_by_index():
-    fragments = [
-        [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "file_read", "arguments": ""}}],
-        [{"index": 0, "function": {"arguments": '{"pa'}}],
-        [{"index": 0, "function": {"arguments": 'th": "a'}}],
-        [{"index": 1, "id": "call_2", "type": "function", "function": {"name": "shell", "arguments": '{"comm'}}],
-        [{"index": 0, "function": {"arguments": '.txt"}'}}],  # interleaved: still call 0
-        [{"index": 1, "function": {"arguments": 'and": "ls"}'}}],
-    ]
-    result, _ = accumulate([chunk({"tool_calls": f}) for f in fragments] + [chunk({}, "tool_calls")])
-    assert result.tool_calls == [
-        ToolCall("call_1", "file_read", '{"path": "a.txt"}'),
-        ToolCall("call_2", "shell", '{"command": "ls"}'),
-    ]
-
-
-def test_calls_without_id_come_back_without_one_for_the_client_to_assign():
-    result, _ = accumulate(
-        [
-            chunk({"tool_calls": [{"index": 0, "function": {"name": "a", "arguments": "{}"}}]}),
-            chunk({"tool_calls": [{"index": 1, "function": {"name": "b", "arguments": "{}"}}]}),
-        ]
-    )
-    assert [(c.id, c.name) for c in result.tool_calls] == [("", "a"), ("", "b")]
-
-
-def test_a_new_id_at_a_used_index_is_a_new_call():
-    # some servers number the calls of every chunk from 0
-    result, _ = accumulate(
-        [
-            chunk({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "a", "arguments": "{}"}}]}),
-            chunk({"tool_calls": [{"index": 0, "id": "call_b", "function": {"name": "b", "arguments": "{}"}}]}),
-        ]
-    )
-    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
-        ("call_a", "a", "{}"),
-        ("call_b", "b", "{}"),
-    ]
-
-
-def test_calls_without_index_are_told_apart_by_id():
-    result, _ = accumulate(
-        [
-            chunk({"tool_calls": [{"id": "call_a", "function": {"name": "a", "arguments": "{"}}]}),
-            chunk({"tool_calls": [{"function": {"arguments": "}"}}]}),
-            chunk({"tool_calls": [{"id": "call_b", "function": {"name": "b", "arguments": "{}"}}]}),
-        ]
-    )
-    assert [(c.id, c.arguments) for c in result.tool_calls] == [("call_a", "{}"), ("call_b", "{}")]
-
-
-def test_arguments_stay_raw_even_when_not_json_and_objects_become_json_text():
-    result, _ = accumulate(
-        [
-            chunk({"tool_calls": [{"index": 0, "id": "x", "function": {"name": "a", "arguments": "{broken"}}]}),
-            chunk({"tool_calls": [{"index": 1, "id": "y", "function": {"name": "b", "arguments": {"k": 1}}}]}),
-        ]
-    )
-    assert result.tool_calls[0].arguments == "{broken"
-    assert json.loads(result.tool_calls[1].arguments) == {"k": 1}
-
-
-def test_older_ollama_stop_after_tool_calls_reads_as_tool_calls():
-    call = {"id": "c", "index": 0, "function": {"name": "a", "arguments": "{}"}}
-    result, _ = accumulate([chunk({"role": "assistant", "content": "", "tool_calls": [call]}, "stop")])
-    assert result.finish_reason == "tool_calls"
-    plain, _ = accumulate([chunk({"role": "assistant", "content": "hi"}, "stop")])
-    assert plain.finish_reason == "stop"
-
-
-def test_counts_chunks_and_survives_chunks_without_choices():
-    accumulator = StreamAccumulator()
-    accumulator.feed({"id": "x"})
-    accumulator.feed({"choices": None, "usage": None})
-    assert accumulator.chunks == 2
-    assert accumulator.result().text == ""
-
-
-@pytest.mark.parametrize("usage,expected", [
-    ({"prompt_tokens": 12, "completion_tokens": 3}, Usage(12, 3)),
-    ({"prompt_tokens": 0, "completion_tokens": 3}, Usage(None, 3)),  # cached: unknown, not 0
-    ({"prompt_tokens": None, "completion_tokens": 3}, Usage(None, 3)),
-    ({"completion_tokens": 3, "total_tokens": 3}, Usage(None, 3)),
-    ({"prompt_tokens": "12", "completion_tokens": -1}, Usage(None, None)),
-    ({"prompt_tokens": 40, "completion_tokens": 2,
-      "prompt_tokens_details": {"cached_tokens": 32}}, Usage(40, 2, cached_tokens=32)),
-    ({"prompt_tokens": 40, "completion_tokens": 2,
-      "prompt_tokens_details": {"cached_tokens": 0}}, Usage(40, 2)),
-])
-def test_usage_counts_that_say_nothing_are_unknown(usage, expected):
-    result, _ = accumulate([chunk({"content": "ok"}, "stop"),
-                            {"id": "chatcmpl-1", "choices": [], "usage": usage}])
-    assert result.usage == expected
-
-
-# ---- malformed chunks, lone surrogates, progress ---------------------------------------------
-
-
-@pytest.mark.parametrize("payload, where", [
-    ("[1, 2]", "the chunk is an array, not an object"),
-    ('"ping"', "the chunk is a string, not an object"),
-    ("null", "the chunk is null, not an object"),
-    ("42", "the chunk is a number, not an object"),
-])
-def test_a_chunk_that_is_json_but_not_an_object_is_malformed(payload, where):
-    with pytest.raises(MalformedChunk, match=where):
-        parse_data(payload)
-
-
-@pytest.mark.parametrize("bad, where", [
-    ({"choices": {"0": {}}}, "choices is an object, not an array"),
-    ({"choices": ["hi"]}, "choices[0] is a string, not an object"),
-    ({"choices": [{"delta": "hi"}]}, "choices[0].delta is a string, not an object"),
-    ({"choices": [{"delta": {"content": 5}}]}, "choices[0].delta.content is a number, not a string"),
-    ({"choices": [{"delta": {"reasoning": ["a"]}}]}, "choices[0].delta.reasoning is an array"),
-    ({"choices": [{"delta": {"tool_calls": {"index": 0}}}]},
-     "choices[0].delta.tool_calls is an object, not an array"),
-    ({"choices": [{"delta": {"tool_calls": ["x"]}}]}, "choices[0].delta.tool_calls[0] is a string"),
-    ({"choices": [{"delta": {"tool_calls": [{"function": "f"}]}}]},
-     "choices[0].delta.tool_calls[0].function is a string, not an object"),
-    ({"choices": [{"delta": {"tool_calls": [{"function": {"arguments": 5}}]}}]},
-     "choices[0].delta.tool_calls[0].function.arguments is a number, not a string or an object"),
-    ({"choices": [{"delta": {"tool_calls": [{"function": {"name": True}}]}}]},
-     "function.name is a boolean, not a string"),
-    ({"choices": [{"delta": {"tool_calls": [{"id": 7, "function": {}}]}}]}, "tool_calls[0].id is a number"),
-    ({"choices": [{"delta": {"tool_calls": [{"index": [0]}]}}]}, "tool_calls[0].index is an array"),
-    ({"choices": [{"delta": {}, "finish_reason": 1}]}, "choices[0].finish_reason is a number"),
-])
-def test_a_field_of_the_wrong_type_is_named_and_nothing_of_the_chunk_is_taken(bad, where):
-    accumulator = StreamAccumulator()
-    accumulator.feed(chunk({"content": "kept"}))
-    with pytest.raises(MalformedChunk, match=where.replace("[", r"\[").replace("]", r"\]")):
-        accumulator.feed(bad)
-    assert accumulator.result().text == "kept" and accumulator.chunks == 1
-
-
-def test_lone_surrogates_become_replacement_characters_everywhere():
-    payload = json.dumps({"choices": [{"delta": {"content": "a\ud800b", "reasoning": "\udfff",
-                                                 "tool_calls": [{"index": 0, "id": "c\ud801",
-                                                                 "function": {"name": "n",
-                                                                              "arguments": "{}"}}]}}]})
-    assert "\\ud800" in payload  # escaped on the wire, as JSON writers do
-    result, _ = accumulate([parse_data(payload)])
-    assert (result.text, result.reasoning, result.tool_calls[0].id) == ("a\ufffdb", "\ufffd", "c\ufffd")
-    json.dumps(result.text, ensure_ascii=False).encode("utf-8")  # storable
-
-
-def test_a_valid_surrogate_pair_is_kept():
-    assert parse_data(json.dumps({"t": "🐍"}))["t"] == "🐍"
-    assert without_surrogates({"k": ["\ud83d", "ok"]}) == {"k": ["\ufffd", "ok"]}
-
-
-def test_a_lone_surrogate_escaped_inside_tool_arguments_is_replaced_too():
-    arguments = json.dumps({"content": "x\udc00y"})  # JSON text holding the escape \\udc00
-    result, _ = accumulate([chunk({"tool_calls": [{"index": 0, "id": "c", "function": {
-        "name": "file_write", "arguments": arguments}}]})])
-    assert json.loads(result.tool_calls[0].arguments) == {"content": "x\ufffdy"}
-    result.tool_calls[0].arguments.encode("utf-8")
-
-
-def test_progress_counts_only_chunks_that_carry_something():
-    accumulator = StreamAccumulator()
-    for empty in (chunk({"role": "assistant"}), chunk({}), chunk({"content": ""}), {"id": "x"},
-                  {"choices": []}):
-        accumulator.feed(empty)
-    assert accumulator.progress == 0
-    for carrying in (chunk({"content": "a"}), chunk({"reasoning": "r"}), chunk({}, "stop"),
-                     chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}),
-                     {"choices": [], "usage": {"prompt_tokens": 3}}):
-        accumulator.feed(carrying)
-    assert accumulator.progress == 5
-
-
-# ---- tool calls without ids ------------------------------------------------------------------
-
-
-def test_whole_calls_without_ids_at_one_index_are_told_apart_by_complete_arguments():
-    result, _ = accumulate([
-        chunk({"tool_calls": [{"index": 0, "function": {"name": "a", "arguments": '{"n": 1}'}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"name": "b", "arguments": '{"n": 2}'}}]}),
-    ])
-    assert [(c.name, c.arguments) for c in result.tool_calls] == [("a", '{"n": 1}'), ("b", '{"n": 2}')]
-
-
-def test_fragmented_calls_without_ids_or_index_are_split_at_each_new_name():
-    pieces = [{"name": "a", "arguments": ""}, {"arguments": '{"p": '}, {"arguments": '"x"}'},
-              {"name": "b", "arguments": '{"q"'}, {"arguments": ": 1}"}]
-    result, _ = accumulate([chunk({"tool_calls": [{"function": p}]}) for p in pieces])
-    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
-        ("", "a", '{"p": "x"}'), ("", "b", '{"q": 1}')]
-
-
-def test_a_name_repeated_mid_arguments_is_not_a_new_call():
-    pieces = [{"name": "a", "arguments": '{"p": '}, {"name": "a", "arguments": '"x"}'}]
-    result, _ = accumulate([chunk({"tool_calls": [{"index": 0, "function": p}]}) for p in pieces])
-    assert [(c.name, c.arguments) for c in result.tool_calls] == [("a", '{"p": "x"}')]
-
-
-def test_assign_call_ids_fills_missing_and_replaces_repeated_ids():
-    fresh = iter(["call_new1", "call_used", "call_new2", "call_new3"])
-    calls = [ToolCall("", "a", "{}"), ToolCall("call_1", "b", "{}"), ToolCall("call_1", "c", "{}"),
-             ToolCall("call_9", "d", "{}")]
-    assigned = assign_call_ids(calls, {"call_used", "call_9"}, new_id=lambda: next(fresh))
-    assert [c.id for c in assigned] == ["call_new1", "call_1", "call_new2", "call_new3"]
-    assert [c.name for c in assigned] == ["a", "b", "c", "d"]
-
-
-def test_generated_ids_are_unique_and_call_ids_in_reads_calls_and_results():
-    messages = [{"role": "assistant", "content": "", "tool_calls": [{"id": "x", "type": "function",
-                                                                     "function": {}}]},
-                {"role": "tool", "tool_call_id": "y", "content": ""}, {"role": "user", "content": "z"}]
-    assert call_ids_in(messages) == {"x", "y"}
-    ids = [c.id for c in assign_call_ids([ToolCall("", "a", "{}")] * 50, set())]
-    assert len(set(ids)) == 50 and all(i.startswith("call_") for i in ids)
