@@ -1,39 +1,36 @@
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import Field
 
 from ouroboros.protocols import ToolCall, ToolResult
-from ouroboros.tools import Toolbox, default_tools
+from ouroboros.tools import ModelTool, ToolArguments, Toolbox, default_tools
 
 
-class Repeat:
+class RepeatArguments(ToolArguments):
+    text: str = Field(description="What to repeat.")
+    times: int = Field(1, ge=1, le=10, description="How often.")
+    sep: str | None = None
+
+
+class Repeat(ModelTool[RepeatArguments]):
     """A tool that records what it was given."""
 
     name = "repeat"
+    Arguments = RepeatArguments
 
     def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
+        self.received: list[RepeatArguments] = []
 
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": "Repeat a text.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
-                    "required": ["text"],
-                    "additionalProperties": False,
-                },
-            },
-        }
+    def description(self) -> str:
+        return "Repeat a text."
 
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+    async def call(self, arguments: RepeatArguments) -> ToolResult:
         self.received.append(arguments)
-        return ToolResult(arguments["text"] * arguments.get("times", 1))
+        return ToolResult((arguments.sep or "").join([arguments.text] * arguments.times))
 
 
 def free_form(name: str) -> dict[str, Any]:
@@ -77,7 +74,7 @@ def toolbox(repeat: Repeat) -> Toolbox:
 def test_runs_the_named_tool_with_parsed_arguments(toolbox: Toolbox, repeat: Repeat) -> None:
     result = call(toolbox, "repeat", '{"text": "ab", "times": 3}')
     assert result == ToolResult("ababab")
-    assert repeat.received == [{"text": "ab", "times": 3}]
+    assert repeat.received == [RepeatArguments(text="ab", times=3)]
 
 
 def test_empty_arguments_mean_no_arguments(toolbox: Toolbox) -> None:
@@ -134,17 +131,64 @@ def test_wrong_types_name_the_argument_and_the_expected_type(
     assert repeat.received == []
 
 
+@pytest.mark.parametrize(
+    ("times", "message"),
+    [(0, "argument 'times' must be at least 1, got 0"),
+     (11, "argument 'times' must be at most 10, got 11")],
+)
+def test_bounds_name_the_argument_and_what_is_allowed(
+    toolbox: Toolbox, repeat: Repeat, times: int, message: str
+) -> None:
+    result = call(toolbox, "repeat", json.dumps({"text": "a", "times": times}))
+    assert not result.ok
+    assert result.content == f"error: repeat: {message}"
+    assert repeat.received == []
+
+
+def test_every_problem_gets_a_line_of_its_own(toolbox: Toolbox) -> None:
+    result = call(toolbox, "repeat", '{"times": 0, "sep": 1, "tims": 2}')
+    assert result.content.splitlines() == [
+        "error: repeat: missing required argument 'text' (string)",
+        "error: repeat: argument 'times' must be at least 1, got 0",
+        "error: repeat: argument 'sep' must be string, got integer",
+        "error: repeat: unknown argument 'tims'; the arguments are: text, times, sep",
+    ]
+
+
+def test_the_schema_sent_to_the_server_comes_from_the_arguments_model(repeat: Repeat) -> None:
+    assert repeat.schema() == {
+        "type": "function",
+        "function": {
+            "name": "repeat",
+            "description": "Repeat a text.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "description": "What to repeat."},
+                    "times": {"type": "integer", "minimum": 1, "maximum": 10,
+                              "description": "How often."},
+                    "sep": {"type": "string"},
+                },
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
 def test_unknown_arguments_are_refused_when_the_schema_says_so(toolbox: Toolbox) -> None:
     result = call(toolbox, "repeat", '{"text": "a", "tims": 2}')
     assert result.content == (
-        "error: repeat: unknown argument 'tims'; the arguments are: text, times"
+        "error: repeat: unknown argument 'tims'; the arguments are: text, times, sep"
     )
     assert call(toolbox, "clock", '{"anything": 1}').content == "noon ['anything']"
 
 
 def test_null_for_an_optional_argument_counts_as_omitted(toolbox: Toolbox, repeat: Repeat) -> None:
-    assert call(toolbox, "repeat", '{"text": "a", "times": null}') == ToolResult("a")
-    assert repeat.received == [{"text": "a"}]
+    assert call(toolbox, "repeat", '{"text": "a", "times": null, "sep": null}') == ToolResult("a")
+    assert repeat.received == [RepeatArguments(text="a")]
+    assert call(toolbox, "repeat", '{"text": null}').content == (
+        "error: repeat: argument 'text' must be string, got null")
 
 
 def test_an_exception_inside_a_tool_becomes_an_error_result(toolbox: Toolbox) -> None:

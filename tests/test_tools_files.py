@@ -236,7 +236,6 @@ def test_file_read_cuts_a_single_line_longer_than_the_cap(
         ({"path": "sub"}, "error: sub is a directory; use list_dir"),
         ({"path": "blob.bin"}, "error: blob.bin looks like a binary file"),
         ({"path": "a.txt", "offset": 9}, "error: offset 9 is past the end of a.txt, which has 3"),
-        ({"path": "a.txt", "offset": 0}, "error: offset must be 1 or more"),
     ],
 )
 def test_file_read_errors_tell_the_model_what_to_do(
@@ -250,6 +249,31 @@ def test_file_read_errors_tell_the_model_what_to_do(
     assert result.content.startswith(message)
     assert result.meta["path"] == arguments["path"]
     assert events == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"path": "a.txt", "offset": 0}, "argument 'offset' must be at least 1, got 0"),
+        ({"path": "a.txt", "limit": 0}, "argument 'limit' must be at least 1, got 0"),
+        ({"path": "a.txt", "offset": "2"}, "argument 'offset' must be integer, got string"),
+        ({"path": 7}, "argument 'path' must be string, got integer"),
+        ({"path": "a.txt", "lines": 5},
+         "unknown argument 'lines'; the arguments are: path, offset, limit"),
+    ],
+)
+def test_file_read_refuses_arguments_outside_its_schema(
+    workspace: Path, events: Events, arguments: dict[str, Any], message: str
+) -> None:
+    (workspace / "a.txt").write_text(numbered(3))
+    tool = reader(workspace, events)
+    result = run(tool, **arguments)
+    assert (result.ok, result.content) == (False, f"error: file_read: {message}")
+    parameters = tool.schema()["function"]["parameters"]
+    assert parameters["properties"]["offset"]["minimum"] == 1
+    assert parameters["properties"]["limit"] == {
+        "type": "integer", "minimum": 1,
+        "description": "Number of lines to read. Default: to the end."}
 
 
 def test_file_read_replaces_undecodable_bytes(workspace: Path, events: Events) -> None:

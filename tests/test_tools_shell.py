@@ -164,6 +164,20 @@ def test_empty_command_is_an_error(workspace: Path, events: Events) -> None:
     assert result.content.startswith("error: empty command")
 
 
+def test_a_command_that_is_not_one_string_is_refused_unrun(workspace: Path, events: Events
+                                                             ) -> None:
+    tool = shell(workspace, events)
+    as_list = asyncio.run(tool.run({"command": ["touch", "made.txt"]}))
+    assert (as_list.ok, as_list.content) == (
+        False, "error: shell_exec: argument 'command' must be string, got array")
+    misnamed = asyncio.run(tool.run({"cmd": "touch made.txt"}))
+    assert misnamed.content.splitlines() == [
+        "error: shell_exec: missing required argument 'command' (string)",
+        "error: shell_exec: unknown argument 'cmd'; the arguments are: command",
+    ]
+    assert not (workspace / "made.txt").exists()
+
+
 def test_blocked_by_returns_the_first_match_and_skips_invalid_patterns() -> None:
     patterns = ["(unclosed", r"push\s+--force", "git"]
     assert blocked_by("git push --force", patterns) == r"push\s+--force"

@@ -8,13 +8,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from ouroboros.protocols import Tool, ToolCall, ToolResult
 from ouroboros.sandbox import Sandbox
+from ouroboros.tools.arguments import (
+    ArgumentError,
+    ModelTool,
+    ToolArguments,
+    argument_failure,
+    parse_arguments,
+)
 from ouroboros.tools.complete import COMPLETE_KEY, TaskComplete
 from ouroboros.tools.files import FileRead, FileWrite, ListDir
 from ouroboros.tools.safety import PathEscape, SecurityHook
@@ -25,104 +31,17 @@ __all__ = [
     "FileRead",
     "FileWrite",
     "ListDir",
+    "ModelTool",
     "PathEscape",
     "COMPLETE_KEY",
     "SecurityHook",
     "ShellExec",
     "TaskComplete",
+    "ToolArguments",
     "Toolbox",
-    "checked_arguments",
     "default_tools",
     "parse_arguments",
 ]
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-    "null": (type(None),),
-}
-
-
-class ArgumentError(ValueError):
-    """Arguments a tool cannot take; the message tells the model what to send instead."""
-
-
-def json_type(value: Any) -> str:
-    """The JSON Schema type name of a parsed JSON value."""
-    if isinstance(value, bool):
-        return "boolean"
-    for name in ("integer", "number", "string", "array", "object", "null"):
-        if isinstance(value, _JSON_TYPES[name]):
-            return name
-    return type(value).__name__
-
-
-def _expected_types(spec: dict[str, Any]) -> list[str]:
-    declared = spec.get("type", [])
-    return [declared] if isinstance(declared, str) else list(declared)
-
-
-def _allows(spec: dict[str, Any], value: Any) -> bool:
-    expected = _expected_types(spec)
-    actual = json_type(value)
-    return not expected or actual in expected or (actual == "integer" and "number" in expected)
-
-
-def _describe(spec: dict[str, Any]) -> str:
-    return " or ".join(_expected_types(spec)) or "any type"
-
-
-def parse_arguments(text: str) -> dict[str, Any]:
-    """The JSON object the model sent as a call's arguments; empty text means no arguments.
-
-        parse_arguments('{"path": "a.md"}')  # -> {"path": "a.md"}
-    """
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ArgumentError(
-            f"the arguments are not valid JSON ({error}); send them as one JSON object, "
-            'e.g. {"name": "value"}'
-        ) from error
-    if not isinstance(value, dict):
-        raise ArgumentError(f"the arguments must be a JSON object, not {json_type(value)}")
-    return value
-
-
-def checked_arguments(arguments: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
-    """`arguments` checked against a tool's JSON schema: required names, simple types and, when
-    the schema forbids them, unknown names. A null optional argument counts as omitted, as
-    models often send null for what they mean to leave out."""
-    properties: dict[str, Any] = parameters.get("properties", {})
-    required: list[str] = parameters.get("required", [])
-    present = {
-        name: value
-        for name, value in arguments.items()
-        if value is not None or name in required or _allows(properties.get(name, {}), None)
-    }
-    missing = [name for name in required if name not in present]
-    if missing:
-        listed = ", ".join(f"'{name}' ({_describe(properties.get(name, {}))})" for name in missing)
-        raise ArgumentError(f"missing required argument {listed}")
-    if parameters.get("additionalProperties") is False:
-        unknown = [name for name in present if name not in properties]
-        if unknown:
-            raise ArgumentError(
-                f"unknown argument '{unknown[0]}'; the arguments are: {', '.join(properties)}"
-            )
-    for name, value in present.items():
-        spec = properties.get(name, {})
-        if not _allows(spec, value):
-            raise ArgumentError(
-                f"argument '{name}' must be {_describe(spec)}, got {json_type(value)}"
-            )
-    return present
 
 
 def _failure(message: str, tool: str) -> ToolResult:
@@ -158,7 +77,8 @@ class Toolbox:
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one tool call. Unknown tools, bad arguments and exceptions inside the tool all
         come back as results starting with `error:`; only cancellation propagates. Known
-        secrets in the result are redacted."""
+        secrets in the result are redacted. The arguments are parsed here and checked by the
+        tool: a ModelTool against its arguments model."""
         result = await self._run(call)
         if self.redact is None:
             return result
@@ -170,10 +90,9 @@ class Toolbox:
             available = ", ".join(self.names) or "none"
             return _failure(f"unknown tool '{call.name}'; available tools: {available}", call.name)
         try:
-            parameters = tool.schema()["function"].get("parameters", {})
-            return await tool.run(checked_arguments(parse_arguments(call.arguments), parameters))
+            return await tool.run(parse_arguments(call.arguments))
         except ArgumentError as error:
-            return _failure(f"{call.name}: {error}", call.name)
+            return argument_failure(call.name, error.problems)
         except Exception as error:
             return _failure(f"{call.name} failed: {type(error).__name__}: {error}", call.name)
 

@@ -8,36 +8,36 @@ more to do.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import ConfigDict
 
 from ouroboros.protocols import ToolResult
+from ouroboros.tools.arguments import ModelTool, ToolArguments
 
 COMPLETE_KEY = "task_complete"  # in ToolResult.meta: the summary, when the call ends the run
 MAX_SUMMARY_CHARS = 2000
 
 
-class TaskComplete:
+class CompleteArguments(ToolArguments):
+    """task_complete's argument: what was done. Short on purpose, without a description or
+    `additionalProperties`: its tokens are in every prompt, and small windows feel each one.
+    Other arguments are ignored: refusing them would only delay the end of a finished task."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    summary: str
+
+
+class TaskComplete(ModelTool[CompleteArguments]):
     """End the run: the task given in the instructions is done."""
 
     name = "task_complete"
+    Arguments = CompleteArguments
 
-    def schema(self) -> dict[str, Any]:
-        # Short on purpose: its tokens are in every prompt, and small windows feel each one.
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": "Ends the run. Call once the whole task is done and checked.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"summary": {"type": "string"}},
-                    "required": ["summary"],
-                },
-            },
-        }
+    def description(self) -> str:
+        return "Ends the run. Call once the whole task is done and checked."
 
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        summary = " ".join(str(arguments["summary"]).split())
+    async def call(self, arguments: CompleteArguments) -> ToolResult:
+        summary = " ".join(arguments.summary.split())
         if not summary:
             return ToolResult("error: task_complete needs a summary of what was done; "
                               "call it again with one", ok=False)

@@ -20,10 +20,13 @@ import posixpath
 import stat
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+from pydantic import Field
 
 from ouroboros.atomic import replace_in
 from ouroboros.protocols import ToolResult
+from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.excerpt import Excerpt, LineScanner, excerpt_note
 from ouroboros.tools.safety import PathEscape, SecurityHook
 from ouroboros.tools.workspace import (
@@ -92,43 +95,29 @@ def describe_entry(entry: os.DirEntry[str], directory: int) -> str:
         return f"{entry.name} (unreadable)"
 
 
-def _function(
-    name: str, description: str, properties: dict[str, Any], required: list[str]
-) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": False,
-            },
-        },
-    }
-
-
 def _error(message: str, path: str) -> ToolResult:
     return ToolResult(f"error: {message}", ok=False, meta={"path": path})
 
 
-class _WorkspaceTool:
-    """Shared plumbing: turn escapes, refusals and OS errors into error results."""
+class PathArguments(ToolArguments):
+    """What every file tool takes: a path in the workspace."""
 
-    name: str
-    default_path: str | None = None
+    path: str = Field(description="File path, relative to the workspace.")
+
+
+P = TypeVar("P", bound=PathArguments)
+
+
+class _WorkspaceTool(ModelTool[P]):
+    """Shared plumbing: turn escapes, refusals and OS errors into error results."""
 
     def __init__(self, workspace: Path, *, on_security: SecurityHook) -> None:
         self.workspace = workspace
         self.on_security = on_security
         self.files = Workspace(workspace)
 
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        given = arguments.get("path", self.default_path)
-        if not isinstance(given, str):
-            return _error("the path argument must be a string", str(given))
+    async def call(self, arguments: P) -> ToolResult:
+        given = arguments.path
         try:
             return self._run(given, arguments)
         except PathEscape as escape:
@@ -142,50 +131,37 @@ class _WorkspaceTool:
         except OSError as failure:
             return _error(f"{self.name} on {given!r} failed: {failure.strerror or failure}", given)
 
-    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
+    def _run(self, given: str, arguments: P) -> ToolResult:
         raise NotImplementedError
 
 
-class FileRead(_WorkspaceTool):
+class ReadArguments(PathArguments):
+    """file_read's arguments: the file, and optionally a range of its lines."""
+
+    offset: int = Field(1, ge=1, description="First line to read (1-based). Default 1.")
+    limit: int | None = Field(None, ge=1,
+                              description="Number of lines to read. Default: to the end.")
+
+
+class FileRead(_WorkspaceTool[ReadArguments]):
     """Read a text file, or a range of its lines, capped at `max_read_bytes`.
 
     FileRead(workspace, max_read_bytes=50_000, on_security=log.security)
     """
 
     name = "file_read"
+    Arguments = ReadArguments
 
     def __init__(self, workspace: Path, *, max_read_bytes: int, on_security: SecurityHook) -> None:
         super().__init__(workspace, on_security=on_security)
         self.max_read_bytes = max_read_bytes
 
-    def schema(self) -> dict[str, Any]:
-        return _function(
-            self.name,
-            "Read a UTF-8 text file in the workspace. Use offset and limit to read a range of "
-            f"lines; output is capped at {self.max_read_bytes} bytes.",
-            {
-                "path": {"type": "string", "description": "File path, relative to the workspace."},
-                "offset": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "First line to read (1-based). Default 1.",
-                },
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Number of lines to read. Default: to the end.",
-                },
-            },
-            ["path"],
-        )
+    def description(self) -> str:
+        return ("Read a UTF-8 text file in the workspace. Use offset and limit to read a range "
+                f"of lines; output is capped at {self.max_read_bytes} bytes.")
 
-    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
-        offset: int = arguments.get("offset", 1)
-        limit: int | None = arguments.get("limit")
-        if offset < 1:
-            raise _Refusal(f"offset must be 1 or more (the first line is 1), got {offset}")
-        if limit is not None and limit < 1:
-            raise _Refusal(f"limit must be 1 or more, got {limit}")
+    def _run(self, given: str, arguments: ReadArguments) -> ToolResult:
+        offset, limit = arguments.offset, arguments.limit
         try:
             with self.files.walk(given, final=FINAL_FILE) as found:
                 shown_path = found.shown
@@ -242,28 +218,27 @@ def _append_line(text: str, line: str) -> str:
     return f"{text}{separator}{line}"
 
 
-class FileWrite(_WorkspaceTool):
+class WriteArguments(PathArguments):
+    """file_write's arguments: the file and its whole new content."""
+
+    content: str = Field(description="The complete new file content.")
+
+
+class FileWrite(_WorkspaceTool[WriteArguments]):
     """Create or replace a UTF-8 text file, creating missing parent directories.
 
     FileWrite(workspace, on_security=log.security)
     """
 
     name = "file_write"
+    Arguments = WriteArguments
 
-    def schema(self) -> dict[str, Any]:
-        return _function(
-            self.name,
-            "Create or overwrite a text file in the workspace with the given content. "
-            "Missing parent directories are created.",
-            {
-                "path": {"type": "string", "description": "File path, relative to the workspace."},
-                "content": {"type": "string", "description": "The complete new file content."},
-            },
-            ["path", "content"],
-        )
+    def description(self) -> str:
+        return ("Create or overwrite a text file in the workspace with the given content. "
+                "Missing parent directories are created.")
 
-    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
-        content: str = arguments["content"]
+    def _run(self, given: str, arguments: WriteArguments) -> ToolResult:
+        content = arguments.content
         data = content.encode("utf-8", errors="replace")
         try:
             with self.files.walk(given, final=FINAL_ENTRY, create_dirs=True) as found:
@@ -289,14 +264,20 @@ def _is_directory(directory: int, name: str) -> bool:
         return False
 
 
-class ListDir(_WorkspaceTool):
+class ListArguments(PathArguments):
+    """list_dir's arguments: the directory, the workspace itself when omitted."""
+
+    path: str = Field(".", description="Directory path, relative to the workspace. Default '.'.")
+
+
+class ListDir(_WorkspaceTool[ListArguments]):
     """List a directory: sorted names, `name/` for directories, sizes for files.
 
     ListDir(workspace, on_security=log.security, max_entries=500)
     """
 
     name = "list_dir"
-    default_path = "."
+    Arguments = ListArguments
 
     def __init__(
         self, workspace: Path, *, on_security: SecurityHook, max_entries: int = DEFAULT_MAX_ENTRIES
@@ -304,20 +285,10 @@ class ListDir(_WorkspaceTool):
         super().__init__(workspace, on_security=on_security)
         self.max_entries = max_entries
 
-    def schema(self) -> dict[str, Any]:
-        return _function(
-            self.name,
-            "List a directory in the workspace: directories end with '/', files show their size.",
-            {
-                "path": {
-                    "type": "string",
-                    "description": "Directory path, relative to the workspace. Default '.'.",
-                }
-            },
-            [],
-        )
+    def description(self) -> str:
+        return "List a directory in the workspace: directories end with '/', files show their size."
 
-    def _run(self, given: str, arguments: dict[str, Any]) -> ToolResult:
+    def _run(self, given: str, arguments: ListArguments) -> ToolResult:
         try:
             with self.files.walk(given, final=FINAL_DIR) as found:
                 shown_path = found.shown

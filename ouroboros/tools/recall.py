@@ -3,42 +3,45 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from pydantic import ConfigDict, Field
 
 from ouroboros.protocols import ToolResult
+from ouroboros.tools.arguments import ModelTool, ToolArguments
 
 
-class RecallTool:
+class RecallArguments(ToolArguments):
+    """recall's arguments: which observation, and where in it to start. Unknown arguments are
+    ignored, as they always were: refusing them would add `additionalProperties` to a schema
+    sent with every request, and a wrong offset is already answered with the valid range."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(description="observation id, e.g. obs-12")
+    offset: int = Field(0, description="character offset to start from (default 0)")
+
+
+class RecallTool(ModelTool[RecallArguments]):
+    """Show an observation the context masked or cut, from the file it was saved to.
+
+    RecallTool(run_dir / "observations", max_chars=lambda: 8000)
+    """
+
     name = "recall"
+    Arguments = RecallArguments
 
     def __init__(self, observations_dir: Path, max_chars: Callable[[], int]) -> None:
         self.observations_dir = observations_dir
         self.max_chars = max_chars
 
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": (
-                    "Show again the full output of an earlier tool call whose result was masked "
-                    "or cut to save context. Use the id shown in the placeholder (e.g. obs-12)."
-                ),
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string", "description": "observation id, e.g. obs-12"},
-                        "offset": {"type": "integer",
-                                   "description": "character offset to start from (default 0)"},
-                    },
-                    "required": ["id"],
-                },
-            },
-        }
+    def description(self) -> str:
+        return ("Show again the full output of an earlier tool call whose result was masked or "
+                "cut to save context. Use the id shown in the placeholder (e.g. obs-12).")
 
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        obs_id = str(arguments["id"]).strip()
-        offset = int(arguments.get("offset") or 0)
+    async def call(self, arguments: RecallArguments) -> ToolResult:
+        obs_id = arguments.id.strip()
+        offset = arguments.offset
         path = self.observations_dir / f"{obs_id}.txt"
         if not obs_id.startswith("obs-") or not obs_id[4:].isdigit() or not path.is_file():
             return ToolResult(f"error: no observation {obs_id!r}; ids look like obs-12 and "

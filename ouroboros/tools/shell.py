@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from ouroboros.protocols import ToolResult
 from ouroboros.reaper import MARKER, workspace_tag
 from ouroboros.sandbox import Sandbox
+from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.safety import SecurityHook, blocked_by, shell_environment
 
 READ_CHUNK_BYTES = 65536
@@ -168,7 +171,13 @@ async def _settle(process: Running, reader: asyncio.Task[None]) -> None:
     await process.wait()
 
 
-class ShellExec:
+class ShellArguments(ToolArguments):
+    """shell_exec's argument: one command line for /bin/sh."""
+
+    command: str = Field(description="The shell command.")
+
+
+class ShellExec(ModelTool[ShellArguments]):
     """Run a shell command in the workspace.
 
     ShellExec(workspace, timeout_secs=120, max_output_bytes=50_000, blocked_patterns=[],
@@ -179,6 +188,7 @@ class ShellExec:
     """
 
     name = "shell_exec"
+    Arguments = ShellArguments
 
     def __init__(
         self,
@@ -209,49 +219,22 @@ class ShellExec:
         env[MARKER] = self.tag
         return env
 
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": (
-                    "Run a command with /bin/sh in the workspace directory and return its "
-                    "combined stdout and stderr and exit code. Times out after "
-                    f"{self.timeout_secs:g}s; output is capped at {self.max_output_bytes} bytes."
-                ),
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "command": {"type": "string", "description": "The shell command."}
-                    },
-                    "required": ["command"],
-                    "additionalProperties": False,
-                },
-            },
-        }
+    def description(self) -> str:
+        return ("Run a command with /bin/sh in the workspace directory and return its combined "
+                f"stdout and stderr and exit code. Times out after {self.timeout_secs:g}s; "
+                f"output is capped at {self.max_output_bytes} bytes.")
 
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        command: str = arguments["command"]
-        meta: dict[str, Any] = {
-            "command": command,
-            "exit_code": None,
-            "timed_out": False,
-            "bytes": 0,
-        }
+    async def call(self, arguments: ShellArguments) -> ToolResult:
+        command = arguments.command
+        meta: dict[str, Any] = {"command": command, "exit_code": None, "timed_out": False,
+                                "bytes": 0}
         if not command.strip():
-            return ToolResult(
-                "error: empty command; give a shell command to run", ok=False, meta=meta
-            )
+            return ToolResult("error: empty command; give a shell command to run", ok=False,
+                              meta=meta)
         pattern = blocked_by(command, self.blocked_patterns)
         if pattern is not None:
-            self.on_security(
-                {
-                    "kind": "blocked_command",
-                    "tool": self.name,
-                    "command": command,
-                    "pattern": pattern,
-                }
-            )
+            self.on_security({"kind": "blocked_command", "tool": self.name, "command": command,
+                              "pattern": pattern})
             return ToolResult(
                 f"error: command blocked by safety pattern '{pattern}'; it was not run. "
                 "Find another way that does not match this pattern.",
