@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping
 
-from ouroboros.events import EVENTS_FILE, find_run, read_events
+from ouroboros.eventlog import EVENTS_FILE, find_run, read_log
+from ouroboros.events import Assistant, EventBase, RunEnd, RunResumed, RunStart
 
 # The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
 REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
@@ -30,7 +31,7 @@ class ResumePlan:
     run_id: str
     flags: dict[str, Any]
     total_turns: int
-    end: dict[str, Any] | None  # the run_end record the log ends with, if any
+    end: RunEnd | None  # the run_end record the log ends with, if any
 
 
 def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],
@@ -38,9 +39,9 @@ def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],
     """Read the run's log (the latest run unless named): its remembered flags under those
     given now, its turns so far and how it ended. Raises UsageError as find_run does."""
     run_dir = find_run(state_dir, run_id)
-    events = read_events(run_dir / EVENTS_FILE).events
+    events = read_log(run_dir / EVENTS_FILE)
     total = turns_taken(events)
-    end = events[-1] if events and events[-1]["type"] == "run_end" else None
+    end = events[-1] if events and isinstance(events[-1], RunEnd) else None
     flags = resume_flags(remembered_flags(events), given, more_turns=more_turns,
                          total_turns=total)
     return ResumePlan(run_dir.name, flags, total, end)
@@ -60,18 +61,18 @@ def flags_to_remember(config: Mapping[str, Mapping[str, Any]],
     return flags
 
 
-def remembered_flags(events: list[dict[str, Any]]) -> dict[str, Any]:
+def remembered_flags(events: list[EventBase]) -> dict[str, Any]:
     """The flags the run last ran with: its run_start's, as each run_resumed updated them."""
     flags: dict[str, Any] = {}
     for event in events:
-        if event["type"] in ("run_start", "run_resumed") and "flags" in event:
-            flags = dict(event["flags"])
+        if isinstance(event, (RunStart, RunResumed)) and "flags" in event.model_fields_set:
+            flags = dict(event.flags)
     return flags
 
 
-def turns_taken(events: list[dict[str, Any]]) -> int:
+def turns_taken(events: list[EventBase]) -> int:
     """Model turns the run has had: one `assistant` event each."""
-    return sum(1 for event in events if event["type"] == "assistant")
+    return sum(1 for event in events if isinstance(event, Assistant))
 
 
 def resume_flags(remembered: Mapping[str, Any], given: Mapping[str, Any], *,
@@ -88,15 +89,15 @@ def resume_flags(remembered: Mapping[str, Any], given: Mapping[str, Any], *,
     return flags
 
 
-def refusal(run_id: str, end: Mapping[str, Any] | None, *, total_turns: int, max_turns: int,
+def refusal(run_id: str, end: RunEnd | None, *, total_turns: int, max_turns: int,
             message: str) -> str | None:
     """Why `resume` would stop again at once, as the line that says what to give it; None
     when it can go on. `end` is the run's last run_end record, if it ended cleanly."""
     if max_turns and total_turns >= max_turns:
         return (f"run {run_id} has had its {max_turns} turns (agent.max_turns); "
                 "`ouroboros resume --max-turns N` gives it N more (0: no limit)")
-    if end is not None and end.get("reason") == "task_complete" and not message.strip():
-        summary = f": {end['summary']}" if end.get("summary") else ""
+    if end is not None and end.reason == "task_complete" and not message.strip():
+        summary = f": {end.summary}" if end.summary else ""
         return (f"run {run_id} is complete (task_complete{summary}); to give the agent more to "
                 f"do: {MESSAGE_HINT}")
     return None

@@ -23,12 +23,12 @@ import shutil
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import tomli_w
 
 from ouroboros.config import load_config
 from ouroboros.errors import UsageError
+from ouroboros.events import EventBase
 from ouroboros.protocols import Message
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scripted import Reply, ScriptedServer
@@ -282,10 +282,10 @@ def narrated(hooks: RunHooks, voice: Voice, pacer: Pacer) -> RunHooks:
     shown = hooks.on_event
     said: set[str] = set()
 
-    def on_event(event: dict[str, Any]) -> None:
+    def on_event(event: EventBase) -> None:
         if shown is not None:
             shown(event)
-        if event["type"] == "stop_requested":
+        if event.type == "stop_requested":
             pacer.stop()
         text = caption(event)
         if text is not None and text not in said:

@@ -24,6 +24,7 @@ from typing import Any, Final, Mapping
 
 from ouroboros.config import KEYS, Config, LoadedConfig
 from ouroboros.errors import UsageError
+from ouroboros.events import ConfigChanged, EventBase, RunStart
 from ouroboros.lock import LOCK_FILE, holder_is_alive, read_holder
 
 LIVE_TABLES: Final = frozenset({"context", "safety"})
@@ -95,16 +96,16 @@ def with_live(old: LoadedConfig, new: LoadedConfig) -> LoadedConfig:
                         old.flag_names, old.reader)
 
 
-def recorded_config(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def recorded_config(events: list[EventBase]) -> dict[str, dict[str, Any]]:
     """The config a run last ran with, from its log: the `run_start` record's, then every
     `config_changed` after it."""
     config: dict[str, dict[str, Any]] = {}
     for event in events:
-        if event["type"] == "run_start":
-            config = deepcopy(event.get("config") or {})
-        elif event["type"] == "config_changed":
-            table, name = event["key"].split(".")
-            config.setdefault(table, {})[name] = event["new"]
+        if isinstance(event, RunStart):
+            config = deepcopy(event.config)
+        elif isinstance(event, ConfigChanged):
+            table, name = event.key.split(".")
+            config.setdefault(table, {})[name] = event.new
     return config
 
 

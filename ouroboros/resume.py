@@ -19,20 +19,23 @@ from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
-from ouroboros.events import (
+from ouroboros.eventlog import (
     EVENTS_FILE,
-    FORMAT_VERSION,
     SNAPSHOT_FILE,
     DamagedSnapshot,
+    parse_records,
     read_events,
     read_snapshot,
 )
-from ouroboros.context import pending_calls
+from ouroboros.events import FORMAT_VERSION, EventBase, ToolCallEvent
+from ouroboros.conversation import pending_calls
 from ouroboros.journal import replay
 from ouroboros.protocols import ToolCall
 from ouroboros.rebuild import rebuild_state, restore_results
 from ouroboros.reload import recorded_config
 from ouroboros.state import RunState
+
+CONFIG_RECORDS = ("run_start", "config_changed")  # what recorded_config reads
 
 INTERRUPTED_TEXT = (
     "[interrupted: the harness stopped while this {name} call was running, so it may or may "
@@ -51,8 +54,8 @@ class Recovered:
     rebuilt: str | None = None  # why the state was rebuilt from the log, if it was
 
 
-def started_ids(events: list[dict[str, Any]], after_seq: int) -> set[str]:
-    return {e["id"] for e in events if e["type"] == "tool_call" and e["seq"] > after_seq}
+def started_ids(events: list[EventBase], after_seq: int) -> set[str]:
+    return {e.id for e in events if isinstance(e, ToolCallEvent) and e.seq > after_seq}
 
 
 def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Recovered:
@@ -60,22 +63,27 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     it should not be resumed, StateError when its log cannot be read. `system_prompt` opens
     the conversation if it has to be rebuilt from the log."""
     log = read_events(run_dir / EVENTS_FILE)
-    events = log.events
-    if not events:
+    records = log.events
+    if not records:
         raise UsageError(f"{run_dir} has an empty log; start a new run with `ouroboros run`")
-    version = events[0].get("format_version", 0)
+    version = records[0].get("format_version", 0)
     if version > FORMAT_VERSION:
         raise UsageError(f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
                          f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it")
     read = observation_reader(run_dir)
-    state, seq, rebuilt = saved_state(run_dir, policy, events, read)
+    state, seq, rebuilt = saved_state(run_dir, policy, records, read)
+    # What the snapshot holds is read back through its checkpoints (journal.py): only the
+    # records after it, and those that say the config, are needed as events.
+    needed = records if state is None else [r for r in records if r["seq"] > seq
+                                            or r["type"] in CONFIG_RECORDS]
+    events = parse_records(needed, run_dir / EVENTS_FILE)
     if state is None:
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
     else:
         seq = restore_results(state, events, seq, read)
     started = started_ids(events, seq)
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
-    return Recovered(state, events[-1]["seq"], interrupted, log.torn_line, log.valid_bytes,
+    return Recovered(state, records[-1]["seq"], interrupted, log.torn_line, log.valid_bytes,
                      recorded_config(events), rebuilt)
 
 

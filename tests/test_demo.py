@@ -115,11 +115,12 @@ def test_a_cut_tool_result_and_a_recall_are_explained():
 
 
 @pytest.mark.parametrize("quiet", [
-    event("token_usage", prompt_tokens=902, completion_tokens=17, budget=3584),
+    event("token_usage", prompt_tokens=902, completion_tokens=17, total_tokens=919,
+          context_limit=4096, budget=3584, context_used_pct=25.2, source="server"),
     event("tool_result", id="c1", name="list_dir", ok=True, bytes=5, duration_ms=1,
           observation="obs-1", truncated=False, summary="data/"),
     event("tool_call", id="c1", name="file_read", arguments='{"path": "a"}'),
-    event("assistant", text="Reading part 1.", tool_calls=[]),
+    event("assistant", text="Reading part 1.", finish_reason="stop", tool_calls=[]),
     event("session_end", reason="restart"),
 ])
 def test_events_that_speak_for_themselves_have_no_caption(quiet):

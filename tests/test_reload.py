@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from ouroboros.cli import app
 from ouroboros.config import KEYS, Config, LoadedConfig, load_config
 from ouroboros.lock import LOCK_FILE
+from ouroboros import events as ev
 from ouroboros.reload import (
     Change,
     config_diff,
@@ -118,15 +119,13 @@ def test_reread_uses_the_same_flags_and_environment(tmp_path):
 
 
 def test_recorded_config_folds_the_changes_into_the_start():
-    events = [{"type": "run_start", "config": data()},
-              {"type": "token_usage"},
-              {"type": "config_changed", "key": "context.soft_threshold_pct", "old": 0.7,
-               "new": 0.6, "source": "x"},
-              {"type": "config_changed", "key": "context.soft_threshold_pct", "old": 0.6,
-               "new": 0.5, "source": "x"}]
+    events = [ev.RunStart(run_id="r1", version="0.1.0", pid=1, config=data()),
+              ev.WarningEvent(message="slow"),
+              ev.ConfigChanged(key="context.soft_threshold_pct", old=0.7, new=0.6, source="x"),
+              ev.ConfigChanged(key="context.soft_threshold_pct", old=0.6, new=0.5, source="x")]
     recorded = recorded_config(events)
     assert recorded == data(context__soft_threshold_pct=0.5)
-    assert events[0]["config"]["context"]["soft_threshold_pct"] == 0.7  # not changed in place
+    assert events[0].config["context"]["soft_threshold_pct"] == 0.7  # not changed in place
 
 
 def test_effect_note_says_when_a_change_takes_effect():
@@ -158,9 +157,10 @@ def test_log_and_status_lines():
 
 def test_stats_thresholds_move_where_they_changed():
     usage = {"type": "token_usage", "prompt_tokens": 1, "completion_tokens": 1,
-             "context_used_pct": 50.0, "session": 1, "turn": 1}
-    events = [{"type": "run_start", "run_id": "r", "session": 1, "turn": 0,
-               "config": data()}, usage, usage,
+             "total_tokens": 2, "context_limit": 8, "budget": 2, "context_used_pct": 50.0,
+             "source": "server", "session": 1, "turn": 1}
+    events = [{"type": "run_start", "run_id": "r", "version": "0.1.0", "pid": 1, "session": 1,
+               "turn": 0, "config": data()}, usage, usage,
               change_event("context.soft_threshold_pct", 0.7, 0.5, 2),
               change_event("context.hard_threshold_pct", 0.9, 0.8, 2),
               {**usage, "session": 2}]

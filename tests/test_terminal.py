@@ -23,7 +23,8 @@ from ouroboros.protocols import Message
 from ouroboros.scripted import Reply
 from tests.helpers import clean_env, make_project, whole_panels
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
+              pytest.mark.slow]  # a real terminal, read as the run goes on
 
 SIZES = [(80, 24), (100, 30), (160, 50)]
 WARNING = "WARNING the server sent no token usage"

@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from ouroboros.tokens import DEFAULT_CHARS_PER_TOKEN
-from ouroboros.events import read_events
+from ouroboros import events as ev
+from ouroboros.eventlog import read_events
 import pytest
 
 from ouroboros.ui.dashboard import DashboardState, call_summary, zone
@@ -135,16 +136,23 @@ def test_streamed_text_and_its_rate(tmp_path):
     assert state.text == "Next"  # a new stream starts afresh
 
 
+def reply(ts: str) -> ev.Assistant:
+    return ev.Assistant(ts=ts, turn=1, text="Done.", finish_reason="stop", tool_calls=[])
+
+
+def usage(ts: str, completion_tokens: int) -> ev.TokenUsage:
+    return ev.TokenUsage(ts=ts, turn=1, prompt_tokens=900, completion_tokens=completion_tokens,
+                         total_tokens=900 + completion_tokens, context_limit=4096, budget=3584,
+                         context_used_pct=25.1, source="server")
+
+
 def test_replayed_rate_comes_from_the_timestamps():
-    base = {"session": 1, "turn": 1, "seq": 1}
     state = replay([
-        {**base, "type": "tool_result", "ts": "2025-03-01T10:00:00.000Z", "id": "a",
-         "name": "shell_exec", "ok": True, "bytes": 3, "summary": "ok", "duration_ms": 5},
-        {**base, "type": "assistant", "ts": "2025-03-01T10:00:04.000Z", "text": "Done.",
-         "tool_calls": []},
-        {**base, "type": "token_usage", "ts": "2025-03-01T10:00:04.001Z", "prompt_tokens": 900,
-         "completion_tokens": 120, "context_limit": 4096, "budget": 3584,
-         "context_used_pct": 25.1},
+        ev.ToolResultEvent(ts="2025-03-01T10:00:00.000Z", turn=1, id="a", name="shell_exec",
+                           ok=True, bytes=3, observation="obs-1", truncated=False,
+                           summary="ok", duration_ms=5),
+        reply("2025-03-01T10:00:04.000Z"),
+        usage("2025-03-01T10:00:04.001Z", completion_tokens=120),
     ])
 
     assert state.tokens_per_sec == 30.0
@@ -266,7 +274,8 @@ def test_the_alert_keeps_the_newest_and_counts_the_earlier(tmp_path):
     events = warned_early(sample_events(tmp_path))
     state = replay(events)
     late = {**events[-1], "type": "warning", "message": "the server is slow to answer"}
-    error = {**events[-1], "type": "error", "message": "the server went away"}
+    error = {**events[-1], "type": "error", "message": "the server went away",
+             "kind": "ServerUnreachableError"}
 
     assert "(+1 earlier)" not in "\n".join(rendered_at(state, 80, 24))
     state.apply(late)
@@ -308,18 +317,12 @@ def test_tool_calls_are_shown_by_their_most_telling_part():
 
 
 def test_rate_comes_from_usage_when_the_stream_was_too_short_to_time():
-    base = {"session": 1, "turn": 1, "seq": 1}
-    state = replay([{**base, "type": "session_start", "ts": "2025-03-01T10:00:00.000Z",
-                     "context_limit": 4096, "budget": 3584, "carryover_messages": 0}])
+    state = replay([ev.SessionStart(ts="2025-03-01T10:00:00.000Z", turn=1, context_limit=4096,
+                                    limit_source="config", budget=3584, carryover_messages=0)])
     state.add_text("Done.", now=50.0)  # one piece: no streamed rate
     assert state.tokens_per_sec is None
-    replay([
-        {**base, "type": "assistant", "ts": "2025-03-01T10:00:02.000Z", "text": "Done.",
-         "tool_calls": []},
-        {**base, "type": "token_usage", "ts": "2025-03-01T10:00:02.001Z", "prompt_tokens": 900,
-         "completion_tokens": 64, "context_limit": 4096, "budget": 3584,
-         "context_used_pct": 25.1},
-    ], state)
+    replay([reply("2025-03-01T10:00:02.000Z"),
+            usage("2025-03-01T10:00:02.001Z", completion_tokens=64)], state)
 
     assert state.tokens_per_sec == 32.0  # 64 tokens over the 2 s the reply took
     assert "~tok/s 32" in rendered(state)
@@ -348,8 +351,6 @@ def test_the_live_frame_fits_and_is_redrawn_only_after_a_change(tmp_path):
 
 def test_a_checkpoint_is_not_shown_as_the_last_thing_the_run_did():
     state = DashboardState()
-    state.apply({"type": "assistant", "ts": "2026-11-26T08:00:00+00:00", "session": 1,
-                 "turn": 3, "text": "Thinking.", "finish_reason": "stop", "tool_calls": []})
-    state.apply({"type": "checkpoint", "ts": "2026-11-26T08:00:01+00:00", "session": 1,
-                 "turn": 3, "base": 1})
+    state.apply(reply("2026-11-26T08:00:00+00:00"))
+    state.apply(ev.Checkpoint(ts="2026-11-26T08:00:01+00:00", turn=1, base=1))
     assert (state.last_type, state.last_ts) == ("assistant", "2026-11-26T08:00:00+00:00")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ouroboros.events import read_events
+from ouroboros import events as ev
+from ouroboros.eventlog import read_events
 from ouroboros.ui.chart import HARD_LINE, RESTART, SOFT_LINE, context_chart
 from ouroboros.ui.stats import SessionStats, run_stats, shown_sessions, stats_view
 from tests.ui_sample import RESTART_REASON, RUN_ID, SESSION_1, SESSION_2, write_sample_run
@@ -39,10 +40,12 @@ def test_stats_of_a_run_still_going(tmp_path):
 
 
 def test_stats_of_a_resumed_run_say_running_again():
-    base = {"ts": "2025-03-01T10:00:00.000Z", "seq": 1, "session": 1, "turn": 2}
-    events = [{**base, "type": "session_end", "reason": "interrupted_now"},
-              {**base, "type": "run_end", "reason": "interrupted_now", "exit_code": 0},
-              {**base, "type": "run_resumed", "total_turns": 2, "restarts": 0}]
+    events = [ev.SessionEnd(reason="interrupted_now", turn=2),
+              ev.RunEnd(reason="interrupted_now", exit_code=0, sessions=1, total_turns=2,
+                        restarts=0, turn=2),
+              ev.RunResumed(total_turns=2, restarts=0, torn_line_dropped=False,
+                            interrupted_tools=[], context_limit=8192, limit_source="config",
+                            budget=6144, turn=2)]
 
     assert run_stats(events).sessions[0].end == "running"
     assert run_stats(events[:2]).sessions[0].end == "interrupted_now"

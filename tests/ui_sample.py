@@ -1,5 +1,6 @@
 """A realistic run log for the terminal views' tests: two sessions, masking, a wind-down, a
-restart, a failed tool, a retry and a warning, written with the real EventLog."""
+restart, a failed tool, a retry and a warning, built from the event models and written with
+the real EventLog, so the views read what the harness writes."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ouroboros import events as ev
 from ouroboros.config import Config
-from ouroboros.events import EVENTS_FILE, EventLog, runs_dir
+from ouroboros.eventlog import EVENTS_FILE, EventLog, runs_dir
 
 RUN_ID = "20250301-101500-ab12"
 LIMIT, BUDGET = 8192, 6144
@@ -49,16 +51,22 @@ def turn(log: EventLog, number: int, step: tuple, call_id: str) -> None:
     text, name, args, ok, summary, pct = step
     log.turn = number
     arguments = json.dumps(args)
-    log.emit("assistant", text=text, finish_reason="tool_calls",
-             tool_calls=[{"id": call_id, "name": name, "arguments": arguments}])
+    log.emit(ev.Assistant(text=text, finish_reason="tool_calls",
+                          tool_calls=[ev.LoggedCall(id=call_id, name=name, arguments=arguments)]))
     prompt = round(BUDGET * pct / 100)
-    log.emit("token_usage", prompt_tokens=prompt, completion_tokens=40 + number,
-             total_tokens=prompt + 40 + number, context_limit=LIMIT, budget=BUDGET,
-             context_used_pct=pct, source="server")
-    log.emit("tool_call", id=call_id, name=name, arguments=arguments)
-    log.emit("tool_result", id=call_id, name=name, ok=ok, bytes=len(summary) * 40,
-             observation=f"obs-{call_id}", truncated=False, summary=summary,
-             duration_ms=120 * number)
+    log.emit(ev.TokenUsage(prompt_tokens=prompt, completion_tokens=40 + number,
+                           total_tokens=prompt + 40 + number, context_limit=LIMIT,
+                           budget=BUDGET, context_used_pct=pct, source="server",
+                           reported=prompt, cached_tokens=None, verdict="whole"))
+    log.emit(ev.ToolCallEvent(id=call_id, name=name, arguments=arguments))
+    log.emit(ev.ToolResultEvent(id=call_id, name=name, ok=ok, bytes=len(summary) * 40,
+                                observation=f"obs-{call_id}", truncated=False,
+                                summary=summary, duration_ms=120 * number))
+
+
+def session_start(carried: int) -> ev.SessionStart:
+    return ev.SessionStart(context_limit=LIMIT, limit_source="server /api/show", budget=BUDGET,
+                           carryover_messages=carried)
 
 
 def write_sample_run(state_dir: Path, *, ended: bool = True) -> Path:
@@ -66,36 +74,33 @@ def write_sample_run(state_dir: Path, *, ended: bool = True) -> Path:
     log stops in the middle of session 2, as a live (or killed) run's would."""
     path = runs_dir(state_dir) / RUN_ID / EVENTS_FILE
     log = EventLog(path)
-    log.emit("run_start", format_version=1, run_id=RUN_ID, version="0.1.0", pid=4242,
-             config=config_record())
-    log.emit("session_start", context_limit=LIMIT, limit_source="server /api/show",
-             budget=BUDGET, carryover_messages=0)
+    log.emit(ev.RunStart(run_id=RUN_ID, version="0.1.0", pid=4242, config=config_record()))
+    log.emit(session_start(0))
     for number, step in enumerate(SESSION_1, 1):
         turn(log, number, step, f"call_1_{number}")
         if number == 4:
-            log.emit("context_mask", observations_masked=3, total_masked=3,
-                     tokens_before=4584, tokens_after=3310, reclaimed_pct=27.8, preflight=False)
+            log.emit(ev.ContextMask(observations_masked=3, total_masked=3, tokens_before=4584,
+                                    tokens_after=3310, reclaimed_pct=27.8, preflight=False))
         if number == 5:
-            log.emit("context_mask", observations_masked=1, total_masked=4,
-                     tokens_before=5290, tokens_after=4950, reclaimed_pct=6.4, preflight=False)
+            log.emit(ev.ContextMask(observations_masked=1, total_masked=4, tokens_before=5290,
+                                    tokens_after=4950, reclaimed_pct=6.4, preflight=False))
         if number == 6:
-            log.emit("wind_down", context_used_pct=93.5)
-    log.emit("session_end", reason="restart")
+            log.emit(ev.WindDown(context_used_pct=93.5))
+    log.emit(ev.SessionEnd(reason="restart"))
     log.session, log.turn = 2, 0
-    log.emit("session_restart", session=2, previous_turns=6, carryover_messages=7,
-             carryover_masked=1, carryover_turns_dropped=0, reason=RESTART_REASON)
-    log.emit("session_start", context_limit=LIMIT, limit_source="server /api/show",
-             budget=BUDGET, carryover_messages=7)
+    log.emit(ev.SessionRestart(previous_turns=6, carryover_messages=7, carryover_masked=1,
+                               carryover_turns_dropped=0, reason=RESTART_REASON))
+    log.emit(session_start(7))
     for number, step in enumerate(SESSION_2, 1):
         if number == 2:
-            log.emit("retry", attempt=1, delay_secs=2.0, error="server returned 503")
-            log.emit("warning", message="the server is slow to answer")
+            log.emit(ev.Retry(attempt=1, delay_secs=2.0, error="server returned 503"))
+            log.emit(ev.WarningEvent(message="the server is slow to answer"))
         turn(log, number, step, f"call_2_{number}")
         if not ended and number == 2:
             log.close()
             return path
-    log.emit("session_end", reason="max_turns")
-    log.emit("run_end", reason="max_turns", exit_code=0, sessions=2, total_turns=9, restarts=1,
-             resumable=False)
+    log.emit(ev.SessionEnd(reason="max_turns"))
+    log.emit(ev.RunEnd(reason="max_turns", exit_code=0, sessions=2, total_turns=9, restarts=1,
+                       resumable=False))
     log.close()
     return path

@@ -3,7 +3,7 @@
 `caption(event)` is a pure function of one event (None for events that need no explaining);
 the demo shows each caption as the event happens, beside the dashboard or the plain lines.
 
-    caption({"type": "wind_down", "session": 1, "context_used_pct": 94.0, ...})
+    caption(WindDown(session=1, context_used_pct=94.0))
     # 'Wind-down: the context is 94.0% full, past the hard threshold, and nothing is left ...'
 """
 
@@ -15,65 +15,67 @@ from typing import Any
 
 from rich.console import Console, ConsoleDimensions
 
+from ouroboros import events as ev
+from ouroboros.events import Record, parse_event
 from ouroboros.ui.plain import plural
 
 CAPTION_ROWS = 6  # the terminal lines left above the live dashboard for the captions
 
 
-def caption(e: dict[str, Any]) -> str | None:
+def caption(e: Record) -> str | None:
     """What one event means, in a sentence or two; None when it speaks for itself."""
-    match e["type"]:
-        case "session_start" if e["session"] == 1 and not e.get("carryover_messages"):
-            return (f"The model's window is {e['context_limit']:,} tokens; the prompt may take "
-                    f"{e['budget']:,} of them (the rest is kept for the reply). Past the soft "
-                    "threshold (context.soft_threshold_pct) old tool results get masked; past "
-                    "the hard one (context.hard_threshold_pct) the agent is told to save its "
-                    "state.")
-        case "tool_result" if e.get("truncated"):
+    match event := parse_event(e):
+        case ev.SessionStart(session=1, carryover_messages=0):
+            return (f"The model's window is {event.context_limit:,} tokens; the prompt may "
+                    f"take {event.budget:,} of them (the rest is kept for the reply). Past the "
+                    "soft threshold (context.soft_threshold_pct) old tool results get masked; "
+                    "past the hard one (context.hard_threshold_pct) the agent is told to save "
+                    "its state.")
+        case ev.ToolResultEvent(truncated=True):
             return ("That output is longer than a tool result may be "
                     "(context.max_tool_result_tokens, and never more than a quarter of the "
                     "prompt budget), so the harness cut it on arrival, with a note saying so; "
                     "the full text stays on disk for recall.")
-        case "tool_call" if e.get("name") == "recall":
+        case ev.ToolCallEvent(name="recall"):
             return ("The agent asked for a masked tool result back: recall shows the full text "
                     "the harness kept on disk.")
-        case "context_mask":
-            return mask_caption(e)
-        case "context_drop":
+        case ev.ContextMask():
+            return mask_caption(event)
+        case ev.ContextDrop(turns_dropped=dropped):
             return (f"Even masked, the conversation did not fit the next request, so its oldest "
-                    f"{plural(e['turns_dropped'], 'whole turn')} went; the system prompt and the "
-                    "newest turn never do.")
-        case "wind_down":
-            return wind_down_caption(e)
-        case "session_restart":
-            return restart_caption(e)
-        case "run_end":
-            return end_caption(e)
+                    f"{plural(dropped, 'whole turn')} went; the system prompt and the newest "
+                    "turn never do.")
+        case ev.WindDown():
+            return wind_down_caption(event)
+        case ev.SessionRestart():
+            return restart_caption(event)
+        case ev.RunEnd():
+            return end_caption(event)
     return None
 
 
-def mask_caption(e: dict[str, Any]) -> str:
-    count, before, after = e["observations_masked"], e["tokens_before"], e["tokens_after"]
+def mask_caption(e: ev.ContextMask) -> str:
+    count, before, after = e.observations_masked, e.tokens_before, e.tokens_after
     results = plural(count, "tool result")
-    if e.get("preflight"):
+    if e.preflight:
         return (f"The next request would not have fit, so {results} masked first "
                 f"({before:,} -> {after:,} tokens).")
-    if e["total_masked"] > count:
-        return (f"Masked {plural(count, 'more tool result')}: {e['reclaimed_pct']}% of the "
-                f"context back, {e['total_masked']} masked so far.")
+    if e.total_masked > count:
+        return (f"Masked {plural(count, 'more tool result')}: {e.reclaimed_pct}% of the "
+                f"context back, {e.total_masked} masked so far.")
     oldest = "the oldest tool result" if count == 1 else f"the {count} oldest tool results"
     return (f"Masked: the context passed the soft threshold, so {oldest} became a one-line "
             f"placeholder saying what was there. That took it from {before:,} to {after:,} "
-            f"tokens ({e['reclaimed_pct']}% reclaimed) without losing a turn; recall(id) "
+            f"tokens ({e.reclaimed_pct}% reclaimed) without losing a turn; recall(id) "
             "brings a masked result back.")
 
 
-def wind_down_caption(e: dict[str, Any]) -> str:
-    pct = e["context_used_pct"]
-    if e.get("reason") == "reload":
+def wind_down_caption(e: ev.WindDown) -> str:
+    pct = e.context_used_pct
+    if e.reason == "reload":
         return ("A reload was asked: the agent is told to save its state to files, then the "
                 "session restarts and the new one reads the config again.")
-    if e["session"] > 1:
+    if e.session > 1:
         return f"Wind-down again at {pct}%: save your state, the agent is told."
     return (f"Wind-down: the context is {pct}% full, past the hard threshold, and nothing is "
             "left worth masking. The harness tells the agent to save its progress and state "
@@ -81,21 +83,21 @@ def wind_down_caption(e: dict[str, Any]) -> str:
             "only files carry over. This agent writes progress.md.")
 
 
-def restart_caption(e: dict[str, Any]) -> str:
-    session, carried = e["session"], e["carryover_messages"]
+def restart_caption(e: ev.SessionRestart) -> str:
+    session, carried = e.session, e.carryover_messages
     if session > 2:
         return f"Restart: session {session} starts fresh, {carried} messages carried over."
-    return (f"Restart ({e['reason']}): session {session} starts from a fresh context: "
+    return (f"Restart ({e.reason}): session {session} starts from a fresh context: "
             "SYSTEM_PROMPT.md read again from disk (the agent may have edited it), a note "
             f"saying the session restarted, and the last {carried} messages of session "
             f"{session - 1} carried over, whole turns only. The rest of what the agent knew is "
             "in its files: it carries on from progress.md.")
 
 
-def end_caption(e: dict[str, Any]) -> str:
-    done = (f"{plural(e['total_turns'], 'turn')} in {plural(e['sessions'], 'session')}, "
-            f"{plural(e['restarts'], 'restart')}")
-    match e["reason"]:
+def end_caption(e: ev.RunEnd) -> str:
+    done = (f"{plural(e.total_turns, 'turn')} in {plural(e.sessions, 'session')}, "
+            f"{plural(e.restarts, 'restart')}")
+    match e.reason:
         case "task_complete":
             return (f"The agent called task_complete, which ends the run: {done}. The window "
                     "never held more than a few files, yet the task got done.")
@@ -106,7 +108,7 @@ def end_caption(e: dict[str, Any]) -> str:
             return f"Stopped at once by a second Ctrl+C ({done})."
         case "error":
             return f"The run failed after {done}; the error says why."
-    return f"The run ended ({e['reason']}) after {done}."
+    return f"The run ended ({e.reason}) after {done}."
 
 
 def opening(parts: int, window: int, *, paced: bool) -> str:

@@ -5,7 +5,7 @@ so the same state serves `ouroboros run` (fed by the event log's listeners), `ou
 (fed by tailing events.jsonl) and `ouroboros status` (fed by reading the log once).
 
     state = DashboardState()
-    for event in read_events(path).events:
+    for event in read_log(path):
         state.apply(event)
     state.context_pct, state.restarts, state.masked
 
@@ -19,9 +19,11 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
+from ouroboros import events as ev
 from ouroboros.config import ContextConfig
+from ouroboros.events import EventBase, Record, UnknownEvent, parse_event
 from ouroboros.tokens import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
@@ -128,19 +130,20 @@ class DashboardState:
     def zone(self) -> Zone:
         return zone(self.context_pct or 0.0, self.soft, self.hard)
 
-    def apply(self, e: dict[str, Any]) -> DashboardState:
+    def apply(self, e: Record) -> DashboardState:
         """Fold one event into the state; returns the state, for chaining. Control
         characters in it are made visible first (ui/sanitize.py)."""
-        e = neutralise_all(e)
-        t = e["type"]
-        self.session, self.turn = e.get("session", self.session), e.get("turn", self.turn)
-        handler = getattr(self, f"_on_{t}", None)
-        if handler is not None:
-            handler(e)
-        if t in NOTE_LEVELS:
-            self._note(e)
-        if t not in BOOKKEEPING:
-            self.last_type, self.last_ts = t, e.get("ts", self.last_ts)
+        event = parse_event(e)
+        self.session, self.turn = event.session, event.turn
+        if event.type in BOOKKEEPING:
+            return self
+        event = neutralised(event)
+        handler = getattr(self, f"_on_{event.type}", None)
+        if handler is not None and not isinstance(event, UnknownEvent):
+            handler(event)
+        if event.type in NOTE_LEVELS:
+            self._note(event)
+        self.last_type, self.last_ts = event.type, event.ts or self.last_ts
         return self
 
     def add_text(self, piece: str, now: float) -> DashboardState:
@@ -159,49 +162,47 @@ class DashboardState:
 
     # -- one handler per event type that changes more than the clock --
 
-    def _on_run_start(self, e: dict[str, Any]) -> None:
-        self.run_id, self.status = e.get("run_id", ""), "running"
-        config = e.get("config") or {}
-        context, model = config.get("context") or {}, config.get("model") or {}
+    def _on_run_start(self, e: ev.RunStart) -> None:
+        self.run_id, self.status = e.run_id, "running"
+        context, model = e.config.get("context") or {}, e.config.get("model") or {}
         self.soft = context.get("soft_threshold_pct", self.soft)
         self.hard = context.get("hard_threshold_pct", self.hard)
         self.model = model.get("name", self.model)
 
-    def _on_config_changed(self, e: dict[str, Any]) -> None:
+    def _on_config_changed(self, e: ev.ConfigChanged) -> None:
         """The thresholds the gauge marks move when the run takes new ones."""
-        if e["key"] == "context.soft_threshold_pct":
-            self.soft = e["new"]
-        elif e["key"] == "context.hard_threshold_pct":
-            self.hard = e["new"]
+        if e.key == "context.soft_threshold_pct":
+            self.soft = e.new
+        elif e.key == "context.hard_threshold_pct":
+            self.hard = e.new
 
-    def _on_run_resumed(self, e: dict[str, Any]) -> None:
+    def _on_run_resumed(self, e: ev.RunResumed) -> None:
         self.status, self.ended = "running", False
-        self.total_turns, self.restarts = e["total_turns"], e["restarts"]
-        self._on_window(e)
+        self.total_turns, self.restarts = e.total_turns, e.restarts
+        self.context_limit, self.limit_source = e.context_limit, e.limit_source
 
-    def _on_session_start(self, e: dict[str, Any]) -> None:
-        self.context_limit, self.budget = e["context_limit"], e["budget"]
-        self.limit_source = e.get("limit_source", "")
+    def _on_session_start(self, e: ev.SessionStart) -> None:
+        self.context_limit, self.budget = e.context_limit, e.budget
+        self.limit_source = e.limit_source
         self.prompt_tokens = self.context_pct = None
 
-    def _on_window(self, e: dict[str, Any]) -> None:
+    def _on_window(self, e: ev.ContextTruncationDetected | ev.ContextOverflowRecovered) -> None:
         """An event that says which window the run now works within, and why."""
-        self.context_limit = e.get("new_limit", e.get("context_limit", self.context_limit))
-        self.limit_source = e.get("limit_source", self.limit_source)
+        self.context_limit, self.limit_source = e.new_limit, e.limit_source
 
     _on_context_truncation_detected = _on_window
     _on_context_overflow_recovered = _on_window
 
-    def _on_assistant(self, e: dict[str, Any]) -> None:
+    def _on_assistant(self, e: ev.Assistant) -> None:
         self.total_turns += 1
-        self.streaming, self.text = False, e.get("text") or ""
-        if self.last_ts is not None:
-            self._reply_secs = (parse_ts(e["ts"]) - parse_ts(self.last_ts)).total_seconds()
+        self.streaming, self.text = False, e.text
+        if self.last_ts is not None and e.ts:
+            self._reply_secs = (parse_ts(e.ts) - parse_ts(self.last_ts)).total_seconds()
 
-    def _on_token_usage(self, e: dict[str, Any]) -> None:
-        self.prompt_tokens, self.budget = e["prompt_tokens"], e["budget"]
-        self.context_limit, self.context_pct = e["context_limit"], e["context_used_pct"]
-        rate = reply_rate(e.get("completion_tokens"), self._stream_secs(), self._reply_secs)
+    def _on_token_usage(self, e: ev.TokenUsage) -> None:
+        self.prompt_tokens, self.budget = e.prompt_tokens, e.budget
+        self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
+        rate = reply_rate(e.completion_tokens, self._stream_secs(), self._reply_secs)
         if rate is not None:
             self.tokens_per_sec = rate
         self._streamed_turn, self._reply_secs = False, None
@@ -209,43 +210,43 @@ class DashboardState:
     def _stream_secs(self) -> float | None:
         return self._stream_last - self._stream_started if self._streamed_turn else None
 
-    def _on_warning(self, e: dict[str, Any]) -> None:
+    def _on_warning(self, e: ev.WarningEvent | ev.ErrorEvent) -> None:
         self.alerts += 1
-        self.alert = Note(clock(e), describe(e) or e["type"], NOTE_LEVELS[e["type"]])
+        self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type])
 
     _on_error = _on_warning
 
-    def _on_tool_call(self, e: dict[str, Any]) -> None:
-        summary = neutralise(call_summary(e["name"], e["arguments"]))  # JSON may hide an ESC
-        self._add_tool(ToolLine(e["id"], clock(e), summary))
+    def _on_tool_call(self, e: ev.ToolCallEvent) -> None:
+        summary = neutralise(call_summary(e.name, e.arguments))  # JSON may hide an ESC
+        self._add_tool(ToolLine(e.id, clock(e), summary))
 
-    def _on_tool_result(self, e: dict[str, Any]) -> None:
-        line = next((t for t in reversed(self.tools) if t.id == e["id"]), None)
+    def _on_tool_result(self, e: ev.ToolResultEvent) -> None:
+        line = next((t for t in reversed(self.tools) if t.id == e.id), None)
         if line is None:  # answered on resume, its call is in an earlier process's log
-            line = self._add_tool(ToolLine(e["id"], clock(e), f"{e['name']}(...)"))
-        line.ok = e["ok"]
-        line.result = f"{'ok' if e['ok'] else 'FAILED'}: {one_line(e.get('summary', ''), 80)}"
-        line.size, line.duration_ms = size(e["bytes"]), e["duration_ms"]
-        line.truncated = bool(e.get("truncated"))
+            line = self._add_tool(ToolLine(e.id, clock(e), f"{e.name}(...)"))
+        line.ok = e.ok
+        line.result = f"{'ok' if e.ok else 'FAILED'}: {one_line(e.summary, 80)}"
+        line.size, line.duration_ms = size(e.bytes), e.duration_ms
+        line.truncated = e.truncated
 
-    def _on_context_mask(self, e: dict[str, Any]) -> None:
-        self.masked = e["total_masked"]
-        self.prompt_tokens = e["tokens_after"]
+    def _on_context_mask(self, e: ev.ContextMask) -> None:
+        self.masked = e.total_masked
+        self.prompt_tokens = e.tokens_after
         if self.budget:
-            self.context_pct = round(100 * e["tokens_after"] / self.budget, 1)
+            self.context_pct = round(100 * e.tokens_after / self.budget, 1)
 
-    def _on_session_restart(self, e: dict[str, Any]) -> None:
+    def _on_session_restart(self, e: ev.SessionRestart) -> None:
         self.restarts += 1
-        self.masked += e.get("carryover_masked", 0)
+        self.masked += e.carryover_masked
         self.prompt_tokens = self.context_pct = None
 
-    def _on_stop_requested(self, e: dict[str, Any]) -> None:
+    def _on_stop_requested(self, e: ev.StopRequested) -> None:
         self.status = "stopping"
 
-    def _on_run_end(self, e: dict[str, Any]) -> None:
+    def _on_run_end(self, e: ev.RunEnd) -> None:
         self.ended, self.streaming = True, False
-        self.status = f"ended: {e['reason']} (exit {e['exit_code']})"
-        self.total_turns, self.restarts = e["total_turns"], e["restarts"]
+        self.status = f"ended: {e.reason} (exit {e.exit_code})"
+        self.total_turns, self.restarts = e.total_turns, e.restarts
 
     def _add_tool(self, line: ToolLine) -> ToolLine:
         self.tools.append(line)
@@ -253,11 +254,11 @@ class DashboardState:
             self.tools.popleft()
         return line
 
-    def _note(self, e: dict[str, Any]) -> None:
+    def _note(self, e: EventBase) -> None:
         text = describe(e)
         if text is None:
             return
-        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e["type"]]))
+        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type]))
         while len(self.notes) > self.max_notes:
             self.notes.popleft()
 
@@ -299,6 +300,12 @@ def size(count: int) -> str:
     return f"{count / 1_000_000:.1f} MB"
 
 
-def clock(e: dict[str, Any]) -> str:
+def clock(e: EventBase) -> str:
     """The event's time of day, HH:MM:SS (UTC, as written)."""
-    return e["ts"][11:19]
+    return e.ts[11:19]
+
+
+def neutralised(event: EventBase) -> EventBase:
+    """The event with every control character in its strings made visible (ui/sanitize.py);
+    the event itself is left alone."""
+    return parse_event(neutralise_all(event.model_dump()))

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
+
+from ouroboros.eventlog import parse_logged, parse_record
+from ouroboros.events import EventBase, RunEnd
 
 POLL_SECS = 0.25
 
 
-def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
+def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterator[EventBase]:
     """Every record of the log, then each new one as it is written, until a run_end record
     that nothing follows. A last line still being written is held back until it is whole; a
     line that never becomes JSON (torn by a crash, then cut off by `resume`) is skipped.
     `wait` is called whenever there is nothing new (default: sleep a quarter second).
 
         for event in follow_events(run_dir / "events.jsonl"):
-            print(event["type"])
+            print(event.type)
     """
     wait = wait or (lambda: time.sleep(POLL_SECS))
     pending = b""
@@ -38,13 +40,6 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterato
             for raw in lines:
                 record = parse_record(raw)
                 if record is not None:
-                    ended = record["type"] == "run_end"
-                    yield record
-
-
-def parse_record(raw: bytes) -> dict[str, Any] | None:
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and "type" in record else None
+                    event = parse_logged(record, path)
+                    ended = isinstance(event, RunEnd)
+                    yield event

@@ -17,11 +17,12 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 from rich.console import Console, RenderableType
 from rich.live import Live
 
+from ouroboros.events import Record, parse_event
 from ouroboros.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
@@ -56,11 +57,12 @@ class LiveDashboard:
             self._drawn = (self._changes, (width, height))
             return render(self.state, width, max(height - SPARE_LINES, 1))
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, record: Record) -> None:
+        event = parse_event(record)
         with self._lock:
             self.state.apply(event)
             self._changes += 1
-        if event["type"] == "run_end" and self.stop_at_run_end:
+        if event.type == "run_end" and self.stop_at_run_end:
             self.stop()
         else:
             self.start()

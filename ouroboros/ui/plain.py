@@ -9,17 +9,10 @@ import os
 import sys
 from typing import Any, Callable, Iterable, TextIO
 
+from ouroboros import events as ev
 from ouroboros.errors import UsageError
+from ouroboros.events import EVENT_TYPES, EventBase, Record, parse_event
 from ouroboros.ui.sanitize import neutralise
-
-EVENT_TYPES = (
-    "run_start", "run_resumed", "session_start", "assistant", "tool_call", "tool_result",
-    "token_usage", "context_mask", "context_drop", "wind_down", "session_restart",
-    "context_truncation_detected", "context_overflow_recovered", "retry", "security",
-    "warning", "error", "idle", "stop_requested", "reload_requested", "config_changed",
-    "checkpoint", "session_end", "run_end",
-)
-"""Every event type the harness writes, in roughly the order a run meets them."""
 
 
 def select_types(types: Iterable[str]) -> set[str]:
@@ -59,94 +52,96 @@ def tool_call_text(name: str, arguments: str) -> str:
     return f"{name}({one_line(str(args), 80)})"
 
 
-def sandbox_note(e: dict[str, Any]) -> str:
+def sandbox_note(sandbox: dict[str, Any] | None) -> str:
     """What confines the shell, as `run_start` and `run_resumed` record it."""
-    sandbox = e.get("sandbox")
     return f"; sandbox: {sandbox['summary']}" if isinstance(sandbox, dict) else ""
 
 
-def describe(e: dict[str, Any]) -> str | None:
+def resumed_text(e: ev.RunResumed) -> str:
+    extra = ", torn last log line dropped" if e.torn_line_dropped else ""
+    if e.interrupted_tools:
+        extra += f", interrupted tool calls: {', '.join(e.interrupted_tools)}"
+    return (f"run resumed at turn {e.total_turns} ({e.restarts} restarts{extra})"
+            + sandbox_note(e.sandbox))
+
+
+def assistant_text(e: ev.Assistant) -> str:
+    calls = ", ".join(call.name for call in e.tool_calls)
+    text = one_line(e.text)
+    if not text and not calls:
+        return "assistant: (empty reply)"
+    return f"assistant: {text}" + (f" -> {calls}" if calls else "")
+
+
+def result_text(e: ev.ToolResultEvent) -> str:
+    cut = ", truncated" if e.truncated else ""
+    return (f"  -> {e.name} {'ok' if e.ok else 'FAILED'}: {one_line(e.summary, 100)} "
+            f"({e.bytes} bytes, {e.duration_ms} ms{cut})")
+
+
+def usage_text(e: ev.TokenUsage) -> str:
+    cached = f", {e.cached_tokens} cached" if e.cached_tokens else ""
+    return (f"context {e.prompt_tokens}/{e.budget} tokens ({e.context_used_pct}%, "
+            f"{e.source}{cached}), +{e.completion_tokens} completion")
+
+
+def end_text(e: ev.RunEnd) -> str:
+    summary = f": {one_line(e.summary, 200)}" if e.summary else ""
+    then = f"; {e.next}" if e.next else ""
+    return (f"run ended: {e.reason}{summary} after {e.total_turns} turns, {e.sessions} "
+            f"sessions, {e.restarts} restarts (exit {e.exit_code}){then}")
+
+
+DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
+    ev.RunStart: lambda e: (f"run {e.run_id} started (ouroboros {e.version})"
+                            + sandbox_note(e.sandbox)),
+    ev.RunResumed: resumed_text,
+    ev.SessionStart: lambda e: (
+        f"session {e.session} started: context limit {e.context_limit} tokens "
+        f"({e.limit_source}), budget {e.budget}, {e.carryover_messages} messages carried over"),
+    ev.Assistant: assistant_text,
+    ev.ToolCallEvent: lambda e: f"tool {tool_call_text(e.name, e.arguments)}",
+    ev.ToolResultEvent: result_text,
+    ev.TokenUsage: usage_text,
+    ev.ContextMask: lambda e: (
+        f"masked {plural(e.observations_masked, 'tool result')} ({e.tokens_before} -> "
+        f"{e.tokens_after} tokens, {e.reclaimed_pct}% reclaimed; {e.total_masked} masked in "
+        "total)"),
+    ev.ContextDrop: lambda e: f"dropped {e.turns_dropped} oldest turns to fit the window",
+    ev.WindDown: lambda e: (f"wind-down: context at {e.context_used_pct}%, agent asked to "
+                            "save state"),
+    ev.SessionRestart: lambda e: (
+        f"restart -> session {e.session} ({e.reason}; previous session ran "
+        f"{e.previous_turns} turns, {e.carryover_messages} messages carried)"),
+    ev.ContextTruncationDetected: lambda e: (
+        f"WARNING the server cuts prompts: its counts stalled near {e.reported} tokens while "
+        f"~{e.estimated} were sent; limit now {e.new_limit}"),
+    ev.ContextOverflowRecovered: lambda e: (f"prompt refused as too long ({e.error}); limit "
+                                            f"now {e.new_limit}"),
+    ev.Retry: lambda e: f"retry {e.attempt} in {e.delay_secs}s: {e.error}",
+    ev.Security: lambda e: f"SECURITY {e.kind} in {e.tool}: {e.path or e.command or ''}",
+    ev.WarningEvent: lambda e: f"WARNING {e.message}",
+    ev.ErrorEvent: lambda e: f"ERROR {e.message}",
+    ev.Idle: lambda e: (
+        f"no tool call in {e.idle_turns} turns in a row: the continue message goes in "
+        f"{e.pause_secs:g}s (the run pauses after {e.max_idle_turns})"),
+    ev.StopRequested: lambda e: (f"{e.signal}: stopping now (what was waited on is "
+                                 "cancelled; the run stays resumable)"),
+    ev.ReloadRequested: lambda e: ("reload requested: the session ends after a wind-down, "
+                                   "and the next one reads the config again"),
+    ev.ConfigChanged: lambda e: (f"config changed: {e.key} {json.dumps(e.old)} -> "
+                                 f"{json.dumps(e.new)} ({e.source})"),
+    ev.RunEnd: end_text,
+}
+"""The line each event type is shown as; a type not here (session_end, checkpoint) gets
+none of its own."""
+
+
+def describe(e: Record) -> str | None:
     """The text of one event, or None for events not worth a line of their own."""
-    t = e["type"]
-    match t:
-        case "run_start":
-            return (f"run {e['run_id']} started (ouroboros {e.get('version', '?')})"
-                    + sandbox_note(e))
-        case "run_resumed":
-            extra = ", torn last log line dropped" if e.get("torn_line_dropped") else ""
-            interrupted = e.get("interrupted_tools") or []
-            if interrupted:
-                extra += f", interrupted tool calls: {', '.join(interrupted)}"
-            return (f"run resumed at turn {e['total_turns']} ({e['restarts']} restarts{extra})"
-                    + sandbox_note(e))
-        case "session_start":
-            return (f"session {e['session']} started: context limit {e['context_limit']} "
-                    f"tokens ({e['limit_source']}), budget {e['budget']}, "
-                    f"{e['carryover_messages']} messages carried over")
-        case "assistant":
-            calls = ", ".join(c["name"] for c in e.get("tool_calls") or [])
-            text = one_line(e.get("text") or "")
-            return f"assistant: {text}" + (f" -> {calls}" if calls else "") if text or calls \
-                else "assistant: (empty reply)"
-        case "tool_call":
-            return f"tool {tool_call_text(e['name'], e.get('arguments', ''))}"
-        case "tool_result":
-            status = "ok" if e["ok"] else "FAILED"
-            cut = ", truncated" if e.get("truncated") else ""
-            return (f"  -> {e['name']} {status}: {one_line(e.get('summary', ''), 100)} "
-                    f"({e['bytes']} bytes, {e['duration_ms']} ms{cut})")
-        case "token_usage":
-            cached = f", {e['cached_tokens']} cached" if e.get("cached_tokens") else ""
-            return (f"context {e['prompt_tokens']}/{e['budget']} tokens "
-                    f"({e['context_used_pct']}%, {e['source']}{cached}), "
-                    f"+{e['completion_tokens']} completion")
-        case "context_mask":
-            return (f"masked {plural(e['observations_masked'], 'tool result')} "
-                    f"({e['tokens_before']} -> {e['tokens_after']} tokens, "
-                    f"{e['reclaimed_pct']}% reclaimed; {e['total_masked']} masked in total)")
-        case "context_drop":
-            return f"dropped {e['turns_dropped']} oldest turns to fit the window"
-        case "wind_down":
-            return f"wind-down: context at {e['context_used_pct']}%, agent asked to save state"
-        case "session_restart":
-            return (f"restart -> session {e['session']} ({e['reason']}; previous session ran "
-                    f"{e['previous_turns']} turns, {e['carryover_messages']} messages carried)")
-        case "context_truncation_detected":
-            return (f"WARNING the server cuts prompts: its counts stalled near {e['reported']} "
-                    f"tokens while ~{e['estimated']} were sent; limit now {e['new_limit']}")
-        case "context_overflow_recovered":
-            return f"prompt refused as too long ({e['error']}); limit now {e['new_limit']}"
-        case "retry":
-            return f"retry {e['attempt']} in {e['delay_secs']}s: {e['error']}"
-        case "security":
-            detail = e.get("path") or e.get("command") or ""
-            return f"SECURITY {e['kind']} in {e.get('tool', '?')}: {detail}"
-        case "warning":
-            return f"WARNING {e['message']}"
-        case "error":
-            return f"ERROR {e['message']}"
-        case "idle":
-            return (f"no tool call in {e['idle_turns']} turns in a row: the continue message "
-                    f"goes in {e['pause_secs']:g}s (the run pauses after "
-                    f"{e['max_idle_turns']})")
-        case "stop_requested":
-            return (f"{e['signal']}: stopping now (what was waited on is cancelled; the run "
-                    "stays resumable)")
-        case "reload_requested":
-            return ("reload requested: the session ends after a wind-down, and the next one "
-                    "reads the config again")
-        case "config_changed":
-            return (f"config changed: {e['key']} {json.dumps(e['old'])} -> "
-                    f"{json.dumps(e['new'])} ({e['source']})")
-        case "session_end":
-            return None
-        case "run_end":
-            summary = f": {one_line(e['summary'], 200)}" if e.get("summary") else ""
-            then = f"; {e['next']}" if e.get("next") else ""
-            return (f"run ended: {e['reason']}{summary} after {e['total_turns']} turns, "
-                    f"{e['sessions']} sessions, {e['restarts']} restarts (exit "
-                    f"{e['exit_code']}){then}")
-    return None
+    event = parse_event(e)
+    describer = DESCRIBERS.get(type(event))
+    return describer(event) if describer is not None else None
 
 
 def masked_text(results: int, rounds: int) -> str:
@@ -160,32 +155,34 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
-def format_line(e: dict[str, Any]) -> str | None:
-    text = describe(e)
+def format_line(e: Record) -> str | None:
+    """The event's line: its time, session, turn and text; None for a quiet event."""
+    event = parse_event(e)
+    text = describe(event)
     if text is None:
         return None
-    clock = e["ts"][11:19]
-    return neutralise(f"{clock} s{e['session']} t{e['turn']} {text}")
+    return neutralise(f"{event.ts[11:19]} s{event.session} t{event.turn} {text}")
 
 
-def format_any(e: dict[str, Any]) -> str:
+def format_any(e: Record) -> str:
     """Like format_line, but every event gets a line: the quiet ones show their fields."""
-    line = format_line(e)
+    event = parse_event(e)
+    line = format_line(event)
     if line is not None:
         return line
-    skip = ("type", "ts", "seq", "session", "turn")
-    fields = " ".join(f"{k}={one_line(str(v), 60)}" for k, v in e.items() if k not in skip)
-    return neutralise(f"{e['ts'][11:19]} s{e['session']} t{e['turn']} {e['type']} {fields}"
-                      .rstrip())
+    fields = " ".join(f"{k}={one_line(str(v), 60)}" for k, v in event.record().items()
+                      if k not in ev.ENVELOPE)
+    return neutralise(f"{event.ts[11:19]} s{event.session} t{event.turn} {event.type} "
+                      f"{fields}".rstrip())
 
 
 def plain_printer(out: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
-                  ) -> Callable[[dict[str, Any]], None]:
+                  ) -> Callable[[Record], None]:
     """A listener printing format_line to `out` (default: sys.stdout at the time of printing).
     When the reader goes away (a broken pipe), printing stops and `on_closed` is called once."""
     closed = False
 
-    def print_event(e: dict[str, Any]) -> None:
+    def print_event(e: Record) -> None:
         nonlocal closed
         line = format_line(e)
         if line is None or closed:

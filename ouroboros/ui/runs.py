@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ouroboros.events import list_runs
+from ouroboros.eventlog import list_runs
 from ouroboros.ui.status import RunStatus, ago, last_event, live_run, replay
 
 
@@ -31,8 +31,8 @@ def run_state(status: RunStatus) -> str:
         return f"running (pid {status.owner_pid})"
     if status.end is None:
         return "stopped (killed?), resumable"
-    resumable = ", resumable" if status.end.get("resumable") else ""
-    return f"ended: {status.end['reason']}{resumable}"
+    resumable = ", resumable" if status.end.resumable else ""
+    return f"ended: {status.end.reason}{resumable}"
 
 
 def runs_view(runs: list[RunStatus], now: datetime) -> Table:

@@ -4,20 +4,22 @@
 chart of context use over the run's turns. A run of more than SUMMARY_AFTER sessions shows its
 first and last few sessions and the totals, unless asked for all.
 
-    stats = run_stats(read_events(run_dir / "events.jsonl").events)
+    stats = run_stats(read_log(run_dir / "events.jsonl"))
     Console().print(stats_view(stats))
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Iterable
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ouroboros import events as ev
 from ouroboros.config import ContextConfig
+from ouroboros.events import EventBase, Record, parse_event
 from ouroboros.ui.chart import context_chart
 from ouroboros.ui.plain import masked_text, plural
 
@@ -60,7 +62,7 @@ class RunStats:
         return len(self.restarts_at)
 
 
-def run_stats(events: list[dict[str, Any]], soft: float | None = None,
+def run_stats(events: Iterable[Record], soft: float | None = None,
               hard: float | None = None) -> RunStats:
     """Fold a run's events into per-session numbers and the run's context readings. The
     thresholds come from the run_start record (the ones the run used), else from the args,
@@ -69,51 +71,50 @@ def run_stats(events: list[dict[str, Any]], soft: float | None = None,
     stats.soft = soft if soft is not None else stats.soft
     stats.hard = hard if hard is not None else stats.hard
     sessions: dict[int, SessionStats] = {}
-
-    def session(e: dict[str, Any]) -> SessionStats:
-        number = e.get("session", 1)
-        if number not in sessions:
-            sessions[number] = SessionStats(number)
-        return sessions[number]
-
-    for e in events:
-        current = session(e)
-        current.turns = max(current.turns, e.get("turn", 0))
-        match e["type"]:
-            case "run_start":
-                stats.run_id = e.get("run_id", "")
-                context = (e.get("config") or {}).get("context") or {}
-                stats.soft = context.get("soft_threshold_pct", stats.soft)
-                stats.hard = context.get("hard_threshold_pct", stats.hard)
-            case "token_usage":
-                pct = e["context_used_pct"]
-                current.peak_pct = max(current.peak_pct or 0.0, pct)
-                current.prompt_tokens += e["prompt_tokens"]
-                current.completion_tokens += e["completion_tokens"]
-                stats.context_pcts.append(pct)
-                stats.thresholds.append((stats.soft, stats.hard))
-            case "config_changed" if e["key"] == "context.soft_threshold_pct":
-                stats.soft = e["new"]
-            case "config_changed" if e["key"] == "context.hard_threshold_pct":
-                stats.hard = e["new"]
-            case "context_mask":
-                current.mask_rounds += 1
-                current.masked += e["observations_masked"]
-            case "session_restart":
-                current.masked += e.get("carryover_masked", 0)
-                previous = sessions.get(e["session"] - 1)
-                if previous is not None:
-                    previous.end = RESTART_PREFIX + e["reason"]
-                stats.restarts_at.append(len(stats.context_pcts))
-            case "session_end" if e["reason"] != "restart":
-                current.end = e["reason"]
-            case "run_end":
-                stats.end = e["reason"]
-            case "run_resumed":
-                if current.end != "running":
-                    current.end = "running"  # it was stopped, and is going on again
+    for record in events:
+        e = parse_event(record)
+        if e.session not in sessions:
+            sessions[e.session] = SessionStats(e.session)
+        current = sessions[e.session]
+        current.turns = max(current.turns, e.turn)
+        fold(e, stats, current, sessions)
     stats.sessions = sorted(sessions.values(), key=lambda s: s.session)
     return stats
+
+
+def fold(e: EventBase, stats: RunStats, current: SessionStats,
+         sessions: dict[int, SessionStats]) -> None:
+    """One event into the run's numbers and its session's (`current`)."""
+    match e:
+        case ev.RunStart(run_id=run_id, config=config):
+            stats.run_id = run_id
+            context = config.get("context") or {}
+            stats.soft = context.get("soft_threshold_pct", stats.soft)
+            stats.hard = context.get("hard_threshold_pct", stats.hard)
+        case ev.TokenUsage(context_used_pct=pct):
+            current.peak_pct = max(current.peak_pct or 0.0, pct)
+            current.prompt_tokens += e.prompt_tokens
+            current.completion_tokens += e.completion_tokens
+            stats.context_pcts.append(pct)
+            stats.thresholds.append((stats.soft, stats.hard))
+        case ev.ConfigChanged(key="context.soft_threshold_pct", new=new):
+            stats.soft = new
+        case ev.ConfigChanged(key="context.hard_threshold_pct", new=new):
+            stats.hard = new
+        case ev.ContextMask(observations_masked=masked):
+            current.mask_rounds += 1
+            current.masked += masked
+        case ev.SessionRestart(reason=reason):
+            current.masked += e.carryover_masked
+            if (previous := sessions.get(e.session - 1)) is not None:
+                previous.end = RESTART_PREFIX + reason
+            stats.restarts_at.append(len(stats.context_pcts))
+        case ev.SessionEnd(reason=reason) if reason != "restart":
+            current.end = reason
+        case ev.RunEnd(reason=reason):
+            stats.end = reason
+        case ev.RunResumed():
+            current.end = "running"  # if it was stopped, it is going on again
 
 
 def stats_view(stats: RunStats, chart_width: int = 72, *,

@@ -13,12 +13,13 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.events import EVENTS_FILE, list_runs, read_events, runs_dir
+from ouroboros.eventlog import EVENTS_FILE, list_runs, read_log, runs_dir
+from ouroboros.events import ConfigChanged, ContextMask, RunEnd, RunResumed
 from ouroboros.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import masked_text
@@ -33,8 +34,8 @@ class RunStatus:
     run_id: str
     state: DashboardState
     owner_pid: int | None  # the live process running it, if any
-    end: dict[str, Any] | None  # its run_end record, if it has stopped cleanly since resumed
-    changes: list[dict[str, Any]] = field(default_factory=list)  # its config_changed records
+    end: RunEnd | None  # its run_end record, if it has stopped cleanly since resumed
+    changes: list[ConfigChanged] = field(default_factory=list)  # its config_changed records
     mask_rounds: int = 0  # its context_mask records
     started: str | None = None  # the timestamp of its first record
 
@@ -64,18 +65,16 @@ def live_run(state_dir: Path) -> tuple[str, int | None] | None:
 
 def replay(state_dir: Path, run_id: str, owner_pid: int | None) -> RunStatus:
     """One run's status from its log; `owner_pid` is the live process running it, if any."""
-    events = read_events(runs_dir(state_dir) / run_id / EVENTS_FILE).events
+    events = read_log(runs_dir(state_dir) / run_id / EVENTS_FILE)
     state = DashboardState()
     end = None
     for event in events:
         state.apply(event)
-        if event["type"] == "run_end":
-            end = event
-        elif event["type"] == "run_resumed":
-            end = None
-    changes = [event for event in events if event["type"] == "config_changed"]
-    rounds = sum(1 for event in events if event["type"] == "context_mask")
-    started = events[0]["ts"] if events else None
+        if isinstance(event, (RunEnd, RunResumed)):
+            end = event if isinstance(event, RunEnd) else None
+    changes = [event for event in events if isinstance(event, ConfigChanged)]
+    rounds = sum(1 for event in events if isinstance(event, ContextMask))
+    started = events[0].ts if events else None
     return RunStatus(run_id, state, owner_pid, end, changes, rounds, started)
 
 
@@ -99,21 +98,22 @@ def describe_state(status: RunStatus) -> str:
     if status.running:
         doing = "stopping" if status.state.status == "stopping" else "running"
         return f"{doing} (pid {status.owner_pid})"
-    if status.end is not None:
-        how = status.end.get("next") or (
-            "`ouroboros resume` continues it" if status.end.get("resumable") else "")
-        return f"not running: ended ({status.end['reason']}, exit {status.end['exit_code']})" \
+    end = status.end
+    if end is not None:
+        how = end.next or ("`ouroboros resume` continues it" if end.resumable else "")
+        return f"not running: ended ({end.reason}, exit {end.exit_code})" \
             + (f"; {how}" if how else "")
     return ("not running: stopped without an end record (killed or crashed); "
             "`ouroboros resume` continues it")
 
 
-def change_line(e: dict[str, Any]) -> str:
+def change_line(e: ConfigChanged | Mapping[str, Any]) -> str:
     """One config change as `status` shows it: "changed at session 5: soft 0.70 -> 0.60"."""
-    key = e["key"]
+    change = e if isinstance(e, ConfigChanged) else ConfigChanged.model_validate(e)
+    key = change.key
     old, new = (f"{v:.2f}" if key in SHORT_KEYS and isinstance(v, (int, float))
-                else json.dumps(v) for v in (e["old"], e["new"]))
-    return f"changed at session {e['session']}: {SHORT_KEYS.get(key, key)} {old} -> {new}"
+                else json.dumps(v) for v in (change.old, change.new))
+    return f"changed at session {change.session}: {SHORT_KEYS.get(key, key)} {old} -> {new}"
 
 
 def status_view(status: RunStatus, now: datetime) -> Table:
