@@ -9,15 +9,22 @@ size the server names if it will name one.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
+from ouroboros import events as ev
 from ouroboros import tokens as tk
 from ouroboros.context import ContextManager, Reading
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
-from ouroboros.protocols import EventSink, Message, ModelClient, StreamResult, TokenCounter, Usage
+from ouroboros.protocols import (
+    EventSink,
+    Message,
+    ModelClient,
+    StreamResult,
+    TokenCounter,
+    Usage,
+    Warn,
+)
 from ouroboros.window import named_window
-
-Warn = Callable[[str, str], None]  # (kind, message): shown once per run and kind
 
 
 class Accounting:
@@ -48,13 +55,13 @@ class Accounting:
         if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
             usage = await self.probe(sent, usage)
         reading = self.context.observe_reply(sent, self.tools, usage, len(reply.text))
-        self.log.emit("token_usage", prompt_tokens=reading.prompt_tokens,
-                      completion_tokens=reading.completion_tokens,
-                      total_tokens=reading.prompt_tokens + reading.completion_tokens,
-                      context_limit=self.context.limit, budget=self.context.budget,
-                      context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
-                      source=reading.source, reported=reading.reported,
-                      cached_tokens=reading.cached_tokens, verdict=reading.verdict)
+        self.log.emit(ev.TokenUsage(
+            prompt_tokens=reading.prompt_tokens, completion_tokens=reading.completion_tokens,
+            total_tokens=reading.prompt_tokens + reading.completion_tokens,
+            context_limit=self.context.limit, budget=self.context.budget,
+            context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
+            source=reading.source, reported=reading.reported,
+            cached_tokens=reading.cached_tokens, verdict=reading.verdict))
         self.explain(reading)
         return reading
 
@@ -85,9 +92,9 @@ class Accounting:
                 "the newest messages (Ollama's uncached-tokens bug, ollama#16414; upgrade "
                 "Ollama): estimating instead"))
         elif reading.verdict == "truncated":
-            self.log.emit("context_truncation_detected", reported=reading.reported,
-                          estimated=reading.estimated, new_limit=self.context.limit,
-                          limit_source=self.context.limit_source)
+            self.log.emit(ev.ContextTruncationDetected(
+                reported=reading.reported, estimated=reading.estimated,
+                new_limit=self.context.limit, limit_source=self.context.limit_source))
             self.warn_once("truncation", (
                 f"the server cut the front of the conversation: its counts stayed near "
                 f"{reading.reported} tokens while the conversation grew. Working within "
@@ -96,7 +103,8 @@ class Accounting:
                 "Modelfile) and set model.context_limit to match; if the server misreports "
                 "its counts instead, set context.truncation_guard = false"))
 
-    async def refused(self, error: ModelError, sent: list[Message], sent_tokens: int) -> None:
+    async def refused(self, error: ContextOverflowError, sent: list[Message],
+                      sent_tokens: int) -> None:
         """The server refused the prompt as too long: believe a smaller window and refit.
 
         An empty stream says nothing of sizes, so the prompt is asked again without streaming:
@@ -109,8 +117,9 @@ class Accounting:
             except ContextOverflowError as refusal:
                 fits, message, named = None, refusal.message, named_window(refusal.message)
             if fits is not None or sent_tokens <= self.context.window.accepted:
-                self.log.emit("retry", attempt=1, delay_secs=0, error=message)
+                self.log.emit(ev.Retry(attempt=1, delay_secs=0, error=message))
                 return
         self.context.refused(sent_tokens, named)
-        self.log.emit("context_overflow_recovered", error=message, rejected_tokens=sent_tokens,
-                      new_limit=self.context.limit, limit_source=self.context.limit_source)
+        self.log.emit(ev.ContextOverflowRecovered(
+            error=message, rejected_tokens=sent_tokens, new_limit=self.context.limit,
+            limit_source=self.context.limit_source))

@@ -23,7 +23,8 @@ from itertools import islice
 from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
-from ouroboros.context import ContextManager, cap_text
+from ouroboros.context import ContextManager
+from ouroboros.conversation import cap_text
 from ouroboros.protocols import Message
 from ouroboros.state import RunState
 from ouroboros.tokens import TOKENS_KEY

@@ -7,7 +7,10 @@ the log, so nothing needs converting between the conversation, the request and a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, AbstractSet, Any, Awaitable, Callable, Literal, Protocol
+
+if TYPE_CHECKING:
+    from ouroboros.events import EventBase
 
 Message = dict[str, Any]
 
@@ -88,6 +91,8 @@ class WireMessages:
 
 # Called with each piece of assistant text as it streams in.
 TextSink = Callable[[str], None]
+# (kind, message): a warning shown once per run and kind.
+Warn = Callable[[str, str], None]
 
 
 class ModelClient(Protocol):
@@ -114,7 +119,26 @@ class TokenCounter(Protocol):
 
 
 class EventSink(Protocol):
-    def emit(self, type: str, **fields: Any) -> None: ...
+    def emit(self, event: EventBase) -> Any:
+        """Write `event` as the next record (the sink fills in its envelope)."""
+        ...
+
+
+class RunLog(EventSink, Protocol):
+    """The run's event log as a session writes it: events.EventLog, or a list in tests."""
+
+    seq: int  # the number of the last event written
+    session: int  # stamped on every event, with `turn`
+    turn: int
+    durability: Literal["turn", "event"]  # "event": every write is made durable at once
+
+    def commit(self) -> None:
+        """A turn boundary: make what was logged durable."""
+        ...
+
+    def sync(self) -> None:
+        """Make everything logged so far durable (before a snapshot names its seq)."""
+        ...
 
 
 Clock = Callable[[], float]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.context import ContextManager
+from ouroboros.events import WarningEvent
 from ouroboros.protocols import EventSink, Message
 from ouroboros.stopping import StopFlag
 
@@ -42,7 +43,7 @@ class RunState:
         """A `warning` event, the first time this run meets `key`."""
         if key not in self.warned:
             self.warned.append(key)
-            log.emit("warning", message=message)
+            log.emit(WarningEvent(message=message))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

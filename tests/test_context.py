@@ -7,45 +7,13 @@ import math
 
 import pytest
 
-from ouroboros import context as ctx
+from ouroboros import conversation as conv
 from ouroboros import tokens as tk
 from ouroboros.config import ContextConfig
-from ouroboros.context import Continue, ContextManager, Mask, Restart, WindDown
+from ouroboros.context import Continue, ContextManager, Mask, Restart, WindDown, decide
 from ouroboros.protocols import ToolResult, Usage
 from ouroboros.window import named_window
-
-
-def assistant(*call_ids: str, text: str = "") -> dict:
-    message = {"role": "assistant", "content": text}
-    if call_ids:
-        message["tool_calls"] = [
-            {"id": i, "type": "function",
-             "function": {"name": "file_read", "arguments": json.dumps({"path": f"{i}.txt"})}}
-            for i in call_ids
-        ]
-    return message
-
-
-def tool(call_id: str, content: str) -> dict:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
-
-
-def manager(limit: int = 10_000, **settings) -> ContextManager:
-    return ContextManager.create(limit, "test", 0, ContextConfig(**settings))
-
-
-def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict]:
-    """system, kickoff, then n turns of one file_read each, registered with the manager."""
-    messages = [{"role": "system", "content": "mission"}, ctx.note("continue", "go")]
-    for i in range(n_calls):
-        call_id = f"c{i}"
-        messages.append(assistant(call_id))
-        content = f"KEY: {i:04d}\n" + "x" * size
-        result = ToolResult(content, meta={"path": f"data/{i}.txt"})
-        obs = ctx.describe("file_read", {"path": f"data/{i}.txt"}, result,
-                           cm.new_observation_id(), call_id)
-        messages.append(tool(call_id, cm.admit(obs, content)))
-    return messages
+from tests.conversations import assistant, conversation, manager, tool
 
 
 # --- zones ----------------------------------------------------------------------------------
@@ -133,25 +101,6 @@ def test_mask_replaces_only_the_content_and_keeps_the_chain():
     assert "masked" in masked[3]["content"]
     assert masked[5] == messages[5]
     assert cm.total_masked == 1
-
-
-def test_placeholder_says_what_was_there():
-    result = ToolResult("KEY: 9f2c1234567\nline two\n" * 71, meta={"path": "data/part_003.txt"})
-    obs = ctx.describe("file_read", {"path": "data/part_003.txt"}, result, "obs-7", "c1")
-    text = ctx.placeholder(obs)
-    assert text.startswith("[file_read result masked: data/part_003.txt, 142 lines, ")
-    assert "KB" in text
-    assert 'began "KEY: 9f2c1234567"' in text
-    assert "obs-7" in text
-
-
-def test_placeholder_for_a_shell_command_names_command_and_exit_code():
-    result = ToolResult("boom\n[exit code 2]", ok=False,
-                        meta={"command": "make test", "exit_code": 2})
-    obs = ctx.describe("shell_exec", {"command": "make test"}, result, "obs-1", "c1")
-    text = ctx.placeholder(obs)
-    assert "shell_exec result masked: make test" in text
-    assert "exit code 2" in text
 
 
 def test_masked_observations_are_not_masked_again():
@@ -313,41 +262,6 @@ def test_state_round_trips_through_a_snapshot():
     assert restored == cm
 
 
-# --- carryover ------------------------------------------------------------------------------
-
-
-def test_carryover_keeps_the_last_complete_turns():
-    cm = manager()
-    messages = conversation(cm, 6)
-    carried = ctx.carryover(messages, 2)
-    assert carried == messages[-4:]
-    assert carried[0]["role"] == "assistant"
-
-
-def test_carryover_never_splits_a_call_from_its_results():
-    messages = [{"role": "system", "content": "s"}, ctx.note("continue", "go"),
-                assistant("a", "b"), tool("a", "1"), tool("b", "2"),
-                assistant(text="done"), ctx.note("continue", "go on"),
-                assistant("c"), tool("c", "3")]
-    carried = ctx.carryover(messages, 2)
-    assert carried == messages[5:]
-    carried = ctx.carryover(messages, 3)
-    assert carried == messages[2:]
-    ids = {c["id"] for m in carried for c in m.get("tool_calls", [])}
-    assert ids == {m["tool_call_id"] for m in carried if m["role"] == "tool"}
-
-
-def test_carryover_drops_stale_notes_about_the_old_window():
-    messages = [{"role": "system", "content": "s"}, assistant("a"), tool("a", "1"),
-                ctx.mask_notice(3, 40), ctx.note("wind_down", "save now")]
-    assert ctx.carryover(messages, 5) == messages[1:3]
-
-
-def test_carryover_of_zero_turns_is_empty():
-    cm = manager()
-    assert ctx.carryover(conversation(cm, 3), 0) == []
-
-
 # --- fitting a request ----------------------------------------------------------------------
 
 
@@ -369,9 +283,9 @@ def test_fit_masks_oldest_first_until_it_fits():
 
 def test_fit_drops_oldest_whole_turns_as_a_last_resort():
     cm = manager(limit=400)
-    messages = [{"role": "system", "content": "s" * 100}, ctx.note("continue", "go")]
+    messages = [{"role": "system", "content": "s" * 100}, conv.note("continue", "go")]
     for i in range(5):
-        messages += [assistant(text="t" * 800), ctx.note("continue", "go on")]
+        messages += [assistant(text="t" * 800), conv.note("continue", "go on")]
     fitted = cm.fit(messages, [])
     assert fitted.dropped_turns > 0
     assert fitted.messages[0] == messages[0]  # never the system prompt
@@ -391,31 +305,13 @@ def test_fit_keeps_the_newest_turn_even_when_it_alone_is_too_big():
 # --- tool results on arrival ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("keep", ["head", "tail", "both"])
-def test_oversized_results_are_cut_with_an_indicator(keep):
-    text = "".join(f"line {i}\n" for i in range(5000))
-    capped, cut = ctx.cap_text(text, 1000, keep, "obs-3")
-    assert cut == len(text) - 1000
-    assert f"{cut:,} characters cut" in capped
-    assert 'recall(id="obs-3"' in capped
-    if keep in ("head", "both"):
-        assert capped.startswith("line 0\n")
-    if keep in ("tail", "both"):
-        assert capped.rstrip().endswith("line 4999")
-
-
 def test_admit_caps_results_at_a_quarter_of_the_budget():
     cm = manager(limit=8_000, max_tool_result_tokens=8_000)
     result = ToolResult("z" * 100_000)
-    obs = ctx.describe("shell_exec", {"command": "cat big"}, result, "obs-1", "c1")
+    obs = conv.describe("shell_exec", {"command": "cat big"}, result, "obs-1", "c1")
     content = cm.admit(obs, result.content)
     assert len(content) < 8_000 + 200
     assert obs.truncated
-
-
-def test_to_wire_strips_the_harness_private_keys():
-    wire = ctx.to_wire([ctx.note("wind_down", "save")])
-    assert wire == [{"role": "user", "content": "save"}]
 
 
 @pytest.mark.parametrize("used,candidates,wound_down,decision,after", [
@@ -429,7 +325,7 @@ def test_to_wire_strips_the_harness_private_keys():
     (0.85, [], True, Continue(), True),  # under hard but above soft: still wound down
 ])
 def test_decide(used, candidates, wound_down, decision, after):
-    assert ctx.decide(ContextConfig(), used, candidates, wound_down) == (decision, after)
+    assert decide(ContextConfig(), used, candidates, wound_down) == (decision, after)
 
 
 def test_a_server_that_never_shows_the_model_its_tools_is_believed():
@@ -444,11 +340,3 @@ def test_a_server_that_never_shows_the_model_its_tools_is_believed():
     assert cm.current_tokens(sent, tools) == 338
 
 
-@pytest.mark.parametrize("text,expected", [
-    ('{"path": "a.md"}', {"path": "a.md"}),
-    ("", {}),
-    ("not json", {}),
-    ('["a list"]', {}),
-])
-def test_call_arguments_are_an_object_or_nothing(text, expected):
-    assert ctx.call_arguments(text) == expected

@@ -15,7 +15,8 @@ import pytest
 from ouroboros.client import ChatClient
 from ouroboros.config import ContextConfig, load_config
 from ouroboros.context import ContextManager
-from ouroboros.events import EVENTS_FILE, read_events, read_snapshot
+from ouroboros import events as ev
+from ouroboros.eventlog import EVENTS_FILE, read_events, read_snapshot
 from ouroboros.journal import Journal, apply_delta, replay
 from ouroboros.resume import observation_reader
 from ouroboros.runner import RunHooks, Runner
@@ -65,13 +66,13 @@ def test_the_state_saved_at_every_step_is_the_live_state(tmp_path, scripted_serv
     server = scripted_server(CountingAgent(4), context_length=4096)
     compared: list[str] = []
 
-    def on_step(runner: Runner | None, event: dict[str, Any]) -> None:
-        if runner is None or event["type"] not in ("checkpoint", "session_restart") \
-                and "checkpoint" not in event:
+    def on_step(runner: Runner | None, event: ev.EventBase) -> None:
+        if runner is None or event.type not in ("checkpoint", "session_restart") \
+                and getattr(event, "checkpoint", None) is None:
             return
         live = json.loads(json.dumps(runner.state.to_dict()))
         assert saved(runner.run_dir, runner.loaded.config.context) == live, event
-        compared.append(event["type"])
+        compared.append(event.type)
 
     run_dir = run_in_process(tmp_path, server.base_url, on_step,
                              logging={"durability": durability})
@@ -98,9 +99,10 @@ def test_a_step_writes_what_it_changed_not_the_conversation(tmp_path, scripted_s
     server = scripted_server(CountingAgent(12))
     sizes: list[tuple[int, int]] = []  # (messages in the conversation, bytes of checkpoint)
 
-    def on_step(runner: Runner | None, event: dict[str, Any]) -> None:
-        if runner is not None and event["type"] == "checkpoint" and "messages" in event:
-            sizes.append((len(runner.state.messages), len(json.dumps(event))))
+    def on_step(runner: Runner | None, event: ev.EventBase) -> None:
+        if isinstance(event, ev.Checkpoint) and runner is not None \
+                and event.messages is not None:
+            sizes.append((len(runner.state.messages), len(event.to_json())))
 
     run_in_process(tmp_path, server.base_url, on_step, chars_per_part=300,
                    model={"context_limit": 65536})

@@ -10,7 +10,7 @@ import time
 import httpx
 import respx
 
-from ouroboros import context as ctx
+from ouroboros import conversation as ctx
 from ouroboros import tokens as tk
 from ouroboros.client import ChatClient
 from ouroboros.config import ContextConfig

@@ -1,0 +1,43 @@
+"""Conversations to test the context with: messages as a model and its tools write them."""
+
+from __future__ import annotations
+
+import json
+
+from ouroboros import conversation as conv
+from ouroboros.config import ContextConfig
+from ouroboros.context import ContextManager
+from ouroboros.protocols import ToolResult
+
+
+def assistant(*call_ids: str, text: str = "") -> dict:
+    message = {"role": "assistant", "content": text}
+    if call_ids:
+        message["tool_calls"] = [
+            {"id": i, "type": "function",
+             "function": {"name": "file_read", "arguments": json.dumps({"path": f"{i}.txt"})}}
+            for i in call_ids
+        ]
+    return message
+
+
+def tool(call_id: str, content: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def manager(limit: int = 10_000, **settings) -> ContextManager:
+    return ContextManager.create(limit, "test", 0, ContextConfig(**settings))
+
+
+def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict]:
+    """system, kickoff, then n turns of one file_read each, registered with the manager."""
+    messages = [{"role": "system", "content": "mission"}, conv.note("continue", "go")]
+    for i in range(n_calls):
+        call_id = f"c{i}"
+        messages.append(assistant(call_id))
+        content = f"KEY: {i:04d}\n" + "x" * size
+        result = ToolResult(content, meta={"path": f"data/{i}.txt"})
+        obs = conv.describe("file_read", {"path": f"data/{i}.txt"}, result,
+                           cm.new_observation_id(), call_id)
+        messages.append(tool(call_id, cm.admit(obs, content)))
+    return messages

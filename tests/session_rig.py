@@ -1,0 +1,87 @@
+"""A session's world for tests: the fake model, real file tools in a temporary workspace,
+the run's state and its events in memory (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Coroutine
+
+from ouroboros.config import ContextConfig
+from ouroboros.context import ContextManager
+from ouroboros.conversation import note
+from ouroboros.restart import begin_session, fresh_start
+from ouroboros.retry import RetryPolicy
+from ouroboros.session import Services, Session
+from ouroboros.state import RunState
+from ouroboros.stopping import StopFlag
+from ouroboros.tools import FileRead, FileWrite, TaskComplete, Toolbox
+from tests.fakes import FakeModel, MemoryLog, Waits, call, reply
+
+SYSTEM = {"role": "system", "content": "You are a careful agent."}
+CONTINUE = "Continue working towards your goals. Use your tools."
+
+
+class Rig:
+    """A session's world: the fake model, real file tools in `workspace`, the run's state,
+    the events in memory."""
+
+    def __init__(self, tmp_path: Path, model: FakeModel, *, limit: int = 4000,
+                 max_turns: int = 0, max_idle_turns: int = 3, **policy: Any) -> None:
+        self.workspace = tmp_path / "ws"
+        self.workspace.mkdir(exist_ok=True)
+        self.model = model
+        self.log = MemoryLog()
+        self.policy = ContextConfig(**policy)
+        context = ContextManager.create(limit, "test", 0, self.policy)
+        self.state = RunState("run", [dict(SYSTEM), note("continue", "Begin.")], context)
+        self.waits = Waits()
+        self.toolbox = Toolbox([
+            FileRead(self.workspace, max_read_bytes=100_000, on_security=print),
+            FileWrite(self.workspace, on_security=print), TaskComplete(), self.waits])
+        run_dir = tmp_path / "run"
+        run_dir.mkdir(exist_ok=True)
+        self.services = Services(
+            client=model, toolbox=self.toolbox, log=self.log, run_dir=run_dir,
+            retry=RetryPolicy(max_retry_secs=1, base_delay=0.001, max_delay=0.001),
+            stop=StopFlag(), max_turns=max_turns, continue_message=CONTINUE,
+            max_idle_turns=max_idle_turns)
+
+    def file(self, name: str, text: str) -> str:
+        (self.workspace / name).write_text(text)
+        return name
+
+    def run(self) -> BaseException:
+        """Run a session to its end; what ended it."""
+        return ended(Session(self.state, self.services).run())
+
+    def restart(self) -> Any:
+        """What the runner does after RestartSession (without reading a config)."""
+        fitted = fresh_start(self.state, dict(SYSTEM), self.toolbox.schemas(), self.policy,
+                             None)
+        begin_session(self.state, fitted.messages)
+        return fitted
+
+
+def ended(work: Coroutine[Any, Any, Any]) -> BaseException:
+    try:
+        asyncio.run(work)
+    except BaseException as error:
+        return error
+    raise AssertionError("a session never returns")
+
+
+def reads(rig: Rig, size: int) -> Any:
+    """A model that reads a new file of `size` characters every turn."""
+    count = iter(range(1000))
+
+    def step(sent: list[dict[str, Any]]) -> Any:
+        i = next(count)
+        name = rig.file(f"part{i}.txt", f"PART {i}\n" + "x" * size)
+        return reply(f"reading part {i}", call("file_read", path=name))
+
+    return step
+
+
+def contents(messages: list[dict[str, Any]]) -> list[str]:
+    return [m.get("content") or "" for m in messages]

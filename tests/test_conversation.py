@@ -1,0 +1,88 @@
+"""The conversation as data: placeholders, carryover, caps on tool results, the wire form."""
+
+from __future__ import annotations
+
+import pytest
+
+from ouroboros import conversation as conv
+from ouroboros.protocols import ToolResult
+from tests.conversations import assistant, conversation, manager, tool
+
+
+def test_placeholder_says_what_was_there():
+    result = ToolResult("KEY: 9f2c1234567\nline two\n" * 71, meta={"path": "data/part_003.txt"})
+    obs = conv.describe("file_read", {"path": "data/part_003.txt"}, result, "obs-7", "c1")
+    text = conv.placeholder(obs)
+    assert text.startswith("[file_read result masked: data/part_003.txt, 142 lines, ")
+    assert "KB" in text
+    assert 'began "KEY: 9f2c1234567"' in text
+    assert "obs-7" in text
+
+
+def test_placeholder_for_a_shell_command_names_command_and_exit_code():
+    result = ToolResult("boom\n[exit code 2]", ok=False,
+                        meta={"command": "make test", "exit_code": 2})
+    obs = conv.describe("shell_exec", {"command": "make test"}, result, "obs-1", "c1")
+    text = conv.placeholder(obs)
+    assert "shell_exec result masked: make test" in text
+    assert "exit code 2" in text
+
+
+def test_carryover_keeps_the_last_complete_turns():
+    cm = manager()
+    messages = conversation(cm, 6)
+    carried = conv.carryover(messages, 2)
+    assert carried == messages[-4:]
+    assert carried[0]["role"] == "assistant"
+
+
+def test_carryover_never_splits_a_call_from_its_results():
+    messages = [{"role": "system", "content": "s"}, conv.note("continue", "go"),
+                assistant("a", "b"), tool("a", "1"), tool("b", "2"),
+                assistant(text="done"), conv.note("continue", "go on"),
+                assistant("c"), tool("c", "3")]
+    carried = conv.carryover(messages, 2)
+    assert carried == messages[5:]
+    carried = conv.carryover(messages, 3)
+    assert carried == messages[2:]
+    ids = {c["id"] for m in carried for c in m.get("tool_calls", [])}
+    assert ids == {m["tool_call_id"] for m in carried if m["role"] == "tool"}
+
+
+def test_carryover_drops_stale_notes_about_the_old_window():
+    messages = [{"role": "system", "content": "s"}, assistant("a"), tool("a", "1"),
+                conv.mask_notice(3, 40), conv.note("wind_down", "save now")]
+    assert conv.carryover(messages, 5) == messages[1:3]
+
+
+def test_carryover_of_zero_turns_is_empty():
+    cm = manager()
+    assert conv.carryover(conversation(cm, 3), 0) == []
+
+
+@pytest.mark.parametrize("keep", ["head", "tail", "both"])
+def test_oversized_results_are_cut_with_an_indicator(keep):
+    text = "".join(f"line {i}\n" for i in range(5000))
+    capped, cut = conv.cap_text(text, 1000, keep, "obs-3")
+    assert cut == len(text) - 1000
+    assert f"{cut:,} characters cut" in capped
+    assert 'recall(id="obs-3"' in capped
+    if keep in ("head", "both"):
+        assert capped.startswith("line 0\n")
+    if keep in ("tail", "both"):
+        assert capped.rstrip().endswith("line 4999")
+
+
+def test_to_wire_strips_the_harness_private_keys():
+    wire = conv.to_wire([conv.note("wind_down", "save")])
+    assert wire == [{"role": "user", "content": "save"}]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('{"path": "a.md"}', {"path": "a.md"}),
+    ("", {}),
+    ("not json", {}),
+    ('["a list"]', {}),
+])
+def test_call_arguments_are_an_object_or_nothing(text, expected):
+    assert conv.call_arguments(text) == expected

@@ -1,0 +1,179 @@
+"""One session, driven directly: how it stops (idle, max_turns, task_complete, a stop asked
+for, a stop signal in any wait), how it writes its state, and how a resumed one picks up.
+See tests/session_rig.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ouroboros.eventlog import read_snapshot
+from ouroboros.flow import StopRun
+from ouroboros.journal import SNAPSHOT_EVERY_TURNS
+from ouroboros.session import Session
+from ouroboros.stopping import Interrupted
+from tests.fakes import FakeModel, Hang, call, reply
+from tests.session_rig import CONTINUE, Rig, ended, reads
+
+
+# --- how a run stops ------------------------------------------------------------------------
+
+
+def test_turns_without_a_tool_call_pause_the_run_as_idle(tmp_path):
+    model = FakeModel(then=lambda sent: reply("I think I am done."))
+    rig = Rig(tmp_path, model, max_idle_turns=2)
+
+    end = rig.run()
+
+    assert isinstance(end, StopRun) and end.reason == "idle"
+    assert len(model.requests) == 2
+    assert model.requests[1][-1] == {"role": "user", "content": CONTINUE}
+    assert not rig.log.of_type("idle")  # the first idle turn gets the message at once
+
+
+def test_the_run_stops_after_max_turns(tmp_path):
+    model = FakeModel()
+    rig = Rig(tmp_path, model, max_turns=2)
+    model.then = reads(rig, 10)
+
+    end = rig.run()
+
+    assert isinstance(end, StopRun) and end.reason == "max_turns"
+    assert len(model.requests) == 2 and rig.state.total_turns == 2
+    assert rig.log.types.count("tool_result") == 2
+
+
+def test_task_complete_ends_the_run_once_all_the_turns_calls_ran(tmp_path):
+    model = FakeModel([reply("", call("file_write", path="a.txt", content="A"),
+                             call("task_complete", summary="wrote a and b"),
+                             call("file_write", path="b.txt", content="B"))])
+    rig = Rig(tmp_path, model)
+
+    end = rig.run()
+
+    assert isinstance(end, StopRun) and end.reason == "task_complete"
+    assert end.summary == "wrote a and b"
+    assert (rig.workspace / "a.txt").read_text() == "A"
+    assert (rig.workspace / "b.txt").read_text() == "B"
+    assert len(model.requests) == 1
+
+
+def test_a_stop_asked_for_during_a_turn_ends_the_run_after_it(tmp_path):
+    rig = Rig(tmp_path, FakeModel())
+
+    def asks_to_stop(sent: list[dict[str, Any]]) -> Any:
+        rig.services.stop.request("interrupted")
+        return reply("", call("file_write", path="a.txt", content="A"))
+
+    rig.model.script.append(asks_to_stop)
+    end = rig.run()
+
+    assert isinstance(end, StopRun) and end.reason == "interrupted"
+    assert (rig.workspace / "a.txt").read_text() == "A"
+    assert len(rig.model.requests) == 1 and rig.state.messages[-1]["role"] == "tool"
+
+
+def stopped(rig: Rig, when: Any) -> BaseException:
+    """Run a session as the runner does, a stop signal sent once `when()` is done."""
+    stop = rig.services.stop
+    heard: list[str] = []
+    stop.listeners.append(heard.append)
+
+    async def go() -> None:
+        async def signal() -> None:
+            await when()
+            stop.signal("SIGTERM")
+
+        signaller = asyncio.create_task(signal())
+        try:
+            await stop.cancellable(Session(rig.state, rig.services).run())
+        finally:
+            signaller.cancel()
+
+    end = ended(go())
+    assert heard == ["SIGTERM"]
+    return end
+
+
+def test_a_stop_signal_ends_a_wait_for_the_model_at_once(tmp_path):
+    model = FakeModel()
+    rig = Rig(tmp_path, model)
+    model.script.extend([reads(rig, 10), Hang()])
+
+    end = stopped(rig, model.waiting.wait)
+
+    assert isinstance(end, Interrupted) and end.reason == "interrupted"
+    assert len(model.requests) == 2 and rig.state.total_turns == 1
+    assert rig.state.messages[-1]["role"] == "tool"  # the first turn whole, nothing after
+
+
+def test_a_stop_signal_kills_a_tool_call_and_answers_it(tmp_path):
+    model = FakeModel([reply("", call("wait"))])
+    rig = Rig(tmp_path, model)
+
+    end = stopped(rig, rig.waits.started.wait)
+
+    assert isinstance(end, Interrupted)
+    answer = rig.state.messages[-1]
+    assert answer["role"] == "tool" and "interrupted" in answer["content"]
+    [result] = rig.log.of_type("tool_result")
+    assert result.interrupted and not result.ok and result.summary == "interrupted"
+
+
+def test_a_stop_signal_ends_an_idle_pause(tmp_path):
+    model = FakeModel(then=lambda sent: reply("Nothing to do."))
+    rig = Rig(tmp_path, model, max_idle_turns=5)
+
+    async def pausing() -> None:
+        while not rig.log.of_type("idle"):
+            await asyncio.sleep(0.001)
+
+    end = stopped(rig, pausing)
+
+    assert isinstance(end, Interrupted)
+    [idle] = rig.log.of_type("idle")
+    assert idle.idle_turns == 2 and idle.pause_secs == 2.0 and idle.max_idle_turns == 5
+    assert len(model.requests) == 2
+
+
+def test_a_long_session_writes_a_full_snapshot_now_and_then(tmp_path):
+    model = FakeModel()
+    rig = Rig(tmp_path, model, max_turns=SNAPSHOT_EVERY_TURNS + 1)
+    model.then = reads(rig, 10)
+
+    rig.run()
+
+    saved = read_snapshot(rig.services.run_dir)
+    assert saved is not None and saved["state"]["total_turns"] == SNAPSHOT_EVERY_TURNS
+    assert rig.log.commits == SNAPSHOT_EVERY_TURNS  # the turn ends but the snapshot's
+
+
+# --- picking a run up -----------------------------------------------------------------------
+
+
+def test_a_resumed_session_runs_the_calls_never_started_then_gives_the_instruction(tmp_path):
+    model = FakeModel([reply("", call("task_complete", summary="b written"))])
+    rig = Rig(tmp_path, model)
+    write = call("file_write", path="b.txt", content="B")
+    rig.state.messages.append({"role": "assistant", "content": "",
+                               "tool_calls": [write.to_wire()]})
+    rig.state.instruction = "Now check b.txt."
+
+    end = rig.run()
+
+    assert isinstance(end, StopRun) and end.reason == "task_complete"
+    assert (rig.workspace / "b.txt").read_text() == "B"
+    sent = model.requests[0]
+    assert sent[-2]["role"] == "tool" and sent[-2]["tool_call_id"] == write.id
+    assert sent[-1] == {"role": "user", "content": "Now check b.txt."}
+    assert rig.state.instruction == ""
+
+
+def test_a_reply_without_calls_before_a_stop_gets_the_continue_message_on_resume(tmp_path):
+    model = FakeModel([reply("", call("task_complete", summary="ok"))])
+    rig = Rig(tmp_path, model)
+    rig.state.messages.append({"role": "assistant", "content": "Thinking."})
+
+    rig.run()
+
+    assert model.requests[0][-1] == {"role": "user", "content": CONTINUE}
