@@ -35,7 +35,7 @@ from typing import Any, Callable
 import tomli_w
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.events import EVENTS_FILE, SNAPSHOT_FILE, list_runs
+from ouroboros.eventlog import EVENTS_FILE, SNAPSHOT_FILE, list_runs
 from ouroboros.protocols import Message
 from ouroboros.scripted import Fault, Reply, ScriptedServer
 

@@ -96,7 +96,7 @@ class _Counter(list):
 def serve(mode: str, size: int) -> None:
     """The scripted server, in this process: prints its URL, serves until stdin closes."""
     from ouroboros.scripted import ScriptedServer
-    from ouroboros.scripted_tokens import ServerTokenizer, ratio
+    from ouroboros.scripted.tokenizer import ServerTokenizer, ratio
 
     class LeanServer(ScriptedServer):
         """Counts 12 tokens a message and keeps no prompt cache: at 10,000 messages counting
@@ -162,9 +162,9 @@ def run_harness(project: Path, budget: float, rss_turns: list[int]) -> dict[str,
     masked = [0]
     deadline = time.monotonic() + budget
 
-    def on_event(event: dict[str, Any]) -> None:
-        masked[0] += event["type"] in ("context_mask", "wind_down", "session_restart")
-        if event["type"] != "assistant":
+    def on_event(event: Any) -> None:  # an ouroboros.events model
+        masked[0] += event.type in ("context_mask", "wind_down", "session_restart")
+        if event.type != "assistant":
             return
         turn_cpu.append(time.process_time())
         if len(turn_cpu) in rss_turns:

@@ -12,25 +12,29 @@ from pathlib import Path
 
 from ouroboros.config import ContextConfig
 from ouroboros.context import ContextManager
-from ouroboros.events import EVENTS_FILE, EventLog, write_snapshot
+from ouroboros import events as ev
+from ouroboros.eventlog import EVENTS_FILE, EventLog, write_snapshot
 from ouroboros.resume import recover
 from ouroboros.state import RunState
 
 
 def make_run(run_dir: Path, events: int) -> None:
     log = EventLog(run_dir / EVENTS_FILE)
-    log.emit("run_start", format_version=1, run_id=run_dir.name, config={})
+    log.emit(ev.RunStart(run_id=run_dir.name, version="0", pid=1, config={}))
     context = ContextManager.create(8192, "benchmark", 1024, ContextConfig())
     messages = [{"role": "system", "content": "mission " * 200}]
     while log.seq < events:
         call_id = f"call_{log.seq}"
-        log.emit("assistant", text="Reading the next file.", tool_calls=[
-            {"id": call_id, "name": "file_read", "arguments": '{"path": "a.txt"}'}])
-        log.emit("tool_call", id=call_id, name="file_read", arguments='{"path": "a.txt"}')
-        log.emit("tool_result", id=call_id, name="file_read", ok=True, bytes=4000,
-                 duration_ms=1, observation="obs-1", truncated=False, summary="KEY: 1")
-        log.emit("token_usage", prompt_tokens=4000, completion_tokens=20, total_tokens=4020,
-                 context_limit=8192, budget=7168, context_used_pct=55.8, source="server")
+        call = ev.LoggedCall(id=call_id, name="file_read", arguments='{"path": "a.txt"}')
+        log.emit(ev.Assistant(text="Reading the next file.", finish_reason="tool_calls",
+                              tool_calls=[call]))
+        log.emit(ev.ToolCallEvent(**call.model_dump()))
+        log.emit(ev.ToolResultEvent(id=call_id, name="file_read", ok=True, bytes=4000,
+                                    duration_ms=1, observation="obs-1", truncated=False,
+                                    summary="KEY: 1"))
+        log.emit(ev.TokenUsage(prompt_tokens=4000, completion_tokens=20, total_tokens=4020,
+                               context_limit=8192, budget=7168, context_used_pct=55.8,
+                               source="server"))
     messages += [{"role": "user", "content": "x" * 4000} for _ in range(20)]
     state = RunState(run_dir.name, messages, context, total_turns=events // 4)
     write_snapshot(run_dir, log.seq, state.to_dict())

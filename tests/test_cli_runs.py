@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
-from ouroboros.events import EVENTS_FILE, EventLog, read_events, runs_dir
+from ouroboros import events as ev
+from ouroboros.eventlog import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
@@ -112,25 +113,27 @@ def write_run(state_dir: Path, run_id: str, sessions: int, *, turns: int = 2,
     fields) or cut off as a killed run's log is; returns its events.jsonl."""
     path = runs_dir(state_dir) / run_id / EVENTS_FILE
     log = EventLog(path)
-    log.emit("run_start", format_version=1, run_id=run_id, version="0.1.0", pid=1, config={})
+    log.emit(ev.RunStart(run_id=run_id, version="0.1.0", pid=1, config={}))
     for session in range(1, sessions + 1):
         log.session, log.turn = session, 0
         if session > 1:
-            log.emit("session_restart", session=session, previous_turns=turns,
-                     carryover_messages=2, carryover_masked=0, carryover_turns_dropped=0,
-                     reason="context full")
+            log.emit(ev.SessionRestart(previous_turns=turns, carryover_messages=2,
+                                       carryover_masked=0, carryover_turns_dropped=0,
+                                       reason="context full"))
         for number in range(1, turns + 1):
             log.turn = number
-            log.emit("assistant", text="Working.", finish_reason="stop", tool_calls=[])
-            log.emit("token_usage", prompt_tokens=100 * number, completion_tokens=10,
-                     total_tokens=100 * number + 10, context_limit=1000, budget=800,
-                     context_used_pct=40.0 + 10 * number, source="server")
-            log.emit("context_mask", observations_masked=1, total_masked=session,
-                     tokens_before=500, tokens_after=400, reclaimed_pct=20.0, preflight=False)
+            log.emit(ev.Assistant(text="Working.", finish_reason="stop", tool_calls=[]))
+            log.emit(ev.TokenUsage(prompt_tokens=100 * number, completion_tokens=10,
+                                   total_tokens=100 * number + 10, context_limit=1000,
+                                   budget=800, context_used_pct=40.0 + 10 * number,
+                                   source="server"))
+            log.emit(ev.ContextMask(observations_masked=1, total_masked=session,
+                                    tokens_before=500, tokens_after=400, reclaimed_pct=20.0,
+                                    preflight=False))
     if end is not None:
-        log.emit("session_end", reason=end["reason"])
-        log.emit("run_end", **{"exit_code": 0, "sessions": sessions, "restarts": sessions - 1,
-                               "total_turns": sessions * turns, **end})
+        log.emit(ev.SessionEnd(reason=end["reason"]))
+        log.emit(ev.RunEnd(**{"exit_code": 0, "sessions": sessions, "restarts": sessions - 1,
+                              "total_turns": sessions * turns, **end}))
     log.close()
     return path
 
@@ -252,7 +255,7 @@ def test_logs_prints_every_event(tmp_path):
 def test_logs_leaves_out_checkpoints_unless_asked_for_them(tmp_path):
     config, path = project(tmp_path)
     log = EventLog(path)
-    log.emit("checkpoint", base=1, state={"total_turns": 7})
+    log.emit(ev.Checkpoint(base=1, state={"total_turns": 7}))
     log.close()
 
     everything = invoke("logs", "-c", str(config)).output

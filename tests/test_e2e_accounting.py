@@ -20,7 +20,7 @@ from ouroboros.demo import RecordingAgent, expected_results, \
     write_demo_project
 from ouroboros.runner import RunHooks, run_agent
 from ouroboros.scripted import Fault, Reply, ScriptedServer
-from ouroboros.scripted_tokens import TOKENIZERS
+from ouroboros.scripted.tokenizer import TOKENIZERS
 from tests.helpers import make_project, of_type, ouroboros, run_events
 
 WINDOW = 4096

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
 from ouroboros.scripted import Reply, frame, render_stream
-from ouroboros.scripted_tokens import TOKENIZERS
+from ouroboros.scripted.tokenizer import TOKENIZERS
 from tests.helpers import make_project, ouroboros
 
 MODEL = "scripted"

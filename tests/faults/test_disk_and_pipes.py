@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from ouroboros.events import EVENTS_FILE, SNAPSHOT_FILE, read_events
+from ouroboros.eventlog import EVENTS_FILE, SNAPSHOT_FILE, read_events
 from ouroboros.scripted import Fault
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
 from tests.helpers import clean_env, of_type, ouroboros, parts_recorded, run_dir

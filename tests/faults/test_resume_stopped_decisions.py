@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ouroboros import events as ev
 from ouroboros.continuation import (
     flags_to_remember,
     how_to_continue,
@@ -13,7 +14,7 @@ from ouroboros.continuation import (
     resume_flags,
     turns_taken,
 )
-from ouroboros.session import idle_pause
+from ouroboros.idling import idle_pause
 
 
 def test_only_flags_are_remembered_and_never_a_password():
@@ -25,13 +26,16 @@ def test_only_flags_are_remembered_and_never_a_password():
 
 
 def test_the_latest_start_or_resume_says_what_was_remembered():
-    events = [{"type": "run_start", "flags": {"agent.max_turns": 3}},
-              {"type": "assistant"}, {"type": "assistant"},
-              {"type": "run_resumed", "flags": {"agent.max_turns": 8}},
-              {"type": "assistant"}]
+    start = ev.RunStart(run_id="r1", version="0.1.0", pid=1, config={})
+    reply = ev.Assistant(text="", finish_reason="stop", tool_calls=[])
+    resumed = ev.RunResumed(total_turns=2, restarts=0, torn_line_dropped=False,
+                            interrupted_tools=[], context_limit=8192, limit_source="config",
+                            budget=6144, flags={"agent.max_turns": 8})
+    events = [start.model_copy(update={"flags": {"agent.max_turns": 3}}), reply, reply,
+              resumed, reply]
     assert remembered_flags(events) == {"agent.max_turns": 8}
     assert turns_taken(events) == 3
-    assert remembered_flags([{"type": "run_start"}]) == {}  # a log from before flags
+    assert remembered_flags([start]) == {}  # a log from before flags
 
 
 @pytest.mark.parametrize("remembered,given,more,expected", [
@@ -44,15 +48,20 @@ def test_resume_flags(remembered, given, more, expected):
     assert resume_flags(remembered, given, more_turns=more, total_turns=7) == expected
 
 
+def end(reason: str, summary: str = "") -> ev.RunEnd:
+    return ev.RunEnd(reason=reason, exit_code=0, sessions=1, total_turns=3, restarts=0,
+                     summary=summary)
+
+
 def test_a_resume_that_would_stop_at_once_says_what_to_give_it():
     assert "--max-turns N" in refusal("r1", None, total_turns=3, max_turns=3, message="")
     assert refusal("r1", None, total_turns=3, max_turns=4, message="") is None
-    complete = {"reason": "task_complete", "summary": "all done"}
+    complete = end("task_complete", summary="all done")
     why = refusal("r1", complete, total_turns=3, max_turns=0, message=" ")
     assert "is complete (task_complete: all done)" in why and "--message" in why
     assert refusal("r1", complete, total_turns=3, max_turns=0, message="more") is None
     for reason in ("interrupted", "interrupted_now", "idle", "error", "max_restarts"):
-        assert refusal("r1", {"reason": reason}, total_turns=3, max_turns=0, message="") is None
+        assert refusal("r1", end(reason), total_turns=3, max_turns=0, message="") is None
 
 
 @pytest.mark.parametrize("reason,says", [

@@ -12,7 +12,7 @@ import pytest
 
 from ouroboros.client import ChatClient
 from ouroboros.errors import TransientModelError
-from ouroboros.events import SNAPSHOT_FILE
+from ouroboros.eventlog import SNAPSHOT_FILE
 from ouroboros.scripted import Reply
 from tests.faults.servers import Good, Malformed, run_against, start_server
 from tests.helpers import of_type, run_events

@@ -21,9 +21,11 @@ from typing import Callable, Iterator
 import pytest
 
 from ouroboros.config import ContextConfig
-from ouroboros.context import ContextManager, to_wire
+from ouroboros.context import ContextManager
+from ouroboros.conversation import to_wire
 from ouroboros.errors import StateError
-from ouroboros.events import (
+from ouroboros import events as ev
+from ouroboros.eventlog import (
     EVENTS_FILE,
     SNAPSHOT_FILE,
     EventLog,
@@ -211,19 +213,23 @@ def test_a_rebuild_after_a_restart_opens_with_the_restart_note_and_keeps_the_las
         return {"type": type, "seq": seq, "session": session, "turn": turn, **fields}
 
     call = {"id": "c1", "name": "file_read", "arguments": '{"path": "a.txt"}'}
+    window = {"context_limit": 4096, "limit_source": "config", "budget": 3584}
     events = [
-        event(1, "run_start", 1, 0, config={"agent": {"continue_message": "Go on."}}),
-        event(2, "session_start", 1, 0, context_limit=4096, limit_source="config"),
-        event(3, "assistant", 1, 1, text="Reading.", tool_calls=[call]),
+        event(1, "run_start", 1, 0, run_id="r1", version="0.1.0", pid=1,
+              config={"agent": {"continue_message": "Go on."}}),
+        event(2, "session_start", 1, 0, **window, carryover_messages=0),
+        event(3, "assistant", 1, 1, text="Reading.", finish_reason="tool_calls", tool_calls=[call]),
         event(4, "tool_call", 1, 1, **call),
-        event(5, "tool_result", 1, 1, id="c1", name="file_read", ok=True, observation="obs-1",
-              summary="A"),
-        event(6, "session_restart", 2, 0, previous_turns=1),
-        event(7, "session_start", 2, 0, context_limit=4096, limit_source="config"),
-        event(8, "assistant", 2, 1, text="Thinking.", tool_calls=[]),
+        event(5, "tool_result", 1, 1, id="c1", name="file_read", ok=True, bytes=2,
+              observation="obs-1", truncated=False, summary="A", duration_ms=1),
+        event(6, "session_restart", 2, 0, previous_turns=1, carryover_messages=2,
+              reason="context full"),
+        event(7, "session_start", 2, 0, **window, carryover_messages=2),
+        event(8, "assistant", 2, 1, text="Thinking.", finish_reason="stop", tool_calls=[]),
         event(9, "wind_down", 2, 1, context_used_pct=91.0),
-        event(10, "assistant", 2, 2, text="First try.", tool_calls=[]),
-        event(11, "assistant", 2, 2, text="<think>hm</think>Second try.", tool_calls=[]),
+        event(10, "assistant", 2, 2, text="First try.", finish_reason="stop", tool_calls=[]),
+        event(11, "assistant", 2, 2, text="<think>hm</think>Second try.", finish_reason="stop",
+              tool_calls=[]),
     ]
 
     state, seq = rebuild_state(events, "r1", ContextConfig(), "Mission.", lambda obs: "A\n")
@@ -250,15 +256,17 @@ def test_a_tool_result_logged_after_the_last_snapshot_is_taken_not_run_again(tmp
     (run / "observations" / "obs-1.txt").write_text("KEY: 1234\n")
     call = ToolCall("c1", "file_read", '{"path": "a.txt"}')
     log = EventLog(run / EVENTS_FILE)
-    log.emit("run_start", format_version=1, run_id="run1", config={})
-    log.emit("assistant", text="Reading.", tool_calls=[asdict(call)])
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
+    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls",
+                          tool_calls=[asdict(call)]))
     context = ContextManager.create(8192, "config", 1024, ContextConfig())
     messages = [{"role": "system", "content": "Mission."},
                 {"role": "assistant", "content": "Reading.", "tool_calls": [call.to_wire()]}]
     write_snapshot(run, log.seq, RunState("run1", messages, context, total_turns=1).to_dict())
-    log.emit("tool_call", **asdict(call))
-    log.emit("tool_result", id="c1", name="file_read", ok=True, observation="obs-1",
-             summary="KEY: 1234")
+    log.emit(ev.ToolCallEvent(**asdict(call)))
+    log.emit(ev.ToolResultEvent(id="c1", name="file_read", ok=True, bytes=10,
+                                observation="obs-1", truncated=False, summary="KEY: 1234",
+                                duration_ms=1))
     log.close()
 
     recovered = recover(run, ContextConfig())
@@ -273,12 +281,13 @@ def test_a_reply_logged_after_the_last_snapshot_is_taken_not_asked_again(tmp_pat
     run = tmp_path / "run1"
     call = ToolCall("c1", "file_read", '{"path": "a.txt"}')
     log = EventLog(run / EVENTS_FILE)
-    log.emit("run_start", format_version=1, run_id="run1", config={})
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
     context = ContextManager.create(8192, "config", 1024, ContextConfig())
     messages = [{"role": "system", "content": "Mission."}, {"role": "user", "content": "Go."}]
     write_snapshot(run, log.seq, RunState("run1", messages, context).to_dict())
     log.turn = 1
-    log.emit("assistant", text="Reading.", tool_calls=[asdict(call)])
+    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls",
+                          tool_calls=[asdict(call)]))
     log.close()
 
     recovered = recover(run, ContextConfig())

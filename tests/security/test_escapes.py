@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ouroboros.events import EVENTS_FILE, list_runs
+from ouroboros.eventlog import EVENTS_FILE, list_runs
 from ouroboros.scripted import Reply
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.live import watch

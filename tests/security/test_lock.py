@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ouroboros.errors import RunLockedError
-from ouroboros.events import list_runs
+from ouroboros.eventlog import list_runs
 from ouroboros.lock import LOCK_FILE, WorkspaceLock, locks_dir, workspace_lock_path
 from tests.crash_helpers import CountingAgent, demo_project, kill, wait_for
 from tests.helpers import clean_env, make_project, ouroboros

@@ -33,9 +33,9 @@ commands = {
 }
 times = {}
 for name, command in commands.items():
-    started = time.perf_counter()
+    started = time.process_time()  # the screening's own work, however busy the machine
     blocked_by(command, list(DEFAULT_BLOCKED_PATTERNS))
-    times[name] = time.perf_counter() - started
+    times[name] = time.process_time() - started
 print(json.dumps(times))
 """
 
@@ -106,9 +106,9 @@ def test_an_old_default_in_a_users_file_runs_as_its_linear_rewrite() -> None:
         assert compiled(old).pattern == old  # the refusal names the pattern the user wrote
     fork_bomb = next(old for old in LEGACY_DEFAULTS if "(?P=f)" in old)
     assert blocked_by(":(){ :|:& };:", [fork_bomb]) == fork_bomb
-    started = time.perf_counter()
+    started = time.thread_time()  # the screening's own work, however busy the machine
     blocked_by("a" * 1365 + "(){ " + "a" * 2730, list(LEGACY_DEFAULTS))
-    assert time.perf_counter() - started < 0.1
+    assert time.thread_time() - started < 0.1
 
 
 def test_a_pattern_in_re2_syntax_python_lacks_is_accepted_and_used() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ouroboros.events import EventLog
+from ouroboros import events as ev
+from ouroboros.eventlog import EventLog
 from ouroboros.redact import REDACTED, Redactor, environment_block, secret_values
 from ouroboros.scripted import Reply
 from tests.helpers import clean_env, make_project, ouroboros, run_events
@@ -66,14 +67,15 @@ def test_the_key_is_scrubbed_from_the_harness_proc_entry_even_unconfined(tmp_pat
 def test_the_event_log_redacts_what_it_writes_and_tells(tmp_path: Path) -> None:
     log = EventLog(tmp_path / "events.jsonl")
     log.redact = Redactor.of([KEY, 'pa"ss\\word'])
-    told: list[dict] = []
+    told: list[ev.EventBase] = []
     log.subscribe(told.append)
-    log.emit("assistant", text=f"the key is {KEY}", note='pa"ss\\word')
+    log.emit(ev.ErrorEvent(message=f"the key is {KEY}", kind='pa"ss\\word'))
     log.close()
     text = (tmp_path / "events.jsonl").read_text()
     assert KEY not in text and "ss\\\\word" not in text
-    assert json.loads(text)["text"] == f"the key is {REDACTED}"
-    assert told[0]["text"] == f"the key is {REDACTED}" and told[0]["note"] == REDACTED
+    assert json.loads(text)["message"] == f"the key is {REDACTED}"
+    assert told[0] == ev.ErrorEvent.model_validate_json(text)
+    assert (told[0].message, told[0].kind) == (f"the key is {REDACTED}", REDACTED)
 
 
 def test_only_secrets_long_enough_to_be_told_apart_are_redacted() -> None:

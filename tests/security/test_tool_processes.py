@@ -15,7 +15,7 @@ from ouroboros.scripted import Reply
 from tests.crash_helpers import kill, start, wait_for
 from tests.helpers import make_project, of_type, ouroboros, run_events
 
-LATE_SECS = 2
+LATE_SECS = 5  # when the job writes, unless killed: after a busy machine has started a resume
 HELD = (f"(sleep {LATE_SECS}; echo late >> late.txt) > /dev/null 2>&1 & echo $! > bg.pid; "
         "echo $$ > sh.pid; sleep 30")
 
