@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any, Callable, Iterator
 
@@ -15,6 +16,18 @@ from ouroboros.scripted import ScriptedServer
 # Workspace locks live in the user's cache dir: keep the tests' out of the real home.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ouroboros-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many workers `-n auto` (pyproject.toml) starts: none under `coverage run`, which
+    measures only this process; else PYTEST_XDIST_AUTO_NUM_WORKERS if set, else two per core
+    (at least four), as the long tests mostly wait on a subprocess or a socket, not the CPU."""
+    coverage = sys.modules.get("coverage")
+    if coverage is not None and coverage.Coverage.current() is not None:
+        return 0
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return max(4, 2 * len(os.sched_getaffinity(0)))
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.events import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
+from ouroboros.eventlog import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
 from ouroboros.journal import replay
 from ouroboros.resume import observation_reader
 from ouroboros.protocols import Message
@@ -30,7 +30,7 @@ from ouroboros.scripted import Fault, Reply
 from tests.helpers import clean_env, make_project, run_events
 
 TAG = re.compile(r"^echo T\d+ >> \.\./executions\.log; (?:echo \$\$ > \.\./held_tool; sleep 30; )?")
-WAIT_SECS = 60
+WAIT_SECS = 45  # below the per-test timeout (pyproject.toml): a wait fails saying what for
 
 
 class CountingAgent(RecordingAgent):
@@ -144,6 +144,12 @@ def executions(root: Path) -> Counter[str]:
 
 def tool_messages(messages: list[Message]) -> list[Message]:
     return [m for m in messages if m["role"] == "tool"]
+
+
+def sent_from(server: Any, first: int) -> list[list[Message]]:
+    """The conversations sent in chat requests from number `first` on. A request the killed
+    harness had only begun to send reaches the server with an empty body: it holds none."""
+    return [r["messages"] for r in server.requests[first:] if "messages" in r]
 
 
 def check_conversation(messages: list[Message]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from ouroboros.events import EVENTS_FILE, list_runs, read_events
+from ouroboros.eventlog import EVENTS_FILE, list_runs, read_events
 
 
 def make_project(root: Path, base_url: str, *, prompt: str = "You are a test agent.",
@@ -40,7 +40,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-              timeout: float = 120) -> subprocess.CompletedProcess[str]:
+              timeout: float = 50) -> subprocess.CompletedProcess[str]:
     """Run the installed command as a user would, in its own process."""
     return subprocess.run(
         [sys.executable, "-m", "ouroboros", *args], cwd=cwd, env=env or clean_env(),

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
@@ -70,6 +71,7 @@ def test_keep_keeps_the_project_and_the_closing_points_to_it(tmp_path):
     assert "ended: task_complete" in stats.output
 
 
+@pytest.mark.slow  # paced: seconds pass before the agent's first reply
 def test_ctrl_c_stops_the_paced_demo_and_removes_its_project(tmp_path):
     temp = tmp_path / "tmp"
     temp.mkdir()

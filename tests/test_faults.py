@@ -1,6 +1,8 @@
-"""A flaky model server survived: dropped streams, 5xx, 429, garbage, no [DONE] and a 30 s
-outage are retried (and logged) without a duplicated turn; permanent faults stop the run with
-a clear message; an outage longer than model.max_retry_secs leaves the run resumable."""
+"""A flaky model server survived: dropped streams, 5xx, 429, garbage, no [DONE] and an outage
+shorter than model.max_retry_secs are retried (and logged) without a duplicated turn;
+permanent faults stop the run with a clear message; an outage longer than model.max_retry_secs
+leaves the run resumable. The outages and budgets are seconds, not minutes: the backoff starts
+at 1 s, so a 2 s outage is refused at least once and over well before a 4 s budget runs out."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from tests.helpers import of_type, ouroboros
 PARTS = 3
 MAX_TURNS = 10  # a limit past the task: 2 + 2 * PARTS turns of work, then task_complete
 TASK_TURNS = 3 + 2 * PARTS
+OUTAGE_SECS = 2  # longer than the first backoff (1 s + 25% jitter): one retry is refused
+RETRY_BUDGET_SECS = 4  # room for the second and third retries after the outage has ended
 
 
 def finished_cleanly(tmp_path, server, result, expected: str) -> list[dict]:
@@ -39,28 +43,45 @@ def finished_cleanly(tmp_path, server, result, expected: str) -> list[dict]:
     return events
 
 
-def test_transient_faults_and_a_30s_outage_are_survived(tmp_path, scripted_server):
-    agent = CountingAgent(PARTS, inject_at={
-        2: [Fault("drop"), Fault("status", 500)],
-        3: [Fault("status", 503, message="loading model"), Fault("status", 429)],
-        5: [Fault("garbage"), Fault("no_done")],
-        7: [Fault("drop"), Fault("outage", seconds=30)],
-    })
+def survived(tmp_path, scripted_server, faults: dict[int, list[Fault]]) -> tuple[str, str]:
+    """Run the demo task with `faults` injected (at the brain's call number), check that it
+    finished as if nothing had happened; returns the retries' errors and what was printed."""
+    agent = CountingAgent(PARTS, inject_at=faults)
     server = scripted_server(agent)
     agent.server = server
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
-                                    model={"max_retry_secs": 120})
+                                    model={"max_retry_secs": RETRY_BUDGET_SECS})
 
-    result = ouroboros("run", "--config", str(config), "--headless", timeout=150)
+    result = ouroboros("run", "--config", str(config), "--headless")
 
-    events = finished_cleanly(tmp_path, server, result, expected)
-    retries = of_type(events, "retry")
-    errors = " | ".join(r["error"] for r in retries)
-    assert len(retries) >= 8, errors
+    retries = of_type(finished_cleanly(tmp_path, server, result, expected), "retry")
+    assert all(r["delay_secs"] > 0 for r in retries)
+    return " | ".join(r["error"] for r in retries), result.stdout
+
+
+def test_transient_faults_are_survived(tmp_path, scripted_server):
+    errors, printed = survived(tmp_path, scripted_server, {  # one a turn: a backoff each
+        2: [Fault("drop")],
+        3: [Fault("status", 500)],
+        4: [Fault("status", 503, message="loading model")],
+        5: [Fault("status", 429)],
+        6: [Fault("garbage")],
+        7: [Fault("no_done")],
+    })
+
+    assert errors.count(" | ") == 5, errors  # six retries, one for each fault
     for fragment in ("500", "503", "429", "[DONE]"):
         assert fragment in errors, (fragment, errors)
-    assert all(r["delay_secs"] > 0 for r in retries)
-    assert "retry 1 in" in result.stdout
+    assert "retry 1 in" in printed
+
+
+def test_an_outage_within_max_retry_secs_is_survived(tmp_path, scripted_server):
+    errors, printed = survived(tmp_path, scripted_server, {
+        2: [Fault("drop"), Fault("outage", seconds=OUTAGE_SECS)]})
+
+    # The drop is retried once; every retry after it was refused by the outage.
+    assert errors.count(" | ") >= 1, errors
+    assert "retry 2 in" in printed
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -81,11 +102,12 @@ def test_an_auth_failure_stops_with_a_clear_message(tmp_path, scripted_server, s
 
 def test_an_outage_longer_than_max_retry_secs_exits_1_and_resume_finishes(tmp_path,
                                                                         scripted_server):
-    agent = CountingAgent(PARTS, inject_at={4: [Fault("outage", seconds=8)]})
+    # The budget is spent half a second after the first refusal, long before the outage ends.
+    agent = CountingAgent(PARTS, inject_at={4: [Fault("outage", seconds=3)]})
     server = scripted_server(agent)
     agent.server = server
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
-                                    model={"max_retry_secs": 2})
+                                    model={"max_retry_secs": 0.5})
 
     result = ouroboros("run", "--config", str(config), "--headless")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.context import to_wire
-from ouroboros.events import list_runs, read_events
+from ouroboros.conversation import to_wire
+from ouroboros.eventlog import list_runs, read_events
 from tests.crash_helpers import (
     CountingAgent,
     check_conversation,
@@ -24,6 +24,7 @@ from tests.crash_helpers import (
     executions,
     kill,
     kill_held_tool,
+    sent_from,
     snapshot,
     start,
     tool_messages,
@@ -85,7 +86,7 @@ def check_resumed_from(before: dict, events: list[dict]) -> dict:
 def kept_every_turn(before: dict, server, first_after: int) -> None:
     """What the model sees after the resume starts with the conversation as saved."""
     saved = to_wire(before["state"]["messages"])
-    sent = [r["messages"] for r in server.requests[first_after:]]
+    sent = sent_from(server, first_after)
     assert any(m[:len(saved)] == saved for m in sent), "the saved conversation was not kept"
 
 
@@ -105,7 +106,7 @@ def test_kill_during_a_tool_reports_it_interrupted_and_runs_it_no_more(tmp_path,
     assert set(runs.values()) == {1}
     assert "T2" in runs and len(runs) == PARTS + 1
     # The model was told, in the call's own result, that it may or may not have happened.
-    interrupted = [m for r in server.requests[first_after:] for m in tool_messages(r["messages"])
+    interrupted = [m for sent in sent_from(server, first_after) for m in tool_messages(sent)
                    if "[interrupted" in m["content"]]
     assert interrupted and "may or may" in interrupted[0]["content"]
     held_id = next(e["id"] for e in events if e["type"] == "tool_call"
