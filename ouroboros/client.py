@@ -23,6 +23,7 @@ import httpx
 
 from ouroboros.chunks import assign_call_ids, parse_usage
 from ouroboros.config import ModelConfig
+from ouroboros.connection import http_client
 from ouroboros.errors import ContextOverflowError, TransientModelError
 from ouroboros.model_server import (
     CHAT_PATH,
@@ -83,8 +84,8 @@ class ChatClient(ModelServer):
     ) -> None:
         base_url = normalize_base_url(base_url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        super().__init__(base_url, model, httpx.AsyncClient(
-            base_url=base_url, headers=headers, transport=transport), server_kind)
+        super().__init__(base_url, model, http_client(
+            base_url, headers=headers, transport=transport), server_kind)
         self.configure(temperature=temperature, max_output_tokens=max_output_tokens,
                        timeout_secs=timeout_secs, first_token_secs=first_token_secs,
                        idle_secs=idle_secs, max_reply_bytes=max_reply_bytes)

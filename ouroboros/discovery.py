@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from ouroboros.connection import http_client
 from ouroboros.urls import normalize_base_url
 
 UNKNOWN_SERVER_DEFAULT = 4096
@@ -166,7 +167,7 @@ async def model_supports_tools(
 
 
 def _http(base_url: str, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=normalize_base_url(base_url), timeout=10, transport=transport)
+    return http_client(normalize_base_url(base_url), timeout=10, transport=transport)
 
 
 async def _get_json(

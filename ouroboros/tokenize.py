@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import httpx
 
+from ouroboros.connection import http_client
 from ouroboros.urls import normalize_base_url
 
 
@@ -77,7 +78,7 @@ class TokenCounter:
         self.base_url = normalize_base_url(base_url)
         self.model = model
         self._owns_http = http is None
-        self._http = http if http is not None else httpx.AsyncClient(transport=transport)
+        self._http = http if http is not None else http_client(transport=transport)
         self._timeout = httpx.Timeout(timeout_secs)
         self._probed = False
         self._probing = asyncio.Lock()
