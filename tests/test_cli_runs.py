@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from ouroboros.eventlog import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
+from tests.helpers import clean_env
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
 
 
@@ -250,6 +253,25 @@ def test_logs_prints_every_event(tmp_path):
     assert lines[0].endswith(f"s1 t0 run {RUN_ID} started (ouroboros 0.1.0)")
     assert any(line.endswith("s1 t6 session_end reason=restart") for line in lines)
     assert any(f"restart -> session 2 ({RESTART_REASON}" in line for line in lines)
+
+
+def test_logs_into_a_reader_that_stops_early_ends_quietly(tmp_path):
+    config, path = project(tmp_path)
+    log = EventLog(path, seq=len(read_events(path).events))
+    for n in range(2000):  # far more than a pipe holds
+        log.emit(ev.WarningEvent(message=f"warning {n} " + "x" * 100))
+    log.close()
+
+    reader = subprocess.Popen([sys.executable, "-m", "ouroboros", "logs", "-c", str(config)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    assert reader.stdout is not None and reader.stderr is not None
+    first = reader.stdout.readline()
+    reader.stdout.close()  # `| head -1`
+    errors = reader.stderr.read()
+    reader.wait(timeout=30)
+
+    assert first.rstrip().endswith(f"run {RUN_ID} started (ouroboros 0.1.0)".encode())
+    assert (reader.returncode, errors) == (0, b"")
 
 
 def test_logs_leaves_out_checkpoints_unless_asked_for_them(tmp_path):

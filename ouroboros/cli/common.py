@@ -3,6 +3,7 @@ the project, and turning an error into one line on stderr and an exit code."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -48,11 +49,16 @@ def fail(error: OuroborosError) -> typer.Exit:
 def guarded(action: Callable[[], T]) -> T:
     """Run a command body, turning Ouroboros errors into one line and their exit code, and
     any other failure of the filesystem (a full disk, a read-only directory) into one line
-    and exit 1."""
+    and exit 1; a reader that went away ends the command quietly."""
     try:
         return action()
     except OuroborosError as error:
         raise fail(error) from None
+    except BrokenPipeError:  # the reader had enough (`ouroboros logs | head`): no error
+        from ouroboros.ui.plain import discard_output
+
+        discard_output(sys.stdout)
+        raise typer.Exit(0) from None
     except OSError as error:
         what = f"cannot use {error.filename}: " if error.filename else ""
         raise fail(OuroborosError(f"{what}{error.strerror or error}")) from None
