@@ -3,7 +3,7 @@ from stopping.py)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
@@ -46,7 +46,10 @@ class RunState:
             log.emit(WarningEvent(message=message))
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The state as the snapshot holds it. Shallow: the messages are shared, not copied
+        (the snapshot is written at once; copying a long conversation would cost more CPU
+        than the rest of the turn)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["context"] = self.context.to_dict()
         return data
 
