@@ -44,7 +44,8 @@ def config_set(
     file is kept (a commented-out default is uncommented where it is)."""
     from ouroboros.config import load_config, set_config_value
     from ouroboros.reload import effect_note, live_holder
-    from ouroboros.ui.config_view import override_note, toml_value
+    from ouroboros.config.values import toml_value
+    from ouroboros.ui.config_view import override_note
     from ouroboros.ui.status import run_status
 
     path = guarded(lambda: project_file(config))

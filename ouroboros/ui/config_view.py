@@ -4,28 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import tomli_w
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from ouroboros.config import KEYS, Config, LoadedConfig, effective_items
+from ouroboros.config.values import toml_value
 
 
 FILE_LAYERS = ("project file", "user file")
 LIST_PREVIEW = 2
 """Items of a long list (safety.blocked_patterns) that `config show` prints without --full."""
-
-
-def toml_value(value: Any) -> str:
-    """A value as it would be written in ouroboros.toml: 0.6, true, "llama3.2", [...]; a
-    string with backslashes (a regex) as a 'literal string' when it can be one."""
-    if isinstance(value, str) and "\\" in value and value.isprintable():
-        if "'" not in value:
-            return f"'{value}'"
-        if "'''" not in value and not value.endswith("'"):
-            return f"'''{value}'''"
-    return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()
 
 
 def default_values() -> dict[str, Any]:
