@@ -41,6 +41,8 @@ def normalize_base_url(url: str) -> str:
     netloc = f"[{host}]" if ":" in host else host
     if port is not None:
         netloc = f"{netloc}:{port}"
+    if parsed.userinfo:  # credentials in the URL: httpx sends them as basic auth
+        netloc = f"{parsed.userinfo.decode('ascii')}@{netloc}"
     return f"{parsed.scheme}://{netloc}{path}"
 
 

@@ -1,6 +1,7 @@
 """ChatClient against respx: the request it sends and how it reads answers and failures."""
 
 import asyncio
+import base64
 import json
 
 import httpx
@@ -96,6 +97,7 @@ def fails_with(error_class, answer, *, model="llama3.2", listing=None):
         ("https://models.example.com", "https://models.example.com"),
         ("https://example.com/ollama/v1", "https://example.com/ollama"),
         (" http://gpu-box:11434 ", "http://gpu-box:11434"),
+        ("https://user:p%40ss@example.com/v1", "https://user:p%40ss@example.com"),
     ],
 )
 def test_normalize_base_url(given, expected):
@@ -121,6 +123,14 @@ def test_request_body_streams_with_usage_tools_and_limits():
         "max_tokens": 321,
     }
     assert "authorization" not in route.calls.last.request.headers
+
+
+@respx.mock
+def test_credentials_in_the_base_url_are_sent_as_basic_auth():
+    route = respx.post(CHAT).mock(return_value=stream_response(HELLO))
+    complete(ChatClient(BASE.replace("://", "://proxy:s3cret@") + "/v1", "llama3.2"))
+    assert route.calls.last.request.headers["authorization"] == (
+        "Basic " + base64.b64encode(b"proxy:s3cret").decode())
 
 
 @respx.mock

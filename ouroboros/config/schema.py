@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from ouroboros.config.values import show_value
-from ouroboros.urls import URL_RULE, is_server_url
+from ouroboros.urls import URL_RULE, is_server_url, normalize_base_url
 
 ENV_PREFIX: Final = "OUROBOROS_"
 
@@ -111,12 +111,9 @@ class ModelConfig(_Table):
     @field_validator("base_url")
     @classmethod
     def _server_root(cls, value: str) -> str:
-        url = value.strip().rstrip("/")
-        if url.endswith("/v1"):
-            url = url[: -len("/v1")].rstrip("/")
-        if not is_server_url(url):
+        if not is_server_url(value.strip()):
             raise PydanticCustomError("url", URL_RULE)
-        return url
+        return normalize_base_url(value)
 
     @field_validator("api_key_env")
     @classmethod
