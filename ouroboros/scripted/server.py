@@ -205,8 +205,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length)
+        if len(data) < length:  # the client went away mid-request (a killed harness)
+            return
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(data or b"{}")
         except ValueError:
             body = None
         if not isinstance(body, dict):
