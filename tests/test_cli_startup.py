@@ -61,3 +61,21 @@ def test_help_lists_the_commands_in_the_order_of_use():
     names = [row.split()[0] for row in rows if row.startswith("  ") and row[2] != " "]
     assert names == ["run", "resume", "init", "reload", "status", "runs", "stats", "logs",
                      "watch", "demo", "config"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["bogus"], "No such command 'bogus'"),
+        (["run", "--max-turns", "-1"], "Invalid value for '--max-turns'"),
+        (["status", "extra"], "unexpected extra argument"),
+        (["config", "set"], "Missing argument 'key'"),
+    ],
+)
+def test_a_mistyped_command_line_is_one_line_and_exit_2(tmp_path, args, said):
+    result = subprocess.run([sys.executable, "-m", "ouroboros", *args], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert said in result.stderr

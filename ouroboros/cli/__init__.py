@@ -11,6 +11,11 @@ A command imports what it uses inside its body, so `--version`, `--help` and the
 commands start without the runner, httpx or rich.
 """
 
+import sys
+
+import typer
+from typer.exceptions import TyperException
+
 from ouroboros.cli.common import app
 
 # Each module registers its commands on `app` as it is imported, so this order (not sorted) is
@@ -21,5 +26,14 @@ __all__ = ["app", "main", "running", "configuring", "inspecting", "demo"]
 
 
 def main() -> None:
-    """The `ouroboros` console script: `ouroboros run`, `ouroboros status`, ..."""
-    app()
+    """The `ouroboros` console script: `ouroboros run`, `ouroboros status`, ...
+
+    A mistyped command line is one line too (typer's own is three: usage, hint, error)."""
+    try:
+        code = app(standalone_mode=False)
+    except TyperException as error:  # a usage error: unknown command, bad or missing argument
+        typer.echo(f"error: {error.format_message()} (see `ouroboros --help`)", err=True)
+        code = error.exit_code
+    except typer.Abort:
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)
