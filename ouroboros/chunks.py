@@ -20,7 +20,7 @@ import math
 import re
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import AbstractSet, Any, Callable, Iterable
 
 from ouroboros.protocols import StreamResult, ToolCall, Usage
 
@@ -248,7 +248,7 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:16]}"
 
 
-def assign_call_ids(calls: list[ToolCall], taken: set[str],
+def assign_call_ids(calls: list[ToolCall], taken: AbstractSet[str],
                     new_id: Callable[[], str] = new_call_id) -> list[ToolCall]:
     """`calls` with every missing id, and every id already `taken` (by the conversation or an
     earlier call of the same reply), replaced by a fresh one, so that each result, mask and
@@ -257,11 +257,11 @@ def assign_call_ids(calls: list[ToolCall], taken: set[str],
         assign_call_ids([ToolCall("", "a", "{}"), ToolCall("c1", "b", "{}")], {"c1"})
         -> [ToolCall("call_<random>", "a", "{}"), ToolCall("call_<random>", "b", "{}")]
     """
-    used = set(taken)
+    used: set[str] = set()  # by this reply; `taken` (the whole conversation) is not copied
     unique = []
     for call in calls:
         call_id = call.id
-        while not call_id or call_id in used:
+        while not call_id or call_id in used or call_id in taken:
             call_id = new_id()
         used.add(call_id)
         unique.append(call if call_id == call.id else replace(call, id=call_id))

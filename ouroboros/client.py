@@ -105,7 +105,6 @@ class ChatClient(ModelServer):
         """New sampling settings and reply limits, from the next request on."""
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
-        self.timeout_secs = timeout_secs
         self.limits = ReplyLimits(first_token_secs, idle_secs, timeout_secs,
                                   reply_byte_limit(max_output_tokens, max_reply_bytes))
         self._http.timeout = httpx.Timeout(timeout_secs)
@@ -151,7 +150,7 @@ class ChatClient(ModelServer):
                 f"the connection to {self.server} broke: "
                 f"{type(exc).__name__}: {exc or 'no details'}"
             ) from exc
-        calls = assign_call_ids(result.tool_calls, set(wire.call_ids))
+        calls = assign_call_ids(result.tool_calls, wire.call_ids)
         return replace(result, tool_calls=calls)
 
     async def _exchange(self, body: bytes, reader: ReplyReader) -> StreamResult:

@@ -182,6 +182,14 @@ def test_unicode_line_separators_in_the_text_arrive_whole():
 
 
 @respx.mock
+def test_events_of_empty_data_between_chunks_are_skipped():
+    # the SSE spec gives `data:` alone out as an event with data "": a keep-alive, not JSON
+    body = HELLO.replace(b"\n\ndata: ", b"\n\ndata:\n\ndata: \n\ndata: ")
+    respx.post(CHAT).mock(return_value=stream_response(body))
+    assert complete(ChatClient(BASE, "llama3.2")).text == "Hello world"
+
+
+@respx.mock
 def test_a_chunk_spread_over_several_data_lines_is_read_as_one():
     lines = json.dumps(delta("Hi", role="assistant"), indent=1).encode().split(b"\n")
     frame = b"".join(b"data: " + line + b"\r\n" for line in lines) + b"\r\n"
@@ -340,7 +348,8 @@ def test_an_error_event_inside_the_stream_is_classified():
     assert "model crashed" in fails_with(TransientModelError, stream_response(body))
 
 
-@pytest.mark.parametrize("body", [b"", b": ping\n\n", b"data: [DONE]\n\n"], ids=["nothing", "ping", "done-only"])
+@pytest.mark.parametrize("body", [b"", b": ping\n\n", b"data:\n\n", b"data: [DONE]\n\n"],
+                         ids=["nothing", "ping", "empty-data", "done-only"])
 def test_200_with_no_data_is_an_empty_stream(body):
     message = fails_with(EmptyStreamError, stream_response(body))
     assert "empty stream" in message

@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
-from ouroboros.scripted import Reply, frame, render_stream
+from ouroboros.scripted import DONE_FRAME as DONE, Reply, frame, render_stream
 from ouroboros.scripted.tokenizer import TOKENIZERS
 from tests.helpers import make_project, ouroboros
 
@@ -50,9 +50,6 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None,
     """One chat.completion.chunk with one choice."""
     return {"id": "chatcmpl-f", "object": "chat.completion.chunk", "model": MODEL,
             "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **extra}
-
-
-DONE = b"data: [DONE]\n\n"
 
 
 @dataclass(frozen=True)
