@@ -140,10 +140,9 @@ def test_effect_note_says_when_a_change_takes_effect():
 # -- where it shows --
 
 
-def change_event(key: str, old: object, new: object, session: int = 5) -> dict:
-    return {"type": "config_changed", "ts": "2025-03-01T10:15:00.000Z", "seq": 9,
-            "session": session, "turn": 0, "key": key, "old": old, "new": new,
-            "source": "project file ouroboros.toml"}
+def change_event(key: str, old: object, new: object, session: int = 5) -> ev.ConfigChanged:
+    return ev.ConfigChanged(ts="2025-03-01T10:15:00.000Z", seq=9, session=session, turn=0,
+                            key=key, old=old, new=new, source="project file ouroboros.toml")
 
 
 def test_log_and_status_lines():

@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
 
 from rich.table import Table
 from rich.text import Text
@@ -107,9 +106,8 @@ def describe_state(status: RunStatus) -> str:
             "`ouroboros resume` continues it")
 
 
-def change_line(e: ConfigChanged | Mapping[str, Any]) -> str:
+def change_line(change: ConfigChanged) -> str:
     """One config change as `status` shows it: "changed at session 5: soft 0.70 -> 0.60"."""
-    change = e if isinstance(e, ConfigChanged) else ConfigChanged.model_validate(e)
     key = change.key
     old, new = (f"{v:.2f}" if key in SHORT_KEYS and isinstance(v, (int, float))
                 else json.dumps(v) for v in (change.old, change.new))
