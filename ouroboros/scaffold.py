@@ -10,15 +10,18 @@ from importlib.resources import files
 from pathlib import Path
 
 from ouroboros.config import CONFIG_FILENAME, render_template
+from ouroboros.config.schema import FIELDS
 from ouroboros.errors import UsageError
 
-PROMPT_FILENAME = "SYSTEM_PROMPT.md"
-WORKSPACE_DIRNAME = "workspace"
+# where the config's defaults look for them, so a fresh project needs no setting
+PROMPT_FILENAME: str = FIELDS["agent.system_prompt"].default
+WORKSPACE_DIRNAME: str = FIELDS["agent.workspace"].default
 
 
 def default_system_prompt() -> str:
     """The system prompt shipped with the package (ouroboros/templates/SYSTEM_PROMPT.md)."""
-    return files("ouroboros").joinpath("templates", PROMPT_FILENAME).read_text(encoding="utf-8")
+    template = files("ouroboros").joinpath("templates", "SYSTEM_PROMPT.md")
+    return template.read_text(encoding="utf-8")
 
 
 def create_project(directory: Path) -> list[Path]:

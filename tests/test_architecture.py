@@ -27,14 +27,15 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports_at_load(path: Path, name: str, known: set[str]) -> set[str]:
-    """The ouroboros modules `name` imports when it is loaded: top-level imports, not the
-    ones deferred into a function (those cannot make a cycle at load time). `from package
-    import module` imports the module; `from module import name` the module."""
+def imports_of(path: Path, name: str, known: set[str], deferred: bool = False) -> set[str]:
+    """The ouroboros modules `name` imports when it is loaded: top-level imports, and with
+    `deferred` also the ones inside functions (those cannot make a cycle at load time, but
+    still point one way or the other). `from package import module` imports the module;
+    `from module import name` the module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in tree.body:
+    for node in ast.walk(tree) if deferred else tree.body:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -47,9 +48,9 @@ def imports_at_load(path: Path, name: str, known: set[str]) -> set[str]:
     return found & known - {name}
 
 
-def graph() -> dict[str, set[str]]:
+def graph(deferred: bool = False) -> dict[str, set[str]]:
     known = modules()
-    return {name: imports_at_load(path, name, set(known)) for name, path in known.items()}
+    return {name: imports_of(path, name, set(known), deferred) for name, path in known.items()}
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -83,12 +84,14 @@ def layer_of(module: str) -> int | None:
 
 
 def test_no_import_cycles() -> None:
-    assert find_cycle(graph()) is None
+    edges = graph()
+    assert {"ouroboros.config", "ouroboros.tools"} <= edges["ouroboros.startup"]  # not vacuous
+    assert find_cycle(edges) is None
 
 
 def test_imports_point_one_way_from_the_cli_down() -> None:
     wrong = []
-    for module, deps in graph().items():
+    for module, deps in graph(deferred=True).items():
         mine = layer_of(module)
         for dep in deps:
             theirs = layer_of(dep)

@@ -7,7 +7,9 @@ import pytest
 from pydantic import Field
 
 from ouroboros.protocols import ToolCall, ToolResult
-from ouroboros.tools import ModelTool, ToolArguments, Toolbox, default_tools
+from ouroboros.tools import ModelTool, TaskComplete, ToolArguments, Toolbox, default_tools
+from ouroboros.tools.arguments import parameters
+from ouroboros.tools.recall import RecallTool
 
 
 class RepeatArguments(ToolArguments):
@@ -229,3 +231,13 @@ def test_default_tools_work_together_in_the_workspace(tmp_path: Path) -> None:
     escaped = call(toolbox, "file_read", '{"path": "../x"}')
     assert escaped.content.startswith("error: path '../x' is outside")
     assert events == [{"kind": "path_escape", "tool": "file_read", "path": "../x"}]
+
+
+def test_every_shipped_tool_sends_the_schema_of_its_arguments_model(tmp_path: Path) -> None:
+    tools = [*default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
+                            blocked_patterns=[], secret_env_names=[], on_security=print),
+             TaskComplete(), RecallTool(tmp_path, max_chars=lambda: 100)]
+    for tool in tools:
+        sent = tool.schema()["function"]["parameters"]
+        assert sent == parameters(tool.Arguments), tool.name
+        assert sent["properties"], tool.name

@@ -47,12 +47,14 @@ def demo_directory(keep: Path | None) -> Path:
     """Where the demo project goes: DIR, unless it holds a project other than a demo's."""
     import tempfile
 
+    from ouroboros.config import CONFIG_FILENAME
     from ouroboros.demo import DEMO_PROMPT
+    from ouroboros.scaffold import PROMPT_FILENAME
 
     if keep is None:
         return Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))
-    prompt = keep / "SYSTEM_PROMPT.md"
-    if (keep / "ouroboros.toml").exists() and not (
+    prompt = keep / PROMPT_FILENAME
+    if (keep / CONFIG_FILENAME).exists() and not (
             prompt.is_file() and prompt.read_text(encoding="utf-8") == DEMO_PROMPT):
         raise UsageError(f"{keep} holds a project that is not a demo; pick another directory")
     return keep

@@ -35,6 +35,10 @@ class LoadedConfig:
             return self
         return self.reader()
 
+    def origin(self, key: str) -> str:
+        """Where `key` was set, as a message says it: "in ouroboros.toml", "by default", ..."""
+        return where_set(self.sources.get(key, "default"), key, self.flag_names)
+
     @property
     def workspace(self) -> Path:
         """The agent's workspace directory, absolute."""
@@ -65,12 +69,12 @@ class LoadedConfig:
         if existing.is_dir():
             return
         key = "logging.state_dir"
-        origin = where_set(self.sources.get(key, "default"), key, self.flag_names)
+        origin = self.origin(key)
         raise ConfigError(f"state dir {path} must be a directory, but {existing} is a file "
                           f"({key} {origin}); point {key} elsewhere or move the file")
 
     def _require_text(self, key: str, what: str, path: Path) -> None:
-        origin = where_set(self.sources.get(key, "default"), key, self.flag_names)
+        origin = self.origin(key)
         try:
             path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as error:
@@ -93,7 +97,7 @@ class LoadedConfig:
     def _require(self, key: str, what: str, path: Path, kind: str) -> None:
         if path.is_dir() if kind == "directory" else path.is_file():
             return
-        origin = where_set(self.sources.get(key, "default"), key, self.flag_names)
+        origin = self.origin(key)
         problem = f"is not a {kind}" if path.exists() else f"{kind} not found"
         raise ConfigError(
             f"{what} {problem}: {path} ({key} {origin}); run `ouroboros init` or create it"
