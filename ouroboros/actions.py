@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ouroboros import events as ev
 from ouroboros.checkpoints import Checkpoints
-from ouroboros.conversation import call_arguments, cap_text, describe
+from ouroboros.conversation import call_arguments, describe
 from ouroboros.journal import tool_result_ref
 from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.resume import interrupted_text
@@ -34,13 +34,14 @@ class Actions:
         self.log = log
         self.checkpoints = checkpoints
         self.observations = run_dir / "observations"
+        self.observations.mkdir(exist_ok=True)
 
     async def execute(self, calls: list[ToolCall]) -> str | None:
-        """Run the calls in order, a step each; the summary of a task_complete among them."""
+        """Run the calls in order, a step each (its `tool_result` carries its checkpoint); the
+        summary of a task_complete among them."""
         summary = None
         for call in calls:
             result = await self.run(call)
-            self.checkpoints.step()
             summary = result.meta.get(COMPLETE_KEY, summary)
         return summary
 
@@ -59,7 +60,7 @@ class Actions:
         self.save_observation(obs_id, result.content)
         obs = describe(call.name, call_arguments(call.arguments), result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
-        self.append_result(call.id, obs_id, result.content, content)
+        self.append_result(call.id, obs_id, content)
         self.log.emit(ev.ToolResultEvent(
             id=call.id, name=call.name, ok=result.ok, bytes=len(result.content.encode()),
             observation=obs_id, truncated=obs.truncated, summary=obs.first_line[:120],
@@ -67,13 +68,13 @@ class Actions:
             **self.checkpoints.changes()))
         return result
 
-    def append_result(self, call_id: str, obs_id: str, text: str, content: str) -> None:
-        """Add a tool result; its checkpoint names the observation holding its text."""
+    def append_result(self, call_id: str, obs_id: str, content: str) -> None:
+        """Add a tool result (`content` as context.admit just cut it); its checkpoint names
+        the observation holding its text, and the cut that gives `content` back."""
         message = {"role": "tool", "tool_call_id": call_id, "content": content}
         self.state.messages.append(message)
         limit, keep = self.context.max_result_chars(), self.context.policy.tool_result_truncation
-        if cap_text(text, limit, keep, obs_id)[0] == content:
-            self.checkpoints.journal.refer(message, tool_result_ref(obs_id, call_id, limit, keep))
+        self.checkpoints.journal.refer(message, tool_result_ref(obs_id, call_id, limit, keep))
 
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
@@ -87,7 +88,6 @@ class Actions:
 
     def save_observation(self, obs_id: str, text: str) -> None:
         """The full text of a result, for `recall` and for resume."""
-        self.observations.mkdir(exist_ok=True)
         with (self.observations / f"{obs_id}.txt").open("w", encoding="utf-8", newline="") as f:
             f.write(text)
             if self.log.durability == "event":

@@ -361,9 +361,6 @@ class ContextManager:
         self.observations[obs.tool_call_id] = obs
         return capped
 
-    def find_observation(self, obs_id: str) -> Observation | None:
-        return next((o for o in self.observations.values() if o.id == obs_id), None)
-
     # -- persistence --
 
     def to_dict(self) -> dict[str, Any]:

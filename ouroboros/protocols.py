@@ -38,10 +38,6 @@ class Usage:
     completion_tokens: int | None
     cached_tokens: int | None = None  # `prompt_tokens_details.cached_tokens`, where sent
 
-    @property
-    def total_tokens(self) -> int:
-        return (self.prompt_tokens or 0) + (self.completion_tokens or 0)
-
 
 @dataclass(frozen=True)
 class StreamResult:

@@ -46,10 +46,6 @@ class StopFlag:
     listeners: list[Callable[[str], None]] = field(default_factory=list)
     _waiting: asyncio.Future[Any] | None = field(default=None, repr=False)
 
-    @property
-    def requested(self) -> bool:
-        return self.reason is not None
-
     def request(self, reason: str) -> None:
         self.reason = self.reason or reason
 

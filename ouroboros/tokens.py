@@ -76,10 +76,6 @@ def message_tokens(message: Message, chars_per_token: float) -> int:
     return value if value is not None else estimate_message(message, chars_per_token)
 
 
-def unmeasured(messages: list[Message]) -> list[Message]:
-    return [m for m in messages if measured(m) is None]
-
-
 @dataclass
 class Calibration:
     """This run's characters per token, learned from the counts attributed to messages, the

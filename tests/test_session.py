@@ -255,3 +255,28 @@ def test_a_session_with_a_successful_call_resets_the_count(tmp_path):
     rig.state.barren_sessions, rig.state.session_successes = 2, 1
     count_progress(rig.state)
     assert rig.state.barren_sessions == 0
+
+
+def test_reasoning_is_kept_out_of_the_history_but_logged(tmp_path):
+    model = FakeModel([reply("<think>plan it</think>Writing.", call("file_write", path="a.txt",
+                                                                     content="A")),
+                       reply("", call("task_complete", summary="ok"))])
+    rig = Rig(tmp_path, model)
+
+    rig.run()
+
+    said = [m["content"] for m in model.requests[1] if m["role"] == "assistant"]
+    assert said == ["Writing."]
+    assert rig.log.of_type("assistant")[0].text.startswith("<think>plan it</think>")
+
+
+def test_a_newest_turn_too_big_for_the_window_is_sent_with_a_warning(tmp_path):
+    model = FakeModel([reply("", call("task_complete", summary="ok"))])
+    rig = Rig(tmp_path, model, limit=1000)
+    rig.state.messages[-1]["content"] = "y" * 4000
+
+    rig.run()
+
+    warnings = [w.message for w in rig.log.of_type("warning")]
+    assert any("does not fit the 1000-token budget; sending it anyway" in w for w in warnings)
+    assert model.requests[0][-1]["content"] == "y" * 4000

@@ -177,3 +177,13 @@ def test_a_reply_without_calls_before_a_stop_gets_the_continue_message_on_resume
     rig.run()
 
     assert model.requests[0][-1] == {"role": "user", "content": CONTINUE}
+
+
+def test_only_turns_without_a_tool_call_in_a_row_count_as_idle(tmp_path):
+    model = FakeModel([reply("Hm."), reply("", call("file_write", path="a.txt", content="A")),
+                       reply("Hm.")])
+    rig = Rig(tmp_path, model, max_turns=3, max_idle_turns=2)
+
+    end = rig.run()
+
+    assert isinstance(end, StopRun) and end.reason == "max_turns"
