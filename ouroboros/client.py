@@ -83,9 +83,8 @@ class ChatClient(ModelServer):
         server_kind: ServerKind | None = None,
     ) -> None:
         base_url = normalize_base_url(base_url)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         super().__init__(base_url, model, http_client(
-            base_url, headers=headers, transport=transport), server_kind)
+            base_url, api_key=api_key, transport=transport), server_kind)
         self.configure(temperature=temperature, max_output_tokens=max_output_tokens,
                        timeout_secs=timeout_secs, first_token_secs=first_token_secs,
                        idle_secs=idle_secs, max_reply_bytes=max_reply_bytes)

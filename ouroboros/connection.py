@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import Mapping
 
 import httpx
 
@@ -17,9 +16,11 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def http_client(base_url: str = "", *, headers: Mapping[str, str] | None = None,
+def http_client(base_url: str = "", *, api_key: str | None = None,
                 timeout: float | httpx.Timeout = 5.0,
                 transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    """A new client for the server at `base_url`; `transport` stands in for the network."""
+    """A new client for the server at `base_url`, sending `api_key` as a bearer token with
+    every request; `transport` stands in for the network."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout,
                              transport=transport, verify=tls_context())

@@ -119,13 +119,14 @@ async def discover_context_limit(
     configured: int,
     *,
     configured_in: str = "in config",
+    api_key: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[int, str]:
     """(tokens, where that number came from, as a phrase for people). `configured_in` says
     where a configured limit was set ("in config", "from a command-line flag", ...)."""
     if configured > 0:
         return configured, f"model.context_limit {configured_in}"
-    async with _http(base_url, transport) as http:
+    async with _http(base_url, api_key, transport) as http:
         ps = await _get_json(http, "GET", "/api/ps")
         if ps is not None and (length := context_from_ps(ps, model)):
             return length, "allocated by Ollama (/api/ps)"
@@ -145,11 +146,12 @@ async def discover_context_limit(
 
 
 async def allocated_context(
-    base_url: str, model: str, *, transport: httpx.AsyncBaseTransport | None = None
+    base_url: str, model: str, *, api_key: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None
 ) -> int | None:
     """The window Ollama has allocated for `model` now (`/api/ps`); None when the server is
     not Ollama or the model is not loaded."""
-    async with _http(base_url, transport) as http:
+    async with _http(base_url, api_key, transport) as http:
         ps = await _get_json(http, "GET", "/api/ps")
     return context_from_ps(ps, model) if ps is not None else None
 
@@ -158,7 +160,7 @@ async def model_supports_tools(
     base_url: str, model: str, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> bool | None:
     """Whether `/api/show` lists the `tools` capability; None when the server does not say."""
-    async with _http(base_url, transport) as http:
+    async with _http(base_url, None, transport) as http:
         show = await _get_json(http, "POST", "/api/show", {"model": model})
     capabilities = show.get("capabilities") if show is not None else None
     if not isinstance(capabilities, list):
@@ -166,8 +168,12 @@ async def model_supports_tools(
     return "tools" in capabilities
 
 
-def _http(base_url: str, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
-    return http_client(normalize_base_url(base_url), timeout=10, transport=transport)
+def _http(base_url: str, api_key: str | None, transport: httpx.AsyncBaseTransport | None
+          ) -> httpx.AsyncClient:
+    """A client for the questions, with the key the chat requests carry (a server behind an
+    authenticating proxy answers them only with it)."""
+    return http_client(normalize_base_url(base_url), api_key=api_key, timeout=10,
+                       transport=transport)
 
 
 async def _get_json(

@@ -31,6 +31,7 @@ from ouroboros.restart import ConfirmRestart, begin_session, count_progress, fre
 from ouroboros.retry import RetryPolicy
 from ouroboros.session import Services, Session
 from ouroboros.startup import (
+    api_key,
     build_toolbox,
     claim_window,
     log_changes,
@@ -114,10 +115,6 @@ async def check_reachable(client: ChatClient) -> None:
         raise await client.missing_model()
 
 
-def api_key(env_name: str) -> str | None:
-    return os.environ.get(env_name) or None if env_name else None
-
-
 class Runner:
     guard: RunGuard | None = None  # the sandbox, redaction and tool processes of the run
 
@@ -199,7 +196,8 @@ class Runner:
         state, policy, model = self.state, self.loaded.config.context, self.loaded.config.model
         may_restart(state, policy, reason, self.hooks.confirm_restart)
         count_progress(state)
-        allocated = await allocated_context(model.base_url, model.name)
+        allocated = await allocated_context(model.base_url, model.name,
+                                            api_key=api_key(model.api_key_env))
         fitted = fresh_start(state, system_message(self.loaded, state.messages[0]),
                              self.services.toolbox.schemas(), policy, allocated)
         self.log.emit(ev.SessionEnd(reason="restart"))

@@ -102,12 +102,18 @@ def sandbox_fields(guard: RunGuard | None) -> dict[str, Any]:
     return {"sandbox": guard.sandbox.describe()} if guard is not None else {}
 
 
+def api_key(env_name: str) -> str | None:
+    """The key in the environment variable `model.api_key_env` names, if any."""
+    return os.environ.get(env_name) or None if env_name else None
+
+
 async def claim_window(loaded: LoadedConfig) -> Claim:
     """The window the config claims (or the server says), and where that came from."""
     model = loaded.config.model
     return await discover_context_limit(
         model.base_url, model.name, model.context_limit,
-        configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")))
+        configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")),
+        api_key=api_key(model.api_key_env))
 
 
 def setting_origin(source: str) -> str:

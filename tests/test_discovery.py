@@ -5,6 +5,7 @@ import pytest
 import respx
 
 from ouroboros.discovery import (
+    allocated_context,
     context_from_models,
     context_from_name,
     context_from_props,
@@ -275,3 +276,19 @@ def test_context_from_props(body, expected):
 )
 def test_context_from_models(body, model, expected):
     assert context_from_models(body, model) == expected
+
+
+def test_the_questions_carry_the_api_key_behind_an_authenticating_proxy():
+    def answer(request):
+        if request.headers.get("authorization") != "Bearer sk-proxy":
+            return httpx.Response(401, json={"error": "unauthorized"})
+        return ps({"name": "llama3.2:latest", "model": "llama3.2:latest",
+                   "context_length": 8192})
+
+    with respx.mock(assert_all_called=False) as router:
+        router.get(BASE + "/api/ps").mock(side_effect=answer)
+        router.route().mock(return_value=httpx.Response(404))
+        limit = asyncio.run(discover_context_limit(BASE, "llama3.2", 0, api_key="sk-proxy"))
+        allocated = asyncio.run(allocated_context(BASE, "llama3.2", api_key="sk-proxy"))
+    assert limit == (8192, "allocated by Ollama (/api/ps)")
+    assert allocated == 8192
