@@ -15,10 +15,9 @@ from pathlib import Path
 
 from ouroboros import events as ev
 from ouroboros.checkpoints import Checkpoints
-from ouroboros.conversation import call_arguments, describe
+from ouroboros.conversation import call_arguments, describe, interrupted_text
 from ouroboros.journal import tool_result_ref
 from ouroboros.protocols import RunLog, ToolCall, ToolResult
-from ouroboros.resume import interrupted_text
 from ouroboros.state import RunState
 from ouroboros.tools import COMPLETE_KEY, Toolbox
 

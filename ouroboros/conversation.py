@@ -26,6 +26,17 @@ _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 Note = Literal["continue", "mask", "wind_down", "restart", "interrupted"]
 Truncation = Literal["head", "tail", "both"]
 
+INTERRUPTED_TEXT = (
+    "[interrupted: the harness stopped while this {name} call was running, so it may or may "
+    "not have taken effect. Check before repeating it.]"
+)
+
+
+def interrupted_text(tool_name: str) -> str:
+    """The result of a call a stop or a crash cut short (it is not run again)."""
+    return INTERRUPTED_TEXT.format(name=tool_name)
+
+
 WIND_DOWN_TEXT = (
     "[Context nearly full: {pct:.0%} of the window is used. Save your progress and state to "
     "workspace files now (what is done, what is next, anything you would need to continue). "

@@ -104,9 +104,7 @@ class Replay:
         obs_id = event.observation or self.context.new_observation_id()
         text = self.read_observation(obs_id)
         if event.interrupted:  # made up by a resume; never saved
-            from ouroboros.resume import interrupted_text  # resume.py builds on this module
-
-            text = interrupted_text(call.name)
+            text = ctx.interrupted_text(call.name)
         elif text is None:
             text = f"[the full result is no longer on disk; its first line was: {event.summary}]"
         result = ToolResult(text, ok=event.ok)

@@ -37,12 +37,6 @@ from ouroboros.state import RunState
 
 CONFIG_RECORDS = ("run_start", "config_changed")  # what recorded_config reads
 
-INTERRUPTED_TEXT = (
-    "[interrupted: the harness stopped while this {name} call was running, so it may or may "
-    "not have taken effect. Check before repeating it.]"
-)
-
-
 @dataclass
 class Recovered:
     state: RunState
@@ -126,6 +120,3 @@ def drop_torn_line(run_dir: Path, valid_bytes: int) -> None:
     with (run_dir / EVENTS_FILE).open("r+b") as f:
         f.truncate(valid_bytes)
 
-
-def interrupted_text(tool_name: str) -> str:
-    return INTERRUPTED_TEXT.format(name=tool_name)
