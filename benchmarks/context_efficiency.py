@@ -34,10 +34,10 @@ from ouroboros.demo import (
     make_workspace,
     write_demo_project,
 )
-from ouroboros.eventlog import list_runs, read_events
-from ouroboros.runner import RunHooks, run_agent
-from ouroboros.scripted import Reply, ScriptedServer
-from ouroboros.scripted.tokenizer import TOKENIZERS
+from ouroboros.store.log import list_runs, read_events
+from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.testing import Reply, ScriptedServer
+from ouroboros.testing.tokenizer import TOKENIZERS
 
 UNLIMITED = 10_000_000
 DEFAULT_TOKENIZER = "words"

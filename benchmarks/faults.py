@@ -35,9 +35,9 @@ from typing import Any, Callable
 import tomli_w
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.eventlog import EVENTS_FILE, SNAPSHOT_FILE, list_runs
+from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs
 from ouroboros.protocols import Message
-from ouroboros.scripted import Fault, Reply, ScriptedServer
+from ouroboros.testing import Fault, Reply, ScriptedServer
 
 MAX_RESUMES = 3
 STOP_FLOOR_SECS = 1.0

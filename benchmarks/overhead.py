@@ -57,7 +57,7 @@ FIRST_MESSAGE = "Begin."
 def workload_script(parts: int) -> Iterator[Any]:
     """list_dir, then for each part a read and a shell command, a progress write every fifth
     part, then task_complete."""
-    from ouroboros.scripted import Reply
+    from ouroboros.testing import Reply
 
     yield Reply("Looking around.", [("list_dir", {"path": "."})])
     for i in range(1, parts + 1):
@@ -71,7 +71,7 @@ def workload_script(parts: int) -> Iterator[Any]:
 
 def grow_script(turns: int) -> Iterator[Any]:
     """Short reads of tiny files, one per turn, then task_complete."""
-    from ouroboros.scripted import Reply
+    from ouroboros.testing import Reply
 
     for i in range(turns - 1):
         yield Reply("Next.", [("file_read", {"path": f"tiny/{i % 20}.txt"})])
@@ -95,8 +95,8 @@ class _Counter(list):
 
 def serve(mode: str, size: int) -> None:
     """The scripted server, in this process: prints its URL, serves until stdin closes."""
-    from ouroboros.scripted import ScriptedServer
-    from ouroboros.scripted.tokenizer import ServerTokenizer, ratio
+    from ouroboros.testing import ScriptedServer
+    from ouroboros.testing.tokenizer import ServerTokenizer, ratio
 
     class LeanServer(ScriptedServer):
         """Counts 12 tokens a message and keeps no prompt cache: at 10,000 messages counting
@@ -153,7 +153,7 @@ def peak_rss_mb() -> float:
 def run_harness(project: Path, budget: float, rss_turns: list[int]) -> dict[str, Any]:
     """One run through `run_agent`; CPU at each turn's start, RSS at `rss_turns`."""
     from ouroboros.config import load_config
-    from ouroboros.runner import RunHooks, run_agent
+    from ouroboros.loop.runner import RunHooks, run_agent
 
     loaded = load_config(project, {})
     hooks = RunHooks()
@@ -162,7 +162,7 @@ def run_harness(project: Path, budget: float, rss_turns: list[int]) -> dict[str,
     masked = [0]
     deadline = time.monotonic() + budget
 
-    def on_event(event: Any) -> None:  # an ouroboros.events model
+    def on_event(event: Any) -> None:  # an ouroboros.store.events model
         masked[0] += event.type in ("context_mask", "wind_down", "session_restart")
         if event.type != "assistant":
             return
@@ -188,7 +188,7 @@ async def bare_loop(base_url: str, workspace: Path) -> int:
     import httpx
 
     from ouroboros.protocols import ToolCall
-    from ouroboros.sandbox import Sandbox
+    from ouroboros.sandbox.policy import Sandbox
     from ouroboros.tools import TaskComplete, Toolbox, default_tools
 
     sandbox = Sandbox.prepare("auto", workspace=workspace)

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 from ouroboros.config import ContextConfig
-from ouroboros.context import ContextManager
-from ouroboros import events as ev
-from ouroboros.eventlog import EVENTS_FILE, EventLog, write_snapshot
-from ouroboros.resume import recover
-from ouroboros.state import RunState
+from ouroboros.window.policy import ContextManager
+from ouroboros.store import events as ev
+from ouroboros.store.log import EVENTS_FILE, EventLog, write_snapshot
+from ouroboros.loop.resume import recover
+from ouroboros.loop.state import RunState
 
 
 def make_run(run_dir: Path, events: int) -> None:

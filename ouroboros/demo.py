@@ -28,10 +28,10 @@ import tomli_w
 
 from ouroboros.config import load_config
 from ouroboros.errors import UsageError
-from ouroboros.events import EventBase
+from ouroboros.store.events import EventBase
 from ouroboros.protocols import Message
-from ouroboros.runner import RunHooks, run_agent
-from ouroboros.scripted import Reply, ScriptedServer
+from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.testing import Reply, ScriptedServer
 from ouroboros.ui.captions import Voice, caption, closing, opening
 
 DEMO_PROMPT = """\

@@ -24,8 +24,8 @@ Each carries a one-line message a person can act on and the exit code the CLI us
             └── WindowTooSmallError  the prompt and tools alone fill the context window
 
 A failure is put in its family once, where the client meets it (HTTP statuses and error
-bodies in `ouroboros.server_errors.classify`, the stream's own failures in
-`ouroboros.reply_reader`): `ouroboros.retry` retries TransientModelError and nothing else,
+bodies in `ouroboros.server.errors.classify`, the stream's own failures in
+`ouroboros.server.reader`): `ouroboros.server.retry` retries TransientModelError and nothing else,
 the session hands ContextOverflowError to the context manager, and anything else ends the run.
 """
 

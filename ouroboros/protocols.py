@@ -7,12 +7,24 @@ the log, so nothing needs converting between the conversation, the request and a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AbstractSet, Any, Awaitable, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, AbstractSet, Any, Awaitable, Callable, Iterable, Literal, Protocol
 
 if TYPE_CHECKING:
-    from ouroboros.events import EventBase
+    from ouroboros.store.events import EventBase
 
 Message = dict[str, Any]
+
+
+def call_ids_in(messages: Iterable[dict[str, Any]]) -> set[str]:
+    """Every tool-call id a conversation already uses (in calls and in results)."""
+    taken = set()
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                taken.add(call["id"])
+        if isinstance(message.get("tool_call_id"), str):
+            taken.add(message["tool_call_id"])
+    return taken
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ouroboros.scripted import ScriptedServer
+from ouroboros.testing import ScriptedServer
 
 # Workspace locks live in the user's cache dir: keep the tests' out of the real home.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ouroboros-test-cache-")

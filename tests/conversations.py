@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from ouroboros import conversation as conv
+from ouroboros.window import conversation as conv
 from ouroboros.config import ContextConfig
-from ouroboros.context import ContextManager
+from ouroboros.window.policy import ContextManager
 from ouroboros.protocols import ToolResult
 
 

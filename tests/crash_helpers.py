@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.eventlog import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
-from ouroboros.journal import replay
-from ouroboros.resume import observation_reader
+from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
+from ouroboros.loop.journal import replay
+from ouroboros.loop.resume import observation_reader
 from ouroboros.protocols import Message
-from ouroboros.scripted import Fault, Reply
+from ouroboros.testing import Fault, Reply
 from tests.helpers import clean_env, make_project, run_events
 
 TAG = re.compile(r"^echo T\d+ >> \.\./executions\.log; (?:echo \$\$ > \.\./held_tool; sleep 30; )?")

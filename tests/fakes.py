@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Union
 
-from ouroboros.events import EventBase
+from ouroboros.store.events import EventBase
 from ouroboros.protocols import (
     Message,
     StreamResult,

@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from ouroboros.eventlog import EVENTS_FILE, list_runs, read_events
+from ouroboros.store.log import EVENTS_FILE, list_runs, read_events
 
 
 def make_project(root: Path, base_url: str, *, prompt: str = "You are a test agent.",

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any, Coroutine
 
 from ouroboros.config import ContextConfig
-from ouroboros.context import ContextManager
-from ouroboros.conversation import note
-from ouroboros.restart import begin_session, fresh_start
-from ouroboros.retry import RetryPolicy
-from ouroboros.session import Services, Session
-from ouroboros.state import RunState
-from ouroboros.stopping import StopFlag
+from ouroboros.window.policy import ContextManager
+from ouroboros.window.conversation import note
+from ouroboros.loop.restart import begin_session, fresh_start
+from ouroboros.server.retry import RetryPolicy
+from ouroboros.loop.session import Services, Session
+from ouroboros.loop.state import RunState
+from ouroboros.loop.stopping import StopFlag
 from ouroboros.tools import FileRead, FileWrite, TaskComplete, Toolbox
 from tests.fakes import FakeModel, MemoryLog, Waits, call, reply
 

@@ -1,5 +1,7 @@
-"""The house rules a newcomer relies on: modules a reader can take in, and imports that
-point one way (cli -> runner -> session -> client, context, tools, events)."""
+"""The house rules a newcomer relies on: packages named for concepts whose imports point one
+way (cli -> demo -> ui -> loop -> testing -> tools -> sandbox -> server -> store -> window ->
+config -> the base modules), no import cycles, functions a reader can take in, and modules
+that stay one concept (no length rule below ~800 lines: cohesion is the measure)."""
 
 from __future__ import annotations
 
@@ -7,15 +9,31 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ouroboros"
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 50
-# Each layer may import the ones after it, never one before it.
+MAX_TOP_LEVEL_MODULES = 6
+# Each layer may import the ones after it, never one before it. A package's __init__ says
+# what it owns and what it may import.
 LAYERS = (
     ("cli",),
-    ("runner", "startup", "restart"),
-    ("session", "actions", "upkeep", "checkpoints", "flow", "idling"),
-    ("client", "context", "conversation", "tools", "events", "eventlog"),
+    ("demo",),
+    ("ui",),
+    ("loop",),
+    ("testing",),
+    ("tools",),
+    ("sandbox",),
+    ("server",),
+    ("window",),
+    ("config",),
+    ("store",),
+    ("errors", "protocols"),
 )
+# Leaf modules a lower layer may still use: config validates blocked patterns as screening
+# compiles them; the seams name the event type for type checkers only.
+EXCEPTIONS = {
+    ("ouroboros.config.schema", "ouroboros.tools.screening"),
+    ("ouroboros.protocols", "ouroboros.store.events"),
+}
 
 
 def module_name(path: Path) -> str:
@@ -85,7 +103,7 @@ def layer_of(module: str) -> int | None:
 
 def test_no_import_cycles() -> None:
     edges = graph()
-    assert {"ouroboros.config", "ouroboros.tools"} <= edges["ouroboros.startup"]  # not vacuous
+    assert {"ouroboros.config", "ouroboros.tools"} <= edges["ouroboros.loop.startup"]  # not vacuous
     assert find_cycle(edges) is None
 
 
@@ -95,7 +113,8 @@ def test_imports_point_one_way_from_the_cli_down() -> None:
         mine = layer_of(module)
         for dep in deps:
             theirs = layer_of(dep)
-            if mine is not None and theirs is not None and theirs < mine:
+            exempt = (module, dep) in EXCEPTIONS
+            if mine is not None and theirs is not None and theirs < mine and not exempt:
                 wrong.append(f"{module} imports {dep}")
     assert not wrong
 
@@ -123,3 +142,17 @@ def test_no_function_is_too_long_to_take_in() -> None:
                 if length > MAX_FUNCTION_LINES:
                     long.append(f"{name}.{node.name}: {length} lines")
     assert not long
+
+
+def test_every_module_has_a_package_named_for_its_concept() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+    unplaced = [name for name in modules() if name != "ouroboros" and layer_of(name) is None
+                and name not in ("ouroboros.__main__",)]
+    assert not unplaced
+
+
+def test_every_package_says_what_it_owns() -> None:
+    silent = [str(init.parent.name) for init in PACKAGE.glob("*/__init__.py")
+              if not (ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or "").strip()]
+    assert not silent

@@ -2,15 +2,14 @@ import json
 
 import pytest
 
-from ouroboros.chunks import (
+from ouroboros.server.chunks import (
     MalformedChunk,
     StreamAccumulator,
     assign_call_ids,
-    call_ids_in,
     parse_data,
     without_surrogates,
 )
-from ouroboros.protocols import ToolCall, Usage
+from ouroboros.protocols import ToolCall, Usage, call_ids_in
 
 
 # ---- payloads -----------------------------------------------------------------------------

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
-from ouroboros import events as ev
-from ouroboros.eventlog import EVENTS_FILE, EventLog, read_events, runs_dir
-from ouroboros.lock import LOCK_FILE
+from ouroboros.store import events as ev
+from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
+from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
 from tests.helpers import clean_env

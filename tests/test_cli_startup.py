@@ -23,8 +23,8 @@ try:
     main()
 except SystemExit as exit:
     assert not exit.code, f"the command failed: exit {exit.code}"
-watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.runner", "ouroboros.client",
-           "ouroboros.session")
+watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.loop.runner", "ouroboros.server.client",
+           "ouroboros.loop.session")
 print("loaded:", " ".join(sorted(m for m in watched if m in sys.modules)))
 """
 
@@ -49,7 +49,7 @@ def test_read_only_commands_do_not_load_the_runner(tmp_path, command):
 
     loaded = loaded_by(command, cwd=tmp_path)
 
-    assert not loaded & {"asyncio", "ouroboros.runner", "ouroboros.client", "ouroboros.session"}
+    assert not loaded & {"asyncio", "ouroboros.loop.runner", "ouroboros.server.client", "ouroboros.loop.session"}
     if command == "logs":  # plain lines: no rich
         assert "rich" not in loaded
 

@@ -8,9 +8,9 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.client import ChatClient
-from ouroboros.server_errors import error_details
-from ouroboros.urls import normalize_base_url
+from ouroboros.server.client import ChatClient
+from ouroboros.server.errors import error_details
+from ouroboros.config.urls import normalize_base_url
 from ouroboros.errors import (
     AuthError,
     ContextOverflowError,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.client import ChatClient
+from ouroboros.server.client import ChatClient
 from ouroboros.errors import (
     ContextOverflowError,
     NotAnLLMServerError,
@@ -17,7 +17,7 @@ from ouroboros.errors import (
     ServerUnreachableError,
     TransientModelError,
 )
-from ouroboros.server_errors import (
+from ouroboros.server.errors import (
     MAX_QUOTE,
     body_line,
     classify,

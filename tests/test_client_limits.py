@@ -10,10 +10,10 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.client import ChatClient
+from ouroboros.server.client import ChatClient
 from ouroboros.errors import TransientModelError
-from ouroboros.reply_limits import ReplyLimits, ReplyWatch, describe_bytes, max_reply_bytes
-from ouroboros.scripted import frame
+from ouroboros.server.limits import ReplyLimits, ReplyWatch, describe_bytes, max_reply_bytes
+from ouroboros.testing import frame
 
 BASE = "http://127.0.0.1:11434"
 CHAT = f"{BASE}/v1/chat/completions"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ouroboros.client import ChatClient
+from ouroboros.server.client import ChatClient
 from ouroboros.errors import (
     ContextOverflowError,
     EmptyStreamError,
@@ -15,8 +15,8 @@ from ouroboros.errors import (
     ToolsNotSupportedError,
     TransientModelError,
 )
-from ouroboros.retry import RetryPolicy, with_retries
-from ouroboros.scripted import Fault, Reply
+from ouroboros.server.retry import RetryPolicy, with_retries
+from ouroboros.testing import Fault, Reply
 
 USER = [{"role": "user", "content": "go"}]
 TOOLS = [{"type": "function", "function": {"name": "file_read", "parameters": {"type": "object"}}}]

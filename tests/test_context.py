@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from ouroboros import conversation as conv
-from ouroboros import tokens as tk
+from ouroboros.window import conversation as conv
+from ouroboros.window import ledger as tk
 from ouroboros.config import ContextConfig
-from ouroboros.context import Continue, ContextManager, Mask, Restart, WindDown, decide
+from ouroboros.window.policy import Continue, ContextManager, Mask, Restart, WindDown, decide
 from ouroboros.protocols import ToolResult, Usage
-from ouroboros.window import named_window
+from ouroboros.window.belief import named_window
 from tests.conversations import assistant, conversation, manager, tool
 
 

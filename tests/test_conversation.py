@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros import conversation as conv
+from ouroboros.window import conversation as conv
 from ouroboros.protocols import ToolResult
 from tests.conversations import assistant, conversation, manager, tool
 

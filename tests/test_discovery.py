@@ -4,7 +4,7 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.discovery import (
+from ouroboros.server.discovery import (
     allocated_context,
     context_from_models,
     context_from_name,

@@ -18,9 +18,9 @@ from ouroboros.config import load_config
 from ouroboros.errors import RunFailed
 from ouroboros.demo import RecordingAgent, expected_results, \
     write_demo_project
-from ouroboros.runner import RunHooks, run_agent
-from ouroboros.scripted import Fault, Reply, ScriptedServer
-from ouroboros.scripted.tokenizer import TOKENIZERS
+from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.testing import Fault, Reply, ScriptedServer
+from ouroboros.testing.tokenizer import TOKENIZERS
 from tests.helpers import make_project, of_type, ouroboros, run_events
 
 WINDOW = 4096

@@ -24,9 +24,9 @@ from ouroboros.demo import RecordingAgent, expected_results, make_workspace, \
     write_demo_project
 from ouroboros.errors import RunFailed
 from ouroboros.protocols import Message
-from ouroboros.reload import RELOAD_REASON
-from ouroboros.runner import RunHooks, run_agent
-from ouroboros.scripted import Fault, Reply, ScriptedServer
+from ouroboros.loop.reload import RELOAD_REASON
+from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.testing import Fault, Reply, ScriptedServer
 from ouroboros.ui.plain import format_line
 from ouroboros.ui.stats import run_stats
 from ouroboros.ui.status import run_status, status_view

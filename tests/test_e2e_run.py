@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ouroboros.scripted import Fault, Reply
+from ouroboros.testing import Fault, Reply
 from tests.helpers import make_project, of_type, ouroboros, run_events
 
 MULTI_STEP = [

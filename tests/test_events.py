@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros import events as ev
+from ouroboros.store import events as ev
 from ouroboros.errors import StateError
-from ouroboros.event_table import TABLE_BEGIN, TABLE_END, marked_table
-from ouroboros.eventlog import EventLog, read_events, read_log
+from ouroboros.store.event_table import TABLE_BEGIN, TABLE_END, marked_table
+from ouroboros.store.log import EventLog, read_events, read_log
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.plain import describe, format_any
 from ouroboros.ui.stats import run_stats
@@ -128,4 +128,4 @@ def test_the_readme_event_table_is_the_one_the_models_make():
 
     assert in_readme == marked_table(), (
         "README.md's event table differs from the event models (ouroboros/events.py): "
-        "replace it, markers included, with the output of `python -m ouroboros.event_table`")
+        "replace it, markers included, with the output of `python -m ouroboros.store.event_table`")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros.scripted import Fault
+from ouroboros.testing import Fault
 from tests.crash_helpers import (
     CountingAgent,
     check_conversation,

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from ouroboros.client import ChatClient
+from ouroboros.server.client import ChatClient
 from ouroboros.config import ContextConfig, load_config
-from ouroboros.context import ContextManager
-from ouroboros import events as ev
-from ouroboros.eventlog import EVENTS_FILE, read_events, read_snapshot
-from ouroboros.journal import Journal, apply_delta, replay
-from ouroboros.resume import observation_reader
-from ouroboros.runner import RunHooks, Runner
-from ouroboros.state import RunState
-from ouroboros.tokenize import TokenCounter
+from ouroboros.window.policy import ContextManager
+from ouroboros.store import events as ev
+from ouroboros.store.log import EVENTS_FILE, read_events, read_snapshot
+from ouroboros.loop.journal import Journal, apply_delta, replay
+from ouroboros.loop.resume import observation_reader
+from ouroboros.loop.runner import RunHooks, Runner
+from ouroboros.loop.state import RunState
+from ouroboros.server.tokenizer import TokenCounter
 from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import of_type
 

@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 import ouroboros
 from ouroboros.cli import app
-from ouroboros.client import ChatClient
+from ouroboros.server.client import ChatClient
 from ouroboros.config import load_config
 from ouroboros.errors import ModelNotFoundError, ToolsNotSupportedError
-from ouroboros.runner import startup_warnings
-from ouroboros.scripted import Reply
-from ouroboros.server_kind import hint, kind_from_answers, kind_from_url
+from ouroboros.loop.runner import startup_warnings
+from ouroboros.testing import Reply
+from ouroboros.server.kinds import hint, kind_from_answers, kind_from_url
 from tests.helpers import make_project, of_type, ouroboros as run_command, run_events
 from tests.ui_sample import write_sample_run
 

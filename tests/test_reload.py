@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from ouroboros.cli import app
 from ouroboros.config import KEYS, Config, LoadedConfig, load_config
-from ouroboros.lock import LOCK_FILE
-from ouroboros import events as ev
-from ouroboros.reload import (
+from ouroboros.sandbox.lock import LOCK_FILE
+from ouroboros.store import events as ev
+from ouroboros.loop.reload import (
     Change,
     config_diff,
     effect_note,

@@ -9,7 +9,7 @@ from ouroboros.errors import (
     ServerUnreachableError,
     TransientModelError,
 )
-from ouroboros.retry import RetryPolicy, backoff_delay, with_retries
+from ouroboros.server.retry import RetryPolicy, backoff_delay, with_retries
 
 POLICY = RetryPolicy(max_retry_secs=100, base_delay=1.0, max_delay=30.0, jitter=0.25)
 

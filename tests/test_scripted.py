@@ -9,10 +9,10 @@ import time
 import httpx
 import pytest
 
-from ouroboros.chunks import StreamAccumulator, parse_data
-from ouroboros.discovery import discover_context_limit, model_supports_tools
+from ouroboros.server.chunks import StreamAccumulator, parse_data
+from ouroboros.server.discovery import discover_context_limit, model_supports_tools
 from ouroboros.protocols import Usage
-from ouroboros.scripted import (
+from ouroboros.testing import (
     DONE_FRAME,
     SCRIPT_FINISHED,
     Fault,
@@ -23,7 +23,7 @@ from ouroboros.scripted import (
     split_text,
     usage_wire,
 )
-from ouroboros.sse import SSEDecoder
+from ouroboros.server.sse import SSEDecoder
 
 
 def chunks_of(frames: list[bytes]) -> list[dict]:

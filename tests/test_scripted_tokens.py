@@ -8,9 +8,9 @@ from itertools import combinations
 import httpx
 import pytest
 
-from ouroboros.client import ChatClient
-from ouroboros.scripted import Fault, Reply, ScriptedServer
-from ouroboros.scripted.tokenizer import (
+from ouroboros.server.client import ChatClient
+from ouroboros.testing import Fault, Reply, ScriptedServer
+from ouroboros.testing.tokenizer import (
     TOKENIZERS,
     ServerTokenizer,
     by_content,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros.conversation import to_wire
+from ouroboros.window.conversation import to_wire
 from ouroboros.errors import (
     ContextOverflowError,
     EmptyStreamError,
@@ -15,10 +15,10 @@ from ouroboros.errors import (
     ServerUnreachableError,
     WindowTooSmallError,
 )
-from ouroboros.flow import RestartSession, StopRun
-from ouroboros.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
-from ouroboros.restart import count_progress, fresh_start, may_restart
-from ouroboros.session import MAX_OVERFLOW_RECOVERIES
+from ouroboros.loop.endings import RestartSession, StopRun
+from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
+from ouroboros.loop.restart import count_progress, fresh_start, may_restart
+from ouroboros.loop.session import MAX_OVERFLOW_RECOVERIES
 from tests.fakes import FakeModel, call, reply
 from tests.session_rig import SYSTEM, Rig, contents, reads
 

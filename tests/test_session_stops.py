@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ouroboros.eventlog import read_snapshot
-from ouroboros.flow import StopRun
-from ouroboros.journal import SNAPSHOT_EVERY_TURNS
-from ouroboros.session import Session
-from ouroboros.stopping import Interrupted
+from ouroboros.store.log import read_snapshot
+from ouroboros.loop.endings import StopRun
+from ouroboros.loop.journal import SNAPSHOT_EVERY_TURNS
+from ouroboros.loop.session import Session
+from ouroboros.loop.stopping import Interrupted
 from tests.fakes import FakeModel, Hang, call, reply
 from tests.session_rig import CONTINUE, Rig, ended, reads
 

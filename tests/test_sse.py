@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ouroboros.sse import EventDecoder, LineSplitter, SSEDecoder
+from ouroboros.server.sse import EventDecoder, LineSplitter, SSEDecoder
 
 
 def pieces(data: bytes, step: int | None) -> list[bytes]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from ouroboros.protocols import ToolCall
-from ouroboros.scripted import Reply
+from ouroboros.testing import Reply
 from ouroboros.tools import COMPLETE_KEY, TaskComplete, Toolbox
 from tests.helpers import make_project, of_type, ouroboros, run_events
 

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import pytest
 
 from ouroboros.protocols import Message
-from ouroboros.scripted import Reply
+from ouroboros.testing import Reply
 from tests.helpers import clean_env, make_project, whole_panels
 
 pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),

@@ -8,7 +8,7 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.tokenize import LLAMA_CPP, LLAMA_CPP_PYTHON, VLLM, TokenCounter
+from ouroboros.server.tokenizer import LLAMA_CPP, LLAMA_CPP_PYTHON, VLLM, TokenCounter
 
 BASE = "http://127.0.0.1:8080"
 EXTRAS = f"{BASE}/extras/tokenize/count"

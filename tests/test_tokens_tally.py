@@ -10,11 +10,11 @@ import time
 import httpx
 import respx
 
-from ouroboros import conversation as ctx
-from ouroboros import tokens as tk
-from ouroboros.client import ChatClient
+from ouroboros.window import conversation as ctx
+from ouroboros.window import ledger as tk
+from ouroboros.server.client import ChatClient
 from ouroboros.config import ContextConfig
-from ouroboros.context import ContextManager, Mask
+from ouroboros.window.policy import ContextManager, Mask
 from ouroboros.protocols import ToolResult, Usage
 
 CHAT = "http://127.0.0.1:11434/v1/chat/completions"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ouroboros.tokens import DEFAULT_CHARS_PER_TOKEN
-from ouroboros import events as ev
-from ouroboros.eventlog import read_events
+from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
+from ouroboros.store import events as ev
+from ouroboros.store.log import read_events
 import pytest
 
 from ouroboros.ui.dashboard import DashboardState, call_summary, zone

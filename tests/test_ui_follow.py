@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros import events as ev
+from ouroboros.store import events as ev
 from ouroboros.errors import StateError
 from ouroboros.ui.follow import follow_events
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ouroboros import events as ev
-from ouroboros.eventlog import read_events
+from ouroboros.store import events as ev
+from ouroboros.store.log import read_events
 from ouroboros.ui.chart import HARD_LINE, RESTART, SOFT_LINE, context_chart
 from ouroboros.ui.stats import SessionStats, run_stats, shown_sessions, stats_view
 from tests.ui_sample import RESTART_REASON, RUN_ID, SESSION_1, SESSION_2, write_sample_run

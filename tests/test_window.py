@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros.window import (
+from ouroboros.window.belief import (
     Count,
     Window,
     after_refusal,

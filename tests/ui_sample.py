@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ouroboros import events as ev
+from ouroboros.store import events as ev
 from ouroboros.config import Config
-from ouroboros.eventlog import EVENTS_FILE, EventLog, runs_dir
+from ouroboros.store.log import EVENTS_FILE, EventLog, runs_dir
 
 RUN_ID = "20250301-101500-ab12"
 LIMIT, BUDGET = 8192, 6144

@@ -43,7 +43,7 @@ def config_set(
     """Set one key in ouroboros.toml, validated first; every comment and other line of the
     file is kept (a commented-out default is uncommented where it is)."""
     from ouroboros.config import load_config, set_config_value
-    from ouroboros.reload import effect_note, live_holder
+    from ouroboros.loop.reload import effect_note, live_holder
     from ouroboros.config.values import toml_value
     from ouroboros.ui.config_view import override_note
     from ouroboros.ui.status import run_status
@@ -68,7 +68,7 @@ def reload(config: Optional[Path] = ConfigOption) -> None:
     starts now with the config as it is on disk (the same as SIGHUP to the harness)."""
     import socket
 
-    from ouroboros.reload import request_reload
+    from ouroboros.loop.reload import request_reload
 
     loaded = load_project(config)
     holder = guarded(lambda: request_reload(loaded.state_dir, socket.gethostname()))

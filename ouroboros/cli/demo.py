@@ -49,7 +49,7 @@ def demo_directory(keep: Path | None) -> Path:
 
     from ouroboros.config import CONFIG_FILENAME
     from ouroboros.demo import DEMO_PROMPT
-    from ouroboros.scaffold import PROMPT_FILENAME
+    from ouroboros.cli.scaffold import PROMPT_FILENAME
 
     if keep is None:
         return Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))

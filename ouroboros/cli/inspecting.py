@@ -56,7 +56,7 @@ def stats(run_id: Optional[str] = RunIdArgument,
     """Per-session numbers and a chart of context use over the run's turns."""
     from rich.console import Console
 
-    from ouroboros.eventlog import read_log
+    from ouroboros.store.log import read_log
     from ouroboros.ui.stats import run_stats, stats_view
 
     loaded = load_project(config)
@@ -77,7 +77,7 @@ def logs(
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """A run's events, one readable line each."""
-    from ouroboros.eventlog import read_log
+    from ouroboros.store.log import read_log
     from ouroboros.ui.follow import follow_events
     from ouroboros.ui.plain import format_any, listed, select_types
 
@@ -116,6 +116,6 @@ def watch(run_id: Optional[str] = RunIdArgument,
 
 def run_log(loaded: LoadedConfig, run_id: str | None) -> Path:
     """The event log of run `run_id` (default: the latest) in the project's state dir."""
-    from ouroboros.eventlog import EVENTS_FILE, find_run
+    from ouroboros.store.log import EVENTS_FILE, find_run
 
     return find_run(loaded.state_dir, run_id) / EVENTS_FILE

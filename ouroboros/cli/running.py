@@ -14,7 +14,7 @@ from ouroboros.errors import UsageError
 
 if TYPE_CHECKING:
     from ouroboros.config import ContextConfig
-    from ouroboros.runner import RunHooks
+    from ouroboros.loop.runner import RunHooks
 
 
 def interactive(headless: bool) -> bool:
@@ -25,7 +25,7 @@ def interactive(headless: bool) -> bool:
 def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks:
     """The live dashboard on a terminal (with the thresholds to mark on its gauge), else one
     plain line per event."""
-    from ouroboros.runner import RunHooks
+    from ouroboros.loop.runner import RunHooks
     from ouroboros.ui.plain import plain_printer
 
     if interactive(headless):
@@ -67,7 +67,7 @@ def run(
     headless: bool = HeadlessOption,
 ) -> None:
     """Start a new run of the agent described by ouroboros.toml and SYSTEM_PROMPT.md."""
-    from ouroboros.runner import run_agent
+    from ouroboros.loop.runner import run_agent
 
     overrides = flags(**{"agent.workspace": workspace, "model.name": model,
                          "model.base_url": base_url, "agent.max_turns": max_turns})
@@ -94,8 +94,8 @@ def resume(
     """Continue a stopped run from its log, with the flags it started with unless given
     others: after Ctrl+C or SIGTERM, max turns (--max-turns N for N more), task_complete or
     an idle pause (--message "..." for a new instruction), an error or a crash."""
-    from ouroboros.continuation import plan_resume, refusal
-    from ouroboros.runner import run_agent
+    from ouroboros.loop.continuation import plan_resume, refusal
+    from ouroboros.loop.runner import run_agent
 
     given = flags(**{"agent.workspace": workspace, "model.name": model,
                      "model.base_url": base_url})
@@ -117,8 +117,8 @@ def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, A
     the code is the one logged. On a terminal, how to continue is said below the dashboard."""
     import asyncio
 
-    from ouroboros.events import EventBase, RunEnd
-    from ouroboros.stopping import ignore_late_signals
+    from ouroboros.store.events import EventBase, RunEnd
+    from ouroboros.loop.stopping import ignore_late_signals
 
     ended: list[RunEnd] = []
     shown = hooks.on_event
@@ -145,7 +145,7 @@ def init(
                                      file_okay=False),
 ) -> None:
     """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/."""
-    from ouroboros.scaffold import create_project
+    from ouroboros.cli.scaffold import create_project
 
     created = guarded(lambda: create_project(directory))
     for path in created:

@@ -16,7 +16,7 @@ from typing import Any, Final
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from ouroboros.atomic import write_atomically
+from ouroboros.store.atomic import write_atomically
 from ouroboros.config.layering import (
     DEFAULT_USER_FILE,
     INIT_HINT,

@@ -34,7 +34,7 @@ from ouroboros.config.schema import (
 from ouroboros.config.values import parse_toml_value, show_value
 from ouroboros.config.wording import describe_validation_error, did_you_mean, problem_line
 from ouroboros.errors import ConfigError
-from ouroboros.urls import BadURL, normalize_base_url
+from ouroboros.config.urls import BadURL, normalize_base_url
 
 CONFIG_FILENAME: Final = "ouroboros.toml"
 DEFAULT_PROJECT_FILE: Final = Path(CONFIG_FILENAME)

@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from ouroboros.config.values import show_value
-from ouroboros.urls import URL_RULE, is_server_url, normalize_base_url
+from ouroboros.config.urls import URL_RULE, is_server_url, normalize_base_url
 
 ENV_PREFIX: Final = "OUROBOROS_"
 

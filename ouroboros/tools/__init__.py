@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.protocols import Tool, ToolCall, ToolResult
-from ouroboros.sandbox import Sandbox
+from ouroboros.sandbox.policy import Sandbox
 from ouroboros.tools.arguments import (
     ArgumentError,
     ModelTool,

@@ -24,7 +24,7 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import Field
 
-from ouroboros.atomic import replace_in
+from ouroboros.store.atomic import replace_in
 from ouroboros.protocols import ToolResult
 from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.excerpt import Excerpt, LineScanner, excerpt_note

@@ -25,8 +25,8 @@ from typing import Any
 from pydantic import Field
 
 from ouroboros.protocols import ToolResult
-from ouroboros.reaper import MARKER, workspace_tag
-from ouroboros.sandbox import Sandbox
+from ouroboros.sandbox.reaper import MARKER, workspace_tag
+from ouroboros.sandbox.policy import Sandbox
 from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.safety import SecurityHook, blocked_by, shell_environment
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.console import Console, ConsoleDimensions
 
-from ouroboros import events as ev
-from ouroboros.events import Record, parse_event
+from ouroboros.store import events as ev
+from ouroboros.store.events import Record, parse_event
 from ouroboros.ui.plain import plural
 
 CAPTION_ROWS = 6  # the terminal lines left above the live dashboard for the captions

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from ouroboros import events as ev
+from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
-from ouroboros.events import EventBase, Record, UnknownEvent, parse_event
-from ouroboros.tokens import DEFAULT_CHARS_PER_TOKEN
+from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
+from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
 

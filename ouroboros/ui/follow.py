@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ouroboros.eventlog import parse_logged, parse_record
-from ouroboros.events import EventBase, RunEnd
+from ouroboros.store.log import parse_logged, parse_record
+from ouroboros.store.events import EventBase, RunEnd
 
 POLL_SECS = 0.25
 

@@ -22,8 +22,8 @@ from typing import Callable, Iterator, TextIO
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from ouroboros.events import Record, parse_event
-from ouroboros.runner import RunHooks
+from ouroboros.store.events import Record, parse_event
+from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.render import render

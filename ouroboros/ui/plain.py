@@ -9,9 +9,9 @@ import os
 import sys
 from typing import Any, Callable, Iterable, TextIO
 
-from ouroboros import events as ev
+from ouroboros.store import events as ev
 from ouroboros.errors import UsageError
-from ouroboros.events import EVENT_TYPES, EventBase, Record, parse_event
+from ouroboros.store.events import EVENT_TYPES, EventBase, Record, parse_event
 from ouroboros.ui.sanitize import neutralise
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ouroboros.eventlog import list_runs
+from ouroboros.store.log import list_runs
 from ouroboros.ui.status import RunStatus, ago, last_event, live_run, replay
 
 

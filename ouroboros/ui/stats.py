@@ -17,9 +17,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros import events as ev
+from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
-from ouroboros.events import EventBase, Record, parse_event
+from ouroboros.store.events import EventBase, Record, parse_event
 from ouroboros.ui.chart import context_chart
 from ouroboros.ui.plain import masked_text, plural
 

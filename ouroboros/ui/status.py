@@ -17,9 +17,9 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.eventlog import EVENTS_FILE, list_runs, read_log, runs_dir
-from ouroboros.events import ConfigChanged, ContextMask, RunEnd, RunResumed
-from ouroboros.lock import LOCK_FILE, holder_is_alive, read_holder
+from ouroboros.store.log import EVENTS_FILE, list_runs, read_log, runs_dir
+from ouroboros.store.events import ConfigChanged, ContextMask, RunEnd, RunResumed
+from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import masked_text
 from ouroboros.ui.stats import percent

@@ -18,7 +18,7 @@ from ouroboros.config import (
     load_config,
 )
 from ouroboros.errors import ConfigError
-from ouroboros.urls import normalize_base_url
+from ouroboros.config.urls import normalize_base_url
 from tests.config.files import config_error, write
 
 

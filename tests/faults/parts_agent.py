@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.protocols import Message
-from ouroboros.scripted import Reply
+from ouroboros.testing import Reply
 from tests.crash_helpers import wait_for
 from tests.helpers import clean_env, make_project
 

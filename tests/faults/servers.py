@@ -33,8 +33,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
-from ouroboros.scripted import DONE_FRAME as DONE, Reply, frame, render_stream
-from ouroboros.scripted.tokenizer import TOKENIZERS
+from ouroboros.testing import DONE_FRAME as DONE, Reply, frame, render_stream
+from ouroboros.testing.tokenizer import TOKENIZERS
 from tests.helpers import make_project, ouroboros
 
 MODEL = "scripted"

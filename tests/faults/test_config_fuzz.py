@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from ouroboros.cli import app
 from ouroboros.config import KEYS
 from ouroboros.config.schema import FIELDS
-from ouroboros.urls import is_server_url
+from ouroboros.config.urls import is_server_url
 from tests.helpers import clean_env
 
 DEAD_URL = "http://127.0.0.1:9"  # nothing listens: a config that passes would fail with exit 1

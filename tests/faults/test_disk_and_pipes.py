@@ -22,8 +22,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from ouroboros.eventlog import EVENTS_FILE, SNAPSHOT_FILE, read_events
-from ouroboros.scripted import Fault
+from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, read_events
+from ouroboros.testing import Fault
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
 from tests.helpers import clean_env, of_type, ouroboros, parts_recorded, run_dir
 

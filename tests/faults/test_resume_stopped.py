@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from ouroboros.scripted import Fault
+from ouroboros.testing import Fault
 from ouroboros.ui.dashboard import parse_ts
 from tests.crash_helpers import kill
 from tests.faults.parts_agent import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros import events as ev
-from ouroboros.continuation import (
+from ouroboros.store import events as ev
+from ouroboros.loop.continuation import (
     flags_to_remember,
     how_to_continue,
     refusal,
@@ -14,7 +14,7 @@ from ouroboros.continuation import (
     resume_flags,
     turns_taken,
 )
-from ouroboros.idling import idle_pause
+from ouroboros.loop.guards import idle_pause
 
 
 def test_only_flags_are_remembered_and_never_a_password():

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from ouroboros.client import ChatClient
+from ouroboros.server.client import ChatClient
 from ouroboros.errors import TransientModelError
-from ouroboros.eventlog import SNAPSHOT_FILE
-from ouroboros.scripted import Reply
+from ouroboros.store.log import SNAPSHOT_FILE
+from ouroboros.testing import Reply
 from tests.faults.servers import Good, Malformed, run_against, start_server
 from tests.helpers import of_type, run_events
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros.eventlog import list_runs
+from ouroboros.store.log import list_runs
 from tests.faults.servers import FAULTS, run_against, start
 from tests.helpers import of_type, run_events
 

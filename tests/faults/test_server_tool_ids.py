@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from ouroboros.client import ChatClient
+from ouroboros.server.client import ChatClient
 from tests.faults.servers import CallsWithoutIds, run_against, start_server
 from tests.helpers import of_type, run_events
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.scripted import Fault, Reply
+from ouroboros.testing import Fault, Reply
 from tests.crash_helpers import kill, wait_for
 from tests.faults.parts_agent import (
     PartsAgent,

@@ -21,11 +21,11 @@ from typing import Callable, Iterator
 import pytest
 
 from ouroboros.config import ContextConfig
-from ouroboros.context import ContextManager
-from ouroboros.conversation import to_wire
+from ouroboros.window.policy import ContextManager
+from ouroboros.window.conversation import to_wire
 from ouroboros.errors import StateError
-from ouroboros import events as ev
-from ouroboros.eventlog import (
+from ouroboros.store import events as ev
+from ouroboros.store.log import (
     EVENTS_FILE,
     SNAPSHOT_FILE,
     EventLog,
@@ -33,10 +33,10 @@ from ouroboros.eventlog import (
     write_snapshot,
 )
 from ouroboros.protocols import ToolCall
-from ouroboros.rebuild import rebuild_state
-from ouroboros.resume import observation_reader, recover
-from ouroboros.state import RunState
-from ouroboros.scripted import Fault, ScriptedServer
+from ouroboros.loop.rebuild import rebuild_state
+from ouroboros.loop.resume import observation_reader, recover
+from ouroboros.loop.state import RunState
+from ouroboros.testing import Fault, ScriptedServer
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
 from tests.helpers import clean_env, of_type, parts_recorded, run_dir
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ouroboros.eventlog import EVENTS_FILE, list_runs
-from ouroboros.scripted import Reply
+from ouroboros.store.log import EVENTS_FILE, list_runs
+from ouroboros.testing import Reply
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.live import watch
 from ouroboros.ui.sanitize import neutralise, neutralise_all

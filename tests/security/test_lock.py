@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ouroboros.errors import RunLockedError
-from ouroboros.eventlog import list_runs
-from ouroboros.lock import LOCK_FILE, WorkspaceLock, locks_dir, workspace_lock_path
+from ouroboros.store.log import list_runs
+from ouroboros.sandbox.lock import LOCK_FILE, WorkspaceLock, locks_dir, workspace_lock_path
 from tests.crash_helpers import CountingAgent, demo_project, kill, wait_for
 from tests.helpers import clean_env, make_project, ouroboros
 
@@ -111,7 +111,7 @@ def test_two_projects_on_one_workspace_cannot_run_at_once(
 HOLDER = """
 import sys, time
 from pathlib import Path
-from ouroboros.lock import WorkspaceLock
+from ouroboros.sandbox.lock import WorkspaceLock
 WorkspaceLock.acquire(Path(sys.argv[1]), Path(sys.argv[2]), "held", env={"XDG_CACHE_HOME": sys.argv[3]})
 print("held", flush=True)
 time.sleep(60)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros import landlock
-from ouroboros.scripted import Reply
+from ouroboros.sandbox import landlock
+from ouroboros.testing import Reply
 from ouroboros.errors import ConfigError
-from ouroboros.isolation import Confiner, user_network
-from ouroboros.sandbox import (
+from ouroboros.sandbox.isolation import Confiner, user_network
+from ouroboros.sandbox.policy import (
     Sandbox,
     exposed,
     missing_mechanism,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ouroboros import events as ev
-from ouroboros.eventlog import EventLog
-from ouroboros.redact import REDACTED, Redactor, environment_block, secret_values
-from ouroboros.scripted import Reply
+from ouroboros.store import events as ev
+from ouroboros.store.log import EventLog
+from ouroboros.sandbox.secrets import REDACTED, Redactor, environment_block, secret_values
+from ouroboros.testing import Reply
 from tests.helpers import clean_env, make_project, ouroboros, run_events
 
 KEY = "sk-proj-9f8e7d6c5b4a3210"

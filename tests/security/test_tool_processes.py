@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ouroboros.reaper import Process, temp_prefix, victims, workspace_tag
-from ouroboros.scripted import Reply
+from ouroboros.sandbox.reaper import Process, temp_prefix, victims, workspace_tag
+from ouroboros.testing import Reply
 from tests.crash_helpers import kill, start, wait_for
 from tests.helpers import make_project, of_type, ouroboros, run_events
 
@@ -67,7 +67,7 @@ def killed_mid_command(tmp_path: Path, server, *,
                  "the held command", harness)
         time.sleep(0.05)  # the pid files are written; their processes are running
         watchdog = [p for p in children(harness.pid)
-                    if b"ouroboros.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                    if b"ouroboros.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(watchdog) == 1, "no watchdog was started with the run"
         if watchdog_too:
             os.kill(watchdog[0], signal.SIGKILL)

@@ -1,0 +1,129 @@
+"""How a stopped run is continued: the flags it remembers, whether `ouroboros resume` can go on
+as asked, and the line that tells a person how. Pure functions over the run's log.
+
+Every way a run stops leaves it resumable: a stop signal, max_turns (`--max-turns N` gives N
+more turns), task_complete and an idle pause (`--message "..."` gives the agent a new
+instruction), an error, a crash.
+
+    flags = resume_flags(remembered_flags(events), given, more_turns=5,
+                         total_turns=turns_taken(events))
+    why_not = refusal(run_id, end, total_turns=12, max_turns=10, message="")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Mapping
+
+from ouroboros.store.log import EVENTS_FILE, find_run, parse_logged, parse_records, read_events
+from ouroboros.store.events import Assistant, EventBase, RunEnd, RunResumed, RunStart
+
+# The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
+REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
+MESSAGE_HINT: Final = 'ouroboros resume --message "what to do next"'
+# The records that carry the remembered flags: plan_resume parses only these (and the last
+# record) as events; a long log is mostly checkpoints and tool results.
+FLAG_RECORDS: Final = ("run_start", "run_resumed")
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What `ouroboros resume` continues, and with which flags."""
+
+    run_id: str
+    flags: dict[str, Any]
+    total_turns: int
+    end: RunEnd | None  # the run_end record the log ends with, if any
+
+
+def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],
+                more_turns: int | None) -> ResumePlan:
+    """Read the run's log (the latest run unless named): its remembered flags under those
+    given now, its turns so far and how it ended. Raises UsageError as find_run does."""
+    run_dir = find_run(state_dir, run_id)
+    path = run_dir / EVENTS_FILE
+    records = read_events(path).events
+    events = parse_records([r for r in records if r["type"] in FLAG_RECORDS], path)
+    last = parse_logged(records[-1], path) if records else None
+    total = sum(1 for record in records if record["type"] == "assistant")  # as turns_taken
+    end = last if isinstance(last, RunEnd) else None
+    flags = resume_flags(remembered_flags(events), given, more_turns=more_turns,
+                         total_turns=total)
+    return ResumePlan(run_dir.name, flags, total, end)
+
+
+def flags_to_remember(config: Mapping[str, Mapping[str, Any]],
+                      sources: Mapping[str, str]) -> dict[str, Any]:
+    """The remembered keys that came from command-line flags, with their values in `config`
+    ({"model": {"name": ...}, ...}). A base URL with a password in it is not written to the
+    log (the config's applies on resume)."""
+    flags = {}
+    for key in REMEMBERED_FLAGS:
+        table, name = key.split(".")
+        value = config.get(table, {}).get(name)
+        if sources.get(key) == "flag" and not (name == "base_url" and "@" in str(value)):
+            flags[key] = value
+    return flags
+
+
+def remembered_flags(events: list[EventBase]) -> dict[str, Any]:
+    """The flags the run last ran with: its run_start's, as each run_resumed updated them."""
+    flags: dict[str, Any] = {}
+    for event in events:
+        if isinstance(event, (RunStart, RunResumed)) and "flags" in event.model_fields_set:
+            flags = dict(event.flags)
+    return flags
+
+
+def turns_taken(events: list[EventBase]) -> int:
+    """Model turns the run has had: one `assistant` event each."""
+    return sum(1 for event in events if isinstance(event, Assistant))
+
+
+def resume_flags(remembered: Mapping[str, Any], given: Mapping[str, Any], *,
+                 more_turns: int | None, total_turns: int) -> dict[str, Any]:
+    """The flags a resume runs with: the remembered ones, overridden by those given now;
+    `--max-turns N` on resume means N more turns (0: no limit).
+
+        resume_flags({"agent.max_turns": 3}, {}, more_turns=5, total_turns=3)
+        -> {"agent.max_turns": 8}
+    """
+    flags = {**remembered, **given}
+    if more_turns is not None:
+        flags["agent.max_turns"] = total_turns + more_turns if more_turns else 0
+    return flags
+
+
+def refusal(run_id: str, end: RunEnd | None, *, total_turns: int, max_turns: int,
+            message: str) -> str | None:
+    """Why `resume` would stop again at once, as the line that says what to give it; None
+    when it can go on. `end` is the run's last run_end record, if it ended cleanly."""
+    if max_turns and total_turns >= max_turns:
+        return (f"run {run_id} has had its {max_turns} turns (agent.max_turns); "
+                "`ouroboros resume --max-turns N` gives it N more (0: no limit)")
+    if end is not None and end.reason == "task_complete" and not message.strip():
+        summary = f": {end.summary}" if end.summary else ""
+        return (f"run {run_id} is complete (task_complete{summary}); to give the agent more to "
+                f"do: {MESSAGE_HINT}")
+    return None
+
+
+def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0) -> str:
+    """The line a stopped run ends with: why it stopped, if it needs saying, and the command
+    that continues it."""
+    match reason:
+        case "task_complete":
+            return f"the agent says the task is done; to give it more to do: {MESSAGE_HINT}"
+        case "idle":
+            return (f"the agent made no tool call in {max_idle_turns} turns in a row, so the "
+                    f"run is paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
+        case "max_turns":
+            return (f"the run had its {max_turns} turns (agent.max_turns); "
+                    "`ouroboros resume --max-turns N` gives it N more")
+        case "max_restarts":
+            return ("the run reached context.max_restarts; raise it, then `ouroboros resume` "
+                    "continues the run")
+        case "error":
+            return "fix the cause, then `ouroboros resume` continues the run"
+    return "`ouroboros resume` continues the run"

@@ -1,0 +1,90 @@
+"""The window's upkeep during a session: the context manager's decisions carried out on the
+conversation, and logged.
+
+Before each request the conversation is fitted to the budget (masking, then dropping the
+oldest turns). After each turn the context manager decides: mask the oldest observations
+(and tell the agent), tell the agent to wind down, or restart the session (RestartSession).
+A reload (SIGHUP, `ouroboros reload`) winds the session down too, and restarts it a turn
+later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ouroboros.store import events as ev
+from ouroboros.window.policy import Mask, Restart, WindDown
+from ouroboros.window.conversation import WIND_DOWN_TEXT, mask_notice, note
+from ouroboros.loop.endings import RestartSession
+from ouroboros.protocols import EventSink, Warn
+from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
+from ouroboros.loop.state import RunState
+
+
+class Upkeep:
+    """Keeps `state`'s conversation within its window."""
+
+    def __init__(self, state: RunState, tools: list[dict[str, Any]], log: EventSink,
+                 warn_once: Warn) -> None:
+        self.state = state
+        self.context = state.context
+        self.tools = tools
+        self.log = log
+        self.warn_once = warn_once
+
+    def fit(self) -> int:
+        """Shrink the conversation before sending if it would not fit; return its size."""
+        state, context = self.state, self.context
+        before = context.current_tokens(state.messages, self.tools)
+        fitted = context.fit(state.messages, self.tools)
+        state.messages = fitted.messages
+        if fitted.masked:
+            self.log_mask(len(fitted.masked), before, fitted.tokens, preflight=True)
+        if fitted.dropped_turns:
+            self.log.emit(ev.ContextDrop(turns_dropped=fitted.dropped_turns,
+                                         tokens_after=fitted.tokens))
+        if fitted.tokens > context.budget:
+            self.warn_once("oversize", f"the newest turn alone (~{fitted.tokens} tokens) does "
+                           f"not fit the {context.budget}-token budget; sending it anyway")
+        return fitted.tokens
+
+    def after_turn(self) -> None:
+        """Do what the context manager decides; raise RestartSession when it says so."""
+        state, context = self.state, self.context
+        tokens = context.current_tokens(state.messages, self.tools)
+        if self.reloading(tokens):
+            return
+        match context.evaluate(tokens, state.messages):
+            case Mask(tool_call_ids=ids):
+                state.messages = context.mask(state.messages, ids)
+                after = context.current_tokens(state.messages, self.tools)
+                reclaimed = self.log_mask(len(ids), tokens, after, preflight=False)
+                state.messages.append(mask_notice(len(ids), reclaimed))
+            case WindDown():
+                pct = context.used_pct(tokens)
+                state.messages.append(note("wind_down", WIND_DOWN_TEXT.format(pct=pct)))
+                self.log.emit(ev.WindDown(context_used_pct=round(100 * pct, 1)))
+            case Restart(reason=reason):
+                raise RestartSession(reason)
+
+    def reloading(self, tokens: int) -> bool:
+        """A reload ends the session early: the agent is told to save its state, and a turn
+        later the session restarts."""
+        if self.state.reload == "wound_down":
+            raise RestartSession(RELOAD_REASON)
+        if self.state.reload != "requested":
+            return False
+        self.state.reload = "wound_down"
+        self.state.messages.append(note("wind_down", RELOAD_WIND_DOWN_TEXT))
+        self.log.emit(ev.WindDown(
+            context_used_pct=round(100 * self.context.used_pct(tokens), 1), reason="reload"))
+        return True
+
+    def log_mask(self, count: int, before: int, after: int, *, preflight: bool) -> float:
+        """Log a masking round; return the share of the window it reclaimed, in percent."""
+        reclaimed = 100 * (before - after) / before if before else 0.0
+        self.log.emit(ev.ContextMask(
+            observations_masked=count, total_masked=self.context.total_masked,
+            tokens_before=before, tokens_after=after, reclaimed_pct=round(reclaimed, 1),
+            preflight=preflight))
+        return reclaimed

@@ -1,0 +1,125 @@
+"""The window's evidence, gathered during a session: the I/O around `tokens` and `window`.
+
+Before each request, what was never counted is measured with the server's tokenizer where it
+has one. After each reply, the server's count is taken in (asking the server to count the
+prompt once a session when its stream carried none), and what it proved is logged and, once
+per kind, explained to the person. A refusal as too long makes the window smaller, with the
+size the server names if it will name one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ouroboros.store import events as ev
+from ouroboros.window import ledger as tk
+from ouroboros.window.policy import ContextManager, Reading
+from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
+from ouroboros.protocols import (
+    EventSink,
+    Message,
+    ModelClient,
+    StreamResult,
+    TokenCounter,
+    Usage,
+    Warn,
+)
+from ouroboros.window.belief import named_window
+
+
+class Accounting:
+    def __init__(self, context: ContextManager, client: ModelClient,
+                 counter: TokenCounter | None, tools: list[dict[str, Any]], log: EventSink,
+                 warn_once: Warn) -> None:
+        self.context = context
+        self.client = client
+        self.counter = counter
+        self.tools = tools
+        self.log = log
+        self.warn_once = warn_once
+
+    async def measure(self, messages: list[Message]) -> None:
+        """Count what was never counted with the server's tokenizer, where it has one."""
+        counter = self.counter
+        if counter is None:
+            return
+        for message in self.context.unmeasured(messages):
+            tokens = await counter.count(tk.message_text(message))
+            if tokens is None:
+                return
+            self.context.measured(message, tokens + tk.MESSAGE_OVERHEAD_TOKENS)
+
+    async def take_in(self, sent: list[Message], reply: StreamResult) -> Reading:
+        """What the server said of the request `sent`, into the ledger and the log."""
+        usage = reply.usage
+        if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
+            usage = await self.probe(sent, usage)
+        reading = self.context.observe_reply(sent, self.tools, usage, len(reply.text))
+        self.log.emit(ev.TokenUsage(
+            prompt_tokens=reading.prompt_tokens, completion_tokens=reading.completion_tokens,
+            total_tokens=reading.prompt_tokens + reading.completion_tokens,
+            context_limit=self.context.limit, budget=self.context.budget,
+            context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
+            source=reading.source, reported=reading.reported,
+            cached_tokens=reading.cached_tokens, verdict=reading.verdict))
+        self.explain(reading)
+        return reading
+
+    async def probe(self, sent: list[Message], usage: Usage | None) -> Usage | None:
+        """Once a session, when the stream carried no count: ask the server to count the
+        prompt, so the ledger learns what only it knows (tool schemas, template tokens)."""
+        self.context.probed = True
+        try:
+            counted = await self.client.prompt_tokens(self.context.wire(sent), self.tools)
+        except ModelError:
+            return usage
+        if counted is None:
+            return usage
+        return Usage(counted, usage.completion_tokens if usage else None)
+
+    def explain(self, reading: Reading) -> None:
+        """Tell the person what a count proved, once per kind."""
+        if reading.verdict == "unknown":
+            measured = self.counter is not None and self.counter.available
+            how = ("each message is counted with its tokenizer endpoint" if measured else
+                   f"estimating at {self.context.chars_per_token:.1f} characters per token")
+            self.warn_once("estimate", "the server sent no token usage (or a prompt count of 0); "
+                           f"{how}, and the server is asked to count the whole prompt once a "
+                           "session")
+        elif reading.verdict == "uncached":
+            self.warn_once("uncached", (
+                f"the server counted {reading.reported} prompt tokens, about the size of only "
+                "the newest messages (Ollama's uncached-tokens bug, ollama#16414; upgrade "
+                "Ollama): estimating instead"))
+        elif reading.verdict == "truncated":
+            self.log.emit(ev.ContextTruncationDetected(
+                reported=reading.reported, estimated=reading.estimated,
+                new_limit=self.context.limit, limit_source=self.context.limit_source))
+            self.warn_once("truncation", (
+                f"the server cut the front of the conversation: its counts stayed near "
+                f"{reading.reported} tokens while the conversation grew. Working within "
+                f"{self.context.limit} tokens from now on. Fix: give the model a bigger window "
+                "(OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or PARAMETER num_ctx in a "
+                "Modelfile) and set model.context_limit to match; if the server misreports "
+                "its counts instead, set context.truncation_guard = false"))
+
+    async def refused(self, error: ContextOverflowError, sent: list[Message],
+                      sent_tokens: int) -> None:
+        """The server refused the prompt as too long: believe a smaller window and refit.
+
+        An empty stream says nothing of sizes, so the prompt is asked again without streaming:
+        llama.cpp then names its window, or counts the prompt (it fit: the empty stream was a
+        glitch)."""
+        message, named = str(error), named_window(str(error))
+        if isinstance(error, EmptyStreamError):
+            try:
+                fits = await self.client.prompt_tokens(self.context.wire(sent), self.tools)
+            except ContextOverflowError as refusal:
+                fits, message, named = None, refusal.message, named_window(refusal.message)
+            if fits is not None or sent_tokens <= self.context.window.accepted:
+                self.log.emit(ev.Retry(attempt=1, delay_secs=0, error=message))
+                return
+        self.context.refused(sent_tokens, named)
+        self.log.emit(ev.ContextOverflowRecovered(
+            error=message, rejected_tokens=sent_tokens, new_limit=self.context.limit,
+            limit_source=self.context.limit_source))

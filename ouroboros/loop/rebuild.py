@@ -1,0 +1,182 @@
+"""A run's state rebuilt from its log, for a `state.json` that is damaged, empty or missing.
+
+The log is the source of truth. Its `assistant` events hold every reply with its tool calls,
+and each `tool_result` names the observation file holding the result's full text, so the
+current session's conversation can be replayed: the system prompt, the session's opening
+note, then every turn with its results. What an earlier session carried over is not in the
+log and is left out (the restart note sends the agent to its files, as after any restart).
+The context manager starts afresh: it measures again from the first request.
+
+    state, seq = rebuild_state(events, run_id, policy, system_prompt, read_observation)
+
+A snapshot that is whole but older than the log (the process died, or the disk filled up,
+between logging a step and saving the snapshot) takes the newer reply and tool results from
+the log too (`restore_results`): a reply that arrived whole is not asked for again, and a
+tool that did run is not reported interrupted and run again.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from ouroboros.window import conversation as ctx
+from ouroboros.store import events as ev
+from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
+from ouroboros.store.events import EventBase, Record, parse_event
+from ouroboros.window.policy import ContextManager
+from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
+from ouroboros.loop.state import RunState
+
+ObservationReader = Callable[[str], str | None]  # obs id -> its full text, None if gone
+UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one anyway)
+OBS_NUMBER = re.compile(r"obs-(\d+)$")
+
+
+def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
+                  system_prompt: str, read_observation: ObservationReader) -> tuple[RunState, int]:
+    """The state as of the log's last reply or tool result, and that event's `seq`: tool
+    calls logged after it as started have no result, so a resume reports them interrupted."""
+    events = [parse_event(record) for record in records]
+    config = recorded_config(events)
+    session = max((e.session for e in events), default=1)
+    context = ContextManager.create(*last_window(events),
+                                    setting(config, "model", "max_output_tokens"), policy)
+    context.next_observation = next_observation(events)
+    replay = Replay(context, read_observation, setting(config, "agent", "continue_message"))
+    messages = [{"role": "system", "content": system_prompt}, opening(events, session, config)]
+    seq = 0
+    for event in events:
+        if event.session == session and replay.apply(event, messages):
+            seq = event.seq
+    state = RunState(run_id, messages, context, session=session,
+                     session_turns=len(replay.turns), total_turns=count_turns(events),
+                     restarts=sum(isinstance(e, ev.SessionRestart) for e in events))
+    context.wound_down = replay.wound_down
+    return state, seq
+
+
+class Replay:
+    """Appends one event's part of the conversation to the messages being rebuilt."""
+
+    def __init__(self, context: ContextManager, read_observation: ObservationReader,
+                 continue_message: str) -> None:
+        self.context = context
+        self.read_observation = read_observation
+        self.continue_message = continue_message
+        self.turns: dict[int, int] = {}  # turn number -> index of its assistant message
+        self.calls: dict[str, ToolCall] = {}
+        self.wound_down = False
+
+    def apply(self, event: EventBase, messages: list[Message]) -> bool:
+        """True when the event added to the conversation."""
+        match event:
+            case ev.Assistant():
+                self.reply(event, messages)
+            case ev.ToolResultEvent(id=call_id) if call_id in self.calls:
+                messages.append(self.result(event))
+            case ev.WindDown(reason=reason, context_used_pct=pct):
+                self.wound_down = True
+                text = RELOAD_WIND_DOWN_TEXT if reason == "reload" else \
+                    ctx.WIND_DOWN_TEXT.format(pct=pct / 100)
+                messages.append(ctx.note("wind_down", text))
+            case _:
+                return False
+        return True
+
+    def reply(self, event: ev.Assistant, messages: list[Message], *, note: bool = True) -> None:
+        turn = event.turn
+        if turn in self.turns:  # asked again after a crash: the later answer is the one kept
+            del messages[self.turns[turn]:]
+        self.turns[turn] = len(messages)
+        calls = [ToolCall(c.id, c.name, c.arguments) for c in event.tool_calls]
+        self.calls.update({call.id: call for call in calls})
+        message: Message = {"role": "assistant", "content": ctx.without_reasoning(event.text)}
+        if calls:
+            message["tool_calls"] = [call.to_wire() for call in calls]
+        messages.append(message)
+        if not calls and note:
+            messages.append(ctx.note("continue", self.continue_message))
+
+    def result(self, event: ev.ToolResultEvent) -> Message:
+        call = self.calls[event.id]
+        obs_id = event.observation or self.context.new_observation_id()
+        text = self.read_observation(obs_id)
+        if event.interrupted:  # made up by a resume; never saved
+            text = ctx.interrupted_text(call.name)
+        elif text is None:
+            text = f"[the full result is no longer on disk; its first line was: {event.summary}]"
+        result = ToolResult(text, ok=event.ok)
+        obs = ctx.describe(call.name, ctx.call_arguments(call.arguments), result, obs_id, call.id)
+        return {"role": "tool", "tool_call_id": call.id,
+                "content": self.context.admit(obs, text)}
+
+
+def restore_results(state: RunState, events: list[EventBase], seq: int,
+                    read_observation: ObservationReader) -> int:
+    """Bring a snapshot taken as of `seq` up to the log: the next reply, if the log has it,
+    then the results the log holds for its unanswered tool calls, in order. Returns the seq
+    the state is now as of."""
+    replay = Replay(state.context, read_observation, "")
+    reply = next((e for e in events if isinstance(e, ev.Assistant) and e.seq > seq
+                  and e.session == state.session and e.turn == state.session_turns + 1), None)
+    if reply is not None and state.messages[-1]["role"] != "assistant" \
+            and not ctx.pending_calls(state.messages):
+        replay.reply(reply, state.messages, note=False)  # the session adds what follows
+        state.session_turns += 1
+        state.total_turns += 1
+        seq = reply.seq
+    pending = ctx.pending_calls(state.messages)
+    replay.calls = {call.id: call for call in pending}
+    logged = {e.id: e for e in events if isinstance(e, ev.ToolResultEvent) and e.seq > seq
+              and not e.interrupted}
+    for call in pending:
+        event = logged.get(call.id)
+        if event is None or read_observation(event.observation) is None:
+            break  # the calls after an unanswered one never ran
+        state.messages.append(replay.result(event))
+        state.session_successes += int(event.ok)
+        state.context.next_observation = max(state.context.next_observation,
+                                             next_observation([event]))
+        seq = event.seq
+    return seq
+
+
+def opening(events: list[EventBase], session: int, config: dict[str, Any]) -> Message:
+    """The note a session starts with: the kickoff, or the restart marker."""
+    restarts = [e for e in events if isinstance(e, ev.SessionRestart) and e.session == session]
+    if restarts:
+        return ctx.restart_marker(session, restarts[-1].previous_turns)
+    return ctx.note("continue", setting(config, "agent", "continue_message"))
+
+
+def last_window(events: list[EventBase]) -> tuple[int, str]:
+    """The window the log last said the run worked within, and where it came from."""
+    for event in reversed(events):
+        if isinstance(event, (ev.SessionStart, ev.RunResumed)) and event.limit_source:
+            return event.context_limit, event.limit_source
+    return UNKNOWN_LIMIT, "unknown (rebuilt from the log)"
+
+
+def next_observation(events: list[EventBase]) -> int:
+    """One past the highest observation number the log names, so none is overwritten."""
+    numbers = [int(m.group(1)) for e in events if isinstance(e, ev.ToolResultEvent)
+               and (m := OBS_NUMBER.match(e.observation))]
+    return max(numbers, default=0) + 1
+
+
+def count_turns(events: list[EventBase]) -> int:
+    """Replies recorded, each (session, turn) once: a reply asked again after a crash is
+    logged twice but counts once."""
+    return len({(e.session, e.turn) for e in events if isinstance(e, ev.Assistant)})
+
+
+def setting(config: dict[str, Any], table: str, name: str) -> Any:
+    """A key of the config the run last ran with, else its default."""
+    value = (config.get(table) or {}).get(name)
+    if value is not None:
+        return value
+    model = {"model": ModelConfig, "agent": AgentConfig}[table]
+    return model.model_fields[name].get_default(call_default_factory=True)
+

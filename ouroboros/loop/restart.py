@@ -1,0 +1,92 @@
+"""A session restart: whether it may happen, what the next session begins with, or why the
+run cannot go on.
+
+The runner, when a session raised RestartSession (after reading the config again):
+
+    may_restart(state, policy, reason, confirm)  # StopRun: max_restarts, restart_declined
+    count_progress(state)                        # WindowTooSmallError: sessions in a row
+                                                 # without one successful tool call
+    fitted = fresh_start(state, system, tools, policy, allocated)  # WindowTooSmallError
+    previous_turns = begin_session(state, fitted.messages)
+
+The next session begins with the system prompt as it is on disk now, a note that says a
+restart happened, and the newest `carryover_turns` complete turns that fit in half the
+budget (and below the soft threshold).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ouroboros.config import ContextConfig
+from ouroboros.window.policy import ContextManager, Fitted
+from ouroboros.window.conversation import carryover, restart_marker
+from ouroboros.errors import WindowTooSmallError
+from ouroboros.loop.endings import StopRun
+from ouroboros.protocols import Message
+from ouroboros.loop.state import RunState
+from ouroboros.window.belief import at_session_start, with_allocated
+
+# Sessions in a row that end without one successful tool call before the run is stopped.
+MAX_BARREN_SESSIONS = 3
+
+ConfirmRestart = Callable[[str], bool]  # asked with the reason; True: go ahead
+
+
+def may_restart(state: RunState, policy: ContextConfig, reason: str,
+                confirm: ConfirmRestart | None) -> None:
+    """Raise StopRun if the run has had its `max_restarts`, or if restarts need confirming
+    (`auto_restart = false`) and the person says no (or cannot be asked)."""
+    if policy.max_restarts and state.restarts >= policy.max_restarts:
+        raise StopRun("max_restarts")
+    if not policy.auto_restart and (confirm is None or not confirm(reason)):
+        raise StopRun("restart_declined")
+
+
+def count_progress(state: RunState) -> None:
+    """Count the session that ends; raise WindowTooSmallError after MAX_BARREN_SESSIONS in a
+    row without one successful tool call."""
+    state.barren_sessions = 0 if state.session_successes else state.barren_sessions + 1
+    if state.barren_sessions >= MAX_BARREN_SESSIONS:
+        raise WindowTooSmallError(cannot_progress(state.context, (
+            f"{state.barren_sessions} sessions in a row ended without one successful tool "
+            "call")))
+
+
+def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
+                policy: ContextConfig, allocated: int | None) -> Fitted:
+    """The conversation the next session begins with, the window believed afresh (with what
+    the server says it `allocated`, if it says). Raises WindowTooSmallError when even that
+    would start at the soft threshold."""
+    context = state.context
+    carried = carryover(state.messages, policy.carryover_turns)
+    context.window = with_allocated(at_session_start(context.window), allocated)
+    context.new_session()
+    fresh = [system, restart_marker(state.session + 1, state.session_turns), *carried]
+    fitted = context.fit(fresh, tools, context.fresh_start_target())
+    if context.used_pct(fitted.tokens) >= policy.soft_threshold_pct:
+        raise WindowTooSmallError(cannot_progress(context, (
+            f"a fresh session would start {context.used_pct(fitted.tokens):.0%} full "
+            f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
+            "newest turn)")))
+    return fitted
+
+
+def begin_session(state: RunState, messages: list[Message]) -> int:
+    """Make `messages` the conversation of the run's next session; return how many turns
+    the previous one ran."""
+    previous_turns = state.session_turns
+    state.session += 1
+    state.restarts += 1
+    state.session_turns = state.session_successes = 0
+    state.reload = ""
+    state.messages = messages
+    return previous_turns
+
+
+def cannot_progress(context: ContextManager, why: str) -> str:
+    """The one line for a run that cannot make progress in the window it believes."""
+    return (f"the run cannot make progress: {why}, in a {context.limit}-token window "
+            f"({context.limit_source}). Give the model a bigger window "
+            "(Ollama: OLLAMA_CONTEXT_LENGTH or num_ctx; llama.cpp: -c) and set "
+            "model.context_limit to match, or shorten SYSTEM_PROMPT.md")

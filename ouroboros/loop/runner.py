@@ -1,0 +1,313 @@
+"""The outer loop: start or resume a run, then run sessions, restarting them with carryover
+when the context manager asks (or a reload does), until the run stops. Every session start
+reads the config again and takes what a running run can take (see reload.py).
+
+How a run begins is in startup.py; what a restarted session begins with, in restart.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ouroboros.store import events as ev
+from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.server.client import ChatClient, client_settings
+from ouroboros.config import LoadedConfig
+from ouroboros.loop.continuation import flags_to_remember, how_to_continue
+from ouroboros.server.discovery import allocated_context, same_model
+from ouroboros.errors import ConfigError, ModelError, OuroborosError, RunFailed, StateError
+from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, write_failure
+from ouroboros.loop.endings import RestartSession, StopRun
+from ouroboros.sandbox.guard import RunGuard
+from ouroboros.sandbox.lock import WorkspaceLock
+from ouroboros.protocols import TextSink
+from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
+from ouroboros.loop.restart import ConfirmRestart, begin_session, count_progress, fresh_start, \
+    may_restart
+from ouroboros.server.retry import RetryPolicy
+from ouroboros.loop.session import Services, Session
+from ouroboros.loop.startup import (
+    api_key,
+    build_toolbox,
+    claim_window,
+    log_changes,
+    resume_run,
+    start_run,
+    startup_warnings,
+    system_message,
+)
+from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.loop.stopping import Interrupted, stop_signals
+from ouroboros.server.tokenizer import TokenCounter
+from ouroboros.window.belief import reclaimed
+
+
+@dataclass
+class RunHooks:
+    """How the terminal takes part: it watches events and text, and may be asked to confirm."""
+
+    on_event: Listener | None = None
+    on_text: TextSink | None = None
+    confirm_restart: ConfirmRestart | None = None  # None: cannot ask (headless)
+    stop: StopFlag = field(default_factory=StopFlag)
+
+
+async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
+                    run_id: str | None = None, message: str = "") -> int:
+    """Run (or resume) the agent until it stops. Returns the exit code: 0 for a normal stop
+    (a stop signal included), 1 for a failed run. Config errors raise before anything is
+    written. `message` (on resume) is a new instruction for the agent."""
+    with stop_signals(hooks.stop):
+        try:
+            return await start_and_run(loaded, hooks, resume=resume, run_id=run_id,
+                                       message=message)
+        except Interrupted:  # stopped before the run began: nothing was recorded
+            return 0
+
+
+async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
+                        run_id: str | None, message: str) -> int:
+    loaded.check_files()
+    cfg = loaded.config
+    if resume:
+        run_dir = find_run(loaded.state_dir, run_id)
+        run_id = run_dir.name
+    else:
+        run_id = new_run_id()
+        run_dir = runs_dir(loaded.state_dir) / run_id
+    guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
+    lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
+    client = ChatClient(
+        cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
+        **client_settings(cfg.model))
+    counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
+    try:
+        guard.start()  # before an interrupted call is answered: its processes are gone
+        await hooks.stop.cancellable(check_reachable(client))
+        runner = await hooks.stop.cancellable(
+            Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
+                        guard=guard))
+        if lock.taken_over is not None:
+            runner.log.emit(ev.WarningEvent(message=f"took over a stale lock left by pid "
+                                            f"{lock.taken_over.get('pid')} (that process is "
+                                            "gone)"))
+        return await runner.run()
+    finally:
+        await client.aclose()
+        guard.close()
+        lock.release()
+
+
+async def check_reachable(client: ChatClient) -> None:
+    """Fail fast, before a run is recorded, when nothing listens at the server's address
+    (retrying is for servers that go away during a run, not for one never started), when what
+    answers there is not an LLM server, or when Ollama does not have the model (other servers
+    may serve one model under any name)."""
+    models = await client.listed_models()
+    if models is None:
+        return
+    listed = any(same_model(name, client.model) for name in models)
+    if not listed and await client.detect_kind() == "ollama":
+        raise await client.missing_model()
+
+
+class Runner:
+    guard: RunGuard | None = None  # the sandbox, redaction and tool processes of the run
+
+    def __init__(self, loaded: LoadedConfig, run_dir: Path, state: RunState, log: EventLog,
+                 services: Services, hooks: RunHooks) -> None:
+        self.loaded = loaded
+        self.run_dir = run_dir
+        self.state = state
+        self.log = log
+        self.services = services
+        self.hooks = hooks
+
+    @classmethod
+    async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
+                   counter: TokenCounter, hooks: RunHooks, *, resume: bool,
+                   message: str = "", guard: RunGuard | None = None) -> Runner:
+        """Start a new run in `run_dir`, or pick up the one there; snapshot its state, so a
+        run killed before its first reply resumes."""
+        cfg = loaded.config
+        flags = flags_to_remember(cfg.model_dump(), loaded.sources)
+        claim = await claim_window(loaded)
+        if resume:
+            state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
+                                                 message, guard)
+        else:
+            state, log = start_run(loaded, run_dir, hooks.on_event, claim, flags, guard)
+            interrupted = []
+        guarded = guard.warnings() if guard is not None else []
+        for warning in startup_warnings(loaded, os.environ) + guarded:
+            log.emit(ev.WarningEvent(message=warning))
+        services = Services(
+            client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
+            log=log, run_dir=run_dir, retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs),
+            stop=hooks.stop, max_turns=cfg.agent.max_turns,
+            continue_message=cfg.agent.continue_message,
+            max_idle_turns=cfg.agent.max_idle_turns, on_text=hooks.on_text, counter=counter)
+        runner = cls(loaded, run_dir, state, log, services, hooks)
+        runner.guard = guard
+        session = Session(state, services)
+        for call in interrupted:
+            session.actions.answer_interrupted(call)
+        runner.snapshot()
+        return runner
+
+    async def run(self) -> int:
+        """Run sessions until the run stops; 0 for a normal stop. A model failure is logged,
+        the run is left resumable, and RunFailed carries the message out. A stop signal
+        cancels the sessions wherever they wait (see stopping.py)."""
+        stop = self.services.stop
+        stop.listeners.append(lambda name: self.log.emit(ev.StopRequested(signal=name)))
+        self.install_signal_handlers()
+        try:
+            await stop.cancellable(self.sessions())
+        except StopRun as stopped:
+            self.finish(stopped.reason, 0, stopped.summary)
+        except Interrupted as interrupted:
+            self.finish(interrupted.reason, 0)
+        except ModelError as error:
+            self.log.emit(ev.ErrorEvent(message=error.message, kind=type(error).__name__))
+            self.finish("error", 1)
+            raise RunFailed(f"{error.message} (run {self.state.run_id} is saved: fix the "
+                            "cause, then `ouroboros resume` continues it)") from None
+        except (StateError, OSError) as error:
+            raise self.cannot_write(error) from None
+        finally:
+            self.remove_signal_handlers()
+        return 0
+
+    async def sessions(self) -> None:
+        while True:
+            try:
+                await Session(self.state, self.services).run()
+            except RestartSession as restart:
+                await self.restart(restart.reason)
+
+    async def restart(self, reason: str) -> None:
+        """Begin the next session with what carries over, under the config as it is now."""
+        changes = await self.reread_config()
+        state, policy, model = self.state, self.loaded.config.context, self.loaded.config.model
+        may_restart(state, policy, reason, self.hooks.confirm_restart)
+        count_progress(state)
+        allocated = await allocated_context(model.base_url, model.name,
+                                            api_key=api_key(model.api_key_env))
+        fitted = fresh_start(state, system_message(self.loaded, state.messages[0]),
+                             self.services.toolbox.schemas(), policy, allocated)
+        self.log.emit(ev.SessionEnd(reason="restart"))
+        previous_turns = begin_session(state, fitted.messages)
+        carried = len(fitted.messages) - 2  # after the system prompt and the restart note
+        # Saved before the events that announce it: a crash in between resumes the new session.
+        self.snapshot()
+        self.log.session, self.log.turn = state.session, 0
+        self.log.emit(ev.SessionRestart(
+            previous_turns=previous_turns, carryover_messages=carried,
+            carryover_masked=len(fitted.masked), carryover_turns_dropped=fitted.dropped_turns,
+            reason=reason))
+        log_changes(self.log, changes)
+        context = state.context
+        self.log.emit(ev.SessionStart(context_limit=context.limit,
+                                      limit_source=context.limit_source, budget=context.budget,
+                                      carryover_messages=carried))
+
+    def snapshot(self) -> None:
+        """Write the whole state: at the start, at restarts and at the end."""
+        Checkpoints(self.state, self.log, self.run_dir, self.services.journal).snapshot()
+
+    # -- tuning: the config read again at every session start --
+
+    async def reread_config(self) -> list[Change]:
+        """Read the config layers again and take the keys a running run can take; return
+        those changes (logged once the new session is announced). A config that no longer
+        loads changes nothing; it, and each key that needs a new run, is warned about once."""
+        try:
+            new = self.loaded.reread()
+        except ConfigError as error:
+            self.warn_once(f"config error: {error.message}", bad_edit(error.message))
+            return []
+        changes = config_diff(self.loaded.redacted(), new.redacted(), new.sources)
+        for change in changes:
+            if not change.live:
+                self.warn_once(f"needs a new run: {change.key} = {show(change.new)}",
+                               needs_new_run(change))
+        applied = [change for change in changes if change.live]
+        if applied:
+            limit_changed = any(c.key == "model.context_limit" for c in applied)
+            await self.apply_config(with_live(self.loaded, new), limit_changed=limit_changed)
+        return applied
+
+    async def apply_config(self, loaded: LoadedConfig, *, limit_changed: bool) -> None:
+        """Make `loaded` the run's config: the context policy and reply reserve, the window
+        claim (through the same evidence rules as a resume), the client's settings, retries,
+        limits and the tools."""
+        self.loaded = loaded
+        cfg, context, services = loaded.config, self.state.context, self.services
+        context.policy = cfg.context
+        context.max_output_tokens = cfg.model.max_output_tokens
+        if limit_changed:
+            context.window = reclaimed(context.window, *await claim_window(loaded))
+        if isinstance(services.client, ChatClient):
+            services.client.configure(**client_settings(cfg.model))
+        services.retry = RetryPolicy(max_retry_secs=cfg.model.max_retry_secs)
+        services.max_turns = cfg.agent.max_turns
+        services.continue_message = cfg.agent.continue_message
+        services.max_idle_turns = cfg.agent.max_idle_turns
+        services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log, self.guard)
+
+    def warn_once(self, key: str, message: str) -> None:
+        self.state.warn_once(self.log, key, message)
+
+    def cannot_write(self, error: StateError | OSError) -> StateError:
+        """A full disk or a file size limit: the `error` and `run_end` events go to the log
+        if it can still take them; what was written before stays as it was."""
+        failed = error if isinstance(error, StateError) else \
+            write_failure(error.filename or self.run_dir, error)
+        try:
+            self.finish("error", 1, failed=failed)
+        except (StateError, OSError):
+            pass
+        return failed
+
+    def finish(self, reason: str, code: int, summary: str = "",
+               failed: StateError | None = None) -> None:
+        """Record the end: every way a run ends leaves it resumable, and `next` says how.
+        The end records (with the `error` of a failed write) go to the log all or none."""
+        agent = self.loaded.config.agent
+        with self.log.together():
+            if failed is not None:
+                self.log.emit(ev.ErrorEvent(message=failed.message, kind="StateError"))
+            self.log.emit(ev.SessionEnd(reason=reason))
+            self.log.emit(ev.RunEnd(
+                reason=reason, exit_code=code, sessions=self.state.session,
+                total_turns=self.state.total_turns, restarts=self.state.restarts,
+                resumable=True, summary=summary,
+                next=how_to_continue(reason, max_turns=agent.max_turns,
+                                     max_idle_turns=agent.max_idle_turns)))
+        self.snapshot()
+        self.log.close()
+
+    # -- SIGHUP (`ouroboros reload`) ends the session early, so the next one reads the
+    # -- config; SIGINT and SIGTERM stop the run (run_agent hands them to the stop flag)
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload, signal.SIGHUP.name)
+
+    def remove_signal_handlers(self) -> None:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+
+    def request_reload(self, signal_name: str) -> None:
+        """Ask the session to end early: the agent is told to save its state, then the
+        session restarts and the new one reads the config again."""
+        if not self.state.reload:
+            self.state.reload = "requested"
+            self.log.emit(ev.ReloadRequested(signal=signal_name))
+
+
+__all__ = ["RunHooks", "run_agent", "OuroborosError"]

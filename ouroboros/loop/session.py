@@ -1,0 +1,184 @@
+"""One session: ask the model, run its tools, keep the window in budget, repeat.
+
+    await Session(state, services).run()  # never returns
+
+The loop never ends by itself: it raises `RestartSession` when the window says so and
+`StopRun` when the run should end (flow.py); a stop signal cancels it wherever it waits
+(stopping.py). The rest of a turn is in actions.py (tool calls), upkeep.py (the window) and
+checkpoints.py (the state, written as it goes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ouroboros.store import events as ev
+from ouroboros.loop.evidence import Accounting
+from ouroboros.loop.tool_calls import Actions
+from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.window.conversation import note, pending_calls, without_reasoning
+from ouroboros.errors import ContextOverflowError, ModelError
+from ouroboros.loop.endings import StopRun
+from ouroboros.loop.guards import idle_pause
+from ouroboros.loop.journal import Journal
+from ouroboros.protocols import (
+    Message,
+    ModelClient,
+    RunLog,
+    StreamResult,
+    TextSink,
+    TokenCounter,
+    ToolCall,
+)
+from ouroboros.server.retry import RetryPolicy, with_retries
+from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.tools import Toolbox
+from ouroboros.loop.decisions import Upkeep
+
+MAX_OVERFLOW_RECOVERIES = 3
+
+
+@dataclass
+class Services:
+    """What sessions work with: built by the runner, retuned by it at each restart."""
+
+    client: ModelClient
+    toolbox: Toolbox
+    log: RunLog
+    run_dir: Path
+    retry: RetryPolicy
+    stop: StopFlag
+    max_turns: int = 0
+    continue_message: str = "Continue working towards your goals. Use your tools."
+    max_idle_turns: int = 3
+    on_text: TextSink | None = None
+    counter: TokenCounter | None = None
+    journal: Journal = field(default_factory=Journal)  # what the last snapshot holds
+
+
+class Session:
+    """One session of `state`'s run, from its start (or resume) to a restart or a stop."""
+
+    def __init__(self, state: RunState, services: Services) -> None:
+        self.state = state
+        self.services = services
+        self.context = state.context
+        self.log = services.log
+        self.tools = services.toolbox.schemas()
+        self.checkpoints = Checkpoints(state, self.log, services.run_dir, services.journal)
+        self.actions = Actions(state, services.toolbox, self.log, self.checkpoints,
+                               services.run_dir)
+        self.upkeep = Upkeep(state, self.tools, self.log, self.warn_once)
+        self.accounting = Accounting(self.context, services.client, services.counter,
+                                     self.tools, self.log, self.warn_once)
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.state.messages
+
+    async def run(self) -> None:
+        """Turn after turn, until a restart or a stop is raised."""
+        await self.pick_up()
+        while True:
+            self.check_limits()
+            self.log.turn = self.state.session_turns + 1
+            reply = await self.query()
+            await self.act(reply.tool_calls)
+            self.upkeep.after_turn()
+            self.checkpoints.end_turn()
+
+    async def pick_up(self) -> None:
+        """At a session start: run the calls of the last reply that never started (a stop or
+        a crash came first), then give the agent the instruction a resume brought
+        (`--message`), or the continue message a reply without tool calls was due."""
+        pending = pending_calls(self.messages)
+        due = not pending and self.messages[-1]["role"] == "assistant"
+        instruction = self.state.instruction
+        if pending:
+            await self.execute(pending)
+        if instruction:
+            self.messages.append({"role": "user", "content": instruction})
+            self.state.instruction = ""
+        elif due:
+            self.messages.append(note("continue", self.services.continue_message))
+        if pending or due or instruction:
+            self.upkeep.after_turn()
+            self.checkpoints.end_turn()
+
+    def check_limits(self) -> None:
+        """Between turns: a stop asked for, or the run's last turn taken, ends the run."""
+        if self.services.stop.reason is not None:
+            raise StopRun(self.services.stop.reason)
+        if self.services.max_turns and self.state.total_turns >= self.services.max_turns:
+            raise StopRun("max_turns")
+
+    async def query(self) -> StreamResult:
+        """The model's reply to the conversation, fitted to the window first. A refusal as too
+        long shrinks the window believed and asks again, up to MAX_OVERFLOW_RECOVERIES."""
+        for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
+            await self.accounting.measure(self.messages)
+            sent_tokens = self.upkeep.fit()
+            sent = list(self.messages)
+            wire = self.context.wire(sent)
+            try:
+                reply = await with_retries(
+                    lambda: self.services.client.complete(wire, self.tools,
+                                                          self.services.on_text),
+                    self.services.retry, on_retry=self.on_retry)
+            except ContextOverflowError as error:  # an empty stream too
+                await self.accounting.refused(error, sent, sent_tokens)
+                continue
+            await self.record(sent, reply)
+            self.checkpoints.step()
+            return reply
+        raise ModelError(f"the server kept refusing the prompt as too long after "
+                         f"{MAX_OVERFLOW_RECOVERIES} attempts to shrink it to fit a "
+                         f"{self.context.limit}-token window ({self.context.limit_source}); "
+                         "set model.context_limit to the window the server really has")
+
+    async def record(self, sent: list[Message], reply: StreamResult) -> None:
+        """Add the reply to the conversation: only now does the turn count (a request that
+        failed for good, or was cut short by a crash, is asked again on resume)."""
+        self.state.session_turns += 1
+        self.state.total_turns += 1
+        message = reply.to_message()
+        message["content"] = without_reasoning(reply.text)
+        self.messages.append(message)
+        self.log.emit(ev.Assistant(text=reply.text, finish_reason=reply.finish_reason,
+                                   tool_calls=[asdict(call) for call in reply.tool_calls]))
+        await self.accounting.take_in(sent, reply)
+
+    async def act(self, calls: list[ToolCall]) -> None:
+        """Run the reply's tool calls; a reply without any is an idle turn."""
+        if not calls:
+            await self.idle()
+            return
+        self.state.idle_turns = 0
+        await self.execute(calls)
+
+    async def execute(self, calls: list[ToolCall]) -> None:
+        """Run the calls in order; a task_complete among them ends the run once all ran."""
+        summary = await self.actions.execute(calls)
+        if summary is not None:
+            raise StopRun("task_complete", summary)
+
+    async def idle(self) -> None:
+        """A reply without a tool call: the continue message, after a pause (idling.py);
+        after `max_idle_turns` such turns in a row the run pauses instead."""
+        self.state.idle_turns += 1
+        turns, limit = self.state.idle_turns, self.services.max_idle_turns
+        if limit and turns >= limit:
+            raise StopRun("idle")
+        pause = idle_pause(turns)
+        if pause:
+            self.log.emit(ev.Idle(idle_turns=turns, pause_secs=pause, max_idle_turns=limit))
+            await asyncio.sleep(pause)
+        self.messages.append(note("continue", self.services.continue_message))
+
+    def on_retry(self, attempt: int, delay: float, error: Exception) -> None:
+        self.log.emit(ev.Retry(attempt=attempt, delay_secs=round(delay, 2), error=str(error)))
+
+    def warn_once(self, key: str, message: str) -> None:
+        self.state.warn_once(self.log, key, message)

@@ -1,0 +1,178 @@
+"""How a run begins: a new run's first state and log, a resumed run's state recovered from
+its log (resume.py), and the parts every session works with that the config decides (the
+toolbox, the window the config claims, the system prompt as it is on disk now).
+
+    state, log = start_run(loaded, run_dir, on_event, claim, flags, guard)
+    state, log, interrupted = resume_run(loaded, run_dir, on_event, claim, flags, message, guard)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from ouroboros import __version__
+from ouroboros.store import events as ev
+from ouroboros.config import LoadedConfig
+from ouroboros.window.policy import ContextManager
+from ouroboros.window.conversation import note
+from ouroboros.server.discovery import discover_context_limit
+from ouroboros.store.log import EVENTS_FILE, Durability, EventLog, Listener
+from ouroboros.sandbox.guard import RunGuard
+from ouroboros.protocols import EventSink, Message, ToolCall
+from ouroboros.loop.reload import Change, config_diff
+from ouroboros.loop.resume import drop_torn_line, rebuilt_warning, recover
+from ouroboros.loop.state import RunState
+from ouroboros.tools import TaskComplete, Toolbox, default_tools
+from ouroboros.tools.recall import RecallTool
+from ouroboros.window.belief import reclaimed
+
+Claim = tuple[int, str]  # the window the config claims (or the server says), and from where
+
+
+def start_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, claim: Claim,
+              flags: dict[str, Any], guard: RunGuard | None) -> tuple[RunState, EventLog]:
+    """A new run's state, and its log begun with `run_start` and `session_start`."""
+    cfg = loaded.config
+    context = ContextManager.create(*claim, cfg.model.max_output_tokens, cfg.context)
+    state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message), context)
+    log = open_log(run_dir, on_event, seq=0, state=state, guard=guard,
+                   durability=cfg.logging.durability)
+    log.emit(ev.RunStart(run_id=run_dir.name, version=__version__, pid=os.getpid(),
+                         config=loaded.redacted(), flags=flags, **sandbox_fields(guard)))
+    log.emit(ev.SessionStart(context_limit=context.limit, limit_source=context.limit_source,
+                             budget=context.budget, carryover_messages=0))
+    return state, log
+
+
+def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, claim: Claim,
+               flags: dict[str, Any], message: str, guard: RunGuard | None
+               ) -> tuple[RunState, EventLog, list[ToolCall]]:
+    """A stopped run's state as its log and snapshot say, its log continued with
+    `run_resumed`, and the tool calls a stop or crash cut short (to be answered)."""
+    cfg = loaded.config
+    recovered = recover(run_dir, cfg.context, read_system_prompt(loaded))
+    if recovered.torn_line is not None:
+        drop_torn_line(run_dir, recovered.valid_bytes)
+    state = recovered.state
+    context = state.context
+    context.window = reclaimed(context.window, *claim)
+    context.max_output_tokens = cfg.model.max_output_tokens
+    state.barren_sessions = 0
+    state.reload = ""  # a resume reads the config anyway
+    state.idle_turns = 0  # the person chose to go on
+    state.instruction = message.strip() or state.instruction
+    log = open_log(run_dir, on_event, seq=recovered.seq, state=state, guard=guard,
+                   durability=cfg.logging.durability)
+    log.emit(ev.RunResumed(
+        total_turns=state.total_turns, restarts=state.restarts,
+        torn_line_dropped=recovered.torn_line is not None,
+        interrupted_tools=[c.name for c in recovered.interrupted], context_limit=context.limit,
+        limit_source=context.limit_source, budget=context.budget, flags=flags,
+        message=message.strip(), **sandbox_fields(guard)))
+    if recovered.rebuilt is not None:
+        log.emit(ev.WarningEvent(message=rebuilt_warning(recovered.rebuilt, state)))
+    # A new process takes every key: log what differs from what the run last used.
+    log_changes(log, config_diff(recovered.config, loaded.redacted(), loaded.sources))
+    return state, log, recovered.interrupted
+
+
+def open_log(run_dir: Path, on_event: Listener | None, *, seq: int, state: RunState,
+             guard: RunGuard | None = None, durability: Durability = "turn") -> EventLog:
+    """The run's log, continued after event `seq`, redacting the run's secrets."""
+    log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
+                   turn=state.session_turns, durability=durability)
+    if guard is not None and guard.redact:
+        log.redact = guard.redact
+    if on_event is not None:
+        log.subscribe(on_event)
+    return log
+
+
+def log_changes(log: EventSink, changes: list[Change]) -> None:
+    """A `config_changed` event for each change."""
+    for change in changes:
+        log.emit(ev.ConfigChanged(key=change.key, old=change.old, new=change.new,
+                                  source=change.source))
+
+
+def sandbox_fields(guard: RunGuard | None) -> dict[str, Any]:
+    """For `run_start` and `run_resumed`: what the shell is confined to, and what not."""
+    return {"sandbox": guard.sandbox.describe()} if guard is not None else {}
+
+
+def api_key(env_name: str) -> str | None:
+    """The key in the environment variable `model.api_key_env` names, if any."""
+    return os.environ.get(env_name) or None if env_name else None
+
+
+async def claim_window(loaded: LoadedConfig) -> Claim:
+    """The window the config claims (or the server says), and where that came from."""
+    model = loaded.config.model
+    return await discover_context_limit(
+        model.base_url, model.name, model.context_limit,
+        configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")),
+        api_key=api_key(model.api_key_env))
+
+
+def setting_origin(source: str) -> str:
+    """Where a setting was made, as "in config" (either file), "from the environment (NAME)"
+    or "from a command-line flag"."""
+    if source.startswith("environment "):
+        return f"from the environment ({source.removeprefix('environment ')})"
+    if source == "flag":
+        return "from a command-line flag"
+    return "in config"
+
+
+def startup_warnings(loaded: LoadedConfig, env: Mapping[str, str]) -> list[str]:
+    """What a run may start with but probably should not: an API key variable that is named
+    but not set, and a system prompt with nothing in it."""
+    warnings = []
+    name = loaded.config.model.api_key_env
+    if name and not env.get(name):
+        warnings.append(f"model.api_key_env names {name}, which is not set in the environment: "
+                        "requests go without an API key")
+    path = loaded.system_prompt_path
+    if path.is_file() and not path.read_text(encoding="utf-8").strip():
+        warnings.append(f"the system prompt {path} is empty: the agent starts with no mission "
+                        "(write it in that file)")
+    return warnings
+
+
+def read_system_prompt(loaded: LoadedConfig) -> str:
+    """SYSTEM_PROMPT.md as it is on disk now."""
+    return loaded.system_prompt_path.read_text(encoding="utf-8")
+
+
+def first_messages(loaded: LoadedConfig, kickoff: str) -> list[Message]:
+    """A new run's conversation: the system prompt and the kickoff note."""
+    return [{"role": "system", "content": read_system_prompt(loaded)}, note("continue", kickoff)]
+
+
+def system_message(loaded: LoadedConfig, previous: Message) -> Message:
+    """SYSTEM_PROMPT.md as it is on disk now (the agent may have edited it); the previous one
+    if the file has gone."""
+    try:
+        return {"role": "system", "content": read_system_prompt(loaded)}
+    except OSError:
+        return previous
+
+
+def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
+                  log: EventSink, guard: RunGuard | None = None) -> Toolbox:
+    """The tools the config gives the agent, confined by the run's sandbox."""
+    safety = loaded.config.safety
+    secrets = [loaded.config.model.api_key_env] if loaded.config.model.api_key_env else []
+    tools = default_tools(
+        loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
+        max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
+        secret_env_names=secrets, on_security=lambda event: log.emit(ev.Security(**event)),
+        sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None)
+    toolbox = Toolbox(tools, redact=guard.redact if guard is not None and guard.redact
+                      else None)
+    toolbox.add(RecallTool(run_dir / "observations", context.max_result_chars))
+    if loaded.config.agent.allow_complete:
+        toolbox.add(TaskComplete())
+    return toolbox

@@ -1,0 +1,60 @@
+"""What a run carries from step to step: the state a resume needs back (and the stop flag,
+from stopping.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from ouroboros.config import ContextConfig
+from ouroboros.window.policy import ContextManager
+from ouroboros.store.events import WarningEvent
+from ouroboros.protocols import EventSink, Message
+from ouroboros.loop.stopping import StopFlag
+
+__all__ = ["RunState", "StopFlag"]
+
+
+Reload = Literal["", "requested", "wound_down"]
+
+
+@dataclass
+class RunState:
+    """Everything a resumed run needs back; saved as the snapshot after every step."""
+
+    run_id: str
+    messages: list[Message]
+    context: ContextManager
+    session: int = 1
+    session_turns: int = 0
+    total_turns: int = 0
+    restarts: int = 0
+    session_successes: int = 0  # tool calls that succeeded in this session
+    barren_sessions: int = 0  # sessions in a row that ended without one
+    warned: list[str] = field(default_factory=list)
+    # An early end of the session asked for (SIGHUP, `ouroboros reload`): "requested", then
+    # "wound_down" once the agent was told to save its state; cleared by the restart.
+    reload: Reload = ""
+    idle_turns: int = 0  # turns in a row without a tool call
+    # A user instruction from `ouroboros resume --message`, given at the next session start.
+    instruction: str = ""
+
+    def warn_once(self, log: EventSink, key: str, message: str) -> None:
+        """A `warning` event, the first time this run meets `key`."""
+        if key not in self.warned:
+            self.warned.append(key)
+            log.emit(WarningEvent(message=message))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as the snapshot holds it. Shallow: the messages are shared, not copied
+        (the snapshot is written at once; copying a long conversation would cost more CPU
+        than the rest of the turn)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["context"] = self.context.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> RunState:
+        data = dict(data)
+        data["context"] = ContextManager.from_dict(data["context"], policy)
+        return cls(**data)

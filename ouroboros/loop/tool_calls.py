@@ -1,0 +1,94 @@
+"""The agent's tool calls: each run in turn and its result recorded, as one step.
+
+A result is recorded three ways: its full text in `observations/<obs id>.txt` (for `recall`
+and for resume), the message the model reads (capped, see context.admit), and a `tool_result`
+event that carries the step's checkpoint. A call cut short by a stop signal gets a result
+that says so, so no call is ever left unanswered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from ouroboros.store import events as ev
+from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.window.conversation import call_arguments, describe, interrupted_text
+from ouroboros.loop.journal import tool_result_ref
+from ouroboros.protocols import RunLog, ToolCall, ToolResult
+from ouroboros.loop.state import RunState
+from ouroboros.tools import COMPLETE_KEY, Toolbox
+
+
+class Actions:
+    """Runs tool calls with `toolbox` and records their results in `state`."""
+
+    def __init__(self, state: RunState, toolbox: Toolbox, log: RunLog,
+                 checkpoints: Checkpoints, run_dir: Path) -> None:
+        self.state = state
+        self.context = state.context
+        self.toolbox = toolbox
+        self.log = log
+        self.checkpoints = checkpoints
+        self.observations = run_dir / "observations"
+        self.observations.mkdir(exist_ok=True)
+
+    async def execute(self, calls: list[ToolCall]) -> str | None:
+        """Run the calls in order, a step each (its `tool_result` carries its checkpoint); the
+        summary of a task_complete among them."""
+        summary = None
+        for call in calls:
+            result = await self.run(call)
+            summary = result.meta.get(COMPLETE_KEY, summary)
+        return summary
+
+    async def run(self, call: ToolCall) -> ToolResult:
+        """Run one call and record its result."""
+        self.log.emit(ev.ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments))
+        started = time.monotonic()
+        try:
+            result = await self.toolbox.run(call)
+        except asyncio.CancelledError:  # a stop signal: the tool was killed
+            self.answer_interrupted(call, round(1000 * (time.monotonic() - started)))
+            self.checkpoints.step()
+            raise
+        self.state.session_successes += int(result.ok)
+        obs_id = self.context.new_observation_id()
+        self.save_observation(obs_id, result.content)
+        obs = describe(call.name, call_arguments(call.arguments), result, obs_id, call.id)
+        content = self.context.admit(obs, result.content)
+        self.append_result(call.id, obs_id, content)
+        self.log.emit(ev.ToolResultEvent(
+            id=call.id, name=call.name, ok=result.ok, bytes=len(result.content.encode()),
+            observation=obs_id, truncated=obs.truncated, summary=obs.first_line[:120],
+            duration_ms=round(1000 * (time.monotonic() - started)),
+            **self.checkpoints.changes()))
+        return result
+
+    def append_result(self, call_id: str, obs_id: str, content: str) -> None:
+        """Add a tool result (`content` as context.admit just cut it); its checkpoint names
+        the observation holding its text, and the cut that gives `content` back."""
+        message = {"role": "tool", "tool_call_id": call_id, "content": content}
+        self.state.messages.append(message)
+        limit, keep = self.context.max_result_chars(), self.context.policy.tool_result_truncation
+        self.checkpoints.journal.refer(message, tool_result_ref(obs_id, call_id, limit, keep))
+
+    def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
+        """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
+        result = ToolResult(interrupted_text(call.name), ok=False)
+        obs = describe(call.name, {}, result, self.context.new_observation_id(), call.id)
+        content = self.context.admit(obs, result.content)
+        self.state.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.log.emit(ev.ToolResultEvent(
+            id=call.id, name=call.name, ok=False, bytes=len(content), observation=obs.id,
+            truncated=False, summary="interrupted", duration_ms=duration_ms, interrupted=True))
+
+    def save_observation(self, obs_id: str, text: str) -> None:
+        """The full text of a result, for `recall` and for resume."""
+        with (self.observations / f"{obs_id}.txt").open("w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            if self.log.durability == "event":
+                f.flush()
+                os.fsync(f.fileno())

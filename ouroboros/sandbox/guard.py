@@ -1,0 +1,86 @@
+"""What a run does to keep the agent's tools in their place, gathered for the runner: the
+shell's sandbox, the secrets redactor, and the tool processes of the workspace (killed when
+the run starts, and by a watchdog when the harness goes).
+
+    guard = RunGuard.prepare(loaded)   # ConfigError (exit 2) when a sandbox is required and
+                                       # missing; nothing is written before
+    guard.start()                      # after the lock: leftovers killed, watchdog started
+    ...                                # guard.sandbox, guard.redact, guard.warnings()
+    guard.close()                      # tool processes killed, the private temp dir removed
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ouroboros.config import LoadedConfig, SafetyConfig
+from ouroboros.errors import ConfigError
+from ouroboros.sandbox.reaper import Watchdog, reap, remove_temp_dirs, workspace_tag
+from ouroboros.sandbox.secrets import Redactor, scrub_own_environment, secret_values
+from ouroboros.sandbox.policy import Sandbox
+
+
+def protected_paths(loaded: LoadedConfig) -> dict[str, Path]:
+    """What the shell must not touch: the state dir, the config and the system prompt."""
+    paths = {"state dir": loaded.state_dir, "system prompt": loaded.system_prompt_path}
+    if loaded.path is not None:
+        paths["config"] = loaded.path
+    return paths
+
+
+def prepare_sandbox(loaded: LoadedConfig) -> Sandbox:
+    safety = loaded.config.safety
+    return Sandbox.prepare(safety.sandbox, workspace=loaded.workspace, network=safety.network,
+                           protected=protected_paths(loaded))
+
+
+@dataclass
+class RunGuard:
+    sandbox: Sandbox
+    redact: Redactor
+    workspace: Path
+    reaped: list[int] = field(default_factory=list)
+    watchdog: Watchdog | None = None
+
+    @classmethod
+    def prepare(cls, loaded: LoadedConfig) -> RunGuard:
+        model = loaded.config.model
+        secrets = secret_values(model.api_key_env, model.base_url, os.environ)
+        scrub_own_environment(secrets)
+        return cls(prepare_sandbox(loaded), Redactor.of(secrets), loaded.workspace)
+
+    def start(self) -> None:
+        """Kill what an earlier harness left running in the workspace, and start the watchdog
+        that kills what this one leaves."""
+        tag = workspace_tag(self.workspace)
+        self.reaped = reap(tag)
+        remove_temp_dirs(tag, keep=self.sandbox.private_tmp)
+        self.watchdog = Watchdog.start(tag)
+
+    def sandbox_for(self, safety: SafetyConfig, loaded: LoadedConfig) -> Sandbox:
+        """The sandbox for a new session: a changed setting is applied if it can be."""
+        current = self.sandbox
+        if (current.setting, current.network) != (safety.sandbox, safety.network):
+            try:
+                self.sandbox = prepare_sandbox(loaded)
+            except ConfigError:
+                return current
+            current.close()
+        return self.sandbox
+
+    def warnings(self) -> list[str]:
+        found = []
+        if self.sandbox.mechanism == "none":  # "auto" found no sandbox: say it loudly
+            found.append(f"sandbox: {self.sandbox.summary}")
+        if self.reaped:
+            pids = ", ".join(map(str, self.reaped[:10]))
+            found.append(f"killed {len(self.reaped)} tool process(es) an earlier harness left "
+                         f"running in this workspace (pid {pids})")
+        return found
+
+    def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        self.sandbox.close()

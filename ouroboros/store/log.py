@@ -1,0 +1,285 @@
+"""The append-only event log (`events.jsonl`), the run's snapshot, and reading them back.
+
+Layout of a run's directory, `<state_dir>/runs/<run_id>/`:
+    events.jsonl      one JSON object per line, written as things happen; `checkpoint`
+                      events hold what each step changed in the run's state (journal.py)
+    state.json        a full snapshot: conversation and counters as of an event (atomic
+                      replace), written at session boundaries, at the end and now and then
+    observations/     the full text of every tool result, for `recall`
+
+Every record has `type`, `ts` (ISO 8601 UTC), `seq`, `session` and `turn`; the first record
+(`run_start`) also carries `format_version`. Each type is a model in events.py.
+
+    log = EventLog(run_dir / EVENTS_FILE)
+    log.emit(WarningEvent(message="..."))   # filled in: ts, seq, session, turn
+    events = read_log(run_dir / EVENTS_FILE)  # the models, in order
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal
+
+from ouroboros.store.atomic import write_atomically
+from ouroboros.errors import StateError, UsageError
+from ouroboros.store.events import EventBase, EventError, parse_event
+
+# The snapshot alone is no longer the latest state (the checkpoints after it are part of it),
+# so an Ouroboros that would resume from it alone is told to upgrade.
+SNAPSHOT_FORMAT_VERSION = 2
+EVENTS_FILE = "events.jsonl"
+SNAPSHOT_FILE = "state.json"
+
+Listener = Callable[[EventBase], None]
+Durability = Literal["turn", "event"]
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+class EventLog:
+    """Appends events to events.jsonl and tells listeners (the terminal views) about each.
+
+    Each line is flushed to the OS as written (a killed process loses nothing), and made
+    durable with fsync at every turn boundary (`commit()`), or after every event with
+    `durability="event"` (a power cut then loses at most the event being written).
+    """
+
+    def __init__(self, path: Path, *, seq: int = 0, session: int = 1, turn: int = 0,
+                 durability: Durability = "turn") -> None:
+        self.path = path
+        self.durability = durability
+        self.seq = seq
+        self.session = session
+        self.turn = turn
+        with cannot_write(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("ab", buffering=0)
+            self._size = os.fstat(self._file.fileno()).st_size  # up to the last whole record
+        self._listeners: list[Listener] = []
+        self._held: list[tuple[bytes, EventBase]] | None = None  # see together()
+        # Known secrets replaced in every record, in the file and for listeners (redact.py).
+        self.redact: Callable[[str], str] | None = None
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def emit(self, event: EventBase) -> EventBase:
+        """Write `event` as the next record (its envelope filled in) and tell the listeners;
+        returns it as written (redacted, where a secret was in it)."""
+        self.seq += 1
+        event.ts, event.seq, event.session, event.turn = utc_now(), self.seq, self.session, \
+            self.turn
+        try:
+            line = event.to_json()
+            if self.redact is not None and (redacted := self.redact(line)) != line:
+                line, event = redacted, parse_event(json.loads(redacted))
+            data = (line + "\n").encode("utf-8")
+        except ValueError:  # a lone surrogate, which UTF-8 cannot hold
+            self.seq -= 1
+            raise
+        if self._held is not None:
+            self._held.append((data, event))
+        else:
+            self._write([(data, event)])
+        return event
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The records emitted inside are written at the end in one go, all or none (the
+        records that end a run: a disk with room for some of them gets none)."""
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+        self._write(held)
+
+    def _write(self, records: list[tuple[bytes, EventBase]]) -> None:
+        with cannot_write(self.path):
+            try:
+                self._append(b"".join(data for data, _ in records))
+            except OSError:
+                self.seq -= len(records)
+                raise
+            if self.durability == "event":
+                os.fsync(self._file.fileno())
+        for _, record in records:
+            for listener in self._listeners:
+                listener(record)
+
+    def _append(self, data: bytes) -> None:
+        """Write a whole record, or nothing: a record the disk had no room for is cut off
+        again, so the smaller ones that end the run may still fit after it."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._file.write(view):]
+        except OSError:
+            try:
+                os.ftruncate(self._file.fileno(), self._size)
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+
+    def commit(self) -> None:
+        """A turn boundary: make what was logged durable, unless every event already was."""
+        if self.durability != "event":
+            self.sync()
+
+    def sync(self) -> None:
+        with cannot_write(self.path):
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if not self._file.closed:
+            try:
+                self.sync()
+            finally:
+                self._file.close()
+
+
+@contextmanager
+def cannot_write(path: Path) -> Iterator[None]:
+    """Turn a failed write (a full disk, `ulimit -f`, a read-only state dir) into one line."""
+    try:
+        yield
+    except OSError as error:
+        raise write_failure(path, error) from None
+
+
+def write_failure(path: Path | str, error: OSError) -> StateError:
+    return StateError(f"cannot write {path}: {error.strerror or error}; what was written "
+                      "before is kept: fix that (free space, a file size limit, "
+                      "permissions), then `ouroboros resume` continues the run")
+
+
+@dataclass
+class LogContents:
+    events: list[dict[str, Any]]
+    torn_line: str | None  # a last line cut short by a crash, ignored
+    valid_bytes: int  # the length of the file up to the last whole record
+
+
+def read_events(path: Path) -> LogContents:
+    """Every whole record of a log. A torn last line (the process died mid-write) is set
+    aside; a bad line anywhere else is a damaged log (StateError naming the byte)."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise StateError(f"cannot read {path}: {error.strerror or error}") from None
+    events: list[dict[str, Any]] = []
+    offset = 0
+    for raw in data.splitlines(keepends=True):
+        record = parse_record(raw) if raw.endswith(b"\n") else None
+        if record is None:
+            if offset + len(raw) >= len(data):
+                return LogContents(events, raw.decode("utf-8", "replace"), offset)
+            raise StateError(f"{path} is damaged at byte {offset} (line {len(events) + 1} "
+                             "is not a whole event); the events before it are intact")
+        events.append(record)
+        offset += len(raw)
+    return LogContents(events, None, offset)
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """One line of the log as an event, or None if it is not one."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str) \
+            or not isinstance(record.get("seq"), int):
+        return None
+    return record
+
+
+def read_log(path: Path) -> list[EventBase]:
+    """Every whole record of a log as its model (see read_events)."""
+    return parse_records(read_events(path).events, path)
+
+
+def parse_records(records: list[dict[str, Any]], path: Path) -> list[EventBase]:
+    """The records read from the log at `path` as their models (see parse_logged)."""
+    return [parse_logged(record, path) for record in records]
+
+
+def parse_logged(record: dict[str, Any], path: Path) -> EventBase:
+    """A record read from the log at `path` as its model; one that does not fit its type is
+    a damaged log (StateError naming the file)."""
+    try:
+        return parse_event(record)
+    except EventError as error:
+        raise StateError(f"{path} is damaged: {error.message}") from None
+
+
+def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any]) -> None:
+    """Save the run's state as of event `seq`; resume starts from the latest snapshot."""
+    snapshot = {"format_version": SNAPSHOT_FORMAT_VERSION, "seq": seq, "state": state}
+    path = run_dir / SNAPSHOT_FILE
+    with cannot_write(path):
+        write_atomically(path, json.dumps(snapshot, ensure_ascii=False))
+
+
+class DamagedSnapshot(Exception):
+    """state.json is there but cannot be read back; the message says how it is damaged."""
+
+
+def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
+    """The snapshot, or None when there is none. Raises DamagedSnapshot when it cannot be
+    read or is not a snapshot, UsageError when a newer Ouroboros wrote it."""
+    path = run_dir / SNAPSHOT_FILE
+    if not path.exists():
+        return None
+    try:
+        snapshot = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
+    except ValueError:
+        raise DamagedSnapshot("is not JSON (truncated, empty or overwritten)") from None
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("seq"), int) \
+            or not isinstance(snapshot.get("state"), dict):
+        raise DamagedSnapshot("does not hold a run's state")
+    if snapshot.get("format_version", 0) > SNAPSHOT_FORMAT_VERSION:
+        raise UsageError(f"{path} was written by a newer Ouroboros (format "
+                         f"{snapshot['format_version']}, this one reads "
+                         f"{SNAPSHOT_FORMAT_VERSION}); "
+                         "upgrade to resume it")
+    return snapshot
+
+
+def runs_dir(state_dir: Path) -> Path:
+    return state_dir / "runs"
+
+
+def list_runs(state_dir: Path) -> list[str]:
+    """Run ids, oldest first (ids start with their UTC start time)."""
+    root = runs_dir(state_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / EVENTS_FILE).is_file())
+
+
+def find_run(state_dir: Path, run_id: str | None) -> Path:
+    """The directory of the named run, or of the latest one."""
+    runs = list_runs(state_dir)
+    if run_id is None:
+        if not runs:
+            raise UsageError(f"no runs in {runs_dir(state_dir)}; start one with `ouroboros run`")
+        return runs_dir(state_dir) / runs[-1]
+    if run_id not in runs:
+        known = ", ".join(runs[-5:]) or "none"
+        raise UsageError(f"no run {run_id!r} in {runs_dir(state_dir)} (latest: {known})")
+    return runs_dir(state_dir) / run_id

@@ -1,0 +1,64 @@
+"""The scripted model server: a real HTTP server on 127.0.0.1 that speaks Ollama's API.
+
+It answers from a script instead of a model, with the bytes Ollama sends, and can inject
+each failure a real server shows. `ouroboros demo`, the tests and the benchmarks run
+against it.
+
+    with ScriptedServer([Reply("Reading it.", [("file_read", {"path": "a.txt"})]),
+                         Fault("status", 503),
+                         Reply("Done.")]) as server:
+        client = ChatClient(server.base_url, "scripted")
+        ...
+        server.requests[0]["messages"]      # what the client sent
+
+Where things are:
+- script.py: `Reply`, `Fault`, a `Brain`, and the order they come in (injected faults first)
+- wire.py: the bytes, as pure functions: SSE frames, completions, error bodies, usage
+- settings.py: `ModelSettings`, each way servers differ (window, overflow, usage reporting)
+- model.py: `ScriptedModel`, how each chat request is counted, recorded and answered
+- endpoints.py: the rest of Ollama's API (tags, show, ps) and other servers' tokenize
+- server.py: `ScriptedServer`, the model on a socket, with outages
+- tokenizer.py: `ServerTokenizer`, how a server counts tokens, unlike the harness's estimate
+"""
+
+from ouroboros.testing.model import ScriptedModel
+from ouroboros.testing.script import SCRIPT_FINISHED, Brain, Fault, Reply
+from ouroboros.testing.server import ScriptedServer
+from ouroboros.testing.settings import ModelSettings
+from ouroboros.testing.tokenizer import TOKENIZERS, ServerTokenizer
+from ouroboros.testing.wire import (
+    DONE_FRAME,
+    GARBAGE_FRAME,
+    OVERFLOW_MESSAGE,
+    UsageMode,
+    error_body,
+    frame,
+    render_completion,
+    render_deltas,
+    render_stream,
+    split_text,
+    usage_wire,
+)
+
+__all__ = [
+    "DONE_FRAME",
+    "GARBAGE_FRAME",
+    "OVERFLOW_MESSAGE",
+    "SCRIPT_FINISHED",
+    "TOKENIZERS",
+    "Brain",
+    "Fault",
+    "ModelSettings",
+    "Reply",
+    "ScriptedModel",
+    "ScriptedServer",
+    "ServerTokenizer",
+    "UsageMode",
+    "error_body",
+    "frame",
+    "render_completion",
+    "render_deltas",
+    "render_stream",
+    "split_text",
+    "usage_wire",
+]

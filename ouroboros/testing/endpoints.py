@@ -1,0 +1,119 @@
+"""Ollama's API besides chat, as pure functions of the settings: the endpoints a client asks
+before it chats (is it Ollama, which models, which window, does it take tools) and the
+tokenize endpoints of llama.cpp, llama-cpp-python and vLLM.
+
+    get("/api/version", settings, loaded=False)      # (200, {"version": "0.13.0"})
+    show({"model": "scripted"}, settings)            # (200, {"parameters": "num_ctx ...", ...})
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+from ouroboros.server.discovery import same_model, with_tag
+from ouroboros.protocols import Message
+from ouroboros.testing.settings import ModelSettings, TokenizeFamily
+from ouroboros.testing.wire import error_body
+
+OLLAMA_VERSION = "0.13.0"
+TRAINED_CONTEXT = 131072
+TOKENIZE_PATHS: dict[str, str] = {
+    "llama.cpp": "/tokenize",
+    "llama-cpp-python": "/extras/tokenize/count",
+    "vllm": "/tokenize",
+}
+_TOKENIZE_FIELD = {"llama.cpp": "content", "llama-cpp-python": "input", "vllm": "prompt"}
+PromptCounter = Callable[[list[Message], Any], int]
+
+
+def tags(settings: ModelSettings) -> list[dict[str, Any]]:
+    """/api/tags: one entry per model name."""
+    return [
+        {
+            "name": with_tag(name),
+            "model": with_tag(name),
+            "modified_at": "2025-01-01T00:00:00Z",
+            "size": 2019393189,
+            "digest": hashlib.sha256(name.encode()).hexdigest(),
+            "details": {"format": "gguf", "family": "llama", "parameter_size": "3.2B"},
+        }
+        for name in settings.models
+    ]
+
+
+def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
+    """Status and body of a GET; `loaded` once a chat request was served (/api/ps)."""
+    if path == "/":
+        return 200, "Ollama is running"
+    if path == "/api/version":
+        return 200, {"version": OLLAMA_VERSION}
+    if path == "/api/tags":
+        return 200, {"models": tags(settings)}
+    if path == "/v1/models":
+        data = [
+            {"id": with_tag(name), "object": "model", "created": 0, "owned_by": "library"}
+            for name in settings.models
+        ]
+        return 200, {"object": "list", "data": data}
+    if path == "/api/ps":
+        models = []
+        if loaded:
+            entry = {**tags(settings)[0], "expires_at": "2099-01-01T00:00:00Z", "size_vram": 1}
+            if settings.context_length is not None:
+                entry["context_length"] = settings.context_length
+            models.append(entry)
+        return 200, {"models": models}
+    return 404, "404 page not found"
+
+
+def show(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
+    """/api/show: the Modelfile's parameters (num_ctx), the trained window, capabilities."""
+    name = str(body.get("model") or body.get("name") or "")
+    if not any(same_model(name, known) for known in settings.models):
+        return 404, {"error": f"model '{name}' not found"}
+    parameters = 'stop                           "<|eot_id|>"'
+    if settings.context_length is not None:
+        parameters = f"num_ctx                        {settings.context_length}\n{parameters}"
+    return 200, {
+        "modelfile": f"FROM {name}\n",
+        "parameters": parameters,
+        "template": "{{ .Prompt }}",
+        "details": {"format": "gguf", "family": "llama", "parameter_size": "3.2B"},
+        "model_info": {
+            "general.architecture": "llama",
+            "general.parameter_count": 3212749888,
+            "llama.context_length": TRAINED_CONTEXT,
+        },
+        "capabilities": ["completion", "tools"] if settings.tools_supported else ["completion"],
+    }
+
+
+def tokenize_family(path: str, settings: ModelSettings) -> TokenizeFamily | None:
+    """The family whose tokenize endpoint `path` is, if the server serves it."""
+    family = settings.tokenize
+    return family if family is not None and path == TOKENIZE_PATHS[family] else None
+
+
+def tokenize(
+    family: TokenizeFamily,
+    body: dict[str, Any],
+    settings: ModelSettings,
+    count_prompt: PromptCounter,
+) -> tuple[int, Any]:
+    """The tokenize endpoint's answer: the text's tokens as that family reports them; vLLM
+    also counts a chat prompt (`messages`), with `count_prompt`."""
+    if family == "vllm" and isinstance(body.get("messages"), list):  # chat form
+        count = count_prompt(body["messages"], body.get("tools"))
+    else:
+        text = body.get(_TOKENIZE_FIELD[family])
+        if not isinstance(text, str):
+            message = f"'{_TOKENIZE_FIELD[family]}' must be a string"
+            return 400, error_body(message, 400)
+        count = settings.tokenizer.count_text(text)
+    if family == "llama.cpp":
+        return 200, {"tokens": list(range(count))}
+    if family == "llama-cpp-python":
+        return 200, {"count": count}
+    max_model_len = settings.context_length or TRAINED_CONTEXT
+    return 200, {"count": count, "max_model_len": max_model_len, "tokens": list(range(count))}

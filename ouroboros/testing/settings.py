@@ -1,0 +1,56 @@
+"""How a scripted model server behaves: one setting per way real servers differ.
+
+    ScriptedServer(script, context_length=4096, overflow="error", usage="zero")
+    ModelSettings(context_length=4096, overflow="error", usage="zero")   # the same settings
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from ouroboros.testing.tokenizer import TOKENIZERS, ServerTokenizer
+from ouroboros.testing.wire import UsageMode, Wire
+
+Overflow = Literal["truncate", "error", "empty"]
+TokenizeFamily = Literal["llama.cpp", "llama-cpp-python", "vllm"]
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The scripted model's name, wire dialect, window and way of counting; `ScriptedServer`
+    takes each field as a keyword argument."""
+
+    model: str = "scripted"
+    """Its name; a request for any other model gets Ollama's 404."""
+    wire: Wire = "current"
+    """The dialect of its streamed answers (see wire.Wire)."""
+    fragment_tool_calls: bool = False
+    """Stream tool-call arguments a few characters at a time, as llama.cpp and vLLM do,
+    instead of each call whole in one chunk as Ollama does."""
+    send_usage: bool = True
+    """Send the usage chunk when a streamed request asks for it (`include_usage`)."""
+    context_length: int | None = 8192
+    """The window in tokens, advertised as `num_ctx` in /api/show and /api/ps; None: no
+    limit, none advertised."""
+    overflow: Overflow = "truncate"
+    """A prompt over the window: "truncate" (Ollama: whole messages dropped from the front),
+    "error" (Ollama's 400), "empty" (llama.cpp: an empty 200 when streaming, else a 400)."""
+    tools_supported: bool = True
+    """False: a request with tools gets a 400, and /api/show lists no "tools" capability."""
+    tokenizer: ServerTokenizer = TOKENIZERS["words"]
+    """How it counts prompts and replies."""
+    usage: UsageMode = "whole"
+    """How it reports `prompt_tokens` (see wire.UsageMode)."""
+    report_cached: bool = False
+    """With usage "whole": add `prompt_tokens_details.cached_tokens`, the part of the prompt
+    it shares with the previous one."""
+    tokenize: TokenizeFamily | None = None
+    """Serve the tokenize endpoint of this family of servers (endpoints.TOKENIZE_PATHS)."""
+    extra_models: Sequence[str] = ()
+    """More names it lists and answers to."""
+
+    @property
+    def models(self) -> list[str]:
+        """Every name it answers to, its own first."""
+        return [self.model, *self.extra_models]

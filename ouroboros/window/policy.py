@@ -1,0 +1,390 @@
+"""Context management: what fills the model's window, and what to do about it.
+
+Everything here is pure: functions and a small state object, no I/O. The session feeds in
+what the server reported and the messages it holds; the ContextManager answers with a
+decision (`Continue | Mask | WindDown | Restart`) or a conversation that fits. What it does
+to the conversation (notes, placeholders, masking, dropping turns, carryover) is in
+conversation.py.
+
+Vocabulary:
+- *budget*: the tokens a prompt may use, the context limit minus a reserve for the reply.
+  Zones and `context_used_pct` are fractions of the budget, so 100% is the wall.
+- *observation* and *turn*: see conversation.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from ouroboros.window import ledger as tk
+from ouroboros.window.conversation import (
+    Observation,
+    apply_masks,
+    cap_text,
+    drop_oldest_turn,
+    placeholder,
+    worth_masking,
+)
+from ouroboros.protocols import Message, Usage, WireMessages
+from ouroboros.window.sizes import Tally
+from ouroboros.window.belief import Count, Verdict, Window, after_refusal, judge
+
+if TYPE_CHECKING:
+    from ouroboros.config import ContextConfig
+
+# The reply's reserve is max_output_tokens, but never more than this share of the window.
+REPLY_RESERVE_MAX_SHARE = 0.25
+# A restarted session starts at most this full (and below the soft threshold), so it has
+# room to work before the next wind-down.
+FRESH_START_MAX_FILL = 0.5
+# One tool result never takes more than this share of the budget.
+RESULT_MAX_SHARE = 0.25
+MIN_RESULT_CHARS = 200
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Nothing to do: the conversation fits."""
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Replace these observations (by tool-call id) with placeholders."""
+
+    tool_call_ids: list[str]
+
+
+@dataclass(frozen=True)
+class WindDown:
+    """Tell the agent to save its state: the session restarts soon."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    """End the session; the next begins with what carries over."""
+
+    reason: str
+
+
+Decision = Continue | Mask | WindDown | Restart
+
+
+def decide(policy: ContextConfig, used: float, candidates: list[str],
+           wound_down: bool) -> tuple[Decision, bool]:
+    """The decision at `used` (a fraction of the budget), given the observations worth
+    masking (oldest first), and whether the agent has been told to wind down since.
+
+    Continue below the soft threshold; above it, mask the oldest observations (never the
+    newest `keep_recent_observations`). At the hard threshold with nothing left to mask, wind
+    down; still there a turn later, restart. Masking comes first even above the hard
+    threshold: one large result can jump past both thresholds, and masking is far cheaper
+    than a restart. The wind-down rearms only once use falls below the soft threshold: a
+    conversation hovering about the hard threshold would otherwise wind down forever.
+    Returns the decision and whether the agent stands wound down after it.
+    """
+    if used < policy.soft_threshold_pct:
+        return Continue(), False
+    keep = policy.keep_recent_observations
+    ids = (candidates[:-keep] if keep else candidates)[: policy.mask_batch_size]
+    if ids:
+        return Mask(ids), wound_down
+    if used < policy.hard_threshold_pct:
+        return Continue(), wound_down
+    if wound_down:
+        return Restart(f"context at {used:.0%} of the budget after the wind-down"), True
+    return WindDown(), True
+
+
+def prompt_budget(limit: int, max_output_tokens: int) -> int:
+    """The tokens a prompt may take: the limit less the reply's reserve."""
+    return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
+
+
+# --- the manager ----------------------------------------------------------------------------
+
+
+@dataclass
+class Reading:
+    """The window after one model turn."""
+
+    prompt_tokens: int  # the server's count when it proved whole, else the ledger's figure
+    completion_tokens: int
+    source: Literal["server", "estimate"]
+    estimated: int  # the ledger's figure for what was sent
+    verdict: Verdict
+    reported: int | None = None  # what the server said, whatever it proved
+    cached_tokens: int | None = None
+
+
+@dataclass
+class Fitted:
+    messages: list[Message]
+    masked: list[str] = field(default_factory=list)
+    dropped_turns: int = 0
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class LastCount:
+    """The last count later counts are compared with (the conversation's revision and length
+    when it was sent, and what the server reported), and the suspect counts since."""
+
+    revision: int
+    messages: int
+    reported: int
+    suspects: int = 0
+    largest_suspect: int = 0
+
+
+@dataclass
+class ContextManager:
+    """Tracks how full the window is and decides what to do about it.
+
+    `policy` is the `[context]` table as configured now; everything else is the state a
+    resumed run gets back (`to_dict`/`from_dict`).
+    """
+
+    window: Window
+    max_output_tokens: int
+    policy: ContextConfig
+    calibration: tk.Calibration = field(default_factory=tk.Calibration)
+    base_tokens: int | None = None  # tool schemas and template tokens, learned from counts
+    observations: dict[str, Observation] = field(default_factory=dict)
+    total_masked: int = 0
+    mask_rounds: int = 0
+    wound_down: bool = False
+    next_observation: int = 1
+    revision: int = 0  # bumped whenever the conversation changes other than by appending
+    last_count: LastCount | None = None
+    probed: bool = False  # the server was asked to count a prompt this session
+
+    def __post_init__(self) -> None:
+        # Sizes and wire forms of the messages, as running sums: not a field, so it is
+        # never saved nor copied with the state.
+        self.tally = Tally()
+
+    @classmethod
+    def create(cls, limit: int, limit_source: str, max_output_tokens: int,
+               policy: ContextConfig) -> ContextManager:
+        return cls(Window(limit, limit_source), max_output_tokens, policy)
+
+    # -- numbers --
+
+    @property
+    def limit(self) -> int:
+        return self.window.limit
+
+    @property
+    def limit_source(self) -> str:
+        return self.window.source
+
+    @property
+    def budget(self) -> int:
+        return prompt_budget(self.limit, self.max_output_tokens)
+
+    @property
+    def chars_per_token(self) -> float:
+        return self.calibration.chars_per_token
+
+    def used_pct(self, tokens: int) -> float:
+        return tokens / self.budget if self.budget > 0 else 1.0
+
+    def base(self, tools: list[dict[str, Any]]) -> int:
+        if self.base_tokens is not None:
+            return self.base_tokens
+        return tk.estimate_chars(tk.tools_chars(tools), self.chars_per_token)
+
+    def current_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int:
+        """The window a request of these messages would take: measured sizes where counts
+        have been attributed, estimates for the rest."""
+        self.sync(messages)
+        return self.base(tools) + self.tally.tokens(self.chars_per_token)
+
+    def sync(self, messages: list[Message]) -> None:
+        """Bring the tally up to `messages`: only what was appended since is looked at,
+        unless the conversation changed otherwise (a new `revision`)."""
+        self.tally.sync(messages, self.revision, self._worth_masking)
+
+    def _worth_masking(self, message: Message) -> str | None:
+        return worth_masking(message, self.observations)
+
+    def wire(self, messages: list[Message]) -> WireMessages:
+        """The messages as the server should see them, encoded (see `to_wire`)."""
+        self.sync(messages)
+        return self.tally.wire()
+
+    def unmeasured(self, messages: list[Message]) -> list[Message]:
+        self.sync(messages)
+        return self.tally.unmeasured()
+
+    def measured(self, message: Message, tokens: int) -> None:
+        """Write what the server's tokenizer counted for a message of the last `sync`."""
+        self.tally.measure(message, tokens)
+
+    def comparable(self, sent: list[Message]) -> LastCount | None:
+        """The last count, if `sent` only extends the conversation it was made of."""
+        last = self.last_count
+        if last is None or last.revision != self.revision or last.messages > len(sent):
+            return None
+        return last
+
+    def observe_reply(self, sent: list[Message], tools: list[dict[str, Any]],
+                      usage: Usage | None, reply_chars: int) -> Reading:
+        """Take in what the server reported for the request `sent` (usage None: nothing)."""
+        cpt = self.chars_per_token
+        self.sync(sent)
+        messages = self.tally.tokens(cpt)
+        estimate = self.base(tools) + messages
+        reported = usage.prompt_tokens if usage else None
+        previous = self.comparable(sent)
+        added = (sum(tk.message_tokens(m, cpt) for m in sent[previous.messages:])
+                 if previous else 0)
+        # Judged against the messages alone: servers disagree most on the base (some never
+        # show the model its tool schemas).
+        count = Count(reported, messages, previous.reported if previous else None, added,
+                      previous.suspects if previous else 0,
+                      previous.largest_suspect if previous else 0)
+        verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
+        if verdict == "whole":
+            assert reported is not None
+            fresh = self.tally.unmeasured()
+            self.base_tokens, shares, chars, attributed = tk.attribute(
+                fresh, self.tally.measured_sum, reported, self.base(tools), cpt)
+            for message, tokens in zip(fresh, shares):
+                self.tally.measure(message, tokens)
+            self.calibration.observe(chars, attributed)
+            self.last_count = LastCount(self.revision, len(sent), reported)
+        elif verdict == "suspect":
+            assert reported is not None
+            self.last_count = (
+                replace(previous, suspects=previous.suspects + 1,
+                        largest_suspect=max(previous.largest_suspect, reported))
+                if previous else LastCount(self.revision, len(sent), reported, 1, reported))
+        elif verdict == "truncated":
+            self.last_count = None
+        guess = tk.estimate_chars(reply_chars, cpt)
+        completion = (usage.completion_tokens if usage else None) or min(
+            guess, self.max_output_tokens or guess)
+        whole = verdict == "whole"
+        return Reading(reported if whole and reported else estimate, completion,
+                       "server" if whole else "estimate", estimate, verdict, reported,
+                       usage.cached_tokens if usage else None)
+
+    def refused(self, rejected_tokens: int, named: int | None) -> None:
+        """The server refused a prompt of about this size as too long."""
+        self.window = after_refusal(self.window, rejected_tokens, named)
+        self.last_count = None
+
+    # -- decisions --
+
+    def evaluate(self, tokens: int, messages: list[Message]) -> Decision:
+        self.sync(messages)
+        decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
+                                           self.tally.candidates(), self.wound_down)
+        return decision
+
+    def mask(self, messages: list[Message], ids: list[str]) -> list[Message]:
+        self.sync(messages)
+        for tool_call_id in ids:
+            self.observations[tool_call_id].masked = True
+        masked = apply_masks(messages, {i: placeholder(self.observations[i]) for i in ids})
+        self.total_masked += len(ids)
+        self.mask_rounds += 1
+        self.revision += 1
+        self.tally.replace(masked, ids, self.revision, self._worth_masking)
+        return masked
+
+    def fit(self, messages: list[Message], tools: list[dict[str, Any]],
+            target: int | None = None) -> Fitted:
+        """Make a conversation fit `target` tokens (default: the budget): mask older results
+        oldest-first, then drop the oldest complete turns, and only then mask the newest
+        turn's results, which the model has not seen yet."""
+        target = self.budget if target is None else target
+        fitted = Fitted(messages, tokens=self.current_tokens(messages, tools))
+        if fitted.tokens <= target:
+            return fitted
+        starts = self.tally.starts
+        newest_turn = starts[-1] if starts else len(messages)
+        newest = self.tally.candidates(newest_turn)
+        self._mask_until(fitted, self.tally.candidates(0, newest_turn), tools, target)
+        while fitted.tokens > target:
+            shorter = drop_oldest_turn(fitted.messages)
+            if shorter is None:
+                break
+            fitted.messages = shorter
+            fitted.dropped_turns += 1
+            self.revision += 1
+            fitted.tokens = self.current_tokens(fitted.messages, tools)
+        self._mask_until(fitted, newest, tools, target)
+        return fitted
+
+    def _mask_until(self, fitted: Fitted, ids: list[str], tools: list[dict[str, Any]],
+                    target: int) -> None:
+        for tool_call_id in ids:
+            if fitted.tokens <= target:
+                return
+            fitted.messages = self.mask(fitted.messages, [tool_call_id])
+            fitted.masked.append(tool_call_id)
+            fitted.tokens = self.current_tokens(fitted.messages, tools)
+
+    def fresh_start_target(self) -> int:
+        """How full a restarted session may begin."""
+        return int(self.budget * min(self.policy.soft_threshold_pct, FRESH_START_MAX_FILL))
+
+    def new_session(self) -> None:
+        self.wound_down = self.probed = False
+        self.revision += 1
+        self.last_count = None
+
+    # -- observations --
+
+    def max_result_chars(self) -> int:
+        """Tool results are capped at max_tool_result_tokens, and never more than a share of
+        the budget, so one result cannot fill a small window."""
+        tokens = min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE))
+        return max(int(tokens * self.chars_per_token), MIN_RESULT_CHARS)
+
+    def new_observation_id(self) -> str:
+        obs_id = f"obs-{self.next_observation}"
+        self.next_observation += 1
+        return obs_id
+
+    def admit(self, obs: Observation, text: str) -> str:
+        """Register a tool result and return its content as the model will see it."""
+        capped, cut = cap_text(text, self.max_result_chars(),
+                               self.policy.tool_result_truncation, obs.id)
+        obs.truncated = cut > 0
+        self.observations[obs.tool_call_id] = obs
+        return capped
+
+    # -- persistence --
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window": asdict(self.window),
+            "max_output_tokens": self.max_output_tokens,
+            "calibration": asdict(self.calibration),
+            "base_tokens": self.base_tokens,
+            "observations": {k: asdict(o) for k, o in self.observations.items()},
+            "total_masked": self.total_masked,
+            "mask_rounds": self.mask_rounds,
+            "wound_down": self.wound_down,
+            "next_observation": self.next_observation,
+            "revision": self.revision,
+            "last_count": asdict(self.last_count) if self.last_count else None,
+            "probed": self.probed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> ContextManager:
+        data = dict(data)
+        data["window"] = Window(**data["window"])
+        data["calibration"] = tk.Calibration(**data["calibration"])
+        data["observations"] = {k: Observation(**v) for k, v in data["observations"].items()}
+        if data.get("last_count") is not None:
+            data["last_count"] = LastCount(**data["last_count"])
+        return cls(policy=policy, **data)
