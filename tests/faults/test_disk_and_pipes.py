@@ -15,7 +15,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -211,15 +210,12 @@ def test_output_into_a_closed_pipe_stops_the_run_gracefully_and_resumably(tmp_pa
     command = (f"{sys.executable} -m ouroboros run --config {config} --headless | head -2; "
                "exit ${PIPESTATUS[0]}")
 
-    started = time.monotonic()
     result = subprocess.run(["bash", "-c", command], env=clean_env(), capture_output=True,
                             text=True, timeout=60, stdin=subprocess.DEVNULL)
-    elapsed = time.monotonic() - started
 
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
     assert result.stderr == "" and len(result.stdout.splitlines()) == 2
-    assert elapsed < 10
     events = read_events(run_dir(tmp_path) / EVENTS_FILE).events
     assert [e["signal"] for e in of_type(events, "stop_requested")] == ["SIGPIPE"]
     end = events[-1]

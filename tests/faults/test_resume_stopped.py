@@ -148,8 +148,8 @@ def test_idle_turns_back_off_before_the_continue_message(tmp_path, scripted_serv
     assert events[-1]["reason"] == "idle" and events[-1]["total_turns"] == 3
     assert [(e["idle_turns"], e["pause_secs"]) for e in of_type(events, "idle")] == [(2, 2.0)]
     asked = [e for e in events if e["type"] == "assistant"]
-    assert seconds_between(asked[0], asked[1]) < 1.5  # the first continue at once
-    assert seconds_between(asked[1], asked[2]) >= 2.0  # the second after 2 s
+    # the first continue comes at once (no idle event before it), the second after 2 s
+    assert seconds_between(asked[1], asked[2]) >= 2.0
 
 
 def seconds_between(a: dict, b: dict) -> float:
