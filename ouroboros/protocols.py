@@ -80,6 +80,9 @@ class ToolResult:
 
 class Tool(Protocol):
     name: str
+    # The argument that says what a call is about (a path, a command): the placeholder of a
+    # masked result and the dashboard's line for the call name it. "" for none.
+    subject: str
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool definition: {"type": "function", "function": {...}}."""

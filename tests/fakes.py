@@ -139,6 +139,7 @@ class Waits:
     """A tool that never finishes (until a stop signal kills it)."""
 
     name = "wait"
+    subject = ""
 
     def __init__(self) -> None:
         self.started = asyncio.Event()

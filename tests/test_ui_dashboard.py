@@ -304,16 +304,26 @@ def state_event() -> dict:
     return {"ts": "2025-03-01T10:00:00.000Z", "seq": 99, "session": 2, "turn": 3}
 
 
-def test_tool_calls_are_shown_by_their_most_telling_part():
-    assert call_summary("file_read", '{"path": "data/part-07.txt"}') == "file_read data/part-07.txt"
-    assert call_summary("file_write", '{"content": "x' + "y" * 500 + '", "path": "out.md"}') \
-        == "file_write out.md"
-    assert call_summary("shell_exec", '{"command": "pytest -q\\n  tests"}') \
+def test_tool_calls_are_shown_by_what_their_tool_says_they_are_about():
+    content = '{"content": "x' + "y" * 500 + '", "path": "out.md"}'
+    assert call_summary("file_write", content, "out.md") == "file_write out.md"
+    assert call_summary("shell_exec", '{"command": "pytest -q\\n  tests"}', "pytest -q\n  tests") \
         == "shell_exec pytest -q tests"
-    assert call_summary("recall", '{"id": "obs-12", "offset": 4000}') == "recall obs-12"
+    assert call_summary("recall", '{"id": "obs-12", "offset": 4000}', "obs-12") == "recall obs-12"
+
+
+def test_a_call_logged_without_its_subject_is_shown_by_its_first_argument():
+    assert call_summary("file_read", '{"path": "data/part-07.txt"}') == "file_read data/part-07.txt"
     assert call_summary("list_dir", "{}") == "list_dir"
     assert call_summary("web_fetch", '{"url": "https://x.org"}') == "web_fetch https://x.org"
     assert call_summary("file_read", '{"path": "a') == 'file_read {"path": "a'
+
+
+def test_the_dashboard_names_a_call_by_the_subject_in_its_event():
+    state = replay([ev.ToolCallEvent(ts="2025-03-01T10:00:00.000Z", id="c1", name="file_write",
+                                     arguments='{"content": "long text", "path": "out.md"}',
+                                     subject="out.md")])
+    assert state.tools[-1].call == "file_write out.md"
 
 
 def test_rate_comes_from_usage_when_the_stream_was_too_short_to_time():

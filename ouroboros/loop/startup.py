@@ -24,8 +24,7 @@ from ouroboros.protocols import EventSink, Message, ToolCall
 from ouroboros.loop.reload import Change, config_diff
 from ouroboros.loop.resume import drop_torn_line, rebuilt_warning, recover
 from ouroboros.loop.state import RunState
-from ouroboros.tools import TaskComplete, Toolbox, default_tools
-from ouroboros.tools.recall import RecallTool
+from ouroboros.tools import Recall, Toolbox, default_tools
 from ouroboros.window.belief import reclaimed
 
 Claim = tuple[int, str]  # the window the config claims (or the server says), and from where
@@ -169,10 +168,7 @@ def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
         loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
         max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
         secret_env_names=secrets, on_security=lambda event: log.emit(ev.Security(**event)),
-        sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None)
-    toolbox = Toolbox(tools, redact=guard.redact if guard is not None and guard.redact
-                      else None)
-    toolbox.add(RecallTool(run_dir / "observations", context.max_result_chars))
-    if loaded.config.agent.allow_complete:
-        toolbox.add(TaskComplete())
-    return toolbox
+        sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None,
+        recall=Recall(run_dir / "observations", context.max_result_chars),
+        allow_complete=loaded.config.agent.allow_complete)
+    return Toolbox(tools, redact=guard.redact if guard is not None and guard.redact else None)

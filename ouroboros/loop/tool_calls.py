@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ouroboros.store import events as ev
 from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.window.conversation import call_arguments, describe, interrupted_text
+from ouroboros.window.conversation import describe, interrupted_text
 from ouroboros.loop.journal import tool_result_ref
 from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.loop.state import RunState
@@ -46,7 +46,9 @@ class Actions:
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one call and record its result."""
-        self.log.emit(ev.ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments))
+        subject = self.toolbox.subject(call)
+        self.log.emit(ev.ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments,
+                                       subject=subject))
         started = time.monotonic()
         try:
             result = await self.toolbox.run(call)
@@ -57,7 +59,7 @@ class Actions:
         self.state.session_successes += int(result.ok)
         obs_id = self.context.new_observation_id()
         self.save_observation(obs_id, result.content)
-        obs = describe(call.name, call_arguments(call.arguments), result, obs_id, call.id)
+        obs = describe(call.name, subject, result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
         self.append_result(call.id, obs_id, content)
         self.log.emit(ev.ToolResultEvent(
@@ -78,7 +80,7 @@ class Actions:
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
         result = ToolResult(interrupted_text(call.name), ok=False)
-        obs = describe(call.name, {}, result, self.context.new_observation_id(), call.id)
+        obs = describe(call.name, "", result, self.context.new_observation_id(), call.id)
         content = self.context.admit(obs, result.content)
         self.state.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         self.log.emit(ev.ToolResultEvent(

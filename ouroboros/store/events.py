@@ -133,6 +133,8 @@ class ToolCallEvent(EventBase):
     id: str = Field(description="the call's id")
     name: str = Field(description="the tool")
     arguments: str = Field(description="the JSON text as the model sent it")
+    subject: str = omitted("", "what the call is about, as the tool names it (a path, a "
+                               "command); left out where the tool names none, and in older logs")
 
 
 class ToolResultEvent(EventBase):

@@ -30,6 +30,7 @@ class RecallTool(ModelTool[RecallArguments]):
 
     name = "recall"
     Arguments = RecallArguments
+    subject = "id"
 
     def __init__(self, observations_dir: Path, max_chars: Callable[[], int]) -> None:
         self.observations_dir = observations_dir

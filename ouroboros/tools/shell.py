@@ -189,6 +189,7 @@ class ShellExec(ModelTool[ShellArguments]):
 
     name = "shell_exec"
     Arguments = ShellArguments
+    subject = "command"
 
     def __init__(
         self,

@@ -44,9 +44,6 @@ NOTE_LEVELS: dict[str, Level] = {
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
 
-TELLING_ARGUMENT = {"file_read": "path", "file_write": "path", "list_dir": "path",
-                    "shell_exec": "command", "recall": "id"}
-"""The argument that says what a tool call does; the others (a file's content) are noise."""
 
 _DEFAULTS = ContextConfig()
 
@@ -217,7 +214,7 @@ class DashboardState:
     _on_error = _on_warning
 
     def _on_tool_call(self, e: ev.ToolCallEvent) -> None:
-        summary = neutralise(call_summary(e.name, e.arguments))  # JSON may hide an ESC
+        summary = neutralise(call_summary(e.name, e.arguments, e.subject))  # JSON may hide an ESC
         self._add_tool(ToolLine(e.id, clock(e), summary))
 
     def _on_tool_result(self, e: ev.ToolResultEvent) -> None:
@@ -277,17 +274,18 @@ def reply_rate(completion_tokens: int | None, stream_secs: float | None,
     return None
 
 
-def call_summary(name: str, arguments: str) -> str:
-    """A tool call by its most telling part: `file_read notes/todo.md`, `shell_exec pytest -q`,
-    `recall obs-12`; another tool by its first argument."""
+def call_summary(name: str, arguments: str, subject: str = "") -> str:
+    """A tool call by what it is about, as its tool named it (`file_read notes/todo.md`,
+    `shell_exec pytest -q`, `recall obs-12`); in a log without that, by its first argument."""
+    if subject:
+        return f"{name} {one_line(subject, 200)}"
     try:
         args = json.loads(arguments or "{}")
     except ValueError:
         return f"{name} {one_line(arguments, 200)}".rstrip()
     if not isinstance(args, dict):
         return f"{name} {one_line(str(args), 200)}"
-    key = TELLING_ARGUMENT.get(name)
-    value = args.get(key) if key in args else next(iter(args.values()), "")
+    value = next(iter(args.values()), "")
     return f"{name} {one_line(str(value), 200)}".rstrip()
 
 
