@@ -18,11 +18,11 @@ from ouroboros.cli import app
 from ouroboros.config import KEYS, Config, LoadedConfig, load_config
 from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.store import events as ev
+from ouroboros.config.schema import is_live
 from ouroboros.loop.reload import (
     Change,
     config_diff,
     effect_note,
-    is_live,
     recorded_config,
     with_live,
 )

@@ -12,7 +12,7 @@ read them.
 from __future__ import annotations
 
 import re
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -46,8 +46,15 @@ DEFAULT_BLOCKED_PATTERNS: Final[tuple[str, ...]] = (
 )
 
 
+LIVE: Final = {"live": True}
+"""A field's `json_schema_extra` when a running run takes a new value for it at its next
+session (`ouroboros reload`, SIGHUP, an edit the run notices); see `is_live`."""
+
+
 class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    live: ClassVar[bool] = False  # every key of the table is live
 
 
 class ModelConfig(_Table):
@@ -64,15 +71,18 @@ class ModelConfig(_Table):
         "(the name, never the key itself); empty for none.",
     )
     context_limit: int = Field(
-        0, ge=0, description="Context window in tokens; 0 = find out from the server."
+        0, ge=0, description="Context window in tokens; 0 = find out from the server.",
+        json_schema_extra=LIVE,
     )
     temperature: float = Field(
-        0.7, ge=0, le=2, allow_inf_nan=False, description="Sampling temperature, 0 to 2."
+        0.7, ge=0, le=2, allow_inf_nan=False, description="Sampling temperature, 0 to 2.",
+        json_schema_extra=LIVE,
     )
     max_output_tokens: int = Field(
         2048,
         ge=1,
         description="Most tokens per reply, sent as max_tokens and reserved in the context budget.",
+        json_schema_extra=LIVE,
     )
     request_timeout_secs: float = Field(
         600.0,
@@ -80,6 +90,7 @@ class ModelConfig(_Table):
         allow_inf_nan=False,
         description="Seconds one reply may take in all, from sending the request to its last "
         "byte; a slower reply is a failed attempt, retried.",
+        json_schema_extra=LIVE,
     )
     first_token_timeout_secs: float = Field(
         300.0,
@@ -87,6 +98,7 @@ class ModelConfig(_Table):
         allow_inf_nan=False,
         description="Seconds to wait for the first data of a reply (connecting, loading the "
         "model and reading the prompt included); keep-alive comments do not count.",
+        json_schema_extra=LIVE,
     )
     idle_timeout_secs: float = Field(
         60.0,
@@ -94,18 +106,21 @@ class ModelConfig(_Table):
         allow_inf_nan=False,
         description="Seconds a reply may go without new data once it has begun; keep-alive "
         "comments and empty chunks do not count.",
+        json_schema_extra=LIVE,
     )
     max_reply_bytes: int = Field(
         0,
         ge=0,
         description="Most bytes one reply may take on the wire; 0 = 512 per max_output_tokens "
         "plus 1 MB (2.05 MB for 2048).",
+        json_schema_extra=LIVE,
     )
     max_retry_secs: float = Field(
         600.0,
         ge=0,
         allow_inf_nan=False,
         description="Seconds to keep retrying a server that is down; 0 = fail at once.",
+        json_schema_extra=LIVE,
     )
 
     @field_validator("base_url")
@@ -140,17 +155,20 @@ class AgentConfig(_Table):
         min_length=1,
         description="File holding the system prompt; relative paths are relative to this file.",
     )
-    max_turns: int = Field(0, ge=0, description="Model turns in total; 0 = no limit.")
+    max_turns: int = Field(0, ge=0, description="Model turns in total; 0 = no limit.",
+                           json_schema_extra=LIVE)
     continue_message: str = Field(
         "Continue working towards your goals. Use your tools.",
         min_length=1,
         description="User message sent to keep the agent going when it ends a turn without "
         "calling a tool.",
+        json_schema_extra=LIVE,
     )
     allow_complete: bool = Field(
         True,
         description="Offer the agent the task_complete tool, which ends the run (exit 0) once "
         "the task is done; false: the run goes on until stopped.",
+        json_schema_extra=LIVE,
     )
     max_idle_turns: int = Field(
         3,
@@ -158,11 +176,14 @@ class AgentConfig(_Table):
         description="Pause the run (resumable) after this many turns in a row without a tool "
         "call; the continue_message before each is sent after a growing pause (0, 2, 4 ... "
         "60 s). 0 = never pause.",
+        json_schema_extra=LIVE,
     )
 
 
 class SafetyConfig(_Table):
     """Limits on the shell tool."""
+
+    live = True
 
     shell_timeout_secs: float = Field(
         30.0, gt=0, allow_inf_nan=False, description="Seconds before a shell command is killed."
@@ -219,6 +240,8 @@ class SafetyConfig(_Table):
 
 class ContextConfig(_Table):
     """Managing the context window: masking old tool results, winding down, restarting."""
+
+    live = True
 
     soft_threshold_pct: float = Field(
         0.70,
@@ -320,6 +343,15 @@ FIELDS: Final[dict[str, FieldInfo]] = {
 KEYS: Final[tuple[str, ...]] = tuple(FIELDS)
 """Every dotted key, in table order: ("model.base_url", ..., "logging.durability")."""
 PATH_KEYS: Final = frozenset({"agent.workspace", "agent.system_prompt", "logging.state_dir"})
+
+
+def is_live(key: str) -> bool:
+    """Whether a running run takes a new value for `key` at its next session: its table is
+    live, or its field is marked LIVE. The others (the workspace, the state dir, the server
+    and model) need a new run."""
+    table = TABLES[key.split(".")[0]]
+    extra = FIELDS[key].json_schema_extra
+    return table.live or (isinstance(extra, dict) and bool(extra.get("live")))
 
 
 def env_var_for(key: str) -> str:

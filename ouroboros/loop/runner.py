@@ -148,9 +148,7 @@ class Runner:
         services = Services(
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
             log=log, run_dir=run_dir, retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs),
-            stop=hooks.stop, max_turns=cfg.agent.max_turns,
-            continue_message=cfg.agent.continue_message,
-            max_idle_turns=cfg.agent.max_idle_turns, on_text=hooks.on_text, counter=counter)
+            stop=hooks.stop, config=cfg, on_text=hooks.on_text, counter=counter)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         runner.guard = guard
         session = Session(state, services)
@@ -255,9 +253,7 @@ class Runner:
         if isinstance(services.client, ChatClient):
             services.client.configure(**client_settings(cfg.model))
         services.retry = RetryPolicy(max_retry_secs=cfg.model.max_retry_secs)
-        services.max_turns = cfg.agent.max_turns
-        services.continue_message = cfg.agent.continue_message
-        services.max_idle_turns = cfg.agent.max_idle_turns
+        services.config = cfg
         services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log, self.guard)
 
     def warn_once(self, key: str, message: str) -> None:

@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ouroboros.config import Config
 from ouroboros.store import events as ev
 from ouroboros.loop.evidence import Accounting
 from ouroboros.loop.tool_calls import Actions
@@ -50,9 +51,7 @@ class Services:
     run_dir: Path
     retry: RetryPolicy
     stop: StopFlag
-    max_turns: int = 0
-    continue_message: str = "Continue working towards your goals. Use your tools."
-    max_idle_turns: int = 3
+    config: Config = field(default_factory=Config)  # the run's, replaced whole at a restart
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
     journal: Journal = field(default_factory=Journal)  # what the last snapshot holds
@@ -102,7 +101,7 @@ class Session:
             self.messages.append({"role": "user", "content": instruction})
             self.state.instruction = ""
         elif due:
-            self.messages.append(note("continue", self.services.continue_message))
+            self.messages.append(note("continue", self.services.config.agent.continue_message))
         if pending or due or instruction:
             self.upkeep.after_turn()
             self.checkpoints.end_turn()
@@ -111,7 +110,8 @@ class Session:
         """Between turns: a stop asked for, or the run's last turn taken, ends the run."""
         if self.services.stop.reason is not None:
             raise StopRun(self.services.stop.reason)
-        if self.services.max_turns and self.state.total_turns >= self.services.max_turns:
+        max_turns = self.services.config.agent.max_turns
+        if max_turns and self.state.total_turns >= max_turns:
             raise StopRun("max_turns")
 
     async def query(self) -> StreamResult:
@@ -168,14 +168,14 @@ class Session:
         """A reply without a tool call: the continue message, after a pause (idling.py);
         after `max_idle_turns` such turns in a row the run pauses instead."""
         self.state.idle_turns += 1
-        turns, limit = self.state.idle_turns, self.services.max_idle_turns
+        turns, limit = self.state.idle_turns, self.services.config.agent.max_idle_turns
         if limit and turns >= limit:
             raise StopRun("idle")
         pause = idle_pause(turns)
         if pause:
             self.log.emit(ev.Idle(idle_turns=turns, pause_secs=pause, max_idle_turns=limit))
             await asyncio.sleep(pause)
-        self.messages.append(note("continue", self.services.continue_message))
+        self.messages.append(note("continue", self.services.config.agent.continue_message))
 
     def on_retry(self, attempt: int, delay: float, error: Exception) -> None:
         self.log.emit(ev.Retry(attempt=attempt, delay_secs=round(delay, 2), error=str(error)))
