@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ouroboros.cli.common import ConfigOption, RunIdArgument, app, guarded, load_project
+from ouroboros.cli.common import ConfigOption, RunIdArgument, app, guarded, load_for_reading
 
 if TYPE_CHECKING:
     from ouroboros.config import LoadedConfig
@@ -23,7 +23,7 @@ def status(config: Optional[Path] = ConfigOption) -> None:
 
     from ouroboros.ui.status import run_status, status_view
 
-    loaded = load_project(config)
+    loaded = load_for_reading(config, "status")
     found = guarded(lambda: run_status(loaded.state_dir))
     if found is None:
         typer.echo(f"no runs yet in {loaded.state_dir}")
@@ -40,7 +40,7 @@ def runs(config: Optional[Path] = ConfigOption) -> None:
 
     from ouroboros.ui.runs import project_runs, runs_view
 
-    loaded = load_project(config)
+    loaded = load_for_reading(config, "runs")
     found = guarded(lambda: project_runs(loaded.state_dir))
     if not found:
         typer.echo(f"no runs yet in {loaded.state_dir}")
@@ -59,7 +59,7 @@ def stats(run_id: Optional[str] = RunIdArgument,
     from ouroboros.store.log import read_log
     from ouroboros.ui.stats import run_stats, stats_view
 
-    loaded = load_project(config)
+    loaded = load_for_reading(config, "stats")
     events = guarded(lambda: read_log(run_log(loaded, run_id)))
     context = loaded.config.context
     Console().print(stats_view(run_stats(events, context.soft_threshold_pct,
@@ -81,7 +81,7 @@ def logs(
     from ouroboros.ui.follow import follow_events
     from ouroboros.ui.plain import format_any, listed, select_types
 
-    loaded = load_project(config)
+    loaded = load_for_reading(config, "logs")
     wanted = guarded(lambda: select_types(types or []))
     path = guarded(lambda: run_log(loaded, run_id))
     events = follow_events(path) if follow else guarded(lambda: read_log(path))
@@ -104,7 +104,7 @@ def watch(run_id: Optional[str] = RunIdArgument,
     from ouroboros.ui.dashboard import DashboardState
     from ouroboros.ui.live import watch as watch_log
 
-    loaded = load_project(config)
+    loaded = load_for_reading(config, "watch")
     path = guarded(lambda: run_log(loaded, run_id))
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
