@@ -102,3 +102,42 @@ def test_without_a_project_there_is_still_nothing_to_read(tmp_path):
 
     assert result.exit_code == 2
     assert "config file not found" in result.stderr
+
+
+# -- logs -n N --
+
+
+def sample(tmp_path: Path) -> Path:
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+    write_sample_run(tmp_path / ".ouroboros", ended=True)
+    return config
+
+
+def test_logs_n_shows_the_last_n_events_as_the_full_listing_ends(tmp_path):
+    config = sample(tmp_path)
+    everything = invoke("logs", "-c", str(config)).stdout.splitlines()
+
+    short = invoke("logs", "-n", "3", "-c", str(config))
+    long = invoke("logs", "--tail", "3", "--type", "context_mask", "-c", str(config))
+
+    assert short.exit_code == 0, short.output
+    assert short.stdout.splitlines() == everything[-3:]
+    assert [line for line in everything if " masked " in line][-3:] == long.stdout.splitlines()
+    assert invoke("logs", "-n", "0", "-c", str(config)).stdout == ""
+
+
+def test_logs_n_refuses_a_negative_count(tmp_path):
+    result = invoke("logs", "-n", "-2", "-c", str(sample(tmp_path)))
+
+    assert result.exit_code == 2
+    assert result.stderr == "error: -n/--tail must be 0 or more events, got -2\n"
+
+
+def test_logs_follow_with_n_starts_that_far_back(tmp_path):
+    config = sample(tmp_path)
+    everything = invoke("logs", "-c", str(config)).stdout.splitlines()
+
+    result = invoke("logs", "-f", "-n", "2", "-c", str(config))
+
+    assert result.stdout.splitlines() == everything[-2:]
