@@ -323,7 +323,7 @@ def test_logs_follow_starts_at_the_tail_and_reads_to_the_run_end(tmp_path):
     assert followed.exit_code == 0, followed.output
     assert followed.output.splitlines() == plain.output.splitlines()[-10:]
     assert followed.output.splitlines()[-1].endswith(
-        "run ended: max_turns after 9 turns, 2 sessions, 1 restarts (exit 0)")
+        "run ended: max_turns after 9 turns, 2 sessions, 1 restart (exit 0)")
 
 
 # -- watch --

@@ -130,3 +130,16 @@ def test_the_manuals_event_table_is_the_one_the_models_make():
     assert in_docs == marked_table(), (
         "docs/event-log.md's event table differs from the event models (ouroboros/store/events.py): "
         "replace it, markers included, with the output of `python -m ouroboros.store.event_table`")
+
+
+@pytest.mark.parametrize("event,line", [
+    (ev.RunEnd(reason="max_turns", exit_code=0, sessions=1, total_turns=1, restarts=1),
+     "run ended: max_turns after 1 turn, 1 session, 1 restart (exit 0)"),
+    (ev.RunEnd(reason="max_turns", exit_code=0, sessions=2, total_turns=0, restarts=0),
+     "run ended: max_turns after 0 turns, 2 sessions, 0 restarts (exit 0)"),
+    (ev.ContextDrop(turns_dropped=1, tokens_after=10), "dropped the oldest turn to fit the window"),
+    (ev.SessionRestart(previous_turns=1, carryover_messages=1, reason="r"),
+     "restart -> session 1 (r; previous session ran 1 turn, 1 message carried)"),
+])
+def test_a_count_of_one_is_singular(event, line):
+    assert describe(event) == line
