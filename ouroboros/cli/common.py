@@ -104,3 +104,23 @@ def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -
         return loaded
 
     return guarded(load)
+
+
+def load_for_reading(config: Path | None, command: str) -> LoadedConfig:
+    """The config of the project a read-only command looks at. Such a command needs only the
+    state dir, so a config it cannot fully validate is one warning line, and the values that
+    do hold are used; only a missing project (or an unusable state dir) is an error."""
+    from ouroboros.config import load_config
+    from ouroboros.config.lenient import load_leniently
+
+    path = guarded(lambda: project_file(config))
+    if not path.is_file():
+        return load_project(path)  # not found, or a directory: nothing to read, exit 2
+    try:
+        loaded = load_config(path, {}, flag_names=RUN_FLAGS)
+    except ConfigError as error:
+        typer.echo(f"warning: {error.message}; `ouroboros {command}` reads the runs anyway "
+                   "(a run or resume would refuse)", err=True)
+        loaded = load_leniently(path)
+    guarded(loaded.check_state_dir)
+    return loaded

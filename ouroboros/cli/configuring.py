@@ -1,5 +1,5 @@
-"""The configuration: `ouroboros config show`, `config set`, and `reload` to make a running
-run read it now."""
+"""The configuration: `ouroboros config show`, `get`, `set` and `unset`, and `reload` to make
+a running run read it now."""
 
 from __future__ import annotations
 
@@ -15,21 +15,45 @@ config_app = typer.Typer(help="Show or change the configuration.", no_args_is_he
 app.add_typer(config_app, name="config")
 
 
-@config_app.command("show", short_help="Every key, its value and where it came from.")
+@config_app.command("show", short_help="Every key (or those named), its value and where it "
+                    "came from.")
 def config_show(
+    keys: Optional[list[str]] = typer.Argument(None, metavar="[KEY]...", show_default=False,
+                                               help="Only these dotted keys, e.g. model.name."),
     config: Optional[Path] = ConfigOption,
     full: bool = typer.Option(False, "--full", help="Every item of long lists "
                               "(safety.blocked_patterns), not just the first ones."),
 ) -> None:
-    """Every key, its effective value, where it came from, and what differs from the
-    default."""
+    """Every key (or only the KEYs named), its effective value, where it came from, and what
+    differs from the default."""
     from rich.console import Console
 
     from ouroboros.config import load_config
+    from ouroboros.config.editing import check_key
     from ouroboros.ui.config_view import config_table
 
+    for key in keys or []:
+        guarded(lambda: check_key(key))
     loaded = guarded(lambda: load_config(config, {}))
-    Console().print(config_table(loaded, full=full))
+    Console().print(config_table(loaded, full=full, keys=keys or None))
+
+
+@config_app.command("get", short_help="One key's effective value, alone on a line.")
+def config_get(
+    key: str = typer.Argument(..., metavar="KEY", help="A dotted key, e.g. model.name."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """One key's effective value, for scripts: text as it is, anything else as TOML writes
+    it (`ouroboros config show KEY` says where it came from)."""
+    from ouroboros.config import load_config
+    from ouroboros.config.editing import check_key
+    from ouroboros.config.values import toml_value
+
+    guarded(lambda: check_key(key))
+    loaded = guarded(lambda: load_config(config, {}))
+    table, name = key.split(".")
+    value = getattr(getattr(loaded.config, table), name)
+    typer.echo(value if isinstance(value, str) else toml_value(value))
 
 
 # ignore_unknown_options: a VALUE such as -1 or -x is the value, not an unknown option
@@ -60,6 +84,31 @@ def config_set(
         found = guarded(lambda: run_status(loaded.state_dir))
         where = (found.state.session, found.state.turn) if found is not None else (None, None)
         typer.echo(effect_note(key, *where))
+
+
+@config_app.command("unset", short_help="Take one key out of ouroboros.toml: its default "
+                    "(or the user file's value) applies again.")
+def config_unset(
+    key: str = typer.Argument(..., metavar="KEY", help="A dotted key, e.g. model.temperature."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Take one key out of ouroboros.toml, validated first; every comment and other line of
+    the file is kept. The value below it (the user file's, or the default) applies again."""
+    from ouroboros.config import load_config, unset_config_value
+    from ouroboros.config.values import toml_value
+
+    path = guarded(lambda: project_file(config))
+    removed = guarded(lambda: unset_config_value(path, key))
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    loaded = guarded(lambda: load_config(path, {}))
+    table, name = key.split(".")
+    value = getattr(getattr(loaded.config, table), name)
+    shown_value = f"a list of {len(value)}" if isinstance(value, list) else toml_value(value)
+    now = f"{shown_value} {loaded.origin(key)}"
+    if not removed:
+        typer.echo(f"{key} is not set in {shown}; it is {now}")
+        return
+    typer.echo(f"{key} unset in {shown}; it is now {now}")
 
 
 @app.command(short_help="Make the running run read its config now (a new session).")

@@ -94,7 +94,7 @@ def resume(
     """Continue a stopped run from its log, with the flags it started with unless given
     others: after Ctrl+C or SIGTERM, max turns (--max-turns N for N more), task_complete or
     an idle pause (--message "..." for a new instruction), an error or a crash."""
-    from ouroboros.loop.continuation import plan_resume, refusal
+    from ouroboros.loop.continuation import TURN_LIMIT, plan_resume, refusal
     from ouroboros.loop.runner import run_agent
 
     given = flags(**{"agent.workspace": workspace, "model.name": model,
@@ -102,8 +102,11 @@ def resume(
     found = load_project(config)
     plan = guarded(lambda: plan_resume(found.state_dir, run_id, given, max_turns))
     loaded = load_project(config, plan.flags)
-    why_not = refusal(plan.run_id, plan.end, total_turns=plan.total_turns,
-                      max_turns=loaded.config.agent.max_turns, message=message)
+    limit = loaded.config.agent.max_turns
+    limit_from = (f"--max-turns {limit}, given to `ouroboros run`" if TURN_LIMIT in plan.flags
+                  else f"agent.max_turns = {limit} {loaded.origin(TURN_LIMIT)}")
+    why_not = refusal(plan.run_id, plan.end, total_turns=plan.total_turns, max_turns=limit,
+                      message=message, limit_from=limit_from)
     if why_not is not None:
         raise fail(UsageError(why_not))
     hooks = make_hooks(headless, loaded.config.context)

@@ -22,6 +22,7 @@ from ouroboros.store.events import Assistant, EventBase, RunEnd, RunResumed, Run
 # The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
 REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
 MESSAGE_HINT: Final = 'ouroboros resume --message "what to do next"'
+TURN_LIMIT: Final = "agent.max_turns"
 # The records that carry the remembered flags: plan_resume parses only these (and the last
 # record) as events; a long log is mostly checkpoints and tool results.
 FLAG_RECORDS: Final = ("run_start", "run_resumed")
@@ -68,11 +69,18 @@ def flags_to_remember(config: Mapping[str, Mapping[str, Any]],
 
 
 def remembered_flags(events: list[EventBase]) -> dict[str, Any]:
-    """The flags the run last ran with: its run_start's, as each run_resumed updated them."""
+    """The flags the run last ran with: its run_start's, as each run_resumed updated them;
+    but the turn limit only as `ouroboros run` was given it, since a resume's `--max-turns N`
+    is for that resume only (a later resume is not refused for it)."""
     flags: dict[str, Any] = {}
+    started: dict[str, Any] = {}
     for event in events:
         if isinstance(event, (RunStart, RunResumed)) and "flags" in event.model_fields_set:
             flags = dict(event.flags)
+            started = dict(event.flags) if isinstance(event, RunStart) else started
+    flags.pop(TURN_LIMIT, None)
+    if TURN_LIMIT in started:
+        flags[TURN_LIMIT] = started[TURN_LIMIT]
     return flags
 
 
@@ -96,11 +104,12 @@ def resume_flags(remembered: Mapping[str, Any], given: Mapping[str, Any], *,
 
 
 def refusal(run_id: str, end: RunEnd | None, *, total_turns: int, max_turns: int,
-            message: str) -> str | None:
+            message: str, limit_from: str = TURN_LIMIT) -> str | None:
     """Why `resume` would stop again at once, as the line that says what to give it; None
-    when it can go on. `end` is the run's last run_end record, if it ended cleanly."""
+    when it can go on. `end` is the run's last run_end record, if it ended cleanly;
+    `limit_from` names where `max_turns` was set ("--max-turns 3, given to `ouroboros run`")."""
     if max_turns and total_turns >= max_turns:
-        return (f"run {run_id} has had its {max_turns} turns (agent.max_turns); "
+        return (f"run {run_id} has had its {turns(max_turns)} ({limit_from}); "
                 "`ouroboros resume --max-turns N` gives it N more (0: no limit)")
     if end is not None and end.reason == "task_complete" and not message.strip():
         summary = f": {end.summary}" if end.summary else ""
@@ -116,10 +125,10 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0)
         case "task_complete":
             return f"the agent says the task is done; to give it more to do: {MESSAGE_HINT}"
         case "idle":
-            return (f"the agent made no tool call in {max_idle_turns} turns in a row, so the "
+            return (f"the agent made no tool call in {turns(max_idle_turns)} in a row, so the "
                     f"run is paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
         case "max_turns":
-            return (f"the run had its {max_turns} turns (agent.max_turns); "
+            return (f"the run had its {turns(max_turns)} (agent.max_turns); "
                     "`ouroboros resume --max-turns N` gives it N more")
         case "max_restarts":
             return ("the run reached context.max_restarts; raise it, then `ouroboros resume` "
@@ -127,3 +136,8 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0)
         case "error":
             return "fix the cause, then `ouroboros resume` continues the run"
     return "`ouroboros resume` continues the run"
+
+
+def turns(count: int) -> str:
+    """ "1 turn", "3 turns"."""
+    return f"{count} turn" + ("" if count == 1 else "s")

@@ -1,16 +1,17 @@
 """Every event a run logs, one pydantic model per type: what the writer builds, what the
 readers (`logs`, `stats`, `status`, `watch`, the dashboard, resume) parse, and what the
-README's event table is generated from.
+manual's event table (docs/event-log.md) is generated from.
 
 Every record carries the envelope (`type`, `ts`, `seq`, `session`, `turn`), which the event
-log fills in as it writes the event (eventlog.py); the rest are the fields of its type.
+log fills in as it writes the event (store/log.py); the rest are the fields of its type.
 
     log.emit(Retry(attempt=2, delay_secs=7.0, error="server returned 503"))
     event = parse_event(json.loads(line))   # a model; UnknownEvent for a type not known here
     match event:
         case Retry(attempt=attempt): ...
 
-The README's event table is generated from these models (`python -m ouroboros.store.event_table`).
+The manual's event table (docs/event-log.md) is generated from these models
+(`python -m ouroboros.store.event_table`).
 """
 
 from __future__ import annotations

@@ -175,3 +175,37 @@ def test_a_run_that_failed_resumes(tmp_path, scripted_server):
     assert result.returncode == 0, result.stderr + log_text(tmp_path)
     assert parts(tmp_path) == expected_parts(3)
     check_once(tmp_path)
+
+
+def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
+    server = scripted_server(PartsAgent(5))
+    config = parts_project(tmp_path, server.base_url, max_turns=2)
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+    more = ouroboros("resume", "--config", str(config), "--max-turns", "1", "--headless")
+    assert more.returncode == 0, more.stderr
+    assert run_events(tmp_path)[-1]["total_turns"] == 3
+    assert ouroboros("config", "set", "agent.max_turns", "0", "--config",
+                     str(config)).returncode == 0
+
+    plain = ouroboros("resume", "--config", str(config), "--headless")
+
+    assert plain.returncode == 0, plain.stderr  # not refused for the earlier resume's limit
+    assert parts(tmp_path) == expected_parts(5)
+    assert check_once(tmp_path)[-1]["reason"] == "task_complete"
+
+
+def test_a_refused_resume_names_where_the_limit_was_set(tmp_path, scripted_server):
+    server = scripted_server(PartsAgent(5))
+    config = parts_project(tmp_path, server.base_url, max_turns=2)
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+
+    from_file = ouroboros("resume", "--config", str(config), "--headless")
+    ouroboros("config", "set", "agent.max_turns", "0", "--config", str(config))
+    ouroboros("run", "--config", str(config), "--max-turns", "1", "--headless")
+    from_flag = ouroboros("resume", "--config", str(config), "--headless")
+
+    assert from_file.returncode == 2
+    assert f"(agent.max_turns = 2 in {config}); `ouroboros resume --max-turns N`" \
+        in from_file.stderr
+    assert from_flag.returncode == 2
+    assert "has had its 1 turn (--max-turns 1, given to `ouroboros run`)" in from_flag.stderr
