@@ -86,15 +86,13 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
         **client_settings(cfg.model))
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
-        guard.start()  # before an interrupted call is answered: its processes are gone
+        guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
         await hooks.stop.cancellable(check_reachable(client))
         runner = await hooks.stop.cancellable(
             Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
                         guard=guard))
-        if lock.taken_over is not None:
-            runner.log.emit(ev.WarningEvent(message=f"took over a stale lock left by pid "
-                                            f"{lock.taken_over.get('pid')} (that process is "
-                                            "gone)"))
+        if (note := lock.takeover_note()) is not None:
+            runner.log.emit(ev.WarningEvent(message=note))
         return await runner.run()
     finally:
         await client.aclose()

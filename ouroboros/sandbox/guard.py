@@ -12,6 +12,7 @@ the run starts, and by a watchdog when the harness goes).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,13 +52,14 @@ class RunGuard:
         scrub_own_environment(secrets)
         return cls(prepare_sandbox(loaded), Redactor.of(secrets), loaded.workspace)
 
-    def start(self) -> None:
+    def start(self, lock_fds: Sequence[int] = ()) -> None:
         """Kill what an earlier harness left running in the workspace, and start the watchdog
-        that kills what this one leaves."""
+        that kills what this one leaves. Call it holding the workspace's lock: `lock_fds`,
+        which the watchdog holds too until it has killed them."""
         tag = workspace_tag(self.workspace)
         self.reaped = reap(tag)
         remove_temp_dirs(tag, keep=self.sandbox.private_tmp)
-        self.watchdog = Watchdog.start(tag)
+        self.watchdog = Watchdog.start(tag, lock_fds)
 
     def sandbox_for(self, safety: SafetyConfig, loaded: LoadedConfig) -> Sandbox:
         """The sandbox for a new session: a changed setting is applied if it can be."""

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +39,14 @@ GONE_WAIT_SECS = 2.0
 
 
 def workspace_tag(workspace: Path) -> str:
-    """A short, stable name for a workspace, the same for every path that resolves to it."""
-    return hashlib.sha256(str(workspace.resolve()).encode()).hexdigest()[:16]
+    """A short, stable name for a workspace, the same for every path to it (a symlink, a bind
+    mount): its device and inode, or its resolved path where it cannot be read."""
+    try:
+        info = os.stat(workspace)
+        identity = f"{info.st_dev:x}-{info.st_ino:x}"
+    except OSError:
+        identity = str(workspace.resolve())
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 def temp_prefix(tag: str) -> str:
@@ -168,12 +175,15 @@ class Watchdog:
     process: subprocess.Popen[bytes] | None
 
     @classmethod
-    def start(cls, tag: str) -> Watchdog:
+    def start(cls, tag: str, lock_fds: Sequence[int] = ()) -> Watchdog:
+        """Start it, holding `lock_fds` (the workspace's kernel lock) until it has reaped, so
+        no other harness takes the workspace while this one's tools still run."""
         if not os.path.isdir("/proc/self"):
             return cls(None)
         process = subprocess.Popen(
             [sys.executable, "-m", "ouroboros.sandbox.reaper", tag], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            pass_fds=tuple(lock_fds))
         return cls(process)
 
     def stop(self, timeout: float = 10.0) -> None:
