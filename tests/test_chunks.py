@@ -194,6 +194,8 @@ def test_counts_chunks_and_survives_chunks_without_choices():
     ({"prompt_tokens": None, "completion_tokens": 3}, Usage(None, 3)),
     ({"completion_tokens": 3, "total_tokens": 3}, Usage(None, 3)),
     ({"prompt_tokens": "12", "completion_tokens": -1}, Usage(None, None)),
+    # Nonsense kept for the window's judge, which warns of it (not silently unknown).
+    ({"prompt_tokens": -7, "completion_tokens": 3}, Usage(-7, 3)),
     ({"prompt_tokens": 40, "completion_tokens": 2,
       "prompt_tokens_details": {"cached_tokens": 32}}, Usage(40, 2, cached_tokens=32)),
     ({"prompt_tokens": 40, "completion_tokens": 2,

@@ -160,6 +160,31 @@ def test_the_ledger_adds_up_to_the_count_even_when_the_base_was_guessed_high():
     assert cm.current_tokens(sent, tools) == 560
 
 
+def test_the_base_never_goes_negative_when_a_count_is_below_what_the_ledger_explains():
+    """Dense text the estimate took for small, then a count far below what the ledger already
+    holds: the base stays at 0 or above, and the ledger stays at or above the count."""
+    cm = manager(truncation_guard=False)
+    first = [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 3000}]
+    cm.observe_reply(first, [], usage(3000), 10)
+    later = first + [assistant(text="a" * 40), tool("c1", "t" * 4000)]
+    cm.observe_reply(later, [], usage(1200), 10)
+    assert cm.base_tokens is not None and cm.base_tokens >= 0
+    assert cm.current_tokens(later, []) >= 1200
+
+
+@pytest.mark.parametrize("reported", [-40, 10**8])
+def test_a_nonsense_count_leaves_the_ledger_as_it_was(reported):
+    cm = manager()
+    first = [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 200}]
+    cm.observe_reply(first, [], usage(120), 10)
+    later = first + [assistant(text="a" * 40), tool("c1", "t" * 4000)]
+    before = (cm.current_tokens(later, []), cm.base_tokens, cm.window)
+    reading = cm.observe_reply(later, [], usage(reported), 10)
+    assert reading.verdict == "nonsense" and reading.source == "estimate"
+    assert (cm.current_tokens(later, []), cm.base_tokens, cm.window) == before
+    assert all(tk.TOKENS_KEY not in m for m in later[2:])
+
+
 def test_masking_forgets_the_measured_size_of_what_it_replaced():
     cm = manager()
     messages = conversation(cm, 3, size=4000)

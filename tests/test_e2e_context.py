@@ -141,7 +141,7 @@ def test_overflow_errors_are_recovered(tmp_path, overflow):
     """A server whose real window is smaller than the configured one refuses the prompt; the
     harness shrinks it and goes on."""
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
-                        overflow=overflow) as server:
+                        overflow=overflow, api_ps="silent") as server:
         code, keys = run_task(tmp_path, server)
     assert code == 0
     events = run_events(tmp_path)
@@ -154,7 +154,7 @@ def test_silent_truncation_is_detected_and_the_limit_lowered(tmp_path):
     """The config claims 16k but the server (like Ollama's default) holds 2.5k and silently
     cuts the front of longer prompts."""
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
-                        overflow="truncate") as server:
+                        overflow="truncate", api_ps="silent") as server:
         keys = write_demo_project(tmp_path, server.base_url, PARTS)
         loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": 16384},
                              env={}, user_file=None)

@@ -46,7 +46,10 @@ def test_classify(count, accepted, verdict):
 @pytest.mark.parametrize("count,verdict", [
     (Count(1276, 2541, 902, 1640), "uncached"),  # one file read, no more: rose, but stalled
     (Count(None, 2541, 902, 1640), "unknown"),
-    (Count(1276, 2541), "uncached"),  # nothing to compare with: not to be believed
+    (Count(1276, 2541), "uncached"),  # nothing to compare with, and far below the ledger
+    (Count(2300, 2541), "whole"),  # nothing to compare with, but near the ledger: weighed
+    (Count(700, 2541, cached=900), "suspect"),  # a server that reports its cache counts whole
+    (Count(1276, 2541, 902, 1640, cached=900), "suspect"),
     (Count(2500, 2541, 902, 1640), "whole"),
 ])
 def test_once_a_server_has_counted_only_the_uncached_part(count, verdict):
@@ -108,10 +111,13 @@ def test_ollama_allocation_outranks_inferred_ceilings(allocated, limit, kind):
     assert (after.limit, after.ceiling_kind) == (limit, kind)
 
 
-@pytest.mark.parametrize("claimed,limit", [(8192, 3000), (32768, 32768)])
-def test_resume_keeps_evidence_only_under_the_same_claim(claimed, limit):
-    window = Window(8192, "c", accepted=2000, ceiling=3000, ceiling_kind="truncation")
-    assert reclaimed(window, claimed, "model.context_limit in config").limit == limit
+@pytest.mark.parametrize("claimed", [8192, 32768])
+def test_resume_derives_the_window_again(claimed):
+    """The server may have been restarted with another window while the run was stopped."""
+    window = Window(8192, "c", accepted=2000, ceiling=3000, ceiling_kind="truncation",
+                    uncached_seen=True)
+    assert reclaimed(window, claimed, "model.context_limit in config") == Window(
+        claimed, "model.context_limit in config")
 
 
 @pytest.mark.parametrize("message,window", [
@@ -123,3 +129,39 @@ def test_resume_keeps_evidence_only_under_the_same_claim(claimed, limit):
 ])
 def test_named_window(message, window):
     assert named_window(message) == window
+
+
+# --- counts that no prompt can have -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("reported", [-5, -1, 8192 * 9, 10**9])
+def test_nonsense_counts_change_nothing(reported):
+    window = Window(8192, "c", accepted=3000)
+    verdict, after = judge(window, Count(reported, 4000, 3000, 1000))
+    assert verdict == "nonsense" and after == window
+
+
+def test_a_count_above_the_claim_but_within_reason_is_not_nonsense():
+    verdict, after = judge(W, Count(9000, 8500))
+    assert verdict == "whole" and after.accepted == 9000
+
+
+# --- what the server says of its window: believed at once, both ways -------------------------
+
+
+def test_the_servers_window_caps_the_claim_and_says_where_it_came_from():
+    after = with_allocated(W, 4096, "n_ctx of the llama.cpp server (/props)")
+    assert after.limit == 4096 and after.source == "n_ctx of the llama.cpp server (/props)"
+
+
+def test_a_server_restarted_bigger_raises_the_belief():
+    lowered = with_allocated(W, 4096)
+    assert with_allocated(lowered, 8192).limit == 8192
+    assert with_allocated(lowered, 6000).limit == 6000
+
+
+def test_a_refusal_within_the_allocated_window_is_kept():
+    """The server refused a prompt below what it holds: the ledger fell short, and an
+    allocation as big as the claim must not wipe that out (it would refuse again)."""
+    refused = after_refusal(W, 6000, None)
+    assert with_allocated(refused, 8192) == refused

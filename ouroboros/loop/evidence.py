@@ -9,7 +9,7 @@ size the server names if it will name one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ouroboros.store import events as ev
 from ouroboros.window import ledger as tk
@@ -24,19 +24,62 @@ from ouroboros.protocols import (
     Usage,
     Warn,
 )
-from ouroboros.window.belief import named_window
+from ouroboros.window.belief import named_window, with_allocated
+
+
+ALLOCATED = "allocated by Ollama (/api/ps)"
+
+
+def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Warn) -> None:
+    """Believe what the server says its window is (see belief.with_allocated); when that is
+    less than the claim, say so once, with the fix."""
+    if told is None:
+        return
+    tokens, told_by = told
+    window = context.window
+    context.window = with_allocated(window, tokens, told_by)
+    if tokens < window.claimed:
+        warn("allocated", (
+            f"the server's window is {tokens} tokens ({told_by}), but "
+            f"{window.claimed_source} claims {window.claimed}: working within {tokens} "
+            f"tokens. Fix: give the model the bigger window (Ollama: "
+            f"OLLAMA_CONTEXT_LENGTH={window.claimed} ollama serve, or PARAMETER num_ctx "
+            f"{window.claimed} in a Modelfile; llama.cpp: -c {window.claimed}; vLLM: "
+            f"--max-model-len {window.claimed}), or set model.context_limit = {tokens} to "
+            "match"))
+
+
+class WindowAsker(Protocol):
+    """The server's own word on its window (server.discovery.WindowQuestions)."""
+
+    async def allocated(self) -> int | None: ...
+
+    async def told(self) -> tuple[int, str] | None: ...
 
 
 class Accounting:
     def __init__(self, context: ContextManager, client: ModelClient,
                  counter: TokenCounter | None, tools: list[dict[str, Any]], log: EventSink,
-                 warn_once: Warn) -> None:
+                 warn_once: Warn, asker: WindowAsker | None = None) -> None:
         self.context = context
         self.client = client
         self.counter = counter
         self.tools = tools
         self.log = log
         self.warn_once = warn_once
+        self.asker = asker
+        self.asked_allocated = False  # this session, after its first reply
+
+    async def ask_allocated(self, *, again: bool = False) -> None:
+        """After the first reply of a session (`again`: after a refusal too), ask what Ollama
+        allocated: the model is loaded now, so `/api/ps` tells the truth, and the belief is
+        min(claim, allocated) from the next request on. One GET; nothing for other servers."""
+        if self.asker is None or (self.asked_allocated and not again):
+            return
+        self.asked_allocated = True
+        allocated = await self.asker.allocated()
+        if allocated:
+            believe_told(self.context, (allocated, ALLOCATED), self.warn_once)
 
     async def measure(self, messages: list[Message]) -> None:
         """Count what was never counted with the server's tokenizer, where it has one."""
@@ -86,6 +129,12 @@ class Accounting:
             self.warn_once("estimate", "the server sent no token usage (or a prompt count of 0); "
                            f"{how}, and the server is asked to count the whole prompt once a "
                            "session")
+        elif reading.verdict == "nonsense":
+            self.warn_once("nonsense", (
+                f"the server reported {reading.reported} prompt tokens for a prompt of about "
+                f"{reading.estimated} in a {self.context.limit}-token window: no prompt has "
+                "that count. Such counts are ignored (estimating instead); the ledger keeps "
+                "what earlier counts taught"))
         elif reading.verdict == "uncached":
             self.warn_once("uncached", (
                 f"the server counted {reading.reported} prompt tokens, about the size of only "

@@ -6,7 +6,7 @@ The runner, when a session raised RestartSession (after reading the config again
     may_restart(state, policy, reason, confirm)  # StopRun: max_restarts, restart_declined
     count_progress(state)                        # WindowTooSmallError: sessions in a row
                                                  # without one successful tool call
-    fitted = fresh_start(state, system, tools, policy, allocated)  # WindowTooSmallError
+    fitted = fresh_start(state, system, tools, policy, told)  # WindowTooSmallError
     previous_turns = begin_session(state, fitted.messages)
 
 The next session begins with the system prompt as it is on disk now, a note that says a
@@ -54,13 +54,15 @@ def count_progress(state: RunState) -> None:
 
 
 def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
-                policy: ContextConfig, allocated: int | None) -> Fitted:
-    """The conversation the next session begins with, the window believed afresh (with what
-    the server says it `allocated`, if it says). Raises WindowTooSmallError when even that
-    would start at the soft threshold."""
+                policy: ContextConfig, told: tuple[int, str] | None) -> Fitted:
+    """The conversation the next session begins with, the window believed afresh (with the
+    window the server says it has now, and where it said so, if it says). Raises
+    WindowTooSmallError when even that would start at the soft threshold."""
     context = state.context
     carried = carryover(state.messages, policy.carryover_turns)
-    context.window = with_allocated(at_session_start(context.window), allocated)
+    context.window = at_session_start(context.window)
+    if told is not None:
+        context.window = with_allocated(context.window, *told)
     context.new_session()
     fresh = [system, restart_marker(state.session + 1, state.session_turns), *carried]
     fitted = context.fit(fresh, tools, context.fresh_start_target())

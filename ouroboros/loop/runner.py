@@ -17,8 +17,9 @@ from ouroboros.store import events as ev
 from ouroboros.loop.checkpoints import Checkpoints
 from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
+from ouroboros.loop.evidence import believe_told
 from ouroboros.loop.continuation import flags_to_remember, how_to_continue
-from ouroboros.server.discovery import allocated_context, same_model
+from ouroboros.server.discovery import WindowQuestions, same_model
 from ouroboros.errors import ConfigError, ModelError, OuroborosError, RunFailed, StateError
 from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
@@ -113,6 +114,10 @@ async def check_reachable(client: ChatClient) -> None:
         raise await client.missing_model()
 
 
+def window_questions(base_url: str, model: str, api_key_env: str) -> WindowQuestions:
+    return WindowQuestions(base_url, model, api_key(api_key_env))
+
+
 class Runner:
     guard: RunGuard | None = None  # the sandbox, redaction and tool processes of the run
 
@@ -143,10 +148,14 @@ class Runner:
         guarded = guard.warnings() if guard is not None else []
         for warning in startup_warnings(loaded, os.environ) + guarded:
             log.emit(ev.WarningEvent(message=warning))
+        asker = window_questions(cfg.model.base_url, cfg.model.name, cfg.model.api_key_env)
+        believe_told(state.context, await asker.told(),
+                     lambda key, text: state.warn_once(log, key, text))
         services = Services(
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
             log=log, run_dir=run_dir, retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs),
-            stop=hooks.stop, config=cfg, on_text=hooks.on_text, counter=counter)
+            stop=hooks.stop, config=cfg, on_text=hooks.on_text, counter=counter,
+            asker=asker)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         runner.guard = guard
         session = Session(state, services)
@@ -192,10 +201,9 @@ class Runner:
         state, policy, model = self.state, self.loaded.config.context, self.loaded.config.model
         may_restart(state, policy, reason, self.hooks.confirm_restart)
         count_progress(state)
-        allocated = await allocated_context(model.base_url, model.name,
-                                            api_key=api_key(model.api_key_env))
+        told = await window_questions(model.base_url, model.name, model.api_key_env).told()
         fitted = fresh_start(state, system_message(self.loaded, state.messages[0]),
-                             self.services.toolbox.schemas(), policy, allocated)
+                             self.services.toolbox.schemas(), policy, told)
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)
         carried = len(fitted.messages) - 2  # after the system prompt and the restart note

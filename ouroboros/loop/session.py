@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ouroboros.config import Config
 from ouroboros.store import events as ev
-from ouroboros.loop.evidence import Accounting
+from ouroboros.loop.evidence import Accounting, WindowAsker
 from ouroboros.loop.tool_calls import Actions
 from ouroboros.loop.checkpoints import Checkpoints
 from ouroboros.window.conversation import note, pending_calls, without_reasoning
@@ -55,6 +55,7 @@ class Services:
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
     journal: Journal = field(default_factory=Journal)  # what the last snapshot holds
+    asker: WindowAsker | None = None  # the server's own word on its window, where it gives one
 
 
 class Session:
@@ -71,7 +72,7 @@ class Session:
                                services.run_dir)
         self.upkeep = Upkeep(state, self.tools, self.log, self.warn_once)
         self.accounting = Accounting(self.context, services.client, services.counter,
-                                     self.tools, self.log, self.warn_once)
+                                     self.tools, self.log, self.warn_once, services.asker)
 
     @property
     def messages(self) -> list[Message]:
@@ -129,6 +130,7 @@ class Session:
                     self.services.retry, on_retry=self.on_retry)
             except ContextOverflowError as error:  # an empty stream too
                 await self.accounting.refused(error, sent, sent_tokens)
+                await self.accounting.ask_allocated(again=True)
                 continue
             await self.record(sent, reply)
             self.checkpoints.step()
@@ -148,6 +150,7 @@ class Session:
         self.messages.append(message)
         self.log.emit(ev.Assistant(text=reply.text, finish_reason=reply.finish_reason,
                                    tool_calls=[asdict(call) for call in reply.tool_calls]))
+        await self.accounting.ask_allocated()  # the model is loaded now: /api/ps knows
         await self.accounting.take_in(sent, reply)
 
     async def act(self, calls: list[ToolCall]) -> None:

@@ -257,18 +257,19 @@ def assign_call_ids(calls: list[ToolCall], taken: AbstractSet[str],
 
 
 def parse_usage(usage: dict[str, Any]) -> Usage:
-    """A usage object as the server sent it; counts that are missing, null, 0, negative or
-    not numbers become None."""
+    """A usage object as the server sent it; counts that are missing, null, 0 or not numbers
+    become None, and so do negative ones, except a negative prompt count: that is kept for the
+    window's judge to call nonsense (and warn of) rather than take as unknown in silence."""
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
-        prompt_tokens=_count(usage.get("prompt_tokens")),
+        prompt_tokens=_count(usage.get("prompt_tokens"), negative=True),
         completion_tokens=_count(usage.get("completion_tokens")),
         cached_tokens=_count(cached),
     )
 
 
-def _count(value: Any) -> int | None:
+def _count(value: Any, *, negative: bool = False) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
-    return int(value) if value >= 1 else None
+    return int(value) if value >= 1 or (negative and value <= -1) else None

@@ -16,6 +16,7 @@ The trained length can be far above what Ollama allocates for a model that is no
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -155,6 +156,42 @@ async def allocated_context(
     async with _http(base_url, api_key, transport) as http:
         ps = await _get_json(http, "GET", "/api/ps")
     return context_from_ps(ps, model) if ps is not None else None
+
+
+@dataclass(frozen=True)
+class WindowQuestions:
+    """The questions a run asks its server about the window, during the run: what Ollama
+    allocated (after the first reply of each session, and after a refusal), and what any
+    server says its window is now (at each session start).
+
+        questions = WindowQuestions("http://127.0.0.1:11434", "llama3.2")
+        await questions.allocated()   # 4096, or None
+        await questions.told()        # (4096, "allocated by Ollama (/api/ps)"), or None
+    """
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    transport: httpx.AsyncBaseTransport | None = None
+
+    async def allocated(self) -> int | None:
+        return await allocated_context(self.base_url, self.model, api_key=self.api_key,
+                                       transport=self.transport)
+
+    async def told(self) -> tuple[int, str] | None:
+        """The window the server says it has now: Ollama's allocation (`/api/ps`), the `n_ctx`
+        of llama.cpp's server (`/props`) or vLLM's `max_model_len` (`/v1/models`)."""
+        async with _http(self.base_url, self.api_key, self.transport) as http:
+            ps = await _get_json(http, "GET", "/api/ps")
+            if ps is not None and (length := context_from_ps(ps, self.model)):
+                return length, "allocated by Ollama (/api/ps)"
+            props = await _get_json(http, "GET", "/props")
+            if props is not None and (length := context_from_props(props)):
+                return length, "n_ctx of the llama.cpp server (/props)"
+            models = await _get_json(http, "GET", "/v1/models")
+            if models is not None and (length := context_from_models(models, self.model)):
+                return length, "max_model_len of the vLLM server (/v1/models)"
+        return None
 
 
 async def model_supports_tools(

@@ -71,10 +71,10 @@ def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
         return 200, {"object": "list", "data": data}
     if path == "/api/ps":
         models = []
-        if loaded:
+        if loaded and settings.api_ps == "honest":
             entry = {**tags(settings)[0], "expires_at": "2099-01-01T00:00:00Z", "size_vram": 1}
-            if settings.context_length is not None:
-                entry["context_length"] = settings.context_length
+            if settings.window is not None:
+                entry["context_length"] = settings.window
             models.append(entry)
         return 200, {"models": models}
     return 404, "404 page not found"
@@ -128,5 +128,5 @@ def tokenize(
         return 200, {"tokens": list(range(count))}
     if family == "llama-cpp-python":
         return 200, {"count": count}
-    max_model_len = settings.context_length or TRAINED_CONTEXT
+    max_model_len = settings.window or TRAINED_CONTEXT
     return 200, {"count": count, "max_model_len": max_model_len, "tokens": list(range(count))}

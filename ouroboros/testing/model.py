@@ -83,8 +83,9 @@ class ScriptedModel:
         """What Ollama keeps of an oversized prompt: whole messages dropped from the front,
         system messages and the last message kept."""
         kept = list(messages)
-        assert self.settings.context_length is not None
-        while self.count_tokens(kept, tools) > self.settings.context_length:
+        window = self.settings.window
+        assert window is not None
+        while self.count_tokens(kept, tools) > window:
             droppable = [i for i, m in enumerate(kept[:-1]) if m.get("role") != "system"]
             if not droppable:
                 break
@@ -136,7 +137,7 @@ class ScriptedModel:
             return self._fault_answer(fault, body)
 
     def _over(self, prompt: int) -> bool:
-        return self.settings.context_length is not None and prompt > self.settings.context_length
+        return self.settings.window is not None and prompt > self.settings.window
 
     def _count_answer(self, body: dict[str, Any]) -> Answer:
         """A one-token, non-streaming request, the way clients ask a server that sends no
@@ -162,7 +163,7 @@ class ScriptedModel:
         messages, tools = body.get("messages") or [], body.get("tools")
         if over:
             messages = self.truncate(messages, tools)
-            prompt = min(self.count_tokens(messages, tools), self.settings.context_length or prompt)
+            prompt = min(self.count_tokens(messages, tools), self.settings.window or prompt)
         common = self._read_prompt(messages, tools)
         delay = 0.0
         item = self._script.next_item(messages)
@@ -191,7 +192,7 @@ class ScriptedModel:
             return Answer(400, error_body(OVERFLOW_MESSAGE, 400))
         if body.get("stream"):  # llama.cpp: a 200 with nothing in it
             return Answer(frames=[])
-        return Answer(400, overflow_error_body(self.settings.context_length, prompt))
+        return Answer(400, overflow_error_body(self.settings.window, prompt))
 
     def _read_prompt(self, messages: list[Message], tools: Any) -> int:
         """Put this prompt in the cache; return how many leading messages it shares with the

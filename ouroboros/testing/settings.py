@@ -33,6 +33,13 @@ class ModelSettings:
     context_length: int | None = 8192
     """The window in tokens, advertised as `num_ctx` in /api/show and /api/ps; None: no
     limit, none advertised."""
+    allocated: int | None = None
+    """Ollama started with a smaller window than the model advertises (num_ctx in
+    /api/show): the window it really holds, cuts or refuses at, and lists in /api/ps. None:
+    `context_length`."""
+    api_ps: Literal["honest", "silent"] = "honest"
+    """"silent": /api/ps lists no loaded model (an older Ollama, a proxy in front of it, a
+    server that is not Ollama), so the window must be inferred from what it does."""
     overflow: Overflow = "truncate"
     """A prompt over the window: "truncate" (Ollama: whole messages dropped from the front),
     "error" (Ollama's 400), "empty" (llama.cpp: an empty 200 when streaming, else a 400)."""
@@ -49,6 +56,11 @@ class ModelSettings:
     """Serve the tokenize endpoint of this family of servers (endpoints.TOKENIZE_PATHS)."""
     extra_models: Sequence[str] = ()
     """More names it lists and answers to."""
+
+    @property
+    def window(self) -> int | None:
+        """The window the server really holds."""
+        return self.allocated if self.allocated is not None else self.context_length
 
     @property
     def models(self) -> list[str]:

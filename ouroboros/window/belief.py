@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
-Verdict = Literal["unknown", "whole", "uncached", "suspect", "truncated"]
+Verdict = Literal["unknown", "whole", "uncached", "suspect", "truncated", "nonsense"]
 CeilingKind = Literal["", "truncation", "refused", "named", "allocated"]
 
 # A count may dip this much below the previous one without meaning anything (BPE merges at a
@@ -46,6 +46,11 @@ CONFIRMATIONS = 2
 UNRELATED_SHORTFALL = 3.0
 # Ollama's uncached-only bug: a count that fell to at most this multiple of what was added.
 UNCACHED_MULTIPLE = 2.5
+# A count this many times above both the claimed window and the ledger's figure is nonsense.
+NONSENSE_MULTIPLE = 8
+# Once uncached-only counts were seen, a count with nothing to compare it with is believed
+# when it reaches this share of the ledger's figure (mostly counted sizes by then).
+UNCACHED_BELIEVED = 0.75
 # A refused prompt without a named window: believe the window this much smaller than it.
 REFUSAL_SHRINK = 0.85
 # Refusals without a named window that make their ceiling outlive the session.
@@ -68,6 +73,7 @@ class Count:
     added: int = 0  # the harness's estimate of what was added since that count
     suspects: int = 0  # counts since that one that looked cut
     largest_suspect: int = 0
+    cached: int | None = None  # the part the server says it served from its cache, if it says
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class Window:
     ceiling_kind: CeilingKind = ""
     refusals: int = 0  # refusals that named no window, this run
     uncached_seen: bool = False  # the server has reported only the uncached part of a prompt
+    told_by: str = ""  # for an "allocated" ceiling: which of the server's answers said it
 
     @property
     def limit(self) -> int:
@@ -101,12 +108,14 @@ class Window:
                           f"size (claimed {self.claimed}, {claimed})",
             "refused": f"the server refused a longer prompt (claimed {self.claimed}, {claimed})",
             "named": "the server's error message named this window",
-            "allocated": "allocated by Ollama (/api/ps)",
+            "allocated": self.told_by or "allocated by Ollama (/api/ps)",
         }.get(self.ceiling_kind, claimed)
 
 
 def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict, Window]:
     """What one count proves, and the belief after it."""
+    if nonsense(count, window.claimed):
+        return "nonsense", window
     verdict = classify(count, window.accepted, window.uncached_seen) if guard else (
         "unknown" if count.reported is None else "whole")
     if verdict == "uncached":
@@ -122,23 +131,37 @@ def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict,
     return verdict, window
 
 
+def nonsense(count: Count, claimed: int) -> bool:
+    """A count no prompt can have: negative, or many times both the window claimed and the
+    ledger's figure."""
+    reported = count.reported
+    if reported is None:
+        return False
+    return reported < 0 or reported > NONSENSE_MULTIPLE * max(claimed, count.estimate, 1)
+
+
 def classify(count: Count, accepted: int, uncached_seen: bool = False) -> Verdict:
-    """unknown, whole, uncached or suspect: what this count alone says. Once a server has
-    been seen counting only the uncached part of a prompt, a count that cannot be compared
-    with an earlier one, or fell to the size of what was added, is taken for that again."""
+    """unknown, whole, uncached or suspect: what this count alone says.
+
+    Ollama's uncached-only count needs a cache to leave out: the prompt must extend one the
+    server counted before, and a server that reports its cached tokens counts whole prompts.
+    Once a server has been seen counting only the uncached part, a count is weighed, never
+    dismissed outright: one without an earlier count to compare with is believed when it
+    comes near the ledger's figure or above it."""
     reported = count.reported
     if reported is None:
         return "unknown"
     if count.previous is None:
-        if uncached_seen:
-            return "uncached"
-        return "suspect" if reported * UNRELATED_SHORTFALL < count.estimate else "whole"
+        if uncached_seen and count.cached is None:
+            return "whole" if reported >= UNCACHED_BELIEVED * count.estimate else "uncached"
+        return "whole" if reported * UNRELATED_SHORTFALL >= count.estimate else "suspect"
     fell = reported < count.previous * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
     stalled = (count.added >= MIN_JUDGED_GROWTH
                and reported - count.previous < STALL_FRACTION * count.added)
     if not (fell or stalled):
         return "whole"
-    looks_uncached = reported <= UNCACHED_MULTIPLE * count.added + FALL_TOLERANCE_TOKENS
+    looks_uncached = (count.cached is None
+                      and reported <= UNCACHED_MULTIPLE * count.added + FALL_TOLERANCE_TOKENS)
     if looks_uncached and (uncached_seen or (fell and reported < accepted / 2)):
         return "uncached"
     return "suspect"
@@ -169,21 +192,28 @@ def at_session_start(window: Window) -> Window:
     return window
 
 
-def with_allocated(window: Window, allocated: int | None) -> Window:
-    """What Ollama says it allocated for the model (`/api/ps`) outranks inferred ceilings."""
+def with_allocated(window: Window, allocated: int | None,
+                   told_by: str = "allocated by Ollama (/api/ps)") -> Window:
+    """What the server says its window is (Ollama's allocation in `/api/ps`, llama.cpp's
+    `n_ctx`, vLLM's `max_model_len`) outranks inferred ceilings, both ways: the belief is
+    min(claim, what it says) at once, and a ceiling inferred before is given up when the
+    server says it has more room (it was restarted bigger). A ceiling from a refusal below
+    what the server says stays: the prompt it refused was bigger than the ledger thought."""
     if not allocated:
         return window
+    if window.ceiling_kind == "refused" and window.ceiling <= min(allocated, window.claimed):
+        return window  # a refusal within that window: the ledger fell short, not the window
     if allocated >= window.claimed:
-        return replace(window, ceiling=0, ceiling_kind="")
-    return replace(window, ceiling=allocated, ceiling_kind="allocated")
+        return replace(window, ceiling=0, ceiling_kind="", told_by="")
+    return replace(window, ceiling=allocated, ceiling_kind="allocated", told_by=told_by)
 
 
 def reclaimed(window: Window, claimed: int, source: str) -> Window:
-    """The belief for a resumed run: the claim as the config says now. Evidence gathered
-    under another claim is dropped, so a user who fixed the window sees the fix work."""
-    if claimed != window.claimed:
-        return Window(claimed, source)
-    return replace(window, claimed_source=source)
+    """The belief for a resumed run: the claim as the config says now, and none of the old
+    evidence. The server may have been restarted with another window since, so the belief
+    is derived again (the server's answers at the session start, then its counts)."""
+    del window
+    return Window(claimed, source)
 
 
 def named_window(message: str) -> int | None:

@@ -120,11 +120,13 @@ def attribute(fresh: list[Message], known: int, reported: int, base: int,
 
     When the count leaves too little for the uncounted messages (the base was guessed high,
     or the template counts differently), nothing is attributed: the base absorbs the
-    difference, so the ledger still adds up to what the server counted."""
+    difference, so the ledger still adds up to what the server counted. The base is never
+    negative: a count below what the ledger already explains leaves the ledger high (a
+    prompt believed larger than it is costs a little room, never an overflow)."""
     residual = reported - base - known
     estimates = [estimate_message(m, chars_per_token) for m in fresh]
     if not fresh or residual < MESSAGE_OVERHEAD_TOKENS * len(fresh):
-        return reported - known - sum(estimates), [], 0, 0
+        return max(reported - known - sum(estimates), 0), [], 0, 0
     return (base, share(residual, estimates), sum(message_chars(m) for m in fresh),
             residual - MESSAGE_OVERHEAD_TOKENS * len(fresh))
 

@@ -247,7 +247,8 @@ class ContextManager:
         # show the model its tool schemas).
         count = Count(reported, messages, previous.reported if previous else None, added,
                       previous.suspects if previous else 0,
-                      previous.largest_suspect if previous else 0)
+                      previous.largest_suspect if previous else 0,
+                      usage.cached_tokens if usage else None)
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
         if verdict == "whole":
             assert reported is not None
