@@ -83,6 +83,7 @@ def begin_session(state: RunState, messages: list[Message]) -> int:
     state.session_turns = state.session_successes = 0
     state.reload = ""
     state.messages = messages
+    state.context.forget_unreferenced(messages)
     return previous_turns
 
 

@@ -27,6 +27,7 @@ from ouroboros.store.log import (
     read_events,
     read_snapshot,
 )
+from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
 from ouroboros.window.conversation import pending_calls
 from ouroboros.loop.journal import replay
@@ -98,14 +99,8 @@ def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any
 
 
 def observation_reader(run_dir: Path) -> Callable[[str], str | None]:
-    def read(obs_id: str) -> str | None:
-        try:
-            with (run_dir / "observations" / f"{obs_id}.txt").open(
-                    encoding="utf-8", newline="") as f:  # as written: "\r\n" stays
-                return f.read()
-        except (OSError, ValueError):
-            return None
-    return read
+    """Reads a result's full text back by its observation id, as written ("\r\n" stays)."""
+    return ObservationStore(run_dir / OBSERVATIONS_DIR).read
 
 
 def rebuilt_warning(why: str, state: RunState) -> str:

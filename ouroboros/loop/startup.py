@@ -56,6 +56,7 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
         drop_torn_line(run_dir, recovered.valid_bytes)
     state = recovered.state
     context = state.context
+    context.forget_unreferenced(state.messages)  # a run saved before records were dropped
     context.window = reclaimed(context.window, *claim)
     context.max_output_tokens = cfg.model.max_output_tokens
     state.barren_sessions = 0

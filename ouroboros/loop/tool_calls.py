@@ -1,7 +1,7 @@
 """The agent's tool calls: each run in turn and its result recorded, as one step.
 
-A result is recorded three ways: its full text in `observations/<obs id>.txt` (for `recall`
-and for resume), the message the model reads (capped, see context.admit), and a `tool_result`
+A result is recorded three ways: its full text in the session's pack in `observations/`
+(for `recall` and for resume, see store/observations.py), the message the model reads (capped, see context.admit), and a `tool_result`
 event that carries the step's checkpoint. A call cut short by a stop signal gets a result
 that says so, so no call is ever left unanswered.
 """
@@ -9,11 +9,11 @@ that says so, so no call is ever left unanswered.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
 from ouroboros.store import events as ev
+from ouroboros.store.observations import ObservationStore
 from ouroboros.loop.checkpoints import Checkpoints
 from ouroboros.window.conversation import describe, interrupted_text
 from ouroboros.loop.journal import tool_result_ref
@@ -32,8 +32,7 @@ class Actions:
         self.toolbox = toolbox
         self.log = log
         self.checkpoints = checkpoints
-        self.observations = run_dir / "observations"
-        self.observations.mkdir(exist_ok=True)
+        self.observations = ObservationStore(run_dir / "observations")
 
     async def execute(self, calls: list[ToolCall]) -> str | None:
         """Run the calls in order, a step each (its `tool_result` carries its checkpoint); the
@@ -89,8 +88,5 @@ class Actions:
 
     def save_observation(self, obs_id: str, text: str) -> None:
         """The full text of a result, for `recall` and for resume."""
-        with (self.observations / f"{obs_id}.txt").open("w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            if self.log.durability == "event":
-                f.flush()
-                os.fsync(f.fileno())
+        self.observations.save(obs_id, text, self.state.session,
+                               durable=self.log.durability == "event")
