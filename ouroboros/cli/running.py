@@ -144,16 +144,44 @@ def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, A
 
 @app.command(short_help="Create a project: ouroboros.toml, SYSTEM_PROMPT.md, workspace/.")
 def init(
-    directory: Path = typer.Argument(Path("."), help="The project directory to create.",
-                                     file_okay=False),
+    directory: Optional[Path] = typer.Argument(None, metavar="[DIR]", show_default=False,
+                                               help="The project directory to create "
+                                               "(default: here).", file_okay=False),
+    missing: bool = typer.Option(False, "--missing", help="Add only what an existing project "
+                                 "lacks (its config, the system prompt and workspace it "
+                                 "names), changing nothing that is there."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="With --missing: the "
+                                          "project's config file (default: DIR/ouroboros.toml, "
+                                          "else the nearest one)."),
 ) -> None:
-    """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/."""
-    from ouroboros.cli.scaffold import create_project
+    """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/; with
+    --missing, add only what an existing project lacks."""
+    from ouroboros.cli.scaffold import complete_project, create_project
 
+    if config is not None and not missing:
+        raise fail(UsageError("--config goes with --missing (a new project is made in DIR)"))
+    if missing:
+        path = config or (directory / "ouroboros.toml" if directory is not None
+                          else missing_target())
+        created = guarded(lambda: complete_project(path))
+        for made in created:
+            typer.echo(f"created {made}{'/' if made.is_dir() else ''}")
+        if not created:
+            typer.echo(f"nothing is missing: {path}, its system prompt and its workspace are "
+                       "all there")
+        return
+    directory = directory or Path(".")
     created = guarded(lambda: create_project(directory))
-    for path in created:
-        typer.echo(f"created {path}{'/' if path.is_dir() else ''}")
+    for made in created:
+        typer.echo(f"created {made}{'/' if made.is_dir() else ''}")
     go = "ouroboros run" if directory.resolve() == Path.cwd().resolve() \
         else f"cd {directory} && ouroboros run"
     typer.echo(f"next: write the agent's mission in SYSTEM_PROMPT.md, start Ollama, then\n"
                f"  {go}\nor try it first without a model server:\n  ouroboros demo")
+
+
+def missing_target() -> Path:
+    """The config `init --missing` completes: the nearest project's, else ./ouroboros.toml."""
+    from ouroboros.config import CONFIG_FILENAME, find_project
+
+    return find_project(Path.cwd()) or Path(CONFIG_FILENAME)
