@@ -59,10 +59,14 @@ def flags(**values: Any) -> dict[str, Any]:
 @app.command(short_help="Start a new run of the agent in this project.")
 def run(
     config: Optional[Path] = ConfigOption,
-    workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory."),
-    model: Optional[str] = typer.Option(None, help="Model name, e.g. llama3.2."),
-    base_url: Optional[str] = typer.Option(None, help="Server root, e.g. http://127.0.0.1:11434."),
-    max_turns: Optional[int] = typer.Option(None, min=0, help="Stop after N model turns in "
+    workspace: Optional[Path] = typer.Option(None, metavar="DIR",
+                                             help="The agent's workspace directory."),
+    model: Optional[str] = typer.Option(None, metavar="NAME", help="Model name, e.g. llama3.2."),
+    base_url: Optional[str] = typer.Option(None, metavar="URL", help="Server root, e.g. "
+                                           "http://127.0.0.1:11434 (or host:port, as "
+                                           "OLLAMA_HOST)."),
+    max_turns: Optional[int] = typer.Option(None, min=0, metavar="N", help="Stop after N model "
+                                            "turns in "
                                             "total (0 = no limit)."),
     headless: bool = HeadlessOption,
 ) -> None:
@@ -79,16 +83,21 @@ def run(
 @app.command(short_help="Continue a stopped run: Ctrl+C, max turns, done, idle, error, crash.")
 def resume(
     config: Optional[Path] = ConfigOption,
-    run_id: Optional[str] = typer.Option(None, "--run", help="The run to resume "
+    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID", help="The run to resume "
                                          "(default: the latest)."),
-    message: str = typer.Option("", "--message", "-m", help="A new instruction for the agent "
+    message: str = typer.Option("", "--message", "-m", metavar="TEXT", help="A new instruction "
+                                "for the agent "
                                 "(for a run that is complete or paused idle)."),
-    max_turns: Optional[int] = typer.Option(None, min=0, help="N more model turns from here "
+    max_turns: Optional[int] = typer.Option(None, min=0, metavar="N", help="N more model turns "
+                                            "from here "
                                             "(0 = no limit); default: the limit it had."),
-    workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory "
+    workspace: Optional[Path] = typer.Option(None, metavar="DIR", help="The agent's workspace "
+                                             "directory "
                                              "(default: the one the run started with)."),
-    model: Optional[str] = typer.Option(None, help="Model name (default: the run's)."),
-    base_url: Optional[str] = typer.Option(None, help="Server root (default: the run's)."),
+    model: Optional[str] = typer.Option(None, metavar="NAME",
+                                        help="Model name (default: the run's)."),
+    base_url: Optional[str] = typer.Option(None, metavar="URL",
+                                           help="Server root (default: the run's)."),
     headless: bool = HeadlessOption,
 ) -> None:
     """Continue a stopped run from its log, with the flags it started with unless given
@@ -144,13 +153,14 @@ def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, A
 
 @app.command(short_help="Create a project: ouroboros.toml, SYSTEM_PROMPT.md, workspace/.")
 def init(
-    directory: Optional[Path] = typer.Argument(None, metavar="[DIR]", show_default=False,
+    directory: Optional[Path] = typer.Argument(None, metavar="DIR", show_default=False,
                                                help="The project directory to create "
                                                "(default: here).", file_okay=False),
     missing: bool = typer.Option(False, "--missing", help="Add only what an existing project "
                                  "lacks (its config, the system prompt and workspace it "
                                  "names), changing nothing that is there."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="With --missing: the "
+    config: Optional[Path] = typer.Option(None, "--config", "-c", metavar="PATH",
+                                          help="With --missing: the "
                                           "project's config file (default: DIR/ouroboros.toml, "
                                           "else the nearest one)."),
 ) -> None:

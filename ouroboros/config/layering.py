@@ -246,6 +246,8 @@ def _flag_layer(flags: Mapping[str, Any], flag_names: Mapping[str, str]) -> _Lay
             raise ConfigError(f"flag {flag} sets unknown key {key}{hint}")
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
+        if key == "model.base_url" and isinstance(value, str) and "://" not in value:
+            value = _ollama_host_url(value)  # as OLLAMA_HOST is read: host[:port], http
         layer[key] = (_coerce(key, value, f"from flag {flag}"), "flag")
     return layer
 
