@@ -84,3 +84,17 @@ def test_a_second_demo_into_the_same_directory_shows_the_whole_demo_again(tmp_pa
     assert run_ended_line(second.stdout).split(" after ")[1] == \
         run_ended_line(first.stdout).split(" after ")[1]
     assert "Wind-down:" in second.stdout and "Restart (" in second.stdout
+
+
+@pytest.mark.parametrize("typed,meant", [("context.sotf", "context.soft_threshold_pct"),
+                                         ("context.sof_threshold_pct",
+                                          "context.soft_threshold_pct"),
+                                         ("modle.name", "model.name")])
+def test_a_mistyped_key_suggests_the_key_meant(tmp_path, typed, meant):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+
+    result = ouroboros("config", "set", typed, "1", "--config", str(config))
+
+    assert result.returncode == 2
+    assert result.stderr == f"error: unknown key {typed} (did you mean {meant}?)\n"
