@@ -298,7 +298,8 @@ class Runner:
                 total_turns=self.state.total_turns, restarts=self.state.restarts,
                 resumable=True, summary=summary,
                 next=how_to_continue(reason, max_turns=agent.max_turns,
-                                     max_idle_turns=agent.max_idle_turns)))
+                                     max_idle_turns=agent.max_idle_turns,
+                                     last_words=last_reply(self.state.messages))))
         self.snapshot()
         self.log.close()
 
@@ -321,3 +322,9 @@ class Runner:
 
 
 __all__ = ["RunHooks", "run_agent", "OuroborosError"]
+
+
+def last_reply(messages: list[Message]) -> str:
+    """The text of the agent's last reply ("" if it has none)."""
+    reply = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    return str(reply.get("content") or "") if reply is not None else ""

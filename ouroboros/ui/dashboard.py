@@ -23,6 +23,7 @@ from typing import Literal
 
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
+from ouroboros.loop.continuation import said_done
 from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
 from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
@@ -246,6 +247,8 @@ class DashboardState:
     def _on_run_end(self, e: ev.RunEnd) -> None:
         self.ended, self.streaming = True, False
         self.status = f"ended: {e.reason} (exit {e.exit_code})"
+        if e.reason == "idle" and said_done(self.text):  # done in words, not by task_complete
+            self.status = f"ended: the agent says it is done; paused (exit {e.exit_code})"
         self.total_turns, self.restarts = e.total_turns, e.restarts
 
     def _add_tool(self, line: ToolLine) -> ToolLine:
