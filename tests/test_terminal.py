@@ -186,3 +186,33 @@ def test_ctrl_c_typed_at_80x24_stops_the_run_and_leaves_a_whole_frame(tmp_path, 
     final = last_frame(tmux.everything())
     assert_fits(final, 80, 24)
     assert any("SIGINT: stopping now" in line for line in final)
+
+
+def quick_brain(messages: list[Message]) -> Reply:
+    turn = sum(m["role"] == "assistant" for m in messages)
+    time.sleep(REPLY_SECS if turn >= 3 else 0)
+    return Reply(f"Reading part {turn}.",
+                 [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
+def test_a_resumed_runs_dashboard_has_the_header_the_run_had(tmp_path, scripted_server, tmux,
+                                                              width, height):
+    server = scripted_server(quick_brain)
+    config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3})
+    from tests.helpers import ouroboros, run_events
+
+    first = ouroboros("run", "--config", str(config), "--headless")
+    assert first.returncode == 0, first.stderr
+    run_id = run_events(tmp_path / "project")[0]["run_id"]
+
+    tmux.start([sys.executable, "-m", "ouroboros", "resume", "--config", str(config),
+                "--max-turns", "2"], width, height, cwd=tmp_path)
+
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 0) ─╯" in line for line in s),
+                  "the resume's end, on the header's border")
+    final = last_frame(tmux.everything())
+    title = final[0]
+    assert f"run {run_id}" in title and "scripted" in title
+    assert any("total turns 5" in line for line in final), "\n".join(final)
+    assert any("window " in line for line in header(final))

@@ -22,9 +22,10 @@ def interactive(headless: bool) -> bool:
     return not headless and sys.stdout.isatty()
 
 
-def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks:
-    """The live dashboard on a terminal (with the thresholds to mark on its gauge), else one
-    plain line per event."""
+def make_hooks(headless: bool, context: ContextConfig | None = None,
+               past: Path | None = None) -> RunHooks:
+    """The live dashboard on a terminal (with the thresholds to mark on its gauge, and for a
+    resume the run's log so far), else one plain line per event."""
     from ouroboros.loop.runner import RunHooks
     from ouroboros.ui.plain import plain_printer
 
@@ -32,8 +33,8 @@ def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks
         from ouroboros.ui.live import live_hooks
 
         if context is None:
-            return live_hooks()
-        return live_hooks(context.soft_threshold_pct, context.hard_threshold_pct)
+            return live_hooks(past=past)
+        return live_hooks(context.soft_threshold_pct, context.hard_threshold_pct, past=past)
     hooks = RunHooks()
     hooks.on_event = plain_printer(on_closed=lambda: stop_for_closed_output(hooks))
     return hooks
@@ -118,9 +119,17 @@ def resume(
                       message=message, limit_from=limit_from)
     if why_not is not None:
         raise fail(UsageError(why_not))
-    hooks = make_hooks(headless, loaded.config.context)
+    past = guarded(lambda: run_log_path(loaded.state_dir, plan.run_id))
+    hooks = make_hooks(headless, loaded.config.context, past=past)
     raise typer.Exit(run_to_end(hooks, interactive(headless), lambda: run_agent(
         loaded, hooks, resume=True, run_id=plan.run_id, message=message)))
+
+
+def run_log_path(state_dir: Path, run_id: str) -> Path:
+    """The event log of run `run_id`."""
+    from ouroboros.store.log import EVENTS_FILE, find_run
+
+    return find_run(state_dir, run_id) / EVENTS_FILE
 
 
 def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, Any, int]]

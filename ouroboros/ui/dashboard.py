@@ -179,6 +179,8 @@ class DashboardState:
 
     def _on_run_resumed(self, e: ev.RunResumed) -> None:
         self.status, self.ended = "running", False
+        if self.alert is not None and self.alert.level == "error":  # what failed the run
+            self.alert = None  # is over: the resumed run goes on
         self.total_turns, self.restarts = e.total_turns, e.restarts
         self.context_limit, self.limit_source = e.context_limit, e.limit_source
 

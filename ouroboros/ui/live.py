@@ -23,6 +23,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from ouroboros.store.events import Record, parse_event
+from ouroboros.store.log import read_log
 from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
@@ -128,10 +129,15 @@ class LiveDashboard:
 
 
 def live_hooks(soft: float | None = None, hard: float | None = None,
-               console: Console | None = None) -> RunHooks:
-    """The dashboard's hooks; thresholds as fractions (a run_start event also sets them)."""
+               console: Console | None = None, past: Path | None = None) -> RunHooks:
+    """The dashboard's hooks; thresholds as fractions (a run_start event also sets them).
+    `past`: the log of the run a resume continues, replayed first, so the dashboard shows
+    the same header (run id, model, counters) as it did while the run went on."""
     given = {"soft": soft, "hard": hard}
     state = DashboardState(**{name: value for name, value in given.items() if value is not None})
+    if past is not None:
+        for event in read_log(past):
+            state.apply(event)
     return LiveDashboard(state, console).hooks()
 
 

@@ -130,7 +130,21 @@ def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
     line.append(f"  {used}  ")
     line.append(pct, style=f"bold {state.zone}" if state.context_pct is not None else "dim")
     labels = Text(" " * len(prefix), no_wrap=True, overflow="ellipsis").append_text(marks)
+    window = window_label(state, inner - len(labels) - 2)
+    if window:
+        labels.append(" " * (inner - len(labels) - len(window))).append(window, style="dim")
     return line, labels
+
+
+def window_label(state: DashboardState, room: int) -> str:
+    """`window 8,192 (allocated by Ollama (/api/ps))`: the window the budget is a share of,
+    and where its size came from; without the source when there is no room for it."""
+    if not state.context_limit:
+        return ""
+    forms = [f"window {state.context_limit:,}"]
+    if state.limit_source:
+        forms.insert(0, f"{forms[0]} ({state.limit_source})")
+    return next((form for form in forms if len(form) <= room), "")
 
 
 def gauge(pct: float | None, soft: float, hard: float,
