@@ -216,3 +216,32 @@ def test_a_resumed_runs_dashboard_has_the_header_the_run_had(tmp_path, scripted_
     assert f"run {run_id}" in title and "scripted" in title
     assert any("total turns 5" in line for line in final), "\n".join(final)
     assert any("window " in line for line in header(final))
+
+
+def loading_brain(messages: list[Message]) -> Reply:
+    """A model that takes its time over its second reply, as one loading would."""
+    turn = sum(m["role"] == "assistant" for m in messages)
+    if turn == 1:
+        time.sleep(4)
+    return Reply(f"Reading part {turn}.",
+                 [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
+def test_a_slow_first_token_shows_a_wait_that_counts(tmp_path, scripted_server, tmux, width,
+                                                     height):
+    server = scripted_server(loading_brain)
+    config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3})
+
+    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
+               width, height, cwd=tmp_path)
+
+    def waited(seconds: int) -> Callable[[list[str]], bool]:
+        return lambda screen: any(f"waiting for the model {seconds}s ─╯" in line
+                                  for line in screen)
+
+    first = tmux.wait_for(waited(1), "a wait of 1 s on the header's border")
+    tmux.wait_for(waited(2), "the same wait, a second later (the frame redraws itself)")
+    assert any("assistant (last reply; waiting for the model" in line for line in first)
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 0) ─╯" in line for line in s),
+                  "the run's end")

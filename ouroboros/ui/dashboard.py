@@ -41,7 +41,8 @@ NOTE_LEVELS: dict[str, Level] = {
     "wind_down": "warn", "session_restart": "info", "context_truncation_detected": "warn",
     "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
     "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
-    "reload_requested": "info", "config_changed": "info",
+    "reload_requested": "info", "config_changed": "info", "idle": "info",
+    "prompt_changed": "info",
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
 
@@ -130,6 +131,21 @@ class DashboardState:
     @property
     def zone(self) -> Zone:
         return zone(self.context_pct or 0.0, self.soft, self.hard)
+
+    def waiting(self) -> tuple[str, str] | None:
+        """What the run waits on while nothing streams, and since when (an event's `ts`): a
+        tool still running, a retry's backoff, an idle pause, or the model (a first token
+        can take a minute while a model loads); None when it waits on nothing."""
+        if self.ended or self.streaming or self.status != "running" or not self.last_ts:
+            return None
+        running = self.tools[-1] if self.tools and self.tools[-1].result is None else None
+        if running is not None:
+            return f"running {running.call.split(' ')[0]}", self.last_ts
+        if self.last_type == "retry":
+            return "waiting to retry", self.last_ts
+        if self.last_type == "idle":
+            return "idle pause", self.last_ts
+        return "waiting for the model", self.last_ts
 
     def apply(self, e: Record) -> DashboardState:
         """Fold one event into the state; returns the state, for chaining. Control

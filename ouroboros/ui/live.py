@@ -16,6 +16,7 @@ import atexit
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
@@ -45,7 +46,7 @@ class LiveDashboard:
         self._lock = threading.Lock()
         self._showing = False
         self._changes = 0  # bumped by every change to the state
-        self._drawn: tuple[int, tuple[int, int]] | None = None  # changes and size last drawn
+        self._drawn: tuple[int, tuple[int, int], int | None] | None = None  # changes, size, tick
         self._stop_redrawing = threading.Event()
         self._redrawer: threading.Thread | None = None
         self._live = Live(get_renderable=self.renderable, console=self.console,
@@ -55,8 +56,13 @@ class LiveDashboard:
     def renderable(self) -> RenderableType:
         width, height = self.console.size
         with self._lock:
-            self._drawn = (self._changes, (width, height))
-            return render(self.state, width, max(height - SPARE_LINES, 1))
+            self._drawn = (self._changes, (width, height), self._tick())
+            return render(self.state, width, max(height - SPARE_LINES, 1),
+                          now=datetime.now(timezone.utc))
+
+    def _tick(self) -> int | None:
+        """The second a waiting run's frame counts its wait in (a new one redraws it)."""
+        return int(time.time()) if self.state.waiting() is not None else None
 
     def on_event(self, record: Record) -> None:
         event = parse_event(record)
@@ -97,7 +103,7 @@ class LiveDashboard:
         """Whether the state or the terminal's size changed since the last frame was drawn."""
         size = tuple(self.console.size)
         with self._lock:
-            return self._drawn != (self._changes, size)
+            return self._drawn != (self._changes, size, self._tick())
 
     def _redraw_changes(self) -> None:
         while not self._stop_redrawing.wait(1 / REFRESH_PER_SECOND):

@@ -12,13 +12,14 @@ number of rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.ui.dashboard import DashboardState, Note, ToolLine, zone
+from ouroboros.ui.dashboard import DashboardState, Note, ToolLine, parse_ts, zone
 
 GAUGE_WIDTH = 50
 MIN_GAUGE_WIDTH = 10
@@ -70,21 +71,36 @@ def text_rows(text: str, inner: int) -> int:
     return sum(max(1, -(-len(line) // max(inner, 1))) for line in text.strip().splitlines())
 
 
-def render(state: DashboardState, width: int = 100, height: int | None = None) -> RenderableType:
+def render(state: DashboardState, width: int = 100, height: int | None = None,
+           now: datetime | None = None) -> RenderableType:
     """The whole dashboard, `width` columns wide and at most `height` lines tall: a header
-    with the gauge and the alert, then the assistant, tools and activity."""
+    with the gauge and the alert, then the assistant, tools and activity. Given `now`, what
+    the run waits on says for how long."""
     shares = plan(state, width, height)
-    return Group(header(state, width, shares), assistant(state, shares.text),
+    return Group(header(state, width, shares, now), assistant(state, shares.text, now),
                  tools(state, width, shares.tools), activity(state, shares.notes, height))
 
 
-def header(state: DashboardState, width: int = 100, shares: Plan | None = None) -> Panel:
+def waited(state: DashboardState, now: datetime | None) -> str | None:
+    """`waiting for the model 12s`: what the run waits on and for how long, if it waits."""
+    waiting = state.waiting()
+    if waiting is None or now is None:
+        return None
+    what, since = waiting
+    seconds = max(0, int((now - parse_ts(since)).total_seconds()))
+    return f"{what} {seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 \
+        else f"{what} {seconds}s"
+
+
+def header(state: DashboardState, width: int = 100, shares: Plan | None = None,
+           now: datetime | None = None) -> Panel:
     shares = shares or plan(state, width, None)
     inner = width - 4  # borders and padding
     title = "ouroboros" + (f" · run {state.run_id}" if state.run_id else "") \
         + (f" · {state.model}" if state.model else "")
     status_style = "green" if state.status == "running" else "yellow" if not state.ended \
         else "bold"
+    status = waited(state, now) or state.status
     context, marks = context_line(state, inner)
     rows: list[RenderableType] = [counters(state, inner), context]
     if shares.marks:
@@ -92,7 +108,7 @@ def header(state: DashboardState, width: int = 100, shares: Plan | None = None) 
     if state.alert and shares.alert:
         rows.extend(alert_lines(state, width, shares.alert))
     return Panel(Group(*rows), title=Text(title, style="bold", no_wrap=True, overflow="ellipsis"),
-                 title_align="left", subtitle=Text(state.status, style=status_style),
+                 title_align="left", subtitle=Text(status, style=status_style),
                  subtitle_align="right")
 
 
@@ -208,13 +224,17 @@ class Tail:
         yield from list(wrapped)[-self.lines:]
 
 
-def assistant(state: DashboardState, lines: int = TEXT_LINES) -> Panel:
+def assistant(state: DashboardState, lines: int = TEXT_LINES,
+              now: datetime | None = None) -> Panel:
     if state.text.strip():
         body: RenderableType = Tail(Text(state.text.strip()), lines)
     else:
         body = Text("(waiting for the model)" if state.streaming or not state.total_turns
                     else "(no text: tool calls only)", style="dim")
-    title = "assistant" + (" (streaming)" if state.streaming else "")
+    waiting = waited(state, now)
+    title = "assistant" + (" (streaming)" if state.streaming else
+                           f" (last reply; {waiting})" if waiting and state.text.strip()
+                           else "")
     return Panel(body, title=title, title_align="left", border_style="blue")
 
 
