@@ -83,8 +83,8 @@ def test_a_tool_still_running_and_an_idle_pause_are_waits_of_their_own(tmp_path:
                                  seq=95, **envelope))
     assert state.waiting() == ("running shell_exec", envelope["ts"])
     state.apply(ev.ToolResultEvent(id="c9", name="shell_exec", ok=True, bytes=3,
-                                   observation="obs-9", summary="ok", duration_ms=5, truncated=False,
-                                   seq=96,
+                                   observation="obs-9", summary="ok", duration_ms=5,
+                                   truncated=False, seq=96,
                                    **envelope))
     state.apply(ev.Idle(idle_turns=1, pause_secs=2.0, max_idle_turns=3, seq=97, **envelope))
 
