@@ -8,6 +8,7 @@ that warning while the run goes on, and again on the frame left when it has ende
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -145,7 +146,8 @@ def running_and_whole(width: int, height: int) -> Callable[[list[str]], bool]:
 
     def seen(screen: list[str]) -> bool:
         text = "\n".join(screen)
-        if not (WARNING in text and "running ─╯" in text and "file_read data/archive" in text):
+        going_on = re.search(r"(?:running|waiting for the model \d+s|running \w+ \d+s) ─╯", text)
+        if not (WARNING in text and going_on and "file_read data/archive" in text):
             return False
         return not problems(last_frame(screen), width, height)
 

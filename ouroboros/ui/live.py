@@ -39,8 +39,9 @@ class LiveDashboard:
     """Shows the state live from the first event it is given until the run_end event."""
 
     def __init__(self, state: DashboardState, console: Console | None = None, *,
-                 stop_at_run_end: bool = True) -> None:
+                 stop_at_run_end: bool = True, clock: Callable[[], float] = time.time) -> None:
         self.state = state
+        self.clock = clock  # wall-clock seconds: a waiting run's count moves on with them
         self.console = console or Console()
         self.stop_at_run_end = stop_at_run_end
         self._lock = threading.Lock()
@@ -58,11 +59,11 @@ class LiveDashboard:
         with self._lock:
             self._drawn = (self._changes, (width, height), self._tick())
             return render(self.state, width, max(height - SPARE_LINES, 1),
-                          now=datetime.now(timezone.utc))
+                          now=datetime.fromtimestamp(self.clock(), timezone.utc))
 
     def _tick(self) -> int | None:
         """The second a waiting run's frame counts its wait in (a new one redraws it)."""
-        return int(time.time()) if self.state.waiting() is not None else None
+        return int(self.clock()) if self.state.waiting() is not None else None
 
     def on_event(self, record: Record) -> None:
         event = parse_event(record)

@@ -51,7 +51,7 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
     alert = len(alert_lines(state, width, 3)) if state.alert else 0
     if height is None:
         return Plan(TEXT_LINES, TOOL_ROWS, NOTE_ROWS, alert, True)
-    alert = min(alert, 2 if height <= 30 else 3)
+    alert = min(alert, 3 if height >= 22 else 2)
     rows = height - 2 * PANELS - HEADER_ROWS - alert
     marks = rows >= 4
     rows -= 3 + marks
@@ -188,28 +188,49 @@ def gauge(pct: float | None, soft: float, hard: float,
 
 
 def alert_lines(state: DashboardState, width: int, lines: int) -> list[Text]:
-    """The newest warning or error, word-wrapped to at most `lines` lines of the header, the
-    message cut short rather than the count of earlier ones: `WARNING ... (+2 earlier)`."""
+    """The newest warning or error, word-wrapped to at most `lines` lines of the header. A
+    message too long for them loses words from its middle, never its last clause, which is
+    where a message says what to do: `WARNING the server … ; set model.context_limit`."""
     alert: Note | None = state.alert
     if alert is None or lines <= 0:
         return []
-    inner = width - 4
-    earlier = f" (+{state.alerts - 1} earlier)" if state.alerts > 1 else ""
     indent = " " * (len(alert.clock) + 1)
-    words = alert.text.split()
-    rows: list[str] = []
-    while words and len(rows) < lines:
-        lead = f"{alert.clock} " if not rows else indent
-        room = inner - len(lead) - (len(earlier) if len(rows) == lines - 1 else 0)
-        row = words.pop(0)[:room]
-        while words and len(row) + 1 + len(words[0]) <= room:
-            row += " " + words.pop(0)
-        if words and len(rows) == lines - 1:  # the last row, and more to say: cut it
-            row = (row if len(row) < room else row.rsplit(" ", 1)[0]) + "…"
-        rows.append(lead + row)
-    rows[-1] += earlier
+    room = max(width - 4 - len(indent), 1)
+    rows = wrapped(fitted_words(alert.text.split(), room, lines), room)
     style = ALERT_STYLES[alert.level]
-    return [Text(row, style=style, no_wrap=True, overflow="ellipsis") for row in rows]
+    return [Text((f"{alert.clock} " if not index else indent) + row, style=style,
+                 no_wrap=True, overflow="ellipsis") for index, row in enumerate(rows)]
+
+
+def wrapped(words: list[str], room: int) -> list[str]:
+    """`words` greedily wrapped to rows of `room` columns (a longer word is cut)."""
+    rows: list[str] = []
+    for word in words:
+        word = word[:room]
+        if rows and len(rows[-1]) + 1 + len(word) <= room:
+            rows[-1] += " " + word
+        else:
+            rows.append(word)
+    return rows
+
+
+def fitted_words(words: list[str], room: int, lines: int) -> list[str]:
+    """`words`, or when they take more than `lines` rows, their start and their last clause
+    (after the last `;`) with an ellipsis between; the last clause alone, cut at its end,
+    when even that is too long."""
+    if len(wrapped(words, room)) <= lines:
+        return words
+    clause = max((i + 1 for i, word in enumerate(words[:-1]) if word.endswith(";")),
+                 default=len(words) // 2)
+    head, tail = words[:clause], words[clause:]
+    while head:
+        head = head[:-1]
+        if len(wrapped([*head, "…", *tail], room)) <= lines:
+            return [*head, "…", *tail]
+    kept = ["…", *tail]
+    while len(kept) > 1 and len(wrapped([*kept, "…"], room)) > lines:
+        kept.pop()
+    return [*kept, "…"]
 
 
 @dataclass
