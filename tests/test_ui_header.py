@@ -90,3 +90,21 @@ def test_a_tool_still_running_and_an_idle_pause_are_waits_of_their_own(tmp_path:
 
     assert state.waiting() == ("idle pause", envelope["ts"])
     assert "no tool call in 1 turn in a row" in state.notes[-1].text  # in the activity pane
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (100, 30), (160, 50)])
+def test_the_runs_end_line_wraps_in_the_activity_pane_never_cut(tmp_path: Path, width,
+                                                                 height):
+    state = replay(sample_events(tmp_path, ended=False))
+    then = ('the agent said it is done ("ALL DONE") without calling task_complete, so the run '
+            'is paused; to give it more to do: ouroboros resume --message "what to do next"')
+    state.apply(ev.RunEnd(reason="idle", exit_code=0, sessions=2, total_turns=9, restarts=1,
+                          next=then, seq=99, ts="2025-03-01T10:30:00.000Z", session=2, turn=3))
+
+    frame = rendered_at(state, width, height)
+
+    activity = frame[next(i for i, line in enumerate(frame) if "╭─ activity" in line):]
+    flat = " ".join(" ".join(line.strip("│ ").split()[1:] if line.strip("│ ")[:2].isdigit()
+                             else line.strip("│ ").split()) for line in activity[1:-1])
+    assert then in flat, "\n".join(activity)
+    assert len(frame) <= height and max(len(line) for line in frame) <= width

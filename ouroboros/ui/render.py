@@ -55,7 +55,7 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
     rows = height - 2 * PANELS - HEADER_ROWS - alert
     marks = rows >= 4
     rows -= 3 + marks
-    wants = {"tools": len(state.tools), "notes": len(state.notes),
+    wants = {"tools": len(state.tools), "notes": note_rows(state, width),
              "text": min(text_rows(state.text, width - 4), 2 * TEXT_LINES)}
     got = dict.fromkeys(wants, 1)
     while rows > 0 and any(got[k] < wants[k] for k in got):
@@ -64,6 +64,16 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
                 got[key] += 1
                 rows -= 1
     return Plan(got["text"], got["tools"], got["notes"], alert, marks)
+
+
+def note_rows(state: DashboardState, width: int) -> int:
+    """The rows the activity pane could use: a row a note, more for the newest one a person
+    should act on, wrapped."""
+    notes = list(state.notes)
+    room = note_room(state, width)
+    newest = next((note for note in reversed(notes) if acted_on(note)), None)
+    extra = len(wrapped(newest.text.split(), room)) - 1 if newest is not None else 0
+    return len(notes) + extra
 
 
 def text_rows(text: str, inner: int) -> int:
@@ -78,7 +88,7 @@ def render(state: DashboardState, width: int = 100, height: int | None = None,
     the run waits on says for how long."""
     shares = plan(state, width, height)
     return Group(header(state, width, shares, now), assistant(state, shares.text, now),
-                 tools(state, width, shares.tools), activity(state, shares.notes, height))
+                 tools(state, width, shares.tools), activity(state, shares.notes, height, width))
 
 
 def waited(state: DashboardState, now: datetime | None) -> str | None:
@@ -299,15 +309,45 @@ def tool_size(line: ToolLine, with_time: bool) -> str:
     return f"{line.size}{took}{cut}"
 
 
-def activity(state: DashboardState, rows: int = NOTE_ROWS, height: int | None = None) -> Panel:
-    """The newest notes; a long one wraps only when the height is not counted."""
+def activity(state: DashboardState, rows: int = NOTE_ROWS, height: int | None = None,
+             width: int = 100) -> Panel:
+    """The newest notes. With the height counted, a note is one row, cut short, except one
+    that tells a person something to act on (a warning, an error, the run's end): that one
+    wraps, and if it must be cut, it loses words from its middle, never what to do."""
     table = Table.grid(padding=(0, 1), expand=True)
     table.add_column(style="dim", no_wrap=True)
     if height is None:
         table.add_column(ratio=1, overflow="fold")
+        shown = [(note, note.text) for note in list(state.notes)[-rows:]]
     else:
         table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
-    for note in list(state.notes)[-rows:]:
-        table.add_row(note.clock, Text(note.text, style=LEVEL_STYLES[note.level]))
+        shown = fitted_notes(list(state.notes), rows, note_room(state, width))
+    for note, text in shown:
+        table.add_row(note.clock, Text(text, style=LEVEL_STYLES[note.level]))
     body: RenderableType = table if state.notes else Text("(nothing yet)", style="dim")
     return Panel(body, title="activity", title_align="left", border_style="cyan")
+
+
+def note_room(state: DashboardState, width: int) -> int:
+    """The columns a note's text has beside its time of day."""
+    clock = len(state.notes[-1].clock) if state.notes else 8
+    return max(width - 4 - clock - 1, 1)
+
+
+def acted_on(note: Note) -> bool:
+    """Whether a note tells a person something to act on: it wraps instead of being cut."""
+    return note.level != "info" or note.text.startswith("run ended")
+
+
+def fitted_notes(notes: list[Note], rows: int, room: int) -> list[tuple[Note, str]]:
+    """The newest notes that fit in `rows` rows, oldest first, each with its text as shown."""
+    shown: list[tuple[Note, str]] = []
+    for note in reversed(notes):
+        left = rows - sum(text.count("\n") + 1 for _, text in shown)
+        if left <= 0:
+            break
+        text = note.text
+        if acted_on(note):
+            text = "\n".join(wrapped(fitted_words(text.split(), room, left), room))
+        shown.append((note, text))
+    return shown[::-1]
