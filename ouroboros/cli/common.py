@@ -32,11 +32,11 @@ T = TypeVar("T")
 RUN_FLAGS = {"agent.workspace": "--workspace", "model.name": "--model",
              "model.base_url": "--base-url", "agent.max_turns": "--max-turns"}
 
-ConfigOption = typer.Option(None, "--config", "-c", help="Path to ouroboros.toml "
+ConfigOption = typer.Option(None, "--config", "-c", metavar="PATH", help="Path to ouroboros.toml "
                             "(default: the nearest one here or in a directory above).")
 HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
                               "instead of the live view (also when stdout is not a terminal).")
-RunIdArgument = typer.Argument(None, metavar="[RUN_ID]", show_default=False,
+RunIdArgument = typer.Argument(None, metavar="RUN_ID", show_default=False,
                                help="The run (default: the latest).")
 
 

@@ -18,7 +18,7 @@ app.add_typer(config_app, name="config")
 @config_app.command("show", short_help="Every key (or those named), its value and where it "
                     "came from.")
 def config_show(
-    keys: Optional[list[str]] = typer.Argument(None, metavar="[KEY]...", show_default=False,
+    keys: Optional[list[str]] = typer.Argument(None, metavar="KEY", show_default=False,
                                                help="Only these dotted keys, e.g. model.name."),
     config: Optional[Path] = ConfigOption,
     full: bool = typer.Option(False, "--full", help="Every item of long lists "
@@ -60,8 +60,10 @@ def config_get(
 @config_app.command("set", short_help="Change one key in ouroboros.toml, validated.",
                     context_settings={"ignore_unknown_options": True})
 def config_set(
-    key: str = typer.Argument(..., help="A dotted key, e.g. context.soft_threshold_pct."),
-    value: str = typer.Argument(..., help="A TOML value (0.6, true, \"text\") or plain text."),
+    key: str = typer.Argument(..., metavar="KEY",
+                              help="A dotted key, e.g. context.soft_threshold_pct."),
+    value: str = typer.Argument(..., metavar="VALUE",
+                                help="A TOML value (0.6, true, \"text\") or plain text."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """Set one key in ouroboros.toml, validated first; every comment and other line of the

@@ -83,8 +83,9 @@ def logs(
     tail: Optional[int] = typer.Option(None, "--tail", "-n", metavar="N", show_default=False,
                                        help="Only the last N events (read from the end of the "
                                        "log, however long the run)."),
-    types: Optional[list[str]] = typer.Option(None, "--type", "-t", help="Only events of this "
-                                              "type (repeatable), e.g. --type tool_call."),
+    types: Optional[list[str]] = typer.Option(None, "--type", "-t", metavar="TYPE",
+                                              help="Only events of this type (repeatable), "
+                                              "e.g. --type tool_call."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """A run's events, one readable line each."""

@@ -22,9 +22,10 @@ def interactive(headless: bool) -> bool:
     return not headless and sys.stdout.isatty()
 
 
-def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks:
-    """The live dashboard on a terminal (with the thresholds to mark on its gauge), else one
-    plain line per event."""
+def make_hooks(headless: bool, context: ContextConfig | None = None,
+               past: Path | None = None) -> RunHooks:
+    """The live dashboard on a terminal (with the thresholds to mark on its gauge, and for a
+    resume the run's log so far), else one plain line per event."""
     from ouroboros.loop.runner import RunHooks
     from ouroboros.ui.plain import plain_printer
 
@@ -32,8 +33,8 @@ def make_hooks(headless: bool, context: ContextConfig | None = None) -> RunHooks
         from ouroboros.ui.live import live_hooks
 
         if context is None:
-            return live_hooks()
-        return live_hooks(context.soft_threshold_pct, context.hard_threshold_pct)
+            return live_hooks(past=past)
+        return live_hooks(context.soft_threshold_pct, context.hard_threshold_pct, past=past)
     hooks = RunHooks()
     hooks.on_event = plain_printer(on_closed=lambda: stop_for_closed_output(hooks))
     return hooks
@@ -59,10 +60,14 @@ def flags(**values: Any) -> dict[str, Any]:
 @app.command(short_help="Start a new run of the agent in this project.")
 def run(
     config: Optional[Path] = ConfigOption,
-    workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory."),
-    model: Optional[str] = typer.Option(None, help="Model name, e.g. llama3.2."),
-    base_url: Optional[str] = typer.Option(None, help="Server root, e.g. http://127.0.0.1:11434."),
-    max_turns: Optional[int] = typer.Option(None, min=0, help="Stop after N model turns in "
+    workspace: Optional[Path] = typer.Option(None, metavar="DIR",
+                                             help="The agent's workspace directory."),
+    model: Optional[str] = typer.Option(None, metavar="NAME", help="Model name, e.g. llama3.2."),
+    base_url: Optional[str] = typer.Option(None, metavar="URL", help="Server root, e.g. "
+                                           "http://127.0.0.1:11434 (or host:port, as "
+                                           "OLLAMA_HOST)."),
+    max_turns: Optional[int] = typer.Option(None, min=0, metavar="N", help="Stop after N model "
+                                            "turns in "
                                             "total (0 = no limit)."),
     headless: bool = HeadlessOption,
 ) -> None:
@@ -79,16 +84,21 @@ def run(
 @app.command(short_help="Continue a stopped run: Ctrl+C, max turns, done, idle, error, crash.")
 def resume(
     config: Optional[Path] = ConfigOption,
-    run_id: Optional[str] = typer.Option(None, "--run", help="The run to resume "
+    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID", help="The run to resume "
                                          "(default: the latest)."),
-    message: str = typer.Option("", "--message", "-m", help="A new instruction for the agent "
+    message: str = typer.Option("", "--message", "-m", metavar="TEXT", help="A new instruction "
+                                "for the agent "
                                 "(for a run that is complete or paused idle)."),
-    max_turns: Optional[int] = typer.Option(None, min=0, help="N more model turns from here "
+    max_turns: Optional[int] = typer.Option(None, min=0, metavar="N", help="N more model turns "
+                                            "from here "
                                             "(0 = no limit); default: the limit it had."),
-    workspace: Optional[Path] = typer.Option(None, help="The agent's workspace directory "
+    workspace: Optional[Path] = typer.Option(None, metavar="DIR", help="The agent's workspace "
+                                             "directory "
                                              "(default: the one the run started with)."),
-    model: Optional[str] = typer.Option(None, help="Model name (default: the run's)."),
-    base_url: Optional[str] = typer.Option(None, help="Server root (default: the run's)."),
+    model: Optional[str] = typer.Option(None, metavar="NAME",
+                                        help="Model name (default: the run's)."),
+    base_url: Optional[str] = typer.Option(None, metavar="URL",
+                                           help="Server root (default: the run's)."),
     headless: bool = HeadlessOption,
 ) -> None:
     """Continue a stopped run from its log, with the flags it started with unless given
@@ -109,9 +119,17 @@ def resume(
                       message=message, limit_from=limit_from)
     if why_not is not None:
         raise fail(UsageError(why_not))
-    hooks = make_hooks(headless, loaded.config.context)
+    past = guarded(lambda: run_log_path(loaded.state_dir, plan.run_id))
+    hooks = make_hooks(headless, loaded.config.context, past=past)
     raise typer.Exit(run_to_end(hooks, interactive(headless), lambda: run_agent(
         loaded, hooks, resume=True, run_id=plan.run_id, message=message)))
+
+
+def run_log_path(state_dir: Path, run_id: str) -> Path:
+    """The event log of run `run_id`."""
+    from ouroboros.store.log import EVENTS_FILE, find_run
+
+    return find_run(state_dir, run_id) / EVENTS_FILE
 
 
 def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, Any, int]]
@@ -144,16 +162,45 @@ def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, A
 
 @app.command(short_help="Create a project: ouroboros.toml, SYSTEM_PROMPT.md, workspace/.")
 def init(
-    directory: Path = typer.Argument(Path("."), help="The project directory to create.",
-                                     file_okay=False),
+    directory: Optional[Path] = typer.Argument(None, metavar="DIR", show_default=False,
+                                               help="The project directory to create "
+                                               "(default: here).", file_okay=False),
+    missing: bool = typer.Option(False, "--missing", help="Add only what an existing project "
+                                 "lacks (its config, the system prompt and workspace it "
+                                 "names), changing nothing that is there."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", metavar="PATH",
+                                          help="With --missing: the "
+                                          "project's config file (default: DIR/ouroboros.toml, "
+                                          "else the nearest one)."),
 ) -> None:
-    """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/."""
-    from ouroboros.cli.scaffold import create_project
+    """Create a project: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace/; with
+    --missing, add only what an existing project lacks."""
+    from ouroboros.cli.scaffold import complete_project, create_project
 
+    if config is not None and not missing:
+        raise fail(UsageError("--config goes with --missing (a new project is made in DIR)"))
+    if missing:
+        path = config or (directory / "ouroboros.toml" if directory is not None
+                          else missing_target())
+        created = guarded(lambda: complete_project(path))
+        for made in created:
+            typer.echo(f"created {made}{'/' if made.is_dir() else ''}")
+        if not created:
+            typer.echo(f"nothing is missing: {path}, its system prompt and its workspace are "
+                       "all there")
+        return
+    directory = directory or Path(".")
     created = guarded(lambda: create_project(directory))
-    for path in created:
-        typer.echo(f"created {path}{'/' if path.is_dir() else ''}")
+    for made in created:
+        typer.echo(f"created {made}{'/' if made.is_dir() else ''}")
     go = "ouroboros run" if directory.resolve() == Path.cwd().resolve() \
         else f"cd {directory} && ouroboros run"
     typer.echo(f"next: write the agent's mission in SYSTEM_PROMPT.md, start Ollama, then\n"
                f"  {go}\nor try it first without a model server:\n  ouroboros demo")
+
+
+def missing_target() -> Path:
+    """The config `init --missing` completes: the nearest project's, else ./ouroboros.toml."""
+    from ouroboros.config import CONFIG_FILENAME, find_project
+
+    return find_project(Path.cwd()) or Path(CONFIG_FILENAME)

@@ -20,7 +20,7 @@ from tomlkit.exceptions import TOMLKitError
 from ouroboros.store.atomic import write_atomically
 from ouroboros.config.layering import (
     DEFAULT_USER_FILE,
-    INIT_HINT,
+    init_hint,
     file_layer,
     merge_layers,
     read_toml,
@@ -181,7 +181,7 @@ def check_key(key: str) -> None:
 def _file_for(path: Path, key: str) -> tuple[str, dict[str, Any]]:
     """The file as shown in messages and as parsed, once it and `key` are known good."""
     if not path.exists():
-        raise ConfigError(f"config file not found: {path} ({INIT_HINT})")
+        raise ConfigError(f"config file not found: {path} ({init_hint(path)})")
     check_key(key)
     shown = str(path)
     doc = read_toml(path, shown)

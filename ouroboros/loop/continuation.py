@@ -12,6 +12,7 @@ instruction), an error, a crash.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping
@@ -118,9 +119,33 @@ def refusal(run_id: str, end: RunEnd | None, *, total_turns: int, max_turns: int
     return None
 
 
-def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0) -> str:
+_DONE_WORDS: Final = re.compile(
+    r"\b(?:all done|(?:the |my )?(?:task|work|job)s? (?:is |are |has been |have been )?"
+    r"(?:now )?(?:done|complete|completed|finished)|(?:i am|i'm|we are|we're) (?:all )?"
+    r"(?:done|finished)|(?:i have |i've )?(?:finished|completed) (?:the|my|all the) "
+    r"(?:task|work|job)s?|nothing (?:left|more) to do|mission (?:accomplished|complete))\b",
+    re.IGNORECASE)
+
+
+def said_done(text: str) -> str | None:
+    """The words in which a reply says the work is done ("ALL DONE", "The task is complete"),
+    as written; None when it says no such thing (or only that it is not done)."""
+    for match in _DONE_WORDS.finditer(text):
+        before = text[max(0, match.start() - 12):match.start()].lower()
+        if not re.search(r"\b(?:not|n't|never|almost|nearly)\W*(?:yet\W*)?$", before):
+            return match.group(0)
+    return None
+
+
+def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
+                    last_words: str = "") -> str:
     """The line a stopped run ends with: why it stopped, if it needs saying, and the command
-    that continues it."""
+    that continues it. `last_words`: the agent's last reply, for an idle end after it said in
+    words that the work is done (most small models never call task_complete)."""
+    done = said_done(last_words) if reason == "idle" else None
+    if done is not None:
+        return (f"the agent said it is done (\"{done}\") without calling task_complete, so "
+                f"the run is paused; to give it more to do: {MESSAGE_HINT}")
     match reason:
         case "task_complete":
             return f"the agent says the task is done; to give it more to do: {MESSAGE_HINT}"

@@ -25,7 +25,7 @@ from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_d
 from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
-from ouroboros.protocols import TextSink
+from ouroboros.protocols import Message, TextSink
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
 from ouroboros.loop.restart import ConfirmRestart, begin_session, count_progress, fresh_start, \
     may_restart
@@ -202,7 +202,8 @@ class Runner:
         may_restart(state, policy, reason, self.hooks.confirm_restart)
         count_progress(state)
         told = await window_questions(model.base_url, model.name, model.api_key_env).told()
-        fitted = fresh_start(state, system_message(self.loaded, state.messages[0]),
+        previous_prompt = state.messages[0]
+        fitted = fresh_start(state, system_message(self.loaded, previous_prompt),
                              self.services.toolbox.schemas(), policy, told)
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)
@@ -215,10 +216,19 @@ class Runner:
             carryover_masked=len(fitted.masked), carryover_turns_dropped=fitted.dropped_turns,
             reason=reason))
         log_changes(self.log, changes)
+        self.log_prompt_change(previous_prompt, fitted.messages[0])
         context = state.context
         self.log.emit(ev.SessionStart(context_limit=context.limit,
                                       limit_source=context.limit_source, budget=context.budget,
                                       carryover_messages=carried))
+
+    def log_prompt_change(self, before: Message, now: Message) -> None:
+        """One line when the system prompt file was edited since the session before, as a
+        config edit gets one."""
+        old, new = str(before.get("content", "")), str(now.get("content", ""))
+        if old != new:
+            self.log.emit(ev.PromptChanged(path=str(self.loaded.system_prompt_path),
+                                           old_chars=len(old), new_chars=len(new)))
 
     def snapshot(self) -> None:
         """Write the whole state: at the start, at restarts and at the end."""
@@ -290,7 +300,8 @@ class Runner:
                 total_turns=self.state.total_turns, restarts=self.state.restarts,
                 resumable=True, summary=summary,
                 next=how_to_continue(reason, max_turns=agent.max_turns,
-                                     max_idle_turns=agent.max_idle_turns)))
+                                     max_idle_turns=agent.max_idle_turns,
+                                     last_words=last_reply(self.state.messages))))
         self.snapshot()
         self.log.close()
 
@@ -313,3 +324,9 @@ class Runner:
 
 
 __all__ = ["RunHooks", "run_agent", "OuroborosError"]
+
+
+def last_reply(messages: list[Message]) -> str:
+    """The text of the agent's last reply ("" if it has none)."""
+    reply = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    return str(reply.get("content") or "") if reply is not None else ""

@@ -310,6 +310,16 @@ class ConfigChanged(EventBase):
     source: str = Field(description="the layer the new value came from")
 
 
+class PromptChanged(EventBase):
+    """The system prompt file was edited since the session before (by a person or the
+    agent): the new session starts with it as it is now."""
+
+    type: Literal["prompt_changed"] = "prompt_changed"
+    path: str = Field(description="the system prompt file")
+    old_chars: int = Field(description="its length before, in characters")
+    new_chars: int = Field(description="and now")
+
+
 class Checkpoint(EventBase):
     """A step (a reply, a tool result, the end of a turn) changed the run's state; each
     change below only when there was one."""
@@ -362,7 +372,7 @@ MODELS = (
     RunStart, RunResumed, SessionStart, Assistant, ToolCallEvent, ToolResultEvent,
     TokenUsage, ContextMask, ContextDrop, WindDown, SessionRestart, ContextTruncationDetected,
     ContextOverflowRecovered, Retry, Idle, Security, WarningEvent, ErrorEvent, StopRequested,
-    ReloadRequested, ConfigChanged, Checkpoint, SessionEnd, RunEnd,
+    ReloadRequested, ConfigChanged, PromptChanged, Checkpoint, SessionEnd, RunEnd,
 )
 """Every event the harness writes, in roughly the order a run meets them."""
 

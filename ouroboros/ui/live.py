@@ -16,6 +16,7 @@ import atexit
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
@@ -23,6 +24,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from ouroboros.store.events import Record, parse_event
+from ouroboros.store.log import read_log
 from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
@@ -37,14 +39,15 @@ class LiveDashboard:
     """Shows the state live from the first event it is given until the run_end event."""
 
     def __init__(self, state: DashboardState, console: Console | None = None, *,
-                 stop_at_run_end: bool = True) -> None:
+                 stop_at_run_end: bool = True, clock: Callable[[], float] = time.time) -> None:
         self.state = state
+        self.clock = clock  # wall-clock seconds: a waiting run's count moves on with them
         self.console = console or Console()
         self.stop_at_run_end = stop_at_run_end
         self._lock = threading.Lock()
         self._showing = False
         self._changes = 0  # bumped by every change to the state
-        self._drawn: tuple[int, tuple[int, int]] | None = None  # changes and size last drawn
+        self._drawn: tuple[int, tuple[int, int], int | None] | None = None  # changes, size, tick
         self._stop_redrawing = threading.Event()
         self._redrawer: threading.Thread | None = None
         self._live = Live(get_renderable=self.renderable, console=self.console,
@@ -54,8 +57,13 @@ class LiveDashboard:
     def renderable(self) -> RenderableType:
         width, height = self.console.size
         with self._lock:
-            self._drawn = (self._changes, (width, height))
-            return render(self.state, width, max(height - SPARE_LINES, 1))
+            self._drawn = (self._changes, (width, height), self._tick())
+            return render(self.state, width, max(height - SPARE_LINES, 1),
+                          now=datetime.fromtimestamp(self.clock(), timezone.utc))
+
+    def _tick(self) -> int | None:
+        """The second a waiting run's frame counts its wait in (a new one redraws it)."""
+        return int(self.clock()) if self.state.waiting() is not None else None
 
     def on_event(self, record: Record) -> None:
         event = parse_event(record)
@@ -96,7 +104,7 @@ class LiveDashboard:
         """Whether the state or the terminal's size changed since the last frame was drawn."""
         size = tuple(self.console.size)
         with self._lock:
-            return self._drawn != (self._changes, size)
+            return self._drawn != (self._changes, size, self._tick())
 
     def _redraw_changes(self) -> None:
         while not self._stop_redrawing.wait(1 / REFRESH_PER_SECOND):
@@ -128,10 +136,15 @@ class LiveDashboard:
 
 
 def live_hooks(soft: float | None = None, hard: float | None = None,
-               console: Console | None = None) -> RunHooks:
-    """The dashboard's hooks; thresholds as fractions (a run_start event also sets them)."""
+               console: Console | None = None, past: Path | None = None) -> RunHooks:
+    """The dashboard's hooks; thresholds as fractions (a run_start event also sets them).
+    `past`: the log of the run a resume continues, replayed first, so the dashboard shows
+    the same header (run id, model, counters) as it did while the run went on."""
     given = {"soft": soft, "hard": hard}
     state = DashboardState(**{name: value for name, value in given.items() if value is not None})
+    if past is not None:
+        for event in read_log(past):
+            state.apply(event)
     return LiveDashboard(state, console).hooks()
 
 

@@ -136,6 +136,8 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
                                    "and the next one reads the config again"),
     ev.ConfigChanged: lambda e: (f"config changed: {e.key} {json.dumps(e.old)} -> "
                                  f"{json.dumps(e.new)} ({e.source})"),
+    ev.PromptChanged: lambda e: (f"system prompt changed: {e.path} ({e.old_chars:,} -> "
+                                 f"{e.new_chars:,} characters), in use from this session"),
     ev.RunEnd: end_text,
 }
 """The line each event type is shown as; a type not here (session_end, checkpoint) gets
