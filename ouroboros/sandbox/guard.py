@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ouroboros.config import LoadedConfig, SafetyConfig
 from ouroboros.errors import ConfigError
+from ouroboros.sandbox.cgroup import ToolCgroup
 from ouroboros.sandbox.reaper import Watchdog, reap, remove_temp_dirs, workspace_tag
 from ouroboros.sandbox.secrets import (
     Redactor,
@@ -67,6 +68,8 @@ class RunGuard:
         tag = workspace_tag(self.workspace)
         self.reaped = reap(tag)
         remove_temp_dirs(tag, keep=self.sandbox.private_tmp)
+        cgroup = ToolCgroup.of(tag)
+        self.sandbox.cgroup = cgroup.create() if cgroup is not None else None
         self.watchdog = Watchdog.start(tag, lock_fds)
 
     def sandbox_for(self, safety: SafetyConfig, loaded: LoadedConfig) -> Sandbox:
@@ -77,6 +80,7 @@ class RunGuard:
                 self.sandbox = prepare_sandbox(loaded)
             except ConfigError:
                 return current
+            self.sandbox.cgroup = current.cgroup
             current.close()
         return self.sandbox
 
