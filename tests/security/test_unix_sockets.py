@@ -88,14 +88,17 @@ def test_a_root_harness_commands_reach_no_unix_socket_outside_the_workspace(
     workspace.mkdir()
     (workspace / "probe.py").write_text(PROBE)
     inside = listening(workspace / "own.sock")
+    beside = listening(tmp_path / "beside.sock")  # reached from the workspace as ../beside.sock
     sandbox = Sandbox.prepare("auto", workspace=workspace, network=network)
     try:
         paths = " ".join(str(p) for p, _ in outside)
-        seen = shell(sandbox, workspace, f"{sys.executable} probe.py {paths} own.sock")
+        seen = shell(sandbox, workspace, f"{sys.executable} probe.py {paths} ../beside.sock "
+                                         "own.sock")
     finally:
         sandbox.close()
         inside.close()
-    assert "reached /" not in seen, seen
+        beside.close()
+    assert "reached /" not in seen and "reached .." not in seen, seen
     assert not any(accepted(server) for _, server in outside)
     assert sandbox.sockets in ("namespace", "seccomp")
     if sandbox.sockets == "namespace":  # what the workspace holds is the agent's own
@@ -136,11 +139,13 @@ def test_an_unprivileged_harness_commands_reach_no_unix_socket_outside_the_works
     workspace.mkdir()
     (workspace / "probe.py").write_text(PROBE)
     os.chown(workspace, uid, gid)
+    neighbour = listening(shared / "neighbour.sock")  # beside the workspace, under /tmp
     try:
         probe = as_probe_user(AS_USER, str(workspace), *(str(p) for p, _ in outside),
-                              stdout=subprocess.PIPE, cwd=str(shared))
+                              "../neighbour.sock", stdout=subprocess.PIPE, cwd=str(shared))
         out, _ = probe.communicate(timeout=120)
     finally:
+        neighbour.close()
         subprocess.run(["rm", "-rf", str(shared)])
     results = json.loads(out)
     for network, (mechanism, sockets, summary, seen) in results.items():
