@@ -142,6 +142,7 @@ class RunLog(EventSink, Protocol):
     session: int  # stamped on every event, with `turn`
     turn: int
     durability: Literal["turn", "event"]  # "event": every write is made durable at once
+    redact: Callable[[str], str] | None  # known secrets replaced in what is written
 
     def commit(self) -> None:
         """A turn boundary: make what was logged durable."""

@@ -36,6 +36,8 @@ from ouroboros.config.wording import describe_validation_error, did_you_mean, pr
 from ouroboros.errors import ConfigError
 from ouroboros.config.urls import BadURL, normalize_base_url
 
+MAX_NESTING = 32  # levels of arrays and tables in a config file; the schema needs 3
+
 CONFIG_FILENAME: Final = PROJECT_FILENAME
 DEFAULT_PROJECT_FILE: Final = Path(CONFIG_FILENAME)
 # Compared by identity: this exact object means "the per-user file, honouring XDG_CONFIG_HOME".
@@ -173,10 +175,29 @@ def read_toml(path: Path, shown: str) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise ConfigError(f"{shown} is not UTF-8 text (bad byte at offset {error.start})") from None
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         reason = str(error)
         raise ConfigError(f"{shown} is not valid TOML: {reason[:1].lower()}{reason[1:]}") from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        doc = None
+    if doc is None or nesting(doc) > MAX_NESTING:
+        raise ConfigError(f"{shown} nests arrays or tables too deeply: at most {MAX_NESTING} "
+                          "levels are allowed") from None
+    return doc
+
+
+def nesting(value: Any) -> int:
+    """How many levels of arrays and tables `value` holds (without recursing)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack += [(inner, depth + 1) for inner in item.values()]
+        elif isinstance(item, list):
+            stack += [(inner, depth + 1) for inner in item]
+    return deepest
 
 
 def file_layer(doc: Mapping[str, Any], shown: str, source: str) -> _Layer:

@@ -126,7 +126,8 @@ def effect_note(key: str, session: int | None, turn: int | None) -> str:
 def live_holder(state_dir: Path) -> dict[str, Any] | None:
     """Who holds the state dir's lock, if that process is alive; else None."""
     holder = read_holder(state_dir / LOCK_FILE)
-    return holder if holder is not None and holder_is_alive(holder) else None
+    alive = holder is not None and holder_is_alive(holder, state_dir / LOCK_FILE)
+    return holder if alive else None
 
 
 def request_reload(state_dir: Path, host: str) -> dict[str, Any]:

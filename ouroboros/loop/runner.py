@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ouroboros.store import events as ev
 from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.loop.deadline import STARTUP_SECS, Deadline
 from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
 from ouroboros.loop.evidence import believe_told
@@ -88,10 +89,12 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
         guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
-        await hooks.stop.cancellable(check_reachable(client))
+        startup = Deadline.after(STARTUP_SECS)
+        await hooks.stop.cancellable(startup.within(check_reachable(client), lambda: None,
+                                                    "the model check"))
         runner = await hooks.stop.cancellable(
             Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
-                        guard=guard))
+                        guard=guard, startup=startup))
         if (note := lock.takeover_note()) is not None:
             runner.log.emit(ev.WarningEvent(message=note))
         return await runner.run()
@@ -133,12 +136,13 @@ class Runner:
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
                    counter: TokenCounter, hooks: RunHooks, *, resume: bool,
-                   message: str = "", guard: RunGuard | None = None) -> Runner:
+                   message: str = "", guard: RunGuard | None = None,
+                   startup: Deadline | None = None) -> Runner:
         """Start a new run in `run_dir`, or pick up the one there; snapshot its state, so a
         run killed before its first reply resumes."""
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
-        claim = await claim_window(loaded)
+        claim = await claim_window(loaded, startup)
         if resume:
             state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
                                                  message, guard)
@@ -146,6 +150,9 @@ class Runner:
             state, log = start_run(loaded, run_dir, hooks.on_event, claim, flags, guard)
             interrupted = []
         guarded = guard.warnings() if guard is not None else []
+        guarded += [f"the server did not answer {what} within the start-up deadline "
+                    f"({STARTUP_SECS:g} s): going on with what is known"
+                    for what in (startup.missed if startup is not None else [])]
         for warning in startup_warnings(loaded, os.environ) + guarded:
             log.emit(ev.WarningEvent(message=warning))
         asker = window_questions(cfg.model.base_url, cfg.model.name, cfg.model.api_key_env)

@@ -17,7 +17,8 @@ from ouroboros.store import events as ev
 from ouroboros.config import LoadedConfig
 from ouroboros.window.policy import ContextManager
 from ouroboros.window.conversation import note
-from ouroboros.server.discovery import discover_context_limit
+from ouroboros.server.discovery import context_from_name, discover_context_limit
+from ouroboros.loop.deadline import Deadline
 from ouroboros.store.log import EVENTS_FILE, Durability, EventLog, Listener
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.protocols import EventSink, Message, ToolCall
@@ -107,13 +108,18 @@ def api_key(env_name: str) -> str | None:
     return os.environ.get(env_name) or None if env_name else None
 
 
-async def claim_window(loaded: LoadedConfig) -> Claim:
-    """The window the config claims (or the server says), and where that came from."""
+async def claim_window(loaded: LoadedConfig, startup: Deadline | None = None) -> Claim:
+    """The window the config claims (or the server says), and where that came from; guessed
+    from the model's name when the server has not said by the start-up deadline."""
     model = loaded.config.model
-    return await discover_context_limit(
+    asking = discover_context_limit(
         model.base_url, model.name, model.context_limit,
         configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")),
         api_key=api_key(model.api_key_env))
+    if startup is None:
+        return await asking
+    return await startup.within(asking, lambda: context_from_name(model.name),
+                                "the window questions")
 
 
 def setting_origin(source: str) -> str:

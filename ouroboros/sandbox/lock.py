@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -145,7 +144,9 @@ def takeover_note(previous: Mapping[str, Any]) -> str:
 
 def hold_directory(directory: Path, owner_file: Path, what: str) -> int:
     """An fd on `directory` holding its flock, or RunLockedError naming the holder. A holder
-    whose harness is gone may still hold it a moment, while its watchdog ends its tools."""
+    whose harness is gone may still hold it a moment, while its watchdog ends its tools.
+    -1 where the filesystem cannot lock a directory (NFS emulates flock with write locks):
+    the owner file's lock, keyed by the same device and inode, is then the only one."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as error:
@@ -158,7 +159,7 @@ def hold_directory(directory: Path, owner_file: Path, what: str) -> int:
         except OSError as error:
             if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 os.close(fd)
-                raise
+                return -1
         holder = read_holder(owner_file)
         if holder is None or holder_is_alive(holder) or time.monotonic() >= deadline:
             os.close(fd)
@@ -294,9 +295,30 @@ def read_holder(path: Path) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
-def holder_is_alive(holder: dict) -> bool:
+def lock_is_held(path: Path) -> bool | None:
+    """Whether a process holds `path`'s flock now (probed by taking it shared and letting it
+    go at once); None when that cannot be told."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        return True if error.errno in (errno.EWOULDBLOCK, errno.EACCES) else None
+    finally:
+        os.close(fd)  # closing lets a probe's shared lock go
+    return False
+
+
+def holder_is_alive(holder: dict, path: Path | None = None) -> bool:
+    """Whether the process a lock file (`path`, when given) names is alive. On another host
+    only the kernel lock can tell, where the filesystem shares flocks between hosts; else it
+    is taken to be alive."""
     if holder.get("host") != socket.gethostname():
-        return True  # cannot check another machine's processes: assume it is alive
+        if path is not None and kernel_lock_spans_hosts(path):
+            return lock_is_held(path) is not False
+        return True
     pid = holder.get("pid")
     return isinstance(pid, int) and pid_alive(pid)
 

@@ -79,7 +79,10 @@ def _bind_back(libc: ctypes.CDLL, path: Path, fd: int) -> None:
 
 def hide(libc: ctypes.CDLL, steps: list[tuple[Path, list[Path]]]) -> None:
     """In a mount namespace of the caller's own (just unshared): mounts made private, then
-    each directory covered by an empty tmpfs with its kept paths bound back."""
+    each directory covered by an empty tmpfs with its kept paths bound back. The working
+    directory is entered again by its path, so it is the bound copy: the one it had lies on
+    the covered mount, where `..` would still lead to what is hidden."""
+    cwd = os.getcwd()
     _mount(libc, None, Path("/"), None, MS_REC | MS_PRIVATE)
     for directory, inside in steps:
         fds = []
@@ -95,6 +98,10 @@ def hide(libc: ctypes.CDLL, steps: list[tuple[Path, list[Path]]]) -> None:
         finally:
             for _, fd in fds:
                 os.close(fd)
+    try:
+        os.chdir(cwd)
+    except OSError:
+        os.chdir("/")
 
 
 def private_mounts(steps: list[tuple[Path, list[Path]]], libc: ctypes.CDLL) -> int:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import weakref
+from contextlib import nullcontext
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any, Literal
 
 from ouroboros.sandbox import landlock, mounts, seccomp
 from ouroboros.errors import ConfigError
+from ouroboros.sandbox.cgroup import ToolCgroup
 from ouroboros.sandbox.isolation import ChildSetup, Confiner, last_capability, private_network, user_network
 from ouroboros.sandbox.reaper import temp_prefix, workspace_tag
 
@@ -222,6 +224,7 @@ class Sandbox:
     exposures: list[str] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)  # unreadable roots left out
     sockets: str = ""  # how unix sockets are closed: "namespace", "seccomp" or "" (not)
+    cgroup: ToolCgroup | None = None  # where commands are born, once the run holds its lock
 
     @property
     def confined(self) -> bool:
@@ -247,9 +250,10 @@ class Sandbox:
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start a command, confined (subprocess.Popen's arguments). Raises OSError, and never
         starts the command unconfined when confinement fails."""
-        if self.launcher is None:
-            return subprocess.Popen(args, **popen)
-        return self.launcher.spawn(args, **popen)
+        with self.cgroup.holding() if self.cgroup is not None else nullcontext():
+            if self.launcher is None:
+                return subprocess.Popen(args, **popen)
+            return self.launcher.spawn(args, **popen)
 
     def close(self) -> None:
         """Remove the private temp dir and free the ruleset."""

@@ -82,10 +82,13 @@ class EventLog:
         event.ts, event.seq, event.session, event.turn = utc_now(), self.seq, self.session, \
             self.turn
         try:
-            line = event.to_json()
-            if self.redact is not None and (redacted := self.redact(line)) != line:
-                line, event = redacted, parse_event(json.loads(redacted))
-            data = (line + "\n").encode("utf-8")
+            if self.redact is not None:
+                record = event.record()
+                cleaned = {key: value if key == "type" else redact_strings(value, self.redact)
+                           for key, value in record.items()}  # the type names the record
+                if cleaned != record:
+                    event = parse_event(cleaned)
+            data = (event.to_json() + "\n").encode("utf-8")
         except ValueError:  # a lone surrogate, which UTF-8 cannot hold
             self.seq -= 1
             raise
@@ -225,8 +228,24 @@ def parse_logged(record: dict[str, Any], path: Path) -> EventBase:
         raise StateError(f"{path} is damaged: {error.message}") from None
 
 
-def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any]) -> None:
-    """Save the run's state as of event `seq`; resume starts from the latest snapshot."""
+def redact_strings(data: Any, redact: Callable[[str], str]) -> Any:
+    """`data` (JSON-like) with every string value passed through `redact`, before it is
+    serialised: numbers, keys and structure stay as they were, whatever the secret."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, dict):
+        return {key: redact_strings(value, redact) for key, value in data.items()}
+    if isinstance(data, list):
+        return [redact_strings(value, redact) for value in data]
+    return data
+
+
+def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any],
+                   redact: Callable[[str], str] | None = None) -> None:
+    """Save the run's state as of event `seq`, its strings redacted; resume starts from the
+    latest snapshot."""
+    if redact is not None:
+        state = redact_strings(state, redact)
     snapshot = {"format_version": SNAPSHOT_FORMAT_VERSION, "seq": seq, "state": state}
     path = run_dir / SNAPSHOT_FILE
     with cannot_write(path):

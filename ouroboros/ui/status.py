@@ -57,7 +57,8 @@ def run_status(state_dir: Path) -> RunStatus | None:
 def live_run(state_dir: Path) -> tuple[str, int | None] | None:
     """(run id, pid) of the run whose process holds the workspace lock now, if any."""
     holder = read_holder(state_dir / LOCK_FILE)
-    if holder is None or not holder_is_alive(holder) or "run_id" not in holder:
+    if holder is None or not holder_is_alive(holder, state_dir / LOCK_FILE) \
+            or "run_id" not in holder:
         return None
     return holder["run_id"], holder.get("pid")
 

@@ -52,3 +52,24 @@ def as_probe_user(code: str, *args: str, env: dict[str, str] | None = None,
     return subprocess.Popen(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
          sys.executable, "-c", code, *args], env=environment, text=True, **popen)
+
+
+def harness_as_probe_user(project: Path, *args: str, env: dict[str, str] | None = None,
+                          timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """`ouroboros ARGS` run by the probe user, on a project the probe user owns; the system
+    Python with this checkout and the venv's packages on the path (the venv's own
+    interpreter may live where that user cannot reach)."""
+    uid, gid = probe_user()
+    subprocess.run(["chown", "-R", f"{uid}:{gid}", str(project)], check=True)
+    root = Path(__file__).resolve().parents[2]
+    packages = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    python = "/usr/bin/python3"
+    if not os.path.exists(python):
+        pytest.skip("no /usr/bin/python3 to run the harness as another user")
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
+                   "PYTHONPATH": f"{root}:{packages}", "XDG_CACHE_HOME": str(project / "cache"),
+                   "XDG_CONFIG_HOME": "/nonexistent-ouroboros-test", **(env or {})}
+    return subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", python, "-m",
+         "ouroboros", *args], env=environment, cwd=str(project), capture_output=True,
+        text=True, timeout=timeout, stdin=subprocess.DEVNULL)

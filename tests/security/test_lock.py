@@ -289,3 +289,21 @@ def test_the_watchdog_holds_the_workspace_until_it_has_ended_the_tools(
         WorkspaceLock.acquire(tmp_path / "state-two", workspace, "second", env=other)
     watchdog.stop()
     WorkspaceLock.acquire(tmp_path / "state-two", workspace, "second", env=other).release()
+
+
+def test_a_holder_on_another_host_is_alive_only_while_the_kernel_lock_is_held(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    from ouroboros.sandbox.lock import holder_is_alive
+
+    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
+    workspace.mkdir()
+    state_dir.mkdir()
+    elsewhere = {"pid": 4242, "host": "node-7", "run_id": "r"}
+    (state_dir / LOCK_FILE).write_text('{"pid": 4242, "host": "node-7", "run_id": "r"}')
+    assert not holder_is_alive(elsewhere, state_dir / LOCK_FILE)
+    holder = hold(state_dir, workspace, tmp_path / "cache")
+    try:
+        assert holder_is_alive(elsewhere, state_dir / LOCK_FILE)
+    finally:
+        stop(holder)

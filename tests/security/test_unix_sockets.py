@@ -88,14 +88,17 @@ def test_a_root_harness_commands_reach_no_unix_socket_outside_the_workspace(
     workspace.mkdir()
     (workspace / "probe.py").write_text(PROBE)
     inside = listening(workspace / "own.sock")
+    beside = listening(tmp_path / "beside.sock")  # reached from the workspace as ../beside.sock
     sandbox = Sandbox.prepare("auto", workspace=workspace, network=network)
     try:
         paths = " ".join(str(p) for p, _ in outside)
-        seen = shell(sandbox, workspace, f"{sys.executable} probe.py {paths} own.sock")
+        seen = shell(sandbox, workspace, f"{sys.executable} probe.py {paths} ../beside.sock "
+                                         "own.sock")
     finally:
         sandbox.close()
         inside.close()
-    assert "reached /" not in seen, seen
+        beside.close()
+    assert "reached /" not in seen and "reached .." not in seen, seen
     assert not any(accepted(server) for _, server in outside)
     assert sandbox.sockets in ("namespace", "seccomp")
     if sandbox.sockets == "namespace":  # what the workspace holds is the agent's own
@@ -136,11 +139,13 @@ def test_an_unprivileged_harness_commands_reach_no_unix_socket_outside_the_works
     workspace.mkdir()
     (workspace / "probe.py").write_text(PROBE)
     os.chown(workspace, uid, gid)
+    neighbour = listening(shared / "neighbour.sock")  # beside the workspace, under /tmp
     try:
         probe = as_probe_user(AS_USER, str(workspace), *(str(p) for p, _ in outside),
-                              stdout=subprocess.PIPE, cwd=str(shared))
+                              "../neighbour.sock", stdout=subprocess.PIPE, cwd=str(shared))
         out, _ = probe.communicate(timeout=120)
     finally:
+        neighbour.close()
         subprocess.run(["rm", "-rf", str(shared)])
     results = json.loads(out)
     for network, (mechanism, sockets, summary, seen) in results.items():
@@ -179,3 +184,45 @@ def test_an_unreadable_directory_on_path_is_skipped_and_named_not_the_sandbox(
     assert mechanism == "landlock", summary
     assert skipped == [str(hidden)]
     assert f"skipped unreadable: {hidden}" in summary
+
+
+USER_ATTACKS = [
+    ("read the config", "cat ../ouroboros.toml"),
+    ("the key from the parent", "tr '\\0' '\\n' < /proc/$PPID/environ | grep TEST_API_KEY"),
+    ("a unix socket outside", "/usr/bin/python3 probe.py {socket}"),
+    ("work as before", "echo hello > made.txt && cat made.txt"),
+]
+
+
+@needs_landlock
+def test_an_unprivileged_harness_with_roots_path_keeps_its_sandbox_against_each_attack(
+    outside, scripted_server
+) -> None:
+    from ouroboros.testing import Reply
+    from tests.helpers import make_project
+    from tests.security.accounts import harness_as_probe_user
+
+    socket_path = outside[0][0]
+    replies = [Reply(name, [("shell_exec", {"command": command.format(socket=socket_path)})])
+               for name, command in USER_ATTACKS]
+    server = scripted_server([*replies, Reply("done")])
+    project = shared_dir() / "project"
+    try:
+        config = make_project(project, server.base_url, model={"api_key_env": "TEST_API_KEY"})
+        (project / "workspace" / "probe.py").write_text(PROBE)
+        path = os.environ.get("PATH", "") + ":/root/bin"  # root's PATH: some of it unreadable
+        result = harness_as_probe_user(
+            project, "run", "--config", str(config), "--headless", "--max-turns",
+            str(len(USER_ATTACKS) + 1), env={"PATH": path, "TEST_API_KEY": "sk-test-0123456789"})
+    finally:
+        subprocess.run(["rm", "-rf", str(project.parent)])
+    assert result.returncode == 0, result.stderr
+    start = next(line for line in result.stdout.splitlines() if "sandbox:" in line)
+    assert "landlock (ABI" in start and "skipped unreadable: " in start, start
+    results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    seen = {name: text for (name, _), text in zip(USER_ATTACKS, results)}
+    assert "[model]" not in seen["read the config"]
+    assert "sk-test" not in seen["the key from the parent"]
+    assert "reached" not in seen["a unix socket outside"], seen["a unix socket outside"]
+    assert seen["work as before"].startswith("hello")
+    assert not accepted(outside[0][1])
