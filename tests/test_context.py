@@ -365,3 +365,34 @@ def test_a_server_that_never_shows_the_model_its_tools_is_believed():
     assert cm.current_tokens(sent, tools) == 338
 
 
+
+
+# --- dense content: estimates and caps in tokens ---------------------------------------------
+
+CJK = "上下文窗口的管理在密集的内容中必须以词元计算而不是字符" * 40
+
+
+def test_dense_scripts_are_estimated_per_character_with_a_margin():
+    """A vocabulary trained on Latin text spends about a token or more on each CJK
+    character: 3 characters per token (the default ratio) would be 3x short."""
+    assert tk.estimate_text(CJK, 3.0) >= len(CJK)
+    assert tk.estimate_text("plain words " * 100, 3.0) == math.ceil(1200 / 3.0)
+
+
+def test_a_dense_tool_result_is_capped_in_tokens_not_characters():
+    cm = manager(limit=8192, max_tool_result_tokens=1000)
+    obs = conv.describe("file_read", {"path": "zh.txt"}, ToolResult(CJK * 10), "obs-1", "c1")
+    capped = cm.admit(obs, CJK * 10)
+    assert obs.truncated
+    assert len(capped) <= 1000  # 1,000 tokens hold at most ~1,000 CJK characters
+    plain = "plain words " * 2000
+    obs = conv.describe("file_read", {"path": "en.txt"}, ToolResult(plain), "obs-2", "c2")
+    assert len(cm.admit(obs, plain)) >= 2500  # Latin text keeps its characters per token
+
+
+def test_counts_of_dense_text_teach_a_rate_of_their_own():
+    calibration = tk.Calibration()
+    calibration.observe(4000, 1000)  # English: 4 characters a token
+    calibration.observe(1000, 1300, dense=1000)  # CJK: 1.3 tokens a character
+    assert calibration.chars_per_token == pytest.approx(4.0)
+    assert calibration.tokens_per_dense_char == pytest.approx(1.3)

@@ -41,6 +41,8 @@ FRESH_START_MAX_FILL = 0.5
 # One tool result never takes more than this share of the budget.
 RESULT_MAX_SHARE = 0.25
 MIN_RESULT_CHARS = 200
+MIN_RESULT_TOKENS = 64
+CAP_MARKER_TOKENS = 40  # the line that says what was cut, and how to read it
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -190,6 +192,10 @@ class ContextManager:
     def chars_per_token(self) -> float:
         return self.calibration.chars_per_token
 
+    @property
+    def per_dense(self) -> float:
+        return self.calibration.tokens_per_dense_char
+
     def used_pct(self, tokens: int) -> float:
         return tokens / self.budget if self.budget > 0 else 1.0
 
@@ -202,7 +208,7 @@ class ContextManager:
         """The window a request of these messages would take: measured sizes where counts
         have been attributed, estimates for the rest."""
         self.sync(messages)
-        return self.base(tools) + self.tally.tokens(self.chars_per_token)
+        return self.base(tools) + self.tally.tokens(self.chars_per_token, self.per_dense)
 
     def sync(self, messages: list[Message]) -> None:
         """Bring the tally up to `messages`: only what was appended since is looked at,
@@ -235,13 +241,13 @@ class ContextManager:
     def observe_reply(self, sent: list[Message], tools: list[dict[str, Any]],
                       usage: Usage | None, reply_chars: int) -> Reading:
         """Take in what the server reported for the request `sent` (usage None: nothing)."""
-        cpt = self.chars_per_token
+        cpt, per_dense = self.chars_per_token, self.per_dense
         self.sync(sent)
-        messages = self.tally.tokens(cpt)
+        messages = self.tally.tokens(cpt, per_dense)
         estimate = self.base(tools) + messages
         reported = usage.prompt_tokens if usage else None
         previous = self.comparable(sent)
-        added = (sum(tk.message_tokens(m, cpt) for m in sent[previous.messages:])
+        added = (sum(tk.message_tokens(m, cpt, per_dense) for m in sent[previous.messages:])
                  if previous else 0)
         # Judged against the messages alone: servers disagree most on the base (some never
         # show the model its tool schemas).
@@ -254,10 +260,11 @@ class ContextManager:
             assert reported is not None
             fresh = self.tally.unmeasured()
             self.base_tokens, shares, chars, attributed = tk.attribute(
-                fresh, self.tally.measured_sum, reported, self.base(tools), cpt)
+                fresh, self.tally.measured_sum, reported, self.base(tools), cpt, per_dense)
+            dense = sum(tk.message_dense(m) for m in fresh) if shares else 0
             for message, tokens in zip(fresh, shares):
                 self.tally.measure(message, tokens)
-            self.calibration.observe(chars, attributed)
+            self.calibration.observe(chars, attributed, dense)
             self.last_count = LastCount(self.revision, len(sent), reported)
         elif verdict == "suspect":
             assert reported is not None
@@ -343,11 +350,29 @@ class ContextManager:
 
     # -- observations --
 
-    def max_result_chars(self) -> int:
-        """Tool results are capped at max_tool_result_tokens, and never more than a share of
-        the budget, so one result cannot fill a small window."""
-        tokens = min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE))
-        return max(int(tokens * self.chars_per_token), MIN_RESULT_CHARS)
+    def result_tokens(self) -> int:
+        """The most tokens one tool result may take: max_tool_result_tokens, and never more
+        than a share of the budget, so one result cannot fill a small window."""
+        return max(min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE)),
+                   MIN_RESULT_TOKENS)
+
+    def max_result_chars(self, text: str = "") -> int:
+        """How many characters of `text` a tool result keeps to stay within `result_tokens`
+        by the estimate (dense scripts at their own rate, see ledger.py); for a text that
+        fits, its length. Without a text: the cap for text of the usual density."""
+        tokens, cpt, per_dense = self.result_tokens(), self.chars_per_token, self.per_dense
+        estimate = tk.estimate_text(text, cpt, per_dense) if text else 0
+        if estimate <= tokens:
+            return max(len(text), int(tokens * cpt), MIN_RESULT_CHARS) if text else \
+                max(int(tokens * cpt), MIN_RESULT_CHARS)
+        chars = int(len(text) * tokens / estimate)
+        for _ in range(4):  # head and tail may be denser than the whole: check, shrink
+            kept, _cut = cap_text(text, chars, self.policy.tool_result_truncation, "obs-0")
+            over = tk.estimate_text(kept, cpt, per_dense) - tokens - CAP_MARKER_TOKENS
+            if over <= 0:
+                break
+            chars = int(chars * tokens / (tokens + over))
+        return max(chars, 1)
 
     def new_observation_id(self) -> str:
         obs_id = f"obs-{self.next_observation}"
@@ -356,7 +381,7 @@ class ContextManager:
 
     def admit(self, obs: Observation, text: str) -> str:
         """Register a tool result and return its content as the model will see it."""
-        capped, cut = cap_text(text, self.max_result_chars(),
+        capped, cut = cap_text(text, self.max_result_chars(text),
                                self.policy.tool_result_truncation, obs.id)
         obs.truncated = cut > 0
         self.observations[obs.tool_call_id] = obs
