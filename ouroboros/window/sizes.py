@@ -220,6 +220,15 @@ class Tally:
         high = len(at) if stop is None else bisect_left(at, stop)
         return self._candidates[low:high]
 
+    def size_of(self, tool_call_id: str) -> int:
+        """The tokens a result worth masking takes now (measured, else estimated)."""
+        at = len(self._candidates) - 1  # asked of the newest ones: look from the end
+        while self._candidates[at] != tool_call_id:
+            at -= 1
+        entry = self._entries[self._candidate_at[at]]
+        measured = tk.measured(entry.message)
+        return measured if measured is not None else self._estimate(entry)
+
     @property
     def starts(self) -> list[int]:
         return self._starts
