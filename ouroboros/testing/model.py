@@ -160,7 +160,8 @@ class ScriptedModel:
         if refusal is not None:
             return refusal
         if over:
-            prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt)
+            prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt,
+                         self.settings.window or prompt)
         mode = self.settings.usage
         usage = usage_wire(Usage(prompt, 1), "whole" if mode == "uncached" else mode)
         return Answer(json=render_completion(Reply(""), model=str(body.get("model")),
