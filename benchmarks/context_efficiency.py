@@ -11,8 +11,14 @@ Then the same task on every server tokenizer of the scripted server (and on the 
 with each broken way of reporting usage): one managed run per row, each compared with an
 unmanaged run on the same tokenizer, and the floors every row must meet.
 
+Rows at the tails (--rows content,windows or row names): data files of each content kind
+(code, minified JSON, hex, base64, CJK, emoji, one long line) on the "bpe-bytes" tokenizer, and
+servers whose window is not what the config claims (Ollama allocated less, with /api/ps honest
+or silent; a server restarted bigger mid-run; refusals that name the window or not; a 2048
+window). Those rows are managed runs only (no unmanaged twin, so no cost column).
+
     python benchmarks/context_efficiency.py [--parts 40] [--tokens-per-file 2300 | --chars N]
-                                            [--quick] [--keep DIR]
+                                            [--quick] [--keep DIR] [--rows GROUPS|NAMES]
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ouroboros.config import load_config
+from ouroboros.errors import RunFailed
 from ouroboros.demo import (
     RecordingAgent,
     expected_results,
@@ -37,6 +44,7 @@ from ouroboros.demo import (
 from ouroboros.store.log import list_runs, read_events
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import Reply, ScriptedServer
+from ouroboros.testing.content import CONTENT_KINDS, write_parts
 from ouroboros.testing.tokenizer import TOKENIZERS
 
 UNLIMITED = 10_000_000
@@ -44,9 +52,41 @@ DEFAULT_TOKENIZER = "words"
 DEFAULT_TOKENS_PER_FILE = 2300
 USAGE_MODES = ["zero", "null", "uncached"]  # rows on the default tokenizer
 
+
+
+@dataclass(frozen=True)
+class Row:
+    """One managed run at the tails: what the data files hold and how the server behaves."""
+
+    tokenizer: str = "bpe-bytes"
+    kind: str = "prose"
+    window: int = 8192  # what the server really holds
+    claim: int | None = None  # model.context_limit (None: the window)
+    api_ps: str = "honest"
+    overflow: str = "truncate"
+    grows: tuple[int, int] | None = None
+    tokens_per_file: int | None = None  # None: --tokens-per-file
+
+
+TAIL_ROWS: dict[str, Row] = {
+    **{f"content={kind}": Row(kind=kind) for kind in CONTENT_KINDS},
+    "content=hex (words)": Row(tokenizer="words", kind="hex"),
+    "ps-honest 4096/8192": Row(window=4096, claim=8192),
+    "ps-silent 4096/8192": Row(window=4096, claim=8192, api_ps="silent"),
+    "grows 4096->8192 ps-honest": Row(window=4096, claim=8192, grows=(12, 8192)),
+    "grows 4096->8192 ps-silent": Row(window=4096, claim=8192, api_ps="silent",
+                                       grows=(12, 8192)),
+    "refused named": Row(window=4096, claim=8192, api_ps="silent", overflow="empty"),
+    "refused unnamed": Row(window=4096, claim=8192, api_ps="silent", overflow="error"),
+    "window 2048": Row(window=2048),
+}
+ROW_GROUPS = {"content": [n for n in TAIL_ROWS if n.startswith("content=")],
+              "windows": [n for n in TAIL_ROWS if not n.startswith("content=")]}
+
 # The floors every row of the matrix must meet.
 MAX_REQUESTS_OVER_FEWEST = 1.3
 MAX_COST_VS_UNMANAGED = 0.12
+RECOVERED_SHARE = 0.9  # a grown window is believed once the belief reaches this share of it
 
 
 class ThinkingAgent(RecordingAgent):
@@ -74,6 +114,19 @@ class Figures:
     parts_read_twice: int
     false_alarms: int
     seconds: float
+    believed: list[int] = field(default_factory=list)  # the window believed, request by request
+    sessions_from: list[int] = field(default_factory=list)  # requests before each session began
+
+
+def session_starts(events: list[dict]) -> list[int]:
+    """For each session after the first: how many requests came before it."""
+    starts, requests = [], 0
+    for event in events:
+        if event["type"] == "token_usage":
+            requests += 1
+        elif event["type"] == "session_restart":
+            starts.append(requests)
+    return starts
 
 
 def parts_read(events: list[dict]) -> Counter:
@@ -84,21 +137,30 @@ def parts_read(events: list[dict]) -> Counter:
 
 
 def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEFAULT_TOKENIZER,
-             usage: str = "whole", keep: Path | None = None) -> Figures:
+             usage: str = "whole", keep: Path | None = None, row: Row | None = None) -> Figures:
     """One run of the task; `window` None is the unmanaged run. `keep` copies the project
-    (events.jsonl included) there afterwards."""
+    (events.jsonl included) there afterwards. A `row` sets the content and the server."""
     agent = ThinkingAgent(parts) if tokenizer == "strip-reasoning" else RecordingAgent(parts)
+    server_settings: dict = {}
+    if row is not None:
+        server_settings = {"api_ps": row.api_ps, "overflow": row.overflow, "grows": row.grows}
+        window, tokenizer = row.window, row.tokenizer
     with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
             agent, model="scripted-demo", context_length=window,
-            tokenizer=TOKENIZERS[tokenizer], usage=usage) as server:
+            tokenizer=TOKENIZERS[tokenizer], usage=usage, **server_settings) as server:
         root = Path(tmp)
         write_demo_project(root, server.base_url, 0)
-        keys = make_workspace(root / "workspace", parts, chars_per_part=chars)
-        flags = {"model.context_limit": window or UNLIMITED, "model.max_output_tokens": 2048,
+        keys = (write_parts(root / "workspace", parts, chars, row.kind) if row is not None
+                else make_workspace(root / "workspace", parts, chars_per_part=chars))
+        claim = (row.claim or row.window) if row is not None else window
+        flags = {"model.context_limit": claim or UNLIMITED, "model.max_output_tokens": 2048,
                  "agent.max_turns": 20 * parts + 50}  # a cap, should a row run away
         loaded = load_config(root / "ouroboros.toml", flags, env={}, user_file=None)
         started = time.perf_counter()
-        asyncio.run(run_agent(loaded, RunHooks()))
+        try:
+            asyncio.run(run_agent(loaded, RunHooks()))
+        except RunFailed as failed:  # a row that cannot go on: its figures say how far it got
+            print(f"  (run failed: {failed.message})", flush=True)
         seconds = time.perf_counter() - started
         state_dir = root / ".ouroboros"
         events = read_events(state_dir / "runs" / list_runs(state_dir)[-1] / "events.jsonl").events
@@ -122,23 +184,29 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
             parts_read_twice=sum(1 for n in parts_read(events).values() if n > 1),
             false_alarms=sum(e["type"] == "context_truncation_detected" for e in events),
             seconds=seconds,
+            believed=[e["context_limit"] for e in events if e["type"] == "token_usage"],
+            sessions_from=session_starts(events),
         )
 
 
-def tokens_per_file(chars: int, tokenizer: str) -> int:
-    """What one data file of `chars` characters costs on this server tokenizer."""
+def tokens_per_file(chars: int, tokenizer: str, kind: str | None = None) -> int:
+    """What one data file of `chars` characters (of `kind`, else the demo's) costs on this
+    server tokenizer."""
     with tempfile.TemporaryDirectory() as tmp:
-        make_workspace(Path(tmp), 1, chars_per_part=chars)
+        if kind is None:
+            make_workspace(Path(tmp), 1, chars_per_part=chars)
+        else:
+            write_parts(Path(tmp), 1, chars, kind)
         return TOKENIZERS[tokenizer].count_text((Path(tmp) / "data/part_001.txt").read_text())
 
 
-def chars_for_tokens(tokens: int, tokenizer: str) -> tuple[int, int]:
+def chars_for_tokens(tokens: int, tokenizer: str, kind: str | None = None) -> tuple[int, int]:
     """The characters per file at which one data file counts about `tokens` tokens on this
     server tokenizer, and what it then counts: measure at 8000 characters, scale, re-check."""
     chars = 8000
-    best = (chars, tokens_per_file(chars, tokenizer))
+    best = (chars, tokens_per_file(chars, tokenizer, kind))
     for _ in range(8):
-        got = best[1] if chars == best[0] else tokens_per_file(chars, tokenizer)
+        got = best[1] if chars == best[0] else tokens_per_file(chars, tokenizer, kind)
         if abs(got - tokens) < abs(best[1] - tokens):
             best = (chars, got)
         if abs(got - tokens) <= max(1, tokens // 200):  # within 0.5%
@@ -246,6 +314,67 @@ def print_matrix(args: argparse.Namespace, rows: dict[str, tuple[Figures, Figure
     return every
 
 
+def run_tails(args: argparse.Namespace, names: list[str]) -> bool:
+    """The rows at the tails, each a managed run; their table and floors. True if all hold."""
+    results: dict[str, tuple[Figures, Sizing]] = {}
+    for name in names:
+        row = TAIL_ROWS[name]
+        tokens = row.tokens_per_file or args.tokens_per_file
+        size = Sizing(*chars_for_tokens(tokens, row.tokenizer, row.kind))
+        keep = args.keep / name.replace(" ", "_") if args.keep else None
+        results[name] = run_once(args.parts, size.chars, None, row=row, keep=keep), size
+        print_tail_row(name, row, *results[name], args.parts)
+    return print_tail_floors(results, args.parts)
+
+
+TAIL_HEADER = (f"{'row':30}{'window':>13}{'chars':>7}{'tok':>6}{'files':>7}{'requests':>9}"
+               f"{'over':>6}{'redone':>7}{'restarts':>9}{'alarms':>7}{'believed':>16}{'s':>6}")
+
+
+def print_tail_row(name: str, row: Row, m: Figures, size: Sizing, parts: int) -> None:
+    if name == next(iter(TAIL_ROWS)) or not hasattr(print_tail_row, "shown"):
+        print(TAIL_HEADER + "\n" + "-" * len(TAIL_HEADER))
+        print_tail_row.shown = True  # type: ignore[attr-defined]
+    window = f"{row.window}/{row.claim or row.window}"
+    believed = f"{m.believed[0]}->{m.believed[-1]}" if m.believed else "-"
+    print(f"{name:30}{window:>13}{size.chars:>7,}{size.tokens:>6,}"
+          f"{f'{m.files_done}/{parts}':>7}{m.turns:>9}{m.over_limit:>6}{m.parts_read_twice:>7}"
+          f"{m.restarts:>9}{m.false_alarms:>7}{believed:>16}{m.seconds:>6.1f}", flush=True)
+
+
+def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) -> bool:
+    def cut_allowed(name: str) -> int:  # requests cut or refused before the window is known
+        row = TAIL_ROWS[name]
+        return 2 if (row.claim or row.window) > row.window else 0
+
+    def recovered(name: str, m: Figures) -> bool:
+        """Believed within one session of the server growing (if a session began after)."""
+        grows = TAIL_ROWS[name].grows
+        if grows is None or not any(start > grows[0] for start in m.sessions_from):
+            return True
+        after = next(start for start in m.sessions_from if start > grows[0])
+        later = [start for start in m.sessions_from if start > after]
+        end = later[0] if later else len(m.believed)
+        return max(m.believed[after:end], default=0) >= RECOVERED_SHARE * grows[1]
+
+    floors = [
+        (f"every file done ({parts}/{parts})", lambda n, m: m.files_done == parts and m.completed),
+        ("no request over the window (2 where the window is smaller than the claim)",
+         lambda n, m: m.over_limit <= cut_allowed(n)),
+        ("no part redone", lambda n, m: m.parts_read_twice == 0),
+        ("no false truncation alarm", lambda n, m: m.false_alarms == 0 or cut_allowed(n) > 0),
+        ("a server restarted bigger is believed within one session", recovered),
+    ]
+    print("\nfloors (rows at the tails)")
+    every = True
+    for label, holds in floors:
+        failing = [name for name, (m, _) in results.items() if not holds(name, m)]
+        every &= not failing
+        print(f"  {'PASS' if not failing else 'FAIL'}  {label}"
+              + (f": {', '.join(failing)}" if failing else ""))
+    return every
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", type=int, default=None, help="files to read (default 40)")
@@ -259,8 +388,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a fast look: 12 files")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep each managed run's project (events.jsonl) under DIR/<row>")
+    parser.add_argument("--rows", default=None,
+                        help="run only these rows at the tails, comma-separated: groups "
+                             f"({', '.join(ROW_GROUPS)}) or names ({', '.join(TAIL_ROWS)})")
     args = parser.parse_args()
     args.parts = args.parts or (12 if args.quick else 40)
+    if args.rows:
+        names = [n for part in args.rows.split(",") for n in ROW_GROUPS.get(part.strip(),
+                                                                          [part.strip()])]
+        unknown = [n for n in names if n not in TAIL_ROWS]
+        if unknown:
+            parser.error(f"unknown rows {unknown}; allowed: {list(ROW_GROUPS)} or "
+                         f"{list(TAIL_ROWS)}")
+        raise SystemExit(0 if run_tails(args, names) else 1)
 
     def keep(name: str) -> Path | None:
         return args.keep / name if args.keep else None

@@ -107,7 +107,8 @@ def test_masked_observations_are_not_masked_again():
     cm = manager(mask_batch_size=2, keep_recent_observations=0)
     messages = conversation(cm, 4)
     messages = cm.mask(messages, ["c0", "c1"])
-    assert cm.evaluate(7_500, messages) == Mask(["c2", "c3"])
+    # c3, the newest turn's result, is not seen by the agent yet: never masked after a turn.
+    assert cm.evaluate(7_500, messages) == Mask(["c2"])
 
 
 # --- the ledger: what the window holds -----------------------------------------------------
@@ -365,3 +366,75 @@ def test_a_server_that_never_shows_the_model_its_tools_is_believed():
     assert cm.current_tokens(sent, tools) == 338
 
 
+
+
+# --- dense content: estimates and caps in tokens ---------------------------------------------
+
+CJK = "上下文窗口的管理在密集的内容中必须以词元计算而不是字符" * 40
+
+
+def test_dense_scripts_are_estimated_per_character_with_a_margin():
+    """A vocabulary trained on Latin text spends about a token or more on each CJK
+    character: 3 characters per token (the default ratio) would be 3x short."""
+    assert tk.estimate_text(CJK, 3.0) >= len(CJK)
+    assert tk.estimate_text("plain words " * 100, 3.0) == math.ceil(1200 / 3.0)
+
+
+def test_a_dense_tool_result_is_capped_in_tokens_not_characters():
+    cm = manager(limit=8192, max_tool_result_tokens=1000)
+    obs = conv.describe("file_read", {"path": "zh.txt"}, ToolResult(CJK * 10), "obs-1", "c1")
+    capped = cm.admit(obs, CJK * 10)
+    assert obs.truncated
+    assert len(capped) <= 1000  # 1,000 tokens hold at most ~1,000 CJK characters
+    plain = "plain words " * 2000
+    obs = conv.describe("file_read", {"path": "en.txt"}, ToolResult(plain), "obs-2", "c2")
+    assert len(cm.admit(obs, plain)) >= 2500  # Latin text keeps its characters per token
+
+
+def test_counts_of_dense_text_teach_a_rate_of_their_own():
+    calibration = tk.Calibration()
+    calibration.observe(4000, 1000)  # English: 4 characters a token
+    calibration.observe(1000, 1300, dense=1000)  # CJK: 1.3 tokens a character
+    assert calibration.chars_per_token == pytest.approx(4.0)
+    assert calibration.tokens_per_dense_char == pytest.approx(1.3)
+
+
+# --- never mask what the agent needs to go on ------------------------------------------------
+
+
+def test_a_short_result_is_not_worth_masking_its_placeholder_is_no_smaller():
+    """The agent's 115-byte read of its progress file: masking it frees nothing."""
+    cm = manager()
+    text = "next: part 17\n" + "done: 1-16, keys in results.txt\n" * 5
+    obs = conv.describe("file_read", {"path": "progress.md"}, ToolResult(text), "obs-1", "c1")
+    message = tool("c1", cm.admit(obs, text))
+    assert conv.worth_masking(message, cm.observations) is None
+
+
+def test_at_the_hard_threshold_acted_on_results_are_masked_rather_than_winding_down():
+    policy = ContextConfig(keep_recent_observations=2)
+    decision, wound = decide(policy, 0.95, ["c7", "c8"], False,
+                             recent=[("c7", 0.20)], unacted=1)
+    assert decision == Mask(["c7"]) and not wound
+
+
+def test_a_result_just_read_gets_its_turn_when_masking_it_then_will_free_enough():
+    """Winding down right after a big read made the agent save instead of using it; masking
+    it once acted on frees enough, so the agent is given that turn."""
+    policy = ContextConfig(keep_recent_observations=2)
+    decision, wound = decide(policy, 0.95, ["c8"], False, recent=[], unacted=1, pending=0.3)
+    assert decision == Continue() and not wound
+    decision, wound = decide(policy, 0.95, ["c8"], False, recent=[], unacted=1, pending=0.01)
+    assert decision == WindDown() and wound
+
+
+def test_the_turn_a_wind_down_interrupted_is_never_dropped_before_others():
+    cm = manager(limit=4000)
+    messages = conversation(cm, 4, size=1200)
+    read_at = len(messages) - 2  # the newest read, c3, then the note
+    messages.append(conv.note("wind_down", "save now"))
+    messages += [assistant("c9"), tool("c9", "saved")]
+    assert conv.unacted_turns(messages) == 2
+    fitted = cm.fit(messages, [], target=cm.current_tokens(messages, []) - 500)
+    assert messages[read_at] in fitted.messages  # the older reads went first
+    assert fitted.dropped_turns >= 1 or fitted.masked

@@ -260,3 +260,21 @@ def test_a_server_that_refuses_every_prompt_is_given_up_after_three_shrinks(tmp_
     assert len(server.requests) == 4
     limits = [e["new_limit"] for e in of_type(run_events(tmp_path), "context_overflow_recovered")]
     assert len(limits) == 4 and limits == sorted(limits, reverse=True) and limits[-1] < WINDOW
+
+
+def test_a_server_restarted_bigger_is_believed_at_the_next_session(tmp_path):
+    """The server held 2.5k (the belief came down by truncation, /api/ps silent), then was
+    restarted with 16k: the next session re-tests the ceiling and believes the room."""
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
+                        api_ps="silent", grows=(10, 16384)) as server:
+        code, keys = run_task(tmp_path, server, **{"model.context_limit": 16384})
+    assert code == 0
+    assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
+    events = run_events(tmp_path)
+    assert of_type(events, "context_truncation_detected")
+    usages = of_type(events, "token_usage")
+    assert min(e["context_limit"] for e in usages) <= 2500
+    assert usages[-1]["context_limit"] > 0.9 * 16384 or not [
+        s for s in of_type(events, "session_start") if s["seq"] > usages[10]["seq"]]
+    assert any("working within" in w["message"] and "again" in w["message"]
+               for w in of_type(events, "warning"))

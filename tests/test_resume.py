@@ -175,12 +175,13 @@ def test_kill_at_a_moment_chosen_by_seed_while_masking_and_restarting(tmp_path,
 
 def test_kill_in_a_run_that_masks_and_restarts_keeps_its_counters(tmp_path, scripted_server):
     """Big parts in a small window: masking, wind-down and restarts before and after."""
-    agent = CountingAgent(PARTS)
+    parts = 16  # masking rather than winding down: four parts no longer need a restart
+    agent = CountingAgent(parts)
     server = scripted_server(agent, context_length=4096)
     before, first_after, result, after = crash_and_resume(
         tmp_path, server, agent,
         lambda: saved_restarts(tmp_path) >= 1,
-        max_turns=40, chars_per_part=6000, model={"context_limit": 4096},
+        max_turns=60, parts=parts, chars_per_part=6000, model={"context_limit": 4096},
         context={"carryover_turns": 3})
 
     events = check_log(tmp_path)

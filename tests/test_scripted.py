@@ -388,3 +388,24 @@ def test_discovery_against_the_scripted_server(scripted_server):
     assert asyncio.run(model_supports_tools(server.base_url, "scripted")) is True
     no_tools = scripted_server([], tools_supported=False)
     assert asyncio.run(model_supports_tools(no_tools.base_url, "scripted")) is False
+
+
+def test_ollama_allocated_less_than_advertised_honest_or_silent(scripted_server):
+    honest = scripted_server([Reply("a"), Reply("b")], context_length=8192, allocated=2048)
+    silent = scripted_server([Reply("a")], context_length=8192, allocated=2048,
+                             api_ps="silent")
+    for server in (honest, silent):
+        chat(server, USER)
+    ps = httpx.get(f"{honest.base_url}/api/ps").json()["models"]
+    assert ps[0]["context_length"] == 2048
+    assert httpx.get(f"{silent.base_url}/api/ps").json()["models"] == []
+    show = httpx.post(f"{honest.base_url}/api/show", json={"model": "scripted"}).json()
+    assert "num_ctx                        8192" in show["parameters"]  # what it advertises
+
+
+def test_a_server_restarted_bigger_mid_run(scripted_server):
+    server = scripted_server([Reply("a"), Reply("b")], context_length=2048, grows=(1, 8192))
+    chat(server, USER)
+    assert httpx.get(f"{server.base_url}/api/ps").json()["models"][0]["context_length"] == 2048
+    chat(server, USER)
+    assert httpx.get(f"{server.base_url}/api/ps").json()["models"][0]["context_length"] == 8192

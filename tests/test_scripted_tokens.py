@@ -396,3 +396,21 @@ def test_no_tokenize_endpoint_by_default(scripted_server):
     assert post(server, "/extras/tokenize/count", {"input": TEXT}).status_code == 404
     assert httpx.get(server.base_url + "/tokenize").status_code == 404
     assert server.tokenize_requests == 0
+
+
+def test_bpe_bytes_splits_what_is_not_ascii_by_its_bytes():
+    from ouroboros.testing.tokenizer import bpe_bytes
+    assert bpe_bytes("plain words here") == by_content("plain words here")
+    assert bpe_bytes("上下文窗口") == 8  # 15 bytes
+    assert bpe_bytes("ok 📦📦") == by_content("ok ") + 4
+
+
+def test_content_kinds_differ_in_density_as_real_files_do():
+    import random
+    from ouroboros.testing.content import CONTENT_KINDS
+    bpe = TOKENIZERS["bpe-bytes"]
+    per_char = {kind: bpe.count_text(make(6000, random.Random(1))) / 6000
+                for kind, make in CONTENT_KINDS.items()}
+    assert per_char["cjk"] > 1 and per_char["emoji"] > 1  # denser than a token a character
+    assert per_char["hex"] > 2 * per_char["prose"]
+    assert "\n" not in CONTENT_KINDS["long-line"](6000, random.Random(1))

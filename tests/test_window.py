@@ -165,3 +165,27 @@ def test_a_refusal_within_the_allocated_window_is_kept():
     allocation as big as the claim must not wipe that out (it would refuse again)."""
     refused = after_refusal(W, 6000, None)
     assert with_allocated(refused, 8192) == refused
+
+
+# --- an inferred ceiling is re-tested ---------------------------------------------------------
+
+
+def test_an_inferred_ceiling_is_re_tested_with_a_prompt_the_size_of_the_claim():
+    from ouroboros.window.belief import needs_retest
+    cut = Window(8192, "c", accepted=3000, ceiling=4000, ceiling_kind="truncation")
+    assert needs_retest(cut) == 8192
+    assert needs_retest(with_allocated(W, 4096)) == 0  # the server said so: nothing to test
+    assert needs_retest(W) == 0
+
+
+@pytest.mark.parametrize("reported,limit,kind", [
+    (None, 4000, "truncation"),  # no count: nothing learned
+    (3990, 4000, "truncation"),  # still cut at the ceiling
+    (5200, 5200, "truncation"),  # counted whole above it: the window is at least that
+    (8192, 8192, ""),  # the whole claim: the ceiling is gone
+])
+def test_a_count_above_the_ceiling_raises_it(reported, limit, kind):
+    from ouroboros.window.belief import after_retest
+    cut = Window(8192, "c", accepted=3000, ceiling=4000, ceiling_kind="truncation")
+    after = after_retest(cut, reported)
+    assert (after.limit, after.ceiling_kind) == (limit, kind)

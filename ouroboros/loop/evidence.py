@@ -24,7 +24,12 @@ from ouroboros.protocols import (
     Usage,
     Warn,
 )
-from ouroboros.window.belief import named_window, with_allocated
+from ouroboros.window.belief import after_retest, named_window, needs_retest, with_allocated
+from ouroboros.window.conversation import to_wire
+
+# Filler for a re-test prompt: a word that takes about one token on any vocabulary.
+RETEST_FILLER = "ledger "
+RETEST_PIECES = 16
 
 
 ALLOCATED = "allocated by Ollama (/api/ps)"
@@ -80,6 +85,33 @@ class Accounting:
         allocated = await self.asker.allocated()
         if allocated:
             believe_told(self.context, (allocated, ALLOCATED), self.warn_once)
+
+    async def retest(self, messages: list[Message]) -> None:
+        """At a session start, when the window believed is a ceiling inferred from truncation
+        or refusals and the server said nothing of its window: ask it to count a prompt a
+        little above that ceiling (the conversation and filler; one token asked for). A count
+        above the ceiling proves the window grew."""
+        window = self.context.window
+        target = needs_retest(window)
+        if not target:
+            return
+        have = self.context.current_tokens(messages, self.tools)
+        words = max(target - have, 0)
+        # The filler goes first, after the system prompt, in pieces: a server that cuts the
+        # front of long prompts drops as many as it must, and counts about its window.
+        wire = to_wire(messages)
+        piece = {"role": "user", "content": RETEST_FILLER * (words // RETEST_PIECES + 1)}
+        probe = [wire[0], *[piece] * RETEST_PIECES, *wire[1:]]
+        try:
+            counted = await self.client.prompt_tokens(probe, self.tools)
+        except ModelError:
+            return
+        self.context.window = after_retest(window, counted)
+        if self.context.window != window:
+            self.log.emit(ev.WarningEvent(message=(
+                f"the server counted {counted} tokens of a prompt above the {window.limit} "
+                f"believed: working within {self.context.limit} tokens again "
+                f"({self.context.limit_source})")))
 
     async def measure(self, messages: list[Message]) -> None:
         """Count what was never counted with the server's tokenizer, where it has one."""

@@ -11,7 +11,8 @@ The runner, when a session raised RestartSession (after reading the config again
 
 The next session begins with the system prompt as it is on disk now, a note that says a
 restart happened, and the newest `carryover_turns` complete turns that fit in half the
-budget (and below the soft threshold).
+budget; the turns the agent has not acted on yet (the newest,
+and back to the one a wind-down interrupted) always, whatever `carryover_turns` says.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
 from ouroboros.window.policy import ContextManager, Fitted
-from ouroboros.window.conversation import carryover, restart_marker
+from ouroboros.window.conversation import carryover, restart_marker, unacted_turns
 from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
 from ouroboros.protocols import Message
@@ -57,20 +58,26 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
                 policy: ContextConfig, told: tuple[int, str] | None) -> Fitted:
     """The conversation the next session begins with, the window believed afresh (with the
     window the server says it has now, and where it said so, if it says). Raises
-    WindowTooSmallError when even that would start at the soft threshold."""
+    WindowTooSmallError when even that would start at the hard threshold, or leave less room
+    than one tool result may take: a session that cannot read one result and act on it
+    would only restart again."""
     context = state.context
-    carried = carryover(state.messages, policy.carryover_turns)
+    unacted = unacted_turns(state.messages)
+    carried = carryover(state.messages, max(policy.carryover_turns, unacted))
     context.window = at_session_start(context.window)
     if told is not None:
         context.window = with_allocated(context.window, *told)
     context.new_session()
     fresh = [system, restart_marker(state.session + 1, state.session_turns), *carried]
-    fitted = context.fit(fresh, tools, context.fresh_start_target())
-    if context.used_pct(fitted.tokens) >= policy.soft_threshold_pct:
+    fitted = context.fit(fresh, tools, context.fresh_start_target(), keep=unacted)
+    room = context.budget - fitted.tokens
+    if context.used_pct(fitted.tokens) >= policy.hard_threshold_pct \
+            or room < context.result_tokens():
         raise WindowTooSmallError(cannot_progress(context, (
             f"a fresh session would start {context.used_pct(fitted.tokens):.0%} full "
             f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
-            "newest turn)")))
+            f"newest turn), leaving {max(room, 0)} tokens of the {context.budget}-token "
+            f"budget where one tool result may take {context.result_tokens()}")))
     return fitted
 
 

@@ -93,6 +93,7 @@ class Session:
         """At a session start: run the calls of the last reply that never started (a stop or
         a crash came first), then give the agent the instruction a resume brought
         (`--message`), or the continue message a reply without tool calls was due."""
+        await self.accounting.retest(self.messages)
         pending = pending_calls(self.messages)
         due = not pending and self.messages[-1]["role"] == "assistant"
         instruction = self.state.instruction

@@ -60,7 +60,7 @@ class Actions:
         self.save_observation(obs_id, result.content)
         obs = describe(call.name, subject, result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
-        self.append_result(call.id, obs_id, content)
+        self.append_result(call.id, obs_id, content, self.context.max_result_chars(result.content))
         self.log.emit(ev.ToolResultEvent(
             id=call.id, name=call.name, ok=result.ok, bytes=len(result.content.encode()),
             observation=obs_id, truncated=obs.truncated, summary=obs.first_line[:120],
@@ -68,12 +68,13 @@ class Actions:
             **self.checkpoints.changes()))
         return result
 
-    def append_result(self, call_id: str, obs_id: str, content: str) -> None:
-        """Add a tool result (`content` as context.admit just cut it); its checkpoint names
-        the observation holding its text, and the cut that gives `content` back."""
+    def append_result(self, call_id: str, obs_id: str, content: str, limit: int) -> None:
+        """Add a tool result (`content` as context.admit just cut it, to `limit` characters);
+        its checkpoint names the observation holding its text, and the cut that gives
+        `content` back."""
         message = {"role": "tool", "tool_call_id": call_id, "content": content}
         self.state.messages.append(message)
-        limit, keep = self.context.max_result_chars(), self.context.policy.tool_result_truncation
+        keep = self.context.policy.tool_result_truncation
         self.checkpoints.journal.refer(message, tool_result_ref(obs_id, call_id, limit, keep))
 
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from ouroboros.protocols import Message
@@ -123,6 +123,7 @@ class ScriptedModel:
             if body.get("max_tokens") == 1 and not body.get("stream"):
                 return self._count_answer(body)
             self.requests.append(body)
+            self._maybe_grow()
             prompt = self.count_tokens(body.get("messages") or [], body.get("tools"))
             self.prompt_tokens.append(prompt)
             over = self._over(prompt)
@@ -135,6 +136,14 @@ class ScriptedModel:
                 answer.delay += fault.seconds if fault else 0.0
                 return answer
             return self._fault_answer(fault, body)
+
+    def _maybe_grow(self) -> None:
+        """The restart `grows` asks for, once its request has come (this one is served by the
+        restarted server)."""
+        grows = self.settings.grows
+        if grows is not None and len(self.requests) > grows[0]:
+            self.settings = replace(self.settings, context_length=grows[1], allocated=None,
+                                    grows=None)
 
     def _over(self, prompt: int) -> bool:
         return self.settings.window is not None and prompt > self.settings.window
@@ -150,7 +159,8 @@ class ScriptedModel:
         if refusal is not None:
             return refusal
         if over:
-            prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt)
+            prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt,
+                         self.settings.window or prompt)
         mode = self.settings.usage
         usage = usage_wire(prompt, 1, "whole" if mode == "uncached" else mode)
         return Answer(json=render_completion(Reply(""), model=str(body.get("model")),

@@ -40,6 +40,9 @@ class ModelSettings:
     api_ps: Literal["honest", "silent"] = "honest"
     """"silent": /api/ps lists no loaded model (an older Ollama, a proxy in front of it, a
     server that is not Ollama), so the window must be inferred from what it does."""
+    grows: tuple[int, int] | None = None
+    """(n, window): after n chat requests the server is restarted with this window (a user
+    who fixed OLLAMA_CONTEXT_LENGTH mid-run)."""
     overflow: Overflow = "truncate"
     """A prompt over the window: "truncate" (Ollama: whole messages dropped from the front),
     "error" (Ollama's 400), "empty" (llama.cpp: an empty 200 when streaming, else a 400)."""

@@ -78,6 +78,23 @@ def by_content(text: str) -> int:
     return tokens
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def bpe_bytes(text: str) -> int:
+    """`by_content` for ASCII, and a byte-level vocabulary's fallback for everything else:
+    a token per two UTF-8 bytes of a run of non-ASCII characters (CJK 1.5 tokens a
+    character, emoji 2), as a vocabulary trained on English text splits them."""
+    if text.isascii():
+        return by_content(text)
+    tokens, start = 0, 0
+    for match in _NON_ASCII.finditer(text):
+        tokens += by_content(text[start:match.start()])
+        tokens += math.ceil(len(match.group().encode()) / 2)
+        start = match.end()
+    return tokens + by_content(text[start:])
+
+
 def _split_hex(text: str) -> list[tuple[bool, str]]:
     """The text cut around its hex-ish runs: (is_hex, piece) in order."""
     pieces, start = [], 0
@@ -154,6 +171,7 @@ TOKENIZERS: dict[str, ServerTokenizer] = {
         ServerTokenizer("cpt-4", ratio(4)),
         ServerTokenizer("cpt-6.5", ratio(6.5)),
         ServerTokenizer("by-content", by_content),
+        ServerTokenizer("bpe-bytes", bpe_bytes, per_message=5),
         ServerTokenizer("template-heavy", per_message=12),
         ServerTokenizer("no-tools", count_tools=False),
         ServerTokenizer("strip-reasoning", strip_reasoning=True),

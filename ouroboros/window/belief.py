@@ -208,6 +208,27 @@ def with_allocated(window: Window, allocated: int | None,
     return replace(window, ceiling=allocated, ceiling_kind="allocated", told_by=told_by)
 
 
+def needs_retest(window: Window) -> int:
+    """The size of prompt that re-tests an inferred ceiling: the claim (0: nothing to
+    re-test). A ceiling from truncation or refusals is a hypothesis: the server may have been
+    restarted with a bigger window, and says nothing of it."""
+    if window.ceiling_kind not in ("truncation", "refused") or window.limit >= window.claimed:
+        return 0
+    return window.claimed
+
+
+def after_retest(window: Window, reported: int | None) -> Window:
+    """The server counted a prompt sent above the ceiling: a count above the ceiling is a
+    window at least that big (a truncating server's count stays under its window)."""
+    if reported is None or reported <= window.limit * (1 + FALL_TOLERANCE):
+        return window
+    if reported >= window.claimed * (1 - FALL_TOLERANCE):
+        return replace(window, ceiling=0, ceiling_kind="", refusals=0,
+                       accepted=max(window.accepted, min(reported, window.claimed)))
+    return replace(window, ceiling=reported, accepted=max(window.accepted, reported),
+                   refusals=0)
+
+
 def reclaimed(window: Window, claimed: int, source: str) -> Window:
     """The belief for a resumed run: the claim as the config says now, and none of the old
     evidence. The server may have been restarted with another window since, so the belief

@@ -159,15 +159,37 @@ def turn_starts(messages: list[Message]) -> list[int]:
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
+# Masking is worth it only for a result at least this many times its placeholder's size: a
+# short result (a progress file, a one-line answer) is what the agent goes on, and hiding it
+# frees next to nothing.
+MASK_MIN_GAIN = 2
+
+
 def worth_masking(message: Message, observations: dict[str, Observation]) -> str | None:
-    """The tool-call id of a result whose observation is unmasked and longer than its
-    placeholder; None for any other message."""
+    """The tool-call id of a result whose observation is unmasked and, by the estimate (dense
+    scripts counted as such), at least MASK_MIN_GAIN times as big as its placeholder; None
+    for any other message."""
     if message["role"] != "tool":
         return None
     obs = observations.get(message.get("tool_call_id", ""))
-    if obs is None or obs.masked or len(message.get("content") or "") <= len(placeholder(obs)):
+    if obs is None or obs.masked:
+        return None
+    size = tk.estimate_text(message.get("content") or "", tk.DEFAULT_CHARS_PER_TOKEN)
+    if size < MASK_MIN_GAIN * tk.estimate_text(placeholder(obs), tk.DEFAULT_CHARS_PER_TOKEN):
         return None
     return obs.tool_call_id
+
+
+def unacted_turns(messages: list[Message], starts: list[int] | None = None) -> int:
+    """How many turns at the end hold results the agent has not acted on yet: the newest
+    (its results are not seen yet), and the one before it when a wind-down note came right
+    after that one (the reply to the note saved state; the work on what that turn read is
+    still to be done). `starts`: turn_starts(messages), if known."""
+    starts = turn_starts(messages) if starts is None else starts
+    if len(starts) < 2:
+        return len(starts)
+    between = messages[starts[-2] + 1:starts[-1]]
+    return 2 if any(m.get(NOTE_KEY) == "wind_down" for m in between) else 1
 
 
 def apply_masks(messages: list[Message], placeholders: dict[str, str]) -> list[Message]:
@@ -204,10 +226,10 @@ def carryover(messages: list[Message], turns: int) -> list[Message]:
     return [m for m in kept if m.get(NOTE_KEY) not in ("wind_down", "mask")]
 
 
-def drop_oldest_turn(messages: list[Message]) -> list[Message] | None:
-    """Remove the oldest complete turn, never the preamble before it nor the newest turn.
-    Returns None when there is nothing left that may go."""
+def drop_oldest_turn(messages: list[Message], keep: int = 1) -> list[Message] | None:
+    """Remove the oldest complete turn, never the preamble before it nor the newest `keep`
+    turns. Returns None when there is nothing left that may go."""
     starts = turn_starts(messages)
-    if len(starts) < 2:
+    if len(starts) <= max(keep, 1):
         return None
     return messages[: starts[0]] + messages[starts[1]:]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,26 @@ MESSAGE_OVERHEAD_TOKENS = 4
 # most, since the next tool result will likely look like the last ones.
 CALIBRATION_DECAY = 0.7
 TOKENS_KEY = "_tokens"
+# Scripts a vocabulary trained mostly on Latin text splits finely (Greek and Cyrillic on, CJK,
+# emoji): a character of these costs about a token or more, whatever ratio Latin text taught.
+# They are estimated per character, at a rate learned apart, starting with a margin.
+_DENSE = re.compile("[\u0370-\U0010ffff]")
+DEFAULT_TOKENS_PER_DENSE_CHAR = 2.0
+MIN_TOKENS_PER_DENSE_CHAR, MAX_TOKENS_PER_DENSE_CHAR = 0.5, 4.0
+
+
+def dense_chars(text: str) -> int:
+    """How many characters of `text` are of a densely tokenized script."""
+    return 0 if text.isascii() else len(_DENSE.findall(text))
+
+
+def message_dense(message: Message) -> int:
+    """Characters of a densely tokenized script in what a message carries."""
+    content = message.get("content")
+    dense = dense_chars(content) if isinstance(content, str) else 0
+    for call in message.get("tool_calls") or ():
+        dense += dense_chars(call.get("function", {}).get("arguments", ""))
+    return dense
 
 
 def message_chars(message: Message) -> int:
@@ -57,12 +78,21 @@ def tools_chars(tools: list[dict[str, Any]]) -> int:
     return len(json.dumps(tools)) if tools else 0
 
 
-def estimate_chars(chars: int, chars_per_token: float) -> int:
-    return math.ceil(chars / chars_per_token)
+def estimate_chars(chars: int, chars_per_token: float, dense: int = 0,
+                   per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
+    """Tokens of `chars` characters, `dense` of them of a densely tokenized script."""
+    return math.ceil((chars - dense) / chars_per_token + dense * per_dense)
 
 
-def estimate_message(message: Message, chars_per_token: float) -> int:
-    return estimate_chars(message_chars(message), chars_per_token) + MESSAGE_OVERHEAD_TOKENS
+def estimate_text(text: str, chars_per_token: float,
+                  per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
+    return estimate_chars(len(text), chars_per_token, dense_chars(text), per_dense)
+
+
+def estimate_message(message: Message, chars_per_token: float,
+                     per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
+    return estimate_chars(message_chars(message), chars_per_token, message_dense(message),
+                          per_dense) + MESSAGE_OVERHEAD_TOKENS
 
 
 def measured(message: Message) -> int | None:
@@ -70,19 +100,23 @@ def measured(message: Message) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def message_tokens(message: Message, chars_per_token: float) -> int:
+def message_tokens(message: Message, chars_per_token: float,
+                   per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
     """The message's measured size if a count has been attributed to it, else an estimate."""
     value = measured(message)
-    return value if value is not None else estimate_message(message, chars_per_token)
+    return value if value is not None else estimate_message(message, chars_per_token, per_dense)
 
 
 @dataclass
 class Calibration:
-    """This run's characters per token, learned from the counts attributed to messages, the
-    most recent weighing most."""
+    """This run's characters per token (for text in Latin script) and tokens per character of
+    densely tokenized scripts, learned from the counts attributed to messages, the most recent
+    weighing most."""
 
     chars: float = 0.0
     tokens: float = 0.0
+    dense_chars: float = 0.0
+    dense_tokens: float = 0.0
 
     @property
     def chars_per_token(self) -> float:
@@ -91,11 +125,31 @@ class Calibration:
         ratio = self.chars / self.tokens
         return min(max(ratio, MIN_CHARS_PER_TOKEN), MAX_CHARS_PER_TOKEN)
 
-    def observe(self, chars: int, tokens: int) -> None:
+    @property
+    def tokens_per_dense_char(self) -> float:
+        if self.dense_chars <= 0:
+            return DEFAULT_TOKENS_PER_DENSE_CHAR
+        ratio = self.dense_tokens / self.dense_chars
+        return min(max(ratio, MIN_TOKENS_PER_DENSE_CHAR), MAX_TOKENS_PER_DENSE_CHAR)
+
+    def observe(self, chars: int, tokens: int, dense: int = 0) -> None:
+        """Counted: `tokens` for `chars` characters, `dense` of them of a dense script. The
+        part that dominates is learned, the other taken at the rate known."""
         if chars <= 0 or tokens <= 0:
             return
-        self.chars = self.chars * CALIBRATION_DECAY + chars
-        self.tokens = self.tokens * CALIBRATION_DECAY + tokens
+        plain = chars - dense
+        dense_share = dense * self.tokens_per_dense_char
+        plain_share = plain / self.chars_per_token
+        if dense and dense_share >= plain_share:
+            learned = tokens - plain_share
+            if learned > 0:
+                self.dense_chars = self.dense_chars * CALIBRATION_DECAY + dense
+                self.dense_tokens = self.dense_tokens * CALIBRATION_DECAY + learned
+            return
+        learned = tokens - dense_share
+        if plain > 0 and learned > 0:
+            self.chars = self.chars * CALIBRATION_DECAY + plain
+            self.tokens = self.tokens * CALIBRATION_DECAY + learned
 
 
 def share(total: int, weights: list[int]) -> list[int]:
@@ -111,7 +165,8 @@ def share(total: int, weights: list[int]) -> list[int]:
 
 
 def attribute(fresh: list[Message], known: int, reported: int, base: int,
-              chars_per_token: float) -> tuple[int, list[int], int, int]:
+              chars_per_token: float, per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR
+              ) -> tuple[int, list[int], int, int]:
     """Take in a whole count of a prompt whose measured messages add up to `known` tokens:
     share what it does not already explain among the messages never counted (`fresh`, to be
     written on them as `_tokens`). Returns the base that makes the ledger add up to
@@ -124,7 +179,7 @@ def attribute(fresh: list[Message], known: int, reported: int, base: int,
     negative: a count below what the ledger already explains leaves the ledger high (a
     prompt believed larger than it is costs a little room, never an overflow)."""
     residual = reported - base - known
-    estimates = [estimate_message(m, chars_per_token) for m in fresh]
+    estimates = [estimate_message(m, chars_per_token, per_dense) for m in fresh]
     if not fresh or residual < MESSAGE_OVERHEAD_TOKENS * len(fresh):
         return max(reported - known - sum(estimates), 0), [], 0, 0
     return (base, share(residual, estimates), sum(message_chars(m) for m in fresh),

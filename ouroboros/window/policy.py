@@ -15,7 +15,7 @@ Vocabulary:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from ouroboros.window import ledger as tk
 from ouroboros.window.conversation import (
@@ -24,6 +24,7 @@ from ouroboros.window.conversation import (
     cap_text,
     drop_oldest_turn,
     placeholder,
+    unacted_turns,
     worth_masking,
 )
 from ouroboros.protocols import Message, Usage, WireMessages
@@ -41,6 +42,8 @@ FRESH_START_MAX_FILL = 0.5
 # One tool result never takes more than this share of the budget.
 RESULT_MAX_SHARE = 0.25
 MIN_RESULT_CHARS = 200
+MIN_RESULT_TOKENS = 64
+CAP_MARKER_TOKENS = 40  # the line that says what was cut, and how to read it
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -74,7 +77,8 @@ Decision = Continue | Mask | WindDown | Restart
 
 
 def decide(policy: ContextConfig, used: float, candidates: list[str],
-           wound_down: bool) -> tuple[Decision, bool]:
+           wound_down: bool, recent: Sequence[tuple[str, float]] = (), unacted: int = 0,
+           pending: float = 0.0) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first), and whether the agent has been told to wind down since.
 
@@ -82,26 +86,55 @@ def decide(policy: ContextConfig, used: float, candidates: list[str],
     newest `keep_recent_observations`). At the hard threshold with nothing left to mask, wind
     down; still there a turn later, restart. Masking comes first even above the hard
     threshold: one large result can jump past both thresholds, and masking is far cheaper
-    than a restart. The wind-down rearms only once use falls below the soft threshold: a
+    than a restart. The newest `unacted` observations (the agent has not seen them yet) are
+    never masked, whatever `keep_recent_observations` says. The wind-down rearms only once use falls below the soft threshold: a
     conversation hovering about the hard threshold would otherwise wind down forever.
+    At the hard threshold, the recent observations the agent has already acted on (`recent`:
+    id and share of the budget each, oldest first) are masked rather than winding down, when
+    masking them brings use below the hard threshold; and when masking them together with
+    the unacted ones (`pending`: the share of the budget those would free) would, the agent
+    is given the turn to act on what it just got, rather than told to wind down.
     Returns the decision and whether the agent stands wound down after it.
     """
     if used < policy.soft_threshold_pct:
         return Continue(), False
-    keep = policy.keep_recent_observations
+    keep = max(policy.keep_recent_observations, unacted)
     ids = (candidates[:-keep] if keep else candidates)[: policy.mask_batch_size]
     if ids:
         return Mask(ids), wound_down
     if used < policy.hard_threshold_pct:
+        return Continue(), wound_down
+    spare = enough_to_mask(used, recent, policy.hard_threshold_pct)
+    if spare:
+        return Mask(spare), wound_down
+    if used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct \
+            and used < 1:
         return Continue(), wound_down
     if wound_down:
         return Restart(f"context at {used:.0%} of the budget after the wind-down"), True
     return WindDown(), True
 
 
+def enough_to_mask(used: float, recent: Sequence[tuple[str, float]],
+                   below: float) -> list[str]:
+    """The oldest of `recent` whose masking brings `used` below `below`; none if all of
+    them would not."""
+    ids: list[str] = []
+    for tool_call_id, share in recent:
+        ids.append(tool_call_id)
+        used -= share
+        if used < below:
+            return ids
+    return []
+
+
 def prompt_budget(limit: int, max_output_tokens: int) -> int:
     """The tokens a prompt may take: the limit less the reply's reserve."""
     return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
+
+
+def placeholder_tokens(obs: Observation, chars_per_token: float) -> int:
+    return tk.estimate_text(placeholder(obs), chars_per_token) + tk.MESSAGE_OVERHEAD_TOKENS
 
 
 # --- the manager ----------------------------------------------------------------------------
@@ -190,6 +223,10 @@ class ContextManager:
     def chars_per_token(self) -> float:
         return self.calibration.chars_per_token
 
+    @property
+    def per_dense(self) -> float:
+        return self.calibration.tokens_per_dense_char
+
     def used_pct(self, tokens: int) -> float:
         return tokens / self.budget if self.budget > 0 else 1.0
 
@@ -202,7 +239,7 @@ class ContextManager:
         """The window a request of these messages would take: measured sizes where counts
         have been attributed, estimates for the rest."""
         self.sync(messages)
-        return self.base(tools) + self.tally.tokens(self.chars_per_token)
+        return self.base(tools) + self.tally.tokens(self.chars_per_token, self.per_dense)
 
     def sync(self, messages: list[Message]) -> None:
         """Bring the tally up to `messages`: only what was appended since is looked at,
@@ -235,13 +272,13 @@ class ContextManager:
     def observe_reply(self, sent: list[Message], tools: list[dict[str, Any]],
                       usage: Usage | None, reply_chars: int) -> Reading:
         """Take in what the server reported for the request `sent` (usage None: nothing)."""
-        cpt = self.chars_per_token
+        cpt, per_dense = self.chars_per_token, self.per_dense
         self.sync(sent)
-        messages = self.tally.tokens(cpt)
+        messages = self.tally.tokens(cpt, per_dense)
         estimate = self.base(tools) + messages
         reported = usage.prompt_tokens if usage else None
         previous = self.comparable(sent)
-        added = (sum(tk.message_tokens(m, cpt) for m in sent[previous.messages:])
+        added = (sum(tk.message_tokens(m, cpt, per_dense) for m in sent[previous.messages:])
                  if previous else 0)
         # Judged against the messages alone: servers disagree most on the base (some never
         # show the model its tool schemas).
@@ -254,10 +291,11 @@ class ContextManager:
             assert reported is not None
             fresh = self.tally.unmeasured()
             self.base_tokens, shares, chars, attributed = tk.attribute(
-                fresh, self.tally.measured_sum, reported, self.base(tools), cpt)
+                fresh, self.tally.measured_sum, reported, self.base(tools), cpt, per_dense)
+            dense = sum(tk.message_dense(m) for m in fresh) if shares else 0
             for message, tokens in zip(fresh, shares):
                 self.tally.measure(message, tokens)
-            self.calibration.observe(chars, attributed)
+            self.calibration.observe(chars, attributed, dense)
             self.last_count = LastCount(self.revision, len(sent), reported)
         elif verdict == "suspect":
             assert reported is not None
@@ -283,10 +321,24 @@ class ContextManager:
     # -- decisions --
 
     def evaluate(self, tokens: int, messages: list[Message]) -> Decision:
+        """The decision after a turn. The results of the newest turn are never masked here:
+        the agent has not seen them yet."""
         self.sync(messages)
-        decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
-                                           self.tally.candidates(), self.wound_down)
+        starts = self.tally.starts
+        candidates = self.tally.candidates()
+        unacted = len(self.tally.candidates(starts[-1])) if starts else 0
+        kept = max(self.policy.keep_recent_observations, unacted)
+        recent = [(i, self.mask_gain(i))
+                  for i in candidates[len(candidates) - kept:len(candidates) - unacted]]
+        pending = sum(self.mask_gain(i) for i in candidates[len(candidates) - unacted:])
+        decision, self.wound_down = decide(self.policy, self.used_pct(tokens), candidates,
+                                           self.wound_down, recent, unacted, pending)
         return decision
+
+    def mask_gain(self, tool_call_id: str) -> float:
+        """The share of the budget masking this result would free."""
+        return self.used_pct(self.tally.size_of(tool_call_id) - placeholder_tokens(
+            self.observations[tool_call_id], self.chars_per_token))
 
     def mask(self, messages: list[Message], ids: list[str]) -> list[Message]:
         self.sync(messages)
@@ -300,28 +352,36 @@ class ContextManager:
         return masked
 
     def fit(self, messages: list[Message], tools: list[dict[str, Any]],
-            target: int | None = None) -> Fitted:
+            target: int | None = None, keep: int | None = None) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
-        oldest-first, then drop the oldest complete turns, and only then mask the newest
-        turn's results, which the model has not seen yet."""
+        oldest-first, then drop the oldest complete turns, and only then mask the results
+        the agent has not acted on yet (conversation.unacted_turns, or the newest `keep`
+        turns), which are never dropped."""
         target = self.budget if target is None else target
         fitted = Fitted(messages, tokens=self.current_tokens(messages, tools))
         if fitted.tokens <= target:
             return fitted
         starts = self.tally.starts
-        newest_turn = starts[-1] if starts else len(messages)
+        keep = unacted_turns(messages, starts) if keep is None else keep
+        newest_turn = starts[-keep] if starts and keep else len(messages)
         newest = self.tally.candidates(newest_turn)
         self._mask_until(fitted, self.tally.candidates(0, newest_turn), tools, target)
+        self._drop_until(fitted, tools, target, keep)
+        self._mask_until(fitted, newest, tools, target)
+        if keep > 1:  # the last resort: the turn a wind-down interrupted goes too
+            self._drop_until(fitted, tools, target, 1)
+        return fitted
+
+    def _drop_until(self, fitted: Fitted, tools: list[dict[str, Any]], target: int,
+                    keep: int) -> None:
         while fitted.tokens > target:
-            shorter = drop_oldest_turn(fitted.messages)
+            shorter = drop_oldest_turn(fitted.messages, keep)
             if shorter is None:
-                break
+                return
             fitted.messages = shorter
             fitted.dropped_turns += 1
             self.revision += 1
             fitted.tokens = self.current_tokens(fitted.messages, tools)
-        self._mask_until(fitted, newest, tools, target)
-        return fitted
 
     def _mask_until(self, fitted: Fitted, ids: list[str], tools: list[dict[str, Any]],
                     target: int) -> None:
@@ -343,11 +403,29 @@ class ContextManager:
 
     # -- observations --
 
-    def max_result_chars(self) -> int:
-        """Tool results are capped at max_tool_result_tokens, and never more than a share of
-        the budget, so one result cannot fill a small window."""
-        tokens = min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE))
-        return max(int(tokens * self.chars_per_token), MIN_RESULT_CHARS)
+    def result_tokens(self) -> int:
+        """The most tokens one tool result may take: max_tool_result_tokens, and never more
+        than a share of the budget, so one result cannot fill a small window."""
+        return max(min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE)),
+                   MIN_RESULT_TOKENS)
+
+    def max_result_chars(self, text: str = "") -> int:
+        """How many characters of `text` a tool result keeps to stay within `result_tokens`
+        by the estimate (dense scripts at their own rate, see ledger.py); for a text that
+        fits, its length. Without a text: the cap for text of the usual density."""
+        tokens, cpt, per_dense = self.result_tokens(), self.chars_per_token, self.per_dense
+        estimate = tk.estimate_text(text, cpt, per_dense) if text else 0
+        if estimate <= tokens:
+            return max(len(text), int(tokens * cpt), MIN_RESULT_CHARS) if text else \
+                max(int(tokens * cpt), MIN_RESULT_CHARS)
+        chars = int(len(text) * tokens / estimate)
+        for _ in range(4):  # head and tail may be denser than the whole: check, shrink
+            kept, _cut = cap_text(text, chars, self.policy.tool_result_truncation, "obs-0")
+            over = tk.estimate_text(kept, cpt, per_dense) - tokens - CAP_MARKER_TOKENS
+            if over <= 0:
+                break
+            chars = int(chars * tokens / (tokens + over))
+        return max(chars, 1)
 
     def new_observation_id(self) -> str:
         obs_id = f"obs-{self.next_observation}"
@@ -356,7 +434,7 @@ class ContextManager:
 
     def admit(self, obs: Observation, text: str) -> str:
         """Register a tool result and return its content as the model will see it."""
-        capped, cut = cap_text(text, self.max_result_chars(),
+        capped, cut = cap_text(text, self.max_result_chars(text),
                                self.policy.tool_result_truncation, obs.id)
         obs.truncated = cut > 0
         self.observations[obs.tool_call_id] = obs

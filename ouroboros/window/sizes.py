@@ -51,13 +51,15 @@ def wire_messages(messages: list[Message]) -> WireMessages:
 class Entry:
     message: Message  # held, so the message is the same object while the entry lives
     chars: int
+    dense: int  # of those, characters of a densely tokenized script
     wire: bytes
     candidate: str | None  # its tool-call id, if it is a result worth masking
     index: int = 0  # its place in the conversation held
 
 
 def make_entry(message: Message, worth_masking: WorthMasking) -> Entry:
-    return Entry(message, tk.message_chars(message), encode(message), worth_masking(message))
+    return Entry(message, tk.message_chars(message), tk.message_dense(message), encode(message),
+                 worth_masking(message))
 
 
 class Tally:
@@ -74,6 +76,7 @@ class Tally:
         self._measured_sum = 0
         self._unmeasured: dict[int, Entry] = {}  # id(message) -> entry, of the never counted
         self._cpt = 0.0  # the chars per token the estimates below were made at (0: none)
+        self._per_dense = tk.DEFAULT_TOKENS_PER_DENSE_CHAR  # and the tokens per dense char
         self._estimated = 0
         self._candidates: list[str] = []
         self._candidate_at: list[int] = []
@@ -188,14 +191,16 @@ class Tally:
     def _estimate(self, entry: Entry) -> int:
         if not self._cpt:
             return 0
-        return tk.estimate_chars(entry.chars, self._cpt) + tk.MESSAGE_OVERHEAD_TOKENS
+        return (tk.estimate_chars(entry.chars, self._cpt, entry.dense, self._per_dense)
+                + tk.MESSAGE_OVERHEAD_TOKENS)
 
     # -- what it adds up to --
 
-    def tokens(self, chars_per_token: float) -> int:
+    def tokens(self, chars_per_token: float,
+               per_dense: float = tk.DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
         """The messages' measured tokens, and estimates for the rest."""
-        if chars_per_token != self._cpt:
-            self._cpt = chars_per_token
+        if chars_per_token != self._cpt or per_dense != self._per_dense:
+            self._cpt, self._per_dense = chars_per_token, per_dense
             self._estimated = sum(self._estimate(e) for e in self._unmeasured.values())
         return self._measured_sum + self._estimated
 
@@ -214,6 +219,15 @@ class Tally:
         low = bisect_left(at, start)
         high = len(at) if stop is None else bisect_left(at, stop)
         return self._candidates[low:high]
+
+    def size_of(self, tool_call_id: str) -> int:
+        """The tokens a result worth masking takes now (measured, else estimated)."""
+        at = len(self._candidates) - 1  # asked of the newest ones: look from the end
+        while self._candidates[at] != tool_call_id:
+            at -= 1
+        entry = self._entries[self._candidate_at[at]]
+        measured = tk.measured(entry.message)
+        return measured if measured is not None else self._estimate(entry)
 
     @property
     def starts(self) -> list[int]:
