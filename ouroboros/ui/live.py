@@ -23,10 +23,13 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from ouroboros.store.events import Record, parse_event
+from ouroboros.store.log import EVENTS_FILE
+from ouroboros.store.segments import Tally, load_manifest
 from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.render import render
+from ouroboros.ui.status import seeded
 
 REFRESH_PER_SECOND = 8
 SPARE_LINES = 1  # the frame stays one line short of the terminal, so the final newline
@@ -137,12 +140,26 @@ def live_hooks(soft: float | None = None, hard: float | None = None,
 
 def watch(path: Path, state: DashboardState, console: Console | None = None,
           wait: Callable[[], None] | None = None) -> DashboardState:
-    """Show a run that another process is writing to `path`: replay its log, then follow it
-    until its run_end (Ctrl+C raises KeyboardInterrupt as usual). Returns the final state."""
+    """Show a run that another process is writing (`path`: its directory, or its
+    events.jsonl): start from its manifest's tally (not its history), replay its current
+    segment, then follow it until its run_end (Ctrl+C raises KeyboardInterrupt as usual).
+    Returns the final state."""
+    run_dir, current = (path, path / EVENTS_FILE) if path.is_dir() else (path.parent, path)
+    tally = load_manifest(run_dir).tally()
+    if tally.last:
+        state = seed(state, tally)
     dashboard = LiveDashboard(state, console, stop_at_run_end=False)
     try:
-        for event in follow_events(path, wait):
+        for event in follow_events(current, wait):
             dashboard.on_event(event)
     finally:
         dashboard.stop()
     return state
+
+
+def seed(state: DashboardState, tally: Tally) -> DashboardState:
+    """`state` as of the records the tally has folded (see status.seeded)."""
+    seeded_state = seeded(tally)
+    for name in ("max_tools", "max_notes"):
+        setattr(seeded_state, name, getattr(state, name))
+    return seeded_state
