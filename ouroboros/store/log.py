@@ -38,7 +38,7 @@ from ouroboros.store.segments import (
     Tally,
     close_segment,
     closed_records,
-    compress_newest,
+    compress_closed,
     envelope,
     load_manifest,
     segment_path,
@@ -211,7 +211,7 @@ class EventLog:
                                      self._turns_before)
             self._file = self.path.open("ab", buffering=0)
         self._size, self.first = 0, None
-        compress_newest(run_dir, manifest)
+        compress_closed(run_dir, manifest)
         return manifest
 
     def sync(self) -> None:

@@ -292,13 +292,17 @@ def close_segment(run_dir: Path, current: Path, first: Record, tally: Tally,
     return manifest
 
 
-def compress_newest(run_dir: Path, manifest: Manifest) -> None:
-    """gzip the newest closed segment: the .gz is whole before the manifest names it, and
-    the plain file goes only after that. Failing (a full disk) leaves it uncompressed."""
-    entry = manifest.segments[-1]
+def compress_closed(run_dir: Path, manifest: Manifest) -> None:
+    """gzip the closed segments not compressed yet (the newest; and any a killed process
+    left plain): the .gz is whole before the manifest names it, and the plain file goes
+    only after that. Failing (a full disk) leaves a segment uncompressed."""
+    for entry in manifest.segments:
+        if not entry["file"].endswith(".gz"):
+            compress(run_dir, manifest, entry)
+
+
+def compress(run_dir: Path, manifest: Manifest, entry: dict[str, Any]) -> None:
     plain = run_dir / SEGMENTS_DIR / entry["file"]
-    if plain.name.endswith(".gz"):
-        return
     packed = plain.with_name(plain.name + ".gz")
     partial = plain.with_name(plain.name + ".gz.tmp")
     try:
