@@ -1,18 +1,24 @@
 """The append-only event log (`events.jsonl`), the run's snapshot, and reading them back.
 
-Layout of a run's directory, `<state_dir>/runs/<run_id>/`:
-    events.jsonl      one JSON object per line, written as things happen; `checkpoint`
-                      events hold what each step changed in the run's state (journal.py)
+Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
+    events.jsonl      the current segment: one JSON object per line, written as things
+                      happen; `checkpoint` events hold what each step changed in the run's
+                      state (journal.py)
+    segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
+    manifest.json     what each closed segment spans, and the run's tally as of the newest
     state.json        a full snapshot: conversation and counters as of an event (atomic
                       replace), written at session boundaries, at the end and now and then
-    observations/     the full text of every tool result, for `recall`
+    observations/     the full text of every tool result, packed per session, for `recall`
+                      (observations.py)
+Retention (retention.py) removes the oldest closed segments and packs.
 
 Every record has `type`, `ts` (ISO 8601 UTC), `seq`, `session` and `turn`; the first record
 (`run_start`) also carries `format_version`. Each type is a model in events.py.
 
     log = EventLog(run_dir / EVENTS_FILE)
     log.emit(WarningEvent(message="..."))   # filled in: ts, seq, session, turn
-    events = read_log(run_dir / EVENTS_FILE)  # the models, in order
+    for record in run_records(run_dir): ...   # every record, across segments, streamed
+    tail = read_tail(run_dir)                 # the manifest and the current segment only
 """
 
 from __future__ import annotations
