@@ -62,7 +62,7 @@ def test_events_log_holds_every_event_type(tmp_path, scripted_server):
     assert {"run_start", "session_start", "assistant", "tool_call", "tool_result",
             "token_usage", "security", "session_end", "run_end"} <= types
     first = events[0]
-    assert first["type"] == "run_start" and first["format_version"] == 1
+    assert first["type"] == "run_start" and first["format_version"] == 3
     assert first["config"]["model"]["name"] == "scripted"
     for event in events:
         assert {"type", "ts", "seq", "session", "turn"} <= event.keys()

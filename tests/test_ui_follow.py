@@ -8,7 +8,8 @@ import pytest
 
 from ouroboros.store import events as ev
 from ouroboros.errors import StateError
-from ouroboros.ui.follow import follow_events, tail_events
+from ouroboros.store.log import last_records
+from ouroboros.ui.follow import follow_events, follow_run
 
 
 WINDOW = {"context_limit": 8192, "limit_source": "config", "budget": 6144}
@@ -104,66 +105,39 @@ def test_a_record_that_does_not_fit_its_type_names_the_log(tmp_path: Path):
 RUN = ["run_start", "session_start", "assistant", "assistant", "assistant", "run_end"]
 
 
-def write_run(path: Path, types: list[str], torn: bytes = b"") -> None:
+def write_run(run_dir: Path, types: list[str], torn: bytes = b"") -> Path:
+    run_dir.mkdir(exist_ok=True)
+    path = run_dir / "events.jsonl"
     path.write_bytes(b"".join(record(type, seq) for seq, type in enumerate(types, 1)) + torn)
+    return run_dir
 
 
-@pytest.mark.parametrize("block", [7, 64, 1 << 16])
 @pytest.mark.parametrize("count", [0, 1, 2, 5, 6, 50])
-def test_the_last_events_are_those_a_full_read_ends_with(tmp_path, monkeypatch, block, count):
-    monkeypatch.setattr("ouroboros.ui.follow.TAIL_BLOCK", block)
-    path = tmp_path / "events.jsonl"
-    write_run(path, RUN)
-
-    tail = tail_events(path, count, lambda kind: True)
+def test_the_last_events_are_those_a_full_read_ends_with(tmp_path, count):
+    run_dir = write_run(tmp_path / "run", RUN)
 
     expected = [1, 2, 3, 4, 5, 6][-count:] if count else []
-    assert [e.seq for e in tail.events] == expected
-    assert tail.offset == path.stat().st_size
-    assert tail.ended
+    assert [r["seq"] for r in last_records(run_dir, count)] == expected
 
 
-def test_the_last_events_skip_types_not_shown_and_a_line_still_being_written(tmp_path):
-    path = tmp_path / "events.jsonl"
-    write_run(path, RUN[:5], torn=record("run_end", 6)[:12])
+def test_the_last_events_leave_out_a_line_still_being_written(tmp_path):
+    run_dir = write_run(tmp_path / "run", RUN[:5], torn=record("run_end", 6)[:12])
 
-    tail = tail_events(path, 2, lambda kind: kind != "assistant")
-
-    assert [e.type for e in tail.events] == ["run_start", "session_start"]
-    assert tail.offset == path.stat().st_size - 12
-    assert not tail.ended
-
-
-def test_the_last_events_never_read_the_start_of_a_long_log(tmp_path, monkeypatch):
-    monkeypatch.setattr("ouroboros.ui.follow.TAIL_BLOCK", 256)
-    path = tmp_path / "events.jsonl"
-    damaged_far_back = b"not an event, and would be a damaged log to a full read\n" * 500
-    path.write_bytes(record("run_start", 1) + damaged_far_back
-                     + b"".join(record("assistant", seq) for seq in range(2, 6)))
-
-    tail = tail_events(path, 3, lambda kind: True)
-
-    assert [e.seq for e in tail.events] == [3, 4, 5]
+    assert [r["seq"] for r in last_records(run_dir, 2)] == [4, 5]
 
 
 def test_following_from_the_tail_shows_only_what_comes_after_it(tmp_path):
-    path = tmp_path / "events.jsonl"
-    write_run(path, RUN[:4])
-    tail = tail_events(path, 1, lambda kind: True)
+    run_dir = write_run(tmp_path / "run", RUN[:4])
     appends = [record("assistant", 5) + record("run_end", 6)]
 
     def wait() -> None:
-        with path.open("ab") as log:
+        with (run_dir / "events.jsonl").open("ab") as log:
             log.write(appends.pop(0))
 
-    followed = [e.seq for e in follow_events(path, wait, start=tail.offset, ended=tail.ended)]
-
-    assert [e.seq for e in tail.events] + followed == [4, 5, 6]
+    assert [e.seq for e in follow_run(run_dir, newest=1, wait=wait)] == [4, 5, 6]
 
 
 def test_following_a_run_that_has_ended_stops_at_its_tail(tmp_path):
-    path = tmp_path / "events.jsonl"
-    write_run(path, RUN)
-    tail = tail_events(path, 0, lambda kind: True)
+    run_dir = write_run(tmp_path / "run", RUN)
 
-    assert list(follow_events(path, never, start=tail.offset, ended=tail.ended)) == []
+    assert [e.seq for e in follow_run(run_dir, newest=0, wait=never)] == []

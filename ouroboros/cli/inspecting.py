@@ -1,9 +1,8 @@
 """Looking at runs without touching them: `ouroboros status`, `runs`, `stats`, `logs` and
-`watch`."""
+`watch`; and `prune`, which removes the history retention lets go."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ouroboros.cli.common import (ConfigOption, RunIdArgument, app, fail, guarded,
-                                  load_for_reading)
+                                  load_for_reading, load_project)
 
 if TYPE_CHECKING:
     from ouroboros.config import LoadedConfig
@@ -60,15 +59,15 @@ def stats(run_id: Optional[str] = RunIdArgument,
     """Per-session numbers and a chart of context use over the run's turns."""
     from rich.console import Console
 
-    from ouroboros.store.log import read_log
+    from ouroboros.store.log import run_records
     from ouroboros.ui.stats import run_stats, stats_view
 
     loaded = load_for_reading(config, "stats")
-    events = guarded(lambda: read_log(run_log(loaded, run_id)))
+    run_dir = guarded(lambda: run_path(loaded, run_id))
     context = loaded.config.context
-    Console().print(stats_view(run_stats(events, context.soft_threshold_pct,
-                                         context.hard_threshold_pct),
-                               all_sessions=all_sessions))
+    stats = guarded(lambda: run_stats(run_records(run_dir), context.soft_threshold_pct,
+                                      context.hard_threshold_pct))
+    Console().print(stats_view(stats, all_sessions=all_sessions))
 
 
 FOLLOW_TAIL = 10
@@ -81,31 +80,34 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Show the last events (10, or "
                                 "-n), then each new one until the run ends (or Ctrl+C)."),
     tail: Optional[int] = typer.Option(None, "--tail", "-n", metavar="N", show_default=False,
-                                       help="Only the last N events (read from the end of the "
-                                       "log, however long the run)."),
+                                       help="Only the last N events, before --type picks among "
+                                       "them (read from the end of the log, however long "
+                                       "the run)."),
     types: Optional[list[str]] = typer.Option(None, "--type", "-t", metavar="TYPE",
                                               help="Only events of this type (repeatable), "
                                               "e.g. --type tool_call."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
-    """A run's events, one readable line each."""
+    """A run's events, one readable line each, across the log's segments."""
     from ouroboros.errors import UsageError
-    from ouroboros.store.log import read_log
-    from ouroboros.ui.follow import follow_events, tail_events
+    from ouroboros.store.events import parse_event
+    from ouroboros.store.log import last_records, read_run_log
+    from ouroboros.ui.follow import follow_run
     from ouroboros.ui.plain import format_any, listed, select_types
 
     if tail is not None and tail < 0:
         raise fail(UsageError(f"-n/--tail must be 0 or more events, got {tail}"))
     loaded = load_for_reading(config, "logs")
     wanted = guarded(lambda: select_types(types or []))
-    path = guarded(lambda: run_log(loaded, run_id))
+    run_dir = guarded(lambda: run_path(loaded, run_id))
     count = FOLLOW_TAIL if follow and tail is None else tail
-    if count is None:
-        events: Iterable[EventBase] = guarded(lambda: read_log(path))
+    events: Iterable[EventBase]
+    if follow:
+        events = follow_run(run_dir, newest=count)
+    elif count is not None:
+        events = [parse_event(r) for r in guarded(lambda: last_records(run_dir, count))]
     else:
-        last = guarded(lambda: tail_events(path, count, lambda kind: listed(kind, wanted)))
-        later = follow_events(path, start=last.offset, ended=last.ended) if follow else ()
-        events = itertools.chain(last.events, later)
+        events = read_run_log(run_dir)
 
     def show() -> None:
         for event in events:
@@ -126,17 +128,38 @@ def watch(run_id: Optional[str] = RunIdArgument,
     from ouroboros.ui.live import watch as watch_log
 
     loaded = load_for_reading(config, "watch")
-    path = guarded(lambda: run_log(loaded, run_id))
+    run_dir = guarded(lambda: run_path(loaded, run_id))
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
     try:
-        watch_log(path, state)
+        watch_log(run_dir, state)
     except KeyboardInterrupt:
         pass
 
 
-def run_log(loaded: LoadedConfig, run_id: str | None) -> Path:
-    """The event log of run `run_id` (default: the latest) in the project's state dir."""
-    from ouroboros.store.log import EVENTS_FILE, find_run
+@app.command(short_help="Remove old log segments and tool results, as [logging] keeps.")
+def prune(run_id: Optional[str] = RunIdArgument,
+          config: Optional[Path] = ConfigOption) -> None:
+    """Apply the retention of `[logging]` (keep_mb, keep_sessions, keep_days) now, to one run
+    or to every run of the project, and say what was freed. A running run applies it by
+    itself whenever it closes a log segment."""
+    from ouroboros.loop.startup import retention
+    from ouroboros.store.log import find_run, list_runs, prune_run, runs_dir
 
-    return find_run(loaded.state_dir, run_id) / EVENTS_FILE
+    loaded = load_project(config)
+    keep = retention(loaded)
+    ids = [run_id] if run_id is not None else list_runs(loaded.state_dir)
+    if not ids:
+        typer.echo(f"no runs yet in {loaded.state_dir}")
+    for name in ids:
+        run_dir = guarded(lambda: find_run(loaded.state_dir, name) if run_id is not None
+                          else runs_dir(loaded.state_dir) / name)
+        freed = guarded(lambda: prune_run(run_dir, keep))
+        typer.echo(f"{run_dir.name}: {freed.describe()}")
+
+
+def run_path(loaded: LoadedConfig, run_id: str | None) -> Path:
+    """The directory of run `run_id` (default: the latest) in the project's state dir."""
+    from ouroboros.store.log import find_run
+
+    return find_run(loaded.state_dir, run_id)

@@ -318,6 +318,32 @@ class LoggingConfig(_Table):
         "\"event\" after every event and tool result (slower; a power cut loses at most the "
         "event being written).",
     )
+    segment_mb: float = Field(
+        1.0,
+        gt=0,
+        description="The event log is closed into a numbered, compressed segment at the first "
+        "session boundary once its current file holds this many MB (4 times this mid-session); "
+        "readers such as `status` read only the manifest and the current file.",
+    )
+    keep_mb: float = Field(
+        256.0,
+        ge=0,
+        description="Retention: the closed log segments and saved tool results a run keeps, in "
+        "MB; the oldest go first (at each segment's close, and on `ouroboros prune`). 0: no "
+        "size limit.",
+    )
+    keep_sessions: int = Field(
+        0,
+        ge=0,
+        description="Retention: also remove closed segments and tool results of sessions more "
+        "than this many sessions old. 0: no limit by sessions.",
+    )
+    keep_days: float = Field(
+        0,
+        ge=0,
+        description="Retention: also remove closed segments and tool results older than this "
+        "many days. 0: no limit by age.",
+    )
 
 
 class Config(_Table):

@@ -17,16 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping
 
-from ouroboros.store.log import EVENTS_FILE, find_run, parse_logged, parse_records, read_events
+from ouroboros.store.log import EVENTS_FILE, find_run, parse_logged, read_tail
 from ouroboros.store.events import Assistant, EventBase, RunEnd, RunResumed, RunStart
 
 # The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
 REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
 MESSAGE_HINT: Final = 'ouroboros resume --message "what to do next"'
 TURN_LIMIT: Final = "agent.max_turns"
-# The records that carry the remembered flags: plan_resume parses only these (and the last
-# record) as events; a long log is mostly checkpoints and tool results.
-FLAG_RECORDS: Final = ("run_start", "run_resumed")
 
 
 @dataclass(frozen=True)
@@ -41,18 +38,17 @@ class ResumePlan:
 
 def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],
                 more_turns: int | None) -> ResumePlan:
-    """Read the run's log (the latest run unless named): its remembered flags under those
-    given now, its turns so far and how it ended. Raises UsageError as find_run does."""
+    """Read the run's tally (the latest run unless named; its manifest and current segment):
+    its remembered flags under those given now, its turns so far and how it ended. Raises
+    UsageError as find_run does."""
     run_dir = find_run(state_dir, run_id)
-    path = run_dir / EVENTS_FILE
-    records = read_events(path).events
-    events = parse_records([r for r in records if r["type"] in FLAG_RECORDS], path)
-    last = parse_logged(records[-1], path) if records else None
-    total = sum(1 for record in records if record["type"] == "assistant")  # as turns_taken
-    end = last if isinstance(last, RunEnd) else None
-    flags = resume_flags(remembered_flags(events), given, more_turns=more_turns,
-                         total_turns=total)
-    return ResumePlan(run_dir.name, flags, total, end)
+    tally = read_tail(run_dir).tally()
+    last = tally.anchors.get("run_end")
+    end = parse_logged(last, run_dir / EVENTS_FILE) if last is not None \
+        and last["seq"] == tally.last.get("seq") else None
+    total = tally.assistants  # as turns_taken
+    flags = resume_flags(tally.flags, given, more_turns=more_turns, total_turns=total)
+    return ResumePlan(run_dir.name, flags, total, end if isinstance(end, RunEnd) else None)
 
 
 def flags_to_remember(config: Mapping[str, Mapping[str, Any]],

@@ -36,6 +36,7 @@ from ouroboros.loop.startup import (
     api_key,
     build_toolbox,
     claim_window,
+    live_from,
     log_changes,
     resume_run,
     start_run,
@@ -217,6 +218,7 @@ class Runner:
         carried = len(fitted.messages) - 2  # after the system prompt and the restart note
         # Saved before the events that announce it: a crash in between resumes the new session.
         self.snapshot()
+        self.log.at_session_boundary(live_from(state))
         self.log.session, self.log.turn = state.session, 0
         self.log.emit(ev.SessionRestart(
             previous_turns=previous_turns, carryover_messages=carried,

@@ -19,7 +19,11 @@ from ouroboros.window.policy import ContextManager
 from ouroboros.window.conversation import note
 from ouroboros.server.discovery import context_from_name, discover_context_limit
 from ouroboros.loop.deadline import Deadline
-from ouroboros.store.log import EVENTS_FILE, Durability, EventLog, Listener
+from ouroboros.store.log import SEGMENT_BYTES, EVENTS_FILE, Durability, EventLog, Listener, \
+    RunTail
+from ouroboros.store.observations import obs_number
+from ouroboros.store.retention import Retention
+from ouroboros.store.segments import write_manifest
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.protocols import EventSink, Message, ToolCall
 from ouroboros.loop.reload import Change, config_diff
@@ -38,7 +42,8 @@ def start_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, cl
     context = ContextManager.create(*claim, cfg.model.max_output_tokens, cfg.context)
     state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message), context)
     log = open_log(run_dir, on_event, seq=0, state=state, guard=guard,
-                   durability=cfg.logging.durability)
+                   durability=cfg.logging.durability, segment_bytes=segment_bytes(loaded),
+                   retention=retention(loaded))
     log.emit(ev.RunStart(run_id=run_dir.name, version=__version__, pid=os.getpid(),
                          config=loaded.redacted(), flags=flags, **sandbox_fields(guard)))
     log.emit(ev.SessionStart(context_limit=context.limit, limit_source=context.limit_source,
@@ -65,7 +70,10 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
     state.idle_turns = 0  # the person chose to go on
     state.instruction = message.strip() or state.instruction
     log = open_log(run_dir, on_event, seq=recovered.seq, state=state, guard=guard,
-                   durability=cfg.logging.durability)
+                   durability=cfg.logging.durability, tail=recovered.tail,
+                   segment_bytes=segment_bytes(loaded), retention=retention(loaded))
+    if recovered.repaired is not None and recovered.tail is not None:
+        write_manifest(run_dir, recovered.tail.manifest)
     log.emit(ev.RunResumed(
         total_turns=state.total_turns, restarts=state.restarts,
         torn_line_dropped=recovered.torn_line is not None,
@@ -74,21 +82,47 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
         message=message.strip(), **sandbox_fields(guard)))
     if recovered.rebuilt is not None:
         log.emit(ev.WarningEvent(message=rebuilt_warning(recovered.rebuilt, state)))
+    if recovered.repaired is not None:
+        log.emit(ev.WarningEvent(message=recovered.repaired))
     # A new process takes every key: log what differs from what the run last used.
     log_changes(log, config_diff(recovered.config, loaded.redacted(), loaded.sources))
     return state, log, recovered.interrupted
 
 
 def open_log(run_dir: Path, on_event: Listener | None, *, seq: int, state: RunState,
-             guard: RunGuard | None = None, durability: Durability = "turn") -> EventLog:
-    """The run's log, continued after event `seq`, redacting the run's secrets."""
+             guard: RunGuard | None = None, durability: Durability = "turn",
+             tail: RunTail | None = None, segment_bytes: int = SEGMENT_BYTES,
+             retention: Retention | None = None) -> EventLog:
+    """The run's log, continued after event `seq` (in the current segment of `tail`),
+    redacting the run's secrets."""
     log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
-                   turn=state.session_turns, durability=durability)
+                   turn=state.session_turns, durability=durability,
+                   tally=tail.manifest.tally() if tail else None,
+                   current=tail.records if tail else (), segment_bytes=segment_bytes)
+    log.retention = retention
     if guard is not None and guard.redact:
         log.redact = guard.redact
     if on_event is not None:
         log.subscribe(on_event)
     return log
+
+
+def segment_bytes(loaded: LoadedConfig) -> int:
+    """How big the current segment of the event log may grow (`logging.segment_mb`)."""
+    return int(loaded.config.logging.segment_mb * (1 << 20))
+
+
+def retention(loaded: LoadedConfig) -> Retention:
+    """What history the run keeps (the `logging.keep_*` keys)."""
+    cfg = loaded.config.logging
+    return Retention(int(cfg.keep_mb * 1e6), cfg.keep_sessions, cfg.keep_days)
+
+
+def live_from(state: RunState) -> int:
+    """The lowest observation number the live conversation still refers to (results from it
+    on are kept by retention)."""
+    numbers = [obs_number(o.id) for o in state.context.observations.values()]
+    return min((n for n in numbers if n is not None), default=state.context.next_observation)
 
 
 def log_changes(log: EventSink, changes: list[Change]) -> None:

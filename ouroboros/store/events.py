@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ouroboros.errors import StateError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 3  # 3: the log in segments with a manifest (segments.py); 1 and 2 still read
 ENVELOPE = ("type", "ts", "seq", "session", "turn")
 
 

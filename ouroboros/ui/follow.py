@@ -1,81 +1,35 @@
-"""Reading a run's events.jsonl while another process writes it (`logs --follow`, `watch`),
-and its last events without reading the rest (`logs -n N`)."""
+"""Reading a run's events.jsonl while another process writes it (`logs --follow`, `watch`)."""
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
-from ouroboros.store.log import parse_logged, parse_record
+from ouroboros.store.log import EVENTS_FILE, last_records, parse_logged, parse_record, \
+    run_records
 from ouroboros.store.events import EventBase, RunEnd
 
 POLL_SECS = 0.25
-TAIL_BLOCK = 1 << 16
-"""Bytes read at a time, backwards from the end, for the last events of a log."""
 
 
-@dataclass
-class Tail:
-    """The last events of a log, oldest first; the byte offset just past the last whole line
-    (where following it goes on); and whether that line is a run_end (nothing to follow)."""
-
-    events: list[EventBase]
-    offset: int
-    ended: bool
-
-
-def tail_events(path: Path, count: int, shown: Callable[[str], bool]) -> Tail:
-    """The last `count` events whose type `shown` accepts, read backwards from the end of the
-    log, so what it costs grows with `count`, not with the run. A last line still being
-    written is left for whoever follows the log.
-
-        tail = tail_events(run_dir / "events.jsonl", 10, lambda type: type != "checkpoint")
-    """
-    found: list[EventBase] = []
-    ended: bool | None = None
-    with path.open("rb") as log:
-        position = offset = log.seek(0, os.SEEK_END)
-        carry, torn = b"", True  # torn: the newline ending the last whole line is not seen yet
-        while position > 0 and (len(found) < count or ended is None):
-            step = min(TAIL_BLOCK, position)
-            position -= step
-            log.seek(position)
-            data = log.read(step) + carry
-            if torn:
-                cut = data.rfind(b"\n")
-                offset, data, torn = (position + cut + 1, data[:cut], False) if cut >= 0 \
-                    else (position, b"", True)
-            lines = data.split(b"\n")
-            carry = lines.pop(0) if position > 0 else b""
-            for raw in reversed(lines):
-                record = parse_record(raw)
-                if record is None:
-                    continue
-                event = parse_logged(record, path)
-                ended = isinstance(event, RunEnd) if ended is None else ended
-                if len(found) < count and shown(event.type):
-                    found.append(event)
-    return Tail(found[::-1], offset, bool(ended))
-
-
-def follow_events(path: Path, wait: Callable[[], None] | None = None, *, start: int = 0,
-                  ended: bool = False) -> Iterator[EventBase]:
-    """Every record of the log from byte `start`, then each new one as it is written, until a
-    run_end record that nothing follows (`ended`: the record before `start` was one). A last
-    line still being written is held back until it is whole; a line that never becomes JSON
-    (torn by a crash, then cut off by `resume`) is skipped. `wait` is called whenever there
-    is nothing new (default: sleep a quarter second).
+def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterator[EventBase]:
+    """Every record of the log, then each new one as it is written, until a run_end record
+    that nothing follows. A last line still being written is held back until it is whole; a
+    line that never becomes JSON (torn by a crash, then cut off by `resume`) is skipped.
+    When the writer closes the segment (renames the file into segments/), what is left of
+    it is read, then the new file at `path`. `wait` is called whenever there is nothing new
+    (default: sleep a quarter second).
 
         for event in follow_events(run_dir / "events.jsonl"):
             print(event.type)
     """
     wait = wait or (lambda: time.sleep(POLL_SECS))
     pending = b""
-    with path.open("rb") as log:
-        log.seek(start)
+    ended = False
+    log = path.open("rb")
+    try:
         while True:
             chunk = log.read()
             if not chunk:
@@ -84,6 +38,10 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None, *, start: 
                 if os.fstat(log.fileno()).st_size < log.tell():  # resume cut a torn line off
                     log.seek(0, os.SEEK_END)
                     pending = b""
+                if rolled_over(path, log):
+                    log.close()
+                    log, pending = path.open("rb"), b""
+                    continue
                 wait()
                 continue
             *lines, pending = (pending + chunk).split(b"\n")
@@ -93,3 +51,40 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None, *, start: 
                     event = parse_logged(record, path)
                     ended = isinstance(event, RunEnd)
                     yield event
+    finally:
+        log.close()
+
+
+def rolled_over(path: Path, log: BinaryIO) -> bool:
+    """Whether `path` is now another file than the one being read (a new segment)."""
+    try:
+        return os.stat(path).st_ino != os.fstat(log.fileno()).st_ino
+    except OSError:  # between the rename and the new file: not yet
+        return False
+
+
+def follow_run(run_dir: Path, newest: int | None = None,
+               wait: Callable[[], None] | None = None) -> Iterator[EventBase]:
+    """A run's records across its segments (only the `newest` N, if given), then each new
+    one as it is written (see follow_events). A segment closed between reading the
+    manifest and opening the current file is read from segments/, so nothing is missed."""
+    last = 0
+    if newest is not None:  # the newest N, and where following starts even when N is 0
+        newer = last_records(run_dir, max(newest, 1))
+        last = newer[-1]["seq"] if newer else 0
+        records: Iterable[dict] = newer[-newest:] if newest else []
+    else:
+        records = run_records(run_dir)
+    for record in records:
+        last = record["seq"]
+        yield parse_logged(record, run_dir / EVENTS_FILE)
+    for event in follow_events(run_dir / EVENTS_FILE, wait):
+        if event.seq <= last:
+            continue
+        if last and event.seq > last + 1:  # closed meanwhile
+            for record in run_records(run_dir, after_seq=last):
+                if record["seq"] >= event.seq:
+                    break
+                yield parse_logged(record, run_dir / EVENTS_FILE)
+        last = event.seq
+        yield event

@@ -24,11 +24,13 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from ouroboros.store.events import Record, parse_event
-from ouroboros.store.log import read_log
+from ouroboros.store.log import EVENTS_FILE, read_log
+from ouroboros.store.segments import Tally, load_manifest
 from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.render import render
+from ouroboros.ui.status import seeded
 
 REFRESH_PER_SECOND = 8
 SPARE_LINES = 1  # the frame stays one line short of the terminal, so the final newline
@@ -143,19 +145,45 @@ def live_hooks(soft: float | None = None, hard: float | None = None,
     given = {"soft": soft, "hard": hard}
     state = DashboardState(**{name: value for name, value in given.items() if value is not None})
     if past is not None:
-        for event in read_log(past):
+        run_dir, current = log_paths(past)
+        state = caught_up(state, run_dir)
+        for event in read_log(current):
             state.apply(event)
     return LiveDashboard(state, console).hooks()
 
 
+def log_paths(path: Path) -> tuple[Path, Path]:
+    """A run's directory and its current segment, from either."""
+    return (path, path / EVENTS_FILE) if path.is_dir() else (path.parent, path)
+
+
+def caught_up(state: DashboardState, run_dir: Path) -> DashboardState:
+    """`state` as of the run's closed segments, from its manifest's tally (not its history);
+    the current segment is for the caller to replay."""
+    tally = load_manifest(run_dir).tally()
+    return seed(state, tally) if tally.last else state
+
+
 def watch(path: Path, state: DashboardState, console: Console | None = None,
           wait: Callable[[], None] | None = None) -> DashboardState:
-    """Show a run that another process is writing to `path`: replay its log, then follow it
-    until its run_end (Ctrl+C raises KeyboardInterrupt as usual). Returns the final state."""
+    """Show a run that another process is writing (`path`: its directory, or its
+    events.jsonl): start from its manifest's tally (not its history), replay its current
+    segment, then follow it until its run_end (Ctrl+C raises KeyboardInterrupt as usual).
+    Returns the final state."""
+    run_dir, current = log_paths(path)
+    state = caught_up(state, run_dir)
     dashboard = LiveDashboard(state, console, stop_at_run_end=False)
     try:
-        for event in follow_events(path, wait):
+        for event in follow_events(current, wait):
             dashboard.on_event(event)
     finally:
         dashboard.stop()
     return state
+
+
+def seed(state: DashboardState, tally: Tally) -> DashboardState:
+    """`state` as of the records the tally has folded (see status.seeded)."""
+    seeded_state = seeded(tally)
+    for name in ("max_tools", "max_notes"):
+        setattr(seeded_state, name, getattr(state, name))
+    return seeded_state
