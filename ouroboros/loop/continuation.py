@@ -118,6 +118,9 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0)
         case "idle":
             return (f"the agent made no tool call in {max_idle_turns} turns in a row, so the "
                     f"run is paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
+        case "stuck":
+            return ("the agent was stuck in a loop (see the `stuck` event), so the run is "
+                    f"paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
         case "max_turns":
             return (f"the run had its {max_turns} turns (agent.max_turns); "
                     "`ouroboros resume --max-turns N` gives it N more")

@@ -30,7 +30,8 @@ from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
 LIVE_TABLES: Final = frozenset({"context", "safety"})
 LIVE_KEYS: Final = frozenset({
     "agent.max_turns", "agent.continue_message", "agent.allow_complete",
-    "agent.max_idle_turns", "model.temperature",
+    "agent.max_idle_turns", "agent.idle_pause_max_secs", "agent.memory_file",
+    "agent.memory_max_tokens", "agent.stuck_repeats", "agent.stuck_cycles", "model.temperature",
     "model.max_output_tokens", "model.request_timeout_secs", "model.max_retry_secs",
     "model.context_limit", "model.first_token_timeout_secs", "model.idle_timeout_secs",
     "model.max_reply_bytes",

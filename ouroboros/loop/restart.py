@@ -4,13 +4,14 @@ run cannot go on.
 The runner, when a session raised RestartSession (after reading the config again):
 
     may_restart(state, policy, reason, confirm)  # StopRun: max_restarts, restart_declined
-    count_progress(state)                        # WindowTooSmallError: sessions in a row
-                                                 # without one successful tool call
-    fitted = fresh_start(state, system, tools, policy, allocated)  # WindowTooSmallError
+    cause = count_progress(state, digest)        # sessions in a row without one successful
+                                                 # tool call: WindowTooSmallError when the
+                                                 # window is to blame, else the cause
+    fitted = fresh_start(state, system, tools, policy, allocated, handoff)
     previous_turns = begin_session(state, fitted.messages)
 
 The next session begins with the system prompt as it is on disk now, a note that says a
-restart happened, and the newest `carryover_turns` complete turns that fit in half the
+restart happened, the handoff (handoff.py), and the newest `carryover_turns` complete turns that fit in half the
 budget (and below the soft threshold).
 """
 
@@ -20,9 +21,11 @@ from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
 from ouroboros.window.policy import ContextManager, Fitted
-from ouroboros.window.conversation import carryover, restart_marker
+from ouroboros.window.conversation import NOTE_KEY, carryover, note, restart_marker
 from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
+from ouroboros.loop.guards import barren_cause
+from ouroboros.loop.handoff import Digest
 from ouroboros.protocols import Message
 from ouroboros.loop.state import RunState
 from ouroboros.window.belief import at_session_start, with_allocated
@@ -43,33 +46,51 @@ def may_restart(state: RunState, policy: ContextConfig, reason: str,
         raise StopRun("restart_declined")
 
 
-def count_progress(state: RunState) -> None:
-    """Count the session that ends; raise WindowTooSmallError after MAX_BARREN_SESSIONS in a
-    row without one successful tool call."""
+def count_progress(state: RunState, digest: Digest | None = None) -> str | None:
+    """Count the session that ends. After MAX_BARREN_SESSIONS in a row without one
+    successful tool call: the cause when the agent is to blame (its `digest` says every call
+    failed, or it made none in many turns), else raise WindowTooSmallError."""
     state.barren_sessions = 0 if state.session_successes else state.barren_sessions + 1
-    if state.barren_sessions >= MAX_BARREN_SESSIONS:
-        raise WindowTooSmallError(cannot_progress(state.context, (
+    if state.barren_sessions < MAX_BARREN_SESSIONS:
+        return None
+    if digest is not None:
+        cause = barren_cause(state.session_turns, digest.calls, digest.failed,
+                             digest.top_failure())
+        if cause is not None:
+            return (f"{state.barren_sessions} sessions in a row ended without one successful "
+                    f"tool call; in the last, {cause}")
+    raise WindowTooSmallError(cannot_progress(state.context, (
             f"{state.barren_sessions} sessions in a row ended without one successful tool "
             "call")))
 
 
 def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
-                policy: ContextConfig, allocated: int | None) -> Fitted:
+                policy: ContextConfig, allocated: int | None, handoff: str = "") -> Fitted:
     """The conversation the next session begins with, the window believed afresh (with what
-    the server says it `allocated`, if it says). Raises WindowTooSmallError when even that
-    would start at the soft threshold."""
+    the server says it `allocated`, if it says), the `handoff` before the turns carried over
+    (left out when there is no room for it). Raises WindowTooSmallError when even that would start at the soft threshold."""
     context = state.context
     carried = carryover(state.messages, policy.carryover_turns)
     context.window = with_allocated(at_session_start(context.window), allocated)
     context.new_session()
-    fresh = [system, restart_marker(state.session + 1, state.session_turns), *carried]
-    fitted = context.fit(fresh, tools, context.fresh_start_target())
+    marker = restart_marker(state.session + 1, state.session_turns)
+    fitted = context.fit([system, marker, *carried], tools, context.fresh_start_target())
+    if handoff:
+        with_handoff = context.fit([system, marker, note("handoff", handoff), *carried], tools,
+                                   context.fresh_start_target())
+        if context.used_pct(with_handoff.tokens) < policy.soft_threshold_pct:
+            fitted = with_handoff  # else there is no room for it
     if context.used_pct(fitted.tokens) >= policy.soft_threshold_pct:
         raise WindowTooSmallError(cannot_progress(context, (
             f"a fresh session would start {context.used_pct(fitted.tokens):.0%} full "
             f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
             "newest turn)")))
     return fitted
+
+
+def handed_over(messages: list[Message]) -> bool:
+    """Whether a fresh start's conversation holds the handoff (after the restart note)."""
+    return len(messages) > 2 and messages[2].get(NOTE_KEY) == "handoff"
 
 
 def begin_session(state: RunState, messages: list[Message]) -> int:
