@@ -75,8 +75,8 @@ class Digest:
         match event:
             case ev.Assistant(text=text):
                 self.turns += 1
-                if self.wound_down and text.strip():
-                    self.note = one_line(text, NOTE_CHARS)
+                if self.wound_down and text.strip() and not self.note:
+                    self.note = one_line(text, NOTE_CHARS)  # its answer to the wind-down
             case ev.ToolCallEvent(id=call_id, name=name, arguments=arguments):
                 self.calls += 1
                 self.pending = {call_id: (name, target_of(name, arguments))}
@@ -131,7 +131,7 @@ def sections(digest: Digest, files: int, commands: int, failures: int) -> list[s
     if digest.files and files:
         shown = list(digest.files.items())[-files:]
         more = len(digest.files) - len(shown) + digest.files_dropped
-        listed = ", ".join(f"{path} (x{n})" if n > 1 else path for path, n in shown)
+        listed = ", ".join(f"{path} ({n} writes)" if n > 1 else path for path, n in shown)
         lines.append(f"Files written: {listed}" + (f" and {more} more" if more else ""))
     if digest.commands and commands:
         listed = "; ".join(f"`{command}` -> {'timed out' if code is None else f'exit {code}'}"
