@@ -116,8 +116,9 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0)
         case "task_complete":
             return f"the agent says the task is done; to give it more to do: {MESSAGE_HINT}"
         case "idle":
-            return (f"the agent made no tool call in {max_idle_turns} turns in a row, so the "
-                    f"run is paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
+            return (f"the agent made no tool call and said nothing new in {max_idle_turns} "
+                    f"turns in a row, so the run is paused; to go on: {MESSAGE_HINT} (or "
+                    "`ouroboros resume`)")
         case "stuck":
             return ("the agent was stuck in a loop (see the `stuck` event), so the run is "
                     f"paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
