@@ -131,8 +131,12 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
     assert "the message is empty" in empty.stderr
     queued = ouroboros("tell", "Now do part 2.", cwd=tmp_path)
     assert queued.returncode == 0 and "waits for the next `ouroboros resume`" in queued.stdout
+    (tmp_path / "workspace" / "NOTES.md").write_text("- part 1 went well\n")
     resumed = ouroboros("resume", "-c", str(config), "--headless", "--max-turns", "1")
 
     assert resumed.returncode == 0, resumed.stderr
     assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "Now do part 2."}
+    # a resume is a session start: the memory is read again
+    assert "- part 1 went well" in server.requests[-1]["messages"][0]["content"]
+    assert "- part 1 went well" not in server.requests[0]["messages"][0]["content"]
     assert not list((tmp_path / ".ouroboros" / "inbox").glob("*.json"))
