@@ -133,3 +133,16 @@ def test_the_restart_storm_names_the_agent_when_the_window_is_not_to_blame():
     silent = barren_cause(turns=12, calls=0, failed=0, top_failure="")
     assert silent == "the agent made no tool call in 12 turns"
     assert barren_cause(turns=1, calls=0, failed=0, top_failure="") is None  # the window
+
+
+def test_new_text_forgives_an_echo_but_not_a_failing_call_with_new_words():
+    guard = StuckGuard(repeats=4, cycles=3)
+    for _ in range(4):
+        guard.observe(step("The end."))
+    guard.observe(step("Chapter two begins."))  # writing again
+    assert guard.warned is None
+
+    for _ in range(4):
+        guard.observe(step("", MISSING))
+    alarms = [guard.observe(step(f"attempt {i}", MISSING)) for i in range(4)]
+    assert alarms[-1] is not None and alarms[-1].pause  # new words, the same failing call

@@ -228,7 +228,10 @@ class StuckGuard:
         return Alarm(loop, pause)
 
     def progress(self, step: Step) -> bool:
-        """A step that got a call through with a result not seen in the recent steps."""
+        """A step that got a call through with a result not seen in the recent steps, or a
+        reply without calls that says something new (an agent writing)."""
+        if not step.calls:
+            return bool(step.text) and step.text not in {old.text for old in self.steps}
         seen = {result for old in self.steps for result in old.results}
         return any(not failed and result not in seen
                    for result, failed in zip(step.results, step.failed))
