@@ -250,6 +250,14 @@ class DemoAgent(RecordingAgent):
         self.pacer.wait()
         return reply
 
+    def save(self, messages: list[Message]) -> Reply:
+        """At a wind-down: progress.md, and a line in its memory file (NOTES.md), which the
+        harness pins in the next session's system message."""
+        saved = super().save(messages)
+        note = "- Each part's key is its KEY line; results.txt takes `part_NNN: <key>` once.\n"
+        return Reply("Saving progress, and a note to my memory file, before the restart.",
+                     [*saved.tool_calls, ("file_write", {"path": "NOTES.md", "content": note})])
+
     def after_listing(self, listing: str, messages: list[Message]) -> Reply:
         if PROGRESS_LISTED.search(listing):
             return super().after_listing(listing, messages)

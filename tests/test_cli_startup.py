@@ -59,7 +59,7 @@ def test_help_lists_the_commands_in_the_order_of_use():
 
     rows = help_text.split("Commands:\n")[1].splitlines()
     names = [row.split()[0] for row in rows if row.startswith("  ") and row[2] != " "]
-    assert names == ["run", "resume", "init", "reload", "status", "runs", "stats", "logs",
+    assert names == ["run", "resume", "init", "reload", "tell", "status", "runs", "stats", "logs",
                      "watch", "demo", "config"]
 
 

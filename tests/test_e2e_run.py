@@ -104,8 +104,9 @@ def test_the_system_prompt_is_read_from_disk(tmp_path, scripted_server):
     server = scripted_server([Reply("ok")])
     config = make_project(tmp_path, server.base_url, prompt="Mission: count the stars.")
     assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 0
-    assert server.requests[0]["messages"][0] == {"role": "system",
-                                                 "content": "Mission: count the stars."}
+    system = server.requests[0]["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].startswith("Mission: count the stars.\n")  # then the memory
     body = server.requests[0]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert {t["function"]["name"] for t in body["tools"]} >= {

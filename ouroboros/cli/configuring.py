@@ -1,5 +1,6 @@
 """The configuration: `ouroboros config show`, `get`, `set` and `unset`, and `reload` to make
-a running run read it now."""
+a running run read it now; `tell` to give a running (or the next) run a message for the
+agent."""
 
 from __future__ import annotations
 
@@ -125,3 +126,47 @@ def reload(config: Optional[Path] = ConfigOption) -> None:
     holder = guarded(lambda: request_reload(loaded.state_dir, socket.gethostname()))
     typer.echo(f"asked run {holder.get('run_id')} (pid {holder['pid']}) to end its session: "
                "the agent saves its state, then the next session reads the config again")
+
+
+@app.command(short_help="Give the agent a message at its next turn (or at the next resume).")
+def tell(
+    text: Optional[str] = typer.Argument(None, metavar="[TEXT]", show_default=False,
+                                         help="The message for the agent."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the message from "
+                                        "this file (- for stdin)."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Leave a message for the agent: a running run gives it to the agent as a user message
+    at its next turn boundary (and logs it); with no run going on, the next `resume` (or
+    `run`) does."""
+    from ouroboros.loop.inbox import checked, post
+    from ouroboros.loop.reload import live_holder
+
+    loaded = load_project(config)
+    message = guarded(lambda: checked(message_text(text, file)))
+    guarded(lambda: post(loaded.state_dir, message))
+    holder = live_holder(loaded.state_dir)
+    if holder is not None:
+        typer.echo(f"sent to run {holder.get('run_id')} (pid {holder['pid']}): the agent "
+                   "gets it at its next turn")
+    else:
+        typer.echo("no run is going on: the message waits for the next `ouroboros resume` "
+                   "(or `ouroboros run`)")
+
+
+def message_text(text: str | None, file: Path | None) -> str:
+    """TEXT or the --file's text; UsageError for both, neither, or a file that cannot be
+    read."""
+    import sys
+
+    from ouroboros.errors import UsageError
+
+    if (text is None) == (file is None):
+        raise UsageError("give the message as TEXT or with --file, one of the two")
+    if file is None:
+        return text or ""
+    try:
+        return sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read the message from {file}: "
+                         f"{getattr(error, 'strerror', None) or error}") from None

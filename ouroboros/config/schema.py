@@ -175,7 +175,47 @@ class AgentConfig(_Table):
         ge=0,
         description="Pause the run (resumable) after this many turns in a row without a tool "
         "call; the continue_message before each is sent after a growing pause (0, 2, 4 ... "
-        "60 s). 0 = never pause.",
+        "60 s). 0 = never pause. A reply with new text (an agent writing) is not idle; an "
+        "empty or repeated one is.",
+        json_schema_extra=LIVE,
+    )
+    idle_pause_max_secs: float = Field(
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Longest pause before the continue message after idle turns in a row (it "
+        "doubles from 2 s up to this); 0 = no pause.",
+        json_schema_extra=LIVE,
+    )
+    memory_file: str = Field(
+        "NOTES.md",
+        min_length=1,
+        description="The agent's own memory: a file in the workspace it may edit, re-read at "
+        "every session start and pinned in the system message after the mission "
+        "(SYSTEM_PROMPT.md, which is the person's). An AGENTS.md in the workspace is pinned "
+        "too, read-only.",
+        json_schema_extra=LIVE,
+    )
+    memory_max_tokens: int = Field(
+        2000,
+        ge=0,
+        description="Most tokens of the memory file (and of AGENTS.md) pinned; over it, the "
+        "newest part is kept and the agent is told. 0 = pin neither.",
+        json_schema_extra=LIVE,
+    )
+    stuck_repeats: int = Field(
+        4,
+        ge=0,
+        description="A stuck loop: the same call failing the same way, or the same reply with "
+        "nothing new, this many turns in a row. The agent is told; if the loop goes on as "
+        "long again, the run pauses (reason stuck, resumable). 0 = off.",
+        json_schema_extra=LIVE,
+    )
+    stuck_cycles: int = Field(
+        3,
+        ge=0,
+        description="A stuck loop: two steps taking turns (A B A B ...) with the same results, "
+        "this many times each; treated as stuck_repeats is. 0 = off.",
         json_schema_extra=LIVE,
     )
 
@@ -284,6 +324,13 @@ class ContextConfig(_Table):
     tool_result_truncation: Literal["head", "tail", "both"] = Field(
         "head",
         description='Which part of a long tool result to keep: "head", "tail" or "both" ends.',
+    )
+    handoff_max_tokens: int = Field(
+        600,
+        ge=0,
+        description="Size of the handoff a restarted session begins with, in tokens (and at "
+        "most a twentieth of the prompt budget): what the last session wrote, ran, failed at "
+        "and left unfinished, built by the harness from its log. 0 = no handoff.",
     )
     truncation_guard: bool = Field(
         True,

@@ -146,8 +146,12 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
         case "task_complete":
             return f"the agent says the task is done; to give it more to do: {MESSAGE_HINT}"
         case "idle":
-            return (f"the agent made no tool call in {turns(max_idle_turns)} in a row, so the "
-                    f"run is paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
+            return (f"the agent made no tool call and said nothing new in "
+                    f"{turns(max_idle_turns)} in a row, so the run is paused; to go on: "
+                    f"{MESSAGE_HINT} (or `ouroboros resume`)")
+        case "stuck":
+            return ("the agent was stuck in a loop (see the `stuck` event), so the run is "
+                    f"paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
         case "max_turns":
             return (f"the run had its {turns(max_turns)} (agent.max_turns); "
                     "`ouroboros resume --max-turns N` gives it N more")

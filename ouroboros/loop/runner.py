@@ -24,12 +24,15 @@ from ouroboros.server.discovery import WindowQuestions, same_model
 from ouroboros.errors import ConfigError, ModelError, OuroborosError, RunFailed, StateError
 from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
+from ouroboros.loop.guards import StuckGuard
+from ouroboros.loop.handoff import Digest, handoff_budget, handoff_text, tokens_of
+from ouroboros.loop.memory import system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
 from ouroboros.protocols import Message, TextSink
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
 from ouroboros.loop.restart import ConfirmRestart, begin_session, count_progress, fresh_start, \
-    may_restart
+    handed_over, may_restart
 from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
@@ -41,7 +44,6 @@ from ouroboros.loop.startup import (
     resume_run,
     start_run,
     startup_warnings,
-    system_message,
 )
 from ouroboros.loop.state import RunState, StopFlag
 from ouroboros.loop.stopping import Interrupted, stop_signals
@@ -133,6 +135,7 @@ class Runner:
         self.log = log
         self.services = services
         self.hooks = hooks
+        self.digest = Digest()  # what the session did, for the handoff (handoff.py)
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
@@ -163,9 +166,15 @@ class Runner:
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
             log=log, run_dir=run_dir, retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs),
             stop=hooks.stop, config=cfg, on_text=hooks.on_text, counter=counter,
-            asker=asker)
+            asker=asker, stuck=StuckGuard(cfg.agent.stuck_repeats, cfg.agent.stuck_cycles),
+            state_dir=loaded.state_dir)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         runner.guard = guard
+        log.subscribe(runner.digest.take)
+        system = runner.system_message()  # the memory as it is now, on a resume too
+        if system["content"] != state.messages[0].get("content"):
+            state.messages = [system, *state.messages[1:]]
+            state.context.revision += 1  # changed other than by appending
         session = Session(state, services)
         for call in interrupted:
             session.actions.answer_interrupted(call)
@@ -208,14 +217,17 @@ class Runner:
         changes = await self.reread_config()
         state, policy, model = self.state, self.loaded.config.context, self.loaded.config.model
         may_restart(state, policy, reason, self.hooks.confirm_restart)
-        count_progress(state)
+        self.brake(count_progress(state, self.digest))
         told = await window_questions(model.base_url, model.name, model.api_key_env).told()
+        handoff = self.handoff(reason)
         previous_prompt = state.messages[0]
-        fitted = fresh_start(state, system_message(self.loaded, previous_prompt),
-                             self.services.toolbox.schemas(), policy, told)
+        fitted = fresh_start(state, self.system_message(), self.services.toolbox.schemas(),
+                             policy, told, handoff)
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)
-        carried = len(fitted.messages) - 2  # after the system prompt and the restart note
+        handoff = handoff if handed_over(fitted.messages) else ""
+        carried = len(fitted.messages) - 2 - bool(handoff)  # after the system prompt, the
+        # restart note and the handoff
         # Saved before the events that announce it: a crash in between resumes the new session.
         self.snapshot()
         self.log.at_session_boundary(live_from(state))
@@ -230,6 +242,33 @@ class Runner:
         self.log.emit(ev.SessionStart(context_limit=context.limit,
                                       limit_source=context.limit_source, budget=context.budget,
                                       carryover_messages=carried))
+        if handoff:
+            self.log.emit(ev.Handoff(text=handoff,
+                                     tokens=tokens_of(handoff, context.chars_per_token)))
+
+    def brake(self, cause: str | None) -> None:
+        """Sessions in a row without progress, the agent to blame: the run pauses, stuck."""
+        if cause is not None:
+            self.log.emit(ev.Stuck(kind="barren", detail=cause, action="pause"))
+            raise StopRun("stuck")
+
+    def handoff(self, reason: str) -> str:
+        """The handoff of the session that ends, from what it logged; the next begins anew."""
+        context = self.state.context
+        budget = handoff_budget(self.loaded.config.context.handoff_max_tokens, context.budget)
+        text = handoff_text(self.digest, session=self.state.session, reason=reason,
+                            max_tokens=budget, chars_per_token=context.chars_per_token)
+        self.digest.clear()
+        return text
+
+    def system_message(self) -> Message:
+        """The mission and the agent's memory as the files are now (memory.py); a file that
+        cannot be pinned is warned about once."""
+        message, warnings = system_message(self.loaded, self.state.messages[0],
+                                           self.state.context.chars_per_token)
+        for warning in warnings:
+            self.warn_once(warning, warning)
+        return message
 
     def log_prompt_change(self, before: Message, now: Message) -> None:
         """One line when the system prompt file was edited since the session before, as a
@@ -279,6 +318,7 @@ class Runner:
             services.client.configure(**client_settings(cfg.model))
         services.retry = RetryPolicy(max_retry_secs=cfg.model.max_retry_secs)
         services.config = cfg
+        services.stuck.configure(cfg.agent.stuck_repeats, cfg.agent.stuck_cycles)
         services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log, self.guard)
 
     def warn_once(self, key: str, message: str) -> None:

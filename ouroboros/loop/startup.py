@@ -191,15 +191,6 @@ def first_messages(loaded: LoadedConfig, kickoff: str) -> list[Message]:
     return [{"role": "system", "content": read_system_prompt(loaded)}, note("continue", kickoff)]
 
 
-def system_message(loaded: LoadedConfig, previous: Message) -> Message:
-    """SYSTEM_PROMPT.md as it is on disk now (the agent may have edited it); the previous one
-    if the file has gone."""
-    try:
-        return {"role": "system", "content": read_system_prompt(loaded)}
-    except OSError:
-        return previous
-
-
 def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
                   log: EventSink, guard: RunGuard | None = None) -> Toolbox:
     """The tools the config gives the agent, confined by the run's sandbox."""

@@ -19,7 +19,7 @@ from ouroboros.window.conversation import describe, interrupted_text
 from ouroboros.loop.journal import tool_result_ref
 from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.loop.state import RunState
-from ouroboros.tools import COMPLETE_KEY, Toolbox
+from ouroboros.tools import Toolbox
 
 
 class Actions:
@@ -34,14 +34,10 @@ class Actions:
         self.checkpoints = checkpoints
         self.observations = ObservationStore(run_dir / "observations")
 
-    async def execute(self, calls: list[ToolCall]) -> str | None:
-        """Run the calls in order, a step each (its `tool_result` carries its checkpoint); the
-        summary of a task_complete among them."""
-        summary = None
-        for call in calls:
-            result = await self.run(call)
-            summary = result.meta.get(COMPLETE_KEY, summary)
-        return summary
+    async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
+        """Run the calls in order, a step each (its `tool_result` carries its checkpoint);
+        each call with its result."""
+        return [(call, await self.run(call)) for call in calls]
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one call and record its result."""
@@ -65,7 +61,7 @@ class Actions:
             id=call.id, name=call.name, ok=result.ok, bytes=len(result.content.encode()),
             observation=obs_id, truncated=obs.truncated, summary=obs.first_line[:120],
             duration_ms=round(1000 * (time.monotonic() - started)),
-            **self.checkpoints.changes()))
+            exit_code=result.meta.get("exit_code"), **self.checkpoints.changes()))
         return result
 
     def append_result(self, call_id: str, obs_id: str, content: str, limit: int) -> None:

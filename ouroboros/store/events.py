@@ -154,6 +154,7 @@ class ToolResultEvent(EventBase):
         False, "when cut short by a stop signal or made up after a crash")
     checkpoint: dict[str, Any] | None = omitted(
         None, "what the step changed, as in a `checkpoint` event")
+    exit_code: int | None = omitted(None, "a shell command's; left out when it timed out")
 
 
 Verdict = Literal["whole", "unknown", "uncached", "suspect", "truncated"]
@@ -256,6 +257,34 @@ class Idle(EventBase):
     max_idle_turns: int = Field(description="the run pauses after this many")
 
 
+class Stuck(EventBase):
+    """The agent is in a loop: it is told (`note`), or, as the loop goes on, the run pauses
+    (`pause`, run_end reason `stuck`)."""
+
+    type: Literal["stuck"] = "stuck"
+    kind: Literal["repeat", "cycle", "echo", "barren"] = Field(
+        description="`repeat`: the same failing call; `cycle`: A B A B; `echo`: the same reply "
+                    "with nothing new; `barren`: sessions in a row without a successful call")
+    detail: str = Field(description="the loop, in words")
+    action: Literal["note", "pause"] = Field(description="`note` or `pause`")
+
+
+class UserMessage(EventBase):
+    """A message from a person (`ouroboros tell`) was given to the agent."""
+
+    type: Literal["user_message"] = "user_message"
+    text: str = Field(description="the message")
+    queued_at: str = Field("", description="when it was sent, ISO 8601 UTC")
+
+
+class Handoff(EventBase):
+    """A restarted session begins with the harness's handoff of the session before."""
+
+    type: Literal["handoff"] = "handoff"
+    text: str = Field(description="the handoff as the agent reads it")
+    tokens: int = Field(description="its size, estimated")
+
+
 class Security(EventBase):
     """A tool refused what it was asked to do as unsafe."""
 
@@ -349,9 +378,9 @@ class RunEnd(EventBase):
     """The run stops (the last record, until a resume)."""
 
     type: Literal["run_end"] = "run_end"
-    reason: str = Field(description="`task_complete`, `idle`, `max_turns`, `interrupted`, "
-                                    "`interrupted_now`, `max_restarts`, `restart_declined`, "
-                                    "`error`")
+    reason: str = Field(description="`task_complete`, `idle`, `stuck`, `max_turns`, "
+                                    "`interrupted`, `interrupted_now`, `max_restarts`, "
+                                    "`restart_declined`, `error`")
     exit_code: int = Field(description="of the process")
     sessions: int = Field(description="sessions the run had")
     total_turns: int = Field(description="turns the run had")
@@ -371,8 +400,9 @@ class UnknownEvent(EventBase):
 MODELS = (
     RunStart, RunResumed, SessionStart, Assistant, ToolCallEvent, ToolResultEvent,
     TokenUsage, ContextMask, ContextDrop, WindDown, SessionRestart, ContextTruncationDetected,
-    ContextOverflowRecovered, Retry, Idle, Security, WarningEvent, ErrorEvent, StopRequested,
-    ReloadRequested, ConfigChanged, PromptChanged, Checkpoint, SessionEnd, RunEnd,
+    ContextOverflowRecovered, Retry, Idle, Stuck, UserMessage, Handoff, Security, WarningEvent,
+    ErrorEvent, StopRequested, ReloadRequested, ConfigChanged, PromptChanged, Checkpoint,
+    SessionEnd, RunEnd,
 )
 """Every event the harness writes, in roughly the order a run meets them."""
 

@@ -23,7 +23,7 @@ NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
-Note = Literal["continue", "mask", "wind_down", "restart", "interrupted"]
+Note = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "handoff"]
 Truncation = Literal["head", "tail", "both"]
 
 INTERRUPTED_TEXT = (

@@ -123,8 +123,9 @@ def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server
 
     assert first.returncode == 0, first.stderr
     end = run_events(tmp_path)[-1]
-    assert (end["reason"], end["total_turns"], end["resumable"]) == ("idle", 3, True)
-    assert "made no tool call in 2 turns in a row" in first.stdout
+    # a part, the agent's news (new text is not idle), then the same news twice: idle
+    assert (end["reason"], end["total_turns"], end["resumable"]) == ("idle", 4, True)
+    assert "said nothing new in 2 turns in a row" in first.stdout
     assert 'ouroboros resume --message "what to do next"' in first.stdout
     idle_requests = server.requests[1:]
     assert [r["messages"][-1]["content"] for r in idle_requests][-1].startswith("Continue")
@@ -145,11 +146,12 @@ def test_idle_turns_back_off_before_the_continue_message(tmp_path, scripted_serv
 
     assert result.returncode == 0, result.stderr
     events = run_events(tmp_path)
-    assert events[-1]["reason"] == "idle" and events[-1]["total_turns"] == 3
+    # the first reply is news (not idle); the next three repeat it
+    assert events[-1]["reason"] == "idle" and events[-1]["total_turns"] == 4
     assert [(e["idle_turns"], e["pause_secs"]) for e in of_type(events, "idle")] == [(2, 2.0)]
     asked = [e for e in events if e["type"] == "assistant"]
-    # the first continue comes at once (no idle event before it), the second after 2 s
-    assert seconds_between(asked[1], asked[2]) >= 2.0
+    # the first idle continue comes at once (no idle event before it), the second after 2 s
+    assert seconds_between(asked[2], asked[3]) >= 2.0
 
 
 def seconds_between(a: dict, b: dict) -> float:
