@@ -232,3 +232,17 @@ def test_a_restart_begins_with_the_handoff_before_the_carried_turns(tmp_path):
     assert messages[2][NOTE_KEY] == "handoff" and "chapter1.md" in messages[2]["content"]
     assert 'Your note when told to wind down: "Saved my notes."' in messages[2]["content"]
     assert messages[3]["role"] == "assistant"  # the carried turns follow
+
+
+def test_an_edit_of_the_memory_is_not_an_edit_of_the_mission():
+    from ouroboros.loop.memory import mission_changed, mission_message
+
+    before = mission_message("Count parts.\n\n---\n\nnotes: part 3", "Count parts.")
+    notes_edited = mission_message("Count parts.\n\n---\n\nnotes: part 4", "Count parts.")
+    mission_edited = mission_message("Count all parts.\n\n---\n\nnotes: part 4",
+                                     "Count all parts.")
+
+    assert mission_changed(before, notes_edited) is None
+    assert mission_changed(notes_edited, mission_edited) == (12, 16)
+    assert mission_changed({"role": "system", "content": "old"},
+                           {"role": "system", "content": "new"}) == (3, 3)

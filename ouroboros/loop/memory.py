@@ -13,6 +13,8 @@ the workspace, unreadable) is left out with one warning; the run goes on.
 
 from __future__ import annotations
 
+import hashlib
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +136,7 @@ def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: flo
         return previous, []
     agent = loaded.config.agent
     if agent.memory_max_tokens == 0:
-        return {"role": "system", "content": mission}, []
+        return mission_message(mission, mission), []
     warnings: list[str] = []
     pinned: list[Pinned | None] = []
     for name in (agent.memory_file, AGENTS_FILE):
@@ -149,4 +151,31 @@ def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: flo
         warnings.append(f"{memory.name} is over agent.memory_max_tokens "
                         f"({agent.memory_max_tokens}): only its newest part is pinned")
     content = compose(mission, memory, agents, agent.memory_max_tokens)
-    return {"role": "system", "content": content}, warnings
+    return mission_message(content, mission), warnings
+
+
+def mission_message(content: str, mission: str) -> Message:
+    """The system message, marked with the mission it holds (private keys, never sent), so an
+    edit of SYSTEM_PROMPT.md can be told from one of the memory."""
+    return {"role": "system", "content": content, MISSION_KEY: fingerprint(mission),
+            MISSION_CHARS_KEY: len(mission)}
+
+
+def fingerprint(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+MISSION_KEY = "_mission"
+MISSION_CHARS_KEY = "_mission_chars"
+
+
+def mission_changed(before: Message, now: Message) -> tuple[int, int] | None:
+    """The mission's size before and now when SYSTEM_PROMPT.md was edited between the two
+    system messages; None when it was not (a message without the mark: its whole text)."""
+    def mark(message: Message) -> tuple[str, int]:
+        content = str(message.get("content", ""))
+        return (message.get(MISSION_KEY) or fingerprint(content),
+                message.get(MISSION_CHARS_KEY, len(content)))
+
+    (old, old_chars), (new, new_chars) = mark(before), mark(now)
+    return None if old == new else (old_chars, new_chars)

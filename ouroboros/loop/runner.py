@@ -26,7 +26,7 @@ from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_d
 from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.guards import StuckGuard
 from ouroboros.loop.handoff import Digest, handoff_budget, handoff_text, tokens_of
-from ouroboros.loop.memory import system_message
+from ouroboros.loop.memory import mission_changed, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
 from ouroboros.protocols import Message, TextSink
@@ -273,10 +273,10 @@ class Runner:
     def log_prompt_change(self, before: Message, now: Message) -> None:
         """One line when the system prompt file was edited since the session before, as a
         config edit gets one."""
-        old, new = str(before.get("content", "")), str(now.get("content", ""))
-        if old != new:
+        changed = mission_changed(before, now)
+        if changed is not None:
             self.log.emit(ev.PromptChanged(path=str(self.loaded.system_prompt_path),
-                                           old_chars=len(old), new_chars=len(new)))
+                                           old_chars=changed[0], new_chars=changed[1]))
 
     def snapshot(self) -> None:
         """Write the whole state: at the start, at restarts and at the end."""
