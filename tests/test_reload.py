@@ -33,7 +33,8 @@ from ouroboros.ui.status import change_line
 from tests.ui_sample import RUN_ID, write_sample_run
 
 NEEDS_A_NEW_RUN = {"model.base_url", "model.name", "model.api_key_env", "agent.workspace",
-                   "agent.system_prompt", "logging.state_dir", "logging.durability"}
+                   "agent.system_prompt", "logging.state_dir", "logging.durability",
+                   "metrics.port", "metrics.address", "metrics.heartbeat_secs"}
 
 
 def data(**changes: object) -> dict:
