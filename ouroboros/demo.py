@@ -27,7 +27,7 @@ from pathlib import Path
 import tomli_w
 
 from ouroboros.config import load_config
-from ouroboros.errors import UsageError
+from ouroboros.errors import UsageError, signal_exit_code
 from ouroboros.store.events import EventBase, RunEnd
 from ouroboros.protocols import Message
 from ouroboros.loop.runner import RunHooks, run_agent
@@ -352,7 +352,7 @@ def show_demo(hooks: RunHooks, directory: Path, voice: Voice, *, parts: int = 12
         code = asyncio.run(run_demo(narrated(ended_here(hooks, directory, keep), voice, pacer),
                                     directory, parts=parts, pacer=pacer))
     except KeyboardInterrupt:  # outside the run's own Ctrl+C handling: starting or ending
-        code = 0
+        code = signal_exit_code("SIGINT")  # 130, as a run stopped by Ctrl+C exits
     finally:
         if not keep:
             shutil.rmtree(directory, ignore_errors=True)

@@ -124,7 +124,7 @@ def test_max_restarts_stops_the_run(tmp_path):
     with ScriptedServer(RecordingAgent(40), model="scripted-demo",
                         context_length=CONTEXT) as server:
         code, _ = run_task(tmp_path, server, parts=40, max_restarts=1)
-    assert code == 0
+    assert code == 3
     events = run_events(tmp_path)
     assert len(of_type(events, "session_restart")) == 1
     assert events[-1]["reason"] == "max_restarts"

@@ -49,7 +49,7 @@ def run_in_process(root: Path, base_url: str, on_step: Any, **tables: Any) -> Pa
         finally:
             await client.aclose()
 
-    assert asyncio.run(go()) == 0
+    assert asyncio.run(go()) in (0, 3)  # done, or paused at max_turns (ouroboros.errors)
     return run_dir
 
 

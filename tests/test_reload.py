@@ -35,7 +35,8 @@ from tests.ui_sample import RUN_ID, write_sample_run
 NEEDS_A_NEW_RUN = {"model.base_url", "model.name", "model.api_key_env", "agent.workspace",
                    "agent.system_prompt", "logging.state_dir", "logging.durability",
                    "logging.segment_mb", "logging.keep_mb", "logging.keep_sessions",
-                   "logging.keep_days"}
+                   "logging.keep_days", "metrics.port", "metrics.address",
+                   "metrics.heartbeat_secs"}
 
 
 def data(**changes: object) -> dict:

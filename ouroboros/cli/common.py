@@ -30,12 +30,19 @@ T = TypeVar("T")
 
 # The config key each `run` flag sets, and the flag as errors name it.
 RUN_FLAGS = {"agent.workspace": "--workspace", "model.name": "--model",
-             "model.base_url": "--base-url", "agent.max_turns": "--max-turns"}
+             "model.base_url": "--base-url", "agent.max_turns": "--max-turns",
+             "metrics.port": "--metrics-port"}
 
 ConfigOption = typer.Option(None, "--config", "-c", metavar="PATH", help="Path to ouroboros.toml "
                             "(default: the nearest one here or in a directory above).")
 HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
                               "instead of the live view (also when stdout is not a terminal).")
+JsonOption = typer.Option(False, "--json", help="Print each event as one JSON object per line "
+                          "on stdout (the log's records, checkpoints left out), and nothing "
+                          "else there: for a log shipper.")
+MetricsPortOption = typer.Option(None, "--metrics-port", min=0, max=65535, help="Serve "
+                                 "Prometheus metrics at http://127.0.0.1:N/metrics while the "
+                                 "run goes on (metrics.port; 0 = off).")
 RunIdArgument = typer.Argument(None, metavar="RUN_ID", show_default=False,
                                help="The run (default: the latest).")
 

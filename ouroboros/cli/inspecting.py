@@ -9,16 +9,25 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ouroboros.cli.common import (ConfigOption, RunIdArgument, app, fail, guarded,
-                                  load_for_reading, load_project)
+from ouroboros.cli.common import (ConfigOption, JsonOption, RunIdArgument, app, fail,
+                                  guarded, load_for_reading, load_project)
 
 if TYPE_CHECKING:
     from ouroboros.config import LoadedConfig
     from ouroboros.store.events import EventBase
+    from ouroboros.ui.status import RunStatus
 
 
 @app.command(short_help="The current or last run: where it is, how full its context.")
-def status(config: Optional[Path] = ConfigOption) -> None:
+def status(config: Optional[Path] = ConfigOption,
+           json_object: bool = typer.Option(False, "--json", help="One JSON object (state, run "
+                                            "id, session, turn, context %, last event, pid, "
+                                            "resumable, heartbeat) and an exit code: 0 running, "
+                                            "1 stuck, 3 stopped (resumable), 4 no run, 5 ended."),
+           stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0, help="With "
+                                                       "--json: a running run whose heartbeat is "
+                                                       "older than SECS is `stuck` (exit 1).")
+           ) -> None:
     """The current or last run: is it running, where it is, how full its context is."""
     from datetime import datetime, timezone
 
@@ -28,6 +37,8 @@ def status(config: Optional[Path] = ConfigOption) -> None:
 
     loaded = load_for_reading(config, "status")
     found = guarded(lambda: run_status(loaded.state_dir))
+    if json_object:
+        raise typer.Exit(print_health(loaded, found, stale_after))
     if found is None:
         typer.echo(f"no runs yet in {loaded.state_dir}")
         return
@@ -122,19 +133,65 @@ def logs(
 
 @app.command()
 def watch(run_id: Optional[str] = RunIdArgument,
-          config: Optional[Path] = ConfigOption) -> None:
-    """The live dashboard of a run going on in another terminal."""
+          config: Optional[Path] = ConfigOption,
+          json_lines: bool = JsonOption) -> None:
+    """The live dashboard of a run going on in another terminal.
+
+    With --json, its events as JSON lines instead, until the run ends."""
     from ouroboros.ui.dashboard import DashboardState
     from ouroboros.ui.live import watch as watch_log
 
     loaded = load_for_reading(config, "watch")
     run_dir = guarded(lambda: run_path(loaded, run_id))
+    if json_lines:
+        follow_json(run_dir)
+        return
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
     try:
         watch_log(run_dir, state)
     except KeyboardInterrupt:
         pass
+
+
+def follow_json(run_dir: Path) -> None:
+    """`watch --json`: the log's records as JSON lines, then each new one, until the run
+    ends (or Ctrl+C, or the reader goes away)."""
+    from ouroboros.ui.follow import follow_run
+    from ouroboros.ui.records import json_line
+
+    def show() -> None:
+        for event in follow_run(run_dir):
+            line = json_line(event)
+            if line is not None:
+                typer.echo(line)
+
+    try:
+        guarded(show)
+    except KeyboardInterrupt:
+        pass
+
+
+def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: float | None
+                 ) -> int:
+    """`status --json`: print the run's health as one object; its exit code."""
+    import json
+    from datetime import datetime, timezone
+
+    from ouroboros.loop.continuation import continue_plan
+    from ouroboros.loop.heartbeat import read_heartbeat
+    from ouroboros.ui.health import HEALTH_EXIT, run_health
+
+    resumable = False
+    if found is not None and not found.running:
+        plan = guarded(lambda: continue_plan(loaded.state_dir, found.run_id, {}))
+        if plan is not None:
+            max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
+            resumable = plan.stays(max_turns) is None
+    health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
+                        now=datetime.now(timezone.utc), stale_after=stale_after)
+    typer.echo(json.dumps(health))
+    return HEALTH_EXIT[health["state"]]
 
 
 @app.command(short_help="Remove old log segments and tool results, as [logging] keeps.")

@@ -393,6 +393,28 @@ class LoggingConfig(_Table):
     )
 
 
+class MetricsConfig(_Table):
+    """Prometheus metrics of the run, served while it goes on."""
+
+    port: int = Field(
+        0, ge=0, le=65535,
+        description="Serve Prometheus text at http://<address>:<port>/metrics while a run goes "
+        "on (turns, tool calls, restarts, masks, tokens, context use, retries, the window); "
+        "0 = off. A port in use stops the run before it starts.",
+    )
+    address: str = Field(
+        "127.0.0.1", min_length=1,
+        description="The address the metrics server binds: 127.0.0.1 (this machine only) by "
+        "default; 0.0.0.0 for a scraper on another host (a pod's Prometheus).",
+    )
+    heartbeat_secs: float = Field(
+        15.0, gt=0,
+        description="How often <state_dir>/heartbeat is rewritten while the run waits (a model "
+        "reply, a retry, a tool call); it is also rewritten at every event. A liveness probe "
+        "reads its age: `ouroboros status --json --stale-after SECS`.",
+    )
+
+
 class Config(_Table):
     """The whole of ouroboros.toml."""
 
@@ -403,6 +425,8 @@ class Config(_Table):
         default_factory=ContextConfig, description="Context window management."
     )
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run records.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig,
+                                   description="Prometheus metrics.")
 
 
 TABLES: Final[dict[str, type[_Table]]] = {

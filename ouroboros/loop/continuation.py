@@ -8,6 +8,7 @@ instruction), an error, a crash.
     flags = resume_flags(remembered_flags(events), given, more_turns=5,
                          total_turns=turns_taken(events))
     why_not = refusal(run_id, end, total_turns=12, max_turns=10, message="")
+    plan = continue_plan(state_dir, None, given)  # `run --continue`; None: start a new run
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping
 
-from ouroboros.store.log import EVENTS_FILE, find_run, parse_logged, read_tail
+from ouroboros.errors import EXIT_DONE, EXIT_PAUSED
+from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
 from ouroboros.store.events import Assistant, EventBase, RunEnd, RunResumed, RunStart
 
 # The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
@@ -34,6 +36,37 @@ class ResumePlan:
     flags: dict[str, Any]
     total_turns: int
     end: RunEnd | None  # the run_end record the log ends with, if any
+
+    def stays(self, max_turns: int) -> Stay | None:
+        """Why `run --continue` leaves this run as it is (under the `max_turns` it would run
+        with), and the exit code that says so; None when it goes on. A complete run is done
+        (exit 0); a run out of turns is still paused (exit 3)."""
+        if self.end is not None and self.end.reason == "task_complete":
+            summary = f": {self.end.summary}" if self.end.summary else ""
+            return Stay(f"run {self.run_id} is complete (task_complete{summary}); it is left "
+                        f"as it is. To give the agent more to do: {MESSAGE_HINT}", EXIT_DONE)
+        why_not = refusal(self.run_id, self.end, total_turns=self.total_turns,
+                          max_turns=max_turns, message="")
+        return Stay(why_not, EXIT_PAUSED) if why_not is not None else None
+
+
+@dataclass(frozen=True)
+class Stay:
+    """`run --continue` leaves the run as it is: the line that says why, and the exit code."""
+
+    message: str
+    exit_code: int
+
+
+def continue_plan(state_dir: Path, run_id: str | None, given: Mapping[str, Any]
+                  ) -> ResumePlan | None:
+    """What `run --continue` continues: the named run, else the latest; None when the project
+    has no run yet (a new one starts). The flags given now are the run's limits as they
+    would be for `run` (`--max-turns` is the total, so a supervisor's fixed command line
+    does not add turns at every restart)."""
+    if run_id is None and not list_runs(state_dir):
+        return None
+    return plan_resume(state_dir, run_id, given, None)
 
 
 def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],

@@ -21,11 +21,14 @@ from ouroboros.config import LoadedConfig
 from ouroboros.loop.evidence import believe_told
 from ouroboros.loop.continuation import flags_to_remember, how_to_continue
 from ouroboros.server.discovery import WindowQuestions, same_model
-from ouroboros.errors import ConfigError, ModelError, OuroborosError, RunFailed, StateError
+from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
+    RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
+from ouroboros.store.owner import claim_state_dir
 from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.guards import StuckGuard
 from ouroboros.loop.handoff import Digest, handoff_budget, handoff_text, tokens_of
+from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
 from ouroboros.loop.memory import mission_changed, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
@@ -63,15 +66,16 @@ class RunHooks:
 
 async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
                     run_id: str | None = None, message: str = "") -> int:
-    """Run (or resume) the agent until it stops. Returns the exit code: 0 for a normal stop
-    (a stop signal included), 1 for a failed run. Config errors raise before anything is
+    """Run (or resume) the agent until it stops. Returns the exit code (the table in
+    ouroboros.errors): 0 done, 3 paused, 128 + N for a stop by signal N; a failed run raises
+    RunFailed (exit 1, or 2 when it needs a fix). Config errors raise before anything is
     written. `message` (on resume) is a new instruction for the agent."""
     with stop_signals(hooks.stop):
         try:
             return await start_and_run(loaded, hooks, resume=resume, run_id=run_id,
                                        message=message)
         except Interrupted:  # stopped before the run began: nothing was recorded
-            return 0
+            return signal_exit_code(hooks.stop.signal_name or "SIGINT")
 
 
 async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
@@ -86,6 +90,12 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
         run_dir = runs_dir(loaded.state_dir) / run_id
     guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
     lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
+    try:
+        claim_state_dir(loaded.state_dir, project=loaded.root,
+                        workspace=loaded.workspace)
+    except BaseException:
+        lock.release()
+        raise
     client = ChatClient(
         cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
         **client_settings(cfg.model))
@@ -182,28 +192,43 @@ class Runner:
         return runner
 
     async def run(self) -> int:
-        """Run sessions until the run stops; 0 for a normal stop. A model failure is logged,
-        the run is left resumable, and RunFailed carries the message out. A stop signal
-        cancels the sessions wherever they wait (see stopping.py)."""
+        """Run sessions until the run stops; its exit code (see ouroboros.errors). A model
+        failure is logged, the run is left resumable, and RunFailed carries the message out.
+        A stop signal cancels the sessions wherever they wait (see stopping.py)."""
         stop = self.services.stop
         stop.listeners.append(lambda name: self.log.emit(ev.StopRequested(signal=name)))
         self.install_signal_handlers()
+        beating = self.start_heartbeat()
         try:
             await stop.cancellable(self.sessions())
         except StopRun as stopped:
-            self.finish(stopped.reason, 0, stopped.summary)
+            return self.finish(stopped.reason, self.exit_code(stopped.reason), stopped.summary)
         except Interrupted as interrupted:
-            self.finish(interrupted.reason, 0)
+            return self.finish(interrupted.reason, self.exit_code(interrupted.reason))
         except ModelError as error:
             self.log.emit(ev.ErrorEvent(message=error.message, kind=type(error).__name__))
-            self.finish("error", 1)
+            code = EXIT_NEEDS_FIX if isinstance(error, PermanentModelError) \
+                else EXIT_FAILED_RESUMABLE
+            self.finish("error", code)
             raise RunFailed(f"{error.message} (run {self.state.run_id} is saved: fix the "
-                            "cause, then `ouroboros resume` continues it)") from None
+                            "cause, then `ouroboros resume` continues it)", code) from None
         except (StateError, OSError) as error:
             raise self.cannot_write(error) from None
         finally:
+            beating.cancel()
             self.remove_signal_handlers()
-        return 0
+
+    def start_heartbeat(self) -> asyncio.Future[None]:
+        """Keep <state_dir>/heartbeat: at every event, and every metrics.heartbeat_secs
+        while the run waits (heartbeat.py)."""
+        heartbeat = Heartbeat(self.loaded.state_dir / HEARTBEAT_FILE, self.state.run_id)
+        self.log.subscribe(heartbeat.on_event)
+        return asyncio.ensure_future(
+            heartbeat.keep_beating(self.loaded.config.metrics.heartbeat_secs))
+
+    def exit_code(self, reason: str) -> int:
+        """How a run that ended for `reason` exits: the table in ouroboros.errors."""
+        return end_exit_code(reason, self.services.stop.signal_name)
 
     async def sessions(self) -> None:
         while True:
@@ -336,7 +361,7 @@ class Runner:
         return failed
 
     def finish(self, reason: str, code: int, summary: str = "",
-               failed: StateError | None = None) -> None:
+               failed: StateError | None = None) -> int:
         """Record the end: every way a run ends leaves it resumable, and `next` says how.
         The end records (with the `error` of a failed write) go to the log all or none."""
         agent = self.loaded.config.agent
@@ -353,6 +378,7 @@ class Runner:
                                      last_words=last_reply(self.state.messages))))
         self.snapshot()
         self.log.close()
+        return code
 
     # -- SIGHUP (`ouroboros reload`) ends the session early, so the next one reads the
     # -- config; SIGINT and SIGTERM stop the run (run_agent hands them to the stop flag)

@@ -269,7 +269,7 @@ def test_redacted_is_plain_data_without_secrets() -> None:
     assert "hunter2" not in text and "sk-live" not in text
     assert data["model"]["base_url"] == "https://user:***@example.com:8443"
     assert data["model"]["api_key_env"] == "MY_TOKEN"
-    assert set(data) == {"model", "agent", "safety", "context", "logging"}
+    assert set(data) == {"model", "agent", "safety", "context", "logging", "metrics"}
 
 
 @pytest.mark.parametrize(

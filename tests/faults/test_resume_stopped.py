@@ -71,15 +71,15 @@ def test_max_turns_is_remembered_and_extended_with_the_flags_the_run_began_with(
     (tmp_path / "alt_ws").mkdir()
     first = ouroboros("run", "--config", str(config), "--workspace", "alt_ws",
                       "--max-turns", "2", "--headless", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 3, first.stderr
     assert run_events(tmp_path)[-1]["reason"] == "max_turns"
     assert "--max-turns N" in first.stdout
 
     again = ouroboros("resume", "--config", str(config), "--headless")
-    assert again.returncode == 2 and "--max-turns N" in again.stderr  # the limit it had
+    assert again.returncode == 3 and "--max-turns N" in again.stderr  # the limit it had
 
     more = ouroboros("resume", "--config", str(config), "--max-turns", "2", "--headless")
-    assert more.returncode == 0, more.stderr
+    assert more.returncode == 3, more.stderr
     assert run_events(tmp_path)[-1]["reason"] == "max_turns"
     assert run_events(tmp_path)[-1]["total_turns"] == 4
     done = ouroboros("resume", "--config", str(config), "--max-turns", "0", "--headless")
@@ -103,7 +103,7 @@ def test_a_complete_run_takes_a_new_instruction(tmp_path, scripted_server):
     assert 'ouroboros resume --message' in first.stdout
 
     bare = ouroboros("resume", "--config", str(config), "--headless")
-    assert bare.returncode == 2 and "--message" in bare.stderr and "is complete" in bare.stderr
+    assert bare.returncode == 4 and "--message" in bare.stderr and "is complete" in bare.stderr
 
     more = ouroboros("resume", "--config", str(config), "--message", "Now do parts up to 4.",
                      "--headless")
@@ -121,7 +121,7 @@ def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server
     config = parts_project(tmp_path, server.base_url, max_idle_turns=2)
     first = ouroboros("run", "--config", str(config), "--headless")
 
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 3, first.stderr
     end = run_events(tmp_path)[-1]
     # a part, the agent's news (new text is not idle), then the same news twice: idle
     assert (end["reason"], end["total_turns"], end["resumable"]) == ("idle", 4, True)
@@ -144,7 +144,7 @@ def test_idle_turns_back_off_before_the_continue_message(tmp_path, scripted_serv
     config = parts_project(tmp_path, server.base_url, max_idle_turns=3)
     result = ouroboros("run", "--config", str(config), "--headless")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     events = run_events(tmp_path)
     # the first reply is news (not idle); the next three repeat it
     assert events[-1]["reason"] == "idle" and events[-1]["total_turns"] == 4
@@ -169,7 +169,7 @@ def test_a_run_that_failed_resumes(tmp_path, scripted_server):
     server = scripted_server(brain)
     config = parts_project(tmp_path, server.base_url)
     failed = ouroboros("run", "--config", str(config), "--headless")
-    assert failed.returncode == 1 and run_events(tmp_path)[-1]["exit_code"] == 1
+    assert failed.returncode == 2 and run_events(tmp_path)[-1]["exit_code"] == 2
     assert parts(tmp_path) == expected_parts(1)
 
     result = ouroboros("resume", "--config", str(config), "--headless")

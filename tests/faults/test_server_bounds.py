@@ -13,7 +13,7 @@ from tests.helpers import of_type, run_events
 
 def survived_with_one_retry(project, result) -> dict:
     """The run went on after the failed attempt and ended normally; the first retry event."""
-    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.returncode == 3, result.stderr + result.stdout
     assert "Traceback" not in result.stderr
     events = run_events(project)
     assert of_type(events, "run_end")[-1]["reason"] == "max_turns"

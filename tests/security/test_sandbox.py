@@ -75,7 +75,7 @@ def test_the_shell_cannot_touch_the_harness_or_read_its_key(tmp_path, scripted_s
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns",
                        str(len(ATTACKS) + 1), env=clean_env(TEST_API_KEY=KEY))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     seen = shell_results(server)
     assert config.read_text() == config_text
     assert (tmp_path / "SYSTEM_PROMPT.md").read_text() == prompt_text
@@ -109,7 +109,7 @@ def test_sandbox_off_says_the_shell_is_unconfined(tmp_path, scripted_server):
 
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert "sandbox: sandbox off (safety.sandbox = \"off\"): shell is unconfined" in result.stdout
     start = of_type(run_events(tmp_path), "run_start")[0]["sandbox"]
     assert start["mechanism"] == "off"

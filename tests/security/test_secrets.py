@@ -33,7 +33,7 @@ def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_pat
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3",
                        env=clean_env(TEST_API_KEY=KEY))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     read, shell = tool_results(server)
     assert f"OPENAI_API_KEY={REDACTED}" in read
     assert shell.startswith(f"OPENAI_API_KEY={REDACTED}\n\n[exit code 0]")
@@ -58,7 +58,7 @@ def test_the_key_is_scrubbed_from_the_harness_proc_entry_even_unconfined(tmp_pat
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2",
                        env=clean_env(TEST_API_KEY=KEY))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     [peek] = tool_results(server)
     # Overwritten in the process itself, not merely redacted on the way out.
     assert peek.startswith("TEST_API_KEY=" + "*" * len(KEY)), peek

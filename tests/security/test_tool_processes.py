@@ -103,7 +103,7 @@ def test_a_background_job_ends_with_the_run(tmp_path, scripted_server):
 
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert not running(int((tmp_path / "workspace" / "bg.pid").read_text()))
     assert not private_temp_dirs(tmp_path / "workspace")
 
@@ -117,7 +117,7 @@ def test_resume_kills_leftovers_before_answering_the_interrupted_call(tmp_path,
 
     result = ouroboros("resume", "--config", str(config), "--headless")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert not any(map(running, pids))
     time.sleep(max(0.0, LATE_SECS + 0.3 - (time.monotonic() - started)))
     assert not (tmp_path / "workspace" / "late.txt").exists()
