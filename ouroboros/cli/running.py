@@ -121,7 +121,6 @@ def continue_run(config: Path | None, overrides: dict[str, Any], run_id: str | N
     those given now; return (so a new run starts) when the project has none. A complete run,
     or one out of turns, is left as it is, and the line says so."""
     from ouroboros.loop.continuation import continue_plan
-    from ouroboros.loop.runner import run_agent
 
     found = owned(load_project(config, overrides))
     plan = guarded(lambda: continue_plan(found.state_dir, run_id, overrides))
@@ -132,11 +131,7 @@ def continue_run(config: Path | None, overrides: dict[str, Any], run_id: str | N
     if stay is not None:
         typer.echo(stay.message, err=True)
         raise typer.Exit(stay.exit_code)
-    past = guarded(lambda: run_log_path(loaded.state_dir, plan.run_id))
-    hooks = make_hooks(headless, loaded.config.context, json_lines, past)
-    raise typer.Exit(run_to_end(hooks, interactive(headless, json_lines) or json_lines,
-                                lambda: run_agent(loaded, hooks, resume=True,
-                                                  run_id=plan.run_id), loaded))
+    raise typer.Exit(resume_to_end(loaded, plan.run_id, headless, json_lines))
 
 
 @app.command(short_help="Continue a stopped run: Ctrl+C, max turns, done, idle, error, crash.")
@@ -165,7 +160,6 @@ def resume(
     others: after Ctrl+C or SIGTERM, max turns (--max-turns N for N more), task_complete or
     an idle pause (--message "..." for a new instruction), an error or a crash."""
     from ouroboros.loop.continuation import TURN_LIMIT, plan_resume, refusal
-    from ouroboros.loop.runner import run_agent
     from ouroboros.store.log import list_runs, runs_dir
 
     given = flags(**{"agent.workspace": workspace, "model.name": model,
@@ -185,12 +179,20 @@ def resume(
         complete = plan.end is not None and plan.end.reason == "task_complete"
         raise fail(NothingToResume(why_not) if complete and not message.strip()
                    else StillPaused(why_not))
-    past = guarded(lambda: run_log_path(loaded.state_dir, plan.run_id))
+    raise typer.Exit(resume_to_end(loaded, plan.run_id, headless, json_lines, message))
+
+
+def resume_to_end(loaded: LoadedConfig, run_id: str, headless: bool, json_lines: bool,
+                  message: str = "") -> int:
+    """Resume run `run_id` and run it to its end, shown as the flags say (the dashboard
+    caught up with the run so far); its exit code."""
+    from ouroboros.loop.runner import run_agent
+
+    past = guarded(lambda: run_log_path(loaded.state_dir, run_id))
     hooks = make_hooks(headless, loaded.config.context, json_lines, past)
-    raise typer.Exit(run_to_end(hooks, interactive(headless, json_lines) or json_lines,
-                                lambda: run_agent(loaded, hooks, resume=True,
-                                                  run_id=plan.run_id, message=message),
-                                loaded))
+    return run_to_end(hooks, interactive(headless, json_lines) or json_lines,
+                      lambda: run_agent(loaded, hooks, resume=True, run_id=run_id,
+                                        message=message), loaded)
 
 
 def run_log_path(state_dir: Path, run_id: str) -> Path:
