@@ -67,7 +67,8 @@ def test_a_resume_that_would_stop_at_once_says_what_to_give_it():
 
 @pytest.mark.parametrize("reason,says", [
     ("task_complete", 'ouroboros resume --message "what to do next"'),
-    ("idle", "no tool call in 3 turns in a row, so the run is paused"),
+    ("idle", "no tool call and said nothing new in 3 turns in a row, so the run is paused"),
+    ("stuck", "stuck in a loop (see the `stuck` event), so the run is paused"),
     ("max_turns", "`ouroboros resume --max-turns N` gives it N more"),
     ("interrupted", "`ouroboros resume` continues the run"),
     ("error", "fix the cause"),
