@@ -26,7 +26,7 @@ def test_unknown_key_suggests_the_close_match(project: Path) -> None:
 def test_unknown_key_without_a_match_lists_the_table(project: Path) -> None:
     write(project, "[logging]\nwhatever_else_entirely = 3\n")
     assert config_error(path=project) == (
-        f"unknown key logging.whatever_else_entirely in {project} ([logging] takes state_dir, durability)"
+        f"unknown key logging.whatever_else_entirely in {project} ([logging] takes state_dir, durability, segment_mb, keep_mb, keep_sessions, keep_days)"
     )
 
 
