@@ -31,7 +31,7 @@ def test_an_idle_end_after_saying_done_says_so_and_how_to_go_on():
     assert line == ('the agent said it is done ("ALL DONE") without calling task_complete, so '
                     'the run is paused; to give it more to do: ouroboros resume --message '
                     '"what to do next"')
-    assert plain.startswith("the agent made no tool call in 2 turns in a row")
+    assert plain.startswith("the agent made no tool call and said nothing new in 2 turns in a row")
 
 
 def says_done(messages: list[Message]) -> Reply:
@@ -47,9 +47,9 @@ def test_a_run_whose_agent_says_done_in_words_ends_reading_as_done(tmp_path, scr
     result = ouroboros("run", "--config", str(config), "--headless")
     watched = ouroboros("watch", "--config", str(config), env=clean_env(COLUMNS="120"))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # paused, as idle is
     end = run_events(tmp_path)[-1]
     assert end["reason"] == "idle" and not end.get("summary")  # not task_complete
     assert 'the agent said it is done ("ALL DONE") without calling task_complete' in end["next"]
     assert end["next"] in result.stdout
-    assert "ended: the agent says it is done; paused (exit 0)" in watched.stdout
+    assert "ended: the agent says it is done; paused (exit 3)" in watched.stdout

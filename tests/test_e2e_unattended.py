@@ -29,7 +29,7 @@ def test_a_loop_is_stopped_within_twelve_calls(tmp_path, scripted_server):
 
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "40")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # paused: stuck
     events = run_events(tmp_path)
     assert len(of_type(events, "tool_call")) <= 12
     assert [e["action"] for e in of_type(events, "stuck")] == ["note", "pause"]
@@ -124,7 +124,7 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
         tmp_path, scripted_server):
     server = scripted_server([Reply("Hello.")] * 2)
     config = make_project(tmp_path, server.base_url)
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 0
+    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 3
 
     empty = ouroboros("tell", "   ", cwd=tmp_path)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
@@ -134,7 +134,7 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
     (tmp_path / "workspace" / "NOTES.md").write_text("- part 1 went well\n")
     resumed = ouroboros("resume", "-c", str(config), "--headless", "--max-turns", "1")
 
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == 3, resumed.stderr  # paused: its one more turn taken
     assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "Now do part 2."}
     # a resume is a session start: the memory is read again
     assert "- part 1 went well" in server.requests[-1]["messages"][0]["content"]

@@ -91,9 +91,9 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Show the last events (10, or "
                                 "-n), then each new one until the run ends (or Ctrl+C)."),
     tail: Optional[int] = typer.Option(None, "--tail", "-n", metavar="N", show_default=False,
-                                       help="Only the last N events, before --type picks among "
-                                       "them (read from the end of the log, however long "
-                                       "the run)."),
+                                       help="Only the last N events (of the --type asked for; "
+                                       "read from the end of the log, however long the "
+                                       "run)."),
     types: Optional[list[str]] = typer.Option(None, "--type", "-t", metavar="TYPE",
                                               help="Only events of this type (repeatable), "
                                               "e.g. --type tool_call."),
@@ -113,10 +113,11 @@ def logs(
     run_dir = guarded(lambda: run_path(loaded, run_id))
     count = FOLLOW_TAIL if follow and tail is None else tail
     events: Iterable[EventBase]
+    shown = lambda kind: listed(kind, wanted)  # noqa: E731
     if follow:
-        events = follow_run(run_dir, newest=count)
+        events = follow_run(run_dir, newest=count, kept=shown)
     elif count is not None:
-        events = [parse_event(r) for r in guarded(lambda: last_records(run_dir, count))]
+        events = [parse_event(r) for r in guarded(lambda: last_records(run_dir, count, shown))]
     else:
         events = read_run_log(run_dir)
 

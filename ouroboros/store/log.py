@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from ouroboros.store.atomic import write_atomically
 from ouroboros.errors import StateError, UsageError
@@ -336,14 +336,19 @@ def run_records(run_dir: Path, after_seq: int = 0) -> Iterator[dict[str, Any]]:
     yield from (r for r in tail.records if r["seq"] > after_seq)
 
 
-def last_records(run_dir: Path, count: int) -> list[dict[str, Any]]:
-    """The newest `count` records of a run, reading back only as many segments as needed."""
+def last_records(run_dir: Path, count: int,
+                 kept: Callable[[str], bool] = lambda kind: True) -> list[dict[str, Any]]:
+    """The newest `count` records of a run whose type `kept` accepts, reading back only as
+    many segments as needed."""
+    def wanted(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [record for record in records if kept(str(record.get("type", "")))]
+
     tail = read_tail(run_dir)
-    found = tail.records[-count:] if count else []
+    found = wanted(tail.records)[-count:] if count else []
     for segment in reversed(tail.manifest.segments):
         if len(found) >= count:
             break
-        older = list(segment_records(segment_path(run_dir, segment["file"])))
+        older = wanted(segment_records(segment_path(run_dir, segment["file"])))
         found = older[-(count - len(found)):] + found
     return found
 

@@ -64,13 +64,14 @@ def rolled_over(path: Path, log: BinaryIO) -> bool:
 
 
 def follow_run(run_dir: Path, newest: int | None = None,
-               wait: Callable[[], None] | None = None) -> Iterator[EventBase]:
-    """A run's records across its segments (only the `newest` N, if given), then each new
-    one as it is written (see follow_events). A segment closed between reading the
+               wait: Callable[[], None] | None = None,
+               kept: Callable[[str], bool] = lambda kind: True) -> Iterator[EventBase]:
+    """A run's records across its segments (only the `newest` N whose type `kept` accepts, if
+    given), then each new one as it is written (see follow_events). A segment closed between reading the
     manifest and opening the current file is read from segments/, so nothing is missed."""
     last = 0
     if newest is not None:  # the newest N, and where following starts even when N is 0
-        newer = last_records(run_dir, max(newest, 1))
+        newer = last_records(run_dir, max(newest, 1), kept)
         last = newer[-1]["seq"] if newer else 0
         records: Iterable[dict] = newer[-newest:] if newest else []
     else:
