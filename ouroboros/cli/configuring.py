@@ -88,8 +88,8 @@ def config_set(
         typer.echo(effect_note(key, *where))
 
 
-@config_app.command("unset", short_help="Take one key out of ouroboros.toml (back to its "
-                    "default).")
+@config_app.command("unset", short_help="Take one key out of ouroboros.toml: its default "
+                    "(or the user file's value) applies again.")
 def config_unset(
     key: str = typer.Argument(..., metavar="KEY", help="A dotted key, e.g. model.temperature."),
     config: Optional[Path] = ConfigOption,
