@@ -89,7 +89,7 @@ def config_set(
 
 
 @config_app.command("unset", short_help="Take one key out of ouroboros.toml: its default "
-                    "(or the user file's value) applies again.")
+                    "applies again.")
 def config_unset(
     key: str = typer.Argument(..., metavar="KEY", help="A dotted key, e.g. model.temperature."),
     config: Optional[Path] = ConfigOption,
