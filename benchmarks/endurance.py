@@ -124,6 +124,8 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
             cpu, rss = proc_cpu(process.pid), proc_rss_mb(process.pid)
         except OSError:
             break
+        if not rss:  # exiting: its memory is gone already
+            break
         turns, new_pauses = turns_run(state_dir)
         pauses = new_pauses or pauses
         if turns >= next_at:
