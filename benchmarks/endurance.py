@@ -1,0 +1,206 @@
+"""Endurance: does a long run cost the same per turn as its first hour?
+
+One `ouroboros run` on the scripted server: an 8k window, a task that never ends (read the
+next of 50 files, keep a progress note every fifth turn), nothing masked so a session
+restarts every ~20 turns, default retention. Every `--every` turns the harness process is
+sampled: CPU per turn since the last sample (from /proc/<pid>/stat), the median restart
+pause (session_end to the next session_start, from the log), RSS, and the bytes and files
+in the state dir. At the end `status`, `runs`, `stats`, `logs -n 20` and `resume` (up to its
+first request) are timed on the result: CPU and peak RSS of each process (os.wait4).
+
+Floors (issue 19, at 20,000 turns on a 2-core machine): CPU per turn and the restart pause
+in the last sample at most 1.25x the sample at turns 1,000-2,000; RSS at most 1.1x; state
+dir growth at most 1.5 KB a turn; `status` at most 0.4 s and `resume` at most 1 s of CPU.
+
+    python benchmarks/endurance.py [--turns 20000] [--every 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+FILES = 50
+FILE_CHARS = 1000
+WINDOW = 8192
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def brain(messages: list[dict[str, Any]]) -> Any:
+    """Read the next file; every fifth turn write a progress note instead."""
+    from ouroboros.testing import Reply
+
+    turn = sum(1 for m in messages if m["role"] == "assistant")
+    done = sum(1 for m in messages if m["role"] == "tool")
+    if turn % 5 == 4:
+        return Reply("Saving progress.", [("file_write", {
+            "path": "progress.md", "content": f"read {done} files this session\n"})])
+    return Reply("Reading on.", [("file_read", {"path": f"data/{done % FILES:02d}.txt"})])
+
+
+def make_project(root: Path, base_url: str, turns: int) -> Path:
+    import tomli_w
+
+    (root / "workspace" / "data").mkdir(parents=True)
+    for i in range(FILES):
+        line = f"file {i}: " + "lorem ipsum dolor sit amet " * 3
+        text = "\n".join(line for _ in range(FILE_CHARS // len(line) + 1))
+        (root / "workspace" / "data" / f"{i:02d}.txt").write_text(text[:FILE_CHARS])
+    (root / "SYSTEM_PROMPT.md").write_text("Read the files in data/, one a turn, forever; "
+                                           "keep a progress note in progress.md.\n")
+    config = {"model": {"base_url": base_url, "name": "scripted", "context_limit": WINDOW},
+              "agent": {"max_turns": turns},
+              "context": {"keep_recent_observations": 1000, "carryover_turns": 2},
+              "safety": {"sandbox": "off"}}
+    (root / "ouroboros.toml").write_text(tomli_w.dumps(config))
+    return root / "ouroboros.toml"
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def proc_rss_mb(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 1e6
+
+
+def dir_usage(path: Path) -> tuple[int, int]:
+    size = files = 0
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            try:
+                size += os.stat(os.path.join(dirpath, name)).st_size
+                files += 1
+            except OSError:
+                pass
+    return size, files
+
+
+def turns_run(state_dir: Path) -> tuple[int, list[float]]:
+    """Turns so far (the manifest and current segment only) and the restart pauses (s) in
+    the current segment."""
+    from ouroboros.store.log import list_runs, read_tail, runs_dir
+
+    runs = list_runs(state_dir)
+    if not runs:
+        return 0, []
+    tail = read_tail(runs_dir(state_dir) / runs[-1])
+    pauses, ended = [], None
+    for record in tail.records:
+        if record["type"] == "session_end" and record.get("reason") == "restart":
+            ended = record["ts"]
+        elif record["type"] == "session_start" and ended:
+            pauses.append(seconds(record["ts"]) - seconds(ended))
+            ended = None
+    return tail.tally().assistants, pauses
+
+
+def seconds(ts: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[dict[str, Any]]:
+    process = subprocess.Popen([sys.executable, "-m", "ouroboros", "run", "--config",
+                                str(config), "--headless"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    samples: list[dict[str, Any]] = []
+    last_cpu, last_turns, next_at, pauses = 0.0, 0, every, []
+    while process.poll() is None:
+        time.sleep(1.0)
+        server.requests.clear()  # the fake's record of requests, not the harness's
+        try:
+            cpu, rss = proc_cpu(process.pid), proc_rss_mb(process.pid)
+        except OSError:
+            break
+        if not rss:  # exiting: its memory is gone already
+            break
+        turns, new_pauses = turns_run(state_dir)
+        pauses = new_pauses or pauses
+        if turns >= next_at:
+            size, files = dir_usage(state_dir)
+            samples.append({"turns": turns, "cpu_ms": 1000 * (cpu - last_cpu) / max(
+                turns - last_turns, 1), "pause_ms": 1000 * statistics.median(pauses or [0]),
+                "rss_mb": rss, "mb": size / 1e6, "files": files})
+            print(table_row(samples[-1]), flush=True)
+            last_cpu, last_turns, next_at = cpu, turns, (turns // every + 1) * every
+    if process.wait() not in (0, 3):  # 3: paused at max_turns, as asked
+        raise SystemExit(f"the run failed: {process.stderr.read()[-2000:]}")
+    return samples
+
+
+def timed(args: list[str], server: Any | None = None) -> tuple[float, float]:
+    """CPU seconds and peak RSS (MB) of `ouroboros ARGS`; with `server`, it is killed at its
+    first chat request (resume: its time to its first request)."""
+    before = len(server.requests) if server is not None else 0
+    process = subprocess.Popen([sys.executable, "-m", "ouroboros", *args],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if server is not None:
+        deadline = time.monotonic() + 120
+        while len(server.requests) == before and time.monotonic() < deadline \
+                and process.poll() is None:
+            time.sleep(0.01)
+        process.kill()
+    _, _, usage = os.wait4(process.pid, 0)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def table_row(s: dict[str, Any]) -> str:
+    return (f"| {s['turns']:>6,} | {s['cpu_ms']:>6.1f} | {s['pause_ms']:>6.0f} | "
+            f"{s['rss_mb']:>6.1f} | {s['mb']:>7.2f} | {s['files']:>6,} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=20_000)
+    parser.add_argument("--every", type=int, default=1_000)
+    args = parser.parse_args()
+    from ouroboros.testing import ScriptedServer
+
+    with tempfile.TemporaryDirectory() as tmp, \
+            ScriptedServer(brain, context_length=WINDOW) as server:
+        root = Path(tmp)
+        config = make_project(root, server.base_url, args.turns)
+        print("| turns | CPU ms/turn | restart pause ms | RSS MB | state dir MB | files |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        samples = run_sampled(config, root / ".ouroboros", server, args.every)
+        size, _ = dir_usage(root / ".ouroboros")
+        print(f"\nstate dir: {size / 1e6:.1f} MB after {args.turns:,} turns "
+              f"({size / max(args.turns, 1):.0f} B a turn; floor 1,500)")
+        readers = {"status": ["status"], "runs": ["runs"], "stats": ["stats"],
+                   "logs -n 20": ["logs", "-n", "20"]}
+        for name, command in readers.items():
+            cpu, rss = timed([*command, "--config", str(config)])
+            print(f"{name:>12}: {cpu:.2f} s CPU, {rss:.0f} MB peak RSS")
+        cpu, rss = timed(["resume", "--config", str(config), "--headless", "--max-turns",
+                          str(args.turns + 10)], server)
+        print(f"{'resume':>12}: {cpu:.2f} s CPU to its first request, {rss:.0f} MB peak RSS")
+        print(json.dumps({"samples": samples}))
+        floors(samples)
+
+
+def floors(samples: list[dict[str, Any]]) -> None:
+    """The issue's ratios, between the second sample and the last."""
+    if len(samples) < 3:
+        print("(too few samples for the floors: run with more --turns or a smaller --every)")
+        return
+    base, last = samples[1], samples[-1]
+    for key, limit in (("cpu_ms", 1.25), ("pause_ms", 1.25), ("rss_mb", 1.1)):
+        ratio = last[key] / base[key] if base[key] else float("nan")
+        print(f"{key}: last {last[key]:.1f} / second sample {base[key]:.1f} = {ratio:.2f}x "
+              f"(floor {limit}x)")
+
+
+if __name__ == "__main__":
+    main()
