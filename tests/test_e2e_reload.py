@@ -54,11 +54,12 @@ class EditingAgent(RecordingAgent):
         super().__init__(parts)
         self.edit, self.every, self.edits = edit, every, 0
 
-    def save(self, messages: list[Message]) -> Reply:
-        if self.every or not self.edits:
+    def __call__(self, messages: list[Message]) -> Reply:
+        told = "Context nearly full" in (messages[-1].get("content") or "")
+        if told and (self.every or not self.edits):  # told to wind down (it may not save)
             self.edit()
             self.edits += 1
-        return super().save(messages)
+        return super().__call__(messages)
 
 
 def run_task(root: Path, brain, parts: int, *, resume: bool = False,

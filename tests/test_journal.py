@@ -32,7 +32,7 @@ BIG = {"chars_per_part": 6000, "model": {"context_limit": 4096},
 
 def run_in_process(root: Path, base_url: str, on_step: Any, **tables: Any) -> Path:
     """The demo task run in this process, `on_step(runner, event)` told of every event."""
-    config, _ = demo_project(root, base_url, 4, max_turns=40, **{**BIG, **tables})
+    config, _ = demo_project(root, base_url, 16, max_turns=60, **{**BIG, **tables})
     loaded = load_config(config, env={}, user_file=None)
     run_dir = loaded.state_dir / "runs" / "run1"
     holder: dict[str, Runner] = {}
@@ -63,7 +63,7 @@ def saved(run_dir: Path, policy: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("durability", ["turn", "event"])
 def test_the_state_saved_at_every_step_is_the_live_state(tmp_path, scripted_server,
                                                           durability):
-    server = scripted_server(CountingAgent(4), context_length=4096)
+    server = scripted_server(CountingAgent(16), context_length=4096)  # enough to restart
     compared: list[str] = []
 
     def on_step(runner: Runner | None, event: ev.EventBase) -> None:

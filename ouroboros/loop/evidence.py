@@ -50,7 +50,7 @@ def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Wa
             f"tokens. Fix: give the model the bigger window (Ollama: "
             f"OLLAMA_CONTEXT_LENGTH={window.claimed} ollama serve, or PARAMETER num_ctx "
             f"{window.claimed} in a Modelfile; llama.cpp: -c {window.claimed}; vLLM: "
-            f"--max-model-len {window.claimed}), or set model.context_limit = {tokens} to "
+            f"max_model_len {window.claimed}), or set model.context_limit = {tokens} to "
             "match"))
 
 
