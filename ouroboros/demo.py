@@ -27,8 +27,8 @@ from pathlib import Path
 import tomli_w
 
 from ouroboros.config import load_config
-from ouroboros.errors import UsageError
-from ouroboros.store.events import EventBase
+from ouroboros.errors import UsageError, signal_exit_code
+from ouroboros.store.events import EventBase, RunEnd
 from ouroboros.protocols import Message
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import Reply, ScriptedServer
@@ -250,6 +250,14 @@ class DemoAgent(RecordingAgent):
         self.pacer.wait()
         return reply
 
+    def save(self, messages: list[Message]) -> Reply:
+        """At a wind-down: progress.md, and a line in its memory file (NOTES.md), which the
+        harness pins in the next session's system message."""
+        saved = super().save(messages)
+        note = "- Each part's key is its KEY line; results.txt takes `part_NNN: <key>` once.\n"
+        return Reply("Saving progress, and a note to my memory file, before the restart.",
+                     [*saved.tool_calls, ("file_write", {"path": "NOTES.md", "content": note})])
+
     def after_listing(self, listing: str, messages: list[Message]) -> Reply:
         if PROGRESS_LISTED.search(listing):
             return super().after_listing(listing, messages)
@@ -268,8 +276,12 @@ DEMO_CONFIG = {
 
 
 def write_demo_project(directory: Path, base_url: str, parts: int) -> dict[int, str]:
-    """A project directory like `ouroboros init` makes, set up for the demo task."""
+    """A project directory like `ouroboros init` makes, set up for the demo task; a workspace
+    an earlier demo left there (`--keep DIR` twice) starts afresh, so the task is there to do."""
     config = {**DEMO_CONFIG, "model": {**DEMO_CONFIG["model"], "base_url": base_url}}
+    prompt = directory / "SYSTEM_PROMPT.md"
+    if prompt.is_file() and prompt.read_text(encoding="utf-8") == DEMO_PROMPT:
+        shutil.rmtree(directory / "workspace", ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "ouroboros.toml").write_text(tomli_w.dumps(config))
     (directory / "SYSTEM_PROMPT.md").write_text(DEMO_PROMPT)
@@ -292,6 +304,23 @@ def narrated(hooks: RunHooks, voice: Voice, pacer: Pacer) -> RunHooks:
             said.add(text)
             voice.caption(text)
             pacer.hold(reading_secs(text))
+
+    return replace(hooks, on_event=on_event)
+
+
+def ended_here(hooks: RunHooks, directory: Path, keep: bool) -> RunHooks:
+    """The same hooks, with the run's last line saying how to go on only where that works:
+    not at all for a project about to be removed, and with its --config for a kept one (the
+    demo's project is not the one the current directory finds)."""
+    shown = hooks.on_event
+    config = directory / "ouroboros.toml"
+
+    def on_event(event: EventBase) -> None:
+        if isinstance(event, RunEnd) and event.next:
+            then = event.next.replace("ouroboros resume", f"ouroboros resume --config {config}")
+            event = event.model_copy(update={"next": then if keep else ""})
+        if shown is not None:
+            shown(event)
 
     return replace(hooks, on_event=on_event)
 
@@ -320,10 +349,10 @@ def show_demo(hooks: RunHooks, directory: Path, voice: Voice, *, parts: int = 12
     voice.announce(intro)
     pacer.hold(reading_secs(intro))
     try:
-        code = asyncio.run(run_demo(narrated(hooks, voice, pacer), directory, parts=parts,
-                                    pacer=pacer))
+        code = asyncio.run(run_demo(narrated(ended_here(hooks, directory, keep), voice, pacer),
+                                    directory, parts=parts, pacer=pacer))
     except KeyboardInterrupt:  # outside the run's own Ctrl+C handling: starting or ending
-        code = 0
+        code = signal_exit_code("SIGINT")  # 130, as a run stopped by Ctrl+C exits
     finally:
         if not keep:
             shutil.rmtree(directory, ignore_errors=True)

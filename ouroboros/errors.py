@@ -5,8 +5,11 @@ Each carries a one-line message a person can act on and the exit code the CLI us
     OuroborosError                 exit 1 unless said otherwise
     ├── ConfigError                exit 2: bad ouroboros.toml, flag, env var or missing file
     ├── UsageError                 exit 2: a command used wrongly (unknown run id, ...)
+    │   ├── NothingToResume        exit 4: `resume` with no run, or of a complete one
+    │   └── StillPaused            exit 3: `resume` of a run out of turns (no --max-turns)
     ├── RunLockedError             exit 2: another harness owns this workspace
-    ├── RunFailed                  the run stopped on a model error; it can be resumed
+    ├── RunFailed                  the run stopped on a model error; it can be resumed: exit 1,
+    │                              or 2 for a PermanentModelError (it needs a fix first)
     ├── StateError                 the run's files cannot be written or read (disk full, ...)
     └── ModelError                 the model server failed us; one of three families:
         ├── TransientModelError    retry with backoff (or after the server's Retry-After)
@@ -16,7 +19,7 @@ Each carries a one-line message a person can act on and the exit code the CLI us
         │   └── EmptyStreamError   200 with no data: llama.cpp's answer to an oversized prompt;
         │                          the server is asked once to count the prompt and name its
         │                          window before anything is shrunk
-        └── PermanentModelError    retrying cannot help: the run stops with one line
+        └── PermanentModelError    exit 2: retrying cannot help: the run stops with one line
             ├── ModelNotFoundError
             ├── ToolsNotSupportedError
             ├── AuthError
@@ -31,6 +34,59 @@ the session hands ContextOverflowError to the context manager, and anything else
 
 from __future__ import annotations
 
+import signal
+
+# -- Exit codes a supervisor (systemd, Kubernetes) can act on. `ouroboros run`, `resume` and
+# -- `run --continue` exit with one of these, and the log's `run_end` records the same.
+#
+#   code     meaning                          what a supervisor does
+#   0        done: the agent called            nothing (a Job completes)
+#            task_complete
+#   1        failed, resumable: the model      restart after a pause: `run --continue`
+#            server stayed down past the       picks the run up where it stopped
+#            retry budget, the disk was full
+#   2        needs a fix: bad config, flag     do not restart: a person must act
+#            or workspace, a window too
+#            small, a model that is missing,
+#            a workspace another harness holds
+#   3        paused: idle (no tool call in     do not restart: it waits for a person
+#            max_idle_turns turns), max_turns  (`resume --message`, `--max-turns N`)
+#            or max_restarts reached
+#   4        nothing to resume: no run, or     do not restart
+#            `resume` of a run that is complete
+#   128+N    stopped by signal N: 130 SIGINT,  restart: the run is saved and
+#            143 SIGTERM, 141 closed output    `run --continue` goes on
+EXIT_DONE = 0
+EXIT_FAILED_RESUMABLE = 1
+EXIT_NEEDS_FIX = 2
+EXIT_PAUSED = 3
+EXIT_NOTHING_TO_RESUME = 4
+EXIT_CODES = {
+    "done": EXIT_DONE,
+    "failed_resumable": EXIT_FAILED_RESUMABLE,
+    "needs_fix": EXIT_NEEDS_FIX,
+    "paused": EXIT_PAUSED,
+    "nothing_to_resume": EXIT_NOTHING_TO_RESUME,
+}
+# How each way a run can end (a `run_end` reason) exits; a stop signal is 128 + its number.
+END_EXIT_CODES = {"task_complete": EXIT_DONE, "idle": EXIT_PAUSED, "stuck": EXIT_PAUSED,
+                  "max_turns": EXIT_PAUSED, "max_restarts": EXIT_PAUSED,
+                  "restart_declined": EXIT_PAUSED}
+
+
+def signal_exit_code(name: str) -> int:
+    """128 + the signal's number, as a shell reports a process a signal ended:
+    "SIGTERM" -> 143, "SIGINT" -> 130, "SIGPIPE" -> 141."""
+    return 128 + int(signal.Signals[name])
+
+
+def end_exit_code(reason: str, signal_name: str | None = None) -> int:
+    """The exit code of a run that ended for `reason` (a `run_end` reason); a run stopped by
+    a signal (`interrupted`, `interrupted_now`) exits 128 + the first signal's number."""
+    if signal_name is not None and reason.startswith("interrupted"):
+        return signal_exit_code(signal_name)
+    return END_EXIT_CODES.get(reason, EXIT_DONE)
+
 
 class OuroborosError(Exception):
     exit_code = 1
@@ -41,19 +97,36 @@ class OuroborosError(Exception):
 
 
 class ConfigError(OuroborosError):
-    exit_code = 2
+    exit_code = EXIT_NEEDS_FIX
 
 
 class UsageError(OuroborosError):
-    exit_code = 2
+    exit_code = EXIT_NEEDS_FIX
 
 
 class RunLockedError(OuroborosError):
-    exit_code = 2
+    exit_code = EXIT_NEEDS_FIX
+
+
+class NothingToResume(UsageError):
+    """`resume` with no run to continue, or of a run that is complete."""
+
+    exit_code = EXIT_NOTHING_TO_RESUME
+
+
+class StillPaused(UsageError):
+    """`resume` of a run that has had its max_turns, without `--max-turns N` for more."""
+
+    exit_code = EXIT_PAUSED
 
 
 class RunFailed(OuroborosError):
-    pass
+    """The run stopped on a model error and is saved; exit 1 when retrying later can help
+    (the server was down), 2 when a person must fix something first (a window too small)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED_RESUMABLE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class ModelError(OuroborosError):
@@ -61,7 +134,7 @@ class ModelError(OuroborosError):
 
 
 class PermanentModelError(ModelError):
-    pass
+    exit_code = EXIT_NEEDS_FIX
 
 
 class ModelNotFoundError(PermanentModelError):

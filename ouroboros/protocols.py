@@ -80,6 +80,9 @@ class ToolResult:
 
 class Tool(Protocol):
     name: str
+    # The argument that says what a call is about (a path, a command): the placeholder of a
+    # masked result and the dashboard's line for the call name it. "" for none.
+    subject: str
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool definition: {"type": "function", "function": {...}}."""
@@ -139,6 +142,7 @@ class RunLog(EventSink, Protocol):
     session: int  # stamped on every event, with `turn`
     turn: int
     durability: Literal["turn", "event"]  # "event": every write is made durable at once
+    redact: Callable[[str], str] | None  # known secrets replaced in what is written
 
     def commit(self) -> None:
         """A turn boundary: make what was logged durable."""

@@ -114,6 +114,7 @@ class MemoryLog:
     turn: int = 0
     durability: Literal["turn", "event"] = "turn"
     commits: int = 0
+    redact: Callable[[str], str] | None = None
 
     def emit(self, event: EventBase) -> EventBase:
         self.seq += 1
@@ -139,6 +140,7 @@ class Waits:
     """A tool that never finishes (until a stop signal kills it)."""
 
     name = "wait"
+    subject = ""
 
     def __init__(self) -> None:
         self.started = asyncio.Event()

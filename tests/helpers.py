@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from ouroboros.store.log import EVENTS_FILE, list_runs, read_events
+from ouroboros.store.log import list_runs, run_records
 
 
 def make_project(root: Path, base_url: str, *, prompt: str = "You are a test agent.",
@@ -62,7 +62,7 @@ def parts_recorded(project: Path) -> Counter[str]:
 def run_events(project: Path, run_id: str | None = None) -> list[dict[str, Any]]:
     state_dir = project / ".ouroboros"
     run_id = run_id or list_runs(state_dir)[-1]
-    return read_events(state_dir / "runs" / run_id / EVENTS_FILE).events
+    return list(run_records(state_dir / "runs" / run_id))  # across the log's segments
 
 
 def of_type(events: list[dict[str, Any]], type: str) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, Coroutine
 
-from ouroboros.config import ContextConfig
+from ouroboros.config import AgentConfig, Config, ContextConfig
 from ouroboros.window.policy import ContextManager
 from ouroboros.window.conversation import note
 from ouroboros.loop.restart import begin_session, fresh_start
@@ -44,8 +44,8 @@ class Rig:
         self.services = Services(
             client=model, toolbox=self.toolbox, log=self.log, run_dir=run_dir,
             retry=RetryPolicy(max_retry_secs=1, base_delay=0.001, max_delay=0.001),
-            stop=StopFlag(), max_turns=max_turns, continue_message=CONTINUE,
-            max_idle_turns=max_idle_turns)
+            stop=StopFlag(), config=Config(agent=AgentConfig(
+                max_turns=max_turns, continue_message=CONTINUE, max_idle_turns=max_idle_turns)))
 
     def file(self, name: str, text: str) -> str:
         (self.workspace / name).write_text(text)

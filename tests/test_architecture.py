@@ -17,7 +17,7 @@ MAX_TOP_LEVEL_MODULES = 6
 LAYERS = (
     ("cli",),
     ("demo",),
-    ("ui",),
+    ("ui", "metrics"),  # the readers of a run's events
     ("loop",),
     ("testing",),
     ("tools",),

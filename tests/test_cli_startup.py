@@ -59,8 +59,8 @@ def test_help_lists_the_commands_in_the_order_of_use():
 
     rows = help_text.split("Commands:\n")[1].splitlines()
     names = [row.split()[0] for row in rows if row.startswith("  ") and row[2] != " "]
-    assert names == ["run", "resume", "init", "reload", "status", "runs", "stats", "logs",
-                     "watch", "demo", "config"]
+    assert names == ["run", "resume", "init", "reload", "tell", "status", "runs", "stats", "logs",
+                     "watch", "prune", "demo", "config"]
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_help_lists_the_commands_in_the_order_of_use():
         (["bogus"], "No such command 'bogus'"),
         (["run", "--max-turns", "-1"], "Invalid value for '--max-turns'"),
         (["status", "extra"], "unexpected extra argument"),
-        (["config", "set"], "Missing argument 'key'"),
+        (["config", "set"], "Missing argument 'KEY'"),
     ],
 )
 def test_a_mistyped_command_line_is_one_line_and_exit_2(tmp_path, args, said):

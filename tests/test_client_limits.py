@@ -4,7 +4,6 @@ sockets through the real command)."""
 
 import asyncio
 import itertools
-import time
 
 import httpx
 import pytest
@@ -92,7 +91,9 @@ class Paced(httpx.AsyncByteStream):
             yield data
 
 
-def timed_complete(steps, **limits):
+def paced_complete(steps, **limits):
+    """The reply the client makes of a stream paced by `steps`, or the error it gives: the
+    error names the bound that cut the reply, so no test here needs a clock."""
     async def go():
         async with ChatClient(BASE, "m", **limits) as client:
             return await client.complete([{"role": "user", "content": "hi"}], [])
@@ -100,12 +101,10 @@ def timed_complete(steps, **limits):
     with respx.mock() as router:
         router.post(CHAT).mock(return_value=httpx.Response(
             200, stream=Paced(steps), headers={"content-type": "text/event-stream"}))
-        started = time.monotonic()
         try:
-            outcome = asyncio.run(go())
+            return asyncio.run(go())
         except TransientModelError as error:
-            outcome = error
-    return outcome, time.monotonic() - started
+            return error
 
 
 FAST = {"first_token_secs": 0.3, "idle_secs": 0.3, "timeout_secs": 5}
@@ -114,56 +113,53 @@ FAST = {"first_token_secs": 0.3, "idle_secs": 0.3, "timeout_secs": 5}
 def test_keep_alives_and_blank_lines_do_not_reset_the_idle_bound():
     steps = [(0, frame(text_chunk("Hi")))] + [(0.05, b": ping\n\n" if n % 2 else b"\n")
                                               for n in range(60)]
-    error, elapsed = timed_complete(steps, **FAST)
+    error = paced_complete(steps, **FAST)
     assert isinstance(error, TransientModelError)
     assert "no data for 0.3 s in the middle of the reply" in error.message
-    assert elapsed < 1.5  # not the 3 s the pings go on for
 
 
 def test_empty_chunks_do_not_reset_it_either():
     empty = frame({"choices": [{"index": 0, "delta": {}}]})
     steps = [(0, frame(text_chunk("Hi")))] + [(0.05, empty)] * 60
-    error, elapsed = timed_complete(steps, **FAST)
-    assert "in the middle of the reply" in error.message and elapsed < 1.5
+    error = paced_complete(steps, **FAST)
+    assert "in the middle of the reply" in error.message
 
 
 def test_pings_before_any_data_meet_the_first_token_bound():
-    error, elapsed = timed_complete([(0.05, b": ping\n\n")] * 60, **FAST)
-    assert "no data for 0.3 s after the request" in error.message and elapsed < 1.5
+    error = paced_complete([(0.05, b": ping\n\n")] * 60, **FAST)
+    assert "no data for 0.3 s after the request" in error.message
 
 
 def test_steady_slow_tokens_are_fine_until_the_total_bound():
     steps = [(0.1, frame(text_chunk("w"))) for _ in range(40)]
-    error, elapsed = timed_complete(steps, first_token_secs=1, idle_secs=1, timeout_secs=0.6)
+    error = paced_complete(steps, first_token_secs=1, idle_secs=1, timeout_secs=0.6)
     assert "took longer than 0.6 s (model.request_timeout_secs)" in error.message
-    assert elapsed < 1.5
 
 
 def test_a_slow_reply_within_every_bound_comes_through():
     steps = [(0.1, frame(text_chunk("w"))) for _ in range(5)]
     steps += [(0, frame(text_chunk("", "stop"))), (0, b"data: [DONE]\n\n")]
-    result, _ = timed_complete(steps, **FAST)
+    result = paced_complete(steps, **FAST)
     assert result.text == "wwwww"
 
 
 def test_a_reply_over_the_size_limit_is_cut_off():
     big = frame(text_chunk("x" * 10_000))
-    error, _ = timed_complete([(0, big)] * 100, max_reply_bytes=50_000, **FAST)
+    error = paced_complete([(0, big)] * 100, max_reply_bytes=50_000, **FAST)
     assert "sent too much: the reply exceeded 50 kB (model.max_reply_bytes)" in error.message
 
 
 def test_one_endless_line_without_a_newline_is_cut_at_the_size_limit():
     start = (0, b'data: {"choices":[{"index":0,"delta":{"content":"')
     endless = itertools.chain([start], itertools.repeat((0.001, b"x" * 10_000)))
-    error, elapsed = timed_complete(endless, max_reply_bytes=50_000, first_token_secs=3,
+    error = paced_complete(endless, max_reply_bytes=50_000, first_token_secs=3,
                                     idle_secs=3, timeout_secs=5)
     assert "sent too much: the reply exceeded 50 kB (model.max_reply_bytes)" in error.message
-    assert elapsed < 2  # at the size bound, not at a time bound
 
 
 @pytest.mark.parametrize("tokens, cut", [(64, True), (4096, False)])
 def test_the_derived_size_limit_follows_max_output_tokens(tokens, cut):
     big = frame(text_chunk("x" * 100_000))
     steps = [(0, big)] * 20 + [(0, frame(text_chunk("", "stop"))), (0, b"data: [DONE]\n\n")]
-    outcome, _ = timed_complete(steps, max_output_tokens=tokens, **FAST)
+    outcome = paced_complete(steps, max_output_tokens=tokens, **FAST)
     assert isinstance(outcome, TransientModelError) == cut

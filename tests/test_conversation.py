@@ -11,7 +11,7 @@ from tests.conversations import assistant, conversation, manager, tool
 
 def test_placeholder_says_what_was_there():
     result = ToolResult("KEY: 9f2c1234567\nline two\n" * 71, meta={"path": "data/part_003.txt"})
-    obs = conv.describe("file_read", {"path": "data/part_003.txt"}, result, "obs-7", "c1")
+    obs = conv.describe("file_read", "data/part_003.txt", result, "obs-7", "c1")
     text = conv.placeholder(obs)
     assert text.startswith("[file_read result masked: data/part_003.txt, 142 lines, ")
     assert "KB" in text
@@ -76,13 +76,3 @@ def test_oversized_results_are_cut_with_an_indicator(keep):
 def test_to_wire_strips_the_harness_private_keys():
     wire = conv.to_wire([conv.note("wind_down", "save")])
     assert wire == [{"role": "user", "content": "save"}]
-
-
-@pytest.mark.parametrize("text,expected", [
-    ('{"path": "a.md"}', {"path": "a.md"}),
-    ("", {}),
-    ("not json", {}),
-    ('["a list"]', {}),
-])
-def test_call_arguments_are_an_object_or_nothing(text, expected):
-    assert conv.call_arguments(text) == expected

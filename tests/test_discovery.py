@@ -86,6 +86,17 @@ def test_allocated_context_from_api_ps_accepting_the_latest_tag():
     assert found == (8192, "allocated by Ollama (/api/ps)")
 
 
+def test_the_model_named_in_another_case_is_found_in_api_ps():
+    # Ollama matches names without regard to case: `Llama3.2` in the config runs
+    # llama3.2:latest, and /api/ps lists it in lower case.
+    found, _ = discover(
+        model="Llama3.2",
+        ps_answer=ps({"name": "llama3.2:latest", "model": "llama3.2:latest",
+                      "context_length": 8192}),
+    )
+    assert found == (8192, "allocated by Ollama (/api/ps)")
+
+
 def test_api_ps_without_the_model_falls_through_to_the_modelfile_num_ctx():
     found, asked = discover(
         ps_answer=ps({"name": "qwen3:8b", "model": "qwen3:8b", "context_length": 40960}),

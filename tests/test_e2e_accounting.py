@@ -155,7 +155,7 @@ def test_a_system_prompt_that_fills_the_window_stops_the_run_with_the_fix(tmp_pa
                               model={"name": "scripted-demo", "context_limit": WINDOW,
                                      "max_output_tokens": 512})
         result = ouroboros("run", "--config", str(config), "--headless")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a window too small needs a fix
     lines = [line for line in result.stderr.splitlines() if "cannot make progress" in line]
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert f"{WINDOW}-token window (model.context_limit in config)" in lines[0]
@@ -166,15 +166,26 @@ def test_a_system_prompt_that_fills_the_window_stops_the_run_with_the_fix(tmp_pa
 
 
 def test_sessions_that_never_get_a_tool_call_through_stop_the_run(tmp_path):
+    """Every call fails (a new path each time, so no loop repeats): the brake stops the run
+    after three sessions and blames the failing calls, not the window, which is fine."""
+    tries = iter(range(1000))
+
     def flailing(messages):
-        return Reply("Trying the same thing again. " * 40, [("file_read", {"path": "nope.txt"})])
+        return Reply("Trying the same thing again. " * 40,
+                     [("file_read", {"path": f"nope-{next(tries)}.txt"})])
 
     with ScriptedServer(flailing, model="scripted-demo", context_length=WINDOW) as server:
         write_demo_project(tmp_path, server.base_url, 1)
         loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": WINDOW},
                              env={}, user_file=None)
-        with pytest.raises(RunFailed, match="3 sessions in a row ended without one successful"):
-            asyncio.run(run_agent(loaded, RunHooks()))
+        assert asyncio.run(run_agent(loaded, RunHooks())) == 0
+    events = run_events(tmp_path)
+    [stuck] = of_type(events, "stuck")
+    assert stuck["kind"] == "barren" and stuck["action"] == "pause"
+    assert stuck["detail"].startswith("3 sessions in a row ended without one successful tool "
+                                      "call; in the last, every tool call failed")
+    assert "window" not in stuck["detail"]
+    assert events[-1]["type"] == "run_end" and events[-1]["reason"] == "stuck"
     assert len(of_type(run_events(tmp_path), "session_restart")) == 2
 
 

@@ -32,7 +32,7 @@ def test_run_does_a_multi_step_task_with_all_four_tools(tmp_path, scripted_serve
 
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "6")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     workspace = tmp_path / "workspace"
     assert (workspace / "notes/plan.md").read_text() == "1. count\n2. report\n"
     assert (workspace / "notes/count.txt").read_text().strip() == "2"
@@ -55,14 +55,14 @@ def test_run_does_a_multi_step_task_with_all_four_tools(tmp_path, scripted_serve
 def test_events_log_holds_every_event_type(tmp_path, scripted_server):
     server = scripted_server(MULTI_STEP)
     config = make_project(tmp_path, server.base_url)
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "6").returncode == 0
+    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "6").returncode == 3
 
     events = run_events(tmp_path)
     types = {e["type"] for e in events}
     assert {"run_start", "session_start", "assistant", "tool_call", "tool_result",
             "token_usage", "security", "session_end", "run_end"} <= types
     first = events[0]
-    assert first["type"] == "run_start" and first["format_version"] == 1
+    assert first["type"] == "run_start" and first["format_version"] == 3
     assert first["config"]["model"]["name"] == "scripted"
     for event in events:
         assert {"type", "ts", "seq", "session", "turn"} <= event.keys()
@@ -84,7 +84,7 @@ def test_state_lives_outside_the_workspace(tmp_path, scripted_server):
     ]), Reply("Trying the file tool.", [("list_dir", {"path": "../.ouroboros"})]),
         Reply("Fine.")])
     config = make_project(tmp_path, server.base_url)
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "3").returncode == 0
+    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "3").returncode == 3
     assert not (tmp_path / "workspace" / ".ouroboros").exists()
     results = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert "outside the workspace" in results[1]["content"]
@@ -94,7 +94,7 @@ def test_a_reply_without_tool_calls_gets_the_continue_message(tmp_path, scripted
     server = scripted_server([Reply("Thinking."), Reply("Still thinking.")])
     config = make_project(tmp_path, server.base_url,
                           agent={"continue_message": "Keep going, please."})
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "2").returncode == 0
+    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "2").returncode == 3
     second = server.requests[1]["messages"]
     assert second[-2] == {"role": "assistant", "content": "Thinking."}
     assert second[-1] == {"role": "user", "content": "Keep going, please."}
@@ -103,9 +103,10 @@ def test_a_reply_without_tool_calls_gets_the_continue_message(tmp_path, scripted
 def test_the_system_prompt_is_read_from_disk(tmp_path, scripted_server):
     server = scripted_server([Reply("ok")])
     config = make_project(tmp_path, server.base_url, prompt="Mission: count the stars.")
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 0
-    assert server.requests[0]["messages"][0] == {"role": "system",
-                                                 "content": "Mission: count the stars."}
+    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 3
+    system = server.requests[0]["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].startswith("Mission: count the stars.\n")  # then the memory
     body = server.requests[0]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert {t["function"]["name"] for t in body["tools"]} >= {
@@ -121,7 +122,7 @@ def test_bad_tool_arguments_become_results_the_model_reads(tmp_path, scripted_se
     ])
     config = make_project(tmp_path, server.base_url)
     result = ouroboros("run", "-c", str(config), "--headless", "--max-turns", "4")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert results[0].startswith("error:") and "JSON" in results[0]
     assert results[1].startswith("error:") and "file_read" in results[1]
@@ -146,7 +147,7 @@ def test_model_not_found_lists_the_models_the_server_has(tmp_path, scripted_serv
     server = scripted_server([Reply("hi")], model="qwen2.5:7b", extra_models=["llama3.2:latest"])
     config = make_project(tmp_path, server.base_url, model={"name": "llama3.3"})
     result = ouroboros("run", "-c", str(config), "--headless")
-    assert result.returncode == 1
+    assert result.returncode == 2  # needs a fix: a supervisor does not restart it
     assert "llama3.3" in result.stderr
     assert "qwen2.5:7b" in result.stderr and "llama3.2:latest" in result.stderr
     assert "Traceback" not in result.stderr
@@ -161,7 +162,7 @@ def test_model_without_tool_support_is_a_clear_error(tmp_path, scripted_server):
     server = scripted_server([Reply("hi")], tools_supported=False)
     config = make_project(tmp_path, server.base_url)
     result = ouroboros("run", "-c", str(config), "--headless")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "does not support tools" in result.stderr
 
 

@@ -1,5 +1,6 @@
 """The event models: the log's records as the harness writes them and every reader parses
-them, old logs (format 1) read back, and the README's event table made from the models."""
+them, old logs (format 1) read back, and the manual's event table (docs/event-log.md) made
+from the models."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ouroboros.ui.stats import run_stats
 from tests.ui_sample import write_sample_run
 
 V1_LOG = Path(__file__).with_name("events_v1.jsonl")  # written by Ouroboros 0.1 (format 1)
-README = Path(__file__).parents[1] / "README.md"
+EVENT_PAGE = Path(__file__).parents[1] / "docs" / "event-log.md"
 
 # Records of format 1 from before some fields were added: they read with those left at their
 # defaults.
@@ -121,11 +122,24 @@ def test_every_type_but_the_bookkeeping_ones_has_a_line_of_its_own():
     assert quiet == {"checkpoint", "session_end"}
 
 
-def test_the_readme_event_table_is_the_one_the_models_make():
-    text = README.read_text(encoding="utf-8")
+def test_the_manuals_event_table_is_the_one_the_models_make():
+    text = EVENT_PAGE.read_text(encoding="utf-8")
     begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
-    in_readme = text[begin:end + len(TABLE_END) + 1] if begin >= 0 and end >= 0 else "(no table)"
+    in_docs = text[begin:end + len(TABLE_END) + 1] if begin >= 0 and end >= 0 else "(no table)"
 
-    assert in_readme == marked_table(), (
-        "README.md's event table differs from the event models (ouroboros/events.py): "
+    assert in_docs == marked_table(), (
+        "docs/event-log.md's event table differs from the event models (ouroboros/store/events.py): "
         "replace it, markers included, with the output of `python -m ouroboros.store.event_table`")
+
+
+@pytest.mark.parametrize("event,line", [
+    (ev.RunEnd(reason="max_turns", exit_code=0, sessions=1, total_turns=1, restarts=1),
+     "run ended: max_turns after 1 turn, 1 session, 1 restart (exit 0)"),
+    (ev.RunEnd(reason="max_turns", exit_code=0, sessions=2, total_turns=0, restarts=0),
+     "run ended: max_turns after 0 turns, 2 sessions, 0 restarts (exit 0)"),
+    (ev.ContextDrop(turns_dropped=1, tokens_after=10), "dropped the oldest turn to fit the window"),
+    (ev.SessionRestart(previous_turns=1, carryover_messages=1, reason="r"),
+     "restart -> session 1 (r; previous session ran 1 turn, 1 message carried)"),
+])
+def test_a_count_of_one_is_singular(event, line):
+    assert describe(event) == line

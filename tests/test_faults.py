@@ -93,7 +93,7 @@ def test_an_auth_failure_stops_with_a_clear_message(tmp_path, scripted_server, s
 
     result = ouroboros("run", "--config", str(config), "--headless")
 
-    assert result.returncode == 1
+    assert result.returncode == 2  # needs a fix: restarting cannot help
     assert "api_key_env" in result.stderr and "Traceback" not in result.stderr
     events = check_log(tmp_path)
     assert not of_type(events, "retry")

@@ -25,14 +25,14 @@ from ouroboros.server.tokenizer import TokenCounter
 from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import of_type
 
-# Big parts in a small window: masking, a wind-down and restarts within 40 turns.
+# Big parts in a small window: masking, a wind-down and a restart within 60 turns.
 BIG = {"chars_per_part": 6000, "model": {"context_limit": 4096},
        "context": {"carryover_turns": 3}}
 
 
 def run_in_process(root: Path, base_url: str, on_step: Any, **tables: Any) -> Path:
     """The demo task run in this process, `on_step(runner, event)` told of every event."""
-    config, _ = demo_project(root, base_url, 16, max_turns=60, **{**BIG, **tables})
+    config, _ = demo_project(root, base_url, 8, max_turns=60, **{**BIG, **tables})
     loaded = load_config(config, env={}, user_file=None)
     run_dir = loaded.state_dir / "runs" / "run1"
     holder: dict[str, Runner] = {}
@@ -49,7 +49,7 @@ def run_in_process(root: Path, base_url: str, on_step: Any, **tables: Any) -> Pa
         finally:
             await client.aclose()
 
-    assert asyncio.run(go()) == 0
+    assert asyncio.run(go()) in (0, 3)  # done, or paused at max_turns (ouroboros.errors)
     return run_dir
 
 
@@ -63,7 +63,7 @@ def saved(run_dir: Path, policy: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("durability", ["turn", "event"])
 def test_the_state_saved_at_every_step_is_the_live_state(tmp_path, scripted_server,
                                                           durability):
-    server = scripted_server(CountingAgent(16), context_length=4096)  # enough to restart
+    server = scripted_server(CountingAgent(8), context_length=4096)
     compared: list[str] = []
 
     def on_step(runner: Runner | None, event: ev.EventBase) -> None:
@@ -104,8 +104,10 @@ def test_a_step_writes_what_it_changed_not_the_conversation(tmp_path, scripted_s
                 and event.messages is not None:
             sizes.append((len(runner.state.messages), len(event.to_json())))
 
+    # The agent reads parts past the 4 there are, over and over: the stuck-loop guard is off
+    # so the session grows long.
     run_in_process(tmp_path, server.base_url, on_step, chars_per_part=300,
-                   model={"context_limit": 65536})
+                   model={"context_limit": 65536}, agent={"stuck_repeats": 0})
 
     early = [size for messages, size in sizes if messages < 15]
     late = [size for messages, size in sizes if messages > 45]

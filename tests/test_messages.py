@@ -250,7 +250,7 @@ def test_a_run_starts_with_those_warnings(tmp_path, scripted_server):
 
     result = run_command("run", "--headless", cwd=tmp_path)
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     warnings = [e["message"] for e in of_type(run_events(tmp_path), "warning")]
     assert any("MY_SERVER_KEY" in w for w in warnings)
     assert any("is empty" in w for w in warnings)

@@ -18,11 +18,11 @@ from ouroboros.cli import app
 from ouroboros.config import KEYS, Config, LoadedConfig, load_config
 from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.store import events as ev
+from ouroboros.config.schema import is_live
 from ouroboros.loop.reload import (
     Change,
     config_diff,
     effect_note,
-    is_live,
     recorded_config,
     with_live,
 )
@@ -33,7 +33,10 @@ from ouroboros.ui.status import change_line
 from tests.ui_sample import RUN_ID, write_sample_run
 
 NEEDS_A_NEW_RUN = {"model.base_url", "model.name", "model.api_key_env", "agent.workspace",
-                   "agent.system_prompt", "logging.state_dir", "logging.durability"}
+                   "agent.system_prompt", "logging.state_dir", "logging.durability",
+                   "logging.segment_mb", "logging.keep_mb", "logging.keep_sessions",
+                   "logging.keep_days", "metrics.port", "metrics.address",
+                   "metrics.heartbeat_secs"}
 
 
 def data(**changes: object) -> dict:

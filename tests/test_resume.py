@@ -241,21 +241,21 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path, scripted_server):
 def test_resume_of_a_run_at_its_max_turns_asks_for_more(tmp_path, scripted_server):
     server = scripted_server(CountingAgent(PARTS))
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=2)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3
 
     result = ouroboros("resume", "--config", str(config), "--headless")
 
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert "has had its 2 turns" in result.stderr and "--max-turns N" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_resume_of_an_unknown_run_is_exit_2(tmp_path, scripted_server):
+def test_resume_with_no_run_is_exit_4_and_of_an_unknown_run_exit_2(tmp_path, scripted_server):
     server = scripted_server(CountingAgent(PARTS))
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=2)
     result = ouroboros("resume", "--config", str(config), "--headless")
-    assert result.returncode == 2 and "no runs" in result.stderr
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+    assert result.returncode == 4 and "no runs" in result.stderr
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3
 
     result = ouroboros("resume", "--config", str(config), "--run", "20990101-000000-beef",
                        "--headless")
@@ -324,7 +324,7 @@ def test_a_stale_lock_is_taken_over_with_a_notice(tmp_path, scripted_server):
 
     result = ouroboros("run", "--config", str(config), "--headless")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert f"stale lock left by pid {gone.pid}" in result.stdout
     warnings = of_type(check_log(tmp_path), "warning")
     assert any(str(gone.pid) in w["message"] for w in warnings)

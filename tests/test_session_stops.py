@@ -20,7 +20,7 @@ from tests.session_rig import CONTINUE, Rig, ended, reads
 
 
 def test_turns_without_a_tool_call_pause_the_run_as_idle(tmp_path):
-    model = FakeModel(then=lambda sent: reply("I think I am done."))
+    model = FakeModel(then=lambda sent: reply(""))
     rig = Rig(tmp_path, model, max_idle_turns=2)
 
     end = rig.run()
@@ -121,7 +121,7 @@ def test_a_stop_signal_kills_a_tool_call_and_answers_it(tmp_path):
 
 
 def test_a_stop_signal_ends_an_idle_pause(tmp_path):
-    model = FakeModel(then=lambda sent: reply("Nothing to do."))
+    model = FakeModel(then=lambda sent: reply(""))
     rig = Rig(tmp_path, model, max_idle_turns=5)
 
     async def pausing() -> None:

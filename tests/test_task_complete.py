@@ -66,7 +66,7 @@ def test_allow_complete_false_takes_the_tool_away(tmp_path, scripted_server):
 
     result = ouroboros("run", "--config", str(config), "--headless")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert "task_complete" not in [t["function"]["name"] for t in server.requests[0]["tools"]]
     events = run_events(tmp_path)
     assert events[-1]["reason"] == "max_turns"

@@ -8,6 +8,7 @@ that warning while the run goes on, and again on the frame left when it has ende
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -145,7 +146,8 @@ def running_and_whole(width: int, height: int) -> Callable[[list[str]], bool]:
 
     def seen(screen: list[str]) -> bool:
         text = "\n".join(screen)
-        if not (WARNING in text and "running ─╯" in text and "file_read data/archive" in text):
+        going_on = re.search(r"(?:running|waiting for the model \d+s|running \w+ \d+s) ─╯", text)
+        if not (WARNING in text and going_on and "file_read data/archive" in text):
             return False
         return not problems(last_frame(screen), width, height)
 
@@ -186,3 +188,62 @@ def test_ctrl_c_typed_at_80x24_stops_the_run_and_leaves_a_whole_frame(tmp_path, 
     final = last_frame(tmux.everything())
     assert_fits(final, 80, 24)
     assert any("SIGINT: stopping now" in line for line in final)
+
+
+def quick_brain(messages: list[Message]) -> Reply:
+    turn = sum(m["role"] == "assistant" for m in messages)
+    time.sleep(REPLY_SECS if turn >= 3 else 0)
+    return Reply(f"Reading part {turn}.",
+                 [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
+def test_a_resumed_runs_dashboard_has_the_header_the_run_had(tmp_path, scripted_server, tmux,
+                                                              width, height):
+    server = scripted_server(quick_brain)
+    config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3})
+    from tests.helpers import ouroboros, run_events
+
+    first = ouroboros("run", "--config", str(config), "--headless")
+    assert first.returncode == 0, first.stderr
+    run_id = run_events(tmp_path / "project")[0]["run_id"]
+
+    tmux.start([sys.executable, "-m", "ouroboros", "resume", "--config", str(config),
+                "--max-turns", "2"], width, height, cwd=tmp_path)
+
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 0) ─╯" in line for line in s),
+                  "the resume's end, on the header's border")
+    final = last_frame(tmux.everything())
+    title = final[0]
+    assert f"run {run_id}" in title and "scripted" in title
+    assert any("total turns 5" in line for line in final), "\n".join(final)
+    assert any("window " in line for line in header(final))
+
+
+def loading_brain(messages: list[Message]) -> Reply:
+    """A model that takes its time over its second reply, as one loading would."""
+    turn = sum(m["role"] == "assistant" for m in messages)
+    if turn == 1:
+        time.sleep(4)
+    return Reply(f"Reading part {turn}.",
+                 [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
+def test_a_slow_first_token_shows_a_wait_that_counts(tmp_path, scripted_server, tmux, width,
+                                                     height):
+    server = scripted_server(loading_brain)
+    config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3})
+
+    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
+               width, height, cwd=tmp_path)
+
+    def waited(seconds: int) -> Callable[[list[str]], bool]:
+        return lambda screen: any(f"waiting for the model {seconds}s ─╯" in line
+                                  for line in screen)
+
+    first = tmux.wait_for(waited(1), "a wait of 1 s on the header's border")
+    tmux.wait_for(waited(2), "the same wait, a second later (the frame redraws itself)")
+    assert any("assistant (last reply; waiting for the model" in line for line in first)
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 0) ─╯" in line for line in s),
+                  "the run's end")

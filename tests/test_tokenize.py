@@ -230,3 +230,47 @@ def test_a_given_client_is_used_and_left_open():
         extras = router.post(EXTRAS).mock(side_effect=llama_cpp_python)
         assert asyncio.run(go()) == (2, False)
     assert extras.calls.last.request.headers["Authorization"] == "Bearer k"
+
+
+def dripping_server(body: bytes, gap_secs: float):
+    """A server on loopback that answers 200 at once, then its body a byte every `gap_secs`."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body))
+                for byte in body:
+                    if stop.wait(gap_secs):
+                        return
+                    try:
+                        conn.sendall(bytes([byte]))
+                    except OSError:
+                        break
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, stop
+
+
+def test_a_tokenizer_dripping_its_answer_is_given_up_on_within_the_timeout():
+    body = b'{"count": 7}' + b" " * 60  # whole after some 15 s at a byte every 0.2 s
+    listener, stop = dripping_server(body, 0.2)
+    try:
+        async def probe() -> tuple[int | None, bool | None]:
+            base = "http://127.0.0.1:%d" % listener.getsockname()[1]
+            async with TokenCounter(base, "m", timeout_secs=1) as counter:
+                return await counter.count("hello"), counter.available
+        assert asyncio.run(probe()) == (None, False)
+    finally:
+        stop.set()
+        listener.close()

@@ -7,9 +7,8 @@ import pytest
 from pydantic import Field
 
 from ouroboros.protocols import ToolCall, ToolResult
-from ouroboros.tools import ModelTool, TaskComplete, ToolArguments, Toolbox, default_tools
+from ouroboros.tools import ModelTool, Recall, ToolArguments, Toolbox, default_tools
 from ouroboros.tools.arguments import parameters
-from ouroboros.tools.recall import RecallTool
 
 
 class RepeatArguments(ToolArguments):
@@ -41,6 +40,7 @@ def free_form(name: str) -> dict[str, Any]:
 
 class Clock:
     name = "clock"
+    subject = ""
 
     def schema(self) -> dict[str, Any]:
         return free_form(self.name)
@@ -51,6 +51,7 @@ class Clock:
 
 class Broken:
     name = "broken"
+    subject = ""
 
     def schema(self) -> dict[str, Any]:
         return free_form(self.name)
@@ -233,10 +234,40 @@ def test_default_tools_work_together_in_the_workspace(tmp_path: Path) -> None:
     assert events == [{"kind": "path_escape", "tool": "file_read", "path": "../x"}]
 
 
+def shipped_tools(tmp_path: Path) -> list:
+    return default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
+                         blocked_patterns=[], secret_env_names=[], on_security=print,
+                         recall=Recall(tmp_path), allow_complete=True)
+
+
+def test_a_run_gets_every_tool_from_one_registry(tmp_path: Path) -> None:
+    toolbox = Toolbox(shipped_tools(tmp_path))
+    assert toolbox.names == ["file_read", "file_write", "shell_exec", "list_dir", "recall",
+                             "task_complete"]
+    without = default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
+                            blocked_patterns=[], secret_env_names=[], on_security=print,
+                            recall=Recall(tmp_path))
+    assert "task_complete" not in [tool.name for tool in without]
+
+
+@pytest.mark.parametrize("name, arguments, subject", [
+    ("file_read", '{"path": "notes/todo.md", "limit": 3}', "notes/todo.md"),
+    ("file_write", '{"content": "x", "path": "out.txt"}', "out.txt"),
+    ("list_dir", '{"path": "src"}', "src"),
+    ("shell_exec", '{"command": "pytest -q"}', "pytest -q"),
+    ("recall", '{"id": "obs-12", "offset": 100}', "obs-12"),
+    ("task_complete", '{"summary": "all parts done"}', "all parts done"),
+    ("shell_exec", '{"command": ["not", "a", "string"]}', ""),
+    ("shell_exec", "not json", ""),
+    ("no_such_tool", '{"path": "a"}', ""),
+])
+def test_each_tool_names_what_a_call_is_about(tmp_path: Path, name, arguments, subject) -> None:
+    toolbox = Toolbox(shipped_tools(tmp_path))
+    assert toolbox.subject(ToolCall("c1", name, arguments)) == subject
+
+
 def test_every_shipped_tool_sends_the_schema_of_its_arguments_model(tmp_path: Path) -> None:
-    tools = [*default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
-                            blocked_patterns=[], secret_env_names=[], on_security=print),
-             TaskComplete(), RecallTool(tmp_path, max_chars=lambda: 100)]
+    tools = shipped_tools(tmp_path)
     for tool in tools:
         sent = tool.schema()["function"]["parameters"]
         assert sent == parameters(tool.Arguments), tool.name

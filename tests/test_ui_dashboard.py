@@ -270,50 +270,63 @@ def test_an_early_warning_stays_on_the_alert_line(tmp_path, width, height):
         assert not any("WARNING" in line for line in activity)
 
 
-def test_the_alert_keeps_the_newest_and_counts_the_earlier(tmp_path):
+def test_the_alert_keeps_the_newest_with_no_unexplained_count(tmp_path):
     events = warned_early(sample_events(tmp_path))
     state = replay(events)
     late = {**events[-1], "type": "warning", "message": "the server is slow to answer"}
     error = {**events[-1], "type": "error", "message": "the server went away",
              "kind": "ServerUnreachableError"}
 
-    assert "(+1 earlier)" not in "\n".join(rendered_at(state, 80, 24))
     state.apply(late)
     shown = "\n".join(rendered_at(state, 80, 24))
-    assert "WARNING the server is slow to answer (+1 earlier)" in shown
+    assert "WARNING the server is slow to answer" in shown
+    assert "earlier" not in shown  # "(+1 earlier)" was explained nowhere
     assert "no token usage" not in shown.split("╰")[0]  # replaced on the alert line
     state.apply({**events[-1], "type": "tool_call", "id": "x", "name": "recall",
                  "arguments": '{"id": "obs-3"}'})
-    assert "WARNING the server is slow to answer (+1 earlier)" in "\n".join(
+    assert "WARNING the server is slow to answer" in "\n".join(
         rendered_at(state, 80, 24))  # other events leave it where it is
     state.apply(error)
-    assert "ERROR the server went away (+2 earlier)" in "\n".join(rendered_at(state, 80, 24))
+    assert "ERROR the server went away" in "\n".join(rendered_at(state, 80, 24))
 
 
-def test_a_long_alert_is_cut_before_its_count(tmp_path):
+def test_a_long_alert_is_cut_in_its_middle_never_in_what_to_do(tmp_path):
     state = replay(warned_early(sample_events(tmp_path)))
-    state.apply({**state_event(), "type": "warning", "message": "word " * 200})
+    fix = "set model.context_limit to the window the server really has"
+    state.apply({**state_event(), "type": "warning",
+                 "message": "word " * 200 + "; " + fix})
 
-    header = "\n".join(rendered_at(state, 80, 24)).split("╰")[0]
-
-    assert "word… (+1 earlier)" in header
-    assert header.count("word") <= 2 * 80 // 5
+    for width, height in SIZES:
+        header = "\n".join(rendered_at(state, width, height)).split("╰")[0]
+        flat = " ".join(line.strip("│ ") for line in header.splitlines())
+        assert "… " + fix in " ".join(flat.split()), header
+        assert header.count("word") <= 3 * width // 5
 
 
 def state_event() -> dict:
     return {"ts": "2025-03-01T10:00:00.000Z", "seq": 99, "session": 2, "turn": 3}
 
 
-def test_tool_calls_are_shown_by_their_most_telling_part():
-    assert call_summary("file_read", '{"path": "data/part-07.txt"}') == "file_read data/part-07.txt"
-    assert call_summary("file_write", '{"content": "x' + "y" * 500 + '", "path": "out.md"}') \
-        == "file_write out.md"
-    assert call_summary("shell_exec", '{"command": "pytest -q\\n  tests"}') \
+def test_tool_calls_are_shown_by_what_their_tool_says_they_are_about():
+    content = '{"content": "x' + "y" * 500 + '", "path": "out.md"}'
+    assert call_summary("file_write", content, "out.md") == "file_write out.md"
+    assert call_summary("shell_exec", '{"command": "pytest -q\\n  tests"}', "pytest -q\n  tests") \
         == "shell_exec pytest -q tests"
-    assert call_summary("recall", '{"id": "obs-12", "offset": 4000}') == "recall obs-12"
+    assert call_summary("recall", '{"id": "obs-12", "offset": 4000}', "obs-12") == "recall obs-12"
+
+
+def test_a_call_logged_without_its_subject_is_shown_by_its_first_argument():
+    assert call_summary("file_read", '{"path": "data/part-07.txt"}') == "file_read data/part-07.txt"
     assert call_summary("list_dir", "{}") == "list_dir"
     assert call_summary("web_fetch", '{"url": "https://x.org"}') == "web_fetch https://x.org"
     assert call_summary("file_read", '{"path": "a') == 'file_read {"path": "a'
+
+
+def test_the_dashboard_names_a_call_by_the_subject_in_its_event():
+    state = replay([ev.ToolCallEvent(ts="2025-03-01T10:00:00.000Z", id="c1", name="file_write",
+                                     arguments='{"content": "long text", "path": "out.md"}',
+                                     subject="out.md")])
+    assert state.tools[-1].call == "file_write out.md"
 
 
 def test_rate_comes_from_usage_when_the_stream_was_too_short_to_time():
@@ -331,12 +344,17 @@ def test_rate_comes_from_usage_when_the_stream_was_too_short_to_time():
 def test_the_live_frame_fits_and_is_redrawn_only_after_a_change(tmp_path):
     state = replay(warned_early(sample_events(tmp_path, ended=False)))
     console = Console(file=io.StringIO(), width=80, height=24, force_terminal=True)
-    dashboard = LiveDashboard(state, console)  # not started: no redrawing thread to race
+    now = [1000.0]
+    # not started: no redrawing thread to race; a clock of its own, that moves when told to
+    dashboard = LiveDashboard(state, console, clock=lambda: now[0])
     drawn = Console(width=80, height=24, record=True)
     drawn.print(dashboard.renderable())
     frame = drawn.export_text().rstrip("\n").split("\n")
 
-    assert not dashboard.stale()  # nothing to redraw while the run is idle
+    assert not dashboard.stale()  # nothing new within the second
+    now[0] += 1
+    assert dashboard.stale()  # waiting for the model: its count of seconds moves on
+    dashboard.renderable()
     dashboard.on_text("Reading")
     assert dashboard.stale()
     dashboard.renderable()

@@ -8,7 +8,8 @@ import pytest
 
 from ouroboros.store import events as ev
 from ouroboros.errors import StateError
-from ouroboros.ui.follow import follow_events
+from ouroboros.store.log import last_records
+from ouroboros.ui.follow import follow_events, follow_run
 
 
 WINDOW = {"context_limit": 8192, "limit_source": "config", "budget": 6144}
@@ -97,3 +98,46 @@ def test_a_record_that_does_not_fit_its_type_names_the_log(tmp_path: Path):
     assert next(events).seq == 1
     with pytest.raises(StateError, match=f"{path} is damaged: event 2 \\(run_end\\)"):
         next(events)
+
+
+# -- the last events (`logs -n N`, and where `logs -f` starts) --
+
+RUN = ["run_start", "session_start", "assistant", "assistant", "assistant", "run_end"]
+
+
+def write_run(run_dir: Path, types: list[str], torn: bytes = b"") -> Path:
+    run_dir.mkdir(exist_ok=True)
+    path = run_dir / "events.jsonl"
+    path.write_bytes(b"".join(record(type, seq) for seq, type in enumerate(types, 1)) + torn)
+    return run_dir
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 5, 6, 50])
+def test_the_last_events_are_those_a_full_read_ends_with(tmp_path, count):
+    run_dir = write_run(tmp_path / "run", RUN)
+
+    expected = [1, 2, 3, 4, 5, 6][-count:] if count else []
+    assert [r["seq"] for r in last_records(run_dir, count)] == expected
+
+
+def test_the_last_events_leave_out_a_line_still_being_written(tmp_path):
+    run_dir = write_run(tmp_path / "run", RUN[:5], torn=record("run_end", 6)[:12])
+
+    assert [r["seq"] for r in last_records(run_dir, 2)] == [4, 5]
+
+
+def test_following_from_the_tail_shows_only_what_comes_after_it(tmp_path):
+    run_dir = write_run(tmp_path / "run", RUN[:4])
+    appends = [record("assistant", 5) + record("run_end", 6)]
+
+    def wait() -> None:
+        with (run_dir / "events.jsonl").open("ab") as log:
+            log.write(appends.pop(0))
+
+    assert [e.seq for e in follow_run(run_dir, newest=1, wait=wait)] == [4, 5, 6]
+
+
+def test_following_a_run_that_has_ended_stops_at_its_tail(tmp_path):
+    run_dir = write_run(tmp_path / "run", RUN)
+
+    assert [e.seq for e in follow_run(run_dir, newest=0, wait=never)] == []

@@ -32,8 +32,19 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except TyperException as error:  # a usage error: unknown command, bad or missing argument
-        typer.echo(f"error: {error.format_message()} (see `ouroboros --help`)", err=True)
+        typer.echo(f"error: {error.format_message()} (see `{help_command(error)}`)", err=True)
         code = error.exit_code
     except typer.Abort:
         code = 1
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def help_command(error: TyperException) -> str:
+    """The `--help` that answers a usage error: of the command it happened in (`ouroboros
+    config set --help`), however the program was started (`python -m ouroboros` too)."""
+    names = []
+    context = getattr(error, "ctx", None)
+    while context is not None and context.parent is not None:
+        names.append(context.info_name or "")
+        context = context.parent
+    return " ".join(["ouroboros", *reversed(names), "--help"])

@@ -30,13 +30,20 @@ T = TypeVar("T")
 
 # The config key each `run` flag sets, and the flag as errors name it.
 RUN_FLAGS = {"agent.workspace": "--workspace", "model.name": "--model",
-             "model.base_url": "--base-url", "agent.max_turns": "--max-turns"}
+             "model.base_url": "--base-url", "agent.max_turns": "--max-turns",
+             "metrics.port": "--metrics-port"}
 
-ConfigOption = typer.Option(None, "--config", "-c", help="Path to ouroboros.toml "
+ConfigOption = typer.Option(None, "--config", "-c", metavar="PATH", help="Path to ouroboros.toml "
                             "(default: the nearest one here or in a directory above).")
 HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
                               "instead of the live view (also when stdout is not a terminal).")
-RunIdArgument = typer.Argument(None, metavar="[RUN_ID]", show_default=False,
+JsonOption = typer.Option(False, "--json", help="Print each event as one JSON object per line "
+                          "on stdout (the log's records, checkpoints left out), and nothing "
+                          "else there: for a log shipper.")
+MetricsPortOption = typer.Option(None, "--metrics-port", min=0, max=65535, help="Serve "
+                                 "Prometheus metrics at http://127.0.0.1:N/metrics while the "
+                                 "run goes on (metrics.port; 0 = off).")
+RunIdArgument = typer.Argument(None, metavar="RUN_ID", show_default=False,
                                help="The run (default: the latest).")
 
 
@@ -104,3 +111,23 @@ def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -
         return loaded
 
     return guarded(load)
+
+
+def load_for_reading(config: Path | None, command: str) -> LoadedConfig:
+    """The config of the project a read-only command looks at. Such a command needs only the
+    state dir, so a config it cannot fully validate is one warning line, and the values that
+    do hold are used; only a missing project (or an unusable state dir) is an error."""
+    from ouroboros.config import load_config
+    from ouroboros.config.lenient import load_leniently
+
+    path = guarded(lambda: project_file(config))
+    if not path.is_file():
+        return load_project(path)  # not found, or a directory: nothing to read, exit 2
+    try:
+        loaded = load_config(path, {}, flag_names=RUN_FLAGS)
+    except ConfigError as error:
+        typer.echo(f"warning: {error.message}; `ouroboros {command}` reads the runs anyway "
+                   "(a run or resume would refuse)", err=True)
+        loaded = load_leniently(path)
+    guarded(loaded.check_state_dir)
+    return loaded

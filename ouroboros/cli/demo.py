@@ -19,7 +19,8 @@ def demo(
                                         help="Make the demo project in DIR and keep it "
                                         "(default: a temporary directory, removed at the "
                                         "end)."),
-    parts: int = typer.Option(12, min=1, help="Data files the demo agent must work through."),
+    parts: int = typer.Option(12, min=1, metavar="N",
+                              help="Data files the demo agent must work through."),
     speed: Optional[str] = typer.Option(None, "--speed", metavar="N|max", help="Pace: 2 is "
                                         "twice as fast, max runs at once (default: 1 on a "
                                         "terminal, max with --headless or a pipe)."),

@@ -1,21 +1,33 @@
 """Looking at runs without touching them: `ouroboros status`, `runs`, `stats`, `logs` and
-`watch`."""
+`watch`; and `prune`, which removes the history retention lets go."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ouroboros.cli.common import ConfigOption, RunIdArgument, app, guarded, load_project
+from ouroboros.cli.common import (ConfigOption, JsonOption, RunIdArgument, app, fail,
+                                  guarded, load_for_reading, load_project)
 
 if TYPE_CHECKING:
     from ouroboros.config import LoadedConfig
+    from ouroboros.store.events import EventBase
+    from ouroboros.ui.status import RunStatus
 
 
 @app.command(short_help="The current or last run: where it is, how full its context.")
-def status(config: Optional[Path] = ConfigOption) -> None:
+def status(config: Optional[Path] = ConfigOption,
+           json_object: bool = typer.Option(False, "--json", help="One JSON object (state, run "
+                                            "id, session, turn, context %, last event, pid, "
+                                            "resumable, heartbeat) and an exit code: 0 running, "
+                                            "1 stuck, 3 stopped (resumable), 4 no run, 5 ended."),
+           stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0, help="With "
+                                                       "--json: a running run whose heartbeat is "
+                                                       "older than SECS is `stuck` (exit 1).")
+           ) -> None:
     """The current or last run: is it running, where it is, how full its context is."""
     from datetime import datetime, timezone
 
@@ -23,8 +35,10 @@ def status(config: Optional[Path] = ConfigOption) -> None:
 
     from ouroboros.ui.status import run_status, status_view
 
-    loaded = load_project(config)
+    loaded = load_for_reading(config, "status")
     found = guarded(lambda: run_status(loaded.state_dir))
+    if json_object:
+        raise typer.Exit(print_health(loaded, found, stale_after))
     if found is None:
         typer.echo(f"no runs yet in {loaded.state_dir}")
         return
@@ -40,7 +54,7 @@ def runs(config: Optional[Path] = ConfigOption) -> None:
 
     from ouroboros.ui.runs import project_runs, runs_view
 
-    loaded = load_project(config)
+    loaded = load_for_reading(config, "runs")
     found = guarded(lambda: project_runs(loaded.state_dir))
     if not found:
         typer.echo(f"no runs yet in {loaded.state_dir}")
@@ -56,35 +70,55 @@ def stats(run_id: Optional[str] = RunIdArgument,
     """Per-session numbers and a chart of context use over the run's turns."""
     from rich.console import Console
 
-    from ouroboros.store.log import read_log
+    from ouroboros.store.log import run_records
     from ouroboros.ui.stats import run_stats, stats_view
 
-    loaded = load_project(config)
-    events = guarded(lambda: read_log(run_log(loaded, run_id)))
+    loaded = load_for_reading(config, "stats")
+    run_dir = guarded(lambda: run_path(loaded, run_id))
     context = loaded.config.context
-    Console().print(stats_view(run_stats(events, context.soft_threshold_pct,
-                                         context.hard_threshold_pct),
-                               all_sessions=all_sessions))
+    stats = guarded(lambda: run_stats(run_records(run_dir), context.soft_threshold_pct,
+                                      context.hard_threshold_pct))
+    Console().print(stats_view(stats, all_sessions=all_sessions))
+
+
+FOLLOW_TAIL = 10
+"""Events `logs --follow` shows before following, unless given -n (as `tail -f`)."""
 
 
 @app.command()
 def logs(
     run_id: Optional[str] = RunIdArgument,
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events until "
-                                "the run ends (or Ctrl+C)."),
-    types: Optional[list[str]] = typer.Option(None, "--type", "-t", help="Only events of this "
-                                              "type (repeatable), e.g. --type tool_call."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Show the last events (10, or "
+                                "-n), then each new one until the run ends (or Ctrl+C)."),
+    tail: Optional[int] = typer.Option(None, "--tail", "-n", metavar="N", show_default=False,
+                                       help="Only the last N events, before --type picks among "
+                                       "them (read from the end of the log, however long "
+                                       "the run)."),
+    types: Optional[list[str]] = typer.Option(None, "--type", "-t", metavar="TYPE",
+                                              help="Only events of this type (repeatable), "
+                                              "e.g. --type tool_call."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
-    """A run's events, one readable line each."""
-    from ouroboros.store.log import read_log
-    from ouroboros.ui.follow import follow_events
+    """A run's events, one readable line each, across the log's segments."""
+    from ouroboros.errors import UsageError
+    from ouroboros.store.events import parse_event
+    from ouroboros.store.log import last_records, read_run_log
+    from ouroboros.ui.follow import follow_run
     from ouroboros.ui.plain import format_any, listed, select_types
 
-    loaded = load_project(config)
+    if tail is not None and tail < 0:
+        raise fail(UsageError(f"-n/--tail must be 0 or more events, got {tail}"))
+    loaded = load_for_reading(config, "logs")
     wanted = guarded(lambda: select_types(types or []))
-    path = guarded(lambda: run_log(loaded, run_id))
-    events = follow_events(path) if follow else guarded(lambda: read_log(path))
+    run_dir = guarded(lambda: run_path(loaded, run_id))
+    count = FOLLOW_TAIL if follow and tail is None else tail
+    events: Iterable[EventBase]
+    if follow:
+        events = follow_run(run_dir, newest=count)
+    elif count is not None:
+        events = [parse_event(r) for r in guarded(lambda: last_records(run_dir, count))]
+    else:
+        events = read_run_log(run_dir)
 
     def show() -> None:
         for event in events:
@@ -99,23 +133,90 @@ def logs(
 
 @app.command()
 def watch(run_id: Optional[str] = RunIdArgument,
-          config: Optional[Path] = ConfigOption) -> None:
-    """The live dashboard of a run going on in another terminal."""
+          config: Optional[Path] = ConfigOption,
+          json_lines: bool = JsonOption) -> None:
+    """The live dashboard of a run going on in another terminal.
+
+    With --json, its events as JSON lines instead, until the run ends."""
     from ouroboros.ui.dashboard import DashboardState
     from ouroboros.ui.live import watch as watch_log
 
-    loaded = load_project(config)
-    path = guarded(lambda: run_log(loaded, run_id))
+    loaded = load_for_reading(config, "watch")
+    run_dir = guarded(lambda: run_path(loaded, run_id))
+    if json_lines:
+        follow_json(run_dir)
+        return
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
     try:
-        watch_log(path, state)
+        watch_log(run_dir, state)
     except KeyboardInterrupt:
         pass
 
 
-def run_log(loaded: LoadedConfig, run_id: str | None) -> Path:
-    """The event log of run `run_id` (default: the latest) in the project's state dir."""
-    from ouroboros.store.log import EVENTS_FILE, find_run
+def follow_json(run_dir: Path) -> None:
+    """`watch --json`: the log's records as JSON lines, then each new one, until the run
+    ends (or Ctrl+C, or the reader goes away)."""
+    from ouroboros.ui.follow import follow_run
+    from ouroboros.ui.records import json_line
 
-    return find_run(loaded.state_dir, run_id) / EVENTS_FILE
+    def show() -> None:
+        for event in follow_run(run_dir):
+            line = json_line(event)
+            if line is not None:
+                typer.echo(line)
+
+    try:
+        guarded(show)
+    except KeyboardInterrupt:
+        pass
+
+
+def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: float | None
+                 ) -> int:
+    """`status --json`: print the run's health as one object; its exit code."""
+    import json
+    from datetime import datetime, timezone
+
+    from ouroboros.loop.continuation import continue_plan
+    from ouroboros.loop.heartbeat import read_heartbeat
+    from ouroboros.ui.health import HEALTH_EXIT, run_health
+
+    resumable = False
+    if found is not None and not found.running:
+        plan = guarded(lambda: continue_plan(loaded.state_dir, found.run_id, {}))
+        if plan is not None:
+            max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
+            resumable = plan.stays(max_turns) is None
+    health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
+                        now=datetime.now(timezone.utc), stale_after=stale_after)
+    typer.echo(json.dumps(health))
+    return HEALTH_EXIT[health["state"]]
+
+
+@app.command(short_help="Remove old log segments and tool results, as [logging] keeps.")
+def prune(run_id: Optional[str] = RunIdArgument,
+          config: Optional[Path] = ConfigOption) -> None:
+    """Apply the retention of `[logging]` (keep_mb, keep_sessions, keep_days) now, to one run
+    or to every run of the project, and say what was freed. A running run applies it by
+    itself whenever it closes a log segment."""
+    from ouroboros.loop.startup import retention
+    from ouroboros.store.log import find_run, list_runs, prune_run, runs_dir
+
+    loaded = load_project(config)
+    keep = retention(loaded)
+    ids = [run_id] if run_id is not None else list_runs(loaded.state_dir)
+    if not ids:
+        typer.echo(f"no runs yet in {loaded.state_dir}")
+    for name in ids:
+        run_dir = guarded(lambda: find_run(loaded.state_dir, name) if run_id is not None
+                          else runs_dir(loaded.state_dir) / name)
+        freed = guarded(lambda: prune_run(run_dir, keep))
+        typer.echo(f"{run_dir.name}: {freed.describe()}")
+
+
+def run_path(loaded: LoadedConfig, run_id: str | None) -> Path:
+    """The directory of run `run_id` (default: the latest) in the project's state dir."""
+    from ouroboros.store.log import find_run
+
+    return find_run(loaded.state_dir, run_id)

@@ -1,7 +1,9 @@
-"""A new project directory, as `ouroboros init` makes it.
+"""A new project directory, as `ouroboros init` makes it, or what a project is missing, as
+`ouroboros init --missing` adds it.
 
     created = create_project(Path("my-agent"))
     # my-agent/ouroboros.toml, my-agent/SYSTEM_PROMPT.md, my-agent/workspace/
+    added = complete_project(Path("my-agent/ouroboros.toml"))   # only what is not there
 """
 
 from __future__ import annotations
@@ -48,4 +50,32 @@ def create_project(directory: Path) -> list[Path]:
             created.append(workspace)
     except OSError as error:
         raise UsageError(f"cannot create the project in {directory}: {error.strerror}") from None
+    return created
+
+
+def complete_project(config: Path) -> list[Path]:
+    """Add what a project is missing and nothing else: its config file (every key commented
+    out), then the system prompt file and the workspace that config names (as `run` reads it,
+    environment included). Returns what it created; refuses, creating nothing more, when a
+    path is there but of the wrong kind."""
+    from ouroboros.config import load_config
+
+    created: list[Path] = []
+    try:
+        if not config.exists():
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(render_template(), encoding="utf-8")
+            created.append(config)
+        loaded = load_config(config, {})
+        prompt, workspace = loaded.system_prompt_path, loaded.workspace
+        if not prompt.exists():
+            prompt.parent.mkdir(parents=True, exist_ok=True)
+            prompt.write_text(default_system_prompt(), encoding="utf-8")
+            created.append(prompt)
+        if not workspace.exists():
+            workspace.mkdir(parents=True)
+            created.append(workspace)
+    except OSError as error:
+        raise UsageError(f"cannot create {error.filename}: {error.strerror}") from None
+    loaded.check_files()  # one that was there but is of the wrong kind
     return created

@@ -10,12 +10,12 @@ and what is allowed. The modules, by concept:
     layering.py  defaults < user file < project file < environment < flags, validated once
     loaded.py    LoadedConfig: the result, its paths resolved and checked
     wording.py   one plain line for a validation error
-    editing.py   `config set`: one key changed, every other byte kept
+    editing.py   `config set` and `unset`: one key changed, every other byte kept
     template.py  the file `ouroboros init` writes
     values.py    a value as TOML writes it
 """
 
-from ouroboros.config.editing import edit_toml, set_config_value
+from ouroboros.config.editing import edit_toml, set_config_value, unset_config_value
 from ouroboros.config.layering import (
     CONFIG_FILENAME,
     DEFAULT_PROJECT_FILE,
@@ -67,4 +67,5 @@ __all__ = [
     "load_config",
     "render_template",
     "set_config_value",
+    "unset_config_value",
 ]

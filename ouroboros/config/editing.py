@@ -1,7 +1,8 @@
-"""`ouroboros config set`: one key changed in a config file, validated first, with every
-other byte of the file (comments, order, layout) kept.
+"""`ouroboros config set` and `config unset`: one key changed in (or taken out of) a config
+file, validated first, with every other byte of the file (comments, order, layout) kept.
 
     set_config_value(Path("ouroboros.toml"), "model.temperature", "0.2")  # 0.2
+    unset_config_value(Path("ouroboros.toml"), "model.temperature")       # True
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,7 +20,7 @@ from tomlkit.exceptions import TOMLKitError
 from ouroboros.store.atomic import write_atomically
 from ouroboros.config.layering import (
     DEFAULT_USER_FILE,
-    INIT_HINT,
+    init_hint,
     file_layer,
     merge_layers,
     read_toml,
@@ -46,16 +47,7 @@ def set_config_value(
     the file is left untouched. Every other byte of the file is kept (see `edit_toml`).
     Returns the value written.
     """
-    if not path.exists():
-        raise ConfigError(f"config file not found: {path} ({INIT_HINT})")
-    if key not in FIELDS:
-        raise ConfigError(
-            f"unknown key {key}"
-            + did_you_mean(key, KEYS, str, "keys look like table.key, e.g. model.name")
-        )
-    shown = str(path)
-    doc = read_toml(path, shown)
-    file_layer(doc, shown, "")  # the keys already in the file must be known
+    shown, doc = _file_for(path, key)
     value = parse_toml_value(raw)
     if FIELDS[key].annotation is str and not isinstance(value, str):
         value = raw
@@ -175,3 +167,91 @@ def _commented_value_end(lines: list[str], at: int, end: int, name: str) -> int 
         except tomllib.TOMLDecodeError:
             continue
     return None
+
+
+def check_key(key: str) -> None:
+    """Raise ConfigError unless `key` is a dotted key of the schema (with the nearest ones)."""
+    if key not in FIELDS:
+        raise ConfigError(
+            f"unknown key {key}"
+            + did_you_mean(key, KEYS, str, "keys look like table.key, e.g. model.name")
+        )
+
+
+def _file_for(path: Path, key: str) -> tuple[str, dict[str, Any]]:
+    """The file as shown in messages and as parsed, once it and `key` are known good."""
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path} ({init_hint(path)})")
+    check_key(key)
+    shown = str(path)
+    doc = read_toml(path, shown)
+    file_layer(doc, shown, "")  # the keys already in the file must be known
+    return shown, doc
+
+
+def unset_config_value(
+    path: Path,
+    key: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    user_file: Path | None = DEFAULT_USER_FILE,
+) -> bool:
+    """Take one key out of a config file, as `ouroboros config unset model.temperature`, so
+    the layers below (the user file, the default) apply again. The file without it is
+    validated like load_config first; on any error it is left untouched. Every other byte of
+    the file is kept. Returns False, changing nothing, when the file does not set the key."""
+    shown, doc = _file_for(path, key)
+    table, name = key.split(".")
+    if name not in doc.get(table, {}):
+        return False
+    del doc[table][name]
+    merge_layers(doc, shown, user_file, os.environ if env is None else env, {}, {})
+    text = next((candidate for candidate in _unset_candidates(path, table, name)
+                 if _parses_to(candidate, doc)), None)
+    if text is None:
+        raise ConfigError(f"cannot unset {key} in {shown} without rewriting its layout; "
+                          "remove it by hand")
+    try:
+        write_atomically(path.resolve(), text)
+    except OSError as error:
+        raise ConfigError(f"cannot write config file {path}: {error.strerror}") from None
+    return True
+
+
+def _unset_candidates(path: Path, table: str, name: str) -> Iterator[str]:
+    """The file without `name`: its lines turned back into the commented-out default that
+    `ouroboros init` writes (so `set` then `unset` gives the file back), else removed."""
+    text = path.read_bytes().decode("utf-8")
+    lines = text.splitlines(keepends=True)
+    span = _table_span(lines, table)
+    default = FIELDS[f"{table}.{name}"].get_default(call_default_factory=True)
+    for at in range(span[0] + 1, span[1]) if span is not None else ():
+        if re.match(rf"{re.escape(name)}\s*=", lines[at]):
+            stop = _value_end(lines, at, span[1], name)
+            newline = "\r\n" if lines[stop - 1].endswith("\r\n") else "\n"
+            commented = "".join(f"# {line}{newline}"
+                                for line in f"{name} = {toml_value(default)}".split("\n"))
+            yield "".join([*lines[:at], commented, *lines[stop:]])
+    edited = tomlkit.parse(text)
+    body = edited.get(table)
+    if isinstance(body, dict) and name in body:
+        del body[name]
+    yield edited.as_string()
+
+
+def _value_end(lines: list[str], at: int, end: int, name: str) -> int:
+    """The index just after the `name = value` that starts at lines[at] (one or more lines)."""
+    for stop in range(at + 1, end + 1):
+        try:
+            if name in tomllib.loads("".join(lines[at:stop])):
+                return stop
+        except tomllib.TOMLDecodeError:
+            continue
+    return at + 1
+
+
+def _parses_to(text: str, doc: dict[str, Any]) -> bool:
+    try:
+        return tomllib.loads(text) == doc
+    except tomllib.TOMLDecodeError:
+        return False

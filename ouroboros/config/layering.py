@@ -20,7 +20,7 @@ from typing import Any, Final, get_origin
 
 from pydantic import TypeAdapter, ValidationError
 
-from ouroboros.config.loaded import LoadedConfig
+from ouroboros.config.loaded import PROJECT_FILENAME, LoadedConfig
 from ouroboros.config.schema import (
     ENV_PREFIX,
     FIELDS,
@@ -36,11 +36,18 @@ from ouroboros.config.wording import describe_validation_error, did_you_mean, pr
 from ouroboros.errors import ConfigError
 from ouroboros.config.urls import BadURL, normalize_base_url
 
-CONFIG_FILENAME: Final = "ouroboros.toml"
+MAX_NESTING = 32  # levels of arrays and tables in a config file; the schema needs 3
+
+CONFIG_FILENAME: Final = PROJECT_FILENAME
 DEFAULT_PROJECT_FILE: Final = Path(CONFIG_FILENAME)
 # Compared by identity: this exact object means "the per-user file, honouring XDG_CONFIG_HOME".
 DEFAULT_USER_FILE: Final = Path("~/.config/ouroboros") / CONFIG_FILENAME
 INIT_HINT: Final = "run `ouroboros init` to create one"
+
+
+def init_hint(path: Path | str) -> str:
+    """What creates a missing config file at `path`, as a message says it."""
+    return f"create it with `ouroboros init --missing --config {path}`"
 
 class _Unset:
     def __repr__(self) -> str:
@@ -81,7 +88,7 @@ def load_config(
     else:
         project, shown = path, str(path)
         if not path.exists():
-            raise ConfigError(f"config file not found: {path} ({INIT_HINT})")
+            raise ConfigError(f"config file not found: {path} ({init_hint(path)})")
     project_doc = read_toml(project, shown) if project is not None else None
     config, sources = merge_layers(project_doc, shown, user_file, env, flags or {}, names)
     absolute = project.resolve() if project is not None else None
@@ -160,7 +167,7 @@ def read_toml(path: Path, shown: str) -> dict[str, Any]:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {shown} ({INIT_HINT})") from None
+        raise ConfigError(f"config file not found: {shown} ({init_hint(shown)})") from None
     except IsADirectoryError:
         raise ConfigError(f"config file {shown} is a directory, not a file") from None
     except OSError as error:
@@ -168,10 +175,29 @@ def read_toml(path: Path, shown: str) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise ConfigError(f"{shown} is not UTF-8 text (bad byte at offset {error.start})") from None
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         reason = str(error)
         raise ConfigError(f"{shown} is not valid TOML: {reason[:1].lower()}{reason[1:]}") from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        doc = None
+    if doc is None or nesting(doc) > MAX_NESTING:
+        raise ConfigError(f"{shown} nests arrays or tables too deeply: at most {MAX_NESTING} "
+                          "levels are allowed") from None
+    return doc
+
+
+def nesting(value: Any) -> int:
+    """How many levels of arrays and tables `value` holds (without recursing)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack += [(inner, depth + 1) for inner in item.values()]
+        elif isinstance(item, list):
+            stack += [(inner, depth + 1) for inner in item]
+    return deepest
 
 
 def file_layer(doc: Mapping[str, Any], shown: str, source: str) -> _Layer:
@@ -241,6 +267,8 @@ def _flag_layer(flags: Mapping[str, Any], flag_names: Mapping[str, str]) -> _Lay
             raise ConfigError(f"flag {flag} sets unknown key {key}{hint}")
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
+        if key == "model.base_url" and isinstance(value, str) and "://" not in value:
+            value = _ollama_host_url(value)  # as OLLAMA_HOST is read: host[:port], http
         layer[key] = (_coerce(key, value, f"from flag {flag}"), "flag")
     return layer
 

@@ -16,6 +16,8 @@ from ouroboros.config.schema import KEYS, Config
 from ouroboros.config.wording import where_set
 from ouroboros.errors import ConfigError
 
+PROJECT_FILENAME = "ouroboros.toml"
+
 
 @dataclass
 class LoadedConfig:
@@ -98,10 +100,21 @@ class LoadedConfig:
         if path.is_dir() if kind == "directory" else path.is_file():
             return
         origin = self.origin(key)
-        problem = f"is not a {kind}" if path.exists() else f"{kind} not found"
-        raise ConfigError(
-            f"{what} {problem}: {path} ({key} {origin}); run `ouroboros init` or create it"
-        )
+        if path.exists():
+            raise ConfigError(f"{what} is not a {kind}: {path} ({key} {origin}); point {key} "
+                              f"at a {kind}")
+        raise ConfigError(f"{what} {kind} not found: {path} ({key} {origin}); create it with "
+                          f"`{self.init_missing_command()}`, or point {key} at yours")
+
+    def init_missing_command(self) -> str:
+        """The command that creates what this project is missing, as typed from here:
+        `ouroboros init --missing`, with --config when this directory would not find it."""
+        here = Path.cwd()
+        nearest = next((directory / PROJECT_FILENAME for directory in (here, *here.parents)
+                        if (directory / PROJECT_FILENAME).is_file()), None)
+        if self.path is None or nearest is not None and nearest.resolve() == self.path:
+            return "ouroboros init --missing"
+        return f"ouroboros init --missing --config {self.path}"
 
 
 def _without_password(url: str) -> str:

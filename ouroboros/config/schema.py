@@ -12,7 +12,7 @@ read them.
 from __future__ import annotations
 
 import re
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -46,8 +46,15 @@ DEFAULT_BLOCKED_PATTERNS: Final[tuple[str, ...]] = (
 )
 
 
+LIVE: Final = {"live": True}
+"""A field's `json_schema_extra` when a running run takes a new value for it at its next
+session (`ouroboros reload`, SIGHUP, an edit the run notices); see `is_live`."""
+
+
 class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    live: ClassVar[bool] = False  # every key of the table is live
 
 
 class ModelConfig(_Table):
@@ -64,15 +71,18 @@ class ModelConfig(_Table):
         "(the name, never the key itself); empty for none.",
     )
     context_limit: int = Field(
-        0, ge=0, description="Context window in tokens; 0 = find out from the server."
+        0, ge=0, description="Context window in tokens; 0 = find out from the server.",
+        json_schema_extra=LIVE,
     )
     temperature: float = Field(
-        0.7, ge=0, le=2, allow_inf_nan=False, description="Sampling temperature, 0 to 2."
+        0.7, ge=0, le=2, allow_inf_nan=False, description="Sampling temperature, 0 to 2.",
+        json_schema_extra=LIVE,
     )
     max_output_tokens: int = Field(
         2048,
         ge=1,
         description="Most tokens per reply, sent as max_tokens and reserved in the context budget.",
+        json_schema_extra=LIVE,
     )
     request_timeout_secs: float = Field(
         600.0,
@@ -80,6 +90,7 @@ class ModelConfig(_Table):
         allow_inf_nan=False,
         description="Seconds one reply may take in all, from sending the request to its last "
         "byte; a slower reply is a failed attempt, retried.",
+        json_schema_extra=LIVE,
     )
     first_token_timeout_secs: float = Field(
         300.0,
@@ -87,6 +98,7 @@ class ModelConfig(_Table):
         allow_inf_nan=False,
         description="Seconds to wait for the first data of a reply (connecting, loading the "
         "model and reading the prompt included); keep-alive comments do not count.",
+        json_schema_extra=LIVE,
     )
     idle_timeout_secs: float = Field(
         60.0,
@@ -94,18 +106,21 @@ class ModelConfig(_Table):
         allow_inf_nan=False,
         description="Seconds a reply may go without new data once it has begun; keep-alive "
         "comments and empty chunks do not count.",
+        json_schema_extra=LIVE,
     )
     max_reply_bytes: int = Field(
         0,
         ge=0,
         description="Most bytes one reply may take on the wire; 0 = 512 per max_output_tokens "
         "plus 1 MB (2.05 MB for 2048).",
+        json_schema_extra=LIVE,
     )
     max_retry_secs: float = Field(
         600.0,
         ge=0,
         allow_inf_nan=False,
         description="Seconds to keep retrying a server that is down; 0 = fail at once.",
+        json_schema_extra=LIVE,
     )
 
     @field_validator("base_url")
@@ -140,29 +155,75 @@ class AgentConfig(_Table):
         min_length=1,
         description="File holding the system prompt; relative paths are relative to this file.",
     )
-    max_turns: int = Field(0, ge=0, description="Model turns in total; 0 = no limit.")
+    max_turns: int = Field(0, ge=0, description="Model turns in total; 0 = no limit.",
+                           json_schema_extra=LIVE)
     continue_message: str = Field(
         "Continue working towards your goals. Use your tools.",
         min_length=1,
         description="User message sent to keep the agent going when it ends a turn without "
         "calling a tool.",
+        json_schema_extra=LIVE,
     )
     allow_complete: bool = Field(
         True,
         description="Offer the agent the task_complete tool, which ends the run (exit 0) once "
         "the task is done; false: the run goes on until stopped.",
+        json_schema_extra=LIVE,
     )
     max_idle_turns: int = Field(
         3,
         ge=0,
         description="Pause the run (resumable) after this many turns in a row without a tool "
         "call; the continue_message before each is sent after a growing pause (0, 2, 4 ... "
-        "60 s). 0 = never pause.",
+        "60 s). 0 = never pause. A reply with new text (an agent writing) is not idle; an "
+        "empty or repeated one is.",
+        json_schema_extra=LIVE,
+    )
+    idle_pause_max_secs: float = Field(
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Longest pause before the continue message after idle turns in a row (it "
+        "doubles from 2 s up to this); 0 = no pause.",
+        json_schema_extra=LIVE,
+    )
+    memory_file: str = Field(
+        "NOTES.md",
+        min_length=1,
+        description="The agent's own memory: a file in the workspace it may edit, re-read at "
+        "every session start and pinned in the system message after the mission "
+        "(SYSTEM_PROMPT.md, which is the person's). An AGENTS.md in the workspace is pinned "
+        "too, read-only.",
+        json_schema_extra=LIVE,
+    )
+    memory_max_tokens: int = Field(
+        2000,
+        ge=0,
+        description="Most tokens of the memory file (and of AGENTS.md) pinned; over it, the "
+        "newest part is kept and the agent is told. 0 = pin neither.",
+        json_schema_extra=LIVE,
+    )
+    stuck_repeats: int = Field(
+        4,
+        ge=0,
+        description="A stuck loop: the same call failing the same way, or the same reply with "
+        "nothing new, this many turns in a row. The agent is told; if the loop goes on as "
+        "long again, the run pauses (reason stuck, resumable). 0 = off.",
+        json_schema_extra=LIVE,
+    )
+    stuck_cycles: int = Field(
+        3,
+        ge=0,
+        description="A stuck loop: two steps taking turns (A B A B ...) with the same results, "
+        "this many times each; treated as stuck_repeats is. 0 = off.",
+        json_schema_extra=LIVE,
     )
 
 
 class SafetyConfig(_Table):
     """Limits on the shell tool."""
+
+    live = True
 
     shell_timeout_secs: float = Field(
         30.0, gt=0, allow_inf_nan=False, description="Seconds before a shell command is killed."
@@ -220,6 +281,8 @@ class SafetyConfig(_Table):
 class ContextConfig(_Table):
     """Managing the context window: masking old tool results, winding down, restarting."""
 
+    live = True
+
     soft_threshold_pct: float = Field(
         0.70,
         gt=0,
@@ -262,6 +325,13 @@ class ContextConfig(_Table):
         "head",
         description='Which part of a long tool result to keep: "head", "tail" or "both" ends.',
     )
+    handoff_max_tokens: int = Field(
+        600,
+        ge=0,
+        description="Size of the handoff a restarted session begins with, in tokens (and at "
+        "most a twentieth of the prompt budget): what the last session wrote, ran, failed at "
+        "and left unfinished, built by the harness from its log. 0 = no handoff.",
+    )
     truncation_guard: bool = Field(
         True,
         description="Watch the server's token counts for signs that it cuts prompts to a "
@@ -295,6 +365,54 @@ class LoggingConfig(_Table):
         "\"event\" after every event and tool result (slower; a power cut loses at most the "
         "event being written).",
     )
+    segment_mb: float = Field(
+        1.0,
+        gt=0,
+        description="The event log is closed into a numbered, compressed segment at the first "
+        "session boundary once its current file holds this many MB (4 times this mid-session); "
+        "readers such as `status` read only the manifest and the current file.",
+    )
+    keep_mb: float = Field(
+        256.0,
+        ge=0,
+        description="Retention: the closed log segments and saved tool results a run keeps, in "
+        "MB; the oldest go first (at each segment's close, and on `ouroboros prune`). 0: no "
+        "size limit.",
+    )
+    keep_sessions: int = Field(
+        0,
+        ge=0,
+        description="Retention: also remove closed segments and tool results of sessions more "
+        "than this many sessions old. 0: no limit by sessions.",
+    )
+    keep_days: float = Field(
+        0,
+        ge=0,
+        description="Retention: also remove closed segments and tool results older than this "
+        "many days. 0: no limit by age.",
+    )
+
+
+class MetricsConfig(_Table):
+    """Prometheus metrics of the run, served while it goes on."""
+
+    port: int = Field(
+        0, ge=0, le=65535,
+        description="Serve Prometheus text at http://<address>:<port>/metrics while a run goes "
+        "on (turns, tool calls, restarts, masks, tokens, context use, retries, the window); "
+        "0 = off. A port in use stops the run before it starts.",
+    )
+    address: str = Field(
+        "127.0.0.1", min_length=1,
+        description="The address the metrics server binds: 127.0.0.1 (this machine only) by "
+        "default; 0.0.0.0 for a scraper on another host (a pod's Prometheus).",
+    )
+    heartbeat_secs: float = Field(
+        15.0, gt=0,
+        description="How often <state_dir>/heartbeat is rewritten while the run waits (a model "
+        "reply, a retry, a tool call); it is also rewritten at every event. A liveness probe "
+        "reads its age: `ouroboros status --json --stale-after SECS`.",
+    )
 
 
 class Config(_Table):
@@ -307,6 +425,8 @@ class Config(_Table):
         default_factory=ContextConfig, description="Context window management."
     )
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run records.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig,
+                                   description="Prometheus metrics.")
 
 
 TABLES: Final[dict[str, type[_Table]]] = {
@@ -320,6 +440,15 @@ FIELDS: Final[dict[str, FieldInfo]] = {
 KEYS: Final[tuple[str, ...]] = tuple(FIELDS)
 """Every dotted key, in table order: ("model.base_url", ..., "logging.durability")."""
 PATH_KEYS: Final = frozenset({"agent.workspace", "agent.system_prompt", "logging.state_dir"})
+
+
+def is_live(key: str) -> bool:
+    """Whether a running run takes a new value for `key` at its next session: its table is
+    live, or its field is marked LIVE. The others (the workspace, the state dir, the server
+    and model) need a new run."""
+    table = TABLES[key.split(".")[0]]
+    extra = FIELDS[key].json_schema_extra
+    return table.live or (isinstance(extra, dict) and bool(extra.get("live")))
 
 
 def env_var_for(key: str) -> str:

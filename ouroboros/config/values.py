@@ -44,7 +44,7 @@ def parse_toml_value(raw: str) -> Any:
     """`raw` read as a TOML value (0.6, true, ["a"], "x") when it parses as one, else the text."""
     try:
         doc = tomllib.loads(f"value = {raw}")
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return raw
     return doc["value"] if set(doc) == {"value"} else raw
 

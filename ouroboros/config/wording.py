@@ -134,11 +134,28 @@ def did_you_mean(
     word: str, choices: Iterable[str], fmt: Callable[[str], str], otherwise: str
 ) -> str:
     """A hint to append: ' (did you mean <the closest choice>?)', else ' (<otherwise>)', or
-    nothing when `otherwise` is empty."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    if match:
-        return f" (did you mean {fmt(match[0])}?)"
+    nothing when `otherwise` is empty. A dotted key is matched within its own table, a
+    short name against the start of each key too (`context.sotf`: soft_threshold_pct)."""
+    match = _closest(word, list(choices))
+    if match is not None:
+        return f" (did you mean {fmt(match)}?)"
     return f" ({otherwise})" if otherwise else ""
+
+
+def _closest(word: str, choices: list[str], cutoff: float = 0.6) -> str | None:
+    table, dot, name = word.rpartition(".")
+    same_table = [choice for choice in choices if dot and choice.startswith(table + ".")]
+    if not same_table:
+        match = difflib.get_close_matches(word, choices, n=1, cutoff=cutoff)
+        return match[0] if match else None
+
+    def likeness(choice: str) -> float:
+        full = choice.rpartition(".")[2]
+        return max(difflib.SequenceMatcher(None, name, full).ratio(),
+                   difflib.SequenceMatcher(None, name, full[:len(name)]).ratio())
+
+    best = max(same_table, key=likeness)
+    return best if likeness(best) >= cutoff else None
 
 
 def one_line(text: str) -> str:

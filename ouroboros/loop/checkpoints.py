@@ -51,5 +51,5 @@ class Checkpoints:
     def snapshot(self) -> None:
         """Write the whole state (at session boundaries, at the end, now and then)."""
         self.log.sync()
-        write_snapshot(self.run_dir, self.log.seq, self.state.to_dict())
+        write_snapshot(self.run_dir, self.log.seq, self.state.to_dict(), self.log.redact)
         self.journal.reset(self.state, self.log.seq)

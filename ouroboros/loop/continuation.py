@@ -8,23 +8,24 @@ instruction), an error, a crash.
     flags = resume_flags(remembered_flags(events), given, more_turns=5,
                          total_turns=turns_taken(events))
     why_not = refusal(run_id, end, total_turns=12, max_turns=10, message="")
+    plan = continue_plan(state_dir, None, given)  # `run --continue`; None: start a new run
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping
 
-from ouroboros.store.log import EVENTS_FILE, find_run, parse_logged, parse_records, read_events
+from ouroboros.errors import EXIT_DONE, EXIT_PAUSED
+from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
 from ouroboros.store.events import Assistant, EventBase, RunEnd, RunResumed, RunStart
 
 # The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
 REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
 MESSAGE_HINT: Final = 'ouroboros resume --message "what to do next"'
-# The records that carry the remembered flags: plan_resume parses only these (and the last
-# record) as events; a long log is mostly checkpoints and tool results.
-FLAG_RECORDS: Final = ("run_start", "run_resumed")
+TURN_LIMIT: Final = "agent.max_turns"
 
 
 @dataclass(frozen=True)
@@ -36,21 +37,51 @@ class ResumePlan:
     total_turns: int
     end: RunEnd | None  # the run_end record the log ends with, if any
 
+    def stays(self, max_turns: int) -> Stay | None:
+        """Why `run --continue` leaves this run as it is (under the `max_turns` it would run
+        with), and the exit code that says so; None when it goes on. A complete run is done
+        (exit 0); a run out of turns is still paused (exit 3)."""
+        if self.end is not None and self.end.reason == "task_complete":
+            summary = f": {self.end.summary}" if self.end.summary else ""
+            return Stay(f"run {self.run_id} is complete (task_complete{summary}); it is left "
+                        f"as it is. To give the agent more to do: {MESSAGE_HINT}", EXIT_DONE)
+        why_not = refusal(self.run_id, self.end, total_turns=self.total_turns,
+                          max_turns=max_turns, message="")
+        return Stay(why_not, EXIT_PAUSED) if why_not is not None else None
+
+
+@dataclass(frozen=True)
+class Stay:
+    """`run --continue` leaves the run as it is: the line that says why, and the exit code."""
+
+    message: str
+    exit_code: int
+
+
+def continue_plan(state_dir: Path, run_id: str | None, given: Mapping[str, Any]
+                  ) -> ResumePlan | None:
+    """What `run --continue` continues: the named run, else the latest; None when the project
+    has no run yet (a new one starts). The flags given now are the run's limits as they
+    would be for `run` (`--max-turns` is the total, so a supervisor's fixed command line
+    does not add turns at every restart)."""
+    if run_id is None and not list_runs(state_dir):
+        return None
+    return plan_resume(state_dir, run_id, given, None)
+
 
 def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],
                 more_turns: int | None) -> ResumePlan:
-    """Read the run's log (the latest run unless named): its remembered flags under those
-    given now, its turns so far and how it ended. Raises UsageError as find_run does."""
+    """Read the run's tally (the latest run unless named; its manifest and current segment):
+    its remembered flags under those given now, its turns so far and how it ended. Raises
+    UsageError as find_run does."""
     run_dir = find_run(state_dir, run_id)
-    path = run_dir / EVENTS_FILE
-    records = read_events(path).events
-    events = parse_records([r for r in records if r["type"] in FLAG_RECORDS], path)
-    last = parse_logged(records[-1], path) if records else None
-    total = sum(1 for record in records if record["type"] == "assistant")  # as turns_taken
-    end = last if isinstance(last, RunEnd) else None
-    flags = resume_flags(remembered_flags(events), given, more_turns=more_turns,
-                         total_turns=total)
-    return ResumePlan(run_dir.name, flags, total, end)
+    tally = read_tail(run_dir).tally()
+    last = tally.anchors.get("run_end")
+    end = parse_logged(last, run_dir / EVENTS_FILE) if last is not None \
+        and last["seq"] == tally.last.get("seq") else None
+    total = tally.assistants  # as turns_taken
+    flags = resume_flags(tally.flags, given, more_turns=more_turns, total_turns=total)
+    return ResumePlan(run_dir.name, flags, total, end if isinstance(end, RunEnd) else None)
 
 
 def flags_to_remember(config: Mapping[str, Mapping[str, Any]],
@@ -68,11 +99,18 @@ def flags_to_remember(config: Mapping[str, Mapping[str, Any]],
 
 
 def remembered_flags(events: list[EventBase]) -> dict[str, Any]:
-    """The flags the run last ran with: its run_start's, as each run_resumed updated them."""
+    """The flags the run last ran with: its run_start's, as each run_resumed updated them;
+    but the turn limit only as `ouroboros run` was given it, since a resume's `--max-turns N`
+    is for that resume only (a later resume is not refused for it)."""
     flags: dict[str, Any] = {}
+    started: dict[str, Any] = {}
     for event in events:
         if isinstance(event, (RunStart, RunResumed)) and "flags" in event.model_fields_set:
             flags = dict(event.flags)
+            started = dict(event.flags) if isinstance(event, RunStart) else started
+    flags.pop(TURN_LIMIT, None)
+    if TURN_LIMIT in started:
+        flags[TURN_LIMIT] = started[TURN_LIMIT]
     return flags
 
 
@@ -96,11 +134,12 @@ def resume_flags(remembered: Mapping[str, Any], given: Mapping[str, Any], *,
 
 
 def refusal(run_id: str, end: RunEnd | None, *, total_turns: int, max_turns: int,
-            message: str) -> str | None:
+            message: str, limit_from: str = TURN_LIMIT) -> str | None:
     """Why `resume` would stop again at once, as the line that says what to give it; None
-    when it can go on. `end` is the run's last run_end record, if it ended cleanly."""
+    when it can go on. `end` is the run's last run_end record, if it ended cleanly;
+    `limit_from` names where `max_turns` was set ("--max-turns 3, given to `ouroboros run`")."""
     if max_turns and total_turns >= max_turns:
-        return (f"run {run_id} has had its {max_turns} turns (agent.max_turns); "
+        return (f"run {run_id} has had its {turns(max_turns)} ({limit_from}); "
                 "`ouroboros resume --max-turns N` gives it N more (0: no limit)")
     if end is not None and end.reason == "task_complete" and not message.strip():
         summary = f": {end.summary}" if end.summary else ""
@@ -109,17 +148,45 @@ def refusal(run_id: str, end: RunEnd | None, *, total_turns: int, max_turns: int
     return None
 
 
-def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0) -> str:
+_DONE_WORDS: Final = re.compile(
+    r"\b(?:all done|(?:the |my )?(?:task|work|job)s? (?:is |are |has been |have been )?"
+    r"(?:now )?(?:done|complete|completed|finished)|(?:i am|i'm|we are|we're) (?:all )?"
+    r"(?:done|finished)|(?:i have |i've )?(?:finished|completed) (?:the|my|all the) "
+    r"(?:task|work|job)s?|nothing (?:left|more) to do|mission (?:accomplished|complete))\b",
+    re.IGNORECASE)
+
+
+def said_done(text: str) -> str | None:
+    """The words in which a reply says the work is done ("ALL DONE", "The task is complete"),
+    as written; None when it says no such thing (or only that it is not done)."""
+    for match in _DONE_WORDS.finditer(text):
+        before = text[max(0, match.start() - 12):match.start()].lower()
+        if not re.search(r"\b(?:not|n't|never|almost|nearly)\W*(?:yet\W*)?$", before):
+            return match.group(0)
+    return None
+
+
+def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
+                    last_words: str = "") -> str:
     """The line a stopped run ends with: why it stopped, if it needs saying, and the command
-    that continues it."""
+    that continues it. `last_words`: the agent's last reply, for an idle end after it said in
+    words that the work is done (most small models never call task_complete)."""
+    done = said_done(last_words) if reason == "idle" else None
+    if done is not None:
+        return (f"the agent said it is done (\"{done}\") without calling task_complete, so "
+                f"the run is paused; to give it more to do: {MESSAGE_HINT}")
     match reason:
         case "task_complete":
             return f"the agent says the task is done; to give it more to do: {MESSAGE_HINT}"
         case "idle":
-            return (f"the agent made no tool call in {max_idle_turns} turns in a row, so the "
-                    f"run is paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
+            return (f"the agent made no tool call and said nothing new in "
+                    f"{turns(max_idle_turns)} in a row, so the run is paused; to go on: "
+                    f"{MESSAGE_HINT} (or `ouroboros resume`)")
+        case "stuck":
+            return ("the agent was stuck in a loop (see the `stuck` event), so the run is "
+                    f"paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
         case "max_turns":
-            return (f"the run had its {max_turns} turns (agent.max_turns); "
+            return (f"the run had its {turns(max_turns)} (agent.max_turns); "
                     "`ouroboros resume --max-turns N` gives it N more")
         case "max_restarts":
             return ("the run reached context.max_restarts; raise it, then `ouroboros resume` "
@@ -127,3 +194,8 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0)
         case "error":
             return "fix the cause, then `ouroboros resume` continues the run"
     return "`ouroboros resume` continues the run"
+
+
+def turns(count: int) -> str:
+    """ "1 turn", "3 turns"."""
+    return f"{count} turn" + ("" if count == 1 else "s")

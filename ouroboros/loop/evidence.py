@@ -44,14 +44,17 @@ def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Wa
     window = context.window
     context.window = with_allocated(window, tokens, told_by)
     if tokens < window.claimed:
+        fix = BIGGER_WINDOW % {"n": window.claimed}
         warn("allocated", (
             f"the server's window is {tokens} tokens ({told_by}), but "
             f"{window.claimed_source} claims {window.claimed}: working within {tokens} "
-            f"tokens. Fix: give the model the bigger window (Ollama: "
-            f"OLLAMA_CONTEXT_LENGTH={window.claimed} ollama serve, or PARAMETER num_ctx "
-            f"{window.claimed} in a Modelfile; llama.cpp: -c {window.claimed}; vLLM: "
-            f"max_model_len {window.claimed}), or set model.context_limit = {tokens} to "
-            "match"))
+            f"tokens. Fix: give the model the bigger window ({fix}), or set "
+            f"model.context_limit = {tokens} to match"))
+
+
+BIGGER_WINDOW = ("Ollama: `OLLAMA_CONTEXT_LENGTH=%(n)d ollama serve`, or `PARAMETER num_ctx "
+                 "%(n)d` in a Modelfile; llama.cpp: `-c %(n)d`; vLLM: `--max-model-len %(n)d`")
+"""How each server is given a window of n tokens, for the warning that names the fix."""
 
 
 class WindowAsker(Protocol):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from functools import cache
-from itertools import islice
 from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
@@ -51,7 +50,7 @@ class Journal:
     _list: list[Message] = field(default_factory=list)
     _length: int = 0
     _unmeasured: list[int] = field(default_factory=list)  # indexes without `_tokens`
-    _observations: int = 0
+    _last_observation: str | None = None  # the newest key of context.observations
     _masked: set[str] = field(default_factory=set)
     _total_masked: int = 0
     _scalars: dict[str, Any] = field(default_factory=dict)
@@ -70,7 +69,7 @@ class Journal:
         self._refs.clear()
         self._remember(state.messages, unmeasured_indexes(state.messages))
         context = state.context
-        self._observations = len(context.observations)
+        self._last_observation = next(reversed(context.observations), None)
         self._masked = {k for k, o in context.observations.items() if o.masked}
         self._total_masked = context.total_masked
         self._scalars, self._context = state_scalars(state), context_scalars(context)
@@ -129,12 +128,18 @@ class Journal:
 
     def _new_observations(self, context: ContextManager) -> dict[str, Any]:
         observations = context.observations
-        added = len(observations) - self._observations
-        changed = dict(islice(reversed(observations.items()), max(added, 0)))
+        changed = {}
+        # New records are appended; the session boundary drops unreferenced ones (which may
+        # include the newest), so the new ones are those after the newest seen before.
+        for key in reversed(observations):
+            if key == self._last_observation:
+                break
+            changed[key] = observations[key]
         if context.total_masked != self._total_masked:
             changed.update((k, o) for k, o in observations.items()
                            if o.masked and k not in self._masked)
-        self._observations, self._total_masked = len(observations), context.total_masked
+        self._last_observation = next(reversed(observations), None)
+        self._total_masked = context.total_masked
         self._masked.update(k for k, o in changed.items() if o.masked)
         return {k: asdict(o) for k, o in changed.items()}
 

@@ -67,6 +67,7 @@ class Replay:
         self.continue_message = continue_message
         self.turns: dict[int, int] = {}  # turn number -> index of its assistant message
         self.calls: dict[str, ToolCall] = {}
+        self.subjects: dict[str, str] = {}  # call id -> what the call was about
         self.wound_down = False
 
     def apply(self, event: EventBase, messages: list[Message]) -> bool:
@@ -74,6 +75,9 @@ class Replay:
         match event:
             case ev.Assistant():
                 self.reply(event, messages)
+            case ev.ToolCallEvent(id=call_id, subject=subject):
+                self.subjects[call_id] = subject
+                return False
             case ev.ToolResultEvent(id=call_id) if call_id in self.calls:
                 messages.append(self.result(event))
             case ev.WindDown(reason=reason, context_used_pct=pct):
@@ -108,7 +112,7 @@ class Replay:
         elif text is None:
             text = f"[the full result is no longer on disk; its first line was: {event.summary}]"
         result = ToolResult(text, ok=event.ok)
-        obs = ctx.describe(call.name, ctx.call_arguments(call.arguments), result, obs_id, call.id)
+        obs = ctx.describe(call.name, self.subjects.get(call.id, ""), result, obs_id, call.id)
         return {"role": "tool", "tool_call_id": call.id,
                 "content": self.context.admit(obs, text)}
 

@@ -23,18 +23,11 @@ from pathlib import Path
 from typing import Any, Final, Mapping
 
 from ouroboros.config import KEYS, Config, LoadedConfig
+from ouroboros.config.schema import is_live
 from ouroboros.errors import UsageError
 from ouroboros.store.events import ConfigChanged, EventBase, RunStart
 from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
 
-LIVE_TABLES: Final = frozenset({"context", "safety"})
-LIVE_KEYS: Final = frozenset({
-    "agent.max_turns", "agent.continue_message", "agent.allow_complete",
-    "agent.max_idle_turns", "model.temperature",
-    "model.max_output_tokens", "model.request_timeout_secs", "model.max_retry_secs",
-    "model.context_limit", "model.first_token_timeout_secs", "model.idle_timeout_secs",
-    "model.max_reply_bytes",
-})
 RELOAD_REASON: Final = "reload requested"
 RELOAD_WIND_DOWN_TEXT: Final = (
     "[The harness will restart this session shortly, to apply new settings. Save your "
@@ -43,11 +36,6 @@ RELOAD_WIND_DOWN_TEXT: Final = (
 )
 
 ConfigData = Mapping[str, Mapping[str, Any]]  # {"context": {"soft_threshold_pct": 0.7}, ...}
-
-
-def is_live(key: str) -> bool:
-    """Whether a running run can take a new value for `key` at its next session."""
-    return key.split(".")[0] in LIVE_TABLES or key in LIVE_KEYS
 
 
 @dataclass(frozen=True)
@@ -138,7 +126,8 @@ def effect_note(key: str, session: int | None, turn: int | None) -> str:
 def live_holder(state_dir: Path) -> dict[str, Any] | None:
     """Who holds the state dir's lock, if that process is alive; else None."""
     holder = read_holder(state_dir / LOCK_FILE)
-    return holder if holder is not None and holder_is_alive(holder) else None
+    alive = holder is not None and holder_is_alive(holder, state_dir / LOCK_FILE)
+    return holder if alive else None
 
 
 def request_reload(state_dir: Path, host: str) -> dict[str, Any]:

@@ -4,15 +4,16 @@ run cannot go on.
 The runner, when a session raised RestartSession (after reading the config again):
 
     may_restart(state, policy, reason, confirm)  # StopRun: max_restarts, restart_declined
-    count_progress(state)                        # WindowTooSmallError: sessions in a row
-                                                 # without one successful tool call
-    fitted = fresh_start(state, system, tools, policy, told)  # WindowTooSmallError
+    cause = count_progress(state, digest)        # sessions in a row without one successful
+                                                 # tool call: WindowTooSmallError when the
+                                                 # window is to blame, else the cause
+    fitted = fresh_start(state, system, tools, policy, told, handoff)  # WindowTooSmallError
     previous_turns = begin_session(state, fitted.messages)
 
 The next session begins with the system prompt as it is on disk now, a note that says a
-restart happened, and the newest `carryover_turns` complete turns that fit in half the
-budget; the turns the agent has not acted on yet (the newest,
-and back to the one a wind-down interrupted) always, whatever `carryover_turns` says.
+restart happened, the handoff (handoff.py), and the newest `carryover_turns` complete turns
+that fit in half the budget; the turns the agent has not acted on yet (the newest, and back
+to the one a wind-down interrupted) always, whatever `carryover_turns` says.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
 from ouroboros.window.policy import ContextManager, Fitted
-from ouroboros.window.conversation import carryover, restart_marker, unacted_turns
+from ouroboros.window.conversation import NOTE_KEY, carryover, note, restart_marker, unacted_turns
 from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
+from ouroboros.loop.guards import barren_cause
+from ouroboros.loop.handoff import Digest
 from ouroboros.protocols import Message
 from ouroboros.loop.state import RunState
 from ouroboros.window.belief import at_session_start, with_allocated
@@ -44,23 +47,33 @@ def may_restart(state: RunState, policy: ContextConfig, reason: str,
         raise StopRun("restart_declined")
 
 
-def count_progress(state: RunState) -> None:
-    """Count the session that ends; raise WindowTooSmallError after MAX_BARREN_SESSIONS in a
-    row without one successful tool call."""
+def count_progress(state: RunState, digest: Digest | None = None) -> str | None:
+    """Count the session that ends. After MAX_BARREN_SESSIONS in a row without one
+    successful tool call: the cause when the agent is to blame (its `digest` says every call
+    failed, or it made none in many turns), else raise WindowTooSmallError."""
     state.barren_sessions = 0 if state.session_successes else state.barren_sessions + 1
-    if state.barren_sessions >= MAX_BARREN_SESSIONS:
-        raise WindowTooSmallError(cannot_progress(state.context, (
+    if state.barren_sessions < MAX_BARREN_SESSIONS:
+        return None
+    if digest is not None:
+        cause = barren_cause(state.session_turns, digest.calls, digest.failed,
+                             digest.top_failure())
+        if cause is not None:
+            return (f"{state.barren_sessions} sessions in a row ended without one successful "
+                    f"tool call; in the last, {cause}")
+    raise WindowTooSmallError(cannot_progress(state.context, (
             f"{state.barren_sessions} sessions in a row ended without one successful tool "
             "call")))
 
 
 def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
-                policy: ContextConfig, told: tuple[int, str] | None) -> Fitted:
+                policy: ContextConfig, told: tuple[int, str] | None,
+                handoff: str = "") -> Fitted:
     """The conversation the next session begins with, the window believed afresh (with the
-    window the server says it has now, and where it said so, if it says). Raises
-    WindowTooSmallError when even that would start at the hard threshold, or leave less room
-    than one tool result may take: a session that cannot read one result and act on it
-    would only restart again."""
+    window the server says it has now, and where it said so, if it says), the `handoff`
+    before the turns carried over (left out when there is no room for it below the soft
+    threshold). Raises WindowTooSmallError when even that would start at the hard threshold,
+    or leave less room than one tool result may take: a session that cannot read one result
+    and act on it would only restart again."""
     context = state.context
     unacted = unacted_turns(state.messages)
     carried = carryover(state.messages, max(policy.carryover_turns, unacted))
@@ -68,8 +81,14 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     if told is not None:
         context.window = with_allocated(context.window, *told)
     context.new_session()
-    fresh = [system, restart_marker(state.session + 1, state.session_turns), *carried]
-    fitted = context.fit(fresh, tools, context.fresh_start_target(), keep=unacted)
+    marker = restart_marker(state.session + 1, state.session_turns)
+    target = context.fresh_start_target()
+    fitted = context.fit([system, marker, *carried], tools, target, keep=unacted)
+    if handoff:
+        with_handoff = context.fit([system, marker, note("handoff", handoff), *carried], tools,
+                                   target, keep=unacted)
+        if context.used_pct(with_handoff.tokens) < policy.soft_threshold_pct:
+            fitted = with_handoff  # else there is no room for it
     room = context.budget - fitted.tokens
     if context.used_pct(fitted.tokens) >= policy.hard_threshold_pct \
             or room < context.result_tokens():
@@ -81,6 +100,11 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     return fitted
 
 
+def handed_over(messages: list[Message]) -> bool:
+    """Whether a fresh start's conversation holds the handoff (after the restart note)."""
+    return len(messages) > 2 and messages[2].get(NOTE_KEY) == "handoff"
+
+
 def begin_session(state: RunState, messages: list[Message]) -> int:
     """Make `messages` the conversation of the run's next session; return how many turns
     the previous one ran."""
@@ -90,6 +114,7 @@ def begin_session(state: RunState, messages: list[Message]) -> int:
     state.session_turns = state.session_successes = 0
     state.reload = ""
     state.messages = messages
+    state.context.forget_unreferenced(messages)
     return previous_turns
 
 

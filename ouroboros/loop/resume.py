@@ -23,10 +23,14 @@ from ouroboros.store.log import (
     EVENTS_FILE,
     SNAPSHOT_FILE,
     DamagedSnapshot,
+    RunTail,
     parse_records,
-    read_events,
     read_snapshot,
+    read_tail,
+    run_records,
 )
+from ouroboros.store.segments import Tally, closed_records
+from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
 from ouroboros.window.conversation import pending_calls
 from ouroboros.loop.journal import replay
@@ -35,7 +39,6 @@ from ouroboros.loop.rebuild import rebuild_state, restore_results
 from ouroboros.loop.reload import recorded_config
 from ouroboros.loop.state import RunState
 
-CONFIG_RECORDS = ("run_start", "config_changed")  # what recorded_config reads
 
 @dataclass
 class Recovered:
@@ -46,6 +49,8 @@ class Recovered:
     valid_bytes: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # what the run last ran with
     rebuilt: str | None = None  # why the state was rebuilt from the log, if it was
+    repaired: str | None = None  # why the manifest was rebuilt from the segments, if it was
+    tail: RunTail | None = None  # the manifest and current segment the log continues
 
 
 def started_ids(events: list[EventBase], after_seq: int) -> set[str]:
@@ -55,30 +60,57 @@ def started_ids(events: list[EventBase], after_seq: int) -> set[str]:
 def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Recovered:
     """Read a run back, under the `[context]` policy configured now. Raises UsageError when
     it should not be resumed, StateError when its log cannot be read. `system_prompt` opens
-    the conversation if it has to be rebuilt from the log."""
-    log = read_events(run_dir / EVENTS_FILE)
-    records = log.events
-    if not records:
+    the conversation if it has to be rebuilt from the log. What is read is the manifest, the
+    snapshot and the records after it (the current segment, as a rule): not the history."""
+    tail = read_tail(run_dir)
+    tally = tail.tally()
+    if tally.run_start is None and not tail.last_seq:
         raise UsageError(f"{run_dir} has an empty log; start a new run with `ouroboros run`")
-    version = records[0].get("format_version", 0)
+    version = (tally.run_start or {}).get("format_version", 0)
     if version > FORMAT_VERSION:
         raise UsageError(f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
                          f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it")
     read = observation_reader(run_dir)
-    state, seq, rebuilt = saved_state(run_dir, policy, records, read)
-    # What the snapshot holds is read back through its checkpoints (journal.py): only the
-    # records after it, and those that say the config, are needed as events.
-    needed = records if state is None else [r for r in records if r["seq"] > seq
-                                            or r["type"] in CONFIG_RECORDS]
-    events = parse_records(needed, run_dir / EVENTS_FILE)
-    if state is None:
+    after = records_after(tail, snapshot_seq(run_dir))
+    state, seq, rebuilt = saved_state(run_dir, policy, after, read)
+    if state is None:  # rebuilt from the whole log
+        events = parse_records(list(run_records(run_dir)), run_dir / EVENTS_FILE)
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
     else:
+        needed = {r["seq"]: r for r in config_records(tally) + after if r["seq"] > seq
+                  or r["type"] in ("run_start", "config_changed")}
+        events = parse_records(sorted(needed.values(), key=lambda r: r["seq"]),
+                               run_dir / EVENTS_FILE)
         seq = restore_results(state, events, seq, read)
     started = started_ids(events, seq)
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
-    return Recovered(state, records[-1]["seq"], interrupted, log.torn_line, log.valid_bytes,
-                     recorded_config(events), rebuilt)
+    return Recovered(state, tail.last_seq, interrupted, tail.current.torn_line,
+                     tail.current.valid_bytes, recorded_config(events), rebuilt,
+                     tail.manifest.problem, tail)
+
+
+def snapshot_seq(run_dir: Path) -> int:
+    """The seq the snapshot is as of (0 when there is none or it is damaged: then every
+    record is needed)."""
+    try:
+        snapshot = read_snapshot(run_dir)
+    except DamagedSnapshot:
+        return 0
+    return snapshot["seq"] if snapshot is not None else 0
+
+
+def records_after(tail: RunTail, seq: int) -> list[dict[str, Any]]:
+    """The records after event `seq`: the current segment's, and a closed segment's only
+    when the snapshot is older than the current segment."""
+    if seq >= tail.manifest.last_seq:
+        return [r for r in tail.records if r["seq"] > seq]
+    return list(closed_records(tail.run_dir, tail.manifest, seq)) + tail.records
+
+
+def config_records(tally: Tally) -> list[dict[str, Any]]:
+    """The records that say the config the run last ran with, in order."""
+    return [tally.run_start, *tally.config_changes] if tally.run_start else \
+        list(tally.config_changes)
 
 
 def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any]],
@@ -98,14 +130,8 @@ def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any
 
 
 def observation_reader(run_dir: Path) -> Callable[[str], str | None]:
-    def read(obs_id: str) -> str | None:
-        try:
-            with (run_dir / "observations" / f"{obs_id}.txt").open(
-                    encoding="utf-8", newline="") as f:  # as written: "\r\n" stays
-                return f.read()
-        except (OSError, ValueError):
-            return None
-    return read
+    """Reads a result's full text back by its observation id, as written ("\r\n" stays)."""
+    return ObservationStore(run_dir / OBSERVATIONS_DIR).read
 
 
 def rebuilt_warning(why: str, state: RunState) -> str:

@@ -15,31 +15,38 @@ from pathlib import Path
 
 from ouroboros.store import events as ev
 from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.loop.deadline import STARTUP_SECS, Deadline
 from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
 from ouroboros.loop.evidence import believe_told
 from ouroboros.loop.continuation import flags_to_remember, how_to_continue
 from ouroboros.server.discovery import WindowQuestions, same_model
-from ouroboros.errors import ConfigError, ModelError, OuroborosError, RunFailed, StateError
+from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
+    RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
+from ouroboros.store.owner import claim_state_dir
 from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
+from ouroboros.loop.guards import StuckGuard
+from ouroboros.loop.handoff import Digest, handoff_budget, handoff_text, tokens_of
+from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
+from ouroboros.loop.memory import mission_changed, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
-from ouroboros.protocols import TextSink
+from ouroboros.protocols import Message, TextSink
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
 from ouroboros.loop.restart import ConfirmRestart, begin_session, count_progress, fresh_start, \
-    may_restart
+    handed_over, may_restart
 from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
     api_key,
     build_toolbox,
     claim_window,
+    live_from,
     log_changes,
     resume_run,
     start_run,
     startup_warnings,
-    system_message,
 )
 from ouroboros.loop.state import RunState, StopFlag
 from ouroboros.loop.stopping import Interrupted, stop_signals
@@ -59,15 +66,16 @@ class RunHooks:
 
 async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
                     run_id: str | None = None, message: str = "") -> int:
-    """Run (or resume) the agent until it stops. Returns the exit code: 0 for a normal stop
-    (a stop signal included), 1 for a failed run. Config errors raise before anything is
+    """Run (or resume) the agent until it stops. Returns the exit code (the table in
+    ouroboros.errors): 0 done, 3 paused, 128 + N for a stop by signal N; a failed run raises
+    RunFailed (exit 1, or 2 when it needs a fix). Config errors raise before anything is
     written. `message` (on resume) is a new instruction for the agent."""
     with stop_signals(hooks.stop):
         try:
             return await start_and_run(loaded, hooks, resume=resume, run_id=run_id,
                                        message=message)
         except Interrupted:  # stopped before the run began: nothing was recorded
-            return 0
+            return signal_exit_code(hooks.stop.signal_name or "SIGINT")
 
 
 async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
@@ -82,20 +90,26 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
         run_dir = runs_dir(loaded.state_dir) / run_id
     guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
     lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
+    try:
+        claim_state_dir(loaded.state_dir, project=loaded.root,
+                        workspace=loaded.workspace)
+    except BaseException:
+        lock.release()
+        raise
     client = ChatClient(
         cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
         **client_settings(cfg.model))
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
-        guard.start()  # before an interrupted call is answered: its processes are gone
-        await hooks.stop.cancellable(check_reachable(client))
+        guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
+        startup = Deadline.after(STARTUP_SECS)
+        await hooks.stop.cancellable(startup.within(check_reachable(client), lambda: None,
+                                                    "the model check"))
         runner = await hooks.stop.cancellable(
             Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
-                        guard=guard))
-        if lock.taken_over is not None:
-            runner.log.emit(ev.WarningEvent(message=f"took over a stale lock left by pid "
-                                            f"{lock.taken_over.get('pid')} (that process is "
-                                            "gone)"))
+                        guard=guard, startup=startup))
+        if (note := lock.takeover_note()) is not None:
+            runner.log.emit(ev.WarningEvent(message=note))
         return await runner.run()
     finally:
         await client.aclose()
@@ -131,16 +145,18 @@ class Runner:
         self.log = log
         self.services = services
         self.hooks = hooks
+        self.digest = Digest()  # what the session did, for the handoff (handoff.py)
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
                    counter: TokenCounter, hooks: RunHooks, *, resume: bool,
-                   message: str = "", guard: RunGuard | None = None) -> Runner:
+                   message: str = "", guard: RunGuard | None = None,
+                   startup: Deadline | None = None) -> Runner:
         """Start a new run in `run_dir`, or pick up the one there; snapshot its state, so a
         run killed before its first reply resumes."""
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
-        claim = await claim_window(loaded)
+        claim = await claim_window(loaded, startup)
         if resume:
             state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
                                                  message, guard)
@@ -148,6 +164,9 @@ class Runner:
             state, log = start_run(loaded, run_dir, hooks.on_event, claim, flags, guard)
             interrupted = []
         guarded = guard.warnings() if guard is not None else []
+        guarded += [f"the server did not answer {what} within the start-up deadline "
+                    f"({STARTUP_SECS:g} s): going on with what is known"
+                    for what in (startup.missed if startup is not None else [])]
         for warning in startup_warnings(loaded, os.environ) + guarded:
             log.emit(ev.WarningEvent(message=warning))
         asker = window_questions(cfg.model.base_url, cfg.model.name, cfg.model.api_key_env)
@@ -156,12 +175,16 @@ class Runner:
         services = Services(
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
             log=log, run_dir=run_dir, retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs),
-            stop=hooks.stop, max_turns=cfg.agent.max_turns,
-            continue_message=cfg.agent.continue_message,
-            max_idle_turns=cfg.agent.max_idle_turns, on_text=hooks.on_text, counter=counter,
-            asker=asker)
+            stop=hooks.stop, config=cfg, on_text=hooks.on_text, counter=counter,
+            asker=asker, stuck=StuckGuard(cfg.agent.stuck_repeats, cfg.agent.stuck_cycles),
+            state_dir=loaded.state_dir)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         runner.guard = guard
+        log.subscribe(runner.digest.take)
+        system = runner.system_message()  # the memory as it is now, on a resume too
+        if system["content"] != state.messages[0].get("content"):
+            state.messages = [system, *state.messages[1:]]
+            state.context.revision += 1  # changed other than by appending
         session = Session(state, services)
         for call in interrupted:
             session.actions.answer_interrupted(call)
@@ -169,28 +192,43 @@ class Runner:
         return runner
 
     async def run(self) -> int:
-        """Run sessions until the run stops; 0 for a normal stop. A model failure is logged,
-        the run is left resumable, and RunFailed carries the message out. A stop signal
-        cancels the sessions wherever they wait (see stopping.py)."""
+        """Run sessions until the run stops; its exit code (see ouroboros.errors). A model
+        failure is logged, the run is left resumable, and RunFailed carries the message out.
+        A stop signal cancels the sessions wherever they wait (see stopping.py)."""
         stop = self.services.stop
         stop.listeners.append(lambda name: self.log.emit(ev.StopRequested(signal=name)))
         self.install_signal_handlers()
+        beating = self.start_heartbeat()
         try:
             await stop.cancellable(self.sessions())
         except StopRun as stopped:
-            self.finish(stopped.reason, 0, stopped.summary)
+            return self.finish(stopped.reason, self.exit_code(stopped.reason), stopped.summary)
         except Interrupted as interrupted:
-            self.finish(interrupted.reason, 0)
+            return self.finish(interrupted.reason, self.exit_code(interrupted.reason))
         except ModelError as error:
             self.log.emit(ev.ErrorEvent(message=error.message, kind=type(error).__name__))
-            self.finish("error", 1)
+            code = EXIT_NEEDS_FIX if isinstance(error, PermanentModelError) \
+                else EXIT_FAILED_RESUMABLE
+            self.finish("error", code)
             raise RunFailed(f"{error.message} (run {self.state.run_id} is saved: fix the "
-                            "cause, then `ouroboros resume` continues it)") from None
+                            "cause, then `ouroboros resume` continues it)", code) from None
         except (StateError, OSError) as error:
             raise self.cannot_write(error) from None
         finally:
+            beating.cancel()
             self.remove_signal_handlers()
-        return 0
+
+    def start_heartbeat(self) -> asyncio.Future[None]:
+        """Keep <state_dir>/heartbeat: at every event, and every metrics.heartbeat_secs
+        while the run waits (heartbeat.py)."""
+        heartbeat = Heartbeat(self.loaded.state_dir / HEARTBEAT_FILE, self.state.run_id)
+        self.log.subscribe(heartbeat.on_event)
+        return asyncio.ensure_future(
+            heartbeat.keep_beating(self.loaded.config.metrics.heartbeat_secs))
+
+    def exit_code(self, reason: str) -> int:
+        """How a run that ended for `reason` exits: the table in ouroboros.errors."""
+        return end_exit_code(reason, self.services.stop.signal_name)
 
     async def sessions(self) -> None:
         while True:
@@ -204,25 +242,66 @@ class Runner:
         changes = await self.reread_config()
         state, policy, model = self.state, self.loaded.config.context, self.loaded.config.model
         may_restart(state, policy, reason, self.hooks.confirm_restart)
-        count_progress(state)
+        self.brake(count_progress(state, self.digest))
         told = await window_questions(model.base_url, model.name, model.api_key_env).told()
-        fitted = fresh_start(state, system_message(self.loaded, state.messages[0]),
-                             self.services.toolbox.schemas(), policy, told)
+        handoff = self.handoff(reason)
+        previous_prompt = state.messages[0]
+        fitted = fresh_start(state, self.system_message(), self.services.toolbox.schemas(),
+                             policy, told, handoff)
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)
-        carried = len(fitted.messages) - 2  # after the system prompt and the restart note
+        handoff = handoff if handed_over(fitted.messages) else ""
+        carried = len(fitted.messages) - 2 - bool(handoff)  # after the system prompt, the
+        # restart note and the handoff
         # Saved before the events that announce it: a crash in between resumes the new session.
         self.snapshot()
+        self.log.at_session_boundary(live_from(state))
         self.log.session, self.log.turn = state.session, 0
         self.log.emit(ev.SessionRestart(
             previous_turns=previous_turns, carryover_messages=carried,
             carryover_masked=len(fitted.masked), carryover_turns_dropped=fitted.dropped_turns,
             reason=reason))
         log_changes(self.log, changes)
+        self.log_prompt_change(previous_prompt, fitted.messages[0])
         context = state.context
         self.log.emit(ev.SessionStart(context_limit=context.limit,
                                       limit_source=context.limit_source, budget=context.budget,
                                       carryover_messages=carried))
+        if handoff:
+            self.log.emit(ev.Handoff(text=handoff,
+                                     tokens=tokens_of(handoff, context.chars_per_token)))
+
+    def brake(self, cause: str | None) -> None:
+        """Sessions in a row without progress, the agent to blame: the run pauses, stuck."""
+        if cause is not None:
+            self.log.emit(ev.Stuck(kind="barren", detail=cause, action="pause"))
+            raise StopRun("stuck")
+
+    def handoff(self, reason: str) -> str:
+        """The handoff of the session that ends, from what it logged; the next begins anew."""
+        context = self.state.context
+        budget = handoff_budget(self.loaded.config.context.handoff_max_tokens, context.budget)
+        text = handoff_text(self.digest, session=self.state.session, reason=reason,
+                            max_tokens=budget, chars_per_token=context.chars_per_token)
+        self.digest.clear()
+        return text
+
+    def system_message(self) -> Message:
+        """The mission and the agent's memory as the files are now (memory.py); a file that
+        cannot be pinned is warned about once."""
+        message, warnings = system_message(self.loaded, self.state.messages[0],
+                                           self.state.context.chars_per_token)
+        for warning in warnings:
+            self.warn_once(warning, warning)
+        return message
+
+    def log_prompt_change(self, before: Message, now: Message) -> None:
+        """One line when the system prompt file was edited since the session before, as a
+        config edit gets one."""
+        changed = mission_changed(before, now)
+        if changed is not None:
+            self.log.emit(ev.PromptChanged(path=str(self.loaded.system_prompt_path),
+                                           old_chars=changed[0], new_chars=changed[1]))
 
     def snapshot(self) -> None:
         """Write the whole state: at the start, at restarts and at the end."""
@@ -263,9 +342,8 @@ class Runner:
         if isinstance(services.client, ChatClient):
             services.client.configure(**client_settings(cfg.model))
         services.retry = RetryPolicy(max_retry_secs=cfg.model.max_retry_secs)
-        services.max_turns = cfg.agent.max_turns
-        services.continue_message = cfg.agent.continue_message
-        services.max_idle_turns = cfg.agent.max_idle_turns
+        services.config = cfg
+        services.stuck.configure(cfg.agent.stuck_repeats, cfg.agent.stuck_cycles)
         services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log, self.guard)
 
     def warn_once(self, key: str, message: str) -> None:
@@ -283,7 +361,7 @@ class Runner:
         return failed
 
     def finish(self, reason: str, code: int, summary: str = "",
-               failed: StateError | None = None) -> None:
+               failed: StateError | None = None) -> int:
         """Record the end: every way a run ends leaves it resumable, and `next` says how.
         The end records (with the `error` of a failed write) go to the log all or none."""
         agent = self.loaded.config.agent
@@ -296,9 +374,11 @@ class Runner:
                 total_turns=self.state.total_turns, restarts=self.state.restarts,
                 resumable=True, summary=summary,
                 next=how_to_continue(reason, max_turns=agent.max_turns,
-                                     max_idle_turns=agent.max_idle_turns)))
+                                     max_idle_turns=agent.max_idle_turns,
+                                     last_words=last_reply(self.state.messages))))
         self.snapshot()
         self.log.close()
+        return code
 
     # -- SIGHUP (`ouroboros reload`) ends the session early, so the next one reads the
     # -- config; SIGINT and SIGTERM stop the run (run_agent hands them to the stop flag)
@@ -319,3 +399,9 @@ class Runner:
 
 
 __all__ = ["RunHooks", "run_agent", "OuroborosError"]
+
+
+def last_reply(messages: list[Message]) -> str:
+    """The text of the agent's last reply ("" if it has none)."""
+    reply = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    return str(reply.get("content") or "") if reply is not None else ""

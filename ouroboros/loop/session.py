@@ -3,8 +3,9 @@
     await Session(state, services).run()  # never returns
 
 The loop never ends by itself: it raises `RestartSession` when the window says so and
-`StopRun` when the run should end (flow.py); a stop signal cancels it wherever it waits
-(stopping.py). The rest of a turn is in actions.py (tool calls), upkeep.py (the window) and
+`StopRun` when the run should end (endings.py), an idle or stuck agent included (guards.py);
+a stop signal cancels it wherever it waits (stopping.py). A person's messages (`ouroboros
+tell`, inbox.py) are taken at each turn boundary. The rest of a turn is in actions.py (tool calls), upkeep.py (the window) and
 checkpoints.py (the state, written as it goes).
 """
 
@@ -14,6 +15,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ouroboros.config import Config
 from ouroboros.store import events as ev
 from ouroboros.loop.evidence import Accounting, WindowAsker
 from ouroboros.loop.tool_calls import Actions
@@ -21,7 +23,9 @@ from ouroboros.loop.checkpoints import Checkpoints
 from ouroboros.window.conversation import note, pending_calls, without_reasoning
 from ouroboros.errors import ContextOverflowError, ModelError
 from ouroboros.loop.endings import StopRun
-from ouroboros.loop.guards import idle_pause
+from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, \
+    step_of
+from ouroboros.loop.inbox import waiting
 from ouroboros.loop.journal import Journal
 from ouroboros.protocols import (
     Message,
@@ -31,10 +35,11 @@ from ouroboros.protocols import (
     TextSink,
     TokenCounter,
     ToolCall,
+    ToolResult,
 )
 from ouroboros.server.retry import RetryPolicy, with_retries
 from ouroboros.loop.state import RunState, StopFlag
-from ouroboros.tools import Toolbox
+from ouroboros.tools import COMPLETE_KEY, Toolbox
 from ouroboros.loop.decisions import Upkeep
 
 MAX_OVERFLOW_RECOVERIES = 3
@@ -50,9 +55,9 @@ class Services:
     run_dir: Path
     retry: RetryPolicy
     stop: StopFlag
-    max_turns: int = 0
-    continue_message: str = "Continue working towards your goals. Use your tools."
-    max_idle_turns: int = 3
+    config: Config = field(default_factory=Config)  # the run's, replaced whole at a restart
+    stuck: StuckGuard = field(default_factory=lambda: StuckGuard(repeats=4, cycles=3))
+    state_dir: Path | None = None  # where `ouroboros tell` leaves messages (inbox.py)
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
     journal: Journal = field(default_factory=Journal)  # what the last snapshot holds
@@ -85,8 +90,10 @@ class Session:
         while True:
             self.check_limits()
             self.log.turn = self.state.session_turns + 1
+            self.take_messages()
             reply = await self.query()
-            await self.act(reply.tool_calls)
+            outcomes = await self.act(reply)
+            self.watch(reply.text, outcomes)
             self.upkeep.after_turn()
             self.checkpoints.end_turn()
 
@@ -104,7 +111,7 @@ class Session:
             self.messages.append({"role": "user", "content": instruction})
             self.state.instruction = ""
         elif due:
-            self.messages.append(note("continue", self.services.continue_message))
+            self.messages.append(note("continue", self.services.config.agent.continue_message))
         if pending or due or instruction:
             self.upkeep.after_turn()
             self.checkpoints.end_turn()
@@ -113,7 +120,8 @@ class Session:
         """Between turns: a stop asked for, or the run's last turn taken, ends the run."""
         if self.services.stop.reason is not None:
             raise StopRun(self.services.stop.reason)
-        if self.services.max_turns and self.state.total_turns >= self.services.max_turns:
+        max_turns = self.services.config.agent.max_turns
+        if max_turns and self.state.total_turns >= max_turns:
             raise StopRun("max_turns")
 
     async def query(self) -> StreamResult:
@@ -154,32 +162,63 @@ class Session:
         await self.accounting.ask_allocated()  # the model is loaded now: /api/ps knows
         await self.accounting.take_in(sent, reply)
 
-    async def act(self, calls: list[ToolCall]) -> None:
+    async def act(self, reply: StreamResult) -> list[tuple[ToolCall, ToolResult]]:
         """Run the reply's tool calls; a reply without any is an idle turn."""
-        if not calls:
-            await self.idle()
-            return
+        if not reply.tool_calls:
+            await self.idle(reply.text)
+            return []
         self.state.idle_turns = 0
-        await self.execute(calls)
+        return await self.execute(reply.tool_calls)
 
-    async def execute(self, calls: list[ToolCall]) -> None:
+    async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
         """Run the calls in order; a task_complete among them ends the run once all ran."""
-        summary = await self.actions.execute(calls)
-        if summary is not None:
-            raise StopRun("task_complete", summary)
+        outcomes = await self.actions.execute(calls)
+        summaries = [result.meta[COMPLETE_KEY] for _, result in outcomes
+                     if COMPLETE_KEY in result.meta]
+        if summaries:
+            raise StopRun("task_complete", summaries[-1])
+        return outcomes
 
-    async def idle(self) -> None:
-        """A reply without a tool call: the continue message, after a pause (idling.py);
-        after `max_idle_turns` such turns in a row the run pauses instead."""
+    def take_messages(self) -> None:
+        """A person's messages (`ouroboros tell`), given at the turn boundary, in order."""
+        if self.services.state_dir is None:
+            return
+        for letter in waiting(self.services.state_dir):
+            self.messages.append({"role": "user", "content": letter.text})
+            self.log.emit(ev.UserMessage(text=letter.text, queued_at=letter.sent))
+            self.checkpoints.step()
+            letter.path.unlink(missing_ok=True)
+
+    def watch(self, text: str, outcomes: list[tuple[ToolCall, ToolResult]]) -> None:
+        """The stuck-loop guard (guards.py): a loop found is named to the agent; found
+        again, it pauses the run."""
+        alarm = self.services.stuck.observe(step_of(text, outcomes))
+        if alarm is None:
+            return
+        loop = alarm.loop
+        self.log.emit(ev.Stuck(kind=loop.kind, detail=loop.detail,
+                               action="pause" if alarm.pause else "note"))
+        if alarm.pause:
+            raise StopRun("stuck")
+        self.messages.append(note("stuck", loop_note(loop)))
+
+    async def idle(self, text: str) -> None:
+        """A reply without a tool call: the continue message, at once for a reply with new
+        text, else after a pause (guards.py); after `max_idle_turns` empty or repeated
+        replies in a row the run pauses instead."""
+        if self.services.stuck.new_text(text):
+            self.state.idle_turns = 0
+            self.messages.append(note("continue", self.services.config.agent.continue_message))
+            return
         self.state.idle_turns += 1
-        turns, limit = self.state.idle_turns, self.services.max_idle_turns
+        turns, limit = self.state.idle_turns, self.services.config.agent.max_idle_turns
         if limit and turns >= limit:
             raise StopRun("idle")
-        pause = idle_pause(turns)
+        pause = idle_pause(turns, self.services.config.agent.idle_pause_max_secs)
         if pause:
             self.log.emit(ev.Idle(idle_turns=turns, pause_secs=pause, max_idle_turns=limit))
             await asyncio.sleep(pause)
-        self.messages.append(note("continue", self.services.continue_message))
+        self.messages.append(note("continue", self.services.config.agent.continue_message))
 
     def on_retry(self, attempt: int, delay: float, error: Exception) -> None:
         self.log.emit(ev.Retry(attempt=attempt, delay_secs=round(delay, 2), error=str(error)))

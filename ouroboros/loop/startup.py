@@ -17,15 +17,19 @@ from ouroboros.store import events as ev
 from ouroboros.config import LoadedConfig
 from ouroboros.window.policy import ContextManager
 from ouroboros.window.conversation import note
-from ouroboros.server.discovery import discover_context_limit
-from ouroboros.store.log import EVENTS_FILE, Durability, EventLog, Listener
+from ouroboros.server.discovery import context_from_name, discover_context_limit
+from ouroboros.loop.deadline import Deadline
+from ouroboros.store.log import SEGMENT_BYTES, EVENTS_FILE, Durability, EventLog, Listener, \
+    RunTail
+from ouroboros.store.observations import obs_number
+from ouroboros.store.retention import Retention
+from ouroboros.store.segments import write_manifest
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.protocols import EventSink, Message, ToolCall
 from ouroboros.loop.reload import Change, config_diff
 from ouroboros.loop.resume import drop_torn_line, rebuilt_warning, recover
 from ouroboros.loop.state import RunState
-from ouroboros.tools import TaskComplete, Toolbox, default_tools
-from ouroboros.tools.recall import RecallTool
+from ouroboros.tools import Recall, Toolbox, default_tools
 from ouroboros.window.belief import reclaimed
 
 Claim = tuple[int, str]  # the window the config claims (or the server says), and from where
@@ -38,7 +42,8 @@ def start_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, cl
     context = ContextManager.create(*claim, cfg.model.max_output_tokens, cfg.context)
     state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message), context)
     log = open_log(run_dir, on_event, seq=0, state=state, guard=guard,
-                   durability=cfg.logging.durability)
+                   durability=cfg.logging.durability, segment_bytes=segment_bytes(loaded),
+                   retention=retention(loaded))
     log.emit(ev.RunStart(run_id=run_dir.name, version=__version__, pid=os.getpid(),
                          config=loaded.redacted(), flags=flags, **sandbox_fields(guard)))
     log.emit(ev.SessionStart(context_limit=context.limit, limit_source=context.limit_source,
@@ -57,6 +62,7 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
         drop_torn_line(run_dir, recovered.valid_bytes)
     state = recovered.state
     context = state.context
+    context.forget_unreferenced(state.messages)  # a run saved before records were dropped
     context.window = reclaimed(context.window, *claim)
     context.max_output_tokens = cfg.model.max_output_tokens
     state.barren_sessions = 0
@@ -64,7 +70,10 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
     state.idle_turns = 0  # the person chose to go on
     state.instruction = message.strip() or state.instruction
     log = open_log(run_dir, on_event, seq=recovered.seq, state=state, guard=guard,
-                   durability=cfg.logging.durability)
+                   durability=cfg.logging.durability, tail=recovered.tail,
+                   segment_bytes=segment_bytes(loaded), retention=retention(loaded))
+    if recovered.repaired is not None and recovered.tail is not None:
+        write_manifest(run_dir, recovered.tail.manifest)
     log.emit(ev.RunResumed(
         total_turns=state.total_turns, restarts=state.restarts,
         torn_line_dropped=recovered.torn_line is not None,
@@ -73,21 +82,47 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
         message=message.strip(), **sandbox_fields(guard)))
     if recovered.rebuilt is not None:
         log.emit(ev.WarningEvent(message=rebuilt_warning(recovered.rebuilt, state)))
+    if recovered.repaired is not None:
+        log.emit(ev.WarningEvent(message=recovered.repaired))
     # A new process takes every key: log what differs from what the run last used.
     log_changes(log, config_diff(recovered.config, loaded.redacted(), loaded.sources))
     return state, log, recovered.interrupted
 
 
 def open_log(run_dir: Path, on_event: Listener | None, *, seq: int, state: RunState,
-             guard: RunGuard | None = None, durability: Durability = "turn") -> EventLog:
-    """The run's log, continued after event `seq`, redacting the run's secrets."""
+             guard: RunGuard | None = None, durability: Durability = "turn",
+             tail: RunTail | None = None, segment_bytes: int = SEGMENT_BYTES,
+             retention: Retention | None = None) -> EventLog:
+    """The run's log, continued after event `seq` (in the current segment of `tail`),
+    redacting the run's secrets."""
     log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
-                   turn=state.session_turns, durability=durability)
+                   turn=state.session_turns, durability=durability,
+                   tally=tail.manifest.tally() if tail else None,
+                   current=tail.records if tail else (), segment_bytes=segment_bytes)
+    log.retention = retention
     if guard is not None and guard.redact:
         log.redact = guard.redact
     if on_event is not None:
         log.subscribe(on_event)
     return log
+
+
+def segment_bytes(loaded: LoadedConfig) -> int:
+    """How big the current segment of the event log may grow (`logging.segment_mb`)."""
+    return int(loaded.config.logging.segment_mb * (1 << 20))
+
+
+def retention(loaded: LoadedConfig) -> Retention:
+    """What history the run keeps (the `logging.keep_*` keys)."""
+    cfg = loaded.config.logging
+    return Retention(int(cfg.keep_mb * 1e6), cfg.keep_sessions, cfg.keep_days)
+
+
+def live_from(state: RunState) -> int:
+    """The lowest observation number the live conversation still refers to (results from it
+    on are kept by retention)."""
+    numbers = [obs_number(o.id) for o in state.context.observations.values()]
+    return min((n for n in numbers if n is not None), default=state.context.next_observation)
 
 
 def log_changes(log: EventSink, changes: list[Change]) -> None:
@@ -107,13 +142,18 @@ def api_key(env_name: str) -> str | None:
     return os.environ.get(env_name) or None if env_name else None
 
 
-async def claim_window(loaded: LoadedConfig) -> Claim:
-    """The window the config claims (or the server says), and where that came from."""
+async def claim_window(loaded: LoadedConfig, startup: Deadline | None = None) -> Claim:
+    """The window the config claims (or the server says), and where that came from; guessed
+    from the model's name when the server has not said by the start-up deadline."""
     model = loaded.config.model
-    return await discover_context_limit(
+    asking = discover_context_limit(
         model.base_url, model.name, model.context_limit,
         configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")),
         api_key=api_key(model.api_key_env))
+    if startup is None:
+        return await asking
+    return await startup.within(asking, lambda: context_from_name(model.name),
+                                "the window questions")
 
 
 def setting_origin(source: str) -> str:
@@ -151,15 +191,6 @@ def first_messages(loaded: LoadedConfig, kickoff: str) -> list[Message]:
     return [{"role": "system", "content": read_system_prompt(loaded)}, note("continue", kickoff)]
 
 
-def system_message(loaded: LoadedConfig, previous: Message) -> Message:
-    """SYSTEM_PROMPT.md as it is on disk now (the agent may have edited it); the previous one
-    if the file has gone."""
-    try:
-        return {"role": "system", "content": read_system_prompt(loaded)}
-    except OSError:
-        return previous
-
-
 def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
                   log: EventSink, guard: RunGuard | None = None) -> Toolbox:
     """The tools the config gives the agent, confined by the run's sandbox."""
@@ -169,10 +200,7 @@ def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
         loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
         max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
         secret_env_names=secrets, on_security=lambda event: log.emit(ev.Security(**event)),
-        sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None)
-    toolbox = Toolbox(tools, redact=guard.redact if guard is not None and guard.redact
-                      else None)
-    toolbox.add(RecallTool(run_dir / "observations", context.max_result_chars))
-    if loaded.config.agent.allow_complete:
-        toolbox.add(TaskComplete())
-    return toolbox
+        sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None,
+        recall=Recall(run_dir / "observations", context.max_result_chars),
+        allow_complete=loaded.config.agent.allow_complete)
+    return Toolbox(tools, redact=guard.redact if guard is not None and guard.redact else None)

@@ -3,7 +3,8 @@
 The first signal sets the stop flag and cancels the work the run is waiting on, whatever it
 is: a model reply and its retries (backoff, connect, stream), a tool call (its process group
 is killed and its result recorded as interrupted), an idle pause, a restart. The runner then
-records the stop and exits 0; the run is resumable. A second signal cancels the clean-up the
+records the stop and exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a
+shell reports a process the signal ended, so a supervisor restarts it; the run is resumable. A second signal cancels the clean-up the
 first one started. Work is cancelled only where it awaits, and every step that records
 something does so without awaiting in between, so a stop never leaves half a turn behind: an
 unanswered model request is asked again on resume, a started tool call has its result.
@@ -42,6 +43,7 @@ class StopFlag:
 
     reason: str | None = None
     signals: int = 0
+    signal_name: str | None = None  # the first signal's: "SIGINT", "SIGTERM", "SIGPIPE"
     # Called with the signal's name on the first signal (the runner logs `stop_requested`).
     listeners: list[Callable[[str], None]] = field(default_factory=list)
     _waiting: asyncio.Future[Any] | None = field(default=None, repr=False)
@@ -54,6 +56,7 @@ class StopFlag:
         self.signals += 1
         if self.signals == 1:
             self.reason = self.reason or "interrupted"
+            self.signal_name = name
             for listener in self.listeners:
                 listener(name)
         else:

@@ -1,7 +1,7 @@
 """The agent's tool calls: each run in turn and its result recorded, as one step.
 
-A result is recorded three ways: its full text in `observations/<obs id>.txt` (for `recall`
-and for resume), the message the model reads (capped, see context.admit), and a `tool_result`
+A result is recorded three ways: its full text in the session's pack in `observations/`
+(for `recall` and for resume, see store/observations.py), the message the model reads (capped, see context.admit), and a `tool_result`
 event that carries the step's checkpoint. A call cut short by a stop signal gets a result
 that says so, so no call is ever left unanswered.
 """
@@ -9,17 +9,17 @@ that says so, so no call is ever left unanswered.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
 from ouroboros.store import events as ev
+from ouroboros.store.observations import ObservationStore
 from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.window.conversation import call_arguments, describe, interrupted_text
+from ouroboros.window.conversation import describe, interrupted_text
 from ouroboros.loop.journal import tool_result_ref
 from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.loop.state import RunState
-from ouroboros.tools import COMPLETE_KEY, Toolbox
+from ouroboros.tools import Toolbox
 
 
 class Actions:
@@ -32,21 +32,18 @@ class Actions:
         self.toolbox = toolbox
         self.log = log
         self.checkpoints = checkpoints
-        self.observations = run_dir / "observations"
-        self.observations.mkdir(exist_ok=True)
+        self.observations = ObservationStore(run_dir / "observations")
 
-    async def execute(self, calls: list[ToolCall]) -> str | None:
-        """Run the calls in order, a step each (its `tool_result` carries its checkpoint); the
-        summary of a task_complete among them."""
-        summary = None
-        for call in calls:
-            result = await self.run(call)
-            summary = result.meta.get(COMPLETE_KEY, summary)
-        return summary
+    async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
+        """Run the calls in order, a step each (its `tool_result` carries its checkpoint);
+        each call with its result."""
+        return [(call, await self.run(call)) for call in calls]
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one call and record its result."""
-        self.log.emit(ev.ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments))
+        subject = self.toolbox.subject(call)
+        self.log.emit(ev.ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments,
+                                       subject=subject))
         started = time.monotonic()
         try:
             result = await self.toolbox.run(call)
@@ -57,14 +54,14 @@ class Actions:
         self.state.session_successes += int(result.ok)
         obs_id = self.context.new_observation_id()
         self.save_observation(obs_id, result.content)
-        obs = describe(call.name, call_arguments(call.arguments), result, obs_id, call.id)
+        obs = describe(call.name, subject, result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
         self.append_result(call.id, obs_id, content, self.context.max_result_chars(result.content))
         self.log.emit(ev.ToolResultEvent(
             id=call.id, name=call.name, ok=result.ok, bytes=len(result.content.encode()),
             observation=obs_id, truncated=obs.truncated, summary=obs.first_line[:120],
             duration_ms=round(1000 * (time.monotonic() - started)),
-            **self.checkpoints.changes()))
+            exit_code=result.meta.get("exit_code"), **self.checkpoints.changes()))
         return result
 
     def append_result(self, call_id: str, obs_id: str, content: str, limit: int) -> None:
@@ -79,7 +76,7 @@ class Actions:
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
         result = ToolResult(interrupted_text(call.name), ok=False)
-        obs = describe(call.name, {}, result, self.context.new_observation_id(), call.id)
+        obs = describe(call.name, "", result, self.context.new_observation_id(), call.id)
         content = self.context.admit(obs, result.content)
         self.state.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         self.log.emit(ev.ToolResultEvent(
@@ -88,8 +85,5 @@ class Actions:
 
     def save_observation(self, obs_id: str, text: str) -> None:
         """The full text of a result, for `recall` and for resume."""
-        with (self.observations / f"{obs_id}.txt").open("w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            if self.log.durability == "event":
-                f.flush()
-                os.fsync(f.fileno())
+        self.observations.save(obs_id, text, self.state.session,
+                               durable=self.log.durability == "event")

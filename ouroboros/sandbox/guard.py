@@ -12,13 +12,21 @@ the run starts, and by a watchdog when the harness goes).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ouroboros.config import LoadedConfig, SafetyConfig
 from ouroboros.errors import ConfigError
+from ouroboros.sandbox.cgroup import ToolCgroup
 from ouroboros.sandbox.reaper import Watchdog, reap, remove_temp_dirs, workspace_tag
-from ouroboros.sandbox.secrets import Redactor, scrub_own_environment, secret_values
+from ouroboros.sandbox.secrets import (
+    Redactor,
+    scrub_own_environment,
+    secret_values,
+    short_secret_warning,
+    short_secrets,
+)
 from ouroboros.sandbox.policy import Sandbox
 
 
@@ -43,21 +51,26 @@ class RunGuard:
     workspace: Path
     reaped: list[int] = field(default_factory=list)
     watchdog: Watchdog | None = None
+    too_short: list[str] = field(default_factory=list)  # secrets not redacted, by name
 
     @classmethod
     def prepare(cls, loaded: LoadedConfig) -> RunGuard:
         model = loaded.config.model
         secrets = secret_values(model.api_key_env, model.base_url, os.environ)
         scrub_own_environment(secrets)
-        return cls(prepare_sandbox(loaded), Redactor.of(secrets), loaded.workspace)
+        return cls(prepare_sandbox(loaded), Redactor.of(secrets), loaded.workspace,
+                   too_short=short_secrets(model.api_key_env, model.base_url, os.environ))
 
-    def start(self) -> None:
+    def start(self, lock_fds: Sequence[int] = ()) -> None:
         """Kill what an earlier harness left running in the workspace, and start the watchdog
-        that kills what this one leaves."""
+        that kills what this one leaves. Call it holding the workspace's lock: `lock_fds`,
+        which the watchdog holds too until it has killed them."""
         tag = workspace_tag(self.workspace)
         self.reaped = reap(tag)
         remove_temp_dirs(tag, keep=self.sandbox.private_tmp)
-        self.watchdog = Watchdog.start(tag)
+        cgroup = ToolCgroup.of(tag)
+        self.sandbox.cgroup = cgroup.create() if cgroup is not None else None
+        self.watchdog = Watchdog.start(tag, lock_fds)
 
     def sandbox_for(self, safety: SafetyConfig, loaded: LoadedConfig) -> Sandbox:
         """The sandbox for a new session: a changed setting is applied if it can be."""
@@ -67,6 +80,7 @@ class RunGuard:
                 self.sandbox = prepare_sandbox(loaded)
             except ConfigError:
                 return current
+            self.sandbox.cgroup = current.cgroup
             current.close()
         return self.sandbox
 
@@ -74,6 +88,8 @@ class RunGuard:
         found = []
         if self.sandbox.mechanism == "none":  # "auto" found no sandbox: say it loudly
             found.append(f"sandbox: {self.sandbox.summary}")
+        if self.too_short:
+            found.append(short_secret_warning(self.too_short))
         if self.reaped:
             pids = ", ".join(map(str, self.reaped[:10]))
             found.append(f"killed {len(self.reaped)} tool process(es) an earlier harness left "

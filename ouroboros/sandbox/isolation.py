@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ouroboros.sandbox import landlock
+from ouroboros.sandbox import landlock, mounts, seccomp
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_FS = 0x00000200
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 SIGKILL = 9
@@ -131,13 +132,26 @@ class Confiner:
     drop_capabilities: bool = False
     last_capability: int = 40
     libc: ctypes.CDLL = field(default_factory=_libc)
+    mountns: int = -1  # a mount namespace hiding the unix sockets (mounts.private_mounts)
+    refuse_unix: bool = False  # else a seccomp filter refusing unix sockets
+
+    @property
+    def sockets(self) -> str:
+        """How unix sockets outside the workspace are kept out of reach: "namespace",
+        "seccomp" or "" (they are not)."""
+        return "namespace" if self.mountns >= 0 else "seccomp" if self.refuse_unix else ""
 
     def confine_this_thread(self) -> None:
         if self.netns >= 0:
             _check(self.libc.setns(self.netns, CLONE_NEWNET), "setns")
+        if self.mountns >= 0:
+            _check(self.libc.unshare(CLONE_FS), "unshare(CLONE_FS)")
+            _check(self.libc.setns(self.mountns, mounts.CLONE_NEWNS), "setns(mount)")
         if self.drop_capabilities:
             drop_capabilities(self.libc, self.last_capability)
         self.ruleset.restrict_self()
+        if self.refuse_unix:
+            seccomp.refuse_unix_sockets(self.libc)
 
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         def start() -> subprocess.Popen[bytes]:
@@ -147,9 +161,10 @@ class Confiner:
 
     def close(self) -> None:
         self.ruleset.close()
-        if self.netns >= 0:
-            os.close(self.netns)
-            self.netns = -1
+        for name in ("netns", "mountns"):
+            if getattr(self, name) >= 0:
+                os.close(getattr(self, name))
+                setattr(self, name, -1)
 
 
 @dataclass
@@ -161,6 +176,11 @@ class ChildSetup:
     parent_pid: int
     unshare_flags: int = 0
     id_maps: tuple[tuple[str, bytes], ...] = ()
+    hidden: list[tuple[Path, list[Path]]] = field(default_factory=list)  # mounts.plan
+
+    @property
+    def sockets(self) -> str:
+        return "namespace" if self.hidden else self.confiner.sockets
 
     def __call__(self) -> None:
         libc = self.confiner.libc
@@ -173,6 +193,8 @@ class ChildSetup:
             os.write(fd, content)
             os.close(fd)
         loopback_up(libc)
+        if self.hidden:
+            mounts.hide(libc, self.hidden)
         self.confiner.confine_this_thread()
 
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
@@ -182,9 +204,12 @@ class ChildSetup:
         self.confiner.close()
 
 
-def user_network(confiner: Confiner, euid: int, egid: int) -> ChildSetup:
-    """A ChildSetup entering a new user and network namespace that maps the user to itself."""
+def user_network(confiner: Confiner, euid: int, egid: int,
+                 hidden: list[tuple[Path, list[Path]]] | None = None) -> ChildSetup:
+    """A ChildSetup entering a new user and network namespace that maps the user to itself,
+    and a mount namespace hiding `hidden` (mounts.plan) when given."""
     maps = (("/proc/self/setgroups", b"deny"),
             ("/proc/self/uid_map", f"{euid} {euid} 1".encode()),
             ("/proc/self/gid_map", f"{egid} {egid} 1".encode()))
-    return ChildSetup(confiner, os.getpid(), CLONE_NEWUSER | CLONE_NEWNET, maps)
+    flags = CLONE_NEWUSER | CLONE_NEWNET | (mounts.CLONE_NEWNS if hidden else 0)
+    return ChildSetup(confiner, os.getpid(), flags, maps, list(hidden or []))

@@ -1,10 +1,13 @@
 """One harness per workspace, and per state dir: kernel locks naming their owner.
 
-Two lock files, each held with `flock` for as long as the harness runs:
+Held with `flock` for as long as the harness runs (and by its watchdog until the workspace's
+tool processes are gone, so no other harness starts tools beside them):
 
-- the workspace's, `<locks dir>/<hash of the workspace's resolved path>.lock`, which every
-  project pointing at that workspace finds, wherever its config and state dir are. The locks
-  dir is `$XDG_CACHE_HOME/ouroboros/locks` (default `~/.cache/ouroboros/locks`), or
+- the workspace directory itself: every path to it (a symlink, a bind mount) and every user,
+  cache dir or container meets the same kernel lock, which lives with the directory's inode;
+- the workspace's owner file, `<locks dir>/<device and inode of the workspace>.lock`, naming
+  the holder (pid, host, run, state dir) for the error the others get. The locks dir is
+  `$XDG_CACHE_HOME/ouroboros/locks` (default `~/.cache/ouroboros/locks`), or
   `<temp dir>/ouroboros-<uid>/locks` when that cannot be made; never inside the workspace,
   where the agent could remove it;
 - the state dir's, `<state_dir>/lock`, which `status`, `runs` and `reload` read to find the
@@ -12,8 +15,10 @@ Two lock files, each held with `flock` for as long as the harness runs:
 
 The kernel releases a flock when its holder dies, however it dies, so a lock left by a dead
 harness is free at once and taking it over is one atomic `flock` call: of any number of
-processes racing for it, exactly one wins. Each file holds JSON naming its owner (pid, host,
-run, workspace) for the error the others get.
+processes racing for it, exactly one wins. A holder named on another host is no reason to
+refuse where the filesystem shares flocks between hosts (local disks, NFS with its lock
+manager): holding the kernel lock proves that holder gone. Where flocks stay on one host
+(SMB, 9p, FUSE, NFS with `nolock`), another host's holder is refused as before.
 
     lock = WorkspaceLock.acquire(state_dir, workspace, run_id)
     ...
@@ -24,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -40,6 +44,10 @@ from ouroboros.errors import RunLockedError
 LOCK_FILE = "lock"
 # How long a process that lost the race waits for the winner to write its name in the file.
 OWNER_WAIT_SECS = 0.5
+# How long a harness waits for a dead one's watchdog to end its tools and let the lock go.
+REAPING_WAIT_SECS = 3.0
+# Filesystems whose flocks other hosts do not see (a prefix of the type: "fuse.sshfs").
+HOST_LOCAL_LOCKS = ("cifs", "smb3", "smbfs", "9p", "fuse", "fuseblk", "virtiofs")
 
 
 def pid_alive(pid: int) -> bool:
@@ -65,14 +73,19 @@ def fallback_locks_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"ouroboros-{os.getuid()}" / "locks"
 
 
+def workspace_identity(workspace: Path) -> str:
+    """The workspace directory's device and inode: the same through every path to it."""
+    info = os.stat(workspace)
+    return f"{info.st_dev:x}-{info.st_ino:x}"
+
+
 def workspace_lock_name(workspace: Path) -> str:
-    """The lock file's name for a workspace: a hash of its resolved path."""
-    digest = hashlib.sha256(os.fsencode(workspace.resolve())).hexdigest()
-    return f"{digest[:32]}.lock"
+    """The owner file's name for a workspace: its device and inode."""
+    return f"{workspace_identity(workspace)}.lock"
 
 
 def workspace_lock_path(workspace: Path, env: Mapping[str, str] | None = None) -> Path:
-    """The workspace's lock file, its directory made (mode 0700) if missing."""
+    """The workspace's owner file, its directory made (mode 0700) if missing."""
     for directory in (locks_dir(env), fallback_locks_dir()):
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -81,6 +94,77 @@ def workspace_lock_path(workspace: Path, env: Mapping[str, str] | None = None) -
         return directory / workspace_lock_name(workspace)
     raise RunLockedError(f"cannot make a directory for the workspace lock: tried "
                          f"{locks_dir(env)} and {fallback_locks_dir()}")
+
+
+def mount_of(path: Path, mountinfo: str) -> tuple[str, str]:
+    """The filesystem type and mount options (`/proc/self/mountinfo` text) of the mount that
+    holds `path`, an absolute resolved path; ("", "") when none is listed."""
+    best, found, target = -1, ("", ""), str(path)
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or not tail:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best:  # a later mount on the same point hides the earlier
+            best = len(point)
+            found = (tail[0], ",".join([fields[5], *tail[2:3]]))
+    return found
+
+
+def flocks_span_hosts(fstype: str, options: str) -> bool:
+    """Whether a flock on this filesystem is seen by every host that mounts it: true of local
+    disks (one host at a time) and of NFS with its lock manager; not of SMB, 9p or FUSE."""
+    if fstype.split(".")[0] in HOST_LOCAL_LOCKS:
+        return False
+    if fstype.startswith("nfs"):
+        return not {"nolock", "local_lock=flock", "local_lock=all"} & set(options.split(","))
+    return bool(fstype)
+
+
+def kernel_lock_spans_hosts(path: Path) -> bool:
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return False
+    return flocks_span_hosts(*mount_of(path.resolve(), mountinfo))
+
+
+def takeover_note(previous: Mapping[str, Any]) -> str:
+    """What is known of a dead holder whose lock was taken over, in one line."""
+    known = [f"on {previous['host']}" if previous.get("host") else "",
+             f"run {previous['run_id']}" if previous.get("run_id") else "",
+             f"holding it since {previous['since']}" if previous.get("since") else ""]
+    details = ", ".join(part for part in known if part)
+    return (f"took over a stale lock left by pid {previous.get('pid')}"
+            + (f" ({details})" if details else "")
+            + ": that process no longer holds the kernel lock, so it is gone")
+
+
+def hold_directory(directory: Path, owner_file: Path, what: str) -> int:
+    """An fd on `directory` holding its flock, or RunLockedError naming the holder. A holder
+    whose harness is gone may still hold it a moment, while its watchdog ends its tools.
+    -1 where the filesystem cannot lock a directory (NFS emulates flock with write locks):
+    the owner file's lock, keyed by the same device and inode, is then the only one."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise RunLockedError(f"cannot open {what} to lock it: {error.strerror}") from None
+    deadline = time.monotonic() + REAPING_WAIT_SECS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                os.close(fd)
+                return -1
+        holder = read_holder(owner_file)
+        if holder is None or holder_is_alive(holder) or time.monotonic() >= deadline:
+            os.close(fd)
+            raise RunLockedError(held_message(wait_for_owner(owner_file), what))
+        time.sleep(0.01)
 
 
 @dataclass
@@ -118,8 +202,9 @@ def take(path: Path, owner: dict[str, Any], what: str) -> HeldLock:
             os.close(fd)
             continue
         previous = _read_fd(fd)
-        if previous and previous.get("host") not in (None, owner["host"]):
-            os.close(fd)  # a lock from another machine sharing this disk: not ours to judge
+        if (previous and previous.get("host") not in (None, owner["host"])
+                and not kernel_lock_spans_hosts(path)):
+            os.close(fd)  # another host's lock, on a disk whose flocks it does not share
             raise RunLockedError(held_message(previous, what) + f", or delete {path} if you "
                                  "are sure it is gone")
         _write_fd(fd, owner)
@@ -158,6 +243,15 @@ class WorkspaceLock:
     path: Path  # the state dir's lock file
     held: list[HeldLock] = field(default_factory=list)
     taken_over: dict | None = None  # the dead owner a lock was taken from, to report
+    directory_fd: int = -1  # the flock on the workspace directory itself
+
+    @property
+    def kernel_fds(self) -> list[int]:
+        """The fds holding the workspace's kernel lock, for a watchdog to hold as well."""
+        return [self.directory_fd] if self.directory_fd >= 0 else []
+
+    def takeover_note(self) -> str | None:
+        return takeover_note(self.taken_over) if self.taken_over else None
 
     @classmethod
     def acquire(cls, state_dir: Path, workspace: Path, run_id: str,
@@ -167,19 +261,30 @@ class WorkspaceLock:
         state_dir.mkdir(parents=True, exist_ok=True)
         resolved = workspace.resolve()
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
-                 "workspace": str(resolved), "state_dir": str(state_dir.resolve())}
-        first = take(workspace_lock_path(resolved, env), owner, f"the workspace {resolved}")
+                 "workspace": str(resolved), "state_dir": str(state_dir.resolve()),
+                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        what = f"the workspace {resolved}"
+        owner_file = workspace_lock_path(resolved, env)
+        directory = hold_directory(resolved, owner_file, what)
+        lock = cls(state_dir / LOCK_FILE, directory_fd=directory)
         try:
+            first = take(owner_file, owner, what)
+            lock.held.append(first)
             second = take(state_dir / LOCK_FILE, owner, f"the state dir {state_dir}")
+            lock.held.append(second)
         except BaseException:
-            first.release()
+            lock.release()
             raise
-        return cls(second.path, [first, second], second.previous or first.previous)
+        lock.taken_over = second.previous or first.previous
+        return lock
 
     def release(self) -> None:
         for held in reversed(self.held):
             held.release()
         self.held = []
+        if self.directory_fd >= 0:
+            os.close(self.directory_fd)
+            self.directory_fd = -1
 
 
 def read_holder(path: Path) -> dict | None:
@@ -190,9 +295,30 @@ def read_holder(path: Path) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
-def holder_is_alive(holder: dict) -> bool:
+def lock_is_held(path: Path) -> bool | None:
+    """Whether a process holds `path`'s flock now (probed by taking it shared and letting it
+    go at once); None when that cannot be told."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        return True if error.errno in (errno.EWOULDBLOCK, errno.EACCES) else None
+    finally:
+        os.close(fd)  # closing lets a probe's shared lock go
+    return False
+
+
+def holder_is_alive(holder: dict, path: Path | None = None) -> bool:
+    """Whether the process a lock file (`path`, when given) names is alive. On another host
+    only the kernel lock can tell, where the filesystem shares flocks between hosts; else it
+    is taken to be alive."""
     if holder.get("host") != socket.gethostname():
-        return True  # cannot check another machine's processes: assume it is alive
+        if path is not None and kernel_lock_spans_hosts(path):
+            return lock_is_held(path) is not False
+        return True
     pid = holder.get("pid")
     return isinstance(pid, int) and pid_alive(pid)
 

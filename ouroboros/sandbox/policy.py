@@ -24,19 +24,22 @@ runs commands unconfined and says so; `required` refuses to start.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from contextlib import nullcontext
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ouroboros.sandbox import landlock
+from ouroboros.sandbox import landlock, mounts, seccomp
 from ouroboros.errors import ConfigError
+from ouroboros.sandbox.cgroup import ToolCgroup
 from ouroboros.sandbox.isolation import ChildSetup, Confiner, last_capability, private_network, user_network
 from ouroboros.sandbox.reaper import temp_prefix, workspace_tag
 
@@ -138,18 +141,58 @@ def network_text(network: bool, cut: str) -> str:
     return "network NOT cut (needs user namespaces or Landlock ABI 4)"
 
 
+def sockets_text(sockets: str) -> str:
+    if sockets == "namespace":
+        return ("unix sockets outside the workspace hidden (own mount namespace: /run, /tmp "
+                "and home are private)")
+    if sockets == "seccomp":
+        return "unix sockets refused (seccomp filter; socketpair allowed)"
+    return "unix sockets NOT closed (no mount namespace or seccomp here)"
+
+
 def summary(mechanism: Mechanism, abi: int, network: bool, cut: str,
-            exposures: list[str], why_none: str = "") -> str:
+            exposures: list[str], why_none: str = "", sockets: str = "",
+            skipped: Iterable[Path] = ()) -> str:
     """The one line said at start and recorded in `run_start`."""
     if mechanism == "off":
         return "sandbox off (safety.sandbox = \"off\"): shell is unconfined"
     if mechanism == "none":
         return f"no sandbox ({why_none}): shell is unconfined"
     text = (f"landlock (ABI {abi}): shell reads the system, writes only the workspace and a "
-            f"private temp dir; {network_text(network, cut)}")
+            f"private temp dir; {network_text(network, cut)}; {sockets_text(sockets)}")
+    if abi < 3:
+        text += "; below Landlock ABI 3 truncate() is not restricted on read-only roots"
+    if skipped := list(skipped):
+        text += "; skipped unreadable: " + ", ".join(map(str, skipped))
     if exposures:
         text += "; not protected: " + ", ".join(exposures)
     return text
+
+
+def reachable(roots: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+    """The roots this process can open, and those it cannot (an entry on PATH under a
+    directory it may not search): the latter are left out of the ruleset and named."""
+    kept, skipped = [], []
+    for root in roots:
+        try:
+            os.close(os.open(root, os.O_PATH | os.O_CLOEXEC))
+        except FileNotFoundError:
+            kept.append(root)  # the ruleset skips what is missing, quietly
+        except OSError:
+            skipped.append(root)
+        else:
+            kept.append(root)
+    return kept, skipped
+
+
+def kept_in_namespace(workspace: Path, private_tmp: Path, readable: Iterable[Path],
+                      etc_links: Iterable[str] = ("/etc/resolv.conf",)) -> list[Path]:
+    """What the mount namespace binds back inside the hidden directories: the workspace, the
+    private temp dir, every readable root, and the targets of /etc's links into them (the
+    resolver's /run/systemd/resolve/stub-resolv.conf)."""
+    keep = [workspace, private_tmp, *readable]
+    keep += [Path(os.path.realpath(link)) for link in etc_links if os.path.islink(link)]
+    return keep
 
 
 def missing_mechanism(abi: int, platform: str) -> str:
@@ -179,6 +222,9 @@ class Sandbox:
     launcher: Launcher | None = None
     private_tmp: Path | None = None
     exposures: list[str] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)  # unreadable roots left out
+    sockets: str = ""  # how unix sockets are closed: "namespace", "seccomp" or "" (not)
+    cgroup: ToolCgroup | None = None  # where commands are born, once the run holds its lock
 
     @property
     def confined(self) -> bool:
@@ -188,6 +234,8 @@ class Sandbox:
         """For `run_start`: exactly what is confined and what is not."""
         return {"setting": self.setting, "mechanism": self.mechanism, "abi": self.abi,
                 "network": self.network, "network_cut": self.network_cut or None,
+                "unix_sockets": self.sockets or None,
+                "skipped_roots": [str(p) for p in self.skipped],
                 "exposed": self.exposures, "summary": self.summary}
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
@@ -202,9 +250,10 @@ class Sandbox:
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start a command, confined (subprocess.Popen's arguments). Raises OSError, and never
         starts the command unconfined when confinement fails."""
-        if self.launcher is None:
-            return subprocess.Popen(args, **popen)
-        return self.launcher.spawn(args, **popen)
+        with self.cgroup.holding() if self.cgroup is not None else nullcontext():
+            if self.launcher is None:
+                return subprocess.Popen(args, **popen)
+            return self.launcher.spawn(args, **popen)
 
     def close(self) -> None:
         """Remove the private temp dir and free the ruleset."""
@@ -235,8 +284,8 @@ def refuse_or_unconfined(setting: Setting, missing: str) -> Sandbox:
     """No sandbox can be had: "required" refuses (one line naming what is missing), "auto"
     runs the shell unconfined and says why."""
     if setting == "required":
-        raise ConfigError(f"safety.sandbox = \"required\", but {missing}; set safety.sandbox "
-                          "= \"auto\" to run the shell unconfined")
+        raise ConfigError(f"safety.sandbox = \"required\", but {missing}; the run is refused "
+                          "rather than start the shell unconfined")
     return Sandbox.unconfined(setting, missing)
 
 
@@ -254,13 +303,16 @@ def _prepare_landlock(setting: Setting, abi: int, workspace: Path, network: bool
                       protected: Mapping[str, Path]) -> Sandbox:
     home = Path(os.environ["HOME"]).resolve() if os.environ.get("HOME") else None
     guarded = {what: path.resolve() for what, path in protected.items()}
-    readable = read_roots(SYSTEM_READ_ROOTS, os.environ.get("PATH", ""),
-                          {sys.prefix, sys.base_prefix}, guarded.values(), home)
+    readable, skipped = reachable(read_roots(SYSTEM_READ_ROOTS, os.environ.get("PATH", ""),
+                                             {sys.prefix, sys.base_prefix}, guarded.values(),
+                                             home))
     private_tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(workspace_tag(workspace)))).resolve()
     for sub in ("home", "tmp"):
         (private_tmp / sub).mkdir()
     granted = system_rules(abi, workspace, private_tmp, readable, root=os.geteuid() == 0)
-    found = _first_working(_launchers(abi, granted, network))
+    hiding = mounts.plan(mounts.hidden_dirs(home),
+                         kept_in_namespace(workspace, private_tmp, readable))
+    found = _first_working(_launchers(abi, granted, network, hiding))
     if isinstance(found, str):
         shutil.rmtree(private_tmp, ignore_errors=True)
         return refuse_or_unconfined(setting, f"the sandbox could not be applied ({found})")
@@ -269,44 +321,64 @@ def _prepare_landlock(setting: Setting, abi: int, workspace: Path, network: bool
         _dispose(launcher, private_tmp)
         raise ConfigError("safety.sandbox = \"required\" with safety.network = false, but the "
                           "network cannot be cut here (no user namespaces, Landlock ABI below "
-                          "4); allow the network or set safety.sandbox = \"auto\"")
+                          "4); the run is refused rather than leave the network open")
     exposures = exposed(workspace, readable, guarded)
     sandbox = Sandbox(setting, "landlock", abi, network, cut,
-                      summary("landlock", abi, network, cut, exposures), launcher, private_tmp,
-                      exposures)
+                      summary("landlock", abi, network, cut, exposures, "", launcher.sockets,
+                              skipped), launcher, private_tmp, exposures, skipped,
+                      launcher.sockets)
     sandbox._finalizer = weakref.finalize(  # type: ignore[attr-defined]
         sandbox, _dispose, launcher, private_tmp)
     return sandbox
 
 
-def _launchers(abi: int, granted: list[tuple[Path, int]],
-               network: bool) -> Iterator[tuple[str, Launcher]]:
+def _launchers(abi: int, granted: list[tuple[Path, int]], network: bool,
+               hiding: list[tuple[Path, list[Path]]]) -> Generator[tuple[str, Launcher], None, None]:
     """Ways to start commands, best first, with how each cuts the network: a network
     namespace cuts every socket family (and Landlock then leaves TCP alone, so loopback
-    works); Landlock's TCP rights (ABI 4) are the fallback; last, not cut at all."""
+    works); Landlock's TCP rights (ABI 4) are the fallback; last, not cut at all. Unix
+    sockets are hidden by a mount namespace where one is made (root: once per run; non-root
+    with the network cut: in the user namespace made per command), else refused by seccomp."""
     root = os.geteuid() == 0
+    mountns = _private_mounts(hiding) if root else -1
 
-    def confiner(*, tcp_allowed: bool, netns: int = -1) -> Confiner:
+    def confiner(*, tcp_allowed: bool, netns: int = -1, sockets: bool = True) -> Confiner:
         ruleset = landlock.Ruleset.build(abi, granted, network=tcp_allowed)
+        hidden = os.dup(mountns) if sockets and mountns >= 0 else -1
         return Confiner(ruleset, netns, drop_capabilities=root,
-                        last_capability=last_capability())
+                        last_capability=last_capability(), mountns=hidden,
+                        refuse_unix=sockets and hidden < 0 and seccomp.supported())
 
-    if network:
+    try:
+        if network:
+            yield "", confiner(tcp_allowed=True)
+            return
+        if root:
+            try:
+                yield "namespace", confiner(tcp_allowed=True, netns=private_network())
+            except OSError:
+                pass
+        else:
+            yield "namespace", user_network(confiner(tcp_allowed=True, sockets=False),
+                                            os.geteuid(), os.getegid(), hiding)
+        if abi >= 4:
+            yield "tcp", confiner(tcp_allowed=False)
         yield "", confiner(tcp_allowed=True)
-        return
-    if root:
-        try:
-            yield "namespace", confiner(tcp_allowed=True, netns=private_network())
-        except OSError:
-            pass
-    else:
-        yield "namespace", user_network(confiner(tcp_allowed=True), os.geteuid(), os.getegid())
-    if abi >= 4:
-        yield "tcp", confiner(tcp_allowed=False)
-    yield "", confiner(tcp_allowed=True)
+    finally:
+        if mountns >= 0:
+            os.close(mountns)
 
 
-def _first_working(launchers: Iterator[tuple[str, Launcher]]) -> tuple[str, Launcher] | str:
+def _private_mounts(hiding: list[tuple[Path, list[Path]]]) -> int:
+    """The run's mount namespace hiding the unix sockets, or -1 where none can be made."""
+    try:
+        return mounts.private_mounts(hiding, ctypes.CDLL(None, use_errno=True))
+    except OSError:
+        return -1
+
+
+def _first_working(launchers: Generator[tuple[str, Launcher], None, None]
+                   ) -> tuple[str, Launcher] | str:
     """The first launcher a command really starts through, or why none did."""
     failures = []
     try:
@@ -318,6 +390,8 @@ def _first_working(launchers: Iterator[tuple[str, Launcher]]) -> tuple[str, Laun
             failures.append(failure)
     except OSError as error:  # the kernel refused the ruleset itself
         failures.append(f"the Landlock ruleset could not be built: {error}")
+    finally:
+        launchers.close()
     return "; ".join(failures) or "no way to start a command"
 
 

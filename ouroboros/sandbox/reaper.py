@@ -1,11 +1,13 @@
 """Tool processes die with the harness.
 
-Every shell command carries a marker in its environment naming its workspace
+Where cgroup v2 is writable, every command is born in the workspace's tool cgroup (see
+cgroup.py) and `cgroup.kill` ends them all. Everywhere, every shell command carries a marker in its environment naming its workspace
 (`OUROBOROS_TOOL_WORKSPACE=<tag>`); its children inherit it. The harness, unconfined, finds
 them by scanning `/proc/*/environ`, and also takes every process in the same session as a
 marked one (each command starts its own session, so this catches a child that cleared its
-environment). Only a process that both leaves the session (setsid) and clears its
-environment escapes.
+environment), and every descendant of those (a `setsid env -i cmd &` keeps its parent while
+that lives). Processes are killed through pidfds, checked to be the process scanned (the
+same start time), never by a number that may have been recycled.
 
 Three moments use it:
 - a run starting or resuming in a workspace kills what an earlier harness left there, before
@@ -29,8 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ouroboros.sandbox.cgroup import ToolCgroup
 
 MARKER = "OUROBOROS_TOOL_WORKSPACE"
 MAX_ROUNDS = 50  # scans while processes keep forking
@@ -38,8 +43,14 @@ GONE_WAIT_SECS = 2.0
 
 
 def workspace_tag(workspace: Path) -> str:
-    """A short, stable name for a workspace, the same for every path that resolves to it."""
-    return hashlib.sha256(str(workspace.resolve()).encode()).hexdigest()[:16]
+    """A short, stable name for a workspace, the same for every path to it (a symlink, a bind
+    mount): its device and inode, or its resolved path where it cannot be read."""
+    try:
+        info = os.stat(workspace)
+        identity = f"{info.st_dev:x}-{info.st_ino:x}"
+    except OSError:
+        identity = str(workspace.resolve())
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 def temp_prefix(tag: str) -> str:
@@ -94,16 +105,30 @@ class Process:
     pid: int
     session: int
     marked: bool  # carries this workspace's marker
+    parent: int = 0
+    start: int = 0  # its start time (clock ticks after boot): a pid reused is another process
 
 
 def victims(processes: list[Process], own_sessions: set[int]) -> list[int]:
-    """The tool processes among `processes`: the marked ones and those in a marked one's
-    session. A session of ours or of our ancestors, or session 0 (the kernel's, and processes
-    started outside any session), is never taken whole: only its marked members are; nor is
-    one whose leader is alive and unmarked (a tool's session is led by its marked shell)."""
+    """The tool processes among `processes`: the marked ones, those in a marked one's
+    session, and the descendants of all these (a `setsid env -i cmd &` leaves the session
+    and the marker, not its parent). A session of ours or of our ancestors, or session 0 (the
+    kernel's, and processes started outside any session), is never taken whole: only its
+    marked members are; nor is one whose leader is alive and unmarked (a tool's session is
+    led by its marked shell)."""
     unmarked_leaders = {p.pid for p in processes if p.pid == p.session and not p.marked}
     sessions = {p.session for p in processes if p.marked} - own_sessions - unmarked_leaders - {0}
-    return sorted(p.pid for p in processes if p.marked or p.session in sessions)
+    taken = {p.pid for p in processes if p.marked or p.session in sessions}
+    children: dict[int, list[int]] = {}
+    for p in processes:
+        children.setdefault(p.parent, []).append(p.pid)
+    stack = list(taken)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in taken:
+                taken.add(child)
+                stack.append(child)
+    return sorted(taken)
 
 
 def _processes(entry: bytes) -> list[Process]:
@@ -112,12 +137,30 @@ def _processes(entry: bytes) -> list[Process]:
         if not name.isdigit() or int(name) == os.getpid():
             continue
         stat = _read(f"/proc/{name}/stat")
-        session = session_of(stat) if stat is not None and is_running(stat) else None
-        if session is None:
+        if stat is None or not is_running(stat):
             continue
+        fields = _stat_fields(stat)
         environ = _read(f"/proc/{name}/environ") or b""
-        found.append(Process(int(name), session, entry in environ.split(b"\0")))
+        found.append(Process(int(name), int(fields[3]), entry in environ.split(b"\0"),
+                             parent=int(fields[1]), start=int(fields[19])))
     return found
+
+
+def kill_exactly(process: Process) -> None:
+    """SIGKILL `process` through a pidfd, and only if its pid still names it (the same
+    start time): a pid recycled since the scan is left alone."""
+    try:
+        fd = os.pidfd_open(process.pid)
+    except OSError:
+        return  # gone
+    try:
+        stat = _read(f"/proc/{process.pid}/stat")
+        if stat is not None and int(_stat_fields(stat)[19]) == process.start:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
+    finally:
+        os.close(fd)
 
 
 def _own_sessions() -> set[int]:
@@ -133,9 +176,11 @@ def _own_sessions() -> set[int]:
     return sessions
 
 
-def tool_processes(tag: str) -> list[int]:
+def tool_processes(tag: str) -> list[Process]:
     """Running processes started by shell commands in the workspace tagged `tag`."""
-    return victims(_processes(marker_entry(tag).encode()), _own_sessions())
+    processes = _processes(marker_entry(tag).encode())
+    chosen = set(victims(processes, _own_sessions()))
+    return [p for p in processes if p.pid in chosen]
 
 
 def reap(tag: str) -> list[int]:
@@ -143,17 +188,15 @@ def reap(tag: str) -> list[int]:
     gone (or zombies). Linux only: elsewhere there is no /proc to scan and nothing is done."""
     if not os.path.isdir("/proc/self"):
         return []
-    killed: set[int] = set()
+    cgroup = ToolCgroup.of(tag)
+    killed: set[int] = set(cgroup.kill() if cgroup is not None else [])
     for _ in range(MAX_ROUNDS):
-        found = [pid for pid in tool_processes(tag) if pid not in killed]
+        found = [p for p in tool_processes(tag) if p.pid not in killed]
         if not found:
             break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        killed.update(found)
+        for process in found:
+            kill_exactly(process)
+        killed.update(p.pid for p in found)
     deadline = time.monotonic() + GONE_WAIT_SECS
     while time.monotonic() < deadline and any(is_running(_read(f"/proc/{p}/stat"))
                                               for p in killed):
@@ -168,12 +211,15 @@ class Watchdog:
     process: subprocess.Popen[bytes] | None
 
     @classmethod
-    def start(cls, tag: str) -> Watchdog:
+    def start(cls, tag: str, lock_fds: Sequence[int] = ()) -> Watchdog:
+        """Start it, holding `lock_fds` (the workspace's kernel lock) until it has reaped, so
+        no other harness takes the workspace while this one's tools still run."""
         if not os.path.isdir("/proc/self"):
             return cls(None)
         process = subprocess.Popen(
             [sys.executable, "-m", "ouroboros.sandbox.reaper", tag], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            pass_fds=tuple(lock_fds))
         return cls(process)
 
     def stop(self, timeout: float = 10.0) -> None:

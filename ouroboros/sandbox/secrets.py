@@ -35,6 +35,23 @@ def secret_values(api_key_env: str, base_url: str, env: Mapping[str, str]) -> li
     return [value for value in values if value]
 
 
+def short_secrets(api_key_env: str, base_url: str, env: Mapping[str, str]) -> list[str]:
+    """The secrets too short to be redacted (see MIN_SECRET_CHARS), by name, never value."""
+    named = {f"API key in ${api_key_env}": env.get(api_key_env, "") if api_key_env else ""}
+    try:
+        named["password in model.base_url"] = urlsplit(base_url).password or ""
+    except ValueError:
+        pass
+    return [name for name, value in named.items() if 0 < len(value) < MIN_SECRET_CHARS]
+
+
+def short_secret_warning(names: list[str]) -> str:
+    """The one start-up warning for secrets too short to redact."""
+    return (f"the {' and the '.join(names)} {'is' if len(names) == 1 else 'are'} under "
+            f"{MIN_SECRET_CHARS} characters, too short to tell from ordinary text: not "
+            "redacted from the log, the state or tool results")
+
+
 @dataclass(frozen=True)
 class Redactor:
     """Replaces each secret (of at least MIN_SECRET_CHARS characters) in a text; also its

@@ -46,8 +46,9 @@ _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
 
 
 def same_model(a: str, b: str) -> bool:
-    """`llama3.2` and `llama3.2:latest` name the same model."""
-    return with_tag(a) == with_tag(b)
+    """`llama3.2` and `llama3.2:latest` name the same model, and so does `Llama3.2`: Ollama
+    matches names without regard to case."""
+    return with_tag(a).casefold() == with_tag(b).casefold()
 
 
 def with_tag(name: str) -> str:

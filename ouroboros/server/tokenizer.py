@@ -80,6 +80,7 @@ class TokenCounter:
         self._owns_http = http is None
         self._http = http if http is not None else http_client(transport=transport)
         self._timeout = httpx.Timeout(timeout_secs)
+        self._whole_secs = timeout_secs  # for a whole answer: a byte every few seconds is slow
         self._probed = False
         self._probing = asyncio.Lock()
         self._endpoint: Endpoint | None = None
@@ -110,14 +111,14 @@ class TokenCounter:
             return None
         try:
             return await self._ask(self._endpoint, text)
-        except (httpx.HTTPError, _NoCount):
+        except (httpx.HTTPError, _NoCount, TimeoutError):
             return None
 
     async def _probe(self, text: str) -> int | None:
         """Ask each family in turn; remember the first that answers, or that none did."""
         try:
             found = await self._find(text)
-        except httpx.HTTPError:  # unreachable or too slow: every other probe would fare the same
+        except (httpx.HTTPError, TimeoutError):  # unreachable or too slow: so would the others be
             found = None
         self._probed = True
         if found is None:
@@ -135,11 +136,11 @@ class TokenCounter:
         return None
 
     async def _ask(self, endpoint: Endpoint, text: str) -> int:
-        response = await self._http.post(
+        response = await asyncio.wait_for(self._http.post(
             self.base_url + endpoint.path,
             json=endpoint.body(text, self.model),
             timeout=self._timeout,
-        )
+        ), self._whole_secs)
         try:
             answer = response.json() if response.is_success else None
         except ValueError:

@@ -1,10 +1,10 @@
-"""The README's event table, generated from the event models (events.py): each type, when it
-is written, and its fields with their descriptions. A test checks the README holds exactly
+"""The manual's event table (docs/event-log.md), generated from the event models (events.py):
+each type, when it is written, and its fields with their descriptions. A test checks the page holds exactly
 this table between the markers; after changing a model, paste the output of
 
     python -m ouroboros.store.event_table
 
-over the README's table (markers included).
+over the page's table (markers included).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ouroboros.store.events import ENVELOPE, EVENT_MODELS
 
 
 def event_table() -> str:
-    """The README's event table, from the models: each type, when, and its fields."""
+    """The event table, from the models: each type, when, and its fields."""
     rows = ["| type | when | fields |", "|---|---|---|"]
     for name, model in EVENT_MODELS.items():
         when = " ".join((model.__doc__ or "").split())
@@ -28,7 +28,7 @@ TABLE_BEGIN, TABLE_END = "<!-- events:begin -->", "<!-- events:end -->"
 
 
 def marked_table() -> str:
-    """The table between the markers the README holds it in."""
+    """The table between the markers the page holds it in."""
     return f"{TABLE_BEGIN}\n{event_table()}{TABLE_END}\n"
 
 

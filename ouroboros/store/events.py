@@ -1,16 +1,17 @@
 """Every event a run logs, one pydantic model per type: what the writer builds, what the
 readers (`logs`, `stats`, `status`, `watch`, the dashboard, resume) parse, and what the
-README's event table is generated from.
+manual's event table (docs/event-log.md) is generated from.
 
 Every record carries the envelope (`type`, `ts`, `seq`, `session`, `turn`), which the event
-log fills in as it writes the event (eventlog.py); the rest are the fields of its type.
+log fills in as it writes the event (store/log.py); the rest are the fields of its type.
 
     log.emit(Retry(attempt=2, delay_secs=7.0, error="server returned 503"))
     event = parse_event(json.loads(line))   # a model; UnknownEvent for a type not known here
     match event:
         case Retry(attempt=attempt): ...
 
-The README's event table is generated from these models (`python -m ouroboros.store.event_table`).
+The manual's event table (docs/event-log.md) is generated from these models
+(`python -m ouroboros.store.event_table`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ouroboros.errors import StateError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 3  # 3: the log in segments with a manifest (segments.py); 1 and 2 still read
 ENVELOPE = ("type", "ts", "seq", "session", "turn")
 
 
@@ -133,6 +134,8 @@ class ToolCallEvent(EventBase):
     id: str = Field(description="the call's id")
     name: str = Field(description="the tool")
     arguments: str = Field(description="the JSON text as the model sent it")
+    subject: str = omitted("", "what the call is about, as the tool names it (a path, a "
+                               "command); left out where the tool names none, and in older logs")
 
 
 class ToolResultEvent(EventBase):
@@ -151,6 +154,7 @@ class ToolResultEvent(EventBase):
         False, "when cut short by a stop signal or made up after a crash")
     checkpoint: dict[str, Any] | None = omitted(
         None, "what the step changed, as in a `checkpoint` event")
+    exit_code: int | None = omitted(None, "a shell command's; left out when it timed out")
 
 
 Verdict = Literal["whole", "unknown", "uncached", "suspect", "truncated"]
@@ -253,6 +257,34 @@ class Idle(EventBase):
     max_idle_turns: int = Field(description="the run pauses after this many")
 
 
+class Stuck(EventBase):
+    """The agent is in a loop: it is told (`note`), or, as the loop goes on, the run pauses
+    (`pause`, run_end reason `stuck`)."""
+
+    type: Literal["stuck"] = "stuck"
+    kind: Literal["repeat", "cycle", "echo", "barren"] = Field(
+        description="`repeat`: the same failing call; `cycle`: A B A B; `echo`: the same reply "
+                    "with nothing new; `barren`: sessions in a row without a successful call")
+    detail: str = Field(description="the loop, in words")
+    action: Literal["note", "pause"] = Field(description="`note` or `pause`")
+
+
+class UserMessage(EventBase):
+    """A message from a person (`ouroboros tell`) was given to the agent."""
+
+    type: Literal["user_message"] = "user_message"
+    text: str = Field(description="the message")
+    queued_at: str = Field("", description="when it was sent, ISO 8601 UTC")
+
+
+class Handoff(EventBase):
+    """A restarted session begins with the harness's handoff of the session before."""
+
+    type: Literal["handoff"] = "handoff"
+    text: str = Field(description="the handoff as the agent reads it")
+    tokens: int = Field(description="its size, estimated")
+
+
 class Security(EventBase):
     """A tool refused what it was asked to do as unsafe."""
 
@@ -307,6 +339,16 @@ class ConfigChanged(EventBase):
     source: str = Field(description="the layer the new value came from")
 
 
+class PromptChanged(EventBase):
+    """The system prompt file was edited since the session before (by a person or the
+    agent): the new session starts with it as it is now."""
+
+    type: Literal["prompt_changed"] = "prompt_changed"
+    path: str = Field(description="the system prompt file")
+    old_chars: int = Field(description="its length before, in characters")
+    new_chars: int = Field(description="and now")
+
+
 class Checkpoint(EventBase):
     """A step (a reply, a tool result, the end of a turn) changed the run's state; each
     change below only when there was one."""
@@ -336,9 +378,9 @@ class RunEnd(EventBase):
     """The run stops (the last record, until a resume)."""
 
     type: Literal["run_end"] = "run_end"
-    reason: str = Field(description="`task_complete`, `idle`, `max_turns`, `interrupted`, "
-                                    "`interrupted_now`, `max_restarts`, `restart_declined`, "
-                                    "`error`")
+    reason: str = Field(description="`task_complete`, `idle`, `stuck`, `max_turns`, "
+                                    "`interrupted`, `interrupted_now`, `max_restarts`, "
+                                    "`restart_declined`, `error`")
     exit_code: int = Field(description="of the process")
     sessions: int = Field(description="sessions the run had")
     total_turns: int = Field(description="turns the run had")
@@ -358,8 +400,9 @@ class UnknownEvent(EventBase):
 MODELS = (
     RunStart, RunResumed, SessionStart, Assistant, ToolCallEvent, ToolResultEvent,
     TokenUsage, ContextMask, ContextDrop, WindDown, SessionRestart, ContextTruncationDetected,
-    ContextOverflowRecovered, Retry, Idle, Security, WarningEvent, ErrorEvent, StopRequested,
-    ReloadRequested, ConfigChanged, Checkpoint, SessionEnd, RunEnd,
+    ContextOverflowRecovered, Retry, Idle, Stuck, UserMessage, Handoff, Security, WarningEvent,
+    ErrorEvent, StopRequested, ReloadRequested, ConfigChanged, PromptChanged, Checkpoint,
+    SessionEnd, RunEnd,
 )
 """Every event the harness writes, in roughly the order a run meets them."""
 

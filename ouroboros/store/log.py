@@ -1,18 +1,24 @@
 """The append-only event log (`events.jsonl`), the run's snapshot, and reading them back.
 
-Layout of a run's directory, `<state_dir>/runs/<run_id>/`:
-    events.jsonl      one JSON object per line, written as things happen; `checkpoint`
-                      events hold what each step changed in the run's state (journal.py)
+Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
+    events.jsonl      the current segment: one JSON object per line, written as things
+                      happen; `checkpoint` events hold what each step changed in the run's
+                      state (journal.py)
+    segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
+    manifest.json     what each closed segment spans, and the run's tally as of the newest
     state.json        a full snapshot: conversation and counters as of an event (atomic
                       replace), written at session boundaries, at the end and now and then
-    observations/     the full text of every tool result, for `recall`
+    observations/     the full text of every tool result, packed per session, for `recall`
+                      (observations.py)
+Retention (retention.py) removes the oldest closed segments and packs.
 
 Every record has `type`, `ts` (ISO 8601 UTC), `seq`, `session` and `turn`; the first record
 (`run_start`) also carries `format_version`. Each type is a model in events.py.
 
     log = EventLog(run_dir / EVENTS_FILE)
     log.emit(WarningEvent(message="..."))   # filled in: ts, seq, session, turn
-    events = read_log(run_dir / EVENTS_FILE)  # the models, in order
+    for record in run_records(run_dir): ...   # every record, across segments, streamed
+    tail = read_tail(run_dir)                 # the manifest and the current segment only
 """
 
 from __future__ import annotations
@@ -29,13 +35,33 @@ from typing import Any, Callable, Iterator, Literal
 from ouroboros.store.atomic import write_atomically
 from ouroboros.errors import StateError, UsageError
 from ouroboros.store.events import EventBase, EventError, parse_event
+from ouroboros.store.observations import obs_number
+from ouroboros.store.retention import Freed, Retention, apply_retention
+from ouroboros.store.segments import (
+    MANIFEST_FILE,
+    SEGMENTS_DIR,
+    Manifest,
+    Tally,
+    close_segment,
+    closed_records,
+    compress_closed,
+    envelope,
+    load_manifest,
+    segment_path,
+    segment_records,
+)
 
 # The snapshot alone is no longer the latest state (the checkpoints after it are part of it),
-# so an Ouroboros that would resume from it alone is told to upgrade.
-SNAPSHOT_FORMAT_VERSION = 2
+# so an Ouroboros that would resume from it alone is told to upgrade; 3: the log is in segments
+# (an older Ouroboros would see only the current one).
+SNAPSHOT_FORMAT_VERSION = 3
 EVENTS_FILE = "events.jsonl"
 SNAPSHOT_FILE = "state.json"
 
+# A segment is closed at the first session boundary once it holds this much; a session that
+# never restarts has its segment closed at a turn's end once it holds OVERSIZE_FACTOR times it.
+SEGMENT_BYTES = 1 << 20
+OVERSIZE_FACTOR = 4
 Listener = Callable[[EventBase], None]
 Durability = Literal["turn", "event"]
 
@@ -57,12 +83,23 @@ class EventLog:
     """
 
     def __init__(self, path: Path, *, seq: int = 0, session: int = 1, turn: int = 0,
-                 durability: Durability = "turn") -> None:
+                 durability: Durability = "turn", tally: Tally | None = None,
+                 current: list[dict[str, Any]] = (), segment_bytes: int = SEGMENT_BYTES
+                 ) -> None:
         self.path = path
         self.durability = durability
         self.seq = seq
         self.session = session
         self.turn = turn
+        # What the manifest will say when this segment is closed (segments.py): the run's
+        # tally so far, the current segment's first record, and how big a segment may grow.
+        self.tally = tally or Tally()
+        self.segment_bytes = segment_bytes
+        self.retention: Retention | None = None  # what history to keep; None: all of it
+        self._turns_before = self.tally.assistants
+        self.first = envelope(current[0]) if current else None
+        for record in current:
+            self.tally.add_record(record)
         with cannot_write(path):
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("ab", buffering=0)
@@ -82,10 +119,13 @@ class EventLog:
         event.ts, event.seq, event.session, event.turn = utc_now(), self.seq, self.session, \
             self.turn
         try:
-            line = event.to_json()
-            if self.redact is not None and (redacted := self.redact(line)) != line:
-                line, event = redacted, parse_event(json.loads(redacted))
-            data = (line + "\n").encode("utf-8")
+            if self.redact is not None:
+                record = event.record()
+                cleaned = {key: value if key == "type" else redact_strings(value, self.redact)
+                           for key, value in record.items()}  # the type names the record
+                if cleaned != record:
+                    event = parse_event(cleaned)
+            data = (event.to_json() + "\n").encode("utf-8")
         except ValueError:  # a lone surrogate, which UTF-8 cannot hold
             self.seq -= 1
             raise
@@ -115,9 +155,18 @@ class EventLog:
                 raise
             if self.durability == "event":
                 os.fsync(self._file.fileno())
-        for _, record in records:
+        for data, record in records:
+            self._fold(data, record)
             for listener in self._listeners:
                 listener(record)
+
+    def _fold(self, data: bytes, event: EventBase) -> None:
+        head = {"type": event.type, "ts": event.ts, "seq": event.seq, "session": event.session,
+                "turn": event.turn}
+        if self.first is None:
+            self.first = head
+            self._turns_before = self.tally.assistants
+        self.tally.add(event.type, head, lambda: json.loads(data))
 
     def _append(self, data: bytes) -> None:
         """Write a whole record, or nothing: a record the disk had no room for is cut off
@@ -135,9 +184,44 @@ class EventLog:
         self._size += len(data)
 
     def commit(self) -> None:
-        """A turn boundary: make what was logged durable, unless every event already was."""
-        if self.durability != "event":
+        """A turn boundary: make what was logged durable, unless every event already was; a
+        segment grown far past its size (a session that never restarts) is closed."""
+        if self._size >= OVERSIZE_FACTOR * self.segment_bytes:
+            self.roll()
+        elif self.durability != "event":
             self.sync()
+
+    def roll_due(self) -> bool:
+        """At a session boundary: whether the current segment is big enough to close."""
+        return self._size >= self.segment_bytes and self.first is not None
+
+    def at_session_boundary(self, keep_obs_from: int) -> None:
+        """Between sessions, just after a snapshot: close the segment if it is big enough,
+        then let retention remove what it allows (results numbered from `keep_obs_from` on
+        are still referred to)."""
+        if not self.roll_due():
+            return
+        self.roll()
+        if self.retention is not None:
+            with cannot_write(self.path.parent):
+                apply_retention(self.path.parent, self.retention, session=self.session,
+                                keep_seq=self.seq, keep_obs_from=keep_obs_from)
+
+    def roll(self) -> Manifest | None:
+        """Close the current segment (see segments.py) and begin a new one; the manifest as
+        it is now, or None when there was nothing to close."""
+        if self.first is None or self._held is not None:
+            return None
+        self.sync()
+        self._file.close()
+        run_dir = self.path.parent
+        with cannot_write(run_dir / MANIFEST_FILE):
+            manifest = close_segment(run_dir, self.path, self.first, self.tally,
+                                     self._turns_before)
+            self._file = self.path.open("ab", buffering=0)
+        self._size, self.first = 0, None
+        compress_closed(run_dir, manifest)
+        return manifest
 
     def sync(self) -> None:
         with cannot_write(self.path):
@@ -206,6 +290,70 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
     return record
 
 
+@dataclass
+class RunTail:
+    """What a reader of a run needs without reading its history: the manifest (the closed
+    segments and the run's tally as of the newest) and the current segment's records."""
+
+    run_dir: Path
+    manifest: Manifest
+    current: LogContents
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The current segment's records (any a closed segment holds too left out)."""
+        after = self.manifest.last_seq
+        return [r for r in self.current.events if r["seq"] > after]
+
+    @property
+    def last_seq(self) -> int:
+        records = self.current.events
+        return max(records[-1]["seq"] if records else 0, self.manifest.last_seq)
+
+    def tally(self) -> Tally:
+        """The run's tally as of its newest record."""
+        tally = self.manifest.tally()
+        for record in self.records:
+            tally.add_record(record)
+        return tally
+
+
+def read_tail(run_dir: Path) -> RunTail:
+    """The manifest and the current segment of a run (of any format: an old run's single
+    events.jsonl is its current segment)."""
+    manifest = load_manifest(run_dir)
+    path = run_dir / EVENTS_FILE
+    current = read_events(path) if path.exists() or not manifest.segments \
+        else LogContents([], None, 0)
+    return RunTail(run_dir, manifest, current)
+
+
+def run_records(run_dir: Path, after_seq: int = 0) -> Iterator[dict[str, Any]]:
+    """Every record of a run after `after_seq`, oldest first, across its segments: streamed,
+    so a long run is never in memory at once."""
+    tail = read_tail(run_dir)
+    yield from closed_records(run_dir, tail.manifest, after_seq)
+    yield from (r for r in tail.records if r["seq"] > after_seq)
+
+
+def last_records(run_dir: Path, count: int) -> list[dict[str, Any]]:
+    """The newest `count` records of a run, reading back only as many segments as needed."""
+    tail = read_tail(run_dir)
+    found = tail.records[-count:] if count else []
+    for segment in reversed(tail.manifest.segments):
+        if len(found) >= count:
+            break
+        older = list(segment_records(segment_path(run_dir, segment["file"])))
+        found = older[-(count - len(found)):] + found
+    return found
+
+
+def read_run_log(run_dir: Path) -> Iterator[EventBase]:
+    """Every record of a run as its model, across its segments, streamed."""
+    for record in run_records(run_dir):
+        yield parse_logged(record, run_dir / EVENTS_FILE)
+
+
 def read_log(path: Path) -> list[EventBase]:
     """Every whole record of a log as its model (see read_events)."""
     return parse_records(read_events(path).events, path)
@@ -225,8 +373,24 @@ def parse_logged(record: dict[str, Any], path: Path) -> EventBase:
         raise StateError(f"{path} is damaged: {error.message}") from None
 
 
-def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any]) -> None:
-    """Save the run's state as of event `seq`; resume starts from the latest snapshot."""
+def redact_strings(data: Any, redact: Callable[[str], str]) -> Any:
+    """`data` (JSON-like) with every string value passed through `redact`, before it is
+    serialised: numbers, keys and structure stay as they were, whatever the secret."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, dict):
+        return {key: redact_strings(value, redact) for key, value in data.items()}
+    if isinstance(data, list):
+        return [redact_strings(value, redact) for value in data]
+    return data
+
+
+def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any],
+                   redact: Callable[[str], str] | None = None) -> None:
+    """Save the run's state as of event `seq`, its strings redacted; resume starts from the
+    latest snapshot."""
+    if redact is not None:
+        state = redact_strings(state, redact)
     snapshot = {"format_version": SNAPSHOT_FORMAT_VERSION, "seq": seq, "state": state}
     path = run_dir / SNAPSHOT_FILE
     with cannot_write(path):
@@ -269,7 +433,8 @@ def list_runs(state_dir: Path) -> list[str]:
     root = runs_dir(state_dir)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / EVENTS_FILE).is_file())
+    return sorted(p.name for p in root.iterdir()
+                  if (p / EVENTS_FILE).is_file() or (p / MANIFEST_FILE).is_file())
 
 
 def find_run(state_dir: Path, run_id: str | None) -> Path:
@@ -283,3 +448,22 @@ def find_run(state_dir: Path, run_id: str | None) -> Path:
         known = ", ".join(runs[-5:]) or "none"
         raise UsageError(f"no run {run_id!r} in {runs_dir(state_dir)} (latest: {known})")
     return runs_dir(state_dir) / run_id
+
+
+def prune_run(run_dir: Path, retention: Retention) -> Freed:
+    """Apply retention to a run now (`ouroboros prune`): what its snapshot still needs (the
+    records after it, the results its conversation refers to) is kept."""
+    try:
+        snapshot = read_snapshot(run_dir)
+    except DamagedSnapshot:
+        snapshot = None
+    if snapshot is None:  # a resume would rebuild from the whole log: remove nothing
+        return apply_retention(run_dir, retention, session=0, keep_seq=0, keep_obs_from=0)
+    state = snapshot["state"]
+    context = state.get("context") or {}
+    numbers = [obs_number(str(o.get("id", ""))) for o in
+               (context.get("observations") or {}).values() if isinstance(o, dict)]
+    keep_from = min((n for n in numbers if n is not None),
+                    default=int(context.get("next_observation", 0)))
+    return apply_retention(run_dir, retention, session=int(state.get("session", 0)),
+                           keep_seq=snapshot["seq"], keep_obs_from=keep_from)

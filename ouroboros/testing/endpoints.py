@@ -9,9 +9,8 @@ tokenize endpoints of llama.cpp, llama-cpp-python and vLLM.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from ouroboros.server.discovery import same_model, with_tag
 from ouroboros.protocols import Message
 from ouroboros.testing.settings import ModelSettings, TokenizeFamily
 from ouroboros.testing.wire import error_body
@@ -27,12 +26,26 @@ _TOKENIZE_FIELD = {"llama.cpp": "content", "llama-cpp-python": "input", "vllm": 
 PromptCounter = Callable[[list[Message], Any], int]
 
 
+def listed_name(name: str) -> str:
+    """How Ollama lists a model: with its tag, `:latest` where none was given
+    (`hf.co/org/model` -> `hf.co/org/model:latest`; a registry's `host:port/` stays)."""
+    *path, last = name.split("/")
+    return "/".join([*path, last if ":" in last else f"{last}:latest"])
+
+
+def serves(name: str, known: Iterable[str]) -> bool:
+    """Whether a request for `name` reaches one of the `known` models: Ollama compares the
+    tagged names without regard to case."""
+    wanted = listed_name(name).casefold()
+    return any(listed_name(model).casefold() == wanted for model in known)
+
+
 def tags(settings: ModelSettings) -> list[dict[str, Any]]:
     """/api/tags: one entry per model name."""
     return [
         {
-            "name": with_tag(name),
-            "model": with_tag(name),
+            "name": listed_name(name),
+            "model": listed_name(name),
             "modified_at": "2025-01-01T00:00:00Z",
             "size": 2019393189,
             "digest": hashlib.sha256(name.encode()).hexdigest(),
@@ -52,7 +65,7 @@ def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
         return 200, {"models": tags(settings)}
     if path == "/v1/models":
         data = [
-            {"id": with_tag(name), "object": "model", "created": 0, "owned_by": "library"}
+            {"id": listed_name(name), "object": "model", "created": 0, "owned_by": "library"}
             for name in settings.models
         ]
         return 200, {"object": "list", "data": data}
@@ -70,7 +83,7 @@ def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
 def show(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
     """/api/show: the Modelfile's parameters (num_ctx), the trained window, capabilities."""
     name = str(body.get("model") or body.get("name") or "")
-    if not any(same_model(name, known) for known in settings.models):
+    if not serves(name, settings.models):
         return 404, {"error": f"model '{name}' not found"}
     parameters = 'stop                           "<|eot_id|>"'
     if settings.context_length is not None:

@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from ouroboros.server.discovery import same_model
-from ouroboros.protocols import Message, Usage
+from ouroboros.protocols import Message
 from ouroboros.testing import endpoints
 from ouroboros.testing.script import Brain, Fault, Reply, Script
 from ouroboros.testing.settings import ModelSettings
@@ -163,7 +162,7 @@ class ScriptedModel:
             prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt,
                          self.settings.window or prompt)
         mode = self.settings.usage
-        usage = usage_wire(Usage(prompt, 1), "whole" if mode == "uncached" else mode)
+        usage = usage_wire(prompt, 1, "whole" if mode == "uncached" else mode)
         return Answer(json=render_completion(Reply(""), model=str(body.get("model")),
                                              usage=usage))
 
@@ -192,7 +191,7 @@ class ScriptedModel:
     def _refusal(self, body: dict[str, Any], over: bool, prompt: int) -> Answer | None:
         """Ollama's 404 and 400 answers, and the overflow modes other than truncation."""
         name = str(body.get("model", ""))
-        if not any(same_model(name, known) for known in self.settings.models):
+        if not endpoints.serves(name, self.settings.models):
             return Answer(404, error_body(f"model '{name}' not found", 404))
         if body.get("tools") and not self.settings.tools_supported:
             return Answer(400, error_body(f"{name} does not support tools", 400))
@@ -234,7 +233,7 @@ class ScriptedModel:
             prompt = min(prompt, max(1, self.count_tokens(messages[common:], None)))
         report_cached = self.settings.report_cached and mode == "whole"
         cached_tokens = min(cached, prompt) if report_cached else None
-        return usage_wire(Usage(prompt, completion), mode, cached_tokens)
+        return usage_wire(prompt, completion, mode, cached_tokens)
 
     def _reply_answer(self, reply: Reply, body: dict[str, Any], usage: dict[str, Any]) -> Answer:
         model, number, created = str(body.get("model")), len(self.requests), int(time.time())
@@ -277,7 +276,7 @@ class ScriptedModel:
             return Answer(frames=frames[:2] + [GARBAGE_FRAME] + frames[2:] + [DONE_FRAME])
         if fault.kind == "no_done":
             if not streaming:  # nothing to leave out: a whole answer
-                usage = usage_wire(Usage(self.prompt_tokens[-1], 1))
+                usage = usage_wire(self.prompt_tokens[-1], 1)
                 return Answer(json=render_completion(_PARTIAL, model=model, usage=usage))
             return Answer(frames=frames)
         raise ValueError(f"unknown fault kind {fault.kind!r}")

@@ -40,6 +40,7 @@ class ScriptedServer(ScriptedModel):
         self._outage_starting = False
         self._stopping = threading.Event()
         self._down = threading.Event()  # the listening socket is closed (an outage)
+        self._wake = threading.Event()  # an outage ends early: stop() or end_outage()
         self._connections: dict[_Handler, bool] = {}  # handler -> busy
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -63,6 +64,7 @@ class ScriptedServer(ScriptedModel):
         if self._thread is None:
             return
         self._stopping.set()
+        self._wake.set()
         self._thread.join()
         self._thread = None
         self._close_connections(idle_only=False)
@@ -78,6 +80,10 @@ class ScriptedServer(ScriptedModel):
         an outage among them that is due has closed the socket."""
         super().inject(*faults)
         self._await_outage_start()
+
+    def end_outage(self) -> None:
+        """End the outage going on now before its time is up: the port is bound again."""
+        self._wake.set()
 
     # -- the network
 
@@ -103,7 +109,8 @@ class ScriptedServer(ScriptedModel):
                     assert self._httpd is not None
                     self._httpd.handle_request()
                     continue
-                if self._stopping.wait(outage.seconds):
+                self._wake.wait(outage.seconds)
+                if self._stopping.is_set():
                     break
                 self._httpd = self._bind(self.port)
                 self._down.clear()
@@ -118,6 +125,7 @@ class ScriptedServer(ScriptedModel):
                 return None
             self._script.take_outage()
             self._outage_starting = True
+            self._wake.clear()
         assert self._httpd is not None
         self._httpd.server_close()
         self._down.set()

@@ -2,7 +2,7 @@
 answer, the non-streamed completion, error bodies and usage objects, the way Ollama's `/v1`
 API writes them.
 
-    frames = render_stream(Reply("Hi there"), model="m", usage=usage_wire(Usage(7, 2)))
+    frames = render_stream(Reply("Hi there"), model="m", usage=usage_wire(7, 2))
     frames[0]     # b'data: {"id":"chatcmpl-1",...,"delta":{"role":"assistant","content":"Hi"},...}\n\n'
     frames[-1]    # DONE_FRAME
 """
@@ -13,7 +13,6 @@ import json
 import re
 from typing import Any, Literal
 
-from ouroboros.protocols import Usage
 from ouroboros.testing.script import Reply
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -73,15 +72,16 @@ def overflow_error_body(context_length: int | None, prompt: int) -> dict[str, An
 
 
 def usage_wire(
-    usage: Usage, mode: UsageMode = "whole", cached_tokens: int | None = None
+    prompt_tokens: int, completion_tokens: int, mode: UsageMode = "whole",
+    cached_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The `usage` object as a server in this mode sends it. For "uncached" the caller passes
-    the uncached count as `usage.prompt_tokens`; `cached_tokens` adds prompt_tokens_details."""
-    prompt = usage.prompt_tokens if mode in ("whole", "uncached") else 0
+    the uncached count as `prompt_tokens`; `cached_tokens` adds prompt_tokens_details."""
+    prompt = prompt_tokens if mode in ("whole", "uncached") else 0
     wire: dict[str, Any] = {
         "prompt_tokens": None if mode == "null" else prompt,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": prompt + usage.completion_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt + completion_tokens,
     }
     if mode == "absent":
         del wire["prompt_tokens"]

@@ -2,13 +2,16 @@
 
     toolbox = Toolbox(default_tools(workspace, shell_timeout_secs=120, max_output_bytes=50_000,
                                     blocked_patterns=[], secret_env_names=["OPENAI_API_KEY"],
-                                    on_security=print))
+                                    on_security=print, recall=Recall(run_dir / "observations"),
+                                    allow_complete=True))
     result = await toolbox.run(call)  # never raises: every failure is an "error: ..." result
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from ouroboros.tools.arguments import (
 )
 from ouroboros.tools.complete import COMPLETE_KEY, TaskComplete
 from ouroboros.tools.files import FileRead, FileWrite, ListDir
+from ouroboros.tools.recall import RecallTool
 from ouroboros.tools.safety import PathEscape, SecurityHook
 from ouroboros.tools.shell import ShellExec
 
@@ -33,6 +37,8 @@ __all__ = [
     "ListDir",
     "ModelTool",
     "PathEscape",
+    "Recall",
+    "RecallTool",
     "COMPLETE_KEY",
     "SecurityHook",
     "ShellExec",
@@ -74,6 +80,19 @@ class Toolbox:
     def schemas(self) -> list[dict[str, Any]]:
         return [tool.schema() for tool in self._tools.values()]
 
+    def subject(self, call: ToolCall) -> str:
+        """What the call is about, as its tool names it (a path, a command); "" when the tool
+        or the argument is unknown."""
+        tool = self._tools.get(call.name)
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            return ""
+        if tool is None or not tool.subject or not isinstance(arguments, dict):
+            return ""
+        value = arguments.get(tool.subject)
+        return value if isinstance(value, str) else ""
+
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one tool call. Unknown tools, bad arguments and exceptions inside the tool all
         come back as results starting with `error:`; only cancellation propagates. Known
@@ -97,6 +116,14 @@ class Toolbox:
             return _failure(f"{call.name} failed: {type(error).__name__}: {error}", call.name)
 
 
+@dataclass(frozen=True)
+class Recall:
+    """Where `recall` finds the full text of earlier results, and how much it shows at once."""
+
+    observations: Path
+    max_chars: Callable[[], int] = lambda: 8000
+
+
 def default_tools(
     workspace: Path,
     *,
@@ -106,10 +133,14 @@ def default_tools(
     secret_env_names: list[str],
     on_security: SecurityHook,
     sandbox: Sandbox | None = None,
+    recall: Recall | None = None,
+    allow_complete: bool = False,
 ) -> list[Tool]:
-    """file_read, file_write, shell_exec and list_dir, in that order, all in `workspace`;
-    shell commands run in `sandbox` (None: the best this machine offers)."""
-    return [
+    """Every tool of a run, in the order the model is shown them: file_read, file_write,
+    shell_exec and list_dir, all in `workspace` (shell commands run in `sandbox`; None: the
+    best this machine offers), then recall where `recall` says where results are kept, then
+    task_complete where the agent may end the run."""
+    tools: list[Tool] = [
         FileRead(workspace, max_read_bytes=max_output_bytes, on_security=on_security),
         FileWrite(workspace, on_security=on_security),
         ShellExec(
@@ -123,3 +154,8 @@ def default_tools(
         ),
         ListDir(workspace, on_security=on_security),
     ]
+    if recall is not None:
+        tools.append(RecallTool(recall.observations, recall.max_chars))
+    if allow_complete:
+        tools.append(TaskComplete())
+    return tools

@@ -203,6 +203,7 @@ class ModelTool(Generic[A]):
 
     name: str
     Arguments: type[A]
+    subject: str = ""  # the argument that says what a call is about (see protocols.Tool)
 
     def description(self) -> str:
         raise NotImplementedError

@@ -32,6 +32,7 @@ class TaskComplete(ModelTool[CompleteArguments]):
 
     name = "task_complete"
     Arguments = CompleteArguments
+    subject = "summary"
 
     def description(self) -> str:
         return "Ends the run. Call once the whole task is done and checked."

@@ -111,6 +111,8 @@ P = TypeVar("P", bound=PathArguments)
 class _WorkspaceTool(ModelTool[P]):
     """Shared plumbing: turn escapes, refusals and OS errors into error results."""
 
+    subject = "path"
+
     def __init__(self, workspace: Path, *, on_security: SecurityHook) -> None:
         self.workspace = workspace
         self.on_security = on_security

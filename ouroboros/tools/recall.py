@@ -8,6 +8,7 @@ from typing import Callable
 from pydantic import ConfigDict, Field
 
 from ouroboros.protocols import ToolResult
+from ouroboros.store.observations import ObservationStore
 from ouroboros.tools.arguments import ModelTool, ToolArguments
 
 
@@ -30,9 +31,11 @@ class RecallTool(ModelTool[RecallArguments]):
 
     name = "recall"
     Arguments = RecallArguments
+    subject = "id"
 
     def __init__(self, observations_dir: Path, max_chars: Callable[[], int]) -> None:
         self.observations_dir = observations_dir
+        self.store = ObservationStore(observations_dir)
         self.max_chars = max_chars
 
     def description(self) -> str:
@@ -42,11 +45,11 @@ class RecallTool(ModelTool[RecallArguments]):
     async def call(self, arguments: RecallArguments) -> ToolResult:
         obs_id = arguments.id.strip()
         offset = arguments.offset
-        path = self.observations_dir / f"{obs_id}.txt"
-        if not obs_id.startswith("obs-") or not obs_id[4:].isdigit() or not path.is_file():
-            return ToolResult(f"error: no observation {obs_id!r}; ids look like obs-12 and "
-                              "appear in masked placeholders", ok=False, meta={"id": obs_id})
-        text = path.read_text(encoding="utf-8")
+        valid = obs_id.startswith("obs-") and obs_id[4:].isdigit()
+        text = self.store.read(obs_id) if valid else None
+        if text is None:
+            return ToolResult(self.missing(obs_id, valid), ok=False, meta={"id": obs_id})
+        text = text.replace("\r\n", "\n").replace("\r", "\n")  # as text mode read it
         if offset < 0 or (offset >= len(text) and text):
             return ToolResult(f"error: offset {offset} is outside 0..{len(text) - 1}",
                               ok=False, meta={"id": obs_id})
@@ -56,3 +59,12 @@ class RecallTool(ModelTool[RecallArguments]):
             body += (f"\n[showing characters {offset}-{end} of {len(text)}; "
                      f'recall(id="{obs_id}", offset={end}) for more]')
         return ToolResult(body, meta={"path": obs_id})
+
+    def missing(self, obs_id: str, valid: bool) -> str:
+        """Why there is no text to show: pruned by retention, or no such observation."""
+        session = self.store.pruned_after(obs_id) if valid else None
+        if session is not None:
+            return (f"error: {obs_id} was pruned by retention after session {session} (the "
+                    "run keeps only recent history); run the tool again if you need it")
+        return (f"error: no observation {obs_id!r}; ids look like obs-12 and appear in masked "
+                "placeholders")

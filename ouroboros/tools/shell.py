@@ -130,15 +130,30 @@ class Running:
 
     @property
     def returncode(self) -> int | None:
-        """Set as soon as the shell itself has exited, whoever still holds its output pipe."""
-        return self.popen.poll()
+        """Set as soon as the shell itself has exited, whoever still holds its output pipe.
+        The shell is left a zombie (not reaped) until `reap`: its pid, and so its process
+        group's number, cannot be given to another process while the group may be killed."""
+        if self.popen.returncode is not None:
+            return self.popen.returncode
+        try:
+            info = os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return self.popen.poll()
+        if info is None:
+            return None
+        killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+        return -info.si_status if killed else info.si_status
 
     async def wait(self) -> int:
         delay = 0.001
-        while (code := self.popen.poll()) is None:
+        while (code := self.returncode) is None:
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_EXIT_POLL_SECS)
         return code
+
+    def reap(self) -> None:
+        """Reap the exited shell, once its group is dealt with."""
+        self.popen.wait()
 
     def stop_listening(self) -> None:
         self.transport.close()
@@ -169,6 +184,7 @@ async def _settle(process: Running, reader: asyncio.Task[None]) -> None:
         await asyncio.wait({reader})
     process.stop_listening()
     await process.wait()
+    process.reap()
 
 
 class ShellArguments(ToolArguments):
@@ -189,6 +205,7 @@ class ShellExec(ModelTool[ShellArguments]):
 
     name = "shell_exec"
     Arguments = ShellArguments
+    subject = "command"
 
     def __init__(
         self,

@@ -49,6 +49,11 @@ def caption(e: Record) -> str | None:
             return wind_down_caption(event)
         case ev.SessionRestart():
             return restart_caption(event)
+        case ev.Handoff(session=2):
+            return ("The new session also begins with a handoff the harness built from its own "
+                    "log, not from the model: the files the last session wrote, its last "
+                    "commands and their exit codes, calls that kept failing, and the agent's "
+                    "wind-down note; it comes before the carried turns.")
         case ev.RunEnd():
             return end_caption(event)
     return None
@@ -80,7 +85,8 @@ def wind_down_caption(e: ev.WindDown) -> str:
     return (f"Wind-down: the context is {pct}% full, past the hard threshold, and nothing is "
             "left worth masking. The harness tells the agent to save its progress and state "
             "to workspace files now, because the next session starts from a fresh context and "
-            "only files carry over. This agent writes progress.md.")
+            "only files carry over. This agent writes progress.md, and a note in NOTES.md, "
+            "its memory file.")
 
 
 def restart_caption(e: ev.SessionRestart) -> str:
@@ -88,10 +94,11 @@ def restart_caption(e: ev.SessionRestart) -> str:
     if session > 2:
         return f"Restart: session {session} starts fresh, {carried} messages carried over."
     return (f"Restart ({e.reason}): session {session} starts from a fresh context: "
-            "SYSTEM_PROMPT.md read again from disk (the agent may have edited it), a note "
-            f"saying the session restarted, and the last {carried} messages of session "
-            f"{session - 1} carried over, whole turns only. The rest of what the agent knew is "
-            "in its files: it carries on from progress.md.")
+            "SYSTEM_PROMPT.md read again from disk, with the agent's memory file (NOTES.md, "
+            "which the agent edits) pinned after it, a note saying the session restarted, "
+            f"and the last {carried} messages of session {session - 1} carried over, whole "
+            "turns only. The rest of what the agent knew is in its files: it carries on from "
+            "progress.md.")
 
 
 def end_caption(e: ev.RunEnd) -> str:

@@ -27,11 +27,12 @@ def default_values() -> dict[str, Any]:
     return values
 
 
-def config_table(loaded: LoadedConfig, full: bool = False) -> Group:
-    """Every key, its effective value (a long list folded to its first items unless `full`)
-    and the layer it came from; a * and the default beside each value that differs from it;
-    the files named above and a line below saying what changed."""
-    items = effective_items(loaded)
+def config_table(loaded: LoadedConfig, full: bool = False,
+                 keys: list[str] | None = None) -> Group:
+    """Every key (or those in `keys`), its effective value (a long list folded to its first
+    items unless `full`) and the layer it came from; a * and the default beside each value that
+    differs from it; the files named above and a line below saying what changed."""
+    items = [item for item in effective_items(loaded) if keys is None or item[0] in keys]
     defaults = default_values()
     changed = [key for key, value, _ in items if value != defaults[key]]
     files = dict.fromkeys(source for _, _, source in items if source.startswith(FILE_LAYERS))
@@ -46,6 +47,8 @@ def config_table(loaded: LoadedConfig, full: bool = False) -> Group:
                       Text(short_source(source), style="dim" if source == "default" else "cyan"))
     named = [Text(f"{layer}: {source.removeprefix(layer + ' ')}")
              for source in files for layer in FILE_LAYERS if source.startswith(layer)]
+    if keys is not None:
+        return Group(*named, table)
     return Group(*named, table, Text(changes_line(changed)))
 
 

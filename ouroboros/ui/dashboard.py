@@ -23,6 +23,7 @@ from typing import Literal
 
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
+from ouroboros.loop.continuation import said_done
 from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
 from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
@@ -40,13 +41,11 @@ NOTE_LEVELS: dict[str, Level] = {
     "wind_down": "warn", "session_restart": "info", "context_truncation_detected": "warn",
     "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
     "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
-    "reload_requested": "info", "config_changed": "info",
+    "reload_requested": "info", "config_changed": "info", "idle": "info",
+    "prompt_changed": "info",
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
 
-TELLING_ARGUMENT = {"file_read": "path", "file_write": "path", "list_dir": "path",
-                    "shell_exec": "command", "recall": "id"}
-"""The argument that says what a tool call does; the others (a file's content) are noise."""
 
 _DEFAULTS = ContextConfig()
 
@@ -130,6 +129,21 @@ class DashboardState:
     def zone(self) -> Zone:
         return zone(self.context_pct or 0.0, self.soft, self.hard)
 
+    def waiting(self) -> tuple[str, str] | None:
+        """What the run waits on while nothing streams, and since when (an event's `ts`): a
+        tool still running, a retry's backoff, an idle pause, or the model (a first token
+        can take a minute while a model loads); None when it waits on nothing."""
+        if self.ended or self.streaming or self.status != "running" or not self.last_ts:
+            return None
+        running = self.tools[-1] if self.tools and self.tools[-1].result is None else None
+        if running is not None:
+            return f"running {running.call.split(' ')[0]}", self.last_ts
+        if self.last_type == "retry":
+            return "waiting to retry", self.last_ts
+        if self.last_type == "idle":
+            return "idle pause", self.last_ts
+        return "waiting for the model", self.last_ts
+
     def apply(self, e: Record) -> DashboardState:
         """Fold one event into the state; returns the state, for chaining. Control
         characters in it are made visible first (ui/sanitize.py)."""
@@ -178,6 +192,8 @@ class DashboardState:
 
     def _on_run_resumed(self, e: ev.RunResumed) -> None:
         self.status, self.ended = "running", False
+        if self.alert is not None and self.alert.level == "error":  # what failed the run
+            self.alert = None  # is over: the resumed run goes on
         self.total_turns, self.restarts = e.total_turns, e.restarts
         self.context_limit, self.limit_source = e.context_limit, e.limit_source
 
@@ -217,7 +233,7 @@ class DashboardState:
     _on_error = _on_warning
 
     def _on_tool_call(self, e: ev.ToolCallEvent) -> None:
-        summary = neutralise(call_summary(e.name, e.arguments))  # JSON may hide an ESC
+        summary = neutralise(call_summary(e.name, e.arguments, e.subject))  # JSON may hide an ESC
         self._add_tool(ToolLine(e.id, clock(e), summary))
 
     def _on_tool_result(self, e: ev.ToolResultEvent) -> None:
@@ -246,6 +262,8 @@ class DashboardState:
     def _on_run_end(self, e: ev.RunEnd) -> None:
         self.ended, self.streaming = True, False
         self.status = f"ended: {e.reason} (exit {e.exit_code})"
+        if e.reason == "idle" and said_done(self.text):  # done in words, not by task_complete
+            self.status = f"ended: the agent says it is done; paused (exit {e.exit_code})"
         self.total_turns, self.restarts = e.total_turns, e.restarts
 
     def _add_tool(self, line: ToolLine) -> ToolLine:
@@ -277,17 +295,18 @@ def reply_rate(completion_tokens: int | None, stream_secs: float | None,
     return None
 
 
-def call_summary(name: str, arguments: str) -> str:
-    """A tool call by its most telling part: `file_read notes/todo.md`, `shell_exec pytest -q`,
-    `recall obs-12`; another tool by its first argument."""
+def call_summary(name: str, arguments: str, subject: str = "") -> str:
+    """A tool call by what it is about, as its tool named it (`file_read notes/todo.md`,
+    `shell_exec pytest -q`, `recall obs-12`); in a log without that, by its first argument."""
+    if subject:
+        return f"{name} {one_line(subject, 200)}"
     try:
         args = json.loads(arguments or "{}")
     except ValueError:
         return f"{name} {one_line(arguments, 200)}".rstrip()
     if not isinstance(args, dict):
         return f"{name} {one_line(str(args), 200)}"
-    key = TELLING_ARGUMENT.get(name)
-    value = args.get(key) if key in args else next(iter(args.values()), "")
+    value = next(iter(args.values()), "")
     return f"{name} {one_line(str(value), 200)}".rstrip()
 
 

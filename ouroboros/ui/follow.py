@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
-from ouroboros.store.log import parse_logged, parse_record
+from ouroboros.store.log import EVENTS_FILE, last_records, parse_logged, parse_record, \
+    run_records
 from ouroboros.store.events import EventBase, RunEnd
 
 POLL_SECS = 0.25
@@ -17,7 +18,9 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterato
     """Every record of the log, then each new one as it is written, until a run_end record
     that nothing follows. A last line still being written is held back until it is whole; a
     line that never becomes JSON (torn by a crash, then cut off by `resume`) is skipped.
-    `wait` is called whenever there is nothing new (default: sleep a quarter second).
+    When the writer closes the segment (renames the file into segments/), what is left of
+    it is read, then the new file at `path`. `wait` is called whenever there is nothing new
+    (default: sleep a quarter second).
 
         for event in follow_events(run_dir / "events.jsonl"):
             print(event.type)
@@ -25,7 +28,8 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterato
     wait = wait or (lambda: time.sleep(POLL_SECS))
     pending = b""
     ended = False
-    with path.open("rb") as log:
+    log = path.open("rb")
+    try:
         while True:
             chunk = log.read()
             if not chunk:
@@ -34,6 +38,10 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterato
                 if os.fstat(log.fileno()).st_size < log.tell():  # resume cut a torn line off
                     log.seek(0, os.SEEK_END)
                     pending = b""
+                if rolled_over(path, log):
+                    log.close()
+                    log, pending = path.open("rb"), b""
+                    continue
                 wait()
                 continue
             *lines, pending = (pending + chunk).split(b"\n")
@@ -43,3 +51,40 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterato
                     event = parse_logged(record, path)
                     ended = isinstance(event, RunEnd)
                     yield event
+    finally:
+        log.close()
+
+
+def rolled_over(path: Path, log: BinaryIO) -> bool:
+    """Whether `path` is now another file than the one being read (a new segment)."""
+    try:
+        return os.stat(path).st_ino != os.fstat(log.fileno()).st_ino
+    except OSError:  # between the rename and the new file: not yet
+        return False
+
+
+def follow_run(run_dir: Path, newest: int | None = None,
+               wait: Callable[[], None] | None = None) -> Iterator[EventBase]:
+    """A run's records across its segments (only the `newest` N, if given), then each new
+    one as it is written (see follow_events). A segment closed between reading the
+    manifest and opening the current file is read from segments/, so nothing is missed."""
+    last = 0
+    if newest is not None:  # the newest N, and where following starts even when N is 0
+        newer = last_records(run_dir, max(newest, 1))
+        last = newer[-1]["seq"] if newer else 0
+        records: Iterable[dict] = newer[-newest:] if newest else []
+    else:
+        records = run_records(run_dir)
+    for record in records:
+        last = record["seq"]
+        yield parse_logged(record, run_dir / EVENTS_FILE)
+    for event in follow_events(run_dir / EVENTS_FILE, wait):
+        if event.seq <= last:
+            continue
+        if last and event.seq > last + 1:  # closed meanwhile
+            for record in run_records(run_dir, after_seq=last):
+                if record["seq"] >= event.seq:
+                    break
+                yield parse_logged(record, run_dir / EVENTS_FILE)
+        last = event.seq
+        yield event

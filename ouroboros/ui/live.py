@@ -16,6 +16,7 @@ import atexit
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
@@ -23,10 +24,13 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from ouroboros.store.events import Record, parse_event
+from ouroboros.store.log import EVENTS_FILE, read_log
+from ouroboros.store.segments import Tally, load_manifest
 from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.render import render
+from ouroboros.ui.status import seeded
 
 REFRESH_PER_SECOND = 8
 SPARE_LINES = 1  # the frame stays one line short of the terminal, so the final newline
@@ -37,14 +41,15 @@ class LiveDashboard:
     """Shows the state live from the first event it is given until the run_end event."""
 
     def __init__(self, state: DashboardState, console: Console | None = None, *,
-                 stop_at_run_end: bool = True) -> None:
+                 stop_at_run_end: bool = True, clock: Callable[[], float] = time.time) -> None:
         self.state = state
+        self.clock = clock  # wall-clock seconds: a waiting run's count moves on with them
         self.console = console or Console()
         self.stop_at_run_end = stop_at_run_end
         self._lock = threading.Lock()
         self._showing = False
         self._changes = 0  # bumped by every change to the state
-        self._drawn: tuple[int, tuple[int, int]] | None = None  # changes and size last drawn
+        self._drawn: tuple[int, tuple[int, int], int | None] | None = None  # changes, size, tick
         self._stop_redrawing = threading.Event()
         self._redrawer: threading.Thread | None = None
         self._live = Live(get_renderable=self.renderable, console=self.console,
@@ -54,8 +59,13 @@ class LiveDashboard:
     def renderable(self) -> RenderableType:
         width, height = self.console.size
         with self._lock:
-            self._drawn = (self._changes, (width, height))
-            return render(self.state, width, max(height - SPARE_LINES, 1))
+            self._drawn = (self._changes, (width, height), self._tick())
+            return render(self.state, width, max(height - SPARE_LINES, 1),
+                          now=datetime.fromtimestamp(self.clock(), timezone.utc))
+
+    def _tick(self) -> int | None:
+        """The second a waiting run's frame counts its wait in (a new one redraws it)."""
+        return int(self.clock()) if self.state.waiting() is not None else None
 
     def on_event(self, record: Record) -> None:
         event = parse_event(record)
@@ -96,7 +106,7 @@ class LiveDashboard:
         """Whether the state or the terminal's size changed since the last frame was drawn."""
         size = tuple(self.console.size)
         with self._lock:
-            return self._drawn != (self._changes, size)
+            return self._drawn != (self._changes, size, self._tick())
 
     def _redraw_changes(self) -> None:
         while not self._stop_redrawing.wait(1 / REFRESH_PER_SECOND):
@@ -128,21 +138,52 @@ class LiveDashboard:
 
 
 def live_hooks(soft: float | None = None, hard: float | None = None,
-               console: Console | None = None) -> RunHooks:
-    """The dashboard's hooks; thresholds as fractions (a run_start event also sets them)."""
+               console: Console | None = None, past: Path | None = None) -> RunHooks:
+    """The dashboard's hooks; thresholds as fractions (a run_start event also sets them).
+    `past`: the log of the run a resume continues, replayed first, so the dashboard shows
+    the same header (run id, model, counters) as it did while the run went on."""
     given = {"soft": soft, "hard": hard}
     state = DashboardState(**{name: value for name, value in given.items() if value is not None})
+    if past is not None:
+        run_dir, current = log_paths(past)
+        state = caught_up(state, run_dir)
+        for event in read_log(current):
+            state.apply(event)
     return LiveDashboard(state, console).hooks()
+
+
+def log_paths(path: Path) -> tuple[Path, Path]:
+    """A run's directory and its current segment, from either."""
+    return (path, path / EVENTS_FILE) if path.is_dir() else (path.parent, path)
+
+
+def caught_up(state: DashboardState, run_dir: Path) -> DashboardState:
+    """`state` as of the run's closed segments, from its manifest's tally (not its history);
+    the current segment is for the caller to replay."""
+    tally = load_manifest(run_dir).tally()
+    return seed(state, tally) if tally.last else state
 
 
 def watch(path: Path, state: DashboardState, console: Console | None = None,
           wait: Callable[[], None] | None = None) -> DashboardState:
-    """Show a run that another process is writing to `path`: replay its log, then follow it
-    until its run_end (Ctrl+C raises KeyboardInterrupt as usual). Returns the final state."""
+    """Show a run that another process is writing (`path`: its directory, or its
+    events.jsonl): start from its manifest's tally (not its history), replay its current
+    segment, then follow it until its run_end (Ctrl+C raises KeyboardInterrupt as usual).
+    Returns the final state."""
+    run_dir, current = log_paths(path)
+    state = caught_up(state, run_dir)
     dashboard = LiveDashboard(state, console, stop_at_run_end=False)
     try:
-        for event in follow_events(path, wait):
+        for event in follow_events(current, wait):
             dashboard.on_event(event)
     finally:
         dashboard.stop()
     return state
+
+
+def seed(state: DashboardState, tally: Tally) -> DashboardState:
+    """`state` as of the records the tally has folded (see status.seeded)."""
+    seeded_state = seeded(tally)
+    for name in ("max_tools", "max_notes"):
+        setattr(seeded_state, name, getattr(state, name))
+    return seeded_state

@@ -61,7 +61,7 @@ def resumed_text(e: ev.RunResumed) -> str:
     extra = ", torn last log line dropped" if e.torn_line_dropped else ""
     if e.interrupted_tools:
         extra += f", interrupted tool calls: {', '.join(e.interrupted_tools)}"
-    return (f"run resumed at turn {e.total_turns} ({e.restarts} restarts{extra})"
+    return (f"run resumed at turn {e.total_turns} ({plural(e.restarts, 'restart')}{extra})"
             + sandbox_note(e.sandbox))
 
 
@@ -88,8 +88,9 @@ def usage_text(e: ev.TokenUsage) -> str:
 def end_text(e: ev.RunEnd) -> str:
     summary = f": {one_line(e.summary, 200)}" if e.summary else ""
     then = f"; {e.next}" if e.next else ""
-    return (f"run ended: {e.reason}{summary} after {e.total_turns} turns, {e.sessions} "
-            f"sessions, {e.restarts} restarts (exit {e.exit_code}){then}")
+    return (f"run ended: {e.reason}{summary} after {plural(e.total_turns, 'turn')}, "
+            f"{plural(e.sessions, 'session')}, {plural(e.restarts, 'restart')} "
+            f"(exit {e.exit_code}){then}")
 
 
 DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
@@ -98,7 +99,8 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.RunResumed: resumed_text,
     ev.SessionStart: lambda e: (
         f"session {e.session} started: context limit {e.context_limit} tokens "
-        f"({e.limit_source}), budget {e.budget}, {e.carryover_messages} messages carried over"),
+        f"({e.limit_source}), budget {e.budget}, {plural(e.carryover_messages, 'message')} "
+        "carried over"),
     ev.Assistant: assistant_text,
     ev.ToolCallEvent: lambda e: f"tool {tool_call_text(e.name, e.arguments)}",
     ev.ToolResultEvent: result_text,
@@ -107,12 +109,15 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
         f"masked {plural(e.observations_masked, 'tool result')} ({e.tokens_before} -> "
         f"{e.tokens_after} tokens, {e.reclaimed_pct}% reclaimed; {e.total_masked} masked in "
         "total)"),
-    ev.ContextDrop: lambda e: f"dropped {e.turns_dropped} oldest turns to fit the window",
+    ev.ContextDrop: lambda e: ("dropped the oldest turn" if e.turns_dropped == 1 else
+                               f"dropped the {e.turns_dropped} oldest turns")
+                              + " to fit the window",
     ev.WindDown: lambda e: (f"wind-down: context at {e.context_used_pct}%, agent asked to "
                             "save state"),
     ev.SessionRestart: lambda e: (
         f"restart -> session {e.session} ({e.reason}; previous session ran "
-        f"{e.previous_turns} turns, {e.carryover_messages} messages carried)"),
+        f"{plural(e.previous_turns, 'turn')}, {plural(e.carryover_messages, 'message')} "
+        "carried)"),
     ev.ContextTruncationDetected: lambda e: (
         f"WARNING the server cuts prompts: its counts stalled near {e.reported} tokens while "
         f"~{e.estimated} were sent; limit now {e.new_limit}"),
@@ -123,14 +128,20 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.WarningEvent: lambda e: f"WARNING {e.message}",
     ev.ErrorEvent: lambda e: f"ERROR {e.message}",
     ev.Idle: lambda e: (
-        f"no tool call in {e.idle_turns} turns in a row: the continue message goes in "
+        f"no tool call in {plural(e.idle_turns, 'turn')} in a row: the continue message goes in "
         f"{e.pause_secs:g}s (the run pauses after {e.max_idle_turns})"),
+    ev.Stuck: lambda e: (f"STUCK ({e.kind}): {e.detail}; "
+                         + ("the run pauses" if e.action == "pause" else "the agent is told")),
+    ev.UserMessage: lambda e: f"message for the agent: {one_line(e.text, 100)}",
+    ev.Handoff: lambda e: f"handoff (~{e.tokens} tokens): {one_line(e.text, 100)}",
     ev.StopRequested: lambda e: (f"{e.signal}: stopping now (what was waited on is "
                                  "cancelled; the run stays resumable)"),
     ev.ReloadRequested: lambda e: ("reload requested: the session ends after a wind-down, "
                                    "and the next one reads the config again"),
     ev.ConfigChanged: lambda e: (f"config changed: {e.key} {json.dumps(e.old)} -> "
                                  f"{json.dumps(e.new)} ({e.source})"),
+    ev.PromptChanged: lambda e: (f"system prompt changed: {e.path} ({e.old_chars:,} -> "
+                                 f"{e.new_chars:,} characters), in use from this session"),
     ev.RunEnd: end_text,
 }
 """The line each event type is shown as; a type not here (session_end, checkpoint) gets

@@ -12,13 +12,14 @@ number of rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.ui.dashboard import DashboardState, Note, ToolLine, zone
+from ouroboros.ui.dashboard import DashboardState, Note, ToolLine, parse_ts, zone
 
 GAUGE_WIDTH = 50
 MIN_GAUGE_WIDTH = 10
@@ -50,11 +51,11 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
     alert = len(alert_lines(state, width, 3)) if state.alert else 0
     if height is None:
         return Plan(TEXT_LINES, TOOL_ROWS, NOTE_ROWS, alert, True)
-    alert = min(alert, 2 if height <= 30 else 3)
+    alert = min(alert, 3 if height >= 22 else 2)
     rows = height - 2 * PANELS - HEADER_ROWS - alert
     marks = rows >= 4
     rows -= 3 + marks
-    wants = {"tools": len(state.tools), "notes": len(state.notes),
+    wants = {"tools": len(state.tools), "notes": note_rows(state, width),
              "text": min(text_rows(state.text, width - 4), 2 * TEXT_LINES)}
     got = dict.fromkeys(wants, 1)
     while rows > 0 and any(got[k] < wants[k] for k in got):
@@ -65,26 +66,51 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
     return Plan(got["text"], got["tools"], got["notes"], alert, marks)
 
 
+def note_rows(state: DashboardState, width: int) -> int:
+    """The rows the activity pane could use: a row a note, more for the newest one a person
+    should act on, wrapped."""
+    notes = list(state.notes)
+    room = note_room(state, width)
+    newest = next((note for note in reversed(notes) if acted_on(note)), None)
+    extra = len(wrapped(newest.text.split(), room)) - 1 if newest is not None else 0
+    return len(notes) + extra
+
+
 def text_rows(text: str, inner: int) -> int:
     """About how many rows `text` takes wrapped to `inner` columns (enough to plan with)."""
     return sum(max(1, -(-len(line) // max(inner, 1))) for line in text.strip().splitlines())
 
 
-def render(state: DashboardState, width: int = 100, height: int | None = None) -> RenderableType:
+def render(state: DashboardState, width: int = 100, height: int | None = None,
+           now: datetime | None = None) -> RenderableType:
     """The whole dashboard, `width` columns wide and at most `height` lines tall: a header
-    with the gauge and the alert, then the assistant, tools and activity."""
+    with the gauge and the alert, then the assistant, tools and activity. Given `now`, what
+    the run waits on says for how long."""
     shares = plan(state, width, height)
-    return Group(header(state, width, shares), assistant(state, shares.text),
-                 tools(state, width, shares.tools), activity(state, shares.notes, height))
+    return Group(header(state, width, shares, now), assistant(state, shares.text, now),
+                 tools(state, width, shares.tools), activity(state, shares.notes, height, width))
 
 
-def header(state: DashboardState, width: int = 100, shares: Plan | None = None) -> Panel:
+def waited(state: DashboardState, now: datetime | None) -> str | None:
+    """`waiting for the model 12s`: what the run waits on and for how long, if it waits."""
+    waiting = state.waiting()
+    if waiting is None or now is None:
+        return None
+    what, since = waiting
+    seconds = max(0, int((now - parse_ts(since)).total_seconds()))
+    return f"{what} {seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 \
+        else f"{what} {seconds}s"
+
+
+def header(state: DashboardState, width: int = 100, shares: Plan | None = None,
+           now: datetime | None = None) -> Panel:
     shares = shares or plan(state, width, None)
     inner = width - 4  # borders and padding
     title = "ouroboros" + (f" · run {state.run_id}" if state.run_id else "") \
         + (f" · {state.model}" if state.model else "")
     status_style = "green" if state.status == "running" else "yellow" if not state.ended \
         else "bold"
+    status = waited(state, now) or state.status
     context, marks = context_line(state, inner)
     rows: list[RenderableType] = [counters(state, inner), context]
     if shares.marks:
@@ -92,7 +118,7 @@ def header(state: DashboardState, width: int = 100, shares: Plan | None = None) 
     if state.alert and shares.alert:
         rows.extend(alert_lines(state, width, shares.alert))
     return Panel(Group(*rows), title=Text(title, style="bold", no_wrap=True, overflow="ellipsis"),
-                 title_align="left", subtitle=Text(state.status, style=status_style),
+                 title_align="left", subtitle=Text(status, style=status_style),
                  subtitle_align="right")
 
 
@@ -130,7 +156,21 @@ def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
     line.append(f"  {used}  ")
     line.append(pct, style=f"bold {state.zone}" if state.context_pct is not None else "dim")
     labels = Text(" " * len(prefix), no_wrap=True, overflow="ellipsis").append_text(marks)
+    window = window_label(state, inner - len(labels) - 2)
+    if window:
+        labels.append(" " * (inner - len(labels) - len(window))).append(window, style="dim")
     return line, labels
+
+
+def window_label(state: DashboardState, room: int) -> str:
+    """`window 8,192 (allocated by Ollama (/api/ps))`: the window the budget is a share of,
+    and where its size came from; without the source when there is no room for it."""
+    if not state.context_limit:
+        return ""
+    forms = [f"window {state.context_limit:,}"]
+    if state.limit_source:
+        forms.insert(0, f"{forms[0]} ({state.limit_source})")
+    return next((form for form in forms if len(form) <= room), "")
 
 
 def gauge(pct: float | None, soft: float, hard: float,
@@ -158,28 +198,49 @@ def gauge(pct: float | None, soft: float, hard: float,
 
 
 def alert_lines(state: DashboardState, width: int, lines: int) -> list[Text]:
-    """The newest warning or error, word-wrapped to at most `lines` lines of the header, the
-    message cut short rather than the count of earlier ones: `WARNING ... (+2 earlier)`."""
+    """The newest warning or error, word-wrapped to at most `lines` lines of the header. A
+    message too long for them loses words from its middle, never its last clause, which is
+    where a message says what to do: `WARNING the server … ; set model.context_limit`."""
     alert: Note | None = state.alert
     if alert is None or lines <= 0:
         return []
-    inner = width - 4
-    earlier = f" (+{state.alerts - 1} earlier)" if state.alerts > 1 else ""
     indent = " " * (len(alert.clock) + 1)
-    words = alert.text.split()
-    rows: list[str] = []
-    while words and len(rows) < lines:
-        lead = f"{alert.clock} " if not rows else indent
-        room = inner - len(lead) - (len(earlier) if len(rows) == lines - 1 else 0)
-        row = words.pop(0)[:room]
-        while words and len(row) + 1 + len(words[0]) <= room:
-            row += " " + words.pop(0)
-        if words and len(rows) == lines - 1:  # the last row, and more to say: cut it
-            row = (row if len(row) < room else row.rsplit(" ", 1)[0]) + "…"
-        rows.append(lead + row)
-    rows[-1] += earlier
+    room = max(width - 4 - len(indent), 1)
+    rows = wrapped(fitted_words(alert.text.split(), room, lines), room)
     style = ALERT_STYLES[alert.level]
-    return [Text(row, style=style, no_wrap=True, overflow="ellipsis") for row in rows]
+    return [Text((f"{alert.clock} " if not index else indent) + row, style=style,
+                 no_wrap=True, overflow="ellipsis") for index, row in enumerate(rows)]
+
+
+def wrapped(words: list[str], room: int) -> list[str]:
+    """`words` greedily wrapped to rows of `room` columns (a longer word is cut)."""
+    rows: list[str] = []
+    for word in words:
+        word = word[:room]
+        if rows and len(rows[-1]) + 1 + len(word) <= room:
+            rows[-1] += " " + word
+        else:
+            rows.append(word)
+    return rows
+
+
+def fitted_words(words: list[str], room: int, lines: int) -> list[str]:
+    """`words`, or when they take more than `lines` rows, their start and their last clause
+    (after the last `;`) with an ellipsis between; the last clause alone, cut at its end,
+    when even that is too long."""
+    if len(wrapped(words, room)) <= lines:
+        return words
+    clause = max((i + 1 for i, word in enumerate(words[:-1]) if word.endswith(";")),
+                 default=len(words) // 2)
+    head, tail = words[:clause], words[clause:]
+    while head:
+        head = head[:-1]
+        if len(wrapped([*head, "…", *tail], room)) <= lines:
+            return [*head, "…", *tail]
+    kept = ["…", *tail]
+    while len(kept) > 1 and len(wrapped([*kept, "…"], room)) > lines:
+        kept.pop()
+    return [*kept, "…"]
 
 
 @dataclass
@@ -194,13 +255,17 @@ class Tail:
         yield from list(wrapped)[-self.lines:]
 
 
-def assistant(state: DashboardState, lines: int = TEXT_LINES) -> Panel:
+def assistant(state: DashboardState, lines: int = TEXT_LINES,
+              now: datetime | None = None) -> Panel:
     if state.text.strip():
         body: RenderableType = Tail(Text(state.text.strip()), lines)
     else:
         body = Text("(waiting for the model)" if state.streaming or not state.total_turns
                     else "(no text: tool calls only)", style="dim")
-    title = "assistant" + (" (streaming)" if state.streaming else "")
+    waiting = waited(state, now)
+    title = "assistant" + (" (streaming)" if state.streaming else
+                           f" (last reply; {waiting})" if waiting and state.text.strip()
+                           else "")
     return Panel(body, title=title, title_align="left", border_style="blue")
 
 
@@ -244,15 +309,45 @@ def tool_size(line: ToolLine, with_time: bool) -> str:
     return f"{line.size}{took}{cut}"
 
 
-def activity(state: DashboardState, rows: int = NOTE_ROWS, height: int | None = None) -> Panel:
-    """The newest notes; a long one wraps only when the height is not counted."""
+def activity(state: DashboardState, rows: int = NOTE_ROWS, height: int | None = None,
+             width: int = 100) -> Panel:
+    """The newest notes. With the height counted, a note is one row, cut short, except one
+    that tells a person something to act on (a warning, an error, the run's end): that one
+    wraps, and if it must be cut, it loses words from its middle, never what to do."""
     table = Table.grid(padding=(0, 1), expand=True)
     table.add_column(style="dim", no_wrap=True)
     if height is None:
         table.add_column(ratio=1, overflow="fold")
+        shown = [(note, note.text) for note in list(state.notes)[-rows:]]
     else:
         table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
-    for note in list(state.notes)[-rows:]:
-        table.add_row(note.clock, Text(note.text, style=LEVEL_STYLES[note.level]))
+        shown = fitted_notes(list(state.notes), rows, note_room(state, width))
+    for note, text in shown:
+        table.add_row(note.clock, Text(text, style=LEVEL_STYLES[note.level]))
     body: RenderableType = table if state.notes else Text("(nothing yet)", style="dim")
     return Panel(body, title="activity", title_align="left", border_style="cyan")
+
+
+def note_room(state: DashboardState, width: int) -> int:
+    """The columns a note's text has beside its time of day."""
+    clock = len(state.notes[-1].clock) if state.notes else 8
+    return max(width - 4 - clock - 1, 1)
+
+
+def acted_on(note: Note) -> bool:
+    """Whether a note tells a person something to act on: it wraps instead of being cut."""
+    return note.level != "info" or note.text.startswith("run ended")
+
+
+def fitted_notes(notes: list[Note], rows: int, room: int) -> list[tuple[Note, str]]:
+    """The newest notes that fit in `rows` rows, oldest first, each with its text as shown."""
+    shown: list[tuple[Note, str]] = []
+    for note in reversed(notes):
+        left = rows - sum(text.count("\n") + 1 for _, text in shown)
+        if left <= 0:
+            break
+        text = note.text
+        if acted_on(note):
+            text = "\n".join(wrapped(fitted_words(text.split(), room, left), room))
+        shown.append((note, text))
+    return shown[::-1]

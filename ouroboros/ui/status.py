@@ -1,7 +1,9 @@
 """Where a run stands: `ouroboros status`.
 
 The run is the one holding the workspace lock if its process is alive, else the latest one.
-Its numbers come from replaying its log into a DashboardState.
+Its numbers come from its manifest (the run's tally as of its newest closed segment) and
+its current segment, replayed into a DashboardState: what `status` reads does not grow with
+the turns run.
 
     status = run_status(state_dir)
     Console().print(status_view(status, now=datetime.now(timezone.utc)))
@@ -17,8 +19,9 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.store.log import EVENTS_FILE, list_runs, read_log, runs_dir
-from ouroboros.store.events import ConfigChanged, ContextMask, RunEnd, RunResumed
+from ouroboros.store.log import list_runs, read_tail, runs_dir
+from ouroboros.store.events import ConfigChanged, RunEnd, parse_event
+from ouroboros.store.segments import Tally
 from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import masked_text
@@ -57,24 +60,40 @@ def run_status(state_dir: Path) -> RunStatus | None:
 def live_run(state_dir: Path) -> tuple[str, int | None] | None:
     """(run id, pid) of the run whose process holds the workspace lock now, if any."""
     holder = read_holder(state_dir / LOCK_FILE)
-    if holder is None or not holder_is_alive(holder) or "run_id" not in holder:
+    if holder is None or not holder_is_alive(holder, state_dir / LOCK_FILE) \
+            or "run_id" not in holder:
         return None
     return holder["run_id"], holder.get("pid")
 
 
 def replay(state_dir: Path, run_id: str, owner_pid: int | None) -> RunStatus:
-    """One run's status from its log; `owner_pid` is the live process running it, if any."""
-    events = read_log(runs_dir(state_dir) / run_id / EVENTS_FILE)
+    """One run's status from its manifest and its current segment (never its history);
+    `owner_pid` is the live process running it, if any."""
+    tail = read_tail(runs_dir(state_dir) / run_id)
+    tally = tail.tally()
+    state = seeded(tail.manifest.tally())
+    for record in tail.records:
+        state.apply(record)
+    end = parse_event(tally.end) if tally.end is not None else None
+    changes = [parse_event(r) for r in tally.config_changes]
+    return RunStatus(run_id, state, owner_pid, end if isinstance(end, RunEnd) else None,
+                     [c for c in changes if isinstance(c, ConfigChanged)], tally.mask_rounds,
+                     tally.started)
+
+
+def seeded(tally: Tally) -> DashboardState:
+    """A dashboard state as of the records a tally has folded, without them: the newest
+    record of each kind that sets a value, then the totals the tally kept."""
     state = DashboardState()
-    end = None
-    for event in events:
-        state.apply(event)
-        if isinstance(event, (RunEnd, RunResumed)):
-            end = event if isinstance(event, RunEnd) else None
-    changes = [event for event in events if isinstance(event, ConfigChanged)]
-    rounds = sum(1 for event in events if isinstance(event, ContextMask))
-    started = events[0].ts if events else None
-    return RunStatus(run_id, state, owner_pid, end, changes, rounds, started)
+    for record in tally.anchor_records():
+        state.apply(record)
+    if tally.last:
+        state.total_turns, state.restarts, state.masked = tally.turns, tally.restarts, \
+            tally.masked
+        state.alerts = tally.alerts
+        state.session, state.turn = tally.last["session"], tally.last["turn"]
+        state.last_type, state.last_ts = tally.last["type"], tally.last["ts"]
+    return state
 
 
 def ago(then: str, now: datetime) -> str:

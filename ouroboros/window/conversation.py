@@ -23,7 +23,7 @@ NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
-Note = Literal["continue", "mask", "wind_down", "restart", "interrupted"]
+Note = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "handoff"]
 Truncation = Literal["head", "tail", "both"]
 
 INTERRUPTED_TEXT = (
@@ -95,22 +95,12 @@ class Observation:
     masked: bool = False
 
 
-def call_arguments(text: str) -> dict[str, Any]:
-    """A tool call's arguments as an object, for describing the call; {} when they are not
-    one (the tool itself reports bad arguments)."""
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def describe(tool: str, arguments: dict[str, Any], result: ToolResult, obs_id: str,
+def describe(tool: str, subject: str, result: ToolResult, obs_id: str,
              tool_call_id: str) -> Observation:
-    """What a placeholder for this result of a call to `tool` will say."""
+    """What a placeholder for this result of a call to `tool` will say; `subject` is what the
+    call was about, as the tool names it (Toolbox.subject)."""
     meta = result.meta
-    target = str(meta.get("path") or meta.get("command") or arguments.get("path")
-                 or arguments.get("command") or arguments.get("id") or "")
+    target = str(meta.get("path") or meta.get("command") or subject)
     text = result.content
     first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return Observation(

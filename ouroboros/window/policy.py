@@ -440,6 +440,16 @@ class ContextManager:
         self.observations[obs.tool_call_id] = obs
         return capped
 
+    def forget_unreferenced(self, messages: list[Message]) -> int:
+        """At a session boundary: drop the records of observations no message refers to any
+        more (their text stays on disk for `recall` while retained), so what a turn and a
+        snapshot touch is bounded by the window, not by the run's history. Returns how many
+        went."""
+        live = {m.get("tool_call_id") for m in messages if m["role"] == "tool"}
+        before = len(self.observations)
+        self.observations = {k: o for k, o in self.observations.items() if k in live}
+        return before - len(self.observations)
+
     # -- persistence --
 
     def to_dict(self) -> dict[str, Any]:

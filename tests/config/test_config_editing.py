@@ -105,7 +105,8 @@ def test_set_value_needs_an_existing_file(tmp_path: Path) -> None:
     missing = tmp_path / "ouroboros.toml"
     with pytest.raises(ConfigError) as caught:
         set_config_value(missing, "model.name", "x", env={}, user_file=None)
-    assert caught.value.message == f"config file not found: {missing} (run `ouroboros init` to create one)"
+    assert caught.value.message == (f"config file not found: {missing} "
+                                    f"(create it with `ouroboros init --missing --config {missing}`)")
     assert not missing.exists()
 
 

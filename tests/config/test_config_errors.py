@@ -26,7 +26,7 @@ def test_unknown_key_suggests_the_close_match(project: Path) -> None:
 def test_unknown_key_without_a_match_lists_the_table(project: Path) -> None:
     write(project, "[logging]\nwhatever_else_entirely = 3\n")
     assert config_error(path=project) == (
-        f"unknown key logging.whatever_else_entirely in {project} ([logging] takes state_dir, durability)"
+        f"unknown key logging.whatever_else_entirely in {project} ([logging] takes state_dir, durability, segment_mb, keep_mb, keep_sessions, keep_days)"
     )
 
 
@@ -163,3 +163,15 @@ def test_flag_errors_name_the_flag() -> None:
 def test_not_a_table(project: Path) -> None:
     write(project, 'model = "llama"\n')
     assert config_error(path=project) == f'model in {project} must be a table ([model]), got "llama"'
+
+
+@pytest.mark.parametrize("depth", [40, 3000])
+def test_values_nested_too_deeply_are_one_line_and_exit_2(tmp_path: Path, depth: int) -> None:
+    from tests.helpers import ouroboros
+
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("[agent]\nx = " + "[" * depth + "]" * depth + "\n")
+    result = ouroboros("run", "--config", str(config), "--headless")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: {config} nests arrays or tables too deeply: at most 32 levels are allowed"]

@@ -51,7 +51,8 @@ def test_default_project_file_is_found_in_the_cwd(
 def test_explicit_missing_project_file_is_an_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
     message = config_error(path=missing)
-    assert message == f"config file not found: {missing} (run `ouroboros init` to create one)"
+    assert message == (f"config file not found: {missing} "
+                       f"(create it with `ouroboros init --missing --config {missing}`)")
 
 
 def test_missing_user_file_is_fine(tmp_path: Path) -> None:
@@ -227,7 +228,7 @@ def test_check_files_names_a_missing_system_prompt(project: Path) -> None:
     message = caught.value.message
     assert str(project.parent.resolve() / "SYSTEM_PROMPT.md") in message
     assert "agent.system_prompt" in message
-    assert "run `ouroboros init` or create it" in message
+    assert "create it with `ouroboros init --missing" in message
     assert caught.value.exit_code == 2 and "\n" not in message
 
 
@@ -240,7 +241,7 @@ def test_check_files_names_a_missing_workspace(project: Path) -> None:
     message = caught.value.message
     assert str(project.parent.resolve() / "ws") in message
     assert f"agent.workspace in {project}" in message
-    assert "run `ouroboros init` or create it" in message
+    assert "create it with `ouroboros init --missing" in message
 
 
 # --- config show, the log, blocked patterns -------------------------------------------------
@@ -268,7 +269,7 @@ def test_redacted_is_plain_data_without_secrets() -> None:
     assert "hunter2" not in text and "sk-live" not in text
     assert data["model"]["base_url"] == "https://user:***@example.com:8443"
     assert data["model"]["api_key_env"] == "MY_TOKEN"
-    assert set(data) == {"model", "agent", "safety", "context", "logging"}
+    assert set(data) == {"model", "agent", "safety", "context", "logging", "metrics"}
 
 
 @pytest.mark.parametrize(

@@ -71,15 +71,15 @@ def test_max_turns_is_remembered_and_extended_with_the_flags_the_run_began_with(
     (tmp_path / "alt_ws").mkdir()
     first = ouroboros("run", "--config", str(config), "--workspace", "alt_ws",
                       "--max-turns", "2", "--headless", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 3, first.stderr
     assert run_events(tmp_path)[-1]["reason"] == "max_turns"
     assert "--max-turns N" in first.stdout
 
     again = ouroboros("resume", "--config", str(config), "--headless")
-    assert again.returncode == 2 and "--max-turns N" in again.stderr  # the limit it had
+    assert again.returncode == 3 and "--max-turns N" in again.stderr  # the limit it had
 
     more = ouroboros("resume", "--config", str(config), "--max-turns", "2", "--headless")
-    assert more.returncode == 0, more.stderr
+    assert more.returncode == 3, more.stderr
     assert run_events(tmp_path)[-1]["reason"] == "max_turns"
     assert run_events(tmp_path)[-1]["total_turns"] == 4
     done = ouroboros("resume", "--config", str(config), "--max-turns", "0", "--headless")
@@ -103,7 +103,7 @@ def test_a_complete_run_takes_a_new_instruction(tmp_path, scripted_server):
     assert 'ouroboros resume --message' in first.stdout
 
     bare = ouroboros("resume", "--config", str(config), "--headless")
-    assert bare.returncode == 2 and "--message" in bare.stderr and "is complete" in bare.stderr
+    assert bare.returncode == 4 and "--message" in bare.stderr and "is complete" in bare.stderr
 
     more = ouroboros("resume", "--config", str(config), "--message", "Now do parts up to 4.",
                      "--headless")
@@ -121,10 +121,11 @@ def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server
     config = parts_project(tmp_path, server.base_url, max_idle_turns=2)
     first = ouroboros("run", "--config", str(config), "--headless")
 
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 3, first.stderr
     end = run_events(tmp_path)[-1]
-    assert (end["reason"], end["total_turns"], end["resumable"]) == ("idle", 3, True)
-    assert "made no tool call in 2 turns in a row" in first.stdout
+    # a part, the agent's news (new text is not idle), then the same news twice: idle
+    assert (end["reason"], end["total_turns"], end["resumable"]) == ("idle", 4, True)
+    assert "said nothing new in 2 turns in a row" in first.stdout
     assert 'ouroboros resume --message "what to do next"' in first.stdout
     idle_requests = server.requests[1:]
     assert [r["messages"][-1]["content"] for r in idle_requests][-1].startswith("Continue")
@@ -143,13 +144,14 @@ def test_idle_turns_back_off_before_the_continue_message(tmp_path, scripted_serv
     config = parts_project(tmp_path, server.base_url, max_idle_turns=3)
     result = ouroboros("run", "--config", str(config), "--headless")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     events = run_events(tmp_path)
-    assert events[-1]["reason"] == "idle" and events[-1]["total_turns"] == 3
+    # the first reply is news (not idle); the next three repeat it
+    assert events[-1]["reason"] == "idle" and events[-1]["total_turns"] == 4
     assert [(e["idle_turns"], e["pause_secs"]) for e in of_type(events, "idle")] == [(2, 2.0)]
     asked = [e for e in events if e["type"] == "assistant"]
-    assert seconds_between(asked[0], asked[1]) < 1.5  # the first continue at once
-    assert seconds_between(asked[1], asked[2]) >= 2.0  # the second after 2 s
+    # the first idle continue comes at once (no idle event before it), the second after 2 s
+    assert seconds_between(asked[2], asked[3]) >= 2.0
 
 
 def seconds_between(a: dict, b: dict) -> float:
@@ -167,7 +169,7 @@ def test_a_run_that_failed_resumes(tmp_path, scripted_server):
     server = scripted_server(brain)
     config = parts_project(tmp_path, server.base_url)
     failed = ouroboros("run", "--config", str(config), "--headless")
-    assert failed.returncode == 1 and run_events(tmp_path)[-1]["exit_code"] == 1
+    assert failed.returncode == 2 and run_events(tmp_path)[-1]["exit_code"] == 2
     assert parts(tmp_path) == expected_parts(1)
 
     result = ouroboros("resume", "--config", str(config), "--headless")
@@ -175,3 +177,37 @@ def test_a_run_that_failed_resumes(tmp_path, scripted_server):
     assert result.returncode == 0, result.stderr + log_text(tmp_path)
     assert parts(tmp_path) == expected_parts(3)
     check_once(tmp_path)
+
+
+def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
+    server = scripted_server(PartsAgent(5))
+    config = parts_project(tmp_path, server.base_url, max_turns=2)
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+    more = ouroboros("resume", "--config", str(config), "--max-turns", "1", "--headless")
+    assert more.returncode == 0, more.stderr
+    assert run_events(tmp_path)[-1]["total_turns"] == 3
+    assert ouroboros("config", "set", "agent.max_turns", "0", "--config",
+                     str(config)).returncode == 0
+
+    plain = ouroboros("resume", "--config", str(config), "--headless")
+
+    assert plain.returncode == 0, plain.stderr  # not refused for the earlier resume's limit
+    assert parts(tmp_path) == expected_parts(5)
+    assert check_once(tmp_path)[-1]["reason"] == "task_complete"
+
+
+def test_a_refused_resume_names_where_the_limit_was_set(tmp_path, scripted_server):
+    server = scripted_server(PartsAgent(5))
+    config = parts_project(tmp_path, server.base_url, max_turns=2)
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+
+    from_file = ouroboros("resume", "--config", str(config), "--headless")
+    ouroboros("config", "set", "agent.max_turns", "0", "--config", str(config))
+    ouroboros("run", "--config", str(config), "--max-turns", "1", "--headless")
+    from_flag = ouroboros("resume", "--config", str(config), "--headless")
+
+    assert from_file.returncode == 2
+    assert f"(agent.max_turns = 2 in {config}); `ouroboros resume --max-turns N`" \
+        in from_file.stderr
+    assert from_flag.returncode == 2
+    assert "has had its 1 turn (--max-turns 1, given to `ouroboros run`)" in from_flag.stderr

@@ -25,17 +25,18 @@ def test_only_flags_are_remembered_and_never_a_password():
     assert flags_to_remember(config, sources) == {"agent.workspace": "/w", "model.name": "m"}
 
 
-def test_the_latest_start_or_resume_says_what_was_remembered():
+def test_the_latest_start_or_resume_says_what_was_remembered_but_the_limit_is_runs():
     start = ev.RunStart(run_id="r1", version="0.1.0", pid=1, config={})
     reply = ev.Assistant(text="", finish_reason="stop", tool_calls=[])
     resumed = ev.RunResumed(total_turns=2, restarts=0, torn_line_dropped=False,
                             interrupted_tools=[], context_limit=8192, limit_source="config",
-                            budget=6144, flags={"agent.max_turns": 8})
+                            budget=6144, flags={"agent.max_turns": 8, "model.name": "m2"})
     events = [start.model_copy(update={"flags": {"agent.max_turns": 3}}), reply, reply,
               resumed, reply]
-    assert remembered_flags(events) == {"agent.max_turns": 8}
+    assert remembered_flags(events) == {"agent.max_turns": 3, "model.name": "m2"}
     assert turns_taken(events) == 3
     assert remembered_flags([start]) == {}  # a log from before flags
+    assert remembered_flags([start, resumed]) == {"model.name": "m2"}
 
 
 @pytest.mark.parametrize("remembered,given,more,expected", [
@@ -66,7 +67,8 @@ def test_a_resume_that_would_stop_at_once_says_what_to_give_it():
 
 @pytest.mark.parametrize("reason,says", [
     ("task_complete", 'ouroboros resume --message "what to do next"'),
-    ("idle", "no tool call in 3 turns in a row, so the run is paused"),
+    ("idle", "no tool call and said nothing new in 3 turns in a row, so the run is paused"),
+    ("stuck", "stuck in a loop (see the `stuck` event), so the run is paused"),
     ("max_turns", "`ouroboros resume --max-turns N` gives it N more"),
     ("interrupted", "`ouroboros resume` continues the run"),
     ("error", "fix the cause"),

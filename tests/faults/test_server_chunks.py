@@ -66,7 +66,7 @@ def test_a_run_survives_malformed_chunks_and_stores_text_with_lone_surrogates(tm
     with start_server(acts) as server:
         result = run_against(tmp_path, server, {}, max_turns=2)
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr
     events = run_events(tmp_path)  # every line of the log is JSON
     errors = [r["error"] for r in of_type(events, "retry")]

@@ -16,7 +16,7 @@ def test_a_429_is_retried_after_the_wait_the_server_asked_for(tmp_path):
     with start("retry_after") as server:  # Retry-After: 2
         result = run_against(tmp_path, server, FAULTS["retry_after"].model)
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     retry = of_type(run_events(tmp_path), "retry")[0]
     assert retry["delay_secs"] >= 2
     assert "is rate limiting us (429: slow down); it asked to wait 2 s" in retry["error"]
@@ -33,7 +33,7 @@ def test_a_permanent_error_stops_the_run_at_once_with_one_line(tmp_path, fault, 
     with start(fault) as server:
         result = run_against(tmp_path, server, FAULTS[fault].model)
 
-    assert result.returncode == 1, result.stdout
+    assert result.returncode == 2, result.stdout
     said = [row for row in result.stderr.splitlines() if row.strip()]
     assert len(said) == 1 and line in said[0], result.stderr
     assert "<" not in said[0] and len(said[0]) < 400
@@ -47,7 +47,7 @@ def test_a_plain_web_server_is_named_as_one_before_a_run_starts(tmp_path):
     with start("web_server") as server:  # Python's http.server: 404 on GET, 501 on POST
         result = run_against(tmp_path, server, FAULTS["web_server"].model)
 
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == (
         f"error: {server.base_url} answers HTTP but is not an OpenAI-compatible LLM server: "
         "GET /v1/models answered 404 (Error response), GET /api/tags answered 404 (Error "

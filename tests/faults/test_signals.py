@@ -1,8 +1,10 @@
 """Stop signals are obeyed at once: a real `ouroboros run --headless` gets SIGINT or SIGTERM
 while it waits on a server that is down, answers 503, trickles a reply, or on a long tool
-call, and exits within a second (the floor; measured with a margin), with exit code 0, a
-`stop_requested` and a `run_end` that records the same code. A second signal never changes
-the code."""
+call, and exits with exit code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, so
+a supervisor restarts it), a `stop_requested` and a `run_end` that records the same code,
+having cancelled what it waited on rather than waited it out. A second signal never changes
+the code. The floor (within a second) is timed by benchmarks/faults.py, not here: a busy
+machine can delay any process by a second."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ from tests.faults.parts_agent import (
 from tests.faults.servers import Status, Trickle, start_server
 from tests.helpers import of_type, run_events
 
-LIMIT_SECS = 1.5  # the issue asks for 1 s; the margin is for a busy machine
+# What each test's run waits on lasts 30 s or more (a 60 s outage, an endless trickle, a
+# `sleep 30`): a stop that waited it out instead of cancelling it takes at least that long.
+WAITED_OUT_SECS = 15
 
 
 def logged(root: Path, event_type: str) -> list[dict]:
@@ -33,13 +37,15 @@ def logged(root: Path, event_type: str) -> list[dict]:
 
 
 def check_stopped(root: Path, process, elapsed: float,
-                  reasons: tuple[str, ...] = ("interrupted",)) -> dict:
-    assert process.returncode == 0, log_text(root)
-    assert elapsed < LIMIT_SECS, f"took {elapsed:.2f}s to stop"
+                  reasons: tuple[str, ...] = ("interrupted",),
+                  sig: signal.Signals = signal.SIGTERM) -> dict:
+    code = 128 + sig
+    assert process.returncode == code, log_text(root)
+    assert elapsed < WAITED_OUT_SECS, f"took {elapsed:.2f}s to stop: it waited, not cancelled"
     events = run_events(root)
     end = events[-1]
     assert end["type"] == "run_end", events[-3:]
-    assert end["reason"] in reasons and (end["exit_code"], end["resumable"]) == (0, True)
+    assert end["reason"] in reasons and (end["exit_code"], end["resumable"]) == (code, True)
     assert of_type(events, "stop_requested"), "the stop is recorded"
     assert "Traceback" not in log_text(root)
     return end
@@ -56,7 +62,7 @@ def test_a_signal_during_an_outage_stops_at_once(tmp_path, scripted_server, sig)
         elapsed = stop_and_time(process, sig)
     finally:
         kill(process)
-    end = check_stopped(tmp_path, process, elapsed)
+    end = check_stopped(tmp_path, process, elapsed, sig=sig)
     assert of_type(run_events(tmp_path), "stop_requested")[0]["signal"] == sig.name
     assert "ouroboros resume" in end["next"]
 
@@ -83,7 +89,7 @@ def test_a_signal_while_the_server_answers_503_or_trickles_stops_at_once(tmp_pat
 
 
 @pytest.mark.parametrize("gap", [0.0, 0.02, 0.2])
-def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_0(
+def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_130(
         tmp_path, scripted_server, gap):
     server = scripted_server(PartsAgent(3, hold_part=1))
     config = parts_project(tmp_path, server.base_url)
@@ -97,7 +103,8 @@ def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_
     # a second signal during the first one's clean-up ends it at once (interrupted_now);
     # after the end is recorded it changes nothing
     end = check_stopped(tmp_path, process, elapsed,
-                        ("interrupted", "interrupted_now") if gap else ("interrupted",))
+                        ("interrupted", "interrupted_now") if gap else ("interrupted",),
+                        sig=signal.SIGINT)
     assert not live_members(group), "the command's process group is gone"
     results = logged(tmp_path, "tool_result")
     assert results[-1]["interrupted"] is True and results[-1]["name"] == "shell_exec"

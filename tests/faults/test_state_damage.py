@@ -55,7 +55,7 @@ def genuine(tmp_path_factory) -> Iterator[tuple[Path, str]]:
         root = tmp_path_factory.mktemp("genuine")
         _, expected = demo_project(root, server.base_url, PARTS, max_turns=MAX_TURNS)
         result = ouroboros_all([("run", root)])[0]
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 2, result.stderr
         assert run_dir(root).joinpath(SNAPSHOT_FILE).is_file()
         yield root, expected
 

@@ -59,7 +59,7 @@ def test_headless_output_and_logs_show_escapes_but_the_log_keeps_them(
     run = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3", env=env)
     logs = ouroboros("logs", "--config", str(config), env=env)
 
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr
     assert logs.returncode == 0, logs.stderr
     for shown in (run.stdout, run.stderr, logs.stdout, logs.stderr):
         assert no_terminal_controls(shown), repr(shown)
@@ -77,7 +77,7 @@ def test_watch_shows_escapes_without_sending_them(tmp_path: Path, scripted_serve
     config = make_project(tmp_path, server.base_url)
     env = clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
     assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "2",
-                     env=env).returncode == 0
+                     env=env).returncode == 3
     state_dir = tmp_path / ".ouroboros"
     path = state_dir / "runs" / list_runs(state_dir)[-1] / EVENTS_FILE
     out = io.StringIO()

@@ -14,7 +14,16 @@ import pytest
 
 from ouroboros.errors import RunLockedError
 from ouroboros.store.log import list_runs
-from ouroboros.sandbox.lock import LOCK_FILE, WorkspaceLock, locks_dir, workspace_lock_path
+from ouroboros.sandbox.lock import (
+    LOCK_FILE,
+    WorkspaceLock,
+    flocks_span_hosts,
+    locks_dir,
+    mount_of,
+    workspace_lock_path,
+)
+from ouroboros.sandbox.reaper import Watchdog, workspace_tag
+from tests.security.accounts import as_probe_user, shared_dir
 from tests.crash_helpers import CountingAgent, demo_project, kill, wait_for
 from tests.helpers import clean_env, make_project, ouroboros
 
@@ -142,7 +151,7 @@ def test_the_lock_of_a_killed_harness_is_free_at_once(
     assert os.listdir(locks_dir(cache_env)) == []
 
 
-def test_the_lock_is_keyed_by_the_workspaces_resolved_path_outside_it(
+def test_the_lock_is_keyed_by_the_workspaces_identity_outside_it(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
     workspace = tmp_path / "ws"
@@ -152,3 +161,149 @@ def test_the_lock_is_keyed_by_the_workspaces_resolved_path_outside_it(
     assert path == workspace_lock_path(tmp_path / "alias", cache_env)
     assert path.parent == tmp_path / "cache" / "ouroboros" / "locks"
     assert path != workspace_lock_path(tmp_path, cache_env)
+
+
+def hold(state_dir: Path, workspace: Path, cache: Path) -> subprocess.Popen[str]:
+    """A process holding the workspace's lock (reached by `workspace`) until killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
+                               str(cache)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def stop(holder: subprocess.Popen[str]) -> None:
+    holder.kill()
+    holder.wait()
+
+
+def test_a_symlink_and_another_cache_dir_meet_the_same_lock(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (tmp_path / "alias").symlink_to(workspace, target_is_directory=True)
+    holder = hold(tmp_path / "state", workspace, tmp_path / "cache-one")
+    try:
+        with pytest.raises(RunLockedError, match="is using the workspace"):
+            WorkspaceLock.acquire(tmp_path / "state-two", tmp_path / "alias", "second",
+                                  env={"XDG_CACHE_HOME": str(tmp_path / "cache-two")})
+    finally:
+        stop(holder)
+
+
+def test_a_bind_mount_of_the_workspace_meets_the_same_lock(tmp_path: Path) -> None:
+    workspace, mounted = tmp_path / "ws", tmp_path / "mounted"
+    workspace.mkdir()
+    mounted.mkdir()
+    bound = subprocess.run(["mount", "--bind", str(workspace), str(mounted)],
+                           capture_output=True, text=True)
+    if bound.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {bound.stderr.strip()}")
+    holder = hold(tmp_path / "state", workspace, tmp_path / "cache-one")
+    try:
+        with pytest.raises(RunLockedError, match="is using the workspace"):
+            WorkspaceLock.acquire(tmp_path / "state-two", mounted, "second",
+                                  env={"XDG_CACHE_HOME": str(tmp_path / "cache-two")})
+    finally:
+        stop(holder)
+        subprocess.run(["umount", str(mounted)], check=True)
+
+
+TRY_LOCK = """
+import sys
+from pathlib import Path
+from ouroboros.errors import RunLockedError
+from ouroboros.sandbox.lock import WorkspaceLock
+try:
+    WorkspaceLock.acquire(Path(sys.argv[1]), Path(sys.argv[2]), "probe",
+                          env={"XDG_CACHE_HOME": sys.argv[3]})
+except RunLockedError as error:
+    print("refused:", error)
+else:
+    print("taken")
+"""
+
+
+def test_another_user_meets_the_same_lock(tmp_path: Path) -> None:
+    shared = shared_dir()
+    workspace = shared / "ws"
+    workspace.mkdir()
+    workspace.chmod(0o777)
+    holder = hold(tmp_path / "state", workspace, tmp_path / "cache")
+    try:
+        probe = as_probe_user(TRY_LOCK, str(shared / "probe-state"), str(workspace),
+                              str(shared / "probe-cache"), stdout=subprocess.PIPE)
+        out, _ = probe.communicate(timeout=60)
+    finally:
+        stop(holder)
+        subprocess.run(["rm", "-rf", str(shared)])
+    assert out.startswith("refused: another Ouroboros"), out
+    assert "is using the workspace" in out
+
+
+def test_a_dead_holder_on_another_host_is_taken_over_saying_what_is_known(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
+    workspace.mkdir()
+    state_dir.mkdir()
+    (state_dir / LOCK_FILE).write_text(
+        '{"pid": 4242, "host": "node-7", "run_id": "20250101-000000-gone", '
+        '"since": "2025-01-01T00:00:00Z"}')
+    lock = WorkspaceLock.acquire(state_dir, workspace, "here", env=cache_env)
+    try:
+        note = lock.takeover_note()
+    finally:
+        lock.release()
+    assert note == ("took over a stale lock left by pid 4242 (on node-7, run "
+                    "20250101-000000-gone, holding it since 2025-01-01T00:00:00Z): that "
+                    "process no longer holds the kernel lock, so it is gone")
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 22 0:35 / /srv/share rw,relatime - nfs4 server:/export rw,vers=4.2
+41 22 0:36 / /srv/lonely rw - nfs server:/x rw,nolock
+42 22 0:37 / /mnt/smb rw - cifs //host/share rw
+43 22 0:38 / /mnt/ssh rw,nosuid - fuse.sshfs me@host: rw
+"""
+
+
+@pytest.mark.parametrize(("path", "spans"), [
+    ("/home/me/ws", True), ("/srv/share/ws", True), ("/srv/lonely/ws", False),
+    ("/mnt/smb/ws", False), ("/mnt/ssh/ws", False), ("/srv/shared", True)])
+def test_only_filesystems_sharing_flocks_between_hosts_take_over_another_hosts_lock(
+    path: str, spans: bool
+) -> None:
+    assert flocks_span_hosts(*mount_of(Path(path), MOUNTINFO)) is spans
+
+
+def test_the_watchdog_holds_the_workspace_until_it_has_ended_the_tools(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    lock = WorkspaceLock.acquire(tmp_path / "state", workspace, "first", env=cache_env)
+    watchdog = Watchdog.start(workspace_tag(workspace), lock.kernel_fds)
+    lock.release()  # as a harness killed before its watchdog has reaped
+    other = {"XDG_CACHE_HOME": str(tmp_path / "other-cache")}
+    with pytest.raises(RunLockedError):
+        WorkspaceLock.acquire(tmp_path / "state-two", workspace, "second", env=other)
+    watchdog.stop()
+    WorkspaceLock.acquire(tmp_path / "state-two", workspace, "second", env=other).release()
+
+
+def test_a_holder_on_another_host_is_alive_only_while_the_kernel_lock_is_held(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    from ouroboros.sandbox.lock import holder_is_alive
+
+    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
+    workspace.mkdir()
+    state_dir.mkdir()
+    elsewhere = {"pid": 4242, "host": "node-7", "run_id": "r"}
+    (state_dir / LOCK_FILE).write_text('{"pid": 4242, "host": "node-7", "run_id": "r"}')
+    assert not holder_is_alive(elsewhere, state_dir / LOCK_FILE)
+    holder = hold(state_dir, workspace, tmp_path / "cache")
+    try:
+        assert holder_is_alive(elsewhere, state_dir / LOCK_FILE)
+    finally:
+        stop(holder)

@@ -75,14 +75,16 @@ def test_the_shell_cannot_touch_the_harness_or_read_its_key(tmp_path, scripted_s
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns",
                        str(len(ATTACKS) + 1), env=clean_env(TEST_API_KEY=KEY))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     seen = shell_results(server)
     assert config.read_text() == config_text
     assert (tmp_path / "SYSTEM_PROMPT.md").read_text() == prompt_text
     events = run_events(tmp_path)
     assert not of_type(events, "forged")
     for name in ("list the state dir", "read the log", "read the config", "forge a record"):
-        assert "Permission denied" in seen[name] and "run_start" not in seen[name], name
+        assert "run_start" not in seen[name], name  # unreadable, or hidden by a mount
+        assert any(why in seen[name] for why in ("Permission denied", "No such file",
+                                                 "Directory nonexistent")), name
     assert "pwned" not in config.read_text() and "[model]" not in seen["read the config"]
     assert "Permission denied" in seen["the key from the parent"]
     assert "wrote" not in seen["write outside"]
@@ -107,7 +109,7 @@ def test_sandbox_off_says_the_shell_is_unconfined(tmp_path, scripted_server):
 
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert "sandbox: sandbox off (safety.sandbox = \"off\"): shell is unconfined" in result.stdout
     start = of_type(run_events(tmp_path), "run_start")[0]["sandbox"]
     assert start["mechanism"] == "off"
@@ -142,8 +144,8 @@ def test_a_required_sandbox_that_is_missing_is_one_line_naming_it() -> None:
     with pytest.raises(ConfigError) as refused:
         refuse_or_unconfined("required", missing_mechanism(0, "darwin"))
     assert refused.value.message == (
-        'safety.sandbox = "required", but Landlock is Linux-only and this is darwin; set '
-        'safety.sandbox = "auto" to run the shell unconfined')
+        'safety.sandbox = "required", but Landlock is Linux-only and this is darwin; the run '
+        'is refused rather than start the shell unconfined')
     fallback = refuse_or_unconfined("auto", missing_mechanism(0, "darwin"))
     assert not fallback.confined and fallback.summary == (
         "no sandbox (Landlock is Linux-only and this is darwin): shell is unconfined")
@@ -283,6 +285,11 @@ def test_what_lies_inside_the_workspace_is_reported_as_not_protected() -> None:
     found = exposed(Path("/p"), [Path("/usr")], {"config": Path("/p/ouroboros.toml"),
                                                  "state dir": Path("/q/.ouroboros")})
     assert found == ["the config (inside the workspace)"]
-    text = summary("landlock", 7, True, "", found)
-    assert text.endswith("network allowed; not protected: the config (inside the workspace)")
+    text = summary("landlock", 7, True, "", found, sockets="seccomp")
+    assert text.endswith("network allowed; unix sockets refused (seccomp filter; socketpair "
+                         "allowed); not protected: the config (inside the workspace)")
+    assert "truncate() is not restricted" in summary("landlock", 2, True, "", [])
+    assert "truncate() is not restricted" not in text
+    assert summary("landlock", 7, True, "", [], skipped=[Path("/root/bin")]).endswith(
+        "; skipped unreadable: /root/bin")
     assert summary("none", 0, True, "", [], "why") == "no sandbox (why): shell is unconfined"

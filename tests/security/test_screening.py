@@ -108,7 +108,7 @@ def test_an_old_default_in_a_users_file_runs_as_its_linear_rewrite() -> None:
     assert blocked_by(":(){ :|:& };:", [fork_bomb]) == fork_bomb
     started = time.thread_time()  # the screening's own work, however busy the machine
     blocked_by("a" * 1365 + "(){ " + "a" * 2730, list(LEGACY_DEFAULTS))
-    assert time.thread_time() - started < 0.1
+    assert time.thread_time() - started < 1.0  # backtracking would take hours
 
 
 def test_a_pattern_in_re2_syntax_python_lacks_is_accepted_and_used() -> None:

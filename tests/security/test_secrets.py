@@ -33,7 +33,7 @@ def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_pat
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3",
                        env=clean_env(TEST_API_KEY=KEY))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     read, shell = tool_results(server)
     assert f"OPENAI_API_KEY={REDACTED}" in read
     assert shell.startswith(f"OPENAI_API_KEY={REDACTED}\n\n[exit code 0]")
@@ -58,7 +58,7 @@ def test_the_key_is_scrubbed_from_the_harness_proc_entry_even_unconfined(tmp_pat
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2",
                        env=clean_env(TEST_API_KEY=KEY))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     [peek] = tool_results(server)
     # Overwritten in the process itself, not merely redacted on the way out.
     assert peek.startswith("TEST_API_KEY=" + "*" * len(KEY)), peek
@@ -94,3 +94,55 @@ def test_the_environment_block_is_read_from_proc_stat() -> None:
     fields = " ".join(str(n) for n in range(3, 53))
     assert environment_block(f"1 (a) b) {fields}") == (50, 51)
     assert environment_block("1 (short) S 1") is None
+
+
+def test_a_key_the_model_writes_into_a_call_is_in_no_file_of_the_run(tmp_path,
+                                                                     scripted_server):
+    server = scripted_server([
+        Reply("use it", [("shell_exec", {"command": f"echo {KEY} | wc -c"})]),
+        Reply(f"the key was {KEY}"),
+        Reply("done"),
+    ])
+    config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3",
+                       env=clean_env(TEST_API_KEY=KEY))
+
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / ".ouroboros" / "runs" / run_events(tmp_path)[0]["run_id"]
+    assert (run_dir / "state.json").is_file()
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(errors="replace"), path
+    assert KEY not in result.stdout
+
+
+def test_a_secret_shaped_like_json_leaves_every_record_whole(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "events.jsonl")
+    log.redact = Redactor.of(["12345678", "completion_tokens", "token_usage"])
+    log.emit(ev.TokenUsage(prompt_tokens=12345678, completion_tokens=5, total_tokens=12345683,
+                           context_limit=12345678, budget=100, context_used_pct=1.0,
+                           source="server"))
+    log.emit(ev.ErrorEvent(message="the password is 12345678, see completion_tokens",
+                           kind="token_usage"))
+    log.close()
+    usage, error = [json.loads(line) for line in
+                    (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (12345678, 5)
+    assert usage["context_limit"] == 12345678
+    assert usage["type"] == "token_usage"
+    assert error["message"] == f"the password is {REDACTED}, see {REDACTED}"
+    assert error["kind"] == REDACTED
+
+
+def test_a_key_too_short_to_redact_is_one_start_up_warning(tmp_path, scripted_server):
+    server = scripted_server([Reply("done")])
+    config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "1",
+                       env=clean_env(TEST_API_KEY="abc123"))
+
+    assert result.returncode == 0, result.stderr
+    warning = ("the API key in $TEST_API_KEY is under 8 characters, too short to tell from "
+               "ordinary text: not redacted from the log, the state or tool results")
+    assert result.stdout.count(warning) == 1, result.stdout

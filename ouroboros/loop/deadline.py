@@ -1,0 +1,42 @@
+"""One deadline for everything a run asks the server before its first turn (is it there, has
+it the model, how big is the window): a server that answers a byte every few seconds cannot
+hold the start for minutes. Past it, the run goes on with what is known.
+
+    startup = Deadline.after(STARTUP_SECS)
+    claim = await startup.within(claim_window(loaded), fallback=lambda: guess)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
+
+STARTUP_SECS = 20.0  # the start-up probes and discovery together
+
+
+@dataclass
+class Deadline:
+    ends: float
+    clock: Callable[[], float] = time.monotonic
+    missed: list[str] = field(default_factory=list)  # what was given up on, to report
+
+    @classmethod
+    def after(cls, secs: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        return cls(clock() + secs, clock)
+
+    def remaining(self) -> float:
+        return max(0.0, self.ends - self.clock())
+
+    async def within(self, work: Awaitable[T], fallback: Callable[[], T], what: str) -> T:
+        """`work`'s result, or `fallback()` when the deadline passes first (noted in
+        `missed` as `what`)."""
+        try:
+            return await asyncio.wait_for(work, self.remaining())
+        except TimeoutError:
+            self.missed.append(what)
+            return fallback()

@@ -1,0 +1,181 @@
+"""The system message: the mission (SYSTEM_PROMPT.md, the person's, out of the agent's reach)
+and, after it, the agent's memory: a file in the workspace the agent owns and edits
+(`agent.memory_file`, NOTES.md by default), re-read at every session start so what it learns
+survives restarts. An AGENTS.md in the workspace (the convention other agents read) is pinned
+too, read-only.
+
+Each pinned file has a budget in tokens (`agent.memory_max_tokens`): over it, its newest part
+is kept and the agent is told. A file that cannot be pinned (binary, not a file, a link out of
+the workspace, unreadable) is left out with one warning; the run goes on.
+
+    message, warnings = system_message(loaded, previous, chars_per_token)
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ouroboros.config import LoadedConfig
+from ouroboros.protocols import Message
+from ouroboros.window import ledger as tk
+
+AGENTS_FILE = "AGENTS.md"
+# Bytes read per character kept: the most UTF-8 takes, so a budget's worth of text is read
+# whole however big the file is.
+BYTES_PER_CHAR = 4
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A file as it is pinned: its name, the text kept (None: there is no such file), its
+    size in tokens (estimated, of the part read) and whether only its newest part is kept."""
+
+    name: str
+    text: str | None
+    tokens: int = 0
+    cut: bool = False
+
+
+class Unpinnable(Exception):
+    """Why a file is left out of the system message (one line)."""
+
+
+def read_pinned(workspace: Path, name: str, max_tokens: int, chars_per_token: float
+                ) -> Pinned:
+    """`name` (in `workspace`) as it would be pinned, its newest part if it is over
+    `max_tokens`. Raises Unpinnable when it cannot be pinned."""
+    path = workspace / name
+    if not os.path.lexists(path):
+        return Pinned(name, None)
+    root = workspace.resolve()
+    target = path.resolve()
+    if not target.is_relative_to(root):
+        raise Unpinnable(f"{name} leads outside the workspace (to {target})")
+    if not target.is_file():
+        raise Unpinnable(f"{name} is not a regular file")
+    max_chars = max(int(max_tokens * chars_per_token), 1)
+    try:
+        with target.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - max_chars * BYTES_PER_CHAR, 0))
+            data = f.read()
+    except OSError as error:
+        raise Unpinnable(f"{name} cannot be read: {error.strerror or error}") from None
+    text = decoded(name, data, partial=size > len(data))
+    return newest_part(name, text, max_chars, chars_per_token, cut=size > len(data))
+
+
+def decoded(name: str, data: bytes, *, partial: bool) -> str:
+    """Text from the bytes read (the first character may be cut when `partial`). Raises
+    Unpinnable for a binary file."""
+    if b"\0" in data:
+        raise Unpinnable(f"{name} is binary (it has NUL bytes); it should hold text")
+    if partial:
+        data = data.lstrip(bytes(range(0x80, 0xC0)))  # a character cut in half
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unpinnable(f"{name} is not UTF-8 text") from None
+
+
+def newest_part(name: str, text: str, max_chars: int, chars_per_token: float, *,
+                cut: bool = False) -> Pinned:
+    """The newest `max_chars` of `text`, from a line's start where one is in reach."""
+    tokens = tk.estimate_chars(len(text), chars_per_token)
+    if len(text) <= max_chars and not cut:
+        return Pinned(name, text, tokens)
+    kept = text[-max_chars:]
+    newline = kept.find("\n")
+    if 0 <= newline < len(kept) - 1:
+        kept = kept[newline + 1:]
+    return Pinned(name, kept, tokens, cut=True)
+
+
+def memory_section(memory: Pinned, max_tokens: int) -> str:
+    """What the system message says about the agent's memory file, and holds of it."""
+    name = memory.name
+    if memory.text is None:
+        return (f"(Your memory: write notes to {name} in your workspace; it is pinned here at "
+                "every session start.)")
+    over = (f"\n[{name} is ~{memory.tokens} tokens, over its {max_tokens}-token budget: only "
+            "its newest part is shown. Shorten it.]" if memory.cut else "")
+    return (f"## Your memory: {name} (yours to edit; re-read and pinned here at every session "
+            f"start, so it survives restarts; keep it under ~{max_tokens} tokens){over}\n\n"
+            f"{memory.text.rstrip()}")
+
+
+def agents_section(agents: Pinned, max_tokens: int) -> str:
+    over = f" (only its newest part: it is over {max_tokens} tokens)" if agents.cut else ""
+    return (f"## {agents.name}: the workspace's instructions for agents (read-only: do not "
+            f"edit it){over}\n\n{(agents.text or '').rstrip()}")
+
+
+def compose(mission: str, memory: Pinned | None, agents: Pinned | None,
+            max_tokens: int) -> str:
+    """The system message's text: the mission, then the memory, then AGENTS.md."""
+    parts = [mission.rstrip()]
+    if memory is not None:
+        parts.append(memory_section(memory, max_tokens))
+    if agents is not None and agents.text is not None:
+        parts.append(agents_section(agents, max_tokens))
+    return "\n\n---\n\n".join(parts) + "\n"
+
+
+def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: float
+                   ) -> tuple[Message, list[str]]:
+    """The system message as the files are now, and a warning for each file left out. The
+    previous message if the mission's file has gone; the mission alone if the memory's
+    budget is 0."""
+    try:
+        mission = loaded.system_prompt_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return previous, []
+    agent = loaded.config.agent
+    if agent.memory_max_tokens == 0:
+        return mission_message(mission, mission), []
+    warnings: list[str] = []
+    pinned: list[Pinned | None] = []
+    for name in (agent.memory_file, AGENTS_FILE):
+        try:
+            pinned.append(read_pinned(loaded.workspace, name, agent.memory_max_tokens,
+                                      chars_per_token))
+        except Unpinnable as why:
+            pinned.append(None)
+            warnings.append(f"{why}: it is left out of the system message (the run goes on)")
+    memory, agents = pinned
+    if memory is not None and memory.cut:
+        warnings.append(f"{memory.name} is over agent.memory_max_tokens "
+                        f"({agent.memory_max_tokens}): only its newest part is pinned")
+    content = compose(mission, memory, agents, agent.memory_max_tokens)
+    return mission_message(content, mission), warnings
+
+
+def mission_message(content: str, mission: str) -> Message:
+    """The system message, marked with the mission it holds (private keys, never sent), so an
+    edit of SYSTEM_PROMPT.md can be told from one of the memory."""
+    return {"role": "system", "content": content, MISSION_KEY: fingerprint(mission),
+            MISSION_CHARS_KEY: len(mission)}
+
+
+def fingerprint(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+MISSION_KEY = "_mission"
+MISSION_CHARS_KEY = "_mission_chars"
+
+
+def mission_changed(before: Message, now: Message) -> tuple[int, int] | None:
+    """The mission's size before and now when SYSTEM_PROMPT.md was edited between the two
+    system messages; None when it was not (a message without the mark: its whole text)."""
+    def mark(message: Message) -> tuple[str, int]:
+        content = str(message.get("content", ""))
+        return (message.get(MISSION_KEY) or fingerprint(content),
+                message.get(MISSION_CHARS_KEY, len(content)))
+
+    (old, old_chars), (new, new_chars) = mark(before), mark(now)
+    return None if old == new else (old_chars, new_chars)

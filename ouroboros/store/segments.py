@@ -1,0 +1,338 @@
+"""The event log in segments, and the manifest that lets a reader find what it needs.
+
+Layout of a run's directory (format 3):
+    events.jsonl               the current segment: append-only JSONL, as it always was
+    segments/000001.jsonl.gz   closed segments, numbered in order (gzip; a segment closed
+                               by a process that died before compressing it stays .jsonl)
+    manifest.json              per closed segment: its file, seqs, sessions, turns, time
+                               range and last state; and the run's state as of the newest
+                               one (`Tally`), so a reader needs only it and events.jsonl
+
+A segment is closed (`close_segment`) by renaming events.jsonl into segments/ (atomic), then
+writing the manifest (atomic), then starting an empty events.jsonl; a crash between those
+leaves a segment the manifest does not list yet, which `load_manifest` finds and adds. Logs
+written before segments (formats 1 and 2: one events.jsonl) read as a log of one segment.
+
+    manifest = load_manifest(run_dir)        # an empty one for a log without segments
+    for record in run_records(run_dir):      # every record, oldest first, streamed
+        ...
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ouroboros.errors import StateError
+from ouroboros.store.atomic import write_atomically
+
+MANIFEST_FILE = "manifest.json"
+SEGMENTS_DIR = "segments"
+MANIFEST_FORMAT = 3
+SEGMENT_NAME = re.compile(r"(\d{6})\.jsonl(\.gz)?$")
+# The records whose newest one a reader starts from (status, watch); see Tally.
+ANCHORS = ("run_resumed", "session_start", "session_restart", "token_usage", "context_mask",
+           "run_end", "stop_requested", "warning", "error", "context_truncation_detected",
+           "context_overflow_recovered")
+Record = dict[str, Any]
+
+
+TURN_LIMIT = "agent.max_turns"  # the flag a resume gives for itself alone
+
+
+@dataclass
+class Tally:
+    """The run's state as a reader needs it, folded from its records: the counters the
+    dashboard keeps (the same rules: `run_resumed` and `run_end` say the totals, other
+    records add to them), the newest record of each anchor type, the first record and every
+    config change. Its size does not grow with the records folded into it."""
+
+    run_start: Record | None = None
+    anchors: dict[str, Record] = field(default_factory=dict)
+    config_changes: list[Record] = field(default_factory=list)
+    flags: dict[str, Any] = field(default_factory=dict)
+    turns: int = 0  # as the dashboard counts them
+    assistants: int = 0  # `assistant` records, as `resume` counts turns taken
+    restarts: int = 0
+    masked: int = 0
+    mask_rounds: int = 0
+    alerts: int = 0
+    started: str | None = None  # the first record's timestamp
+    last: Record = field(default_factory=dict)  # the newest record's envelope
+
+    def add(self, kind: str, envelope: Record, load: Callable[[], Record]) -> None:
+        """Fold in one record: its type, envelope and (read only when needed) the record."""
+        if self.started is None:
+            self.started = envelope.get("ts")
+        self.last = envelope
+        if kind == "assistant":
+            self.turns += 1
+            self.assistants += 1
+        elif kind in ANCHORS or kind in ("run_start", "config_changed"):
+            self._anchor(kind, load())
+
+    def _anchor(self, kind: str, record: Record) -> None:
+        if kind == "run_start":
+            self.run_start = record
+        elif kind == "config_changed":
+            self.config_changes.append(record)
+        else:
+            self.anchors[kind] = record
+        if kind in ("run_start", "run_resumed") and "flags" in record:
+            self.flags = self._remembered(record["flags"], first=kind == "run_start")
+        if kind in ("run_resumed", "run_end"):
+            self.turns, self.restarts = record.get("total_turns", 0), record.get("restarts", 0)
+        elif kind == "session_restart":
+            self.restarts += 1
+            self.masked += record.get("carryover_masked", 0)
+        elif kind == "context_mask":
+            self.masked = record.get("total_masked", self.masked)
+            self.mask_rounds += 1
+        elif kind in ("warning", "error"):
+            self.alerts += 1
+
+    def _remembered(self, flags: dict[str, Any], *, first: bool) -> dict[str, Any]:
+        """A record's flags, but the turn limit only as `ouroboros run` was given it: a
+        resume's `--max-turns N` is for that resume only (loop.continuation)."""
+        limit = flags.get(TURN_LIMIT) if first else self.flags.get(TURN_LIMIT)
+        kept = {key: value for key, value in flags.items() if key != TURN_LIMIT}
+        return kept if limit is None else {**kept, TURN_LIMIT: limit}
+
+    def add_record(self, record: Record) -> None:
+        self.add(record.get("type", ""), envelope(record), lambda: record)
+
+    @property
+    def end(self) -> Record | None:
+        """The run_end record, unless the run was resumed (or went on) after it."""
+        end = self.anchors.get("run_end")
+        resumed = self.anchors.get("run_resumed")
+        if end is None or (resumed is not None and resumed["seq"] > end["seq"]):
+            return None
+        return end
+
+    def anchor_records(self) -> list[Record]:
+        """The first record and the newest of each anchor type, in the order written."""
+        records = [self.run_start] if self.run_start else []
+        records += self.config_changes
+        records += self.anchors.values()
+        return sorted(records, key=lambda r: r.get("seq", 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Tally:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def envelope(record: Record) -> Record:
+    return {k: record.get(k) for k in ("type", "ts", "seq", "session", "turn")}
+
+
+@dataclass
+class Manifest:
+    """What manifest.json says (or what was rebuilt from the segments, and why)."""
+
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)  # Tally as of the newest segment
+    pruned: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None  # set when it was damaged or missing and was rebuilt
+
+    @property
+    def last_seq(self) -> int:
+        return self.segments[-1]["last_seq"] if self.segments else self.pruned.get("seq", 0)
+
+    @property
+    def next_number(self) -> int:
+        numbers = [s["number"] for s in self.segments] + [self.pruned.get("number", 0)]
+        return max(numbers) + 1
+
+    def tally(self) -> Tally:
+        return Tally.from_dict(self.state)
+
+    def to_json(self) -> str:
+        return json.dumps({"format_version": MANIFEST_FORMAT, "segments": self.segments,
+                           "state": self.state, "pruned": self.pruned}, ensure_ascii=False)
+
+
+def segment_entry(number: int, file: str, first: Record, tally: Tally, size: int,
+                  turns_before: int) -> dict[str, Any]:
+    """A closed segment as the manifest lists it: where it is, what it spans, its last
+    state (session, turn, turns in all, last record's type)."""
+    last = tally.last
+    return {"number": number, "file": file, "bytes": size,
+            "first_seq": first.get("seq", 0), "last_seq": last.get("seq", 0),
+            "sessions": [first.get("session", 1), last.get("session", 1)],
+            "turns": [turns_before, tally.assistants],
+            "time": [first.get("ts"), last.get("ts")],
+            "last_state": {"session": last.get("session"), "turn": last.get("turn"),
+                           "total_turns": tally.turns, "type": last.get("type")}}
+
+
+def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    write_atomically(run_dir / MANIFEST_FILE, manifest.to_json())
+
+
+def segment_path(run_dir: Path, name: str) -> Path:
+    """A listed segment's file; the other form of it where a compression was cut short."""
+    path = run_dir / SEGMENTS_DIR / name
+    if not path.exists():
+        other = path.with_name(name[:-3] if name.endswith(".gz") else name + ".gz")
+        if other.exists():
+            return other
+    return path
+
+
+def read_manifest_file(run_dir: Path) -> Manifest:
+    """manifest.json as written. Raises OSError or ValueError when it is missing or
+    damaged, StateError when a newer Ouroboros wrote it."""
+    data = json.loads((run_dir / MANIFEST_FILE).read_bytes())
+    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+        raise ValueError("not a manifest")
+    if data.get("format_version", 0) > MANIFEST_FORMAT:
+        raise StateError(f"{run_dir / MANIFEST_FILE} was written by a newer Ouroboros (format "
+                         f"{data['format_version']}, this one reads {MANIFEST_FORMAT}); "
+                         "upgrade to read it")
+    return Manifest(data["segments"], data.get("state") or {}, data.get("pruned") or {})
+
+
+def segment_files(run_dir: Path) -> dict[int, Path]:
+    """The closed segments on disk by number (the compressed one, where both are there)."""
+    found: dict[int, Path] = {}
+    try:
+        names = sorted(os.listdir(run_dir / SEGMENTS_DIR))
+    except OSError:
+        return found
+    for name in names:
+        if (m := SEGMENT_NAME.match(name)) and (m.group(2) or int(m.group(1)) not in found):
+            found[int(m.group(1))] = run_dir / SEGMENTS_DIR / name
+    return found
+
+
+def load_manifest(run_dir: Path) -> Manifest:
+    """The manifest, with any closed segment it does not list yet (a rollover cut short)
+    added; rebuilt from the segments when it is missing or damaged (`problem` says so)."""
+    path = run_dir / MANIFEST_FILE
+    files = segment_files(run_dir)
+    try:
+        manifest = read_manifest_file(run_dir)
+    except FileNotFoundError:
+        manifest = Manifest()
+        if files:
+            manifest.problem = f"{path} is missing; rebuilt from {len(files)} segments"
+    except (OSError, ValueError, KeyError, TypeError):
+        manifest = Manifest(problem=f"{path} is damaged; rebuilt from {len(files)} segments")
+    assert manifest is not None
+    listed = {s["number"] for s in manifest.segments}
+    newer = [n for n in files if n not in listed and n > max(listed, default=0)]
+    if manifest.problem is not None:
+        newer = sorted(n for n in files if n > manifest.pruned.get("number", 0))
+        manifest.segments, manifest.state = [], {}
+    for number in sorted(newer):
+        add_scanned(manifest, number, files[number])
+    return manifest
+
+
+def add_scanned(manifest: Manifest, number: int, path: Path) -> None:
+    """List a segment the manifest did not, by reading it through."""
+    tally = manifest.tally()
+    before = tally.assistants
+    first: Record | None = None
+    for record in segment_records(path):
+        first = first or envelope(record)
+        tally.add_record(record)
+    if first is None:
+        return
+    manifest.segments.append(segment_entry(number, path.name, first, tally,
+                                           path.stat().st_size, before))
+    manifest.state = tally.to_dict()
+
+
+def segment_records(path: Path) -> Iterator[Record]:
+    """The records of a closed segment, streamed; StateError naming the file when it is
+    missing or damaged."""
+    from ouroboros.store.log import parse_record
+
+    opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                record = parse_record(raw)
+                if record is None:
+                    raise StateError(f"{path} is damaged at line {number} (not a whole "
+                                     "event); the segments before it are intact")
+                yield record
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
+        why = getattr(error, "strerror", None) or error
+        raise StateError(f"cannot read {path}: {why}") from None
+
+
+def closed_records(run_dir: Path, manifest: Manifest, after_seq: int = 0) -> Iterator[Record]:
+    """The records of the closed segments after `after_seq`, oldest first."""
+    for segment in manifest.segments:
+        if segment["last_seq"] <= after_seq:
+            continue
+        for record in segment_records(segment_path(run_dir, segment["file"])):
+            if record["seq"] > after_seq:
+                yield record
+
+
+def close_segment(run_dir: Path, current: Path, first: Record, tally: Tally,
+                  turns_before: int) -> Manifest:
+    """Make the current segment the next closed one: renamed into segments/ (atomic), then
+    listed in the manifest (atomic). The caller starts a new current segment."""
+    manifest = load_manifest(run_dir)
+    number = manifest.next_number
+    (run_dir / SEGMENTS_DIR).mkdir(exist_ok=True)
+    target = run_dir / SEGMENTS_DIR / f"{number:06d}.jsonl"
+    size = current.stat().st_size
+    os.replace(current, target)
+    sync_directory(run_dir / SEGMENTS_DIR)
+    sync_directory(run_dir)
+    manifest.segments.append(segment_entry(number, target.name, first, tally, size,
+                                           turns_before))
+    manifest.state = tally.to_dict()
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+def compress_closed(run_dir: Path, manifest: Manifest) -> None:
+    """gzip the closed segments not compressed yet (the newest; and any a killed process
+    left plain): the .gz is whole before the manifest names it, and the plain file goes
+    only after that. Failing (a full disk) leaves a segment uncompressed."""
+    for entry in manifest.segments:
+        if not entry["file"].endswith(".gz"):
+            compress(run_dir, manifest, entry)
+
+
+def compress(run_dir: Path, manifest: Manifest, entry: dict[str, Any]) -> None:
+    plain = run_dir / SEGMENTS_DIR / entry["file"]
+    packed = plain.with_name(plain.name + ".gz")
+    partial = plain.with_name(plain.name + ".gz.tmp")
+    try:
+        with plain.open("rb") as source, gzip.open(partial, "wb", compresslevel=6) as target:
+            while chunk := source.read(1 << 16):
+                target.write(chunk)
+        with partial.open("rb") as written:
+            os.fsync(written.fileno())
+        os.replace(partial, packed)
+        entry["file"], entry["bytes"] = packed.name, packed.stat().st_size
+        write_manifest(run_dir, manifest)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        return
+    plain.unlink(missing_ok=True)
+
+
+def sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,50 @@
+"""A real run whose log closes many segments: `logs`, `logs -n`, `status`, `runs`, `stats`
+and `prune` read it as one log, and `resume` continues it."""
+
+from __future__ import annotations
+
+import json
+
+from ouroboros.store.log import run_records
+from ouroboros.store.segments import MANIFEST_FILE
+from tests.crash_helpers import CountingAgent, demo_project
+from tests.helpers import ouroboros, run_dir
+
+
+def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_server):
+    agent = CountingAgent(6)
+    server = agent.server = scripted_server(agent)
+    config, expected = demo_project(
+        tmp_path, server.base_url, 6, max_turns=400, chars_per_part=3000,
+        model={"context_limit": 4096}, logging={"segment_mb": 0.0001, "keep_mb": 0})
+    args = ("--config", str(config))
+    assert ouroboros("run", *args, "--headless").returncode == 0
+    run = run_dir(tmp_path)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    assert len(manifest["segments"]) >= 3
+    records = list(run_records(run))
+
+    logs = ouroboros("logs", *args)
+    tail = ouroboros("logs", *args, "-n", "3")
+    status = ouroboros("status", *args)
+    stats = ouroboros("stats", *args)
+    runs = ouroboros("runs", *args)
+
+    assert logs.returncode == 0 and len(logs.stdout.splitlines()) >= len(records) // 2
+    assert "run started" in logs.stdout.splitlines()[0] or run.name in logs.stdout
+    assert tail.returncode == 0 and tail.stdout.splitlines() == logs.stdout.splitlines()[-3:]
+    turns = records[-1]["total_turns"]
+    assert f"{turns} in total" in status.stdout, status.stdout
+    assert "task_complete" in status.stdout
+    assert stats.returncode == 0 and f"{turns} turns" in stats.stdout, stats.stdout
+    assert runs.returncode == 0 and run.name in runs.stdout
+
+    pruned = ouroboros("prune", *args)
+    assert pruned.returncode == 0 and "nothing to prune" in pruned.stdout  # keep_mb = 0
+
+    again = ouroboros("resume", *args, "--headless", "--message", "check the results again",
+                      "--max-turns", "2")
+    assert again.returncode == 0, again.stderr
+    resumed = list(run_records(run))
+    assert [r["seq"] for r in resumed] == list(range(1, len(resumed) + 1))
+    assert (tmp_path / "workspace" / "results.txt").read_text() == expected

@@ -1,0 +1,142 @@
+"""An agent left running, end to end against the scripted server: a loop is stopped, the
+memory it writes in one session is pinned in every request of the next, a restart begins
+with the harness's handoff, and `ouroboros tell` reaches a running agent."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+
+from ouroboros.config import load_config
+from ouroboros.demo import RecordingAgent, write_demo_project
+from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.protocols import Message
+from ouroboros.testing import Reply, ScriptedServer
+from tests.helpers import clean_env, make_project, of_type, ouroboros, run_events
+
+MEMORY = "- part 3's key is upper-case in results.txt (decided in session 1)"
+
+
+def test_a_loop_is_stopped_within_twelve_calls(tmp_path, scripted_server):
+    def stubborn(messages: list[Message]) -> Reply:
+        return Reply("Reading it again.", [("file_read", {"path": "data/part_000.txt"})])
+
+    server = scripted_server(stubborn)
+    config = make_project(tmp_path, server.base_url)
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "40")
+
+    assert result.returncode == 0, result.stderr
+    events = run_events(tmp_path)
+    assert len(of_type(events, "tool_call")) <= 12
+    assert [e["action"] for e in of_type(events, "stuck")] == ["note", "pause"]
+    assert events[-1]["type"] == "run_end" and events[-1]["reason"] == "stuck"
+    told = [m["content"] for r in server.requests for m in r["messages"]
+            if "Loop detected" in (m.get("content") or "")]
+    assert told and "data/part_000.txt" in told[0]
+    assert "STUCK (repeat)" in result.stdout and "ouroboros resume" in result.stdout
+
+
+class NoteTaker(RecordingAgent):
+    """The demo agent that first writes its memory file."""
+
+    def __call__(self, messages: list[Message]) -> Reply:
+        if not any("NOTES.md" in (m.get("content") or "") for m in messages[1:]):
+            return Reply("Noting what I decided.", [("file_write", {"path": "NOTES.md",
+                                                                    "content": MEMORY})])
+        return super().__call__(messages)
+
+
+def test_memory_and_handoff_carry_a_session_into_the_next(tmp_path):
+    with ScriptedServer(NoteTaker(14), model="scripted-demo", context_length=4096) as server:
+        write_demo_project(tmp_path, server.base_url, 14)
+        loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
+        assert asyncio.run(run_agent(loaded, RunHooks())) == 0
+    events = run_events(tmp_path)
+    assert events[-1]["reason"] == "task_complete"
+    restart = of_type(events, "session_restart")[0]
+    session_2 = [r["messages"] for r in server.requests
+                 if "Session #2." in r["messages"][1].get("content", "")]
+    session_1 = server.requests[:server.requests.index(
+        next(r for r in server.requests if r["messages"] == session_2[0]))]
+    # The memory written in session 1 is pinned in every request of session 2.
+    assert session_2 and all(MEMORY in messages[0]["content"] for messages in session_2)
+    assert MEMORY not in session_1[0]["messages"][0]["content"]  # not written yet
+    # Its first request names the files session 1 wrote, before the carried turns.
+    first = session_2[0]
+    handoff = first[2]["content"]
+    assert handoff.startswith("[Handoff from session 1")
+    assert "Files written: NOTES.md" in handoff and "progress.md" in handoff
+    assert f"{restart['previous_turns']} turns" in handoff
+    assert first[3]["role"] == "assistant"
+    [logged] = [e for e in of_type(events, "handoff") if e["session"] == 2]
+    assert logged["text"] == handoff
+
+
+def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server):
+    first_asked, told = threading.Event(), threading.Event()
+    turns: list[int] = []
+
+    def agent(messages: list[Message]) -> Reply:
+        turns.append(len(turns) + 1)
+        if len(turns) == 1:
+            first_asked.set()
+            told.wait(30)
+        if any(m.get("content") == "Stop after this: write done.txt" for m in messages):
+            return Reply("", [("task_complete", {"summary": "told to stop"})])
+        return Reply("Working.", [("file_write", {"path": f"step{len(turns)}.txt",
+                                                  "content": "x"})])
+
+    server = scripted_server(agent)
+    config = make_project(tmp_path, server.base_url)
+    env = clean_env()
+    run = subprocess.Popen([sys.executable, "-m", "ouroboros", "run", "-c", str(config),
+                            "--headless"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        assert first_asked.wait(30)
+        (tmp_path / "workspace" / "deep").mkdir()
+        sent = ouroboros("tell", "Stop after this: write done.txt",
+                         cwd=tmp_path / "workspace" / "deep", env=env)
+        told.set()
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.startswith("sent to run ")
+        assert run.wait(30) == 0, run.stderr.read() if run.stderr else ""
+    finally:
+        told.set()
+        if run.poll() is None:
+            run.kill()
+    asked = [r["messages"] for r in server.requests]
+    given = next(i for i, messages in enumerate(asked)
+                 if any(m.get("content") == "Stop after this: write done.txt"
+                        for m in messages))
+    assert given <= 2  # the request after the turn it was sent in, or the one after
+    events = run_events(tmp_path)
+    assert [e["text"] for e in of_type(events, "user_message")] == [
+        "Stop after this: write done.txt"]
+    assert events[-1]["reason"] == "task_complete"
+
+
+def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
+        tmp_path, scripted_server):
+    server = scripted_server([Reply("Hello.")] * 2)
+    config = make_project(tmp_path, server.base_url)
+    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 0
+
+    empty = ouroboros("tell", "   ", cwd=tmp_path)
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1
+    assert "the message is empty" in empty.stderr
+    queued = ouroboros("tell", "Now do part 2.", cwd=tmp_path)
+    assert queued.returncode == 0 and "waits for the next `ouroboros resume`" in queued.stdout
+    (tmp_path / "workspace" / "NOTES.md").write_text("- part 1 went well\n")
+    resumed = ouroboros("resume", "-c", str(config), "--headless", "--max-turns", "1")
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "Now do part 2."}
+    # a resume is a session start: the memory is read again
+    assert "- part 1 went well" in server.requests[-1]["messages"][0]["content"]
+    assert "- part 1 went well" not in server.requests[0]["messages"][0]["content"]
+    assert not list((tmp_path / ".ouroboros" / "inbox").glob("*.json"))

@@ -1,0 +1,243 @@
+"""The event log in segments: rollover, the manifest, reading across segments, readers that
+read only the manifest and the current segment, retention, and damaged or missing files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ouroboros.errors import StateError
+from ouroboros.store import events as ev
+from ouroboros.store.log import (
+    EVENTS_FILE,
+    EventLog,
+    last_records,
+    prune_run,
+    read_tail,
+    run_records,
+    write_snapshot,
+)
+from ouroboros.store.observations import ObservationStore, packs
+from ouroboros.store.retention import Retention
+from ouroboros.store.segments import MANIFEST_FILE, SEGMENTS_DIR, load_manifest
+from ouroboros.ui.dashboard import DashboardState
+from ouroboros.ui.follow import follow_events, follow_run
+from ouroboros.ui.status import replay
+
+WINDOW = {"context_limit": 8192, "limit_source": "config", "budget": 6144}
+V1_LOG = Path(__file__).parent / "events_v1.jsonl"
+
+
+def write_run(run_dir: Path, sessions: int, turns: int = 3, segment_bytes: int = 1,
+              retention: Retention | None = None, end: bool = True) -> EventLog:
+    """A run of `sessions` sessions of `turns` turns, a segment closed at every boundary."""
+    log = EventLog(run_dir / EVENTS_FILE, segment_bytes=segment_bytes)
+    log.retention = retention
+    log.emit(ev.RunStart(run_id=run_dir.name, version="0.1.0", pid=1,
+                         config={"context": {"soft_threshold_pct": 0.6}}, flags={"x": 1}))
+    store = ObservationStore(run_dir / "observations")
+    obs = 0
+    for session in range(1, sessions + 1):
+        if session > 1:
+            log.emit(ev.SessionEnd(reason="restart"))
+            log.at_session_boundary(keep_obs_from=obs)
+            log.session, log.turn = session, 0
+            log.emit(ev.SessionRestart(previous_turns=turns, carryover_messages=0,
+                                       carryover_masked=1, carryover_turns_dropped=0,
+                                       reason="full"))
+        log.emit(ev.SessionStart(**WINDOW, carryover_messages=0))
+        for turn in range(1, turns + 1):
+            log.turn = turn
+            log.emit(ev.Assistant(text=f"turn {session}.{turn}", finish_reason="stop",
+                                  tool_calls=[]))
+            log.emit(ev.TokenUsage(prompt_tokens=100 * turn, completion_tokens=5,
+                                   context_used_pct=1.5 * turn, budget=6144, total_tokens=105,
+                                   context_limit=8192, source="server"))
+            obs += 1
+            store.save(f"obs-{obs}", f"result {obs} " + "x" * 500, session=session)
+        if session == 2:
+            log.emit(ev.ConfigChanged(key="context.soft_threshold_pct", old=0.6, new=0.5,
+                                      source="ouroboros.toml"))
+            log.emit(ev.WarningEvent(message="careful"))
+    if end:
+        log.emit(ev.SessionEnd(reason="max_turns"))
+        log.emit(ev.RunEnd(reason="max_turns", exit_code=0, sessions=sessions,
+                           total_turns=sessions * turns, restarts=sessions - 1))
+    log.close()
+    return log
+
+
+def whole_replay(run_dir: Path) -> DashboardState:
+    state = DashboardState()
+    for record in run_records(run_dir):
+        state.apply(record)
+    return state
+
+
+def test_the_log_rolls_over_at_session_boundaries_into_compressed_segments(tmp_path):
+    run = tmp_path / "run1"
+    write_run(run, sessions=4)
+
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    assert manifest["format_version"] == 3
+    assert [s["file"] for s in manifest["segments"]] == [
+        "000001.jsonl.gz", "000002.jsonl.gz", "000003.jsonl.gz"]
+    assert sorted(p.name for p in (run / SEGMENTS_DIR).iterdir()) == [
+        "000001.jsonl.gz", "000002.jsonl.gz", "000003.jsonl.gz"]
+    first, second = manifest["segments"][:2]
+    assert first["sessions"] == [1, 1] and second["sessions"] == [2, 2]
+    assert first["turns"] == [0, 3] and second["turns"] == [3, 6]
+    assert second["first_seq"] == first["last_seq"] + 1
+    assert first["time"][0] <= first["time"][1] and first["last_state"]["total_turns"] == 3
+    with gzip.open(run / SEGMENTS_DIR / "000001.jsonl.gz") as f:
+        assert json.loads(f.readline())["type"] == "run_start"
+    records = list(run_records(run))
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    assert records[-1]["type"] == "run_end"
+    assert [r["seq"] for r in last_records(run, 12)] == list(range(len(records) - 11,
+                                                                    len(records) + 1))
+
+
+def test_status_from_the_manifest_and_current_segment_equals_a_replay_of_everything(tmp_path):
+    run = tmp_path / "runs" / "run1"
+    write_run(run, sessions=5, end=False)
+    full = whole_replay(run)
+
+    status = replay(tmp_path, "run1", None)
+
+    s = status.state
+    for name in ("session", "turn", "total_turns", "restarts", "masked", "context_limit",
+                 "budget", "prompt_tokens", "context_pct", "soft", "last_type", "last_ts",
+                 "alerts", "status"):
+        assert getattr(s, name) == getattr(full, name), name
+    assert s.total_turns == 15 and s.restarts == 4 and s.soft == 0.5
+    assert [c.key for c in status.changes] == ["context.soft_threshold_pct"]
+    assert status.end is None and status.started == next(run_records(run))["ts"]
+
+
+def test_status_reads_no_closed_segment(tmp_path):
+    run = tmp_path / "runs" / "run1"
+    write_run(run, sessions=4)
+    for segment in (run / SEGMENTS_DIR).iterdir():
+        segment.write_bytes(b"not gzip at all")  # would fail any reader of history
+
+    status = replay(tmp_path, "run1", None)
+
+    assert status.state.total_turns == 12 and status.end is not None
+    with pytest.raises(StateError, match="000001.jsonl.gz"):
+        list(run_records(run))
+
+
+def test_a_log_written_before_segments_still_reads(tmp_path):
+    run = tmp_path / "runs" / "old"
+    run.mkdir(parents=True)
+    shutil.copy(V1_LOG, run / EVENTS_FILE)
+    records = [json.loads(line) for line in V1_LOG.read_text().splitlines()]
+
+    assert list(run_records(run)) == records
+    status = replay(tmp_path, "old", None)
+    assert status.state.total_turns == whole_replay(run).total_turns > 0
+
+
+@pytest.mark.parametrize("damage", ["missing", "not json", "truncated"])
+def test_a_damaged_or_missing_manifest_is_rebuilt_from_the_segments(tmp_path, damage):
+    run = tmp_path / "run1"
+    write_run(run, sessions=4)
+    before = json.loads((run / MANIFEST_FILE).read_text())
+    path = run / MANIFEST_FILE
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_text("{" if damage == "not json" else path.read_text()[:40])
+
+    manifest = load_manifest(run)
+
+    assert manifest.problem is not None and str(path) in manifest.problem
+    assert [s["last_seq"] for s in manifest.segments] == \
+        [s["last_seq"] for s in before["segments"]]
+    assert manifest.state["turns"] == before["state"]["turns"]
+    assert len(list(run_records(run))) == before["segments"][-1]["last_seq"] + \
+        len(read_tail(run).records)
+
+
+def test_a_segment_closed_by_a_process_killed_before_the_manifest_is_found(tmp_path):
+    """The rename happened, the manifest write and the new events.jsonl did not."""
+    run = tmp_path / "run1"
+    write_run(run, sessions=3)
+    records = list(run_records(run))
+    (run / EVENTS_FILE).rename(run / SEGMENTS_DIR / "000003.jsonl")
+
+    assert [r["seq"] for r in run_records(run)] == [r["seq"] for r in records]
+    assert load_manifest(run).segments[-1]["file"] == "000003.jsonl"
+
+
+def test_following_a_log_goes_on_across_a_rollover(tmp_path):
+    run = tmp_path / "run1"
+    log = EventLog(run / EVENTS_FILE, segment_bytes=1)
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
+    log.emit(ev.SessionStart(**WINDOW, carryover_messages=0))
+    seen = []
+    steps = iter([lambda: log.roll(), lambda: log.emit(ev.SessionStart(
+        **WINDOW, carryover_messages=0)), lambda: log.emit(ev.RunEnd(
+            reason="max_turns", exit_code=0, sessions=1, total_turns=0, restarts=0))])
+
+    def wait():
+        next(steps)()
+
+    for event in follow_events(run / EVENTS_FILE, wait):
+        seen.append(event.seq)
+    assert seen == [1, 2, 3, 4]
+    assert [e.seq for e in follow_run(run, wait=lambda: None)] == [1, 2, 3, 4]
+
+
+def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
+    run = tmp_path / "run1"
+    write_run(run, sessions=8)
+    write_snapshot(run, 10_000, {"session": 8, "context": {
+        "observations": {"c1": {"id": "obs-22"}}, "next_observation": 25}})
+    before = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+
+    freed = prune_run(run, Retention(keep_bytes=0, keep_sessions=3))
+
+    assert freed.segments > 0 and freed.packs > 0 and freed.bytes > 0
+    assert "freed" in freed.describe() and "log segments" in freed.describe()
+    manifest = load_manifest(run)
+    assert manifest.segments[0]["sessions"][0] >= 4
+    assert manifest.pruned["segments"] == freed.segments
+    kept = {p.session for p in packs(run / "observations")}
+    assert min(kept) >= 5 and 8 in kept
+    store = ObservationStore(run / "observations")
+    assert store.read("obs-1") is None and store.pruned_after("obs-1") == 8
+    assert store.read("obs-24") is not None and store.pruned_after("obs-24") is None
+    records = list(run_records(run))  # what is left still reads, in order
+    assert [r["seq"] for r in records] == sorted(r["seq"] for r in records)
+    after = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+    assert before - after >= freed.bytes * 0.9
+    assert prune_run(run, Retention(keep_bytes=0, keep_sessions=3)).describe().startswith(
+        "nothing to prune")
+
+
+def test_retention_keeps_what_the_live_conversation_and_a_resume_need(tmp_path):
+    run = tmp_path / "run1"
+    write_run(run, sessions=6)
+    write_snapshot(run, 5, {"session": 6, "context": {
+        "observations": {"c1": {"id": "obs-4"}}, "next_observation": 19}})
+
+    prune_run(run, Retention(keep_bytes=1))
+
+    assert ObservationStore(run / "observations").read("obs-4") is not None
+    assert load_manifest(run).segments[0]["number"] == 1  # it holds seq 5 and after
+
+
+def test_a_rolling_log_applies_retention_by_itself(tmp_path):
+    run = tmp_path / "run1"
+    write_run(run, sessions=10, retention=Retention(keep_bytes=0, keep_sessions=2))
+
+    manifest = load_manifest(run)
+    assert manifest.pruned["segments"] >= 6
+    assert len(manifest.segments) <= 3
+    assert read_tail(run).tally().turns == 30  # the totals survive the history removed
