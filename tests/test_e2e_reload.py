@@ -54,11 +54,12 @@ class EditingAgent(RecordingAgent):
         super().__init__(parts)
         self.edit, self.every, self.edits = edit, every, 0
 
-    def save(self, messages: list[Message]) -> Reply:
-        if self.every or not self.edits:
+    def __call__(self, messages: list[Message]) -> Reply:
+        told = "Context nearly full" in (messages[-1].get("content") or "")
+        if told and (self.every or not self.edits):  # told to wind down (it may not save)
             self.edit()
             self.edits += 1
-        return super().save(messages)
+        return super().__call__(messages)
 
 
 def run_task(root: Path, brain, parts: int, *, resume: bool = False,
@@ -94,9 +95,10 @@ def mask_levels(events: list[dict[str, Any]]) -> dict[int, list[float]]:
 
 
 def test_edited_thresholds_take_effect_at_the_next_session(tmp_path):
-    agent = EditingAgent(14, lambda: edit_config(tmp_path, "context", "soft_threshold_pct",
+    # 24 parts: masking carries session 1 far, and session 2 must live long enough to mask
+    agent = EditingAgent(24, lambda: edit_config(tmp_path, "context", "soft_threshold_pct",
                                                  NEW_SOFT))
-    code, keys = run_task(tmp_path, agent, 14)
+    code, keys = run_task(tmp_path, agent, 24)
 
     assert code == 0
     assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
@@ -183,11 +185,11 @@ class FailingAgent(RecordingAgent):
 
 
 def test_resume_after_an_edit_uses_the_edited_values(tmp_path):
-    failing = FailingAgent(14, at=14)
+    failing = FailingAgent(24, at=14)
     with ScriptedServer(failing, model="scripted-demo", context_length=CONTEXT) as server:
         failing.server = server
-        write_demo_project(tmp_path, server.base_url, 14)
-        make_workspace(tmp_path / "workspace", 14, chars_per_part=CHARS_PER_PART)
+        write_demo_project(tmp_path, server.base_url, 24)
+        make_workspace(tmp_path / "workspace", 24, chars_per_part=CHARS_PER_PART)
         loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
         with pytest.raises(RunFailed):
             asyncio.run(run_agent(loaded, RunHooks()))
@@ -197,7 +199,7 @@ def test_resume_after_an_edit_uses_the_edited_values(tmp_path):
 
     edit_config(tmp_path, "context", "soft_threshold_pct", NEW_SOFT)
     edit_config(tmp_path, "agent", "continue_message", "Keep going.")
-    code, keys = run_task(tmp_path, RecordingAgent(14), 14, resume=True)
+    code, keys = run_task(tmp_path, RecordingAgent(24), 24, resume=True)
 
     assert code == 0
     assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
