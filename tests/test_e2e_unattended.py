@@ -44,7 +44,8 @@ class NoteTaker(RecordingAgent):
     """The demo agent that first writes its memory file."""
 
     def __call__(self, messages: list[Message]) -> Reply:
-        if not any("NOTES.md" in (m.get("content") or "") for m in messages[1:]):
+        pinned = MEMORY in (messages[0].get("content") or "")  # from session 2 on
+        if not pinned and not any("NOTES.md" in (m.get("content") or "") for m in messages[1:]):
             return Reply("Noting what I decided.", [("file_write", {"path": "NOTES.md",
                                                                     "content": MEMORY})])
         return super().__call__(messages)
