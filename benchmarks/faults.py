@@ -376,6 +376,7 @@ def server_faults() -> list[str]:
     """One row per fault server: the outcome it should have, and whether it had it."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     try:
+        from ouroboros.errors import EXIT_NEEDS_FIX, EXIT_PAUSED
         from tests.faults.servers import FAULTS, run_against, start as start_fault
     except ImportError as error:
         return [f"(no fault servers: {error})"]
@@ -390,10 +391,13 @@ def server_faults() -> list[str]:
             finally:
                 server.stop()
             retried = any(e["type"] == "retry" for e in events(Path(tmp) / f"s{index}"))
+            # a permanent failure needs a fix (exit 2); a run that went on stops paused at
+            # its two turns (exit 3)
             ok = "Traceback" not in result.stderr and (
-                result.returncode == 1 and len(result.stderr.splitlines()) == 1
+                result.returncode == EXIT_NEEDS_FIX and len(result.stderr.splitlines()) == 1
                 and not retried if fault.outcome == "fails_fast"
-                else result.returncode == 0 and retried == (fault.outcome == "retried"))
+                else result.returncode == EXIT_PAUSED
+                and retried == (fault.outcome == "retried"))
             held += ok
             rows.append(f"{fault.description[:58]:<58} {fault.outcome:>10} "
                         f"{'yes' if ok else 'NO':>4}")
