@@ -178,7 +178,7 @@ def test_sessions_that_never_get_a_tool_call_through_stop_the_run(tmp_path):
         write_demo_project(tmp_path, server.base_url, 1)
         loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": WINDOW},
                              env={}, user_file=None)
-        assert asyncio.run(run_agent(loaded, RunHooks())) == 0
+        assert asyncio.run(run_agent(loaded, RunHooks())) == 3  # paused: stuck
     events = run_events(tmp_path)
     [stuck] = of_type(events, "stuck")
     assert stuck["kind"] == "barren" and stuck["action"] == "pause"

@@ -5,6 +5,7 @@ one project, `status --json` and the heartbeat, Prometheus metrics, `--json` eve
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 from pathlib import Path
@@ -219,7 +220,10 @@ def test_metrics_are_served_while_the_run_goes_on(tmp_path, scripted_server):
         kill(process)
     assert "ouroboros_turns_total 3.0" in text
     assert 'ouroboros_tool_calls_total{outcome="ok",tool="shell_exec"} 2.0' in text
-    assert "ouroboros_context_window_tokens 16384.0" in text
+    window = re.search(r"^ouroboros_context_window_tokens (\S+)$", text, re.M)
+    believed = [e["context_limit"] for e in run_events(tmp_path)
+                if e["type"] in ("session_start", "token_usage")]
+    assert window and float(window.group(1)) in believed  # the window the run believed
     assert "ouroboros_prompt_tokens_total" in text and "ouroboros_retries_total 0.0" in text
 
 

@@ -40,7 +40,8 @@ HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one 
 JsonOption = typer.Option(False, "--json", help="Print each event as one JSON object per line "
                           "on stdout (the log's records, checkpoints left out), and nothing "
                           "else there: for a log shipper.")
-MetricsPortOption = typer.Option(None, "--metrics-port", min=0, max=65535, help="Serve "
+MetricsPortOption = typer.Option(None, "--metrics-port", min=0, max=65535, metavar="PORT",
+                                 show_default=False, help="Serve "
                                  "Prometheus metrics at http://127.0.0.1:N/metrics while the "
                                  "run goes on (metrics.port; 0 = off).")
 RunIdArgument = typer.Argument(None, metavar="RUN_ID", show_default=False,

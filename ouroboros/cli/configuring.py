@@ -132,7 +132,7 @@ def reload(config: Optional[Path] = ConfigOption) -> None:
 def tell(
     text: Optional[str] = typer.Argument(None, metavar="[TEXT]", show_default=False,
                                          help="The message for the agent."),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the message from "
+    file: Optional[Path] = typer.Option(None, "--file", "-f", metavar="PATH", help="Read the message from "
                                         "this file (- for stdin)."),
     config: Optional[Path] = ConfigOption,
 ) -> None:

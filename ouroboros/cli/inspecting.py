@@ -24,7 +24,7 @@ def status(config: Optional[Path] = ConfigOption,
                                             "id, session, turn, context %, last event, pid, "
                                             "resumable, heartbeat) and an exit code: 0 running, "
                                             "1 stuck, 3 stopped (resumable), 4 no run, 5 ended."),
-           stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0, help="With "
+           stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0, metavar="SECS", help="With "
                                                        "--json: a running run whose heartbeat is "
                                                        "older than SECS is `stuck` (exit 1).")
            ) -> None:

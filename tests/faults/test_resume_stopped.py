@@ -182,9 +182,9 @@ def test_a_run_that_failed_resumes(tmp_path, scripted_server):
 def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(5))
     config = parts_project(tmp_path, server.base_url, max_turns=2)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3  # paused
     more = ouroboros("resume", "--config", str(config), "--max-turns", "1", "--headless")
-    assert more.returncode == 0, more.stderr
+    assert more.returncode == 3, more.stderr
     assert run_events(tmp_path)[-1]["total_turns"] == 3
     assert ouroboros("config", "set", "agent.max_turns", "0", "--config",
                      str(config)).returncode == 0
@@ -199,15 +199,15 @@ def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
 def test_a_refused_resume_names_where_the_limit_was_set(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(5))
     config = parts_project(tmp_path, server.base_url, max_turns=2)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 0
+    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3  # paused
 
     from_file = ouroboros("resume", "--config", str(config), "--headless")
     ouroboros("config", "set", "agent.max_turns", "0", "--config", str(config))
     ouroboros("run", "--config", str(config), "--max-turns", "1", "--headless")
     from_flag = ouroboros("resume", "--config", str(config), "--headless")
 
-    assert from_file.returncode == 2
+    assert from_file.returncode == 3  # still paused
     assert f"(agent.max_turns = 2 in {config}); `ouroboros resume --max-turns N`" \
         in from_file.stderr
-    assert from_flag.returncode == 2
+    assert from_flag.returncode == 3
     assert "has had its 1 turn (--max-turns 1, given to `ouroboros run`)" in from_flag.stderr

@@ -108,7 +108,7 @@ def test_a_key_the_model_writes_into_a_call_is_in_no_file_of_the_run(tmp_path,
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3",
                        env=clean_env(TEST_API_KEY=KEY))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # paused at its max_turns
     run_dir = tmp_path / ".ouroboros" / "runs" / run_events(tmp_path)[0]["run_id"]
     assert (run_dir / "state.json").is_file()
     for path in run_dir.rglob("*"):
@@ -142,7 +142,7 @@ def test_a_key_too_short_to_redact_is_one_start_up_warning(tmp_path, scripted_se
     result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "1",
                        env=clean_env(TEST_API_KEY="abc123"))
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # paused at its max_turns
     warning = ("the API key in $TEST_API_KEY is under 8 characters, too short to tell from "
                "ordinary text: not redacted from the log, the state or tool results")
     assert result.stdout.count(warning) == 1, result.stdout
