@@ -191,11 +191,17 @@ def plain_printer(out: TextIO | None = None, *, on_closed: Callable[[], None] | 
                   ) -> Callable[[Record], None]:
     """A listener printing format_line to `out` (default: sys.stdout at the time of printing).
     When the reader goes away (a broken pipe), printing stops and `on_closed` is called once."""
+    return line_printer(format_line, out, on_closed=on_closed)
+
+
+def line_printer(line_of: Callable[[Any], str | None], out: TextIO | None = None, *,
+                 on_closed: Callable[[], None] | None = None) -> Callable[[Any], None]:
+    """A listener printing `line_of(event)` (nothing for None) to `out`, as plain_printer."""
     closed = False
 
-    def print_event(e: Record) -> None:
+    def print_event(event: Any) -> None:
         nonlocal closed
-        line = format_line(e)
+        line = line_of(event)
         if line is None or closed:
             return
         stream = out or sys.stdout

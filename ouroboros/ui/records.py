@@ -5,11 +5,10 @@ them out."""
 
 from __future__ import annotations
 
-import sys
 from typing import Callable, TextIO
 
 from ouroboros.store.events import EventBase
-from ouroboros.ui.plain import BOOKKEEPING, discard_output
+from ouroboros.ui.plain import BOOKKEEPING, line_printer
 
 
 def json_line(event: EventBase) -> str | None:
@@ -21,20 +20,4 @@ def json_printer(out: TextIO | None = None, *, on_closed: Callable[[], None] | N
                  ) -> Callable[[EventBase], None]:
     """A listener printing json_line to `out` (default: sys.stdout at the time of printing).
     When the reader goes away (a broken pipe), printing stops and `on_closed` is called once."""
-    closed = False
-
-    def print_event(event: EventBase) -> None:
-        nonlocal closed
-        line = json_line(event)
-        if line is None or closed:
-            return
-        stream = out or sys.stdout
-        try:
-            print(line, file=stream, flush=True)
-        except BrokenPipeError:
-            closed = True
-            discard_output(stream)
-            if on_closed is not None:
-                on_closed()
-
-    return print_event
+    return line_printer(json_line, out, on_closed=on_closed)
