@@ -169,7 +169,7 @@ def test_the_dashboard_fits_and_keeps_an_early_warning(tmp_path, scripted_server
     tmux.wait_for(lambda s: any("ended: max_turns" in line for line in s), "the run's end")
     final = last_frame(tmux.everything())
     assert_fits(final, width, height)
-    assert "ended: max_turns (exit 0)" in final[len(header(final))]  # the header's border
+    assert "ended: max_turns (exit 3)" in final[len(header(final))]  # the header's border
     assert any(f"total turns {TURNS}" in line for line in final)
 
 
@@ -183,7 +183,7 @@ def test_ctrl_c_typed_at_80x24_stops_the_run_and_leaves_a_whole_frame(tmp_path, 
 
     tmux.tmux("send-keys", "C-c")
 
-    tmux.wait_for(lambda s: any("ended: interrupted (exit 0)" in line for line in s),
+    tmux.wait_for(lambda s: any("ended: interrupted (exit 130)" in line for line in s),
                   "the run stopped by Ctrl+C")
     final = last_frame(tmux.everything())
     assert_fits(final, 80, 24)
@@ -205,13 +205,13 @@ def test_a_resumed_runs_dashboard_has_the_header_the_run_had(tmp_path, scripted_
     from tests.helpers import ouroboros, run_events
 
     first = ouroboros("run", "--config", str(config), "--headless")
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 3, first.stderr  # paused at its max_turns
     run_id = run_events(tmp_path / "project")[0]["run_id"]
 
     tmux.start([sys.executable, "-m", "ouroboros", "resume", "--config", str(config),
                 "--max-turns", "2"], width, height, cwd=tmp_path)
 
-    tmux.wait_for(lambda s: any("ended: max_turns (exit 0) ─╯" in line for line in s),
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
                   "the resume's end, on the header's border")
     final = last_frame(tmux.everything())
     title = final[0]
@@ -245,5 +245,5 @@ def test_a_slow_first_token_shows_a_wait_that_counts(tmp_path, scripted_server, 
     first = tmux.wait_for(waited(1), "a wait of 1 s on the header's border")
     tmux.wait_for(waited(2), "the same wait, a second later (the frame redraws itself)")
     assert any("assistant (last reply; waiting for the model" in line for line in first)
-    tmux.wait_for(lambda s: any("ended: max_turns (exit 0) ─╯" in line for line in s),
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
                   "the run's end")
