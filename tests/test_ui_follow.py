@@ -141,3 +141,32 @@ def test_following_a_run_that_has_ended_stops_at_its_tail(tmp_path):
     run_dir = write_run(tmp_path / "run", RUN)
 
     assert [e.seq for e in follow_run(run_dir, newest=0, wait=never)] == []
+
+
+# -- a resume's dashboard, caught up with the run --
+
+
+def test_a_resumed_dashboard_catches_up_with_the_current_segment(tmp_path):
+    from ouroboros.ui.dashboard import DashboardState
+    from ouroboros.ui.live import resumed_state
+
+    run_dir = write_run(tmp_path / "run", RUN[:5])
+
+    state = resumed_state(DashboardState(), run_dir)
+
+    assert state.total_turns == 3  # the three assistant records of the current segment
+
+
+@pytest.mark.parametrize("damage", ["missing", "damaged"])
+def test_a_resumed_dashboard_of_a_log_it_cannot_read_starts_afresh(tmp_path, damage):
+    from ouroboros.ui.dashboard import DashboardState
+    from ouroboros.ui.live import resumed_state
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    if damage == "damaged":
+        (run_dir / "events.jsonl").write_bytes(b"not json\n" + record("run_end", 2))
+
+    state = resumed_state(DashboardState(), run_dir)  # no traceback: the resume says why
+
+    assert state.run_id == "" and state.total_turns == 0

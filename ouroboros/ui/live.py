@@ -24,7 +24,8 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from ouroboros.store.events import Record, parse_event
-from ouroboros.store.log import EVENTS_FILE, read_log
+from ouroboros.errors import StateError
+from ouroboros.store.log import EVENTS_FILE, read_tail
 from ouroboros.store.segments import Tally, load_manifest
 from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
@@ -145,11 +146,23 @@ def live_hooks(soft: float | None = None, hard: float | None = None,
     given = {"soft": soft, "hard": hard}
     state = DashboardState(**{name: value for name, value in given.items() if value is not None})
     if past is not None:
-        run_dir, current = log_paths(past)
-        state = caught_up(state, run_dir)
-        for event in read_log(current):
-            state.apply(event)
+        state = resumed_state(state, log_paths(past)[0])
     return LiveDashboard(state, console).hooks()
+
+
+def resumed_state(state: DashboardState, run_dir: Path) -> DashboardState:
+    """`state` caught up with a run a resume continues: its manifest's tally and its current
+    segment (none, after a crash at a rollover). A log that cannot be read shows as a new
+    run: the resume itself says what is wrong with it."""
+    try:
+        tail = read_tail(run_dir)
+    except (StateError, OSError):
+        return state
+    tally = tail.manifest.tally()
+    state = seed(state, tally) if tally.last else state
+    for record in tail.records:
+        state.apply(parse_event(record))
+    return state
 
 
 def log_paths(path: Path) -> tuple[Path, Path]:
