@@ -16,7 +16,6 @@ new session gets it after the restart note, before the turns carried over.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,19 +36,6 @@ WRITING_TOOLS = ("file_write", "file_edit")
 def one_line(text: str, limit: int = SHOWN_CHARS) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def target_of(name: str, arguments: str) -> str:
-    """What a call was about: its path or command, else its arguments, on one line."""
-    try:
-        args = json.loads(arguments or "{}")
-    except ValueError:
-        args = None
-    if isinstance(args, dict):
-        found = args.get("path") or args.get("command") or args.get("id")
-        if found:
-            return one_line(str(found))
-    return one_line(arguments)
 
 
 @dataclass
@@ -77,9 +63,9 @@ class Digest:
                 self.turns += 1
                 if self.wound_down and text.strip() and not self.note:
                     self.note = one_line(text, NOTE_CHARS)  # its answer to the wind-down
-            case ev.ToolCallEvent(id=call_id, name=name, arguments=arguments):
-                self.calls += 1
-                self.pending = {call_id: (name, target_of(name, arguments))}
+            case ev.ToolCallEvent(id=call_id, name=name, arguments=arguments, subject=subject):
+                self.calls += 1  # named by what its tool says it is about (Toolbox.subject)
+                self.pending = {call_id: (name, one_line(subject or arguments))}
             case ev.ToolResultEvent():
                 self.result(event)
             case ev.WindDown():
