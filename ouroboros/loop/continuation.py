@@ -5,8 +5,8 @@ Every way a run stops leaves it resumable: a stop signal, max_turns (`--max-turn
 more turns), task_complete and an idle pause (`--message "..."` gives the agent a new
 instruction), an error, a crash.
 
-    flags = resume_flags(remembered_flags(events), given, more_turns=5,
-                         total_turns=turns_taken(events))
+    tally = read_tail(run_dir).tally()  # the remembered flags and turns (store.segments)
+    flags = resume_flags(tally.flags, given, more_turns=5, total_turns=tally.assistants)
     why_not = refusal(run_id, end, total_turns=12, max_turns=10, message="")
     plan = continue_plan(state_dir, None, given)  # `run --continue`; None: start a new run
 """
@@ -20,7 +20,7 @@ from typing import Any, Final, Mapping
 
 from ouroboros.errors import EXIT_DONE, EXIT_PAUSED
 from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
-from ouroboros.store.events import Assistant, EventBase, RunEnd, RunResumed, RunStart
+from ouroboros.store.events import RunEnd
 
 # The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
 REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
@@ -96,27 +96,6 @@ def flags_to_remember(config: Mapping[str, Mapping[str, Any]],
         if sources.get(key) == "flag" and not (name == "base_url" and "@" in str(value)):
             flags[key] = value
     return flags
-
-
-def remembered_flags(events: list[EventBase]) -> dict[str, Any]:
-    """The flags the run last ran with: its run_start's, as each run_resumed updated them;
-    but the turn limit only as `ouroboros run` was given it, since a resume's `--max-turns N`
-    is for that resume only (a later resume is not refused for it)."""
-    flags: dict[str, Any] = {}
-    started: dict[str, Any] = {}
-    for event in events:
-        if isinstance(event, (RunStart, RunResumed)) and "flags" in event.model_fields_set:
-            flags = dict(event.flags)
-            started = dict(event.flags) if isinstance(event, RunStart) else started
-    flags.pop(TURN_LIMIT, None)
-    if TURN_LIMIT in started:
-        flags[TURN_LIMIT] = started[TURN_LIMIT]
-    return flags
-
-
-def turns_taken(events: list[EventBase]) -> int:
-    """Model turns the run has had: one `assistant` event each."""
-    return sum(1 for event in events if isinstance(event, Assistant))
 
 
 def resume_flags(remembered: Mapping[str, Any], given: Mapping[str, Any], *,

@@ -10,11 +10,10 @@ from ouroboros.loop.continuation import (
     flags_to_remember,
     how_to_continue,
     refusal,
-    remembered_flags,
     resume_flags,
-    turns_taken,
 )
 from ouroboros.loop.guards import idle_pause
+from ouroboros.store.segments import Tally
 
 
 def test_only_flags_are_remembered_and_never_a_password():
@@ -33,10 +32,18 @@ def test_the_latest_start_or_resume_says_what_was_remembered_but_the_limit_is_ru
                             budget=6144, flags={"agent.max_turns": 8, "model.name": "m2"})
     events = [start.model_copy(update={"flags": {"agent.max_turns": 3}}), reply, reply,
               resumed, reply]
-    assert remembered_flags(events) == {"agent.max_turns": 3, "model.name": "m2"}
-    assert turns_taken(events) == 3
-    assert remembered_flags([start]) == {}  # a log from before flags
-    assert remembered_flags([start, resumed]) == {"model.name": "m2"}
+    assert folded(events).flags == {"agent.max_turns": 3, "model.name": "m2"}
+    assert folded(events).assistants == 3
+    assert folded([start]).flags == {}  # a log from before flags
+    assert folded([start, resumed]).flags == {"model.name": "m2"}
+
+
+def folded(events: list[ev.EventBase]) -> Tally:
+    """What a reader of the log knows of these events: their tally, as resume reads it."""
+    tally = Tally()
+    for seq, event in enumerate(events, 1):
+        tally.add_record({**event.record(), "seq": seq})
+    return tally
 
 
 @pytest.mark.parametrize("remembered,given,more,expected", [
