@@ -132,3 +132,10 @@ def load_for_reading(config: Path | None, command: str) -> LoadedConfig:
         loaded = load_leniently(path)
     guarded(loaded.check_state_dir)
     return loaded
+
+
+def run_path(loaded: LoadedConfig, run_id: str | None) -> Path:
+    """The directory of run `run_id` (default: the latest) in the project's state dir."""
+    from ouroboros.store.log import find_run
+
+    return find_run(loaded.state_dir, run_id)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ouroboros.cli.common import (ConfigOption, JsonOption, RunIdArgument, app, fail,
-                                  guarded, load_for_reading, load_project)
+                                  guarded, load_for_reading, load_project, run_path)
 
 if TYPE_CHECKING:
     from ouroboros.config import LoadedConfig
@@ -214,10 +214,3 @@ def prune(run_id: Optional[str] = RunIdArgument,
                           else runs_dir(loaded.state_dir) / name)
         freed = guarded(lambda: prune_run(run_dir, keep))
         typer.echo(f"{run_dir.name}: {freed.describe()}")
-
-
-def run_path(loaded: LoadedConfig, run_id: str | None) -> Path:
-    """The directory of run `run_id` (default: the latest) in the project's state dir."""
-    from ouroboros.store.log import find_run
-
-    return find_run(loaded.state_dir, run_id)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional
 import typer
 
 from ouroboros.cli.common import ConfigOption, HeadlessOption, JsonOption, MetricsPortOption, \
-    app, fail, guarded, load_project
+    app, fail, guarded, load_project, run_path
 from ouroboros.errors import NothingToResume, StillPaused, UsageError
 
 if TYPE_CHECKING:
@@ -188,18 +188,11 @@ def resume_to_end(loaded: LoadedConfig, run_id: str, headless: bool, json_lines:
     caught up with the run so far); its exit code."""
     from ouroboros.loop.runner import run_agent
 
-    past = guarded(lambda: run_log_path(loaded.state_dir, run_id))
+    past = guarded(lambda: run_path(loaded, run_id))
     hooks = make_hooks(headless, loaded.config.context, json_lines, past)
     return run_to_end(hooks, interactive(headless, json_lines) or json_lines,
                       lambda: run_agent(loaded, hooks, resume=True, run_id=run_id,
                                         message=message), loaded)
-
-
-def run_log_path(state_dir: Path, run_id: str) -> Path:
-    """The event log of run `run_id`."""
-    from ouroboros.store.log import EVENTS_FILE, find_run
-
-    return find_run(state_dir, run_id) / EVENTS_FILE
 
 
 def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, Any, int]],
