@@ -127,9 +127,9 @@ def test_masking_and_dropped_turns_are_logged_as_kept_ranges():
     journal.reset(state, 7)
     before = json.loads(json.dumps(state.to_dict()))
     masked = {"role": "tool", "tool_call_id": "c", "content": "[masked]"}
-    state.messages = [messages[0], messages[1], messages[2], masked,
-                      {"role": "user", "content": "more"}]
-    messages[2]["_tokens"] = 9
+    state.messages.mask({"c": "[masked]"})
+    state.messages.append({"role": "user", "content": "more"})
+    state.messages.measure(2, 9)
     state.total_turns = 3
 
     delta = journal.delta(state)

@@ -152,9 +152,9 @@ def test_the_oldest_whole_turns_are_dropped_when_masking_cannot_make_room(tmp_pa
     rig = Rig(tmp_path, model, limit=1500)
     for i in range(8):
         write = call("file_write", path=f"n{i}.txt", content=f"note {i} " + "y" * 600)
-        rig.state.messages += [{"role": "assistant", "content": f"turn {i}",
-                                "tool_calls": [write.to_wire()]},
-                               {"role": "tool", "tool_call_id": write.id, "content": "ok"}]
+        rig.state.messages.append({"role": "assistant", "content": f"turn {i}",
+                                   "tool_calls": [write.to_wire()]})
+        rig.state.messages.add_result(write.id, "ok")
 
     end = rig.run()
 
@@ -273,7 +273,7 @@ def test_reasoning_is_kept_out_of_the_history_but_logged(tmp_path):
 def test_a_newest_turn_too_big_for_the_window_is_sent_with_a_warning(tmp_path):
     model = FakeModel([reply("", call("task_complete", summary="ok"))])
     rig = Rig(tmp_path, model, limit=1000)
-    rig.state.messages[-1]["content"] = "y" * 4000
+    rig.state.messages.replace_at(1, {**rig.state.messages[1], "content": "y" * 4000})
 
     rig.run()
 

@@ -1,5 +1,6 @@
-"""The tally: per-message sizes and wire forms kept as running sums, so a turn's bookkeeping
-costs what changed, and its figures are always those of a walk over every message."""
+"""The tally: per-message sizes and wire forms kept as running sums by the conversation that
+owns them, so a turn's bookkeeping costs what changed, and its figures are always those of a
+walk over every message."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def manager(limit: int = 100_000_000, **settings) -> ContextManager:
     return ContextManager.create(limit, "test", 1000, ContextConfig(**settings))
 
 
-def add_turn(cm: ContextManager, messages: list[dict], i: int, size: int = 120) -> None:
+def add_turn(cm: ContextManager, messages: ctx.Conversation | list[dict], i: int,
+             size: int = 120) -> None:
     """An assistant call and its result, registered with the manager as the session does."""
     call_id = f"c{i}"
     messages.append({"role": "assistant", "content": "", "tool_calls": [
@@ -37,11 +39,12 @@ def add_turn(cm: ContextManager, messages: list[dict], i: int, size: int = 120) 
     messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
 
 
-def start(cm: ContextManager, turns: int, size: int = 120) -> list[dict]:
+def start(cm: ContextManager, turns: int, size: int = 120,
+          wrap=lambda m: m) -> ctx.Conversation:
     messages = [{"role": "system", "content": "mission"}, ctx.note("continue", "go")]
     for i in range(turns):
         add_turn(cm, messages, i, size)
-    return messages
+    return ctx.Conversation([wrap(m) for m in messages], cm.worth_masking)
 
 
 def walked(cm: ContextManager, messages: list[dict]) -> int:
@@ -73,19 +76,19 @@ class Watched(dict):
         return super().items()
 
 
-def bookkeeping(cm: ContextManager, messages: list[dict], i: int) -> None:
+def bookkeeping(cm: ContextManager, messages: ctx.Conversation, i: int) -> None:
     """One turn's context and request work, as the session does it."""
-    fitted = cm.fit(messages, TOOLS)
-    sent = list(fitted.messages)
-    CLIENT.request_body(cm.wire(sent), TOOLS)
-    cm.observe_reply(sent, TOOLS, Usage(cm.current_tokens(sent, TOOLS), 5), 2)
-    add_turn(cm, fitted.messages, i)
-    cm.evaluate(cm.current_tokens(fitted.messages, TOOLS), fitted.messages)
+    cm.fit(messages, TOOLS)
+    sent = len(messages)
+    CLIENT.request_body(cm.wire(messages), TOOLS)
+    add_turn(cm, messages, i)  # the reply (and its result) come in before the count is read
+    cm.observe_reply(messages, TOOLS, Usage(cm.current_tokens(messages, TOOLS), 5), 2, sent)
+    cm.evaluate(cm.current_tokens(messages, TOOLS), messages)
 
 
 def test_a_turn_at_20000_messages_reads_what_changed_not_what_is_held():
     cm = manager()
-    messages = [Watched(m) for m in start(cm, 10_000)]
+    messages = start(cm, 10_000, wrap=Watched)
     for i in range(10_000, 10_003):  # the first turn sizes and encodes every message once
         bookkeeping(cm, messages, i)
     Watched.reads = 0
@@ -100,24 +103,28 @@ def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
     cm = manager(limit=6000, keep_recent_observations=1, mask_batch_size=2)
     messages = start(cm, 4, size=2000)
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
-    sent = list(messages)
-    cm.observe_reply(sent, TOOLS, Usage(4000, 5), 2)  # measured sizes written on the messages
-    assert all(tk.TOKENS_KEY in m for m in sent)
+    sent = len(messages)
     add_turn(cm, messages, 4, size=2000)
+    cm.observe_reply(messages, TOOLS, Usage(4000, 5), 2, sent)  # measured sizes written
+    assert all(tk.TOKENS_KEY in m for m in messages[:sent])
+    assert not any(tk.TOKENS_KEY in m for m in messages[sent:])  # not sent, not counted
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     decision = cm.evaluate(cm.current_tokens(messages, TOOLS), messages)
     assert decision == Mask(["c0", "c1"])
-    masked = cm.mask(messages, decision.tool_call_ids)
-    assert cm.current_tokens(masked, TOOLS) == walked(cm, masked) < walked(cm, messages)
-    # The list from before the mask, asked about again: what was masked is not offered twice.
+    before = walked(cm, messages)
+    cm.mask(messages, decision.tool_call_ids)  # in place
+    assert cm.current_tokens(messages, TOOLS) == walked(cm, messages) < before
+    # Asked again: what was masked is not offered twice.
     assert cm.evaluate(cm.budget, messages) == Mask(["c2", "c3"])
-    assert cm.current_tokens(masked, TOOLS) == walked(cm, masked)
-    assert body(cm, masked)["messages"] == ctx.to_wire(masked)
-    shorter = masked[:-2]  # a list cut short (as a replay does), then grown anew
-    assert cm.current_tokens(shorter, TOOLS) == walked(cm, shorter)
-    add_turn(cm, shorter, 5, size=10)
-    assert cm.current_tokens(shorter, TOOLS) == walked(cm, shorter)
-    assert body(cm, shorter)["messages"] == ctx.to_wire(shorter)
+    assert body(cm, messages)["messages"] == ctx.to_wire(messages)
+    messages.drop(len(messages) - 2)  # cut short (as a replay does), then grown anew
+    assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
+    add_turn(cm, messages, 5, size=10)
+    assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
+    assert body(cm, messages)["messages"] == ctx.to_wire(messages)
+    assert messages.drop_oldest_turn()  # a turn from the middle: the sums are rebuilt
+    assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
+    assert body(cm, messages)["messages"] == ctx.to_wire(messages)
 
 
 def test_fitting_masks_and_drops_as_a_walk_would():

@@ -9,7 +9,7 @@ size the server names if it will name one.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from ouroboros.store import events as ev
 from ouroboros.window import ledger as tk
@@ -121,18 +121,22 @@ class Accounting:
         counter = self.counter
         if counter is None:
             return
-        for message in self.context.unmeasured(messages):
-            tokens = await counter.count(tk.message_text(message))
+        conversation = self.context.held(messages)
+        for index in conversation.tally.unmeasured():
+            tokens = await counter.count(tk.message_text(conversation[index]))
             if tokens is None:
                 return
-            self.context.measured(message, tokens + tk.MESSAGE_OVERHEAD_TOKENS)
+            conversation.measure(index, tokens + tk.MESSAGE_OVERHEAD_TOKENS)
 
-    async def take_in(self, sent: list[Message], reply: StreamResult) -> Reading:
-        """What the server said of the request `sent`, into the ledger and the log."""
+    async def take_in(self, messages: Sequence[Message], sent: int,
+                      reply: StreamResult) -> Reading:
+        """What the server said of the request of the first `sent` messages, into the
+        ledger and the log."""
         usage = reply.usage
         if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
-            usage = await self.probe(sent, usage)
-        reading = self.context.observe_reply(sent, self.tools, usage, len(reply.text))
+            usage = await self.probe(messages, sent, usage)
+        reading = self.context.observe_reply(messages, self.tools, usage, len(reply.text),
+                                             sent)
         self.log.emit(ev.TokenUsage(
             prompt_tokens=reading.prompt_tokens, completion_tokens=reading.completion_tokens,
             total_tokens=reading.prompt_tokens + reading.completion_tokens,
@@ -143,12 +147,15 @@ class Accounting:
         self.explain(reading)
         return reading
 
-    async def probe(self, sent: list[Message], usage: Usage | None) -> Usage | None:
+    async def probe(self, messages: Sequence[Message], sent: int,
+                    usage: Usage | None) -> Usage | None:
         """Once a session, when the stream carried no count: ask the server to count the
-        prompt, so the ledger learns what only it knows (tool schemas, template tokens)."""
+        prompt (the first `sent` messages), so the ledger learns what only it knows (tool
+        schemas, template tokens)."""
         self.context.probed = True
         try:
-            counted = await self.client.prompt_tokens(self.context.wire(sent), self.tools)
+            counted = await self.client.prompt_tokens(self.context.wire(messages, sent),
+                                                      self.tools)
         except ModelError:
             return usage
         if counted is None:

@@ -13,6 +13,11 @@ snapshot's seq); a resume applies the checkpoints logged after the snapshot, in 
     journal.reset(state, seq)           # a snapshot as of `seq` was written
     delta = journal.delta(state)        # what changed since; None when nothing did
     state_dict, seq = replay(snapshot, events, read_observation)
+
+Which messages are kept, new or measured since the last checkpoint is recorded by the
+conversation itself, as it carries out each change (window.conversation.Conversation, whose
+docstring states the record's invariants and whose `check` asserts them); the journal keeps
+the rest: the observations and the counters, compared with what it last logged.
 """
 
 from __future__ import annotations
@@ -36,38 +41,34 @@ SNAPSHOT_EVERY_TURNS = 50
 MESSAGES_PER_SNAPSHOT_TURN = 10
 CHECKPOINT = "checkpoint"
 
-Op = list[int] | Message  # [start, end]: the previous messages kept; a dict: a new message
 REFERABLE_KEYS = frozenset({"role", "tool_call_id", "content", TOKENS_KEY})
 ObservationReader = Callable[[str], "str | None"]  # obs id -> its full text, None if gone
 
 
 @dataclass
 class Journal:
-    """What the state was at the last snapshot or checkpoint, to log only what changed."""
+    """What the state was at the last snapshot or checkpoint, to log only what changed.
+
+    Invariants: the state as of the last snapshot, with every delta since applied in order
+    (`apply_delta`), is the state now (tests/test_journal.py checks it at every step of a
+    real run, tests/test_conversation_owner.py for the messages under any mix of changes).
+    It rests on the conversation's record (see Conversation) and on observations being only
+    added at the end of `context.observations` or marked masked between two checkpoints
+    (unreferenced ones are dropped only at a session boundary, which a snapshot follows).
+    """
 
     base: int = 0  # the seq of the snapshot the checkpoints build on
     turns: int = 0  # total_turns at that snapshot
-    _list: list[Message] = field(default_factory=list)
-    _length: int = 0
-    _unmeasured: list[int] = field(default_factory=list)  # indexes without `_tokens`
     _last_observation: str | None = None  # the newest key of context.observations
     _masked: set[str] = field(default_factory=set)
     _total_masked: int = 0
     _scalars: dict[str, Any] = field(default_factory=dict)
     _context: dict[str, Any] = field(default_factory=dict)
-    # id(message) -> (the message, how to read it back): a tool result whose text is in
-    # observations/ is logged as where to find it, not as its text again.
-    _refs: dict[int, tuple[Message, dict[str, Any]]] = field(default_factory=dict)
-
-    def refer(self, message: Message, ref: dict[str, Any]) -> None:
-        """`message` is `resolve(ref, ...)`: log the reference instead of the message."""
-        self._refs[id(message)] = (message, ref)
 
     def reset(self, state: RunState, seq: int) -> None:
         """A full snapshot of `state` as of event `seq` was written."""
         self.base, self.turns = seq, state.total_turns
-        self._refs.clear()
-        self._remember(state.messages, unmeasured_indexes(state.messages))
+        state.messages.mark()
         context = state.context
         self._last_observation = next(reversed(context.observations), None)
         self._masked = {k for k, o in context.observations.items() if o.masked}
@@ -81,7 +82,7 @@ class Journal:
     def delta(self, state: RunState) -> dict[str, Any] | None:
         """What changed since the last snapshot or delta (and remember it), or None."""
         delta: dict[str, Any] = {}
-        ops, tokens = self._messages(state.messages)
+        ops, tokens = state.messages.checkpoint(logged)
         if ops is not None:
             delta["messages"] = ops
         if tokens:
@@ -94,37 +95,6 @@ class Journal:
                 delta[key] = changed
                 before.update(changed)
         return delta or None
-
-    def _remember(self, messages: list[Message], unmeasured: list[int]) -> None:
-        self._list, self._length, self._unmeasured = messages, len(messages), unmeasured
-
-    def _messages(self, messages: list[Message]) -> tuple[list[Op] | None, list[list[int]]]:
-        """The message ops (None: none appended or changed) and the `_tokens` written on
-        messages kept from before, as [index, tokens]."""
-        previous, length = self._list, self._length
-        if messages is previous and len(messages) >= length:
-            # Only appended to. Counts are written on all unmeasured messages of a request at
-            # once, or oldest first: the oldest (or newest) tells whether any was measured.
-            unmeasured, tokens = self._unmeasured, []
-            if unmeasured and (TOKENS_KEY in messages[unmeasured[0]]
-                               or TOKENS_KEY in messages[unmeasured[-1]]):
-                tokens = [[i, messages[i][TOKENS_KEY]] for i in unmeasured
-                          if TOKENS_KEY in messages[i]]
-                unmeasured = [i for i in unmeasured if TOKENS_KEY not in messages[i]]
-            added = messages[length:]
-            unmeasured.extend(length + i for i, m in enumerate(added) if TOKENS_KEY not in m)
-            self._remember(messages, unmeasured)
-            return ([[0, length], *map(self._logged, added)] if added else None), tokens
-        ops, tokens = diff(previous[:length], messages, set(self._unmeasured))
-        self._remember(messages, unmeasured_indexes(messages))
-        return [op if isinstance(op, list) else self._logged(op) for op in ops], tokens
-
-    def _logged(self, message: Message) -> Message:
-        """A new message as logged: its reference if it has one, else itself."""
-        _, ref = self._refs.pop(id(message), (None, None))
-        if ref is None or not message.keys() <= REFERABLE_KEYS:
-            return message
-        return {**ref, TOKENS_KEY: message[TOKENS_KEY]} if TOKENS_KEY in message else ref
 
     def _new_observations(self, context: ContextManager) -> dict[str, Any]:
         observations = context.observations
@@ -144,30 +114,12 @@ class Journal:
         return {k: asdict(o) for k, o in changed.items()}
 
 
-def diff(previous: list[Message], messages: list[Message],
-         unmeasured: set[int]) -> tuple[list[Op], list[list[int]]]:
-    """`messages` as ranges of `previous` (by identity) and new messages; plus the `_tokens`
-    written since on kept messages that had none (`unmeasured` indexes of `previous`)."""
-    where = {id(m): i for i, m in enumerate(previous)}
-    ops: list[Op] = []
-    tokens: list[list[int]] = []
-    for index, message in enumerate(messages):
-        j = where.get(id(message))
-        if j is None or previous[j] is not message:
-            ops.append(message)
-            continue
-        last = ops[-1] if ops else None
-        if isinstance(last, list) and last[1] == j:
-            last[1] = j + 1
-        else:
-            ops.append([j, j + 1])
-        if j in unmeasured and TOKENS_KEY in message:
-            tokens.append([index, message[TOKENS_KEY]])
-    return ops, tokens
-
-
-def unmeasured_indexes(messages: list[Message]) -> list[int]:
-    return [i for i, m in enumerate(messages) if TOKENS_KEY not in m]
+def logged(message: Message, ref: dict[str, Any] | None) -> Message:
+    """A new message as logged: its reference (`tool_result_ref`) if it has one, else
+    itself."""
+    if ref is None or not message.keys() <= REFERABLE_KEYS:
+        return message
+    return {**ref, TOKENS_KEY: message[TOKENS_KEY]} if TOKENS_KEY in message else ref
 
 
 def state_scalars(state: RunState) -> dict[str, Any]:

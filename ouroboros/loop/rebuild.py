@@ -45,7 +45,8 @@ def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
                                     setting(config, "model", "max_output_tokens"), policy)
     context.next_observation = next_observation(events)
     replay = Replay(context, read_observation, setting(config, "agent", "continue_message"))
-    messages = [{"role": "system", "content": system_prompt}, opening(events, session, config)]
+    messages = ctx.Conversation([{"role": "system", "content": system_prompt},
+                                 opening(events, session, config)], context.worth_masking)
     seq = 0
     for event in events:
         if event.session == session and replay.apply(event, messages):
@@ -70,7 +71,7 @@ class Replay:
         self.subjects: dict[str, str] = {}  # call id -> what the call was about
         self.wound_down = False
 
-    def apply(self, event: EventBase, messages: list[Message]) -> bool:
+    def apply(self, event: EventBase, messages: ctx.Conversation) -> bool:
         """True when the event added to the conversation."""
         match event:
             case ev.Assistant():
@@ -84,15 +85,16 @@ class Replay:
                 self.wound_down = True
                 text = RELOAD_WIND_DOWN_TEXT if reason == "reload" else \
                     ctx.WIND_DOWN_TEXT.format(pct=pct / 100)
-                messages.append(ctx.note("wind_down", text))
+                messages.add_note("wind_down", text)
             case _:
                 return False
         return True
 
-    def reply(self, event: ev.Assistant, messages: list[Message], *, note: bool = True) -> None:
+    def reply(self, event: ev.Assistant, messages: ctx.Conversation, *,
+              note: bool = True) -> None:
         turn = event.turn
         if turn in self.turns:  # asked again after a crash: the later answer is the one kept
-            del messages[self.turns[turn]:]
+            messages.drop(self.turns[turn])
         self.turns[turn] = len(messages)
         calls = [ToolCall(c.id, c.name, c.arguments) for c in event.tool_calls]
         self.calls.update({call.id: call for call in calls})
@@ -101,7 +103,7 @@ class Replay:
             message["tool_calls"] = [call.to_wire() for call in calls]
         messages.append(message)
         if not calls and note:
-            messages.append(ctx.note("continue", self.continue_message))
+            messages.add_note("continue", self.continue_message)
 
     def result(self, event: ev.ToolResultEvent) -> Message:
         call = self.calls[event.id]

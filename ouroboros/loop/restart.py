@@ -8,7 +8,7 @@ The runner, when a session raised RestartSession (after reading the config again
                                                  # tool call: WindowTooSmallError when the
                                                  # window is to blame, else the cause
     fitted = fresh_start(state, system, tools, policy, told, handoff)  # WindowTooSmallError
-    previous_turns = begin_session(state, fitted.messages)
+    previous_turns = begin_session(state, fitted.messages)  # the conversation adopts them
 
 The next session begins with the system prompt as it is on disk now, a note that says a
 restart happened, the handoff (handoff.py), and the newest `carryover_turns` complete turns
@@ -18,11 +18,18 @@ to the one a wind-down interrupted) always, whatever `carryover_turns` says.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ouroboros.config import ContextConfig
 from ouroboros.window.policy import ContextManager, Fitted
-from ouroboros.window.conversation import NOTE_KEY, carryover, note, restart_marker, unacted_turns
+from ouroboros.window.conversation import (
+    NOTE_KEY,
+    Conversation,
+    carryover,
+    note,
+    restart_marker,
+    unacted_turns,
+)
 from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.guards import barren_cause
@@ -83,10 +90,12 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     context.new_session()
     marker = restart_marker(state.session + 1, state.session_turns)
     target = context.fresh_start_target()
-    fitted = context.fit([system, marker, *carried], tools, target, keep=unacted)
+    fitted = context.fit(Conversation([system, marker, *carried], context.worth_masking),
+                         tools, target, keep=unacted)
     if handoff:
-        with_handoff = context.fit([system, marker, note("handoff", handoff), *carried], tools,
-                                   target, keep=unacted)
+        with_handoff = context.fit(Conversation([system, marker, note("handoff", handoff),
+                                                 *carried], context.worth_masking),
+                                   tools, target, keep=unacted)
         if context.used_pct(with_handoff.tokens) < policy.soft_threshold_pct:
             fitted = with_handoff  # else there is no room for it
     room = context.budget - fitted.tokens
@@ -100,20 +109,20 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     return fitted
 
 
-def handed_over(messages: list[Message]) -> bool:
+def handed_over(messages: Sequence[Message]) -> bool:
     """Whether a fresh start's conversation holds the handoff (after the restart note)."""
     return len(messages) > 2 and messages[2].get(NOTE_KEY) == "handoff"
 
 
-def begin_session(state: RunState, messages: list[Message]) -> int:
-    """Make `messages` the conversation of the run's next session; return how many turns
-    the previous one ran."""
+def begin_session(state: RunState, messages: Conversation) -> int:
+    """Make `messages` (fitted apart) the conversation of the run's next session; return how
+    many turns the previous one ran."""
     previous_turns = state.session_turns
     state.session += 1
     state.restarts += 1
     state.session_turns = state.session_successes = 0
     state.reload = ""
-    state.messages = messages
+    state.messages.adopt(messages)
     state.context.forget_unreferenced(messages)
     return previous_turns
 

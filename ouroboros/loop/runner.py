@@ -183,7 +183,7 @@ class Runner:
         log.subscribe(runner.digest.take)
         system = runner.system_message()  # the memory as it is now, on a resume too
         if system["content"] != state.messages[0].get("content"):
-            state.messages = [system, *state.messages[1:]]
+            state.messages.replace_system(system)
             state.context.revision += 1  # changed other than by appending
         session = Session(state, services)
         for call in interrupted:

@@ -20,7 +20,7 @@ from ouroboros.store import events as ev
 from ouroboros.loop.evidence import Accounting, WindowAsker
 from ouroboros.loop.tool_calls import Actions
 from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.window.conversation import note, pending_calls, without_reasoning
+from ouroboros.window.conversation import Conversation, note, pending_calls, without_reasoning
 from ouroboros.errors import ContextOverflowError, ModelError
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, \
@@ -28,7 +28,6 @@ from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, \
 from ouroboros.loop.inbox import waiting
 from ouroboros.loop.journal import Journal
 from ouroboros.protocols import (
-    Message,
     ModelClient,
     RunLog,
     StreamResult,
@@ -81,7 +80,7 @@ class Session:
                                      self.tools, self.log, self.warn_once, services.asker)
 
     @property
-    def messages(self) -> list[Message]:
+    def messages(self) -> Conversation:
         return self.state.messages
 
     async def run(self) -> None:
@@ -130,15 +129,15 @@ class Session:
         for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
             await self.accounting.measure(self.messages)
             sent_tokens = self.upkeep.fit()
-            sent = list(self.messages)
-            wire = self.context.wire(sent)
+            sent = len(self.messages)
+            wire = self.context.wire(self.messages)
             try:
                 reply = await with_retries(
                     lambda: self.services.client.complete(wire, self.tools,
                                                           self.services.on_text),
                     self.services.retry, on_retry=self.on_retry)
             except ContextOverflowError as error:  # an empty stream too
-                await self.accounting.refused(error, sent, sent_tokens)
+                await self.accounting.refused(error, self.messages, sent_tokens)
                 await self.accounting.ask_allocated(again=True)
                 continue
             await self.record(sent, reply)
@@ -149,9 +148,10 @@ class Session:
                          f"{self.context.limit}-token window ({self.context.limit_source}); "
                          "set model.context_limit to the window the server really has")
 
-    async def record(self, sent: list[Message], reply: StreamResult) -> None:
-        """Add the reply to the conversation: only now does the turn count (a request that
-        failed for good, or was cut short by a crash, is asked again on resume)."""
+    async def record(self, sent: int, reply: StreamResult) -> None:
+        """Add the reply to the conversation (of which the first `sent` messages were sent):
+        only now does the turn count (a request that failed for good, or was cut short by a
+        crash, is asked again on resume)."""
         self.state.session_turns += 1
         self.state.total_turns += 1
         message = reply.to_message()
@@ -160,7 +160,7 @@ class Session:
         self.log.emit(ev.Assistant(text=reply.text, finish_reason=reply.finish_reason,
                                    tool_calls=[asdict(call) for call in reply.tool_calls]))
         await self.accounting.ask_allocated()  # the model is loaded now: /api/ps knows
-        await self.accounting.take_in(sent, reply)
+        await self.accounting.take_in(self.messages, sent, reply)
 
     async def act(self, reply: StreamResult) -> list[tuple[ToolCall, ToolResult]]:
         """Run the reply's tool calls; a reply without any is an idle turn."""

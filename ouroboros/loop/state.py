@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ouroboros.config import ContextConfig
+from ouroboros.window.conversation import Conversation
 from ouroboros.window.policy import ContextManager
 from ouroboros.store.events import WarningEvent
 from ouroboros.protocols import EventSink, Message
@@ -23,7 +24,7 @@ class RunState:
     """Everything a resumed run needs back; saved as the snapshot after every step."""
 
     run_id: str
-    messages: list[Message]
+    messages: Conversation  # given as a list, it becomes one
     context: ContextManager
     session: int = 1
     session_turns: int = 0
@@ -39,6 +40,12 @@ class RunState:
     # A user instruction from `ouroboros resume --message`, given at the next session start.
     instruction: str = ""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.messages, Conversation):
+            self.messages.judge_with(self.context.worth_masking)
+        else:
+            self.messages = Conversation(self.messages, self.context.worth_masking)
+
     def warn_once(self, log: EventSink, key: str, message: str) -> None:
         """A `warning` event, the first time this run meets `key`."""
         if key not in self.warned:
@@ -50,6 +57,7 @@ class RunState:
         (the snapshot is written at once; copying a long conversation would cost more CPU
         than the rest of the turn)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["messages"] = self.messages.messages
         data["context"] = self.context.to_dict()
         return data
 

@@ -68,17 +68,16 @@ class Actions:
         """Add a tool result (`content` as context.admit just cut it, to `limit` characters);
         its checkpoint names the observation holding its text, and the cut that gives
         `content` back."""
-        message = {"role": "tool", "tool_call_id": call_id, "content": content}
-        self.state.messages.append(message)
         keep = self.context.policy.tool_result_truncation
-        self.checkpoints.journal.refer(message, tool_result_ref(obs_id, call_id, limit, keep))
+        self.state.messages.add_result(call_id, content,
+                                       tool_result_ref(obs_id, call_id, limit, keep))
 
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
         result = ToolResult(interrupted_text(call.name), ok=False)
         obs = describe(call.name, "", result, self.context.new_observation_id(), call.id)
         content = self.context.admit(obs, result.content)
-        self.state.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.state.messages.add_result(call.id, content)
         self.log.emit(ev.ToolResultEvent(
             id=call.id, name=call.name, ok=False, bytes=len(content), observation=obs.id,
             truncated=False, summary="interrupted", duration_ms=duration_ms, interrupted=True))

@@ -1,7 +1,8 @@
 """The conversation as data: the notes the harness writes into it, tool results as
 observations (their placeholders and caps), turns, masking and what a restart carries over.
 
-All pure functions, no I/O; the ContextManager (context.py) decides when to use them.
+All pure functions, no I/O, but one class: the Conversation, the one owner of the messages
+and their bookkeeping, which carries out what the ContextManager (policy.py) decides.
 
 Vocabulary (see context.py for the window's): a *turn* is an assistant message and everything
 after it up to the next assistant message (its tool results and any notes); turns are never
@@ -11,13 +12,15 @@ that says what was there, while the message itself (and the call it answers) sta
 
 from __future__ import annotations
 
-import json
 import re
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal, overload
 
 from ouroboros.window import ledger as tk
 from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros.window.sizes import Tally, WorthMasking
 
 NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
 
@@ -52,7 +55,7 @@ def note(kind: Note, text: str) -> Message:
     return {"role": "user", "content": text, NOTE_KEY: kind}
 
 
-def to_wire(messages: list[Message]) -> list[Message]:
+def to_wire(messages: Sequence[Message]) -> list[Message]:
     """The messages as the server should see them: without the harness's private keys."""
     return [{k: v for k, v in m.items() if not k.startswith("_")} for m in messages]
 
@@ -154,7 +157,7 @@ def cap_text(text: str, max_chars: int, keep: Truncation, obs_id: str) -> tuple[
 # --- turns, masking, carryover --------------------------------------------------------------
 
 
-def turn_starts(messages: list[Message]) -> list[int]:
+def turn_starts(messages: Sequence[Message]) -> list[int]:
     """Indexes of the assistant messages: each begins a turn that runs to the next one."""
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
@@ -180,7 +183,7 @@ def worth_masking(message: Message, observations: dict[str, Observation]) -> str
     return obs.tool_call_id
 
 
-def unacted_turns(messages: list[Message], starts: list[int] | None = None) -> int:
+def unacted_turns(messages: Sequence[Message], starts: list[int] | None = None) -> int:
     """How many turns at the end hold results the agent has not acted on yet: the newest
     (its results are not seen yet), and the one before it when a wind-down note came right
     after that one (the reply to the note saved state; the work on what that turn read is
@@ -192,16 +195,7 @@ def unacted_turns(messages: list[Message], starts: list[int] | None = None) -> i
     return 2 if any(m.get(NOTE_KEY) == "wind_down" for m in between) else 1
 
 
-def apply_masks(messages: list[Message], placeholders: dict[str, str]) -> list[Message]:
-    """Replace the content of the named tool results (by tool-call id); nothing else changes."""
-    return [
-        {**tk.forget(m), "content": placeholders[m["tool_call_id"]]}
-        if m["role"] == "tool" and m.get("tool_call_id") in placeholders else m
-        for m in messages
-    ]
-
-
-def pending_calls(messages: list[Message]) -> list[ToolCall]:
+def pending_calls(messages: Sequence[Message]) -> list[ToolCall]:
     """Tool calls of the last assistant message that have no result yet."""
     last = next((i for i in range(len(messages) - 1, -1, -1)
                  if messages[i]["role"] == "assistant"), None)
@@ -215,7 +209,7 @@ def pending_calls(messages: list[Message]) -> list[ToolCall]:
     ]
 
 
-def carryover(messages: list[Message], turns: int) -> list[Message]:
+def carryover(messages: Sequence[Message], turns: int) -> list[Message]:
     """The last `turns` complete turns, minus the harness's notes about the old window."""
     if turns <= 0:
         return []
@@ -226,10 +220,246 @@ def carryover(messages: list[Message], turns: int) -> list[Message]:
     return [m for m in kept if m.get(NOTE_KEY) not in ("wind_down", "mask")]
 
 
-def drop_oldest_turn(messages: list[Message], keep: int = 1) -> list[Message] | None:
-    """Remove the oldest complete turn, never the preamble before it nor the newest `keep`
-    turns. Returns None when there is nothing left that may go."""
-    starts = turn_starts(messages)
+def oldest_turn(starts: list[int], keep: int = 1) -> tuple[int, int] | None:
+    """The positions [start, end) of the oldest complete turn that may go (`starts`: the
+    assistant messages'), never the preamble before it nor the newest `keep` turns; None
+    when there is none."""
     if len(starts) <= max(keep, 1):
         return None
-    return messages[: starts[0]] + messages[starts[1]:]
+    return starts[0], starts[1]
+
+
+# --- the owner ------------------------------------------------------------------------------
+
+Logged = Callable[[Message, "dict[str, Any] | None"], Message]  # a new message as logged
+Op = list[int] | Message  # [start, end]: messages of the last checkpoint kept; a dict: new
+
+
+def never_worth_masking(message: Message) -> str | None:
+    return None
+
+
+class Conversation(Sequence[Message]):
+    """The one owner of the messages: other code reads it as a sequence and asks it to
+    change (append, mask, drop, replace); it keeps in step what must follow every change,
+    the running sums of sizes.Tally and the record of what changed since the last
+    checkpoint (loop/journal.py writes that record into the log).
+
+        conversation.append(message)            # -> its sequence number
+        conversation.mask({call_id: placeholder})
+        conversation.drop_oldest_turn(keep=1)
+        ops, tokens = conversation.checkpoint(logged)
+
+    Each message gets a sequence number when it comes in, and caches are keyed by what they
+    mean: the tally by position, the record by sequence number, references by both.
+
+    The record's invariants (checked by `check`, and by tests that apply the ops):
+    1. one sequence number per message, strictly increasing along the conversation;
+    2. a message of the last checkpoint that is still held and not in `_replaced` is the
+       same message (only `_tokens`, written by `measure`, may have come since: those are
+       in `_measured`), so it is logged as a kept range;
+    3. so the messages of the last checkpoint, with the ops and tokens `checkpoint` returns
+       applied (journal.apply_delta), are the messages now.
+    """
+
+    def __init__(self, messages: Iterable[Message] = (),
+                 worth_masking: WorthMasking = never_worth_masking) -> None:
+        self._worth = worth_masking
+        self._messages: list[Message] = []
+        self._seqs: list[int] = []
+        self._next_seq = 0
+        self.tally = Tally()
+        for message in messages:
+            self._push(message)
+        self.mark()
+
+    # -- reading --
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        return self._messages[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._messages)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Conversation):
+            return self._messages == other._messages
+        return isinstance(other, list) and self._messages == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Conversation({self._messages!r})"
+
+    @property
+    def messages(self) -> list[Message]:
+        """The list held (not a copy: read it, never change it), as a snapshot saves it."""
+        return self._messages
+
+    @property
+    def seqs(self) -> list[int]:
+        return self._seqs
+
+    def judge_with(self, worth_masking: WorthMasking) -> None:
+        """Which results are worth masking is asked of `worth_masking` from now on."""
+        self._worth = worth_masking
+
+    # -- changing --
+
+    def append(self, message: Message, ref: dict[str, Any] | None = None) -> int:
+        """Add a message at the end; `ref`: how the log may name it instead of holding its
+        text (a tool result whose text is in observations/). Returns its sequence number."""
+        seq = self._push(message)
+        if ref is not None:
+            self._refs[seq] = ref
+        return seq
+
+    def add_note(self, kind: Note, text: str) -> None:
+        """Add a note of the harness's (see `note`)."""
+        self.append(note(kind, text))
+
+    def add_result(self, tool_call_id: str, content: str,
+                   ref: dict[str, Any] | None = None) -> None:
+        """Add the result of a tool call."""
+        self.append({"role": "tool", "tool_call_id": tool_call_id, "content": content}, ref)
+
+    def mask(self, placeholders: dict[str, str]) -> None:
+        """Replace the content of the named tool results (by tool-call id) with these
+        placeholders; nothing else changes."""
+        for index, message in enumerate(self._messages):
+            if message["role"] == "tool" and message.get("tool_call_id") in placeholders:
+                self.replace_at(index, {**tk.forget(message),
+                                        "content": placeholders[message["tool_call_id"]]})
+
+    def replace_at(self, index: int, message: Message) -> None:
+        """Put `message` in the place of the one at `index` (the system prompt as it is
+        now, a placeholder)."""
+        self._revise()
+        self._replaced.add(self._seqs[index])
+        self._messages[index] = message
+        self.tally.replace(index, message, self._worth)
+
+    def replace_system(self, message: Message) -> None:
+        """The system prompt as it is now."""
+        self.replace_at(0, message)
+
+    def drop_oldest_turn(self, keep: int = 1) -> bool:
+        """Drop the oldest complete turn (see `oldest_turn`); False if none may go."""
+        turn = oldest_turn(self.tally.starts, keep)
+        if turn is None:
+            return False
+        self.drop(*turn)
+        return True
+
+    def drop(self, start: int, end: int | None = None) -> None:
+        """Drop the messages at positions [start, end) (to the end by default)."""
+        self._revise()
+        end = len(self) if end is None else end
+        if end == len(self):
+            self.tally.cut(start)
+        else:
+            entries = self.tally.entries
+            self.tally.rebuild(entries[:start] + entries[end:], self._worth)
+        del self._messages[start:end], self._seqs[start:end]
+
+    def adopt(self, other: Conversation) -> None:
+        """Begin anew with the messages `other` holds (a fresh start fitted apart), and its
+        running sums: nothing is sized again."""
+        self._revise()
+        self._messages, self.tally = list(other._messages), other.tally
+        self._seqs = list(range(self._next_seq, self._next_seq + len(other)))
+        self._next_seq += len(other)
+
+    def measure(self, index: int, tokens: int) -> None:
+        """Write what the server's tokenizer counted for the message at `index`."""
+        self.tally.measure(index, tokens)
+        self._measured.append(self._seqs[index])
+
+    def _push(self, message: Message) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        self._messages.append(message)
+        self._seqs.append(seq)
+        self.tally.add(message, self._worth)
+        return seq
+
+    # -- the record of what changed since the last checkpoint --
+
+    def mark(self) -> None:
+        """The messages as they are now are in the log (a snapshot or a checkpoint)."""
+        self._mark_len, self._mark_next = len(self._messages), self._next_seq
+        self._mark_seqs: list[int] | None = None  # set at the first change other than appends
+        self._replaced: set[int] = set()
+        self._measured: list[int] = []
+        self._refs: dict[int, dict[str, Any]] = {}
+
+    def _revise(self) -> None:
+        if self._mark_seqs is None:  # until now only appended to: the mark's are the first
+            self._mark_seqs = self._seqs[:self._mark_len]
+
+    def checkpoint(self, logged: Logged) -> tuple[list[Op] | None, list[list[int]]]:
+        """What changed since the last mark, and mark now: the messages as ops (None: only
+        `_tokens` written, if anything) and the `_tokens` written on messages kept, as
+        [position, tokens]. A new message is given as `logged(message, its ref)` says."""
+        if self._mark_seqs is None:
+            added = range(self._mark_len, len(self._messages))
+            ops: list[Op] | None = [[0, self._mark_len], *(self._logged(i, logged)
+                                                           for i in added)] if added else None
+        else:
+            ops = self._diff(logged)
+        tokens = self._tokens_written()
+        self.mark()
+        return ops, tokens
+
+    def _diff(self, logged: Logged) -> list[Op]:
+        assert self._mark_seqs is not None
+        where = {seq: i for i, seq in enumerate(self._mark_seqs)}
+        ops: list[Op] = []
+        for index, seq in enumerate(self._seqs):
+            j = where.get(seq)
+            if j is None or seq in self._replaced:
+                ops.append(self._logged(index, logged))
+                continue
+            last = ops[-1] if ops else None
+            if isinstance(last, list) and last[1] == j:
+                last[1] = j + 1
+            else:
+                ops.append([j, j + 1])
+        return ops
+
+    def _logged(self, index: int, logged: Logged) -> Message:
+        seq = self._seqs[index]
+        return logged(self._messages[index],
+                      None if seq in self._replaced else self._refs.get(seq))
+
+    def _tokens_written(self) -> list[list[int]]:
+        """[position, tokens] of the messages of the mark still held as they were, measured
+        since."""
+        kept = [seq for seq in self._measured
+                if seq < self._mark_next and seq not in self._replaced]
+        if self._mark_seqs is not None:
+            held = set(self._mark_seqs)
+            kept = [seq for seq in kept if seq in held]
+        written = []
+        for seq in sorted(kept):
+            index = bisect_left(self._seqs, seq)
+            if index < len(self._seqs) and self._seqs[index] == seq:
+                written.append([index, self._messages[index][tk.TOKENS_KEY]])
+        return written
+
+    def check(self) -> None:
+        """Assert the invariants of the record (see the class's docstring); O(messages)."""
+        seqs = self._seqs
+        assert len(seqs) == len(self._messages) == len(self.tally.entries), "one seq each"
+        assert all(a < b for a, b in zip(seqs, seqs[1:])), "seqs strictly increasing"
+        assert all(s < self._next_seq for s in seqs[-1:]), "seqs below the next"
+        assert self._mark_seqs is not None or self._mark_len <= len(seqs), "appends only"

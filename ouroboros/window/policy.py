@@ -19,16 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from ouroboros.window import ledger as tk
 from ouroboros.window.conversation import (
+    Conversation,
     Observation,
-    apply_masks,
     cap_text,
-    drop_oldest_turn,
     placeholder,
     unacted_turns,
     worth_masking,
 )
 from ouroboros.protocols import Message, Usage, WireMessages
-from ouroboros.window.sizes import Tally
 from ouroboros.window.belief import Count, Verdict, Window, after_refusal, judge
 
 if TYPE_CHECKING:
@@ -155,7 +153,7 @@ class Reading:
 
 @dataclass
 class Fitted:
-    messages: list[Message]
+    messages: Conversation
     masked: list[str] = field(default_factory=list)
     dropped_turns: int = 0
     tokens: int = 0
@@ -192,13 +190,9 @@ class ContextManager:
     wound_down: bool = False
     next_observation: int = 1
     revision: int = 0  # bumped whenever the conversation changes other than by appending
+    # (compared with the last count's; saved with the state)
     last_count: LastCount | None = None
     probed: bool = False  # the server was asked to count a prompt this session
-
-    def __post_init__(self) -> None:
-        # Sizes and wire forms of the messages, as running sums: not a field, so it is
-        # never saved nor copied with the state.
-        self.tally = Tally()
 
     @classmethod
     def create(cls, limit: int, limit_source: str, max_output_tokens: int,
@@ -235,51 +229,50 @@ class ContextManager:
             return self.base_tokens
         return tk.estimate_chars(tk.tools_chars(tools), self.chars_per_token)
 
-    def current_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int:
+    def current_tokens(self, messages: Sequence[Message], tools: list[dict[str, Any]]) -> int:
         """The window a request of these messages would take: measured sizes where counts
         have been attributed, estimates for the rest."""
-        self.sync(messages)
-        return self.base(tools) + self.tally.tokens(self.chars_per_token, self.per_dense)
+        tally = self.held(messages).tally
+        return self.base(tools) + tally.tokens(self.chars_per_token, self.per_dense)
 
-    def sync(self, messages: list[Message]) -> None:
-        """Bring the tally up to `messages`: only what was appended since is looked at,
-        unless the conversation changed otherwise (a new `revision`)."""
-        self.tally.sync(messages, self.revision, self._worth_masking)
+    def held(self, messages: Sequence[Message]) -> Conversation:
+        """`messages` as a Conversation, whose running sums answer for it; a plain list (a
+        test's) is taken as a conversation of its own, its sums made afresh."""
+        if isinstance(messages, Conversation):
+            return messages
+        return Conversation(messages, self.worth_masking)
 
-    def _worth_masking(self, message: Message) -> str | None:
+    def worth_masking(self, message: Message) -> str | None:
+        """The tool-call id of a result worth masking (conversation.worth_masking)."""
         return worth_masking(message, self.observations)
 
-    def wire(self, messages: list[Message]) -> WireMessages:
-        """The messages as the server should see them, encoded (see `to_wire`)."""
-        self.sync(messages)
-        return self.tally.wire()
+    def wire(self, messages: Sequence[Message], upto: int | None = None) -> WireMessages:
+        """The messages (the first `upto`) as the server should see them, encoded (see
+        `to_wire`)."""
+        return self.held(messages).tally.wire(upto)
 
-    def unmeasured(self, messages: list[Message]) -> list[Message]:
-        self.sync(messages)
-        return self.tally.unmeasured()
-
-    def measured(self, message: Message, tokens: int) -> None:
-        """Write what the server's tokenizer counted for a message of the last `sync`."""
-        self.tally.measure(message, tokens)
-
-    def comparable(self, sent: list[Message]) -> LastCount | None:
-        """The last count, if `sent` only extends the conversation it was made of."""
+    def comparable(self, sent: int) -> LastCount | None:
+        """The last count, if the `sent` messages only extend the conversation it was made
+        of."""
         last = self.last_count
-        if last is None or last.revision != self.revision or last.messages > len(sent):
+        if last is None or last.revision != self.revision or last.messages > sent:
             return None
         return last
 
-    def observe_reply(self, sent: list[Message], tools: list[dict[str, Any]],
-                      usage: Usage | None, reply_chars: int) -> Reading:
-        """Take in what the server reported for the request `sent` (usage None: nothing)."""
+    def observe_reply(self, conversation: Sequence[Message], tools: list[dict[str, Any]],
+                      usage: Usage | None, reply_chars: int, sent: int | None = None) -> Reading:
+        """Take in what the server reported for the request of the first `sent` messages of
+        the conversation (all by default; usage None: nothing)."""
         cpt, per_dense = self.chars_per_token, self.per_dense
-        self.sync(sent)
-        messages = self.tally.tokens(cpt, per_dense)
+        held = self.held(conversation)
+        tally = held.tally
+        sent = len(held) if sent is None else sent
+        messages = tally.tokens(cpt, per_dense, sent)
         estimate = self.base(tools) + messages
         reported = usage.prompt_tokens if usage else None
         previous = self.comparable(sent)
-        added = (sum(tk.message_tokens(m, cpt, per_dense) for m in sent[previous.messages:])
-                 if previous else 0)
+        added = (sum(tk.message_tokens(m, cpt, per_dense)
+                     for m in held[previous.messages:sent]) if previous else 0)
         # Judged against the messages alone: servers disagree most on the base (some never
         # show the model its tool schemas).
         count = Count(reported, messages, previous.reported if previous else None, added,
@@ -289,20 +282,21 @@ class ContextManager:
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
         if verdict == "whole":
             assert reported is not None
-            fresh = self.tally.unmeasured()
+            fresh = tally.unmeasured(sent)
             self.base_tokens, shares, chars, attributed = tk.attribute(
-                fresh, self.tally.measured_sum, reported, self.base(tools), cpt, per_dense)
-            dense = sum(tk.message_dense(m) for m in fresh) if shares else 0
-            for message, tokens in zip(fresh, shares):
-                self.tally.measure(message, tokens)
+                [held[i] for i in fresh], tally.measured_sum(sent), reported,
+                self.base(tools), cpt, per_dense)
+            dense = sum(tk.message_dense(held[i]) for i in fresh) if shares else 0
+            for index, tokens in zip(fresh, shares):
+                held.measure(index, tokens)
             self.calibration.observe(chars, attributed, dense)
-            self.last_count = LastCount(self.revision, len(sent), reported)
+            self.last_count = LastCount(self.revision, sent, reported)
         elif verdict == "suspect":
             assert reported is not None
             self.last_count = (
                 replace(previous, suspects=previous.suspects + 1,
                         largest_suspect=max(previous.largest_suspect, reported))
-                if previous else LastCount(self.revision, len(sent), reported, 1, reported))
+                if previous else LastCount(self.revision, sent, reported, 1, reported))
         elif verdict == "truncated":
             self.last_count = None
         guess = tk.estimate_chars(reply_chars, cpt)
@@ -320,52 +314,56 @@ class ContextManager:
 
     # -- decisions --
 
-    def evaluate(self, tokens: int, messages: list[Message]) -> Decision:
+    def evaluate(self, tokens: int, messages: Sequence[Message]) -> Decision:
         """The decision after a turn. The results of the newest turn are never masked here:
         the agent has not seen them yet."""
-        self.sync(messages)
-        starts = self.tally.starts
-        candidates = self.tally.candidates()
-        unacted = len(self.tally.candidates(starts[-1])) if starts else 0
+        tally = self.held(messages).tally
+        starts = tally.starts
+        candidates = tally.candidates()
+        unacted = len(tally.candidates(starts[-1])) if starts else 0
         kept = max(self.policy.keep_recent_observations, unacted)
-        recent = [(i, self.mask_gain(i))
+        recent = [(i, self.mask_gain(i, tally.size_of(i)))
                   for i in candidates[len(candidates) - kept:len(candidates) - unacted]]
-        pending = sum(self.mask_gain(i) for i in candidates[len(candidates) - unacted:])
+        pending = sum(self.mask_gain(i, tally.size_of(i))
+                      for i in candidates[len(candidates) - unacted:])
         decision, self.wound_down = decide(self.policy, self.used_pct(tokens), candidates,
                                            self.wound_down, recent, unacted, pending)
         return decision
 
-    def mask_gain(self, tool_call_id: str) -> float:
-        """The share of the budget masking this result would free."""
-        return self.used_pct(self.tally.size_of(tool_call_id) - placeholder_tokens(
-            self.observations[tool_call_id], self.chars_per_token))
+    def mask_gain(self, tool_call_id: str, size: int) -> float:
+        """The share of the budget masking this result (of `size` tokens) would free."""
+        return self.used_pct(size - placeholder_tokens(self.observations[tool_call_id],
+                                                       self.chars_per_token))
 
-    def mask(self, messages: list[Message], ids: list[str]) -> list[Message]:
-        self.sync(messages)
+    def mask(self, messages: Sequence[Message], ids: list[str]) -> Conversation:
+        """Mask these results (by tool-call id): the conversation is told which
+        placeholders replace them. Returns it (a plain list given: a conversation of it)."""
+        conversation = self.held(messages)
         for tool_call_id in ids:
             self.observations[tool_call_id].masked = True
-        masked = apply_masks(messages, {i: placeholder(self.observations[i]) for i in ids})
+        conversation.mask({i: placeholder(self.observations[i]) for i in ids})
         self.total_masked += len(ids)
         self.mask_rounds += 1
         self.revision += 1
-        self.tally.replace(masked, ids, self.revision, self._worth_masking)
-        return masked
+        return conversation
 
-    def fit(self, messages: list[Message], tools: list[dict[str, Any]],
+    def fit(self, messages: Sequence[Message], tools: list[dict[str, Any]],
             target: int | None = None, keep: int | None = None) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
         oldest-first, then drop the oldest complete turns, and only then mask the results
         the agent has not acted on yet (conversation.unacted_turns, or the newest `keep`
         turns), which are never dropped."""
         target = self.budget if target is None else target
-        fitted = Fitted(messages, tokens=self.current_tokens(messages, tools))
+        conversation = self.held(messages)
+        fitted = Fitted(conversation, tokens=self.current_tokens(conversation, tools))
         if fitted.tokens <= target:
             return fitted
-        starts = self.tally.starts
-        keep = unacted_turns(messages, starts) if keep is None else keep
-        newest_turn = starts[-keep] if starts and keep else len(messages)
-        newest = self.tally.candidates(newest_turn)
-        self._mask_until(fitted, self.tally.candidates(0, newest_turn), tools, target)
+        tally = conversation.tally
+        starts = tally.starts
+        keep = unacted_turns(conversation, starts) if keep is None else keep
+        newest_turn = starts[-keep] if starts and keep else len(conversation)
+        newest = tally.candidates(newest_turn)
+        self._mask_until(fitted, tally.candidates(0, newest_turn), tools, target)
         self._drop_until(fitted, tools, target, keep)
         self._mask_until(fitted, newest, tools, target)
         if keep > 1:  # the last resort: the turn a wind-down interrupted goes too
@@ -375,10 +373,8 @@ class ContextManager:
     def _drop_until(self, fitted: Fitted, tools: list[dict[str, Any]], target: int,
                     keep: int) -> None:
         while fitted.tokens > target:
-            shorter = drop_oldest_turn(fitted.messages, keep)
-            if shorter is None:
+            if not fitted.messages.drop_oldest_turn(keep):
                 return
-            fitted.messages = shorter
             fitted.dropped_turns += 1
             self.revision += 1
             fitted.tokens = self.current_tokens(fitted.messages, tools)
@@ -388,7 +384,7 @@ class ContextManager:
         for tool_call_id in ids:
             if fitted.tokens <= target:
                 return
-            fitted.messages = self.mask(fitted.messages, [tool_call_id])
+            self.mask(fitted.messages, [tool_call_id])
             fitted.masked.append(tool_call_id)
             fitted.tokens = self.current_tokens(fitted.messages, tools)
 
@@ -440,7 +436,7 @@ class ContextManager:
         self.observations[obs.tool_call_id] = obs
         return capped
 
-    def forget_unreferenced(self, messages: list[Message]) -> int:
+    def forget_unreferenced(self, messages: Sequence[Message]) -> int:
         """At a session boundary: drop the records of observations no message refers to any
         more (their text stays on disk for `recall` while retained), so what a turn and a
         snapshot touch is bounded by the window, not by the run's history. Returns how many

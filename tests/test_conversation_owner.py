@@ -1,0 +1,202 @@
+"""The conversation's one owner: other code asks it to append, mask, drop or replace, and the
+bookkeeping that must follow each change (the running sums, the record of what changed since
+the last checkpoint) follows it there, keyed by position and sequence number."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import pytest
+
+from ouroboros.window import conversation as ctx
+from ouroboros.window import ledger as tk
+from ouroboros.window.conversation import Conversation
+from ouroboros.loop.journal import apply_delta, logged, tool_result_ref
+
+CPT = 3.0
+
+
+def walked(conversation: Conversation) -> int:
+    return sum(tk.message_tokens(m, CPT) for m in conversation)
+
+
+def worth(message: dict) -> str | None:
+    """Results longer than 40 characters, not yet masked, are worth masking."""
+    content = message.get("content") or ""
+    if message["role"] != "tool" or content.startswith("[masked"):
+        return None
+    return message["tool_call_id"] if len(content) > 40 else None
+
+
+def turn(i: int, size: int = 100) -> tuple[dict, str, str]:
+    call_id = f"c{i}"
+    assistant = {"role": "assistant", "content": f"turn {i}", "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "shell", "arguments": "{}"}}]}
+    return assistant, call_id, f"out {i} " + "x" * size
+
+
+def held(turns: int, size: int = 100) -> Conversation:
+    conversation = Conversation([{"role": "system", "content": "mission"},
+                                 ctx.note("continue", "go")], worth)
+    for i in range(turns):
+        assistant, call_id, text = turn(i, size)
+        conversation.append(assistant)
+        conversation.add_result(call_id, text)
+    return conversation
+
+
+def plain(value):
+    return json.loads(json.dumps(value))
+
+
+def test_the_running_sums_follow_every_change_it_carries_out():
+    conversation = held(5)
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+    conversation.mask({"c1": "[masked c1]"})
+    assert conversation[5]["content"] == "[masked c1]"
+    assert conversation.tally.candidates() == ["c0", "c2", "c3", "c4"]
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+    assert conversation.drop_oldest_turn(keep=2)
+    assert [m["content"] for m in conversation if m["role"] == "assistant"] == [
+        "turn 1", "turn 2", "turn 3", "turn 4"]
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+    assert conversation.tally.starts == [2, 4, 6, 8]
+    conversation.replace_system({"role": "system", "content": "a new mission " * 20})
+    conversation.drop(8)
+    conversation.add_note("continue", "go on")
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+    assert conversation.tally.wire().json == tuple(
+        json.dumps(m, separators=(",", ":")).encode() for m in ctx.to_wire(conversation))
+    conversation.check()
+
+
+def test_the_oldest_turn_goes_never_the_preamble_nor_the_newest():
+    conversation = held(2)
+    assert conversation.drop_oldest_turn(keep=1)
+    assert [m["role"] for m in conversation] == ["system", "user", "assistant", "tool"]
+    assert conversation[2]["content"] == "turn 1"
+    assert not conversation.drop_oldest_turn(keep=1)
+    assert len(conversation) == 4
+
+
+def test_the_same_message_twice_is_counted_twice():
+    """Keyed by position, not by the object: a message held twice is two messages."""
+    conversation = held(0)
+    again = {"role": "user", "content": "the same words " * 10}
+    conversation.append(again)
+    conversation.append(again)
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+    conversation.drop(3)
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+
+
+def test_appends_are_logged_as_the_range_kept_and_the_new_messages():
+    conversation = held(1)
+    conversation.checkpoint(logged)
+    assistant, call_id, text = turn(1)
+    conversation.append(assistant)
+    conversation.add_result(call_id, text, tool_result_ref("obs-2", call_id, 500, "head"))
+
+    ops, tokens = conversation.checkpoint(logged)
+
+    assert ops == [[0, 4], assistant, {"obs": "obs-2", "tool_call_id": call_id,
+                                       "limit": 500, "keep": "head"}]
+    assert tokens == []
+    assert conversation.checkpoint(logged) == (None, [])  # nothing since
+
+
+def test_a_result_masked_before_it_was_logged_is_logged_as_it_is_now():
+    conversation = held(1)
+    conversation.checkpoint(logged)
+    assistant, call_id, text = turn(1)
+    conversation.append(assistant)
+    conversation.add_result(call_id, text, tool_result_ref("obs-2", call_id, 500, "head"))
+    conversation.mask({call_id: "[masked]"})
+
+    ops, _ = conversation.checkpoint(logged)
+
+    assert ops == [[0, 4], assistant, {"role": "tool", "tool_call_id": call_id,
+                                       "content": "[masked]"}]
+
+
+def test_counts_written_on_kept_messages_are_logged_by_position():
+    conversation = held(2)
+    conversation.checkpoint(logged)
+    conversation.add_note("continue", "more")
+    conversation.measure(3, 40)  # kept from the checkpoint: logged as [position, tokens]
+    conversation.measure(6, 7)  # new: the count travels with the message
+    ops, tokens = conversation.checkpoint(logged)
+    assert tokens == [[3, 40]]
+    assert ops[-1][tk.TOKENS_KEY] == 7
+
+
+OPERATIONS = ("append", "result", "note", "mask", "drop_turn", "cut", "system", "measure",
+              "checkpoint")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_logged_changes_rebuild_the_conversation_at_every_checkpoint(seed):
+    """Invariant 3 of the record: the messages of the last checkpoint with the ops and
+    counts applied are the messages now, whatever mix of changes came between."""
+    rng = random.Random(seed)
+    conversation = held(3)
+    saved = {"messages": plain(conversation.messages), "context": {"observations": {}}}
+    texts: dict[str, str] = {}  # call id -> its result, until it is added
+    results: dict[str, str] = {}  # what the observations would hold
+    for step in range(150):
+        operation = rng.choice(OPERATIONS)
+        if operation == "append":
+            assistant, call_id, text = turn(100 + step, rng.randrange(10, 200))
+            conversation.append(assistant)
+            texts[call_id] = text
+        elif operation == "result" and texts:
+            call_id, text = texts.popitem()
+            results[call_id] = text
+            conversation.add_result(call_id, text, tool_result_ref(call_id, call_id, 10**6,
+                                                                   "head"))
+        elif operation == "note":
+            conversation.add_note("continue", f"note {step}")
+        elif operation == "mask" and conversation.tally.candidates():
+            conversation.mask({rng.choice(conversation.tally.candidates()): f"[masked {step}]"})
+        elif operation == "drop_turn":
+            conversation.drop_oldest_turn(keep=rng.randrange(1, 3))
+        elif operation == "cut" and len(conversation) > 4:
+            conversation.drop(rng.randrange(3, len(conversation)))
+        elif operation == "system":
+            conversation.replace_system({"role": "system", "content": f"mission {step}"})
+        elif operation == "measure" and conversation.tally.unmeasured():
+            conversation.measure(rng.choice(conversation.tally.unmeasured()), step)
+        elif operation == "checkpoint":
+            ops, tokens = conversation.checkpoint(logged)
+            delta = plain({"messages": ops, "tokens": tokens} if ops is not None
+                          else {"tokens": tokens})
+            apply_delta(saved, delta, read_observation=results.get)
+            assert saved["messages"] == plain(conversation.messages), f"step {step}"
+        conversation.check()
+        assert conversation.tally.tokens(CPT) == walked(conversation)
+
+
+def test_the_check_finds_a_broken_record():
+    conversation = held(2)
+    conversation.check()
+    broken = copy.copy(conversation)
+    broken._seqs = list(reversed(conversation.seqs))
+    with pytest.raises(AssertionError, match="increasing"):
+        broken.check()
+    broken._seqs = conversation.seqs[:-1]
+    with pytest.raises(AssertionError, match="one seq each"):
+        broken.check()
+
+
+def test_a_fresh_start_fitted_apart_is_adopted_whole():
+    conversation = held(3)
+    fresh = Conversation([conversation[0], ctx.note("restart", "restarted"), *conversation[-2:]],
+                         worth)
+    conversation.adopt(fresh)
+    assert conversation == fresh.messages
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+    ops, _ = conversation.checkpoint(logged)
+    assert ops == list(fresh)  # all of it new to the log
+    conversation.check()
