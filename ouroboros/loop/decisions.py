@@ -14,7 +14,7 @@ from typing import Any
 
 from ouroboros.store import events as ev
 from ouroboros.window.policy import Mask, Restart, WindDown
-from ouroboros.window.conversation import WIND_DOWN_TEXT, mask_notice, note
+from ouroboros.window.conversation import WIND_DOWN_TEXT, mask_notice
 from ouroboros.loop.endings import RestartSession
 from ouroboros.protocols import EventSink, Warn
 from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
@@ -36,8 +36,7 @@ class Upkeep:
         """Shrink the conversation before sending if it would not fit; return its size."""
         state, context = self.state, self.context
         before = context.current_tokens(state.messages, self.tools)
-        fitted = context.fit(state.messages, self.tools)
-        state.messages = fitted.messages
+        fitted = context.fit(state.messages, self.tools)  # in place
         if fitted.masked:
             self.log_mask(len(fitted.masked), before, fitted.tokens, preflight=True)
         if fitted.dropped_turns:
@@ -56,13 +55,13 @@ class Upkeep:
             return
         match context.evaluate(tokens, state.messages):
             case Mask(tool_call_ids=ids):
-                state.messages = context.mask(state.messages, ids)
+                context.mask(state.messages, ids)
                 after = context.current_tokens(state.messages, self.tools)
                 reclaimed = self.log_mask(len(ids), tokens, after, preflight=False)
                 state.messages.append(mask_notice(len(ids), reclaimed))
             case WindDown():
                 pct = context.used_pct(tokens)
-                state.messages.append(note("wind_down", WIND_DOWN_TEXT.format(pct=pct)))
+                state.messages.add_note("wind_down", WIND_DOWN_TEXT.format(pct=pct))
                 self.log.emit(ev.WindDown(context_used_pct=round(100 * pct, 1)))
             case Restart(reason=reason):
                 raise RestartSession(reason)
@@ -75,7 +74,7 @@ class Upkeep:
         if self.state.reload != "requested":
             return False
         self.state.reload = "wound_down"
-        self.state.messages.append(note("wind_down", RELOAD_WIND_DOWN_TEXT))
+        self.state.messages.add_note("wind_down", RELOAD_WIND_DOWN_TEXT)
         self.log.emit(ev.WindDown(
             context_used_pct=round(100 * self.context.used_pct(tokens), 1), reason="reload"))
         return True

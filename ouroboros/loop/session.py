@@ -20,7 +20,7 @@ from ouroboros.store import events as ev
 from ouroboros.loop.evidence import Accounting, WindowAsker
 from ouroboros.loop.tool_calls import Actions
 from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.window.conversation import Conversation, note, pending_calls, without_reasoning
+from ouroboros.window.conversation import Conversation, pending_calls, without_reasoning
 from ouroboros.errors import ContextOverflowError, ModelError
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, \
@@ -110,7 +110,7 @@ class Session:
             self.messages.append({"role": "user", "content": instruction})
             self.state.instruction = ""
         elif due:
-            self.messages.append(note("continue", self.services.config.agent.continue_message))
+            self.messages.add_note("continue", self.services.config.agent.continue_message)
         if pending or due or instruction:
             self.upkeep.after_turn()
             self.checkpoints.end_turn()
@@ -200,7 +200,7 @@ class Session:
                                action="pause" if alarm.pause else "note"))
         if alarm.pause:
             raise StopRun("stuck")
-        self.messages.append(note("stuck", loop_note(loop)))
+        self.messages.add_note("stuck", loop_note(loop))
 
     async def idle(self, text: str) -> None:
         """A reply without a tool call: the continue message, at once for a reply with new
@@ -208,7 +208,7 @@ class Session:
         replies in a row the run pauses instead."""
         if self.services.stuck.new_text(text):
             self.state.idle_turns = 0
-            self.messages.append(note("continue", self.services.config.agent.continue_message))
+            self.messages.add_note("continue", self.services.config.agent.continue_message)
             return
         self.state.idle_turns += 1
         turns, limit = self.state.idle_turns, self.services.config.agent.max_idle_turns
@@ -218,7 +218,7 @@ class Session:
         if pause:
             self.log.emit(ev.Idle(idle_turns=turns, pause_secs=pause, max_idle_turns=limit))
             await asyncio.sleep(pause)
-        self.messages.append(note("continue", self.services.config.agent.continue_message))
+        self.messages.add_note("continue", self.services.config.agent.continue_message)
 
     def on_retry(self, attempt: int, delay: float, error: Exception) -> None:
         self.log.emit(ev.Retry(attempt=attempt, delay_secs=round(delay, 2), error=str(error)))
