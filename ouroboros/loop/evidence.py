@@ -89,7 +89,7 @@ class Accounting:
         if allocated:
             believe_told(self.context, (allocated, ALLOCATED), self.warn_once)
 
-    async def retest(self, messages: list[Message]) -> None:
+    async def retest(self, messages: Sequence[Message]) -> None:
         """At a session start, when the window believed is a ceiling inferred from truncation
         or refusals and the server said nothing of its window: ask it to count a prompt a
         little above that ceiling (the conversation and filler; one token asked for). A count
@@ -194,7 +194,7 @@ class Accounting:
                 "Modelfile) and set model.context_limit to match; if the server misreports "
                 "its counts instead, set context.truncation_guard = false"))
 
-    async def refused(self, error: ContextOverflowError, sent: list[Message],
+    async def refused(self, error: ContextOverflowError, sent: Sequence[Message],
                       sent_tokens: int) -> None:
         """The server refused the prompt as too long: believe a smaller window and refit.
 

@@ -1,8 +1,7 @@
-"""The conversation as data: the notes the harness writes into it, tool results as
-observations (their placeholders and caps), turns, masking and what a restart carries over.
-
-All pure functions, no I/O, but one class: the Conversation, the one owner of the messages
-and their bookkeeping, which carries out what the ContextManager (policy.py) decides.
+"""The conversation: its one owner (Conversation: the messages and their bookkeeping, which
+carries out what the ContextManager in policy.py decides), and the data it is made of: the
+notes the harness writes into it, tool results as observations (their placeholders and
+caps), turns, masking and what a restart carries over, as pure functions. No I/O.
 
 Vocabulary (see context.py for the window's): a *turn* is an assistant message and everything
 after it up to the next assistant message (its tool results and any notes); turns are never
@@ -242,24 +241,16 @@ def never_worth_masking(message: Message) -> str | None:
 class Conversation(Sequence[Message]):
     """The one owner of the messages: other code reads it as a sequence and asks it to
     change (append, mask, drop, replace); it keeps in step what must follow every change,
-    the running sums of sizes.Tally and the record of what changed since the last
-    checkpoint (loop/journal.py writes that record into the log).
+    the running sums (sizes.Tally, by position) and the Record of what changed since the
+    last checkpoint (by sequence number), which loop/journal.py writes into the log.
 
         conversation.append(message)            # -> its sequence number
         conversation.mask({call_id: placeholder})
         conversation.drop_oldest_turn(keep=1)
         ops, tokens = conversation.checkpoint(logged)
 
-    Each message gets a sequence number when it comes in, and caches are keyed by what they
-    mean: the tally by position, the record by sequence number, references by both.
-
-    The record's invariants (checked by `check`, and by tests that apply the ops):
-    1. one sequence number per message, strictly increasing along the conversation;
-    2. a message of the last checkpoint that is still held and not in `_replaced` is the
-       same message (only `_tokens`, written by `measure`, may have come since: those are
-       in `_measured`), so it is logged as a kept range;
-    3. so the messages of the last checkpoint, with the ops and tokens `checkpoint` returns
-       applied (journal.apply_delta), are the messages now.
+    Each message gets a sequence number when it comes in, one per message, strictly
+    increasing along the conversation (`check` asserts it, with the Record's invariants).
     """
 
     def __init__(self, messages: Iterable[Message] = (),
@@ -320,7 +311,7 @@ class Conversation(Sequence[Message]):
         text (a tool result whose text is in observations/). Returns its sequence number."""
         seq = self._push(message)
         if ref is not None:
-            self._refs[seq] = ref
+            self._record.refs[seq] = ref
         return seq
 
     def add_note(self, kind: Note, text: str) -> None:
@@ -343,8 +334,8 @@ class Conversation(Sequence[Message]):
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is
         now, a placeholder)."""
-        self._revise()
-        self._replaced.add(self._seqs[index])
+        self._record.revise(self._seqs)
+        self._record.replaced.add(self._seqs[index])
         self._messages[index] = message
         self.tally.replace(index, message, self._worth)
 
@@ -362,7 +353,7 @@ class Conversation(Sequence[Message]):
 
     def drop(self, start: int, end: int | None = None) -> None:
         """Drop the messages at positions [start, end) (to the end by default)."""
-        self._revise()
+        self._record.revise(self._seqs)
         end = len(self) if end is None else end
         if end == len(self):
             self.tally.cut(start)
@@ -374,7 +365,7 @@ class Conversation(Sequence[Message]):
     def adopt(self, other: Conversation) -> None:
         """Begin anew with the messages `other` holds (a fresh start fitted apart), and its
         running sums: nothing is sized again."""
-        self._revise()
+        self._record.revise(self._seqs)
         self._messages, self.tally = list(other._messages), other.tally
         self._seqs = list(range(self._next_seq, self._next_seq + len(other)))
         self._next_seq += len(other)
@@ -382,7 +373,7 @@ class Conversation(Sequence[Message]):
     def measure(self, index: int, tokens: int) -> None:
         """Write what the server's tokenizer counted for the message at `index`."""
         self.tally.measure(index, tokens)
-        self._measured.append(self._seqs[index])
+        self._record.measured.append(self._seqs[index])
 
     def _push(self, message: Message) -> int:
         seq = self._next_seq
@@ -396,38 +387,71 @@ class Conversation(Sequence[Message]):
 
     def mark(self) -> None:
         """The messages as they are now are in the log (a snapshot or a checkpoint)."""
-        self._mark_len, self._mark_next = len(self._messages), self._next_seq
-        self._mark_seqs: list[int] | None = None  # set at the first change other than appends
-        self._replaced: set[int] = set()
-        self._measured: list[int] = []
-        self._refs: dict[int, dict[str, Any]] = {}
-
-    def _revise(self) -> None:
-        if self._mark_seqs is None:  # until now only appended to: the mark's are the first
-            self._mark_seqs = self._seqs[:self._mark_len]
+        self._record = Record(len(self._messages), self._next_seq)
 
     def checkpoint(self, logged: Logged) -> tuple[list[Op] | None, list[list[int]]]:
         """What changed since the last mark, and mark now: the messages as ops (None: only
         `_tokens` written, if anything) and the `_tokens` written on messages kept, as
         [position, tokens]. A new message is given as `logged(message, its ref)` says."""
-        if self._mark_seqs is None:
-            added = range(self._mark_len, len(self._messages))
-            ops: list[Op] | None = [[0, self._mark_len], *(self._logged(i, logged)
-                                                           for i in added)] if added else None
-        else:
-            ops = self._diff(logged)
-        tokens = self._tokens_written()
+        record = self._record
+        assert len(self._seqs) == len(self._messages), "one seq each"
+        ops, tokens = record.ops(self._messages, self._seqs, logged), \
+            record.tokens(self._messages, self._seqs)
         self.mark()
         return ops, tokens
 
-    def _diff(self, logged: Logged) -> list[Op]:
-        assert self._mark_seqs is not None
-        where = {seq: i for i, seq in enumerate(self._mark_seqs)}
+    def check(self) -> None:
+        """Assert the invariants (see the class's docstring and Record's); O(messages)."""
+        seqs, record = self._seqs, self._record
+        assert len(seqs) == len(self._messages) == len(self.tally.entries), "one seq each"
+        assert all(a < b for a, b in zip(seqs, seqs[1:])), "seqs strictly increasing"
+        assert all(s < self._next_seq for s in seqs[-1:]), "seqs below the next"
+        if record.before is None:
+            assert record.length <= len(seqs) and not record.replaced, "appends only"
+        before = set(seqs[:record.length] if record.before is None else record.before)
+        assert all(s < record.next for s in before), "the checkpoint's came before"
+        assert all(s >= record.next for s in seqs if s not in before), "the rest is new"
+
+
+class Record:
+    """What changed in a conversation since its last checkpoint, by sequence number (the
+    Conversation tells it; loop/journal.py logs what `ops` and `tokens` say).
+
+    Invariants (Conversation.check asserts what is cheap to; tests apply the ops):
+    1. until the first change other than an append, the messages of the checkpoint are the
+       first `length` held, unchanged (`before` is None);
+    2. a message of the checkpoint still held and not in `replaced` is the same message:
+       only `_tokens` may have been written on it since, and those are in `measured`; so it
+       is logged as a kept range, and any other message as itself (or its reference);
+    3. so the messages of the checkpoint with `ops` and `tokens` applied
+       (journal.apply_delta) are the messages now.
+    """
+
+    def __init__(self, length: int, next_seq: int) -> None:
+        self.length, self.next = length, next_seq  # messages then, and the next seq then
+        self.before: list[int] | None = None  # the checkpoint's seqs, once not only appended
+        self.replaced: set[int] = set()
+        self.measured: list[int] = []  # seqs whose `_tokens` were written since
+        self.refs: dict[int, dict[str, Any]] = {}  # seq -> how the log may name it
+
+    def revise(self, seqs: list[int]) -> None:
+        """A change other than an append is about to be made to the messages of `seqs`."""
+        if self.before is None:  # until now only appended to: the mark's are the first
+            self.before = seqs[:self.length]
+
+    def ops(self, messages: list[Message], seqs: list[int], logged: Logged) -> list[Op] | None:
+        """The messages now, as ranges of the checkpoint's kept and messages new to it;
+        None if only appended to and nothing was."""
+        if self.before is None:
+            added = range(self.length, len(messages))
+            return [[0, self.length], *(self._logged(messages[i], seqs[i], logged)
+                                        for i in added)] if added else None
+        where = {seq: i for i, seq in enumerate(self.before)}
         ops: list[Op] = []
-        for index, seq in enumerate(self._seqs):
+        for message, seq in zip(messages, seqs):
             j = where.get(seq)
-            if j is None or seq in self._replaced:
-                ops.append(self._logged(index, logged))
+            if j is None or seq in self.replaced:
+                ops.append(self._logged(message, seq, logged))
                 continue
             last = ops[-1] if ops else None
             if isinstance(last, list) and last[1] == j:
@@ -436,30 +460,19 @@ class Conversation(Sequence[Message]):
                 ops.append([j, j + 1])
         return ops
 
-    def _logged(self, index: int, logged: Logged) -> Message:
-        seq = self._seqs[index]
-        return logged(self._messages[index],
-                      None if seq in self._replaced else self._refs.get(seq))
+    def _logged(self, message: Message, seq: int, logged: Logged) -> Message:
+        return logged(message, None if seq in self.replaced else self.refs.get(seq))
 
-    def _tokens_written(self) -> list[list[int]]:
-        """[position, tokens] of the messages of the mark still held as they were, measured
+    def tokens(self, messages: list[Message], seqs: list[int]) -> list[list[int]]:
+        """[position, tokens] of the checkpoint's messages still held as they were, measured
         since."""
-        kept = [seq for seq in self._measured
-                if seq < self._mark_next and seq not in self._replaced]
-        if self._mark_seqs is not None:
-            held = set(self._mark_seqs)
+        kept = [seq for seq in self.measured if seq < self.next and seq not in self.replaced]
+        if self.before is not None:
+            held = set(self.before)
             kept = [seq for seq in kept if seq in held]
         written = []
         for seq in sorted(kept):
-            index = bisect_left(self._seqs, seq)
-            if index < len(self._seqs) and self._seqs[index] == seq:
-                written.append([index, self._messages[index][tk.TOKENS_KEY]])
+            index = bisect_left(seqs, seq)
+            if index < len(seqs) and seqs[index] == seq:
+                written.append([index, messages[index][tk.TOKENS_KEY]])
         return written
-
-    def check(self) -> None:
-        """Assert the invariants of the record (see the class's docstring); O(messages)."""
-        seqs = self._seqs
-        assert len(seqs) == len(self._messages) == len(self.tally.entries), "one seq each"
-        assert all(a < b for a, b in zip(seqs, seqs[1:])), "seqs strictly increasing"
-        assert all(s < self._next_seq for s in seqs[-1:]), "seqs below the next"
-        assert self._mark_seqs is not None or self._mark_len <= len(seqs), "appends only"
