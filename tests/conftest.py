@@ -13,6 +13,17 @@ import pytest
 
 from ouroboros.testing import ScriptedServer
 
+# With PYTHONDONTWRITEBYTECODE set (some machines set it), every `ouroboros` process a test
+# starts would compile the whole package again, and every xdist worker would rewrite every test
+# module's asserts again: a third of the suite's CPU. The bytecode goes to a cache outside the
+# tree instead (PYTHONPYCACHEPREFIX, inherited by the workers and every process they start).
+if sys.dont_write_bytecode:
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
+        tempfile.gettempdir(), f"ouroboros-test-pycache-{os.getuid()}"))
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    sys.dont_write_bytecode = False
+
 # Workspace locks live in the user's cache dir: keep the tests' out of the real home.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ouroboros-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)

@@ -47,6 +47,28 @@ def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def ouroboros_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """A read-only command (`status`, `logs`, `runs`, `stats`, `config show`) run in this
+    process, as `ouroboros` runs it (the same app, the same environment as `ouroboros()`
+    gives it): its exit code, stdout and stderr. For a test about what a command says, not
+    about its process; the real process's exit codes are tested in test_cli_startup.py."""
+    from typer.testing import CliRunner
+
+    from ouroboros.cli import app
+
+    env: dict[str, str | None] = {name: None for name in os.environ
+                                  if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    env["XDG_CONFIG_HOME"] = "/nonexistent-ouroboros-test"
+    here = Path.cwd()
+    os.chdir(cwd or here)
+    try:
+        result = CliRunner(env=env).invoke(app, list(args), catch_exceptions=False)
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["ouroboros", *args], result.exit_code, result.stdout,
+                                       result.stderr)
+
+
 def run_dir(project: Path) -> Path:
     """The directory of the project's latest run."""
     return project / ".ouroboros" / "runs" / list_runs(project / ".ouroboros")[-1]

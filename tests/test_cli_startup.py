@@ -1,5 +1,6 @@
 """What a command loads before it answers: `--version` and `--help` start without the
-runner, httpx, pydantic or rich, and the read-only commands without the runner."""
+runner, httpx, pydantic or rich, and the read-only commands without the runner, the HTTP
+client or the config editor."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ try:
 except SystemExit as exit:
     assert not exit.code, f"the command failed: exit {exit.code}"
 watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.loop.runner", "ouroboros.server.client",
-           "ouroboros.loop.session")
+           "ouroboros.loop.session", "tomlkit")
 print("loaded:", " ".join(sorted(m for m in watched if m in sys.modules)))
 """
 
@@ -44,12 +45,13 @@ def test_version_and_help_load_nothing_heavy(args):
 
 @pytest.mark.parametrize("command", ["status", "runs", "logs"])
 def test_read_only_commands_do_not_load_the_runner(tmp_path, command):
-    (tmp_path / "ouroboros.toml").write_text("")
+    (tmp_path / "ouroboros.toml").write_text('[model]\nbase_url = "http://127.0.0.1:11434"\n')
     write_sample_run(tmp_path / ".ouroboros", ended=True)
 
     loaded = loaded_by(command, cwd=tmp_path)
 
-    assert not loaded & {"asyncio", "ouroboros.loop.runner", "ouroboros.server.client", "ouroboros.loop.session"}
+    assert not loaded & {"asyncio", "ouroboros.loop.runner", "ouroboros.server.client",
+                         "ouroboros.loop.session", "httpx", "tomlkit"}
     if command == "logs":  # plain lines: no rich
         assert "rich" not in loaded
 

@@ -8,7 +8,7 @@ import json
 from ouroboros.store.log import run_records
 from ouroboros.store.segments import MANIFEST_FILE
 from tests.crash_helpers import CountingAgent, demo_project
-from tests.helpers import ouroboros, run_dir
+from tests.helpers import ouroboros, ouroboros_here, run_dir
 
 
 def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_server):
@@ -24,11 +24,11 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
     assert len(manifest["segments"]) >= 3
     records = list(run_records(run))
 
-    logs = ouroboros("logs", *args)
-    tail = ouroboros("logs", *args, "-n", "3")
-    status = ouroboros("status", *args)
-    stats = ouroboros("stats", *args)
-    runs = ouroboros("runs", *args)
+    logs = ouroboros_here("logs", *args)
+    tail = ouroboros_here("logs", *args, "-n", "3")
+    status = ouroboros_here("status", *args)
+    stats = ouroboros_here("stats", *args)
+    runs = ouroboros_here("runs", *args)
 
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) >= len(records) // 2
     assert "run started" in logs.stdout.splitlines()[0] or run.name in logs.stdout
@@ -39,7 +39,7 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
     assert stats.returncode == 0 and f"{turns} turns" in stats.stdout, stats.stdout
     assert runs.returncode == 0 and run.name in runs.stdout
 
-    pruned = ouroboros("prune", *args)
+    pruned = ouroboros_here("prune", *args)
     assert pruned.returncode == 0 and "nothing to prune" in pruned.stdout  # keep_mb = 0
 
     again = ouroboros("resume", *args, "--headless", "--message", "check the results again",

@@ -15,7 +15,7 @@ from ouroboros.demo import RecordingAgent, write_demo_project
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.protocols import Message
 from ouroboros.testing import Reply, ScriptedServer
-from tests.helpers import clean_env, make_project, of_type, ouroboros, run_events
+from tests.helpers import clean_env, make_project, of_type, ouroboros, ouroboros_here, run_events
 
 MEMORY = "- part 3's key is upper-case in results.txt (decided in session 1)"
 
@@ -100,8 +100,8 @@ def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server
     try:
         assert first_asked.wait(30)
         (tmp_path / "workspace" / "deep").mkdir()
-        sent = ouroboros("tell", "Stop after this: write done.txt",
-                         cwd=tmp_path / "workspace" / "deep", env=env)
+        sent = ouroboros_here("tell", "Stop after this: write done.txt",
+                              cwd=tmp_path / "workspace" / "deep")
         told.set()
         assert sent.returncode == 0, sent.stderr
         assert sent.stdout.startswith("sent to run ")
@@ -127,10 +127,10 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
     config = make_project(tmp_path, server.base_url)
     assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 3
 
-    empty = ouroboros("tell", "   ", cwd=tmp_path)
+    empty = ouroboros_here("tell", "   ", cwd=tmp_path)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
     assert "the message is empty" in empty.stderr
-    queued = ouroboros("tell", "Now do part 2.", cwd=tmp_path)
+    queued = ouroboros_here("tell", "Now do part 2.", cwd=tmp_path)
     assert queued.returncode == 0 and "waits for the next `ouroboros resume`" in queued.stdout
     (tmp_path / "workspace" / "NOTES.md").write_text("- part 1 went well\n")
     resumed = ouroboros("resume", "-c", str(config), "--headless", "--max-turns", "1")

@@ -23,7 +23,7 @@ from tests.faults.parts_agent import (
     start,
     stop_and_time,
 )
-from tests.helpers import make_project, of_type, ouroboros, run_events
+from tests.helpers import make_project, of_type, ouroboros, ouroboros_here, run_events
 
 PARTS = 3
 
@@ -159,7 +159,7 @@ def test_a_second_project_pointed_at_a_state_dir_is_refused(tmp_path, scripted_s
 
 
 def status(config: Path, *args: str) -> tuple[int, dict]:
-    result = ouroboros("status", "--json", "--config", str(config), *args)
+    result = ouroboros_here("status", "--json", "--config", str(config), *args)
     assert len(result.stdout.splitlines()) == 1, result.stdout + result.stderr
     return result.returncode, json.loads(result.stdout)
 

@@ -8,27 +8,62 @@ one function; errors become one line on stderr and an exit code (2 for usage or 
     demo.py         demo
 
 A command imports what it uses inside its body, so `--version`, `--help` and the read-only
-commands start without the runner, httpx or rich.
+commands start without the runner, httpx or rich; and `main` imports only the module of the
+command it is given, so typer builds that command alone.
 """
 
+from __future__ import annotations
+
 import sys
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-import typer
-from typer.exceptions import TyperException
+if TYPE_CHECKING:
+    from typer import Typer
+    from typer.exceptions import TyperException
 
-from ouroboros.cli.common import app
+# The modules that register commands on the app, in the order `ouroboros --help` lists them.
+MODULES = ("running", "configuring", "inspecting", "demo")
+# The module each command is in: `ouroboros status` imports (and typer builds) only its own.
+COMMAND_MODULES = {"run": "running", "resume": "running", "init": "running",
+                   "config": "configuring", "reload": "configuring", "tell": "configuring",
+                   "status": "inspecting", "runs": "inspecting", "stats": "inspecting",
+                   "logs": "inspecting", "watch": "inspecting", "prune": "inspecting",
+                   "demo": "demo"}
 
-# Each module registers its commands on `app` as it is imported, so this order (not sorted) is
-# the order `ouroboros --help` lists them in.
-from ouroboros.cli import running, configuring, inspecting, demo
+__all__ = ["app", "main", *MODULES]
 
-__all__ = ["app", "main", "running", "configuring", "inspecting", "demo"]
+
+def __getattr__(name: str) -> Any:
+    """`from ouroboros.cli import app`: the app with every command on it."""
+    if name == "app":
+        return commands()
+    if name in MODULES:
+        return import_module(f"ouroboros.cli.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def commands(name: str | None = None) -> Typer:
+    """The app with command `name` on it (with every command when `name` is not one)."""
+    from ouroboros.cli.common import app
+
+    wanted = COMMAND_MODULES.get(name or "")
+    for module in MODULES if wanted is None else (wanted,):
+        import_module(f"ouroboros.cli.{module}")
+    if wanted is None:  # in --help's order, whichever module was imported first
+        app.registered_commands.sort(
+            key=lambda info: MODULES.index(info.callback.__module__.rsplit(".", 1)[-1]))
+    return app
 
 
 def main() -> None:
     """The `ouroboros` console script: `ouroboros run`, `ouroboros status`, ...
 
     A mistyped command line is one line too (typer's own is three: usage, hint, error)."""
+    import typer
+    from typer.exceptions import TyperException
+
+    app = commands(sys.argv[1] if len(sys.argv) > 1 else None)
     try:
         code = app(standalone_mode=False)
     except TyperException as error:  # a usage error: unknown command, bad or missing argument

@@ -13,9 +13,13 @@ and what is allowed. The modules, by concept:
     editing.py   `config set` and `unset`: one key changed, every other byte kept
     template.py  the file `ouroboros init` writes
     values.py    a value as TOML writes it
+
+Editing (and tomlkit with it) is imported on first use of its names, so a command that only
+reads the config does not pay for it.
 """
 
-from ouroboros.config.editing import edit_toml, set_config_value, unset_config_value
+from typing import TYPE_CHECKING, Any
+
 from ouroboros.config.layering import (
     CONFIG_FILENAME,
     DEFAULT_PROJECT_FILE,
@@ -41,6 +45,19 @@ from ouroboros.config.schema import (
 )
 from ouroboros.config.template import render_template
 from ouroboros.config.wording import describe_validation_error
+
+if TYPE_CHECKING:
+    from ouroboros.config.editing import edit_toml, set_config_value, unset_config_value
+
+_EDITING = ("edit_toml", "set_config_value", "unset_config_value")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EDITING:
+        from ouroboros.config import editing
+
+        return getattr(editing, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CONFIG_FILENAME",

@@ -14,8 +14,6 @@ The manual's event table (docs/event-log.md) is generated from these models
 (`python -m ouroboros.store.event_table`).
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, ClassVar, Literal, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,7 +32,7 @@ def omitted(default: Any, description: str) -> Any:
 class EventBase(BaseModel):
     """The envelope every record has; the event log fills it in when it writes the event."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     type: str
     ts: str = Field("", description="when it was written, ISO 8601 UTC")

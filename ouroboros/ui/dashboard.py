@@ -23,9 +23,7 @@ from typing import Literal
 
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
-from ouroboros.loop.continuation import said_done
 from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
-from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
 
@@ -171,6 +169,8 @@ class DashboardState:
         self._stream_last = now
         elapsed = now - self._stream_started
         if elapsed >= MIN_RATE_SECS:
+            from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN  # not for `status`
+
             self.tokens_per_sec = self._stream_chars / DEFAULT_CHARS_PER_TOKEN / elapsed
         return self
 
@@ -262,6 +262,8 @@ class DashboardState:
     def _on_run_end(self, e: ev.RunEnd) -> None:
         self.ended, self.streaming = True, False
         self.status = f"ended: {e.reason} (exit {e.exit_code})"
+        from ouroboros.loop.continuation import said_done  # not for `status`
+
         if e.reason == "idle" and said_done(self.text):  # done in words, not by task_complete
             self.status = f"ended: the agent says it is done; paused (exit {e.exit_code})"
         self.total_turns, self.restarts = e.total_turns, e.restarts

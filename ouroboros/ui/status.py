@@ -24,7 +24,7 @@ from ouroboros.store.events import ConfigChanged, RunEnd, parse_event
 from ouroboros.store.segments import Tally
 from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
-from ouroboros.ui.plain import masked_text
+from ouroboros.ui.plain import BOOKKEEPING, masked_text
 from ouroboros.ui.stats import percent
 
 MAX_CHANGES_SHOWN = 4  # the newest config changes `status` lists
@@ -71,9 +71,10 @@ def replay(state_dir: Path, run_id: str, owner_pid: int | None) -> RunStatus:
     `owner_pid` is the live process running it, if any."""
     tail = read_tail(runs_dir(state_dir) / run_id)
     tally = tail.tally()
-    state = seeded(tail.manifest.tally())
-    for record in tail.records:
-        state.apply(record)
+    state = seeded(tally)  # what a replay of every record would show, from the newest ones
+    shown = next((r for r in reversed(tail.records) if r.get("type") not in BOOKKEEPING), None)
+    if shown is not None:  # the newest event `logs` shows (not a checkpoint)
+        state.last_type, state.last_ts = shown.get("type"), shown.get("ts") or state.last_ts
     end = parse_event(tally.end) if tally.end is not None else None
     changes = [parse_event(r) for r in tally.config_changes]
     return RunStatus(run_id, state, owner_pid, end if isinstance(end, RunEnd) else None,

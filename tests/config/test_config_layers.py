@@ -18,7 +18,7 @@ from ouroboros.config import (
     load_config,
 )
 from ouroboros.errors import ConfigError
-from ouroboros.config.urls import normalize_base_url
+from ouroboros.config.urls import is_canonical, is_server_url, normalize_base_url
 from tests.config.files import config_error, write
 
 
@@ -181,6 +181,37 @@ def test_ollama_host_loses_to_ouroboros_variable_and_beats_the_file(project: Pat
 def test_base_url_is_the_server_root(given: str) -> None:
     loaded = load_config(flags={"model.base_url": given}, env={}, user_file=None)
     assert loaded.config.model.base_url == "http://host:8080"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:11434", "http://localhost:11434",
+                                 "https://gpu-box.lan:8443", "http://10.0.0.5:1",
+                                 "http://a-b.c9:65535"])
+def test_a_url_in_normal_form_is_read_as_the_client_reads_it(url: str) -> None:
+    import httpx
+
+    parsed = httpx.URL(url)  # the parser the client uses, which `status` does without
+    assert is_canonical(url) and is_server_url(url) and normalize_base_url(url) == url
+    assert f"{parsed.scheme}://{parsed.host}:{parsed.port}" == url and parsed.path in ("", "/")
+
+
+@pytest.mark.parametrize(("url", "read_as"), [
+    ("http://LocalHost:11434", "http://localhost:11434"),
+    ("http://127.0.0.1:80", "http://127.0.0.1"),
+    ("https://host:443", "https://host"),
+    ("http://0.0.0.0:8080", "http://127.0.0.1:8080"),
+    ("http://127.000.0.1:11434", None),
+    ("http://256.0.0.1:11434", None),
+    ("http://host:0", None),
+    ("http://host:65536", None),
+    ("http://host:11434/v1", "http://host:11434"),
+])
+def test_a_url_not_in_normal_form_is_read_by_the_client_parser(url: str, read_as: str | None
+                                                                 ) -> None:
+    assert not is_canonical(url)
+    if read_as is None:
+        assert not is_server_url(url)
+    else:
+        assert normalize_base_url(url) == read_as
 
 
 # --- paths ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from tests.faults.parts_agent import (
     start,
     stop_and_time,
 )
-from tests.helpers import of_type, ouroboros, run_events
+from tests.helpers import of_type, ouroboros, ouroboros_here, run_events
 
 
 def parts(root, workspace: str = "workspace") -> str:
@@ -186,8 +186,8 @@ def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
     more = ouroboros("resume", "--config", str(config), "--max-turns", "1", "--headless")
     assert more.returncode == 3, more.stderr
     assert run_events(tmp_path)[-1]["total_turns"] == 3
-    assert ouroboros("config", "set", "agent.max_turns", "0", "--config",
-                     str(config)).returncode == 0
+    assert ouroboros_here("config", "set", "agent.max_turns", "0", "--config",
+                          str(config)).returncode == 0
 
     plain = ouroboros("resume", "--config", str(config), "--headless")
 
@@ -202,7 +202,7 @@ def test_a_refused_resume_names_where_the_limit_was_set(tmp_path, scripted_serve
     assert ouroboros("run", "--config", str(config), "--headless").returncode == 3  # paused
 
     from_file = ouroboros("resume", "--config", str(config), "--headless")
-    ouroboros("config", "set", "agent.max_turns", "0", "--config", str(config))
+    ouroboros_here("config", "set", "agent.max_turns", "0", "--config", str(config))
     ouroboros("run", "--config", str(config), "--max-turns", "1", "--headless")
     from_flag = ouroboros("resume", "--config", str(config), "--headless")
 

@@ -20,7 +20,7 @@ from tests.crash_helpers import (
     start,
     wait_for,
 )
-from tests.helpers import ouroboros, parts_recorded
+from tests.helpers import ouroboros, ouroboros_here, parts_recorded
 
 PARTS = 10
 # A segment closed at nearly every turn, and retention that keeps only what the run needs.
@@ -88,6 +88,6 @@ def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripte
     assert records[-1]["type"] == "run_end" and records[-1]["reason"] == "task_complete"
     manifest = load_manifest(run)
     assert manifest.problem is None and manifest.pruned.get("segments", 0) > 0
-    status = ouroboros("status", "--config", str(config))
+    status = ouroboros_here("status", "--config", str(config))
     assert status.returncode == 0 and "task_complete" in status.stdout, status.stderr
     assert all(s["file"].endswith(".gz") for s in manifest.segments[:-1])
