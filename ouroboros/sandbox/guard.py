@@ -1,6 +1,7 @@
 """What a run does to keep the agent's tools in their place, gathered for the runner: the
 shell's sandbox, the secrets redactor, and the tool processes of the workspace (killed when
-the run starts, and by a watchdog when the harness goes).
+the run starts, at its end (through the tool cgroup, or, without one, as the subreaper of the
+tools' orphans: orphans.py), and by a watchdog when the harness goes).
 
     guard = RunGuard.prepare(loaded)   # ConfigError (exit 2) when a sandbox is required and
                                        # missing; nothing is written before
@@ -19,6 +20,7 @@ from pathlib import Path
 from ouroboros.config import LoadedConfig, SafetyConfig
 from ouroboros.errors import ConfigError
 from ouroboros.sandbox.cgroup import ToolCgroup
+from ouroboros.sandbox.orphans import Orphans
 from ouroboros.sandbox.reaper import Watchdog, reap, remove_temp_dirs, workspace_tag
 from ouroboros.sandbox.secrets import (
     Redactor,
@@ -52,6 +54,7 @@ class RunGuard:
     reaped: list[int] = field(default_factory=list)
     watchdog: Watchdog | None = None
     too_short: list[str] = field(default_factory=list)  # secrets not redacted, by name
+    orphans: Orphans | None = None  # without a tool cgroup: the harness adopts the orphans
 
     @classmethod
     def prepare(cls, loaded: LoadedConfig) -> RunGuard:
@@ -71,6 +74,11 @@ class RunGuard:
         cgroup = ToolCgroup.of(tag)
         self.sandbox.cgroup = cgroup.create() if cgroup is not None else None
         self.watchdog = Watchdog.start(tag, lock_fds)
+        if self.sandbox.cgroup is None:
+            self.orphans = Orphans.adopt()
+            if self.orphans is not None and self.watchdog.process is not None:
+                self.orphans.started(self.watchdog.process)
+            self.sandbox.orphans = self.orphans
 
     def sandbox_for(self, safety: SafetyConfig, loaded: LoadedConfig) -> Sandbox:
         """The sandbox for a new session: a changed setting is applied if it can be."""
@@ -80,7 +88,7 @@ class RunGuard:
                 self.sandbox = prepare_sandbox(loaded)
             except ConfigError:
                 return current
-            self.sandbox.cgroup = current.cgroup
+            self.sandbox.cgroup, self.sandbox.orphans = current.cgroup, current.orphans
             current.close()
         return self.sandbox
 
@@ -97,6 +105,8 @@ class RunGuard:
         return found
 
     def close(self) -> None:
+        if self.orphans is not None:
+            self.orphans.release()
         if self.watchdog is not None:
             self.watchdog.stop()
         self.sandbox.close()

@@ -41,6 +41,7 @@ from typing import Any, Literal
 from ouroboros.sandbox import landlock, mounts, seccomp
 from ouroboros.errors import ConfigError
 from ouroboros.sandbox.cgroup import ToolCgroup
+from ouroboros.sandbox.orphans import Orphans
 from ouroboros.sandbox.isolation import Confiner, last_capability, private_network
 from ouroboros.sandbox.userns import Entering, Namespaces
 from ouroboros.sandbox.reaper import temp_prefix, workspace_tag
@@ -227,6 +228,7 @@ class Sandbox:
     skipped: list[Path] = field(default_factory=list)  # unreadable roots left out
     sockets: str = ""  # how unix sockets are closed: "namespace", "seccomp" or "" (not)
     cgroup: ToolCgroup | None = None  # where commands are born, once the run holds its lock
+    orphans: Orphans | None = None  # else: the harness adopts its tools' orphans
 
     @property
     def confined(self) -> bool:
@@ -252,10 +254,16 @@ class Sandbox:
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start a command, confined (subprocess.Popen's arguments). Raises OSError, and never
         starts the command unconfined when confinement fails."""
+        if self.orphans is not None:
+            self.orphans.reap_exited()
         with self.cgroup.holding() if self.cgroup is not None else nullcontext():
             if self.launcher is None:
-                return subprocess.Popen(args, **popen)
-            return self.launcher.spawn(args, **popen)
+                process = subprocess.Popen(args, **popen)
+            else:
+                process = self.launcher.spawn(args, **popen)
+        if self.orphans is not None:
+            self.orphans.started(process)
+        return process
 
     def close(self) -> None:
         """Remove the private temp dir and free the ruleset."""
