@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ouroboros.store import events as ev
@@ -89,6 +89,8 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
         run_id = new_run_id()
         run_dir = runs_dir(loaded.state_dir) / run_id
     guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
+    on_text, on_event = guard.screen_stream(hooks.on_text, hooks.on_event)
+    hooks = replace(hooks, on_text=on_text, on_event=on_event)  # no secret on the terminal
     lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
     try:
         claim_state_dir(loaded.state_dir, project=loaded.root,

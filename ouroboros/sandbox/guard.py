@@ -13,7 +13,8 @@ tools' orphans: orphans.py), and by a watchdog when the harness goes).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ouroboros.sandbox.orphans import Orphans
 from ouroboros.sandbox.reaper import Watchdog, reap, remove_temp_dirs, workspace_tag
 from ouroboros.sandbox.secrets import (
     Redactor,
+    StreamRedactor,
     scrub_own_environment,
     secret_values,
     short_secret_warning,
@@ -91,6 +93,22 @@ class RunGuard:
             self.sandbox.cgroup, self.sandbox.orphans = current.cgroup, current.orphans
             current.close()
         return self.sandbox
+
+    def screen_stream(self, on_text: Callable[[str], None] | None,
+                      on_event: Callable[[Any], None] | None
+                      ) -> tuple[Callable[[str], None] | None, Callable[[Any], None] | None]:
+        """The terminal's hooks with the streamed reply redacted before it is shown (a secret
+        split across pieces too); what is held back of it is let out before the next event
+        (the reply's own, once the stream has ended). Events come redacted from the log."""
+        if not self.redact or on_text is None:
+            return on_text, on_event
+        text = StreamRedactor(self.redact, on_text)
+
+        def event_after_text(record: Any) -> None:
+            text.flush()
+            if on_event is not None:
+                on_event(record)
+        return text, event_after_text
 
     def warnings(self) -> list[str]:
         found = []
