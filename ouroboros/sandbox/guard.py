@@ -80,6 +80,7 @@ class RunGuard:
             self.orphans = Orphans.adopt()
             if self.orphans is not None and self.watchdog.process is not None:
                 self.orphans.started(self.watchdog.process)
+                self.orphans.tell = self.watchdog.tell
             self.sandbox.orphans = self.orphans
 
     def sandbox_for(self, safety: SafetyConfig, loaded: LoadedConfig) -> Sandbox:

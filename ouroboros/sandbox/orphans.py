@@ -14,12 +14,14 @@ pile up) and killed at the end of the run, round after round (what they fork com
 the harness too), through pidfds: a child not yet reaped keeps its pid, so the number
 signalled can never have been given to another process.
 
-It holds while the harness lives: if the harness is killed (`kill -9`), its orphans go to
-init and only the watchdog's scan is left.
+The harness also names each running orphan it finds (pid and start time) to its watchdog,
+after each command and before the next: if the harness is killed (`kill -9`), its orphans go
+to init, and the watchdog kills those named, and theirs. One made and orphaned after the last
+look is left to the watchdog's scan of markers and sessions.
 
     orphans = Orphans.adopt()     # None where the kernel refuses (not Linux)
     orphans.started(popen)        # each child the harness starts itself
-    orphans.reap_exited()         # before each command
+    orphans.reap_exited()         # before and after each command
     orphans.kill_all()            # at the end of the run
 """
 
@@ -30,6 +32,7 @@ import os
 import signal
 import subprocess
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +84,8 @@ class Orphans:
 
     session: int  # the harness's own session
     own: weakref.WeakSet[subprocess.Popen[bytes]] = field(default_factory=weakref.WeakSet)
+    tell: Callable[[int, int], None] | None = None  # names a running orphan to the watchdog
+    told: set[tuple[int, int]] = field(default_factory=set)
 
     @classmethod
     def adopt(cls) -> Orphans | None:
@@ -95,25 +100,35 @@ class Orphans:
 
     def adopted(self) -> list[tuple[int, bool]]:
         """The adopted orphans: (pid, still running)."""
+        return [(pid, running) for pid, running, _ in self._adopted()]
+
+    def _adopted(self) -> list[tuple[int, bool, int]]:
         mine = {p.pid for p in self.own if p.returncode is None}
         found = []
         for pid in own_children():
             fields = _stat(pid)
-            if pid in mine or fields is None or len(fields) < 4:
+            if pid in mine or fields is None or len(fields) < 20:
                 continue
             if int(fields[3]) == self.session:
                 continue
-            found.append((pid, fields[0] not in (b"Z", b"X")))
+            found.append((pid, fields[0] not in (b"Z", b"X"), int(fields[19])))
         return found
 
     def reap_exited(self) -> None:
-        """Collect the orphans that have exited, so that no zombie piles up."""
-        for pid, running in self.adopted():
+        """Collect the orphans that have exited, so that no zombie piles up, and name the
+        running ones to the watchdog (each once)."""
+        running_now = set()
+        for pid, running, start in self._adopted():
             if not running:
                 try:
                     os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
                     pass
+                continue
+            running_now.add((pid, start))
+            if self.tell is not None and (pid, start) not in self.told:
+                self.tell(pid, start)
+        self.told = running_now
 
     def kill_all(self) -> list[int]:
         """Kill every adopted orphan, and what comes back from them, and reap them all."""

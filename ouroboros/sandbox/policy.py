@@ -254,8 +254,7 @@ class Sandbox:
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start a command, confined (subprocess.Popen's arguments). Raises OSError, and never
         starts the command unconfined when confinement fails."""
-        if self.orphans is not None:
-            self.orphans.reap_exited()
+        self.settle()
         with self.cgroup.holding() if self.cgroup is not None else nullcontext():
             if self.launcher is None:
                 process = subprocess.Popen(args, **popen)
@@ -264,6 +263,12 @@ class Sandbox:
         if self.orphans is not None:
             self.orphans.started(process)
         return process
+
+    def settle(self) -> None:
+        """After a command: reap the orphans that exited, name the running ones to the
+        watchdog (where the harness adopts them: no cgroup)."""
+        if self.orphans is not None:
+            self.orphans.reap_exited()
 
     def close(self) -> None:
         """Remove the private temp dir and free the ruleset."""

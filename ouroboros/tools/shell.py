@@ -267,6 +267,7 @@ class ShellExec(ModelTool[ShellArguments]):
             return ToolResult(f"error: could not start /bin/sh: {failure}", ok=False, meta=meta)
         output = CappedOutput(self.max_output_bytes)
         outcome = await supervise(process, output, self.timeout_secs)
+        self.sandbox.settle()  # orphans it left are known to the watchdog now
         text = bytes(output.kept).decode("utf-8", errors="replace")
         meta.update(
             exit_code=outcome.exit_code,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -274,3 +275,30 @@ def test_an_unprivileged_harness_without_a_cgroup_leaves_no_orphan(scripted_serv
         assert not alive, "the setsid env -i orphan outlived the run"
     finally:
         subprocess.run(["rm", "-rf", str(project.parent)])
+
+
+def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
+                                                                    scripted_server) -> None:
+    def brain(messages: list[dict]) -> Reply:
+        calls = sum(m["role"] == "tool" for m in messages)
+        if calls == 0:
+            return Reply("escape", [("shell_exec", {"command": ESCAPE})])
+        return Reply("wait", [("shell_exec", {"command": "echo $$ > sh.pid; sleep 30"})])
+
+    server = scripted_server(brain)
+    config = make_project(tmp_path, server.base_url, agent={"max_turns": 3})
+    workspace = tmp_path / "workspace"
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
+        env=clean_env(OUROBOROS_NO_CGROUP="1"), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    try:
+        wait_for(lambda: (workspace / "sh.pid").exists(), "the second command", harness)
+        escaped = int((workspace / "escaped.pid").read_text())
+        assert running(escaped)
+    finally:
+        kill(harness)
+    alive = not gone_within([escaped], LATE_SECS)
+    if alive:
+        os.kill(escaped, signal.SIGKILL)
+    assert not alive, "the watchdog did not kill the orphan the harness had adopted"
