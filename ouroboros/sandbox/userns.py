@@ -75,7 +75,6 @@ class Namespaces:
         assert helper.stdin is not None and helper.stdout is not None
         try:
             if helper.stdout.readline().strip() != READY:
-                helper.stdin.close()
                 error = (helper.communicate(timeout=10)[1].strip().splitlines() or ["?"])[-1]
                 raise OSError(f"namespaces could not be made: {error}")
             kinds = KINDS if steps else KINDS[:2]
