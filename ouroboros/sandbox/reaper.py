@@ -2,8 +2,9 @@
 
 Where cgroup v2 is writable, every command is born in the workspace's tool cgroup (see
 cgroup.py) and `cgroup.kill` ends them all; elsewhere the harness adopts its tools' orphans
-and kills them at the end of the run (orphans.py). Everywhere, every shell command carries a marker in its environment naming its workspace
-(`OUROBOROS_TOOL_WORKSPACE=<tag>`); its children inherit it. The harness, unconfined, finds
+and kills them at the end of the run (orphans.py). Everywhere, every shell command carries
+a marker in its environment naming its workspace (`OUROBOROS_TOOL_WORKSPACE=<tag>`); its
+children inherit it. The harness, unconfined, finds
 them by scanning `/proc/*/environ`, and also takes every process in the same session as a
 marked one (each command starts its own session, so this catches a child that cleared its
 environment), and every descendant of those (a `setsid env -i cmd &` keeps its parent while
