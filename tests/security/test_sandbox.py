@@ -363,3 +363,19 @@ def test_an_unprivileged_harness_cuts_the_network_without_python_in_a_forked_chi
     assert sockets == "namespace", text
     assert seen.splitlines() == ["loopback ok", "outside: 101", str(workspace)], seen
     assert made == "made\n"
+
+
+def test_the_exec_helper_enters_the_namespaces_and_then_the_working_directory() -> None:
+    from ouroboros.sandbox.userns import entering_command
+
+    line = entering_command((5, 6, 7), "/w s", ["/bin/sh", "-c", "make"], "/usr/bin/nsenter",
+                            "/usr/bin/env")
+    assert line == ["/usr/bin/nsenter", "--user=/proc/self/fd/5", "--net=/proc/self/fd/6",
+                    "--mount=/proc/self/fd/7", "--preserve-credentials", "--",
+                    "/bin/sh", "-c", "cd -- '/w s' || exit 125\nmake"]
+    other = entering_command((5, 6), "/w", ["/usr/bin/python3", "x.py"], "/usr/bin/nsenter",
+                             "/usr/bin/env")
+    assert other[-5:] == ["/usr/bin/env", "-C", "/w", "/usr/bin/python3", "x.py"]
+    assert "--mount" not in " ".join(other)  # no sockets hidden: no mount namespace
+    fallback = entering_command((5, 6), None, ["/bin/true"], None, None)
+    assert fallback[1:3] == ["-I", "-S"] and fallback[-4:] == ["5", "6", "", "/bin/true"]
