@@ -39,8 +39,9 @@ from ouroboros.sandbox import mounts
 from ouroboros.sandbox.isolation import CLONE_NEWNET, CLONE_NEWUSER, Confiner, loopback_up
 
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
-# Each namespace: its name under /proc/<pid>/ns, and nsenter's option for it.
-KINDS = (("user", "--user"), ("net", "--net"), ("mnt", "--mount"))
+# Each namespace: its name under /proc/<pid>/ns, and nsenter's long option for it.
+KINDS = (("user", "user"), ("net", "net"), ("mnt", "mount"))
+KEEP_IDS = "preserve-credentials"  # nsenter's option: no setuid(0) inside
 READY = "ready"
 
 # The exec helper where nsenter is missing: argv is the descriptors (user, net[, mnt]), the
@@ -96,8 +97,8 @@ def entering_command(fds: tuple[int, ...], cwd: str | None, args: list[str],
                      nsenter: str | None, env: str | None) -> list[str]:
     """The command line that enters `fds` (user, net[, mnt]) and runs `args` in `cwd` (pure)."""
     if nsenter is not None and env is not None:
-        names = [f"{option}=/proc/self/fd/{fd}" for (_, option), fd in zip(KINDS, fds)]
-        return [nsenter, *names, "--preserve-credentials", "--", *in_directory(cwd, args, env)]
+        names = [f"--{option}=/proc/self/fd/{fd}" for (_, option), fd in zip(KINDS, fds)]
+        return [nsenter, *names, f"--{KEEP_IDS}", "--", *in_directory(cwd, args, env)]
     return [sys.executable, "-I", "-S", "-c", ENTER, str(len(fds)), *map(str, fds),
             cwd or "", *args]
 
