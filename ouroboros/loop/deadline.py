@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 T = TypeVar("T")
 
 STARTUP_SECS = 20.0  # the start-up probes and discovery together
+STARTUP_ENV = "OUROBOROS_STARTUP_SECS"  # a shorter (or longer) deadline, for tests
+
+
+def startup_secs(env: Mapping[str, str]) -> float:
+    """The start-up deadline: STARTUP_SECS, or a positive number of seconds in STARTUP_ENV."""
+    try:
+        secs = float(env.get(STARTUP_ENV, ""))
+    except ValueError:
+        return STARTUP_SECS
+    return secs if 0 < secs < float("inf") else STARTUP_SECS
 
 
 @dataclass
@@ -24,10 +34,11 @@ class Deadline:
     ends: float
     clock: Callable[[], float] = time.monotonic
     missed: list[str] = field(default_factory=list)  # what was given up on, to report
+    secs: float = 0.0  # how long it was set for
 
     @classmethod
     def after(cls, secs: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
-        return cls(clock() + secs, clock)
+        return cls(clock() + secs, clock, secs=secs)
 
     def remaining(self) -> float:
         return max(0.0, self.ends - self.clock())

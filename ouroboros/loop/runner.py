@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ouroboros.store import events as ev
 from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.loop.deadline import STARTUP_SECS, Deadline
+from ouroboros.loop.deadline import Deadline, startup_secs
 from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
 from ouroboros.loop.evidence import believe_told
@@ -89,6 +89,8 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
         run_id = new_run_id()
         run_dir = runs_dir(loaded.state_dir) / run_id
     guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
+    on_text, on_event = guard.screen_stream(hooks.on_text, hooks.on_event)
+    hooks = replace(hooks, on_text=on_text, on_event=on_event)  # no secret on the terminal
     lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
     try:
         claim_state_dir(loaded.state_dir, project=loaded.root,
@@ -102,7 +104,7 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
         guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
-        startup = Deadline.after(STARTUP_SECS)
+        startup = Deadline.after(startup_secs(os.environ))
         await hooks.stop.cancellable(startup.within(check_reachable(client), lambda: None,
                                                     "the model check"))
         runner = await hooks.stop.cancellable(
@@ -163,15 +165,16 @@ class Runner:
         else:
             state, log = start_run(loaded, run_dir, hooks.on_event, claim, flags, guard)
             interrupted = []
+        asker = window_questions(cfg.model.base_url, cfg.model.name, cfg.model.api_key_env)
+        told = await (asker.told() if startup is None else
+                      startup.within(asker.told(), lambda: None, "the window it allocated"))
         guarded = guard.warnings() if guard is not None else []
         guarded += [f"the server did not answer {what} within the start-up deadline "
-                    f"({STARTUP_SECS:g} s): going on with what is known"
+                    f"({startup.secs:g} s): going on with what is known"
                     for what in (startup.missed if startup is not None else [])]
         for warning in startup_warnings(loaded, os.environ) + guarded:
             log.emit(ev.WarningEvent(message=warning))
-        asker = window_questions(cfg.model.base_url, cfg.model.name, cfg.model.api_key_env)
-        believe_told(state.context, await asker.told(),
-                     lambda key, text: state.warn_once(log, key, text))
+        believe_told(state.context, told, lambda key, text: state.warn_once(log, key, text))
         services = Services(
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
             log=log, run_dir=run_dir, retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs),

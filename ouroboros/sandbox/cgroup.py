@@ -5,8 +5,10 @@ cgroup, and `cgroup.kill` ends every process in it at once, with no pid to recyc
 
 A command is started with the harness moved into the cgroup for the moment of the fork
 (`holding`): the child is born inside it, so nothing it forks is ever outside. The move is
-two writes to cgroup.procs (~0.1 ms). Where the cgroup cannot be made, `create` returns None
-and the reaper's scan of markers, sessions and descendants is all there is.
+two writes to cgroup.procs (~0.1 ms). Where the cgroup cannot be made, `create` returns None:
+the reaper's scan of markers, sessions and descendants does the work, and the harness becomes
+the subreaper of its tools' orphans (orphans.py). `OUROBOROS_NO_CGROUP=1` in the harness's
+environment takes that path on purpose (to test it, or where a cgroup is unwanted).
 
     cgroup = ToolCgroup.of(tag).create()
     with cgroup.holding():
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GONE_WAIT_SECS = 2.0
+NO_CGROUP_ENV = "OUROBOROS_NO_CGROUP"
 
 
 def cgroup2_mount(mountinfo: str) -> Path | None:
@@ -58,7 +61,10 @@ class ToolCgroup:
 
     @classmethod
     def of(cls, tag: str) -> ToolCgroup | None:
-        """The workspace's tool cgroup (not made yet), or None without cgroup v2."""
+        """The workspace's tool cgroup (not made yet), or None without cgroup v2 (or with
+        OUROBOROS_NO_CGROUP=1)."""
+        if os.environ.get(NO_CGROUP_ENV) == "1":
+            return None
         mount = cgroup2_mount(_read("/proc/self/mountinfo"))
         own = own_cgroup(_read("/proc/self/cgroup"))
         if mount is None or own is None:

@@ -1,6 +1,7 @@
 """What a run does to keep the agent's tools in their place, gathered for the runner: the
 shell's sandbox, the secrets redactor, and the tool processes of the workspace (killed when
-the run starts, and by a watchdog when the harness goes).
+the run starts, at its end (through the tool cgroup, or, without one, as the subreaper of the
+tools' orphans: orphans.py), and by a watchdog when the harness goes).
 
     guard = RunGuard.prepare(loaded)   # ConfigError (exit 2) when a sandbox is required and
                                        # missing; nothing is written before
@@ -12,16 +13,19 @@ the run starts, and by a watchdog when the harness goes).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ouroboros.config import LoadedConfig, SafetyConfig
 from ouroboros.errors import ConfigError
 from ouroboros.sandbox.cgroup import ToolCgroup
+from ouroboros.sandbox.orphans import Orphans
 from ouroboros.sandbox.reaper import Watchdog, reap, remove_temp_dirs, workspace_tag
 from ouroboros.sandbox.secrets import (
     Redactor,
+    StreamRedactor,
     scrub_own_environment,
     secret_values,
     short_secret_warning,
@@ -52,6 +56,7 @@ class RunGuard:
     reaped: list[int] = field(default_factory=list)
     watchdog: Watchdog | None = None
     too_short: list[str] = field(default_factory=list)  # secrets not redacted, by name
+    orphans: Orphans | None = None  # without a tool cgroup: the harness adopts the orphans
 
     @classmethod
     def prepare(cls, loaded: LoadedConfig) -> RunGuard:
@@ -71,6 +76,12 @@ class RunGuard:
         cgroup = ToolCgroup.of(tag)
         self.sandbox.cgroup = cgroup.create() if cgroup is not None else None
         self.watchdog = Watchdog.start(tag, lock_fds)
+        if self.sandbox.cgroup is None:
+            self.orphans = Orphans.adopt()
+            if self.orphans is not None and self.watchdog.process is not None:
+                self.orphans.started(self.watchdog.process)
+                self.orphans.tell = self.watchdog.tell
+            self.sandbox.orphans = self.orphans
 
     def sandbox_for(self, safety: SafetyConfig, loaded: LoadedConfig) -> Sandbox:
         """The sandbox for a new session: a changed setting is applied if it can be."""
@@ -80,9 +91,25 @@ class RunGuard:
                 self.sandbox = prepare_sandbox(loaded)
             except ConfigError:
                 return current
-            self.sandbox.cgroup = current.cgroup
+            self.sandbox.cgroup, self.sandbox.orphans = current.cgroup, current.orphans
             current.close()
         return self.sandbox
+
+    def screen_stream(self, on_text: Callable[[str], None] | None,
+                      on_event: Callable[[Any], None] | None
+                      ) -> tuple[Callable[[str], None] | None, Callable[[Any], None] | None]:
+        """The terminal's hooks with the streamed reply redacted before it is shown (a secret
+        split across pieces too); what is held back of it is let out before the next event
+        (the reply's own, once the stream has ended). Events come redacted from the log."""
+        if not self.redact or on_text is None:
+            return on_text, on_event
+        text = StreamRedactor(self.redact, on_text)
+
+        def event_after_text(record: Any) -> None:
+            text.flush()
+            if on_event is not None:
+                on_event(record)
+        return text, event_after_text
 
     def warnings(self) -> list[str]:
         found = []
@@ -97,6 +124,8 @@ class RunGuard:
         return found
 
     def close(self) -> None:
+        if self.orphans is not None:
+            self.orphans.release()
         if self.watchdog is not None:
             self.watchdog.stop()
         self.sandbox.close()

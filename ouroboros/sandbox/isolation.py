@@ -5,9 +5,9 @@ a child inherits its thread's. So the usual way is a `Confiner`: a fresh thread 
 confines itself and starts the command with vfork, as unconfined Python would, and then ends;
 the harness's own threads are never touched. It costs a thread (~0.1 ms) where running code
 in a forked child would cost a full fork of the harness (several ms in a 50 MB process).
-A user namespace cannot be entered by a thread of a process that has several, so a non-root
-harness that cuts the network uses a `ChildSetup` instead: code run in the forked child
-before exec (`preexec_fn`), slower but needed only then.
+A user namespace can be neither made nor entered by a thread of a process that has several,
+so a non-root harness that cuts the network starts each command through an exec helper that
+enters the run's namespaces (userns.py).
 
     confiner = Confiner(ruleset, netns=fd, drop_capabilities=True)
     process = confiner.spawn(["/bin/sh", "-c", "make"], cwd=ws, stdout=PIPE, ...)
@@ -29,9 +29,7 @@ from ouroboros.sandbox import landlock, mounts, seccomp
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 CLONE_FS = 0x00000200
-PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
-SIGKILL = 9
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 CAPABILITY_VERSION_3 = 0x20080522
 
@@ -165,51 +163,3 @@ class Confiner:
             if getattr(self, name) >= 0:
                 os.close(getattr(self, name))
                 setattr(self, name, -1)
-
-
-@dataclass
-class ChildSetup:
-    """Confinement run in the forked child before exec: for entering a user namespace, which
-    a thread cannot. Everything is prepared in the harness; the child only makes calls."""
-
-    confiner: Confiner
-    parent_pid: int
-    unshare_flags: int = 0
-    id_maps: tuple[tuple[str, bytes], ...] = ()
-    hidden: list[tuple[Path, list[Path]]] = field(default_factory=list)  # mounts.plan
-
-    @property
-    def sockets(self) -> str:
-        return "namespace" if self.hidden else self.confiner.sockets
-
-    def __call__(self) -> None:
-        libc = self.confiner.libc
-        libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
-        if os.getppid() != self.parent_pid:  # the harness died before the line above
-            os._exit(1)
-        _check(libc.unshare(self.unshare_flags), "unshare")
-        for path, content in self.id_maps:
-            fd = os.open(path, os.O_WRONLY)
-            os.write(fd, content)
-            os.close(fd)
-        loopback_up(libc)
-        if self.hidden:
-            mounts.hide(libc, self.hidden)
-        self.confiner.confine_this_thread()
-
-    def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(args, preexec_fn=self, **popen)
-
-    def close(self) -> None:
-        self.confiner.close()
-
-
-def user_network(confiner: Confiner, euid: int, egid: int,
-                 hidden: list[tuple[Path, list[Path]]] | None = None) -> ChildSetup:
-    """A ChildSetup entering a new user and network namespace that maps the user to itself,
-    and a mount namespace hiding `hidden` (mounts.plan) when given."""
-    maps = (("/proc/self/setgroups", b"deny"),
-            ("/proc/self/uid_map", f"{euid} {euid} 1".encode()),
-            ("/proc/self/gid_map", f"{egid} {egid} 1".encode()))
-    flags = CLONE_NEWUSER | CLONE_NEWNET | (mounts.CLONE_NEWNS if hidden else 0)
-    return ChildSetup(confiner, os.getpid(), flags, maps, list(hidden or []))

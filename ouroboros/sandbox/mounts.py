@@ -41,12 +41,15 @@ def hidden_dirs(home: Path | None, candidates: Iterable[str] = SOCKET_DIRS) -> l
 
 def plan(hidden: Sequence[Path], keep: Iterable[Path]) -> list[tuple[Path, list[Path]]]:
     """Each directory to hide, with the paths under it to bind back (outermost only). A
-    directory that is itself kept, or inside a kept path, is left alone."""
+    directory that is itself kept, or inside a kept path, is left alone; one inside another
+    to hide goes with it."""
     kept = sorted({Path(p) for p in keep}, key=lambda p: len(p.parts))
     steps = []
     for directory in hidden:
         if any(directory.is_relative_to(k) for k in kept):
             continue
+        if any(directory != h and directory.is_relative_to(h) for h in hidden):
+            continue  # inside another hidden directory (a home under /tmp): hidden with it
         inside: list[Path] = []
         for path in kept:
             if path.is_relative_to(directory) and not any(path.is_relative_to(i) for i in inside):

@@ -4,8 +4,9 @@ On Linux with Landlock the harness builds one ruleset per run; each command is s
 fresh thread that confines itself first (see isolation.py: no launcher process, no fork of
 the harness), and the command inherits that thread's confinement:
 
-1. with `network = false`, a network namespace of its own holding only loopback (one per run
-   for a root harness; one per command, in a new user namespace, otherwise);
+1. with `network = false`, a network namespace of its own holding only loopback, one per run
+   (made by a thread of a root harness; otherwise in a user namespace made by a helper
+   process and entered per command through `nsenter`, see userns.py);
 2. a root harness's capabilities dropped (bounding set, permitted, effective), since a root
    process keeps reading other processes' `/proc/<pid>/environ` under Landlock;
 3. no-new-privileges and the Landlock ruleset.
@@ -40,7 +41,9 @@ from typing import Any, Literal
 from ouroboros.sandbox import landlock, mounts, seccomp
 from ouroboros.errors import ConfigError
 from ouroboros.sandbox.cgroup import ToolCgroup
-from ouroboros.sandbox.isolation import ChildSetup, Confiner, last_capability, private_network, user_network
+from ouroboros.sandbox.orphans import Orphans
+from ouroboros.sandbox.isolation import Confiner, last_capability, private_network
+from ouroboros.sandbox.userns import Entering, Namespaces
 from ouroboros.sandbox.reaper import temp_prefix, workspace_tag
 
 Setting = Literal["auto", "required", "off"]
@@ -206,7 +209,7 @@ def missing_mechanism(abi: int, platform: str) -> str:
 
 # -- the sandbox of a run --------------------------------------------------------------------
 
-Launcher = Confiner | ChildSetup
+Launcher = Confiner | Entering
 
 
 @dataclass
@@ -225,6 +228,7 @@ class Sandbox:
     skipped: list[Path] = field(default_factory=list)  # unreadable roots left out
     sockets: str = ""  # how unix sockets are closed: "namespace", "seccomp" or "" (not)
     cgroup: ToolCgroup | None = None  # where commands are born, once the run holds its lock
+    orphans: Orphans | None = None  # else: the harness adopts its tools' orphans
 
     @property
     def confined(self) -> bool:
@@ -250,10 +254,21 @@ class Sandbox:
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start a command, confined (subprocess.Popen's arguments). Raises OSError, and never
         starts the command unconfined when confinement fails."""
+        self.settle()
         with self.cgroup.holding() if self.cgroup is not None else nullcontext():
             if self.launcher is None:
-                return subprocess.Popen(args, **popen)
-            return self.launcher.spawn(args, **popen)
+                process = subprocess.Popen(args, **popen)
+            else:
+                process = self.launcher.spawn(args, **popen)
+        if self.orphans is not None:
+            self.orphans.started(process)
+        return process
+
+    def settle(self) -> None:
+        """After a command: reap the orphans that exited, name the running ones to the
+        watchdog (where the harness adopts them: no cgroup)."""
+        if self.orphans is not None:
+            self.orphans.reap_exited()
 
     def close(self) -> None:
         """Remove the private temp dir and free the ruleset."""
@@ -338,7 +353,8 @@ def _launchers(abi: int, granted: list[tuple[Path, int]], network: bool,
     namespace cuts every socket family (and Landlock then leaves TCP alone, so loopback
     works); Landlock's TCP rights (ABI 4) are the fallback; last, not cut at all. Unix
     sockets are hidden by a mount namespace where one is made (root: once per run; non-root
-    with the network cut: in the user namespace made per command), else refused by seccomp."""
+    with the network cut: in the user namespace made for the run, see userns.py), else
+    refused by seccomp."""
     root = os.geteuid() == 0
     mountns = _private_mounts(hiding) if root else -1
 
@@ -359,8 +375,13 @@ def _launchers(abi: int, granted: list[tuple[Path, int]], network: bool,
             except OSError:
                 pass
         else:
-            yield "namespace", user_network(confiner(tcp_allowed=True, sockets=False),
-                                            os.geteuid(), os.getegid(), hiding)
+            try:
+                namespaces = Namespaces.make(hiding)
+            except OSError:
+                pass
+            else:
+                yield "namespace", Entering(confiner(tcp_allowed=True, sockets=not hiding),
+                                            namespaces)
         if abi >= 4:
             yield "tcp", confiner(tcp_allowed=False)
         yield "", confiner(tcp_allowed=True)

@@ -1,8 +1,10 @@
 """Tool processes die with the harness.
 
 Where cgroup v2 is writable, every command is born in the workspace's tool cgroup (see
-cgroup.py) and `cgroup.kill` ends them all. Everywhere, every shell command carries a marker in its environment naming its workspace
-(`OUROBOROS_TOOL_WORKSPACE=<tag>`); its children inherit it. The harness, unconfined, finds
+cgroup.py) and `cgroup.kill` ends them all; elsewhere the harness adopts its tools' orphans
+and kills them at the end of the run (orphans.py). Everywhere, every shell command carries
+a marker in its environment naming its workspace (`OUROBOROS_TOOL_WORKSPACE=<tag>`); its
+children inherit it. The harness, unconfined, finds
 them by scanning `/proc/*/environ`, and also takes every process in the same session as a
 marked one (each command starts its own session, so this catches a child that cleared its
 environment), and every descendant of those (a `setsid env -i cmd &` keeps its parent while
@@ -13,7 +15,9 @@ Three moments use it:
 - a run starting or resuming in a workspace kills what an earlier harness left there, before
   an interrupted call is answered and before any new tool runs;
 - a watchdog process started with the run (`python -m ouroboros.sandbox.reaper TAG`) waits for the
-  harness to go, however it goes (`kill -9` included: its pipe closes), then kills them;
+  harness to go, however it goes (`kill -9` included: its pipe closes), then kills them, and
+  the orphans the harness adopted and named to it on the pipe (pid and start time, see
+  orphans.py);
 - the run's end does the same, through the watchdog.
 
     tag = workspace_tag(workspace)
@@ -131,7 +135,9 @@ def victims(processes: list[Process], own_sessions: set[int]) -> list[int]:
     return sorted(taken)
 
 
-def _processes(entry: bytes) -> list[Process]:
+def _processes(entry: bytes, told: frozenset[tuple[int, int]] = frozenset()) -> list[Process]:
+    """Every running process but this one; marked if it carries `entry` or is one of `told`
+    (pid, start time): orphans the harness adopted and named to its watchdog."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
@@ -141,8 +147,10 @@ def _processes(entry: bytes) -> list[Process]:
             continue
         fields = _stat_fields(stat)
         environ = _read(f"/proc/{name}/environ") or b""
-        found.append(Process(int(name), int(fields[3]), entry in environ.split(b"\0"),
-                             parent=int(fields[1]), start=int(fields[19])))
+        start = int(fields[19])
+        marked = entry in environ.split(b"\0") or (int(name), start) in told
+        found.append(Process(int(name), int(fields[3]), marked, parent=int(fields[1]),
+                             start=start))
     return found
 
 
@@ -163,6 +171,15 @@ def kill_exactly(process: Process) -> None:
         os.close(fd)
 
 
+def _started(pid: int) -> int | None:
+    """A process's start time, or None when it is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    try:
+        return int(_stat_fields(stat)[19]) if stat is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
 def _own_sessions() -> set[int]:
     """The sessions of this process and its ancestors."""
     sessions, pid = set(), os.getpid()
@@ -176,14 +193,14 @@ def _own_sessions() -> set[int]:
     return sessions
 
 
-def tool_processes(tag: str) -> list[Process]:
-    """Running processes started by shell commands in the workspace tagged `tag`."""
-    processes = _processes(marker_entry(tag).encode())
+def tool_processes(tag: str, told: frozenset[tuple[int, int]] = frozenset()) -> list[Process]:
+    """Running processes started by shell commands in the workspace tagged `tag`, and `told`."""
+    processes = _processes(marker_entry(tag).encode(), told)
     chosen = set(victims(processes, _own_sessions()))
     return [p for p in processes if p.pid in chosen]
 
 
-def reap(tag: str) -> list[int]:
+def reap(tag: str, told: frozenset[tuple[int, int]] = frozenset()) -> list[int]:
     """Kill every tool process of the workspace tagged `tag`; return their pids once they are
     gone (or zombies). Linux only: elsewhere there is no /proc to scan and nothing is done."""
     if not os.path.isdir("/proc/self"):
@@ -191,7 +208,7 @@ def reap(tag: str) -> list[int]:
     cgroup = ToolCgroup.of(tag)
     killed: set[int] = set(cgroup.kill() if cgroup is not None else [])
     for _ in range(MAX_ROUNDS):
-        found = [p for p in tool_processes(tag) if p.pid not in killed]
+        found = [p for p in tool_processes(tag, told) if p.pid not in killed]
         if not found:
             break
         for process in found:
@@ -222,6 +239,16 @@ class Watchdog:
             pass_fds=tuple(lock_fds))
         return cls(process)
 
+    def tell(self, pid: int, start: int) -> None:
+        """Name an adopted orphan (pid, start time), to be killed if the harness dies first."""
+        if self.process is None or self.process.stdin is None:
+            return
+        try:
+            self.process.stdin.write(f"{pid} {start}\n".encode())
+            self.process.stdin.flush()
+        except (OSError, ValueError):
+            pass
+
     def stop(self, timeout: float = 10.0) -> None:
         """Have it reap now, and wait until it has."""
         if self.process is None:
@@ -240,9 +267,13 @@ def watch(tag: str) -> None:
     workspace's tool processes and remove its private temp dirs."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    while sys.stdin.buffer.read(4096):
-        pass
-    reap(tag)
+    told: set[tuple[int, int]] = set()
+    for line in sys.stdin.buffer:
+        pid, _, start = line.partition(b" ")
+        if pid.isdigit() and start.strip().isdigit():
+            told = {p for p in told if _started(p[0]) == p[1]}  # the gone are forgotten
+            told.add((int(pid), int(start)))
+    reap(tag, frozenset(told))
     remove_temp_dirs(tag)
 
 

@@ -5,7 +5,8 @@ leaves them out, the sandbox keeps it from other processes, and `scrub_own_envir
 overwrites them in the harness's own `/proc/<pid>/environ`, which any process of the same user
 could otherwise read. The second line is redaction: a tool result, and every event logged, has
 each known secret value replaced, so a key a user left in a workspace file never reaches the
-model or the log.
+model or the log; the reply the model streams is redacted before the terminal shows it
+(`StreamRedactor`), a secret split across pieces too.
 
     redact = Redactor.of(secret_values("OPENAI_API_KEY", base_url, os.environ))
     redact("key is sk-abc123456789")  # -> "key is [redacted secret]"
@@ -16,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -76,6 +77,39 @@ class Redactor:
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
+
+
+def held_back(text: str, secrets: Iterable[str]) -> int:
+    """How many characters at the end of `text` could be the start of a secret (pure)."""
+    longest = 0
+    for secret in secrets:
+        for size in range(min(len(secret) - 1, len(text)), longest, -1):
+            if text.endswith(secret[:size]):
+                longest = size
+                break
+    return longest
+
+
+class StreamRedactor:
+    """Redacts a text that arrives in pieces (the model's reply as it streams) before `sink`
+    sees it: the end of what came so far is held back while it could be the start of a
+    secret, so a secret split across pieces is caught too. `flush` lets the held end out
+    (when the stream has ended)."""
+
+    def __init__(self, redact: Redactor, sink: Callable[[str], None]) -> None:
+        self.redact, self.sink, self.held = redact, sink, ""
+
+    def __call__(self, piece: str) -> None:
+        text = self.redact(self.held + piece)
+        keep = held_back(text, self.redact.secrets)
+        self.held = text[len(text) - keep:] if keep else ""
+        if out := text[:len(text) - keep]:
+            self.sink(out)
+
+    def flush(self) -> None:
+        held, self.held = self.held, ""
+        if held:
+            self.sink(held)
 
 
 def environment_block(stat: str) -> tuple[int, int] | None:

@@ -15,6 +15,7 @@ The trained length can be far above what Ollama allocates for a model that is no
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from ouroboros.server.connection import http_client
 from ouroboros.config.urls import normalize_base_url
 
 UNKNOWN_SERVER_DEFAULT = 4096
+WHOLE_ANSWER_SECS = 10.0  # for a whole answer: a server dripping a byte a second is too slow
 
 # Trained context lengths by name prefix; longest prefixes first so "llama3.1" beats "llama3".
 FAMILY_CONTEXT = {
@@ -217,12 +219,14 @@ def _http(base_url: str, api_key: str | None, transport: httpx.AsyncBaseTranspor
 async def _get_json(
     http: httpx.AsyncClient, method: str, path: str, body: Any = None
 ) -> dict[str, Any] | None:
-    """The JSON object at `path`, or None for any failure."""
+    """The JSON object at `path`, or None for any failure (an answer not whole within
+    WHOLE_ANSWER_SECS too: the read timeout alone never ends one dripped byte by byte)."""
     try:
-        response = await http.request(method, path, json=body)
+        response = await asyncio.wait_for(http.request(method, path, json=body),
+                                          WHOLE_ANSWER_SECS)
         response.raise_for_status()
         parsed = response.json()
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, TimeoutError):
         return None
     return parsed if isinstance(parsed, dict) else None
 

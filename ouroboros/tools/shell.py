@@ -145,6 +145,25 @@ class Running:
         return -info.si_status if killed else info.si_status
 
     async def wait(self) -> int:
+        """The shell's exit code, as soon as it exits: a pidfd becomes readable then (no
+        polling delay); where there is none, polled at growing intervals."""
+        if (code := self.returncode) is not None:
+            return code
+        try:
+            pidfd = os.pidfd_open(self.popen.pid)
+        except (AttributeError, OSError):
+            return await self._poll()
+        loop = asyncio.get_running_loop()
+        exited = loop.create_future()
+        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        try:
+            await exited
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        return await self._poll()
+
+    async def _poll(self) -> int:
         delay = 0.001
         while (code := self.returncode) is None:
             await asyncio.sleep(delay)
@@ -267,6 +286,7 @@ class ShellExec(ModelTool[ShellArguments]):
             return ToolResult(f"error: could not start /bin/sh: {failure}", ok=False, meta=meta)
         output = CappedOutput(self.max_output_bytes)
         outcome = await supervise(process, output, self.timeout_secs)
+        self.sandbox.settle()  # orphans it left are known to the watchdog now
         text = bytes(output.kept).decode("utf-8", errors="replace")
         meta.update(
             exit_code=outcome.exit_code,

@@ -43,15 +43,18 @@ def shared_dir() -> Path:
 
 
 def as_probe_user(code: str, *args: str, env: dict[str, str] | None = None,
-                  timeout: float = 60, **popen) -> subprocess.Popen[str]:
-    """Start `python -c code args...` as the probe user, with this checkout importable."""
+                  timeout: float = 60, python: str = sys.executable,
+                  **popen) -> subprocess.Popen[str]:
+    """Start `python -c code args...` as the probe user, with this checkout importable (give
+    `python` one the probe user may start again itself, such as /usr/bin/python3, if the
+    code starts Python)."""
     uid, gid = probe_user()
     root = str(Path(__file__).resolve().parents[2])
     environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root,
                    "HOME": "/nonexistent", **(env or {})}
     return subprocess.Popen(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-         sys.executable, "-c", code, *args], env=environment, text=True, **popen)
+         python, "-c", code, *args], env=environment, text=True, **popen)
 
 
 def harness_as_probe_user(project: Path, *args: str, env: dict[str, str] | None = None,

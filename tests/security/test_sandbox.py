@@ -16,7 +16,8 @@ import pytest
 from ouroboros.sandbox import landlock
 from ouroboros.testing import Reply
 from ouroboros.errors import ConfigError
-from ouroboros.sandbox.isolation import Confiner, user_network
+from ouroboros.sandbox.isolation import Confiner
+from ouroboros.sandbox.userns import Entering, Namespaces
 from ouroboros.sandbox.policy import (
     Sandbox,
     exposed,
@@ -229,25 +230,34 @@ def test_world_readable_rules_grant_whole_trees_and_skip_private_files(tmp_path)
 
 
 @needs_landlock
-def test_a_user_namespace_cuts_the_network_as_for_a_harness_that_is_not_root(tmp_path) -> None:
-    # The way a non-root harness cuts the network (a new user and network namespace entered
-    # in the forked child); as root it is taken only when asked for, as here.
+@pytest.mark.parametrize("helper", ["nsenter", "python"])
+def test_a_user_namespace_cuts_the_network_as_for_a_harness_that_is_not_root(
+    tmp_path, helper
+) -> None:
+    # The way a non-root harness cuts the network (a user and network namespace made for the
+    # run by a helper process, entered per command through an exec helper); as root it is
+    # taken only when asked for, as here.
     abi = landlock.abi()
     readable = [Path(p) for p in ("/usr", "/bin", "/lib", "/lib64", "/etc", "/proc",
                                   sys.prefix, sys.base_prefix)]
     confiner = Confiner(landlock.Ruleset.build(abi, rules(abi, tmp_path, None, readable)))
-    setup = user_network(confiner, os.geteuid(), os.getegid())
-    probe = ("import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+    launcher = Entering(confiner, Namespaces.make([]))
+    if helper == "python":
+        launcher.nsenter = None
+    elif launcher.helper != "nsenter":
+        pytest.skip("no nsenter (util-linux) here")
+    probe = ("import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
              "socket.create_connection(s.getsockname()).close(); print('loopback ok')\n"
              "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=1)\n"
-             "except OSError as e:\n    print('outside:', e.errno)\n")
+             "except OSError as e:\n    print('outside:', e.errno)\n"
+             "print(os.getcwd())\n")
     try:
-        process = setup.spawn([sys.executable, "-c", probe], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        process = launcher.spawn([sys.executable, "-c", probe], cwd=tmp_path,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         output = process.communicate(timeout=10)[0].decode()
     finally:
-        setup.close()
-    assert output == "loopback ok\noutside: 101\n"
+        launcher.close()
+    assert output == f"loopback ok\noutside: 101\n{tmp_path}\n"
 
 
 # -- the pure parts ---------------------------------------------------------------------------
@@ -293,3 +303,79 @@ def test_what_lies_inside_the_workspace_is_reported_as_not_protected() -> None:
     assert summary("landlock", 7, True, "", [], skipped=[Path("/root/bin")]).endswith(
         "; skipped unreadable: /root/bin")
     assert summary("none", 0, True, "", [], "why") == "no sandbox (why): shell is unconfined"
+
+
+CUT_PROBE = """import os, socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+socket.create_connection(s.getsockname()).close(); print("loopback ok")
+try:
+    socket.create_connection(("192.0.2.1", 80), timeout=1)
+except OSError as e:
+    print("outside:", e.errno)
+print(os.getcwd())
+"""
+
+NETWORK_CUT_AS_USER = """
+import json, subprocess, sys, threading, time
+from pathlib import Path
+from ouroboros.sandbox.policy import Sandbox
+started = subprocess.Popen.__init__
+def no_preexec(self, *args, **kwargs):  # Python run in a child forked from threads: refused
+    assert kwargs.get("preexec_fn") is None, "preexec_fn in a threaded harness"
+    started(self, *args, **kwargs)
+subprocess.Popen.__init__ = no_preexec
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a threaded harness
+workspace = Path(sys.argv[1])
+sandbox = Sandbox.prepare("auto", workspace=workspace, network=False)
+process = sandbox.spawn(["/bin/sh", "-c", "/usr/bin/python3 probe.py && echo made > made.txt"],
+                        cwd=workspace, env=sandbox.environment({"PATH": "/usr/bin:/bin"}),
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+out = process.communicate(timeout=30)[0].decode()
+print(json.dumps([sandbox.network_cut, sandbox.sockets, sandbox.summary, out]))
+sandbox.close()
+"""
+
+
+@needs_landlock
+def test_an_unprivileged_harness_cuts_the_network_without_python_in_a_forked_child() -> None:
+    from tests.security.accounts import as_probe_user, probe_user, shared_dir
+
+    uid, gid = probe_user()
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("no /usr/bin/python3 for the probe")
+    shared = shared_dir()
+    workspace = shared / "ws"
+    workspace.mkdir()
+    (workspace / "probe.py").write_text(CUT_PROBE)
+    os.chown(workspace, uid, gid)
+    try:
+        probe = as_probe_user(NETWORK_CUT_AS_USER, str(workspace), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, cwd=str(shared),
+                              python="/usr/bin/python3")
+        out, err = probe.communicate(timeout=120)
+        made = (workspace / "made.txt").read_text() if (workspace / "made.txt").exists() else ""
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)])
+    assert probe.returncode == 0, err
+    cut, sockets, text, seen = json.loads(out)
+    assert cut == "namespace", text
+    assert "network cut (own network namespace with only loopback)" in text
+    assert sockets == "namespace", text
+    assert seen.splitlines() == ["loopback ok", "outside: 101", str(workspace)], seen
+    assert made == "made\n"
+
+
+def test_the_exec_helper_enters_the_namespaces_and_then_the_working_directory() -> None:
+    from ouroboros.sandbox.userns import entering_command
+
+    line = entering_command((5, 6, 7), "/w s", ["/bin/sh", "-c", "make"], "/usr/bin/nsenter",
+                            "/usr/bin/env")
+    assert line == ["/usr/bin/nsenter", "--user=/proc/self/fd/5", "--net=/proc/self/fd/6",
+                    "--mount=/proc/self/fd/7", "--preserve-credentials", "--",
+                    "/bin/sh", "-c", "cd -- '/w s' || exit 125\nmake"]
+    other = entering_command((5, 6), "/w", ["/usr/bin/python3", "x.py"], "/usr/bin/nsenter",
+                             "/usr/bin/env")
+    assert other[-5:] == ["/usr/bin/env", "-C", "/w", "/usr/bin/python3", "x.py"]
+    assert "--mount" not in " ".join(other)  # no sockets hidden: no mount namespace
+    fallback = entering_command((5, 6), None, ["/bin/true"], None, None)
+    assert fallback[1:3] == ["-I", "-S"] and fallback[-4:] == ["5", "6", "", "/bin/true"]

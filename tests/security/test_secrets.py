@@ -8,7 +8,14 @@ from pathlib import Path
 
 from ouroboros.store import events as ev
 from ouroboros.store.log import EventLog
-from ouroboros.sandbox.secrets import REDACTED, Redactor, environment_block, secret_values
+from ouroboros.sandbox.secrets import (
+    REDACTED,
+    Redactor,
+    StreamRedactor,
+    environment_block,
+    held_back,
+    secret_values,
+)
 from ouroboros.testing import Reply
 from tests.helpers import clean_env, make_project, ouroboros, run_events
 
@@ -146,3 +153,60 @@ def test_a_key_too_short_to_redact_is_one_start_up_warning(tmp_path, scripted_se
     warning = ("the API key in $TEST_API_KEY is under 8 characters, too short to tell from "
                "ordinary text: not redacted from the log, the state or tool results")
     assert result.stdout.count(warning) == 1, result.stdout
+
+
+def test_a_secret_streamed_in_pieces_is_redacted_at_every_split() -> None:
+    redact = Redactor.of([KEY])
+    text = f"before {KEY} between {KEY[:5]} after {KEY}"
+    expected = f"before {REDACTED} between {KEY[:5]} after {REDACTED}"
+    for first in range(len(text)):
+        for second in range(first, len(text)):
+            shown: list[str] = []
+            stream = StreamRedactor(redact, shown.append)
+            for piece in (text[:first], text[first:second], text[second:]):
+                stream(piece)
+                assert KEY not in "".join(shown)
+            stream.flush()
+            assert "".join(shown) == expected, (first, second)
+
+
+def test_text_that_only_looks_like_the_start_of_a_secret_is_held_then_let_out() -> None:
+    assert held_back("the key sk-pr", [KEY]) == 5
+    assert held_back("the key sk-prox", [KEY]) == 0
+    assert held_back("", [KEY]) == 0
+
+
+def test_a_secret_the_model_streams_never_reaches_the_dashboard(tmp_path, scripted_server,
+                                                                monkeypatch) -> None:
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from ouroboros.config import load_config
+    from ouroboros.loop.runner import run_agent
+    from ouroboros.ui.dashboard import DashboardState
+    from ouroboros.ui.live import LiveDashboard
+
+    key = "open sesame 0123456789"  # streamed as three pieces, a word each
+    server = scripted_server([Reply(f"The key is {key} as you asked.")])
+    config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
+    monkeypatch.setenv("TEST_API_KEY", key)
+    loaded = load_config(config, {"agent.max_turns": 1}, env={}, user_file=None)
+    dashboard = LiveDashboard(DashboardState(), Console(file=io.StringIO(), width=120))
+    frames = Console(file=io.StringIO(), width=120, record=True)
+    hooks = dashboard.hooks()
+    show = hooks.on_text
+    assert show is not None
+
+    def shown_frame_by_frame(piece: str) -> None:  # each frame as the terminal would get it
+        show(piece)
+        frames.print(dashboard.renderable())
+
+    hooks.on_text = shown_frame_by_frame
+    asyncio.run(run_agent(loaded, hooks))
+
+    seen = frames.export_text()
+    assert "The key is" in seen and REDACTED in seen  # streamed, and redacted as it came
+    assert "sesame" not in seen and "0123456789" not in seen
+    assert "as you asked." in seen  # what came after the secret is shown

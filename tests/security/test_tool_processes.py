@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from ouroboros.sandbox.cgroup import ToolCgroup
 from ouroboros.sandbox.reaper import Process, kill_exactly, temp_prefix, victims, workspace_tag
 from ouroboros.testing import Reply
 from tests.crash_helpers import kill, start, wait_for
-from tests.helpers import make_project, of_type, ouroboros, run_events
+from tests.helpers import clean_env, make_project, of_type, ouroboros, run_events
 
 LATE_SECS = 5  # when the job writes, unless killed: after a busy machine has started a resume
 HELD = (f"(sleep {LATE_SECS}; echo late >> late.txt) > /dev/null 2>&1 & echo $! > bg.pid; "
@@ -195,3 +196,109 @@ def test_a_job_that_leaves_the_session_and_clears_its_environment_ends_with_the_
     if alive:
         os.kill(escaped, signal.SIGKILL)
     assert not alive
+
+
+def test_without_a_cgroup_the_harness_adopts_the_orphan_that_left_session_and_marker(
+    tmp_path, scripted_server
+) -> None:
+    unrelated = subprocess.Popen(["setsid", "sleep", "60"])  # its own session, not a tool's
+    server = scripted_server([Reply("escape", [("shell_exec", {"command": ESCAPE})]),
+                              Reply("done")])
+    config = make_project(tmp_path, server.base_url)
+    try:
+        result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2",
+                           env=clean_env(OUROBOROS_NO_CGROUP="1"))
+        assert result.returncode == 3, result.stderr  # paused at its max_turns
+        escaped = int((tmp_path / "workspace" / "escaped.pid").read_text())
+        alive = running(escaped)
+        if alive:
+            os.kill(escaped, signal.SIGKILL)
+        assert not alive, "the setsid env -i orphan outlived the run"
+        assert unrelated.poll() is None, "an unrelated process was killed"
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path) -> None:
+    from ouroboros.sandbox.orphans import Orphans, own_children
+
+    own = subprocess.Popen(["sleep", "60"], start_new_session=True)  # started by us: kept
+    orphans = Orphans.adopt()
+    if orphans is None:
+        pytest.skip("PR_SET_CHILD_SUBREAPER is refused here")
+    try:
+        orphans.started(own)
+        for _ in range(3):  # each leaves an orphan that soon exits: no zombie may stay
+            subprocess.run(["setsid", "sh", "-c", "sleep 0.1 &"], check=True)
+        subprocess.run(["setsid", "sh", "-c", f"sleep 60 & echo $! > {tmp_path}/bg"],
+                       check=True)
+        orphan = int((tmp_path / "bg").read_text())
+        assert orphan in own_children()  # it came back to us, not to init
+        assert wait_until(lambda: sorted(alive for _, alive in orphans.adopted())
+                          == [False, False, False, True])  # three zombies, one running
+        orphans.reap_exited()
+        assert [pid for pid, _ in orphans.adopted()] == [orphan]
+        killed = orphans.kill_all()
+        assert killed == [orphan] and not running(orphan)
+        assert own.poll() is None
+    finally:
+        orphans.release()
+        own.kill()
+        own.wait()
+
+
+def wait_until(check, secs: float = 10.0) -> bool:
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_an_unprivileged_harness_without_a_cgroup_leaves_no_orphan(scripted_server) -> None:
+    from tests.security.accounts import harness_as_probe_user, shared_dir
+
+    server = scripted_server([Reply("escape", [("shell_exec", {"command": ESCAPE})]),
+                              Reply("done")])
+    project = shared_dir() / "project"
+    try:
+        config = make_project(project, server.base_url)
+        result = harness_as_probe_user(project, "run", "--config", str(config), "--headless",
+                                       "--max-turns", "2")
+        assert result.returncode == 3, result.stderr
+        escaped = int((project / "workspace" / "escaped.pid").read_text())
+        alive = running(escaped)
+        if alive:
+            os.kill(escaped, signal.SIGKILL)
+        assert not alive, "the setsid env -i orphan outlived the run"
+    finally:
+        subprocess.run(["rm", "-rf", str(project.parent)])
+
+
+def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
+                                                                    scripted_server) -> None:
+    def brain(messages: list[dict]) -> Reply:
+        calls = sum(m["role"] == "tool" for m in messages)
+        if calls == 0:
+            return Reply("escape", [("shell_exec", {"command": ESCAPE})])
+        return Reply("wait", [("shell_exec", {"command": "echo $$ > sh.pid; sleep 30"})])
+
+    server = scripted_server(brain)
+    config = make_project(tmp_path, server.base_url, agent={"max_turns": 3})
+    workspace = tmp_path / "workspace"
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
+        env=clean_env(OUROBOROS_NO_CGROUP="1"), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    try:
+        wait_for(lambda: (workspace / "sh.pid").exists(), "the second command", harness)
+        escaped = int((workspace / "escaped.pid").read_text())
+        assert running(escaped)
+    finally:
+        kill(harness)
+    alive = not gone_within([escaped], LATE_SECS)
+    if alive:
+        os.kill(escaped, signal.SIGKILL)
+    assert not alive, "the watchdog did not kill the orphan the harness had adopted"

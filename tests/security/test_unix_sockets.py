@@ -226,3 +226,11 @@ def test_an_unprivileged_harness_with_roots_path_keeps_its_sandbox_against_each_
     assert "reached" not in seen["a unix socket outside"], seen["a unix socket outside"]
     assert seen["work as before"].startswith("hello")
     assert not accepted(outside[0][1])
+
+
+def test_a_home_inside_a_hidden_directory_is_hidden_with_it() -> None:
+    from ouroboros.sandbox.mounts import plan
+
+    steps = plan([Path("/run"), Path("/tmp"), Path("/tmp/ci/home")],
+                 keep=[Path("/tmp/ci/home/ws"), Path("/usr")])
+    assert steps == [(Path("/run"), []), (Path("/tmp"), [Path("/tmp/ci/home/ws")])]
