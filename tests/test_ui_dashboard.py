@@ -12,7 +12,8 @@ from ouroboros.store import events as ev
 from ouroboros.store.log import read_events
 import pytest
 
-from ouroboros.ui.dashboard import DashboardState, call_summary, zone
+from ouroboros.ui.dashboard import RATE_WINDOW_SECS, DashboardState, call_summary, \
+    window_rate, zone
 from ouroboros.ui.live import LiveDashboard, watch
 from ouroboros.ui.render import gauge, render
 from tests.helpers import whole_panels
@@ -125,15 +126,45 @@ def test_streamed_text_and_its_rate(tmp_path):
     assert state.streaming and state.text == "Let me look at the failing test."
     assert state.tokens_per_sec is None  # too early to tell
     state.add_text("x" * 68, now=101.0)
-    assert state.tokens_per_sec == (7 + 25 + 68) / DEFAULT_CHARS_PER_TOKEN / 1.0
+    # the first piece starts the clock: what came after it, over the second since
+    assert state.tokens_per_sec == (25 + 68) / DEFAULT_CHARS_PER_TOKEN / 1.0
 
     state.apply(upto(events, "assistant", 3)[-1])
     state.apply(upto(events, "token_usage", 3)[-1])
     assert not state.streaming and state.text == "The tokenizer drops trailing spaces; reading it."
-    assert state.tokens_per_sec == 43 / 1.0  # the server's count over the stream's second
+    # the same second of streaming, its characters now counted in the server's tokens (43
+    # for the 100 characters streamed), not one reply's count over its own time
+    assert state.tokens_per_sec == pytest.approx((25 + 68) * 43 / 100 / 1.0)
 
     state.add_text("Next", now=200.0)
     assert state.text == "Next"  # a new stream starts afresh
+
+
+def test_the_rate_is_over_the_newest_seconds_of_streaming():
+    assert window_rate([], 10, 4.0) is None  # nothing streamed: blank
+    assert window_rate([(0.0, 40), (0.2, 40)], 10, 4.0) is None  # too briefly to time
+    assert window_rate([(0.0, 4), (1.0, 40), (2.0, 40)], 10, 4.0) == 10.0
+    # what streamed more than the window before the newest piece no longer counts
+    old_and_slow = [(0.0, 0), (20.0, 8)]
+    assert window_rate(old_and_slow + [(21.0, 40), (22.0, 40)], 10, 4.0) == 10.0
+
+
+def test_the_rate_stays_steady_across_replies_and_the_pauses_between_them():
+    """A model streaming 40 characters a second, reply after reply, with a tool run of 30 s
+    between the replies: the figure is the same every time, never a per-chunk or per-reply
+    jump, and the pauses do not drag it down."""
+    state, now, seen = DashboardState(), 0.0, []
+    for reply_no in range(3):
+        for second in range(4):
+            state.add_text("x" * 40, now=now + second)
+            if second:
+                seen.append(state.tokens_per_sec)
+        state.apply(ev.Assistant(ts="2025-03-01T10:00:00.000Z", turn=reply_no + 1, text="x",
+                                 finish_reason="stop", tool_calls=[]))
+        now += 3 + 30  # the tools run: no streaming
+    steady = 40 / DEFAULT_CHARS_PER_TOKEN
+    assert all(rate == pytest.approx(steady) for rate in seen), seen
+    assert len(state._pieces) <= RATE_WINDOW_SECS + 2  # what it keeps does not grow
 
 
 def reply(ts: str) -> ev.Assistant:

@@ -19,7 +19,7 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Iterable, Literal
 
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
@@ -33,6 +33,7 @@ Level = Literal["info", "warn", "error"]
 Zone = Literal["green", "yellow", "red"]
 
 MIN_RATE_SECS = 0.5  # a streamed rate over less time than this is noise
+RATE_WINDOW_SECS = 10.0  # ~tok/s is the rate over this much of the newest streaming
 MIN_REPLY_SECS = 0.05  # a reply timed by its events' timestamps (ms) over less is noise
 MAX_TEXT_CHARS = 4000  # the tail of the streamed text kept for display
 
@@ -122,6 +123,10 @@ class DashboardState:
     _stream_chars: int = field(default=0, init=False, repr=False)
     _stream_started: float = field(default=0.0, init=False, repr=False)
     _stream_last: float = field(default=0.0, init=False, repr=False)
+    # (seconds of streaming, characters) per streamed piece: the pauses between replies cut out
+    _pieces: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
+    _paused_secs: float = field(default=0.0, init=False, repr=False)
+    _chars_per_token: float = field(default=DEFAULT_CHARS_PER_TOKEN, init=False, repr=False)
     _streamed_turn: bool = field(default=False, init=False, repr=False)
     _reply_secs: float | None = field(default=None, init=False, repr=False)
 
@@ -163,15 +168,20 @@ class DashboardState:
     def add_text(self, piece: str, now: float) -> DashboardState:
         """A piece of the reply as it streams; `now` is a monotonic clock in seconds."""
         piece = neutralise(piece)
+        counted = len(piece)
         if not self.streaming:
+            if self._pieces:  # the time since the last stream is a pause, not streaming
+                self._paused_secs = now - self._pieces[-1][0]
             self.streaming, self.text, self._stream_chars = True, "", 0
             self._stream_started, self._streamed_turn = now, True
+            counted = 0  # its characters came with the wait for the first token
         self.text = (self.text + piece)[-MAX_TEXT_CHARS:]
         self._stream_chars += len(piece)
         self._stream_last = now
-        elapsed = now - self._stream_started
-        if elapsed >= MIN_RATE_SECS:
-            self.tokens_per_sec = self._stream_chars / DEFAULT_CHARS_PER_TOKEN / elapsed
+        self._pieces.append((now - self._paused_secs, counted))
+        while self._pieces[-1][0] - self._pieces[0][0] > RATE_WINDOW_SECS:
+            self._pieces.popleft()
+        self.tokens_per_sec = window_rate(self._pieces, RATE_WINDOW_SECS, self._chars_per_token)
         return self
 
     # -- one handler per event type that changes more than the clock --
@@ -218,9 +228,11 @@ class DashboardState:
     def _on_token_usage(self, e: ev.TokenUsage) -> None:
         self.prompt_tokens, self.budget = e.prompt_tokens, e.budget
         self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
+        if self._streamed_turn and e.completion_tokens and self._stream_chars:
+            self._chars_per_token = self._stream_chars / e.completion_tokens
         rate = reply_rate(e.completion_tokens, self._stream_secs(), self._reply_secs)
-        if rate is not None:
-            self.tokens_per_sec = rate
+        streamed = window_rate(self._pieces, RATE_WINDOW_SECS, self._chars_per_token)
+        self.tokens_per_sec = streamed if streamed is not None else rate or self.tokens_per_sec
         self._streamed_turn, self._reply_secs = False, None
 
     def _stream_secs(self) -> float | None:
@@ -279,6 +291,25 @@ class DashboardState:
         self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type]))
         while len(self.notes) > self.max_notes:
             self.notes.popleft()
+
+
+def window_rate(pieces: Iterable[tuple[float, int]], window_secs: float,
+                chars_per_token: float) -> float | None:
+    """Tokens per second over the newest `window_secs` of streaming: `pieces` are (seconds of
+    streaming, characters) per streamed piece, oldest first, with the pauses between replies
+    cut out of the clock. The first piece in the window starts the clock, so its characters
+    are not counted; None (shown blank) when nothing streamed, or too briefly to time.
+
+        window_rate([(0.0, 4), (1.0, 40), (2.0, 40)], 10, 4.0)  # -> 10.0"""
+    pieces = list(pieces)
+    if not pieces:
+        return None
+    last = pieces[-1][0]
+    inside = [(at, chars) for at, chars in pieces if at >= last - window_secs]
+    span = last - inside[0][0]
+    if span < MIN_RATE_SECS:
+        return None
+    return sum(chars for _, chars in inside[1:]) / chars_per_token / span
 
 
 def reply_rate(completion_tokens: int | None, stream_secs: float | None,
