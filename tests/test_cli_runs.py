@@ -18,7 +18,7 @@ from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
-from tests.helpers import clean_env
+from tests.helpers import clean_env, ouroboros
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
 
 
@@ -349,3 +349,50 @@ def test_watch_an_unknown_run(tmp_path):
     result = invoke("watch", "nope", "-c", str(config))
 
     assert result.exit_code == 2 and f"(latest: {RUN_ID})" in result.stderr
+
+
+# -- at 80 columns, through the real command --
+
+
+def at_columns(columns: int, *args: str) -> list[str]:
+    result = ouroboros(*args, env=clean_env(COLUMNS=str(columns)))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_runs_fits_the_terminal_one_line_a_run(tmp_path, columns):
+    config, _ = project(tmp_path)
+    state_dir = tmp_path / ".ouroboros"
+    write_run(state_dir, "20250302-090000-cd34", 3, end={"reason": "task_complete",
+                                                         "resumable": True})
+    write_run(state_dir, "20250303-090000-ef56", 1)  # killed: no end record
+    write_run(state_dir, "20250304-090000-gh78", 2)
+    (state_dir / LOCK_FILE).write_text(json.dumps(
+        {"pid": 4_194_304, "host": socket.gethostname(), "run_id": "20250304-090000-gh78"}))
+
+    lines = at_columns(columns, "runs", "-c", str(config))
+
+    assert len(lines) == 5, "\n".join(lines)  # the header and one line per run: none wraps
+    assert all(len(line) <= columns for line in lines)
+    assert "task_complete, resumable" in lines[2] and "stopped (killed?), resumable" in lines[3]
+    assert lines[0].split()[-2:] == ["last", "event"]
+    if columns >= 100:
+        assert "ended: task_complete, resumable" in lines[2] and "run_end, " in lines[2]
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_stats_chart_fits_with_its_threshold_labels_beside_it(tmp_path, columns):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 4, turns=6,
+              end={"reason": "max_turns"})  # 24 turns: 3 columns each at full width
+
+    lines = at_columns(columns, "stats", "-c", str(config))
+
+    assert all(len(line) <= columns for line in lines), "\n".join(lines)
+    rows = [line for line in lines if "% ┤" in line]
+    assert len(rows) == 10, "\n".join(lines)  # no chart row wrapped onto a second line
+    assert any(row.endswith(" hard 90%") for row in rows)
+    assert any(row.endswith(" soft 70%") for row in rows)
+    assert lines[-1].rstrip().endswith("24   ↻ restart")

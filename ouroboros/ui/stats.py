@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, parse_event
-from ouroboros.ui.chart import context_chart
+from ouroboros.ui.chart import LABEL_WIDTH, context_chart
 from ouroboros.ui.plain import masked_text, plural
 
 _DEFAULTS = ContextConfig()
@@ -117,6 +117,25 @@ def fold(e: EventBase, stats: RunStats, current: SessionStats,
             current.end = "running"  # if it was stopped, it is going on again
 
 
+CHART_MARGIN = LABEL_WIDTH + len("   ↻ restart")  # the row labels and the legend beside it
+
+
+@dataclass
+class Chart:
+    """The context chart, at most `width` turns' columns wide and narrower when the terminal
+    is, so that no line of it wraps (its threshold labels and legend included)."""
+
+    stats: RunStats
+    width: int
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        stats = self.stats
+        width = max(10, min(self.width, options.max_width - CHART_MARGIN))
+        yield Text("\n".join(context_chart(stats.context_pcts, stats.soft, stats.hard,
+                                            stats.restarts_at, width=width,
+                                            thresholds=stats.thresholds)), no_wrap=True)
+
+
 def stats_view(stats: RunStats, chart_width: int = 72, *,
                all_sessions: bool = False) -> RenderableType:
     """A summary line, the per-session table (only its first and last sessions for a long
@@ -127,9 +146,7 @@ def stats_view(stats: RunStats, chart_width: int = 72, *,
     summary = Text(f"run {stats.run_id}: {plural(len(stats.sessions), 'session')}, "
                    f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
                    f"{ended}\nmasking: {masked}", style="bold")
-    lines = context_chart(stats.context_pcts, stats.soft, stats.hard, stats.restarts_at,
-                          width=chart_width, thresholds=stats.thresholds)
-    chart = Text("\n".join(lines))
+    chart = Chart(stats, chart_width)
     title = Text("context use per turn (% of the prompt budget)", style="bold")
     shown, hidden = shown_sessions(stats.sessions, all_sessions)
     reasons = restart_reasons(shown)
