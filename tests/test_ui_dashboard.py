@@ -403,3 +403,32 @@ def test_a_checkpoint_is_not_shown_as_the_last_thing_the_run_did():
     state.apply(reply("2026-11-26T08:00:00+00:00"))
     state.apply(ev.Checkpoint(ts="2026-11-26T08:00:01+00:00", turn=1, base=1))
     assert (state.last_type, state.last_ts) == ("assistant", "2026-11-26T08:00:00+00:00")
+
+
+def test_a_warning_leaves_the_header_when_its_condition_is_over():
+    def warning(seq: int, text: str, condition: str = "") -> ev.WarningEvent:
+        return ev.WarningEvent(ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq, message=text,
+                               condition=condition)
+
+    def cleared(seq: int, condition: str) -> ev.WarningCleared:
+        return ev.WarningCleared(ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq,
+                                 condition=condition, message="over")
+
+    state = replay([warning(1, "no token usage", "estimate"),
+                    warning(2, "unknown key context.sof", "config error: unknown key")])
+    assert "unknown key" in rendered(state)
+
+    replay([cleared(3, "config error: unknown key")], state)
+    assert "unknown key" not in rendered(state).split("╰")[0]  # gone from the header
+    assert "WARNING no token usage" in rendered(state).split("╰")[0]  # its cause holds
+    assert "warning over: over" in rendered(state)  # the activity says why it went
+
+    replay([cleared(4, "estimate")], state)
+    assert state.alert is None and "WARNING" not in rendered(state).split("╰")[0]
+
+    replay([warning(5, "window smaller", "window"), ev.ErrorEvent(
+        ts="2025-03-01T10:00:06.000Z", seq=6, message="server gone", kind="ModelError"),
+        ev.RunResumed(ts="2025-03-01T10:00:07.000Z", seq=7, total_turns=3, restarts=0,
+                      context_limit=4096, limit_source="config", budget=3584,
+                      torn_line_dropped=False, interrupted_tools=[])], state)
+    assert state.alert is not None and state.alert.text == "WARNING window smaller"

@@ -10,7 +10,10 @@ so the same state serves `ouroboros run` (fed by the event log's listeners), `ou
     state.context_pct, state.restarts, state.masked
 
 The newest `warning` or `error` stays in `state.alert` until a newer one replaces it, so a
-warning emitted before the first redraw is still on the screen an hour later.
+warning emitted before the first redraw is still on the screen an hour later, or until its
+cause is over: a `warning_cleared` with the warning's `condition` takes it down (and brings
+back the newest warning whose cause still holds); a resume takes down the error that ended
+the run.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ NOTE_LEVELS: dict[str, Level] = {
     "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
     "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
     "reload_requested": "info", "config_changed": "info", "idle": "info",
-    "prompt_changed": "info",
+    "prompt_changed": "info", "warning_cleared": "info",
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
 
@@ -118,8 +121,9 @@ class DashboardState:
     last_ts: str | None = None
     tools: deque[ToolLine] = field(default_factory=deque)
     notes: deque[Note] = field(default_factory=deque)
-    alert: Note | None = None  # the newest warning or error
+    alert: Note | None = None  # the newest warning or error whose cause is not known over
     alerts: int = 0  # how many there have been, that one included
+    conditions: dict[str, Note] = field(default_factory=dict)  # warnings not over, by cause
     _stream_chars: int = field(default=0, init=False, repr=False)
     _stream_started: float = field(default=0.0, init=False, repr=False)
     _stream_last: float = field(default=0.0, init=False, repr=False)
@@ -203,7 +207,7 @@ class DashboardState:
     def _on_run_resumed(self, e: ev.RunResumed) -> None:
         self.status, self.ended = "running", False
         if self.alert is not None and self.alert.level == "error":  # what failed the run
-            self.alert = None  # is over: the resumed run goes on
+            self.alert = self._standing()  # is over: the resumed run goes on
         self.total_turns, self.restarts = e.total_turns, e.restarts
         self.context_limit, self.limit_source = e.context_limit, e.limit_source
 
@@ -241,8 +245,24 @@ class DashboardState:
     def _on_warning(self, e: ev.WarningEvent | ev.ErrorEvent) -> None:
         self.alerts += 1
         self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type])
+        if isinstance(e, ev.WarningEvent) and e.condition:
+            self.conditions.pop(e.condition, None)
+            self.conditions[e.condition] = self.alert
+            while len(self.conditions) > self.max_notes:
+                del self.conditions[next(iter(self.conditions))]
 
     _on_error = _on_warning
+
+    def _on_warning_cleared(self, e: ev.WarningCleared) -> None:
+        """The warning's cause is over: it leaves the header, and the newest warning whose
+        cause still holds, if any, comes back."""
+        over = self.conditions.pop(e.condition, None)
+        if over is not None and self.alert is over:
+            self.alert = self._standing()
+
+    def _standing(self) -> Note | None:
+        """The newest warning whose cause is not over."""
+        return next(reversed(self.conditions.values()), None)
 
     def _on_tool_call(self, e: ev.ToolCallEvent) -> None:
         summary = neutralise(call_summary(e.name, e.arguments, e.subject))  # JSON may hide an ESC

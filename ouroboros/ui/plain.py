@@ -126,6 +126,7 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.Retry: lambda e: f"retry {e.attempt} in {e.delay_secs}s: {e.error}",
     ev.Security: lambda e: f"SECURITY {e.kind} in {e.tool}: {e.path or e.command or ''}",
     ev.WarningEvent: lambda e: f"WARNING {e.message}",
+    ev.WarningCleared: lambda e: f"warning over: {e.message}",
     ev.ErrorEvent: lambda e: f"ERROR {e.message}",
     ev.Idle: lambda e: (
         f"no tool call in {plural(e.idle_turns, 'turn')} in a row: the continue message goes in "
