@@ -57,17 +57,18 @@ def test_status_of_a_finished_run(tmp_path):
 
     assert result.exit_code == 0, result.output
     lines = [" ".join(line.split()) for line in result.output.splitlines()]
-    assert lines[:8] == [
+    assert lines[:9] == [
         f"run {RUN_ID}",
         "state not running: ended (max_turns, exit 0)",
         "session 2",
         "turn 3 in this session, 9 in total",
-        "context 61.8% (3,797/6,144 tokens)",
+        "context 61.8% of the budget (3,797/6,144 tokens)",
         "window 8,192 tokens (server /api/show)",
+        "budget 6,144 tokens (the window less the reply's room); soft 70%, hard 90% of it",
         "restarts 1",
         "masking 5 tool results masked (2 masking rounds)",
     ]
-    assert lines[8].startswith("last event run_end, ") and lines[8].endswith(" ago")
+    assert lines[9].startswith("last event run_end, ") and lines[9].endswith(" ago")
 
 
 def test_status_of_a_run_going_on(tmp_path):
@@ -299,7 +300,7 @@ def test_logs_filters_by_type(tmp_path):
     assert texts == [
         "masked 3 tool results (4584 -> 3310 tokens, 27.8% reclaimed; 3 masked in total)",
         "masked 1 tool result (5290 -> 4950 tokens, 6.4% reclaimed; 4 masked in total)",
-        "wind-down: context at 93.5%, agent asked to save state",
+        "wind-down: context at 93.5% of the budget, agent asked to save state",
     ]
 
 

@@ -299,3 +299,36 @@ def test_a_config_warning_leaves_the_header_once_the_typo_is_fixed(tmp_path, scr
     frame = last_frame(final)
     assert not any("sof_threshold_pct" in line for line in header(frame)), "\n".join(frame)
     assert max(len(line) for line in frame) <= width
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
+def test_while_a_turn_waits_its_counters_agree(tmp_path, scripted_server, tmux, width, height):
+    """The second request fails once (a 503): the retry's event carries turn 2 while one reply
+    has come; the header counts the replies received in both counters."""
+    from ouroboros.testing import Fault
+
+    holder: list = []
+
+    def failing_once(messages: list[Message]) -> Reply:
+        turn = sum(m["role"] == "assistant" for m in messages)
+        if turn == 0:
+            holder[0].inject(Fault("status", 503, "model is loading"))
+        return Reply(f"Reading part {turn}.",
+                     [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+
+    server = scripted_server(failing_once)
+    holder.append(server)
+    config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3},
+                          model={"max_retry_secs": 30})
+    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
+               width, height, cwd=tmp_path)
+
+    screen = tmux.wait_for(lambda s: any("waiting to retry" in line for line in s),
+                           "the wait for the retry")
+    counters = next(line for line in screen if "total turns" in line)
+    assert re.search(r"turn 1 .*total turns 1\b", counters), counters
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
+                  "the run's end")
+    final = last_frame(tmux.everything())
+    counters = next(line for line in final if "total turns" in line)
+    assert re.search(r"turn 3 .*total turns 3\b", counters), counters

@@ -432,3 +432,40 @@ def test_a_warning_leaves_the_header_when_its_condition_is_over():
                       context_limit=4096, limit_source="config", budget=3584,
                       torn_line_dropped=False, interrupted_tools=[])], state)
     assert state.alert is not None and state.alert.text == "WARNING window smaller"
+
+
+def test_one_reading_reads_the_same_on_every_surface(tmp_path):
+    """The dashboard, the plain line, `status` and `stats` write a context reading in one form,
+    as a share of one base they name, beside the budget it is a share of."""
+    from datetime import datetime, timezone
+
+    from ouroboros.ui.plain import format_line
+    from ouroboros.ui.stats import run_stats, stats_view
+    from ouroboros.ui.status import RunStatus, status_view
+
+    events = sample_events(tmp_path)
+    usage = [e for e in events if e["type"] == "token_usage"][-1]
+    reading = f"{usage['context_used_pct']:.1f}%"
+    state = replay(events)
+    shown = {
+        "dashboard": rendered(state),
+        "plain": format_line(usage),
+        "status": printed(status_view(RunStatus(RUN_ID, state, None, None),
+                                      now=datetime.now(timezone.utc))),
+    }
+    budget = f"{usage['budget']:,}"
+    for surface, text in shown.items():
+        assert reading in text and budget in text, surface
+    stats = printed(stats_view(run_stats(events)))
+    peak = max(e["context_used_pct"] for e in events if e["type"] == "token_usage")
+    assert f"{peak:.1f}%" in stats and "% of the prompt budget" in stats
+    assert f"{usage['prompt_tokens']:,}/{budget} tokens" in shown["plain"]
+    assert f"{reading} of the budget" in shown["status"]
+    wind_down = ev.WindDown(ts="2025-03-01T10:00:00.000Z", context_used_pct=93.5)
+    assert "context at 93.5% of the budget" in format_line(wind_down)
+
+
+def printed(renderable) -> str:
+    console = Console(record=True, width=100, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()

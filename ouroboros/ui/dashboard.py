@@ -133,6 +133,14 @@ class DashboardState:
     _chars_per_token: float = field(default=DEFAULT_CHARS_PER_TOKEN, init=False, repr=False)
     _streamed_turn: bool = field(default=False, init=False, repr=False)
     _reply_secs: float | None = field(default=None, init=False, repr=False)
+    _answered: tuple[int, int] = field(default=(0, 0), init=False, repr=False)  # session, turn
+
+    def counted_turns(self) -> tuple[int, int]:
+        """(turns of this session, turns in all), both counting the replies received, so the
+        two agree: a turn begun but not yet answered (its events carry its number while the
+        model is asked) is in neither."""
+        answered = self.turn == 0 or self._answered == (self.session, self.turn)
+        return (self.turn if answered else self.turn - 1), self.total_turns
 
     @property
     def zone(self) -> Zone:
@@ -225,11 +233,13 @@ class DashboardState:
 
     def _on_assistant(self, e: ev.Assistant) -> None:
         self.total_turns += 1
+        self._answered = (e.session, e.turn)
         self.streaming, self.text = False, e.text
         if self.last_ts is not None and e.ts:
             self._reply_secs = (parse_ts(e.ts) - parse_ts(self.last_ts)).total_seconds()
 
     def _on_token_usage(self, e: ev.TokenUsage) -> None:
+        self._answered = (e.session, e.turn)  # it follows its turn's reply
         self.prompt_tokens, self.budget = e.prompt_tokens, e.budget
         self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
         if self._streamed_turn and e.completion_tokens and self._stream_chars:

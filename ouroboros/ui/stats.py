@@ -21,6 +21,7 @@ from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, parse_event
 from ouroboros.ui.chart import LABEL_WIDTH, context_chart
+from ouroboros.ui.numbers import BASE, used
 from ouroboros.ui.plain import masked_text, plural
 
 _DEFAULTS = ContextConfig()
@@ -147,7 +148,7 @@ def stats_view(stats: RunStats, chart_width: int = 72, *,
                    f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
                    f"{ended}\nmasking: {masked}", style="bold")
     chart = Chart(stats, chart_width)
-    title = Text("context use per turn (% of the prompt budget)", style="bold")
+    title = Text(f"context use per turn ({BASE})", style="bold")
     shown, hidden = shown_sessions(stats.sessions, all_sessions)
     reasons = restart_reasons(shown)
     notes = [Text(f"[{n}] restart: {reason}") for reason, n in reasons.items()]
@@ -191,7 +192,7 @@ def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str
     total.peak_pct = max(peaks) if peaks else None
     # Two-line headers keep the table within 80 columns.
     columns = [("session", "all"), ("turns", f"{total.turns:,}"),
-               ("peak\nctx", percent(total.peak_pct)),
+               ("peak\nctx", used(total.peak_pct)),
                ("mask\nrounds", f"{total.mask_rounds:,}"),
                ("masked\nresults", f"{total.masked:,}"),
                ("prompt\ntokens", f"{total.prompt_tokens:,}"),
@@ -202,7 +203,7 @@ def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str
     for index, s in enumerate(shown):
         if hidden and index == FIRST_SHOWN:
             table.add_row("...", *[""] * 6, Text(f"({hidden:,} more)"))
-        table.add_row(str(s.session), f"{s.turns:,}", percent(s.peak_pct), f"{s.mask_rounds:,}",
+        table.add_row(str(s.session), f"{s.turns:,}", used(s.peak_pct), f"{s.mask_rounds:,}",
                       f"{s.masked:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}",
                       Text(ended_by(s.end, reasons)))
     return table
@@ -212,6 +213,3 @@ def ended_by(end: str, reasons: dict[str, int]) -> str:
     reason = end.removeprefix(RESTART_PREFIX)
     return f"restart [{reasons[reason]}]" if reason != end else end
 
-
-def percent(value: float | None) -> str:
-    return "--" if value is None else f"{value:.1f}%"

@@ -25,7 +25,7 @@ from ouroboros.store.segments import Tally
 from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import masked_text
-from ouroboros.ui.stats import percent
+from ouroboros.ui.numbers import of_budget, threshold, used
 
 MAX_CHANGES_SHOWN = 4  # the newest config changes `status` lists
 SHORT_KEYS = {"context.soft_threshold_pct": "soft", "context.hard_threshold_pct": "hard"}
@@ -133,19 +133,27 @@ def change_line(change: ConfigChanged) -> str:
     return f"changed at session {change.session}: {SHORT_KEYS.get(key, key)} {old} -> {new}"
 
 
+def budget_text(s: DashboardState) -> str:
+    """`6,144 tokens (the window less the reply's room); soft 70%, hard 90% of it`."""
+    budget = f"{s.budget:,} tokens (the window less the reply's room); " if s.budget else ""
+    return f"{budget}soft {threshold(s.soft)}, hard {threshold(s.hard)} of it"
+
+
 def status_view(status: RunStatus, now: datetime) -> Table:
     """A two-column table: what, and its value."""
     s = status.state
-    tokens = (f" ({s.prompt_tokens:,}/{s.budget:,} tokens)"
+    tokens = (f" of the budget ({of_budget(s.prompt_tokens, s.budget)})"
               if s.prompt_tokens is not None and s.budget else "")
+    session_turn, total_turns = s.counted_turns()
     last = last_event(s, now)
     rows = [
         ("run", status.run_id),
         ("state", describe_state(status)),
         ("session", str(s.session)),
-        ("turn", f"{s.turn} in this session, {s.total_turns} in total"),
-        ("context", percent(s.context_pct) + tokens),
+        ("turn", f"{session_turn} in this session, {total_turns} in total"),
+        ("context", used(s.context_pct) + tokens),
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
+        ("budget", budget_text(s)),
         ("restarts", str(s.restarts)),
         ("masking", masked_text(s.masked, status.mask_rounds)),
     ]
