@@ -89,7 +89,7 @@ def test_status_of_a_killed_run(tmp_path):
     result = invoke("status", "-c", str(config))
 
     assert "not running: stopped without an end record (killed or crashed); `ouroboros " \
-        "resume` continues it" in " ".join(result.output.split())
+        f"resume --config {config}` continues it" in " ".join(result.output.split())
 
 
 def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
@@ -105,7 +105,8 @@ def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
     result = invoke("status", "-c", str(config))
 
     assert 'ended (task_complete, exit 0); the agent says the task is done; to give it more ' \
-        'to do: ouroboros resume --message "what to do next"' in " ".join(result.output.split())
+        f'to do: ouroboros resume --config {config} --message "what to do next"' in \
+        " ".join(result.output.split())
 
 
 # -- runs --
@@ -298,8 +299,8 @@ def test_logs_filters_by_type(tmp_path):
     assert result.exit_code == 0, result.output
     texts = [line.split(" ", 3)[3] for line in result.output.splitlines()]
     assert texts == [
-        "masked 3 tool results (4584 -> 3310 tokens, 27.8% reclaimed; 3 masked in total)",
-        "masked 1 tool result (5290 -> 4950 tokens, 6.4% reclaimed; 4 masked in total)",
+        "masked 3 tool results (4,584 -> 3,310 tokens, 27.8% reclaimed; 3 masked in total)",
+        "masked 1 tool result (5,290 -> 4,950 tokens, 6.4% reclaimed; 4 masked in total)",
         "wind-down: context at 93.5% of the budget, agent asked to save state",
     ]
 
@@ -397,3 +398,20 @@ def test_stats_chart_fits_with_its_threshold_labels_beside_it(tmp_path, columns)
     assert any(row.endswith(" hard 90%") for row in rows)
     assert any(row.endswith(" soft 70%") for row in rows)
     assert lines[-1].rstrip().endswith("24   ↻ restart")
+
+
+def test_status_named_with_config_says_how_to_go_on_with_that_config(tmp_path):
+    """From another directory, `ouroboros resume` alone would find another project (or none):
+    the command `status --config PATH` suggests carries the same --config."""
+    config = tmp_path / "elsewhere" / "ouroboros.toml"
+    config.parent.mkdir()
+    config.write_text("")
+    write_run(config.parent / ".ouroboros", "20250302-090000-cd34", 1,
+              end={"reason": "max_turns", "exit_code": 3, "resumable": True,
+                   "next": 'ouroboros resume --message "what to do next"'})
+
+    result = ouroboros("status", "--config", str(config), cwd=tmp_path,
+                       env=clean_env(COLUMNS="200"))
+
+    assert result.returncode == 0, result.stderr
+    assert f'ouroboros resume --config {config} --message "what to do next"' in result.stdout

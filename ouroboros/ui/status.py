@@ -12,6 +12,7 @@ the turns run.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -112,7 +113,21 @@ def last_event(state: DashboardState, now: datetime) -> str:
     return "--"
 
 
-def describe_state(status: RunStatus) -> str:
+def describe_state(status: RunStatus, config: str = "") -> str:
+    """Running or not, how it ended, and the command that goes on with it (with `--config
+    PATH` when the person named the project's config so: from elsewhere, the command without
+    it would find another project, or none)."""
+    return with_config(state_words(status), config)
+
+
+def with_config(text: str, config: str) -> str:
+    """`text` with each `ouroboros resume` in it given `--config config`."""
+    if not config:
+        return text
+    return text.replace("ouroboros resume", f"ouroboros resume --config {shlex.quote(config)}")
+
+
+def state_words(status: RunStatus) -> str:
     if status.running:
         doing = "stopping" if status.state.status == "stopping" else "running"
         return f"{doing} (pid {status.owner_pid})"
@@ -139,8 +154,8 @@ def budget_text(s: DashboardState) -> str:
     return f"{budget}soft {threshold(s.soft)}, hard {threshold(s.hard)} of it"
 
 
-def status_view(status: RunStatus, now: datetime) -> Table:
-    """A two-column table: what, and its value."""
+def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
+    """A two-column table: what, and its value. `config`: the `--config` the person gave."""
     s = status.state
     tokens = (f" of the budget ({of_budget(s.prompt_tokens, s.budget)})"
               if s.prompt_tokens is not None and s.budget else "")
@@ -148,7 +163,7 @@ def status_view(status: RunStatus, now: datetime) -> Table:
     last = last_event(s, now)
     rows = [
         ("run", status.run_id),
-        ("state", describe_state(status)),
+        ("state", describe_state(status, config)),
         ("session", str(s.session)),
         ("turn", f"{session_turn} in this session, {total_turns} in total"),
         ("context", used(s.context_pct) + tokens),
