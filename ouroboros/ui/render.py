@@ -165,13 +165,15 @@ def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
 
 
 def window_label(state: DashboardState, room: int) -> str:
-    """`window 8,192 (allocated by Ollama (/api/ps))`: the window the budget is a share of,
-    and where its size came from; without the source when there is no room for it."""
+    """`budget 6,144 of window 8,192 (allocated by Ollama (/api/ps))`: the budget the gauge
+    and the thresholds are shares of, the window it is a share of, and where its size came
+    from; as much of that as there is room for, the window first, then its source."""
     if not state.context_limit:
         return ""
-    forms = [f"window {state.context_limit:,}"]
-    if state.limit_source:
-        forms.insert(0, f"{forms[0]} ({state.limit_source})")
+    window = f"window {state.context_limit:,}"
+    source = f" ({state.limit_source})" if state.limit_source else ""
+    budget = f"budget {state.budget:,} of " if state.budget else ""
+    forms = [f"{budget}{window}{source}", f"{window}{source}", f"{budget}{window}", window]
     return next((form for form in forms if len(form) <= room), "")
 
 
