@@ -469,3 +469,24 @@ def printed(renderable) -> str:
     console = Console(record=True, width=100, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
+
+
+def test_a_replayed_rate_is_over_the_newest_replies_not_the_last_one():
+    """`watch` reads no streamed text: the rate is over the replies of the newest seconds, as
+    their timestamps time them, so a reply of 10 tokens in 0.06 s does not make it jump to
+    166."""
+    from ouroboros.ui.dashboard import replies_rate
+
+    assert replies_rate([], 10) is None
+    assert replies_rate([(20.0, 100)], 10) == 5.0  # the newest reply, however long it took
+    assert replies_rate([(2.0, 60), (9.0, 9), (2.0, 60)], 10) == 60 / 2.0
+
+    def turn(start: int, secs: float, tokens: int) -> list[ev.EventBase]:
+        done = f"2025-03-01T10:00:{start + secs:06.3f}Z"
+        return [ev.ToolResultEvent(ts=f"2025-03-01T10:00:{start:02d}.000Z", turn=1, id="a",
+                                   name="shell_exec", ok=True, bytes=3, observation="obs-1",
+                                   truncated=False, summary="ok", duration_ms=5),
+                reply(done), usage(done, completion_tokens=tokens)]
+
+    state = replay(turn(0, 2.0, 60) + turn(10, 2.0, 60) + turn(20, 0.06, 10))
+    assert state.tokens_per_sec == pytest.approx(130 / 4.06)

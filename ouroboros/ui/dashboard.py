@@ -125,12 +125,13 @@ class DashboardState:
     alerts: int = 0  # how many there have been, that one included
     conditions: dict[str, Note] = field(default_factory=dict)  # warnings not over, by cause
     _stream_chars: int = field(default=0, init=False, repr=False)
-    _stream_started: float = field(default=0.0, init=False, repr=False)
-    _stream_last: float = field(default=0.0, init=False, repr=False)
     # (seconds of streaming, characters) per streamed piece: the pauses between replies cut out
     _pieces: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
     _paused_secs: float = field(default=0.0, init=False, repr=False)
     _chars_per_token: float = field(default=DEFAULT_CHARS_PER_TOKEN, init=False, repr=False)
+    # (seconds, completion tokens) of the newest replies, as their events' timestamps time them
+    _replies: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64),
+                                               init=False, repr=False)
     _streamed_turn: bool = field(default=False, init=False, repr=False)
     _reply_secs: float | None = field(default=None, init=False, repr=False)
     _answered: tuple[int, int] = field(default=(0, 0), init=False, repr=False)  # session, turn
@@ -185,11 +186,10 @@ class DashboardState:
             if self._pieces:  # the time since the last stream is a pause, not streaming
                 self._paused_secs = now - self._pieces[-1][0]
             self.streaming, self.text, self._stream_chars = True, "", 0
-            self._stream_started, self._streamed_turn = now, True
+            self._streamed_turn = True
             counted = 0  # its characters came with the wait for the first token
         self.text = (self.text + piece)[-MAX_TEXT_CHARS:]
         self._stream_chars += len(piece)
-        self._stream_last = now
         self._pieces.append((now - self._paused_secs, counted))
         while self._pieces[-1][0] - self._pieces[0][0] > RATE_WINDOW_SECS:
             self._pieces.popleft()
@@ -244,13 +244,13 @@ class DashboardState:
         self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
         if self._streamed_turn and e.completion_tokens and self._stream_chars:
             self._chars_per_token = self._stream_chars / e.completion_tokens
-        rate = reply_rate(e.completion_tokens, self._stream_secs(), self._reply_secs)
+        if e.completion_tokens and self._reply_secs is not None \
+                and self._reply_secs >= MIN_REPLY_SECS:
+            self._replies.append((self._reply_secs, e.completion_tokens))
         streamed = window_rate(self._pieces, RATE_WINDOW_SECS, self._chars_per_token)
-        self.tokens_per_sec = streamed if streamed is not None else rate or self.tokens_per_sec
+        timed = replies_rate(self._replies, RATE_WINDOW_SECS)
+        self.tokens_per_sec = streamed if streamed is not None else timed
         self._streamed_turn, self._reply_secs = False, None
-
-    def _stream_secs(self) -> float | None:
-        return self._stream_last - self._stream_started if self._streamed_turn else None
 
     def _on_warning(self, e: ev.WarningEvent | ev.ErrorEvent) -> None:
         self.alerts += 1
@@ -342,18 +342,17 @@ def window_rate(pieces: Iterable[tuple[float, int]], window_secs: float,
     return sum(chars for _, chars in inside[1:]) / chars_per_token / span
 
 
-def reply_rate(completion_tokens: int | None, stream_secs: float | None,
-               reply_secs: float | None) -> float | None:
-    """Tokens per second of one reply: the server's completion count over the time the text
-    streamed (when it streamed long enough to time), else over the whole request as its
-    events' timestamps bound it (prompt processing included); None when neither can tell."""
-    if not completion_tokens:
-        return None
-    if stream_secs is not None and stream_secs >= MIN_RATE_SECS:
-        return completion_tokens / stream_secs
-    if reply_secs is not None and reply_secs >= MIN_REPLY_SECS:
-        return completion_tokens / reply_secs
-    return None
+def replies_rate(replies: Iterable[tuple[float, int]], window_secs: float) -> float | None:
+    """Tokens per second over the newest replies that took `window_secs` together (the
+    newest one at least), for a log read without its streamed text (`watch`, `status`):
+    `replies` are (seconds, completion tokens) per reply, oldest first, each timed by its
+    events' timestamps (prompt processing included); None when no reply could be timed."""
+    secs = tokens = 0.0
+    for took, count in reversed(list(replies)):
+        if secs and secs + took > window_secs:
+            break
+        secs, tokens = secs + took, tokens + count
+    return tokens / secs if secs else None
 
 
 def call_summary(name: str, arguments: str, subject: str = "") -> str:
