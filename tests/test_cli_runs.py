@@ -299,8 +299,8 @@ def test_logs_filters_by_type(tmp_path):
     assert result.exit_code == 0, result.output
     texts = [line.split(" ", 3)[3] for line in result.output.splitlines()]
     assert texts == [
-        "masked 3 tool results (4,584 -> 3,310 tokens, 27.8% reclaimed; 3 masked in total)",
-        "masked 1 tool result (5,290 -> 4,950 tokens, 6.4% reclaimed; 4 masked in total)",
+        "masked 3 tool results (4,584 -> 3,310 tokens, 1,274 freed; 3 masked in total)",
+        "masked 1 tool result (5,290 -> 4,950 tokens, 340 freed; 4 masked in total)",
         "wind-down: context at 93.5% of the budget, agent asked to save state",
     ]
 

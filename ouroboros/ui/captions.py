@@ -67,13 +67,12 @@ def mask_caption(e: ev.ContextMask) -> str:
         return (f"The next request would not have fit, so {results} masked first "
                 f"({before:,} -> {after:,} tokens).")
     if e.total_masked > count:
-        return (f"Masked {plural(count, 'more tool result')}: {e.reclaimed_pct}% of the "
-                f"context back, {e.total_masked} masked so far.")
+        return (f"Masked {plural(count, 'more tool result')}: {before - after:,} tokens "
+                f"back, {e.total_masked} masked so far.")
     oldest = "the oldest tool result" if count == 1 else f"the {count} oldest tool results"
     return (f"Masked: the context passed the soft threshold, so {oldest} became a one-line "
             f"placeholder saying what was there. That took it from {before:,} to {after:,} "
-            f"tokens ({e.reclaimed_pct}% reclaimed) without losing a turn; recall(id) "
-            "brings a masked result back.")
+            "tokens without losing a turn; recall(id) brings a masked result back.")
 
 
 def wind_down_caption(e: ev.WindDown) -> str:

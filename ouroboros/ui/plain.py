@@ -107,8 +107,8 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.TokenUsage: usage_text,
     ev.ContextMask: lambda e: (
         f"masked {plural(e.observations_masked, 'tool result')} ({e.tokens_before:,} -> "
-        f"{e.tokens_after:,} tokens, {e.reclaimed_pct}% reclaimed; {e.total_masked:,} masked "
-        "in total)"),
+        f"{e.tokens_after:,} tokens, {e.tokens_before - e.tokens_after:,} freed; "
+        f"{e.total_masked:,} masked in total)"),
     ev.ContextDrop: lambda e: ("dropped the oldest turn" if e.turns_dropped == 1 else
                                f"dropped the {e.turns_dropped} oldest turns")
                               + " to fit the window",
