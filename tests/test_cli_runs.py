@@ -414,4 +414,5 @@ def test_status_named_with_config_says_how_to_go_on_with_that_config(tmp_path):
                        env=clean_env(COLUMNS="200"))
 
     assert result.returncode == 0, result.stderr
-    assert f'ouroboros resume --config {config} --message "what to do next"' in result.stdout
+    assert f'ouroboros resume --config {config} --message "what to do next"' in \
+        " ".join(result.stdout.split())
