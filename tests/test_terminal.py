@@ -294,9 +294,9 @@ def test_a_config_warning_leaves_the_header_once_the_typo_is_fixed(tmp_path, scr
     assert any("WARNING" in line for line in header(last_frame(typo)))
     tmux.wait_for(lambda s: any("warning over: the config loads again" in line for line in s),
                   "the activity saying the warning is over")
-    final = tmux.wait_for(lambda s: any("ended: " in line and "─╯" in line for line in s),
-                          "the run's end")
-    frame = last_frame(final)
+    tmux.wait_for(lambda s: any("ended: " in line and "─╯" in line for line in s),
+                  "the run's end")
+    frame = last_frame(tmux.everything())
     assert not any("sof_threshold_pct" in line for line in header(frame)), "\n".join(frame)
     assert max(len(line) for line in frame) <= width
 
