@@ -104,6 +104,8 @@ class WireMessages:
 TextSink = Callable[[str], None]
 # (kind, message): a warning shown once per run and kind.
 Warn = Callable[[str, str], None]
+# (which kinds, message): the warnings of the kinds picked are over (warning_cleared events).
+Clear = Callable[[Callable[[str], bool], str], None]
 
 
 class ModelClient(Protocol):

@@ -18,7 +18,7 @@ from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
-from tests.helpers import clean_env
+from tests.helpers import clean_env, ouroboros
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
 
 
@@ -57,17 +57,18 @@ def test_status_of_a_finished_run(tmp_path):
 
     assert result.exit_code == 0, result.output
     lines = [" ".join(line.split()) for line in result.output.splitlines()]
-    assert lines[:8] == [
+    assert lines[:9] == [
         f"run {RUN_ID}",
         "state not running: ended (max_turns, exit 0)",
         "session 2",
         "turn 3 in this session, 9 in total",
-        "context 61.8% (3,797/6,144 tokens)",
+        "context 61.8% of the budget (3,797/6,144 tokens)",
         "window 8,192 tokens (server /api/show)",
+        "budget 6,144 tokens (the window less the reply's room); soft 70%, hard 90% of it",
         "restarts 1",
         "masking 5 tool results masked (2 masking rounds)",
     ]
-    assert lines[8].startswith("last event run_end, ") and lines[8].endswith(" ago")
+    assert lines[9].startswith("last event run_end, ") and lines[9].endswith(" ago")
 
 
 def test_status_of_a_run_going_on(tmp_path):
@@ -88,7 +89,7 @@ def test_status_of_a_killed_run(tmp_path):
     result = invoke("status", "-c", str(config))
 
     assert "not running: stopped without an end record (killed or crashed); `ouroboros " \
-        "resume` continues it" in " ".join(result.output.split())
+        f"resume --config {config}` continues it" in " ".join(result.output.split())
 
 
 def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
@@ -104,7 +105,8 @@ def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
     result = invoke("status", "-c", str(config))
 
     assert 'ended (task_complete, exit 0); the agent says the task is done; to give it more ' \
-        'to do: ouroboros resume --message "what to do next"' in " ".join(result.output.split())
+        f'to do: ouroboros resume --config {config} --message "what to do next"' in \
+        " ".join(result.output.split())
 
 
 # -- runs --
@@ -297,9 +299,9 @@ def test_logs_filters_by_type(tmp_path):
     assert result.exit_code == 0, result.output
     texts = [line.split(" ", 3)[3] for line in result.output.splitlines()]
     assert texts == [
-        "masked 3 tool results (4584 -> 3310 tokens, 27.8% reclaimed; 3 masked in total)",
-        "masked 1 tool result (5290 -> 4950 tokens, 6.4% reclaimed; 4 masked in total)",
-        "wind-down: context at 93.5%, agent asked to save state",
+        "masked 3 tool results (4,584 -> 3,310 tokens, 1,274 freed; 3 masked in total)",
+        "masked 1 tool result (5,290 -> 4,950 tokens, 340 freed; 4 masked in total)",
+        "wind-down: context at 93.5% of the budget, agent asked to save state",
     ]
 
 
@@ -349,3 +351,68 @@ def test_watch_an_unknown_run(tmp_path):
     result = invoke("watch", "nope", "-c", str(config))
 
     assert result.exit_code == 2 and f"(latest: {RUN_ID})" in result.stderr
+
+
+# -- at 80 columns, through the real command --
+
+
+def at_columns(columns: int, *args: str) -> list[str]:
+    result = ouroboros(*args, env=clean_env(COLUMNS=str(columns)))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_runs_fits_the_terminal_one_line_a_run(tmp_path, columns):
+    config, _ = project(tmp_path)
+    state_dir = tmp_path / ".ouroboros"
+    write_run(state_dir, "20250302-090000-cd34", 3, end={"reason": "task_complete",
+                                                         "resumable": True})
+    write_run(state_dir, "20250303-090000-ef56", 1)  # killed: no end record
+    write_run(state_dir, "20250304-090000-gh78", 2)
+    (state_dir / LOCK_FILE).write_text(json.dumps(
+        {"pid": 4_194_304, "host": socket.gethostname(), "run_id": "20250304-090000-gh78"}))
+
+    lines = at_columns(columns, "runs", "-c", str(config))
+
+    assert len(lines) == 5, "\n".join(lines)  # the header and one line per run: none wraps
+    assert all(len(line) <= columns for line in lines)
+    assert "task_complete, resumable" in lines[2] and "stopped (killed?), resumable" in lines[3]
+    assert lines[0].split()[-2:] == ["last", "event"]
+    if columns >= 100:
+        assert "ended: task_complete, resumable" in lines[2] and "run_end, " in lines[2]
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_stats_chart_fits_with_its_threshold_labels_beside_it(tmp_path, columns):
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 4, turns=6,
+              end={"reason": "max_turns"})  # 24 turns: 3 columns each at full width
+
+    lines = at_columns(columns, "stats", "-c", str(config))
+
+    assert all(len(line) <= columns for line in lines), "\n".join(lines)
+    rows = [line for line in lines if "% ┤" in line]
+    assert len(rows) == 10, "\n".join(lines)  # no chart row wrapped onto a second line
+    assert any(row.endswith(" hard 90%") for row in rows)
+    assert any(row.endswith(" soft 70%") for row in rows)
+    assert lines[-1].rstrip().endswith("24   ↻ restart")
+
+
+def test_status_named_with_config_says_how_to_go_on_with_that_config(tmp_path):
+    """From another directory, `ouroboros resume` alone would find another project (or none):
+    the command `status --config PATH` suggests carries the same --config."""
+    config = tmp_path / "elsewhere" / "ouroboros.toml"
+    config.parent.mkdir()
+    config.write_text("")
+    write_run(config.parent / ".ouroboros", "20250302-090000-cd34", 1,
+              end={"reason": "max_turns", "exit_code": 3, "resumable": True,
+                   "next": 'ouroboros resume --message "what to do next"'})
+
+    result = ouroboros("status", "--config", str(config), cwd=tmp_path,
+                       env=clean_env(COLUMNS="200"))
+
+    assert result.returncode == 0, result.stderr
+    assert f'ouroboros resume --config {config} --message "what to do next"' in \
+        " ".join(result.stdout.split())

@@ -347,7 +347,7 @@ def test_admit_caps_results_at_a_quarter_of_the_budget():
     (0.75, ["a", "b"], False, Continue(), False),  # only the newest two: kept
     (0.95, ["a", "b", "c"], False, Mask(["a"]), False),  # masking before winding down
     (0.95, ["a", "b"], False, WindDown(), True),
-    (0.95, ["a", "b"], True, Restart("context at 95% of the budget after the wind-down"), True),
+    (0.95, ["a", "b"], True, Restart("context at 95.0% of the budget after the wind-down"), True),
     (0.85, [], True, Continue(), True),  # under hard but above soft: still wound down
 ])
 def test_decide(used, candidates, wound_down, decision, after):

@@ -41,12 +41,12 @@ def test_the_first_mask_says_what_was_masked_why_and_how_to_get_it_back():
 
     assert "passed the soft threshold" in text
     assert "the oldest tool result became a one-line placeholder saying what was there" in text
-    assert "from 3,665 to 2,962 tokens (19.2% reclaimed)" in text
+    assert "from 3,665 to 2,962 tokens without losing a turn" in text
     assert "recall(id)" in text
 
 
 def test_later_masks_are_short_and_count():
-    assert caption(mask(3, 8)) == ("Masked 3 more tool results: 19.2% of the context back, "
+    assert caption(mask(3, 8)) == ("Masked 3 more tool results: 703 tokens back, "
                                    "8 masked so far.")
     assert caption(mask(2, 2)).startswith("Masked: the context passed the soft threshold, "
                                           "so the 2 oldest tool results")
@@ -61,11 +61,12 @@ def test_a_mask_to_fit_a_request_says_so():
 def test_the_wind_down_says_what_it_asks_of_the_agent_and_why():
     text = caption(event("wind_down", context_used_pct=94.0))
 
-    assert text.startswith("Wind-down: the context is 94.0% full, past the hard threshold")
+    assert text.startswith("Wind-down: the context is at 94.0% of the budget, past the hard "
+                           "threshold")
     assert "save its progress and state to workspace files now" in text
     assert "only files carry over" in text
     assert caption(event("wind_down", session=2, context_used_pct=90.6)) == (
-        "Wind-down again at 90.6%: save your state, the agent is told.")
+        "Wind-down again at 90.6% of the budget: save your state, the agent is told.")
     assert "reads the config again" in caption(
         event("wind_down", context_used_pct=40.0, reason="reload"))
 

@@ -289,3 +289,8 @@ def test_a_server_restarted_bigger_is_believed_at_the_next_session(tmp_path):
         s for s in of_type(events, "session_start") if s["seq"] > usages[10]["seq"]]
     assert any("working within" in w["message"] and "again" in w["message"]
                for w in of_type(events, "warning"))
+    # the truncation warning's condition is over: the dashboard takes it down
+    truncation = [w for w in of_type(events, "warning") if w.get("condition") == "truncation"]
+    cleared = of_type(events, "warning_cleared")
+    assert truncation and [c["condition"] for c in cleared] == ["truncation"]
+    assert cleared[0]["seq"] > truncation[0]["seq"]

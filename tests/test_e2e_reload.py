@@ -27,7 +27,9 @@ from ouroboros.protocols import Message
 from ouroboros.loop.reload import RELOAD_REASON
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import Fault, Reply, ScriptedServer
+from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.plain import format_line
+from ouroboros.ui.render import header
 from ouroboros.ui.stats import run_stats
 from ouroboros.ui.status import run_status, status_view
 from tests.helpers import of_type, run_events
@@ -149,6 +151,46 @@ def test_a_bad_edit_keeps_the_run_going_with_one_warning(tmp_path, edit, message
                for w in warnings)
     assert not of_type(events, "config_changed")
     assert all(min(levels) >= SOFT for levels in mask_levels(events).values())
+
+
+def test_a_config_warning_is_taken_down_once_the_edit_is_fixed(tmp_path):
+    """A typo (`sof_threshold_pct`) at one wind-down, fixed at the next: the warning names its
+    condition, the next session's reread says it is over, and the dashboard's header, fed the
+    run's events, no longer shows it."""
+    toml = tmp_path / "ouroboros.toml"
+    saved: list[str] = []
+
+    def typo_then_fix() -> None:
+        if not saved:
+            saved.append(toml.read_text())
+            edit_config(tmp_path, "context", "sof_threshold_pct", 0.6)
+        elif len(saved) == 1:
+            saved.append(toml.read_text())
+            toml.write_text(saved[0])
+
+    code, keys = run_task(tmp_path, EditingAgent(30, typo_then_fix, every=True), 30)
+
+    assert code == 0
+    events = run_events(tmp_path)
+    warned = [w for w in of_type(events, "warning") if "sof_threshold_pct" in w["message"]]
+    assert len(warned) == 1 and warned[0]["condition"], warned
+    cleared = of_type(events, "warning_cleared")
+    assert [c["condition"] for c in cleared] == [warned[0]["condition"]]
+    assert cleared[0]["seq"] > warned[0]["seq"]
+    assert format_line(cleared[0]).endswith("warning over: the config loads again")
+    state = DashboardState()
+    for event in events:
+        state.apply(event)
+        if event is warned[0]:
+            assert state.alert is not None and "sof_threshold_pct" in state.alert.text
+    assert state.alert is None or "sof_threshold_pct" not in state.alert.text
+    assert "sof_threshold_pct" not in "\n".join(header_text(state))
+
+
+def header_text(state: DashboardState) -> list[str]:
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(header(state, 80))
+    return console.export_text().splitlines()
 
 
 def test_keys_that_need_a_new_run_are_reported_once_and_kept(tmp_path):

@@ -247,3 +247,88 @@ def test_a_slow_first_token_shows_a_wait_that_counts(tmp_path, scripted_server, 
     assert any("assistant (last reply; waiting for the model" in line for line in first)
     tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
                   "the run's end")
+
+
+class TypoAgent:
+    """The demo task, slowly; at the first wind-down it puts a typo in ouroboros.toml, at the
+    next it fixes it (the config is read again at each session start)."""
+
+    def __init__(self, project: Path, parts: int) -> None:
+        from ouroboros.demo import RecordingAgent
+
+        self.agent, self.toml, self.saved = RecordingAgent(parts), project / "ouroboros.toml", ""
+        self.winds = 0
+
+    def __call__(self, messages: list[Message]) -> Reply:
+        time.sleep(0.15)
+        if "Context nearly full" in (messages[-1].get("content") or ""):
+            self.winds += 1
+            if self.winds == 1:
+                self.saved = self.toml.read_text()
+                self.toml.write_text(self.saved.replace("[context]",
+                                                        "[context]\nsof_threshold_pct = 0.6"))
+            elif self.winds == 2:
+                self.toml.write_text(self.saved)
+        return self.agent(messages)
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
+def test_a_config_warning_leaves_the_header_once_the_typo_is_fixed(tmp_path, scripted_server,
+                                                                   tmux, width, height):
+    from ouroboros.demo import write_demo_project
+
+    project = tmp_path / "project"
+    agent = TypoAgent(project, 30)
+    server = scripted_server(agent, model="scripted-demo", context_length=4096)
+    write_demo_project(project, server.base_url, 30)
+    assert "[context]" in (project / "ouroboros.toml").read_text()
+
+    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config",
+                str(project / "ouroboros.toml")], width, height, cwd=tmp_path)
+
+    def typo_in_header(screen: list[str]) -> bool:
+        whole = any(line.startswith("╭─ ouroboros") for line in screen)
+        return whole and any("sof_threshold_pct" in line for line in header(last_frame(screen)))
+
+    typo = tmux.wait_for(typo_in_header, "the typo's warning on the header")
+    assert any("WARNING" in line for line in header(last_frame(typo)))
+    tmux.wait_for(lambda s: any("warning over: the config loads again" in line for line in s),
+                  "the activity saying the warning is over")
+    tmux.wait_for(lambda s: any("ended: " in line and "─╯" in line for line in s),
+                  "the run's end")
+    frame = last_frame(tmux.everything())
+    assert not any("sof_threshold_pct" in line for line in header(frame)), "\n".join(frame)
+    assert max(len(line) for line in frame) <= width
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
+def test_while_a_turn_waits_its_counters_agree(tmp_path, scripted_server, tmux, width, height):
+    """The second request fails once (a 503): the retry's event carries turn 2 while one reply
+    has come; the header counts the replies received in both counters."""
+    from ouroboros.testing import Fault
+
+    holder: list = []
+
+    def failing_once(messages: list[Message]) -> Reply:
+        turn = sum(m["role"] == "assistant" for m in messages)
+        if turn == 0:
+            holder[0].inject(Fault("status", 503, "model is loading"))
+        return Reply(f"Reading part {turn}.",
+                     [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+
+    server = scripted_server(failing_once)
+    holder.append(server)
+    config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3},
+                          model={"max_retry_secs": 30})
+    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
+               width, height, cwd=tmp_path)
+
+    screen = tmux.wait_for(lambda s: any("waiting to retry" in line for line in s),
+                           "the wait for the retry")
+    counters = next(line for line in screen if "total turns" in line)
+    assert re.search(r"turn 1 .*total turns 1\b", counters), counters
+    tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
+                  "the run's end")
+    final = last_frame(tmux.everything())
+    counters = next(line for line in final if "total turns" in line)
+    assert re.search(r"turn 3 .*total turns 3\b", counters), counters

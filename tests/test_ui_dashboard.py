@@ -12,7 +12,8 @@ from ouroboros.store import events as ev
 from ouroboros.store.log import read_events
 import pytest
 
-from ouroboros.ui.dashboard import DashboardState, call_summary, zone
+from ouroboros.ui.dashboard import RATE_WINDOW_SECS, DashboardState, call_summary, \
+    window_rate, zone
 from ouroboros.ui.live import LiveDashboard, watch
 from ouroboros.ui.render import gauge, render
 from tests.helpers import whole_panels
@@ -125,15 +126,45 @@ def test_streamed_text_and_its_rate(tmp_path):
     assert state.streaming and state.text == "Let me look at the failing test."
     assert state.tokens_per_sec is None  # too early to tell
     state.add_text("x" * 68, now=101.0)
-    assert state.tokens_per_sec == (7 + 25 + 68) / DEFAULT_CHARS_PER_TOKEN / 1.0
+    # the first piece starts the clock: what came after it, over the second since
+    assert state.tokens_per_sec == (25 + 68) / DEFAULT_CHARS_PER_TOKEN / 1.0
 
     state.apply(upto(events, "assistant", 3)[-1])
     state.apply(upto(events, "token_usage", 3)[-1])
     assert not state.streaming and state.text == "The tokenizer drops trailing spaces; reading it."
-    assert state.tokens_per_sec == 43 / 1.0  # the server's count over the stream's second
+    # the same second of streaming, its characters now counted in the server's tokens (43
+    # for the 100 characters streamed), not one reply's count over its own time
+    assert state.tokens_per_sec == pytest.approx((25 + 68) * 43 / 100 / 1.0)
 
     state.add_text("Next", now=200.0)
     assert state.text == "Next"  # a new stream starts afresh
+
+
+def test_the_rate_is_over_the_newest_seconds_of_streaming():
+    assert window_rate([], 10, 4.0) is None  # nothing streamed: blank
+    assert window_rate([(0.0, 40), (0.2, 40)], 10, 4.0) is None  # too briefly to time
+    assert window_rate([(0.0, 4), (1.0, 40), (2.0, 40)], 10, 4.0) == 10.0
+    # what streamed more than the window before the newest piece no longer counts
+    old_and_slow = [(0.0, 0), (20.0, 8)]
+    assert window_rate(old_and_slow + [(21.0, 40), (22.0, 40)], 10, 4.0) == 10.0
+
+
+def test_the_rate_stays_steady_across_replies_and_the_pauses_between_them():
+    """A model streaming 40 characters a second, reply after reply, with a tool run of 30 s
+    between the replies: the figure is the same every time, never a per-chunk or per-reply
+    jump, and the pauses do not drag it down."""
+    state, now, seen = DashboardState(), 0.0, []
+    for reply_no in range(3):
+        for second in range(4):
+            state.add_text("x" * 40, now=now + second)
+            if second:
+                seen.append(state.tokens_per_sec)
+        state.apply(ev.Assistant(ts="2025-03-01T10:00:00.000Z", turn=reply_no + 1, text="x",
+                                 finish_reason="stop", tool_calls=[]))
+        now += 3 + 30  # the tools run: no streaming
+    steady = 40 / DEFAULT_CHARS_PER_TOKEN
+    assert all(rate == pytest.approx(steady) for rate in seen), seen
+    assert len(state._pieces) <= RATE_WINDOW_SECS + 2  # what it keeps does not grow
 
 
 def reply(ts: str) -> ev.Assistant:
@@ -372,3 +403,90 @@ def test_a_checkpoint_is_not_shown_as_the_last_thing_the_run_did():
     state.apply(reply("2026-11-26T08:00:00+00:00"))
     state.apply(ev.Checkpoint(ts="2026-11-26T08:00:01+00:00", turn=1, base=1))
     assert (state.last_type, state.last_ts) == ("assistant", "2026-11-26T08:00:00+00:00")
+
+
+def test_a_warning_leaves_the_header_when_its_condition_is_over():
+    def warning(seq: int, text: str, condition: str = "") -> ev.WarningEvent:
+        return ev.WarningEvent(ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq, message=text,
+                               condition=condition)
+
+    def cleared(seq: int, condition: str) -> ev.WarningCleared:
+        return ev.WarningCleared(ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq,
+                                 condition=condition, message="over")
+
+    state = replay([warning(1, "no token usage", "estimate"),
+                    warning(2, "unknown key context.sof", "config error: unknown key")])
+    assert "unknown key" in rendered(state)
+
+    replay([cleared(3, "config error: unknown key")], state)
+    assert "unknown key" not in rendered(state).split("╰")[0]  # gone from the header
+    assert "WARNING no token usage" in rendered(state).split("╰")[0]  # its cause holds
+    assert "warning over: over" in rendered(state)  # the activity says why it went
+
+    replay([cleared(4, "estimate")], state)
+    assert state.alert is None and "WARNING" not in rendered(state).split("╰")[0]
+
+    replay([warning(5, "window smaller", "window"), ev.ErrorEvent(
+        ts="2025-03-01T10:00:06.000Z", seq=6, message="server gone", kind="ModelError"),
+        ev.RunResumed(ts="2025-03-01T10:00:07.000Z", seq=7, total_turns=3, restarts=0,
+                      context_limit=4096, limit_source="config", budget=3584,
+                      torn_line_dropped=False, interrupted_tools=[])], state)
+    assert state.alert is not None and state.alert.text == "WARNING window smaller"
+
+
+def test_one_reading_reads_the_same_on_every_surface(tmp_path):
+    """The dashboard, the plain line, `status` and `stats` write a context reading in one form,
+    as a share of one base they name, beside the budget it is a share of."""
+    from datetime import datetime, timezone
+
+    from ouroboros.ui.plain import format_line
+    from ouroboros.ui.stats import run_stats, stats_view
+    from ouroboros.ui.status import RunStatus, status_view
+
+    events = sample_events(tmp_path)
+    usage = [e for e in events if e["type"] == "token_usage"][-1]
+    reading = f"{usage['context_used_pct']:.1f}%"
+    state = replay(events)
+    shown = {
+        "dashboard": rendered(state),
+        "plain": format_line(usage),
+        "status": printed(status_view(RunStatus(RUN_ID, state, None, None),
+                                      now=datetime.now(timezone.utc))),
+    }
+    budget = f"{usage['budget']:,}"
+    for surface, text in shown.items():
+        assert reading in text and budget in text, surface
+    stats = printed(stats_view(run_stats(events)))
+    peak = max(e["context_used_pct"] for e in events if e["type"] == "token_usage")
+    assert f"{peak:.1f}%" in stats and "% of the prompt budget" in stats
+    assert f"{usage['prompt_tokens']:,}/{budget} tokens" in shown["plain"]
+    assert f"{reading} of the budget" in shown["status"]
+    wind_down = ev.WindDown(ts="2025-03-01T10:00:00.000Z", context_used_pct=93.5)
+    assert "context at 93.5% of the budget" in format_line(wind_down)
+
+
+def printed(renderable) -> str:
+    console = Console(record=True, width=100, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_a_replayed_rate_is_over_the_newest_replies_not_the_last_one():
+    """`watch` reads no streamed text: the rate is over the replies of the newest seconds, as
+    their timestamps time them, so a reply of 10 tokens in 0.06 s does not make it jump to
+    166."""
+    from ouroboros.ui.dashboard import replies_rate
+
+    assert replies_rate([], 10) is None
+    assert replies_rate([(20.0, 100)], 10) == 5.0  # the newest reply, however long it took
+    assert replies_rate([(2.0, 60), (9.0, 9), (2.0, 60)], 10) == 60 / 2.0
+
+    def turn(start: int, secs: float, tokens: int) -> list[ev.EventBase]:
+        done = f"2025-03-01T10:00:{start + secs:06.3f}Z"
+        return [ev.ToolResultEvent(ts=f"2025-03-01T10:00:{start:02d}.000Z", turn=1, id="a",
+                                   name="shell_exec", ok=True, bytes=3, observation="obs-1",
+                                   truncated=False, summary="ok", duration_ms=5),
+                reply(done), usage(done, completion_tokens=tokens)]
+
+    state = replay(turn(0, 2.0, 60) + turn(10, 2.0, 60) + turn(20, 0.06, 10))
+    assert state.tokens_per_sec == pytest.approx(130 / 4.06)

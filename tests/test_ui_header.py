@@ -15,7 +15,8 @@ from tests.test_ui_dashboard import rendered_at, replay, sample_events
 
 @pytest.mark.parametrize("width,height,label", [
     (80, 24, "window 8,192"),
-    (160, 50, "window 8,192 (server /api/show)"),
+    (120, 30, "window 8,192 (server /api/show)"),
+    (160, 50, "budget 6,144 of window 8,192 (server /api/show)"),
 ])
 def test_the_header_shows_the_window_and_where_its_size_came_from(tmp_path: Path, width, height,
                                                                    label):

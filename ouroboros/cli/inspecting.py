@@ -42,7 +42,8 @@ def status(config: Optional[Path] = ConfigOption,
     if found is None:
         typer.echo(f"no runs yet in {loaded.state_dir}")
         return
-    Console().print(status_view(found, now=datetime.now(timezone.utc)))
+    Console().print(status_view(found, now=datetime.now(timezone.utc),
+                                config=str(config) if config is not None else ""))
 
 
 @app.command(short_help="The project's runs: state, sessions, turns, last event.")

@@ -16,6 +16,7 @@ from ouroboros.window import ledger as tk
 from ouroboros.window.policy import ContextManager, Reading
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
 from ouroboros.protocols import (
+    Clear,
     EventSink,
     Message,
     ModelClient,
@@ -68,8 +69,10 @@ class WindowAsker(Protocol):
 class Accounting:
     def __init__(self, context: ContextManager, client: ModelClient,
                  counter: TokenCounter | None, tools: list[dict[str, Any]], log: EventSink,
-                 warn_once: Warn, asker: WindowAsker | None = None) -> None:
+                 warn_once: Warn, asker: WindowAsker | None = None,
+                 clear: Clear | None = None) -> None:
         self.context = context
+        self.clear = clear or (lambda keys, message: None)
         self.client = client
         self.counter = counter
         self.tools = tools
@@ -111,6 +114,8 @@ class Accounting:
             return
         self.context.window = after_retest(window, counted)
         if self.context.window != window:
+            self.clear(lambda key: key == "truncation", "the server counts past the window "
+                       f"believed: {self.context.limit} tokens again")
             self.log.emit(ev.WarningEvent(message=(
                 f"the server counted {counted} tokens of a prompt above the {window.limit} "
                 f"believed: working within {self.context.limit} tokens again "
@@ -133,10 +138,13 @@ class Accounting:
         """What the server said of the request of the first `sent` messages, into the
         ledger and the log."""
         usage = reply.usage
+        streamed_count = usage is not None and bool(usage.prompt_tokens)
         if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
             usage = await self.probe(messages, sent, usage)
         reading = self.context.observe_reply(messages, self.tools, usage, len(reply.text),
                                              sent)
+        if streamed_count and reading.verdict == "whole":
+            self.clear(lambda key: key == "estimate", "the server sends token usage again")
         self.log.emit(ev.TokenUsage(
             prompt_tokens=reading.prompt_tokens, completion_tokens=reading.completion_tokens,
             total_tokens=reading.prompt_tokens + reading.completion_tokens,

@@ -321,7 +321,13 @@ class Runner:
         except ConfigError as error:
             self.warn_once(f"config error: {error.message}", bad_edit(error.message))
             return []
+        self.state.clear_warnings(self.log, lambda key: key.startswith("config error: "),
+                                  "the config loads again")
         changes = config_diff(self.loaded.redacted(), new.redacted(), new.sources)
+        pending = {f"needs a new run: {c.key} = {show(c.new)}" for c in changes if not c.live}
+        self.state.clear_warnings(
+            self.log, lambda key: key.startswith("needs a new run: ") and key not in pending,
+            "the config no longer asks for a change that needs a new run")
         for change in changes:
             if not change.live:
                 self.warn_once(f"needs a new run: {change.key} = {show(change.new)}",

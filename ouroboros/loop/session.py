@@ -77,7 +77,8 @@ class Session:
                                services.run_dir)
         self.upkeep = Upkeep(state, self.tools, self.log, self.warn_once)
         self.accounting = Accounting(self.context, services.client, services.counter,
-                                     self.tools, self.log, self.warn_once, services.asker)
+                                     self.tools, self.log, self.warn_once, services.asker,
+                                     lambda keys, text: state.clear_warnings(self.log, keys, text))
 
     @property
     def messages(self) -> Conversation:

@@ -4,12 +4,12 @@ from stopping.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.window.conversation import Conversation
 from ouroboros.window.policy import ContextManager
-from ouroboros.store.events import WarningEvent
+from ouroboros.store.events import WarningCleared, WarningEvent
 from ouroboros.protocols import EventSink, Message
 from ouroboros.loop.stopping import StopFlag
 
@@ -50,7 +50,14 @@ class RunState:
         """A `warning` event, the first time this run meets `key`."""
         if key not in self.warned:
             self.warned.append(key)
-            log.emit(WarningEvent(message=message))
+            log.emit(WarningEvent(message=message, condition=key))
+
+    def clear_warnings(self, log: EventSink, keys: Callable[[str], bool], message: str) -> None:
+        """A `warning_cleared` event for each warning whose key `keys` picks: its condition
+        is over (and may be warned about again if it comes back)."""
+        for key in [key for key in self.warned if keys(key)]:
+            self.warned.remove(key)
+            log.emit(WarningCleared(condition=key, message=message))
 
     def to_dict(self) -> dict[str, Any]:
         """The state as the snapshot holds it. Shallow: the messages are shared, not copied

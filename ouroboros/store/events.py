@@ -301,6 +301,17 @@ class WarningEvent(EventBase):
 
     type: Literal["warning"] = "warning"
     message: str = Field(description="what, and what to do")
+    condition: str = omitted("", "what raised it, when it can clear: a `warning_cleared` with "
+                                 "the same condition says it is over")
+
+
+class WarningCleared(EventBase):
+    """The condition a warning named is over (the config loads again, the server counts
+    again); views take the warning down."""
+
+    type: Literal["warning_cleared"] = "warning_cleared"
+    condition: str = Field(description="the `condition` of the warning that is over")
+    message: str = Field(description="what changed")
 
 
 class ErrorEvent(EventBase):
@@ -399,7 +410,7 @@ MODELS = (
     RunStart, RunResumed, SessionStart, Assistant, ToolCallEvent, ToolResultEvent,
     TokenUsage, ContextMask, ContextDrop, WindDown, SessionRestart, ContextTruncationDetected,
     ContextOverflowRecovered, Retry, Idle, Stuck, UserMessage, Handoff, Security, WarningEvent,
-    ErrorEvent, StopRequested, ReloadRequested, ConfigChanged, PromptChanged, Checkpoint,
+    WarningCleared, ErrorEvent, StopRequested, ReloadRequested, ConfigChanged, PromptChanged, Checkpoint,
     SessionEnd, RunEnd,
 )
 """Every event the harness writes, in roughly the order a run meets them."""

@@ -38,7 +38,7 @@ SEGMENT_NAME = re.compile(r"(\d{6})\.jsonl(\.gz)?$")
 # The records whose newest one a reader starts from (status, watch); see Tally.
 ANCHORS = ("run_resumed", "session_start", "session_restart", "token_usage", "context_mask",
            "run_end", "stop_requested", "warning", "error", "context_truncation_detected",
-           "context_overflow_recovered")
+           "context_overflow_recovered", "warning_cleared")
 Record = dict[str, Any]
 
 

@@ -4,7 +4,7 @@
 the demo shows each caption as the event happens, beside the dashboard or the plain lines.
 
     caption(WindDown(session=1, context_used_pct=94.0))
-    # 'Wind-down: the context is 94.0% full, past the hard threshold, and nothing is left ...'
+    # 'Wind-down: the context is at 94.0% of the budget, past the hard threshold, and nothing is left ...'
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rich.console import Console, ConsoleDimensions
 
 from ouroboros.store import events as ev
 from ouroboros.store.events import Record, parse_event
+from ouroboros.ui.numbers import used
 from ouroboros.ui.plain import plural
 
 CAPTION_ROWS = 6  # the terminal lines left above the live dashboard for the captions
@@ -66,24 +67,23 @@ def mask_caption(e: ev.ContextMask) -> str:
         return (f"The next request would not have fit, so {results} masked first "
                 f"({before:,} -> {after:,} tokens).")
     if e.total_masked > count:
-        return (f"Masked {plural(count, 'more tool result')}: {e.reclaimed_pct}% of the "
-                f"context back, {e.total_masked} masked so far.")
+        return (f"Masked {plural(count, 'more tool result')}: {before - after:,} tokens "
+                f"back, {e.total_masked} masked so far.")
     oldest = "the oldest tool result" if count == 1 else f"the {count} oldest tool results"
     return (f"Masked: the context passed the soft threshold, so {oldest} became a one-line "
             f"placeholder saying what was there. That took it from {before:,} to {after:,} "
-            f"tokens ({e.reclaimed_pct}% reclaimed) without losing a turn; recall(id) "
-            "brings a masked result back.")
+            "tokens without losing a turn; recall(id) brings a masked result back.")
 
 
 def wind_down_caption(e: ev.WindDown) -> str:
-    pct = e.context_used_pct
+    pct = used(e.context_used_pct)
     if e.reason == "reload":
         return ("A reload was asked: the agent is told to save its state to files, then the "
                 "session restarts and the new one reads the config again.")
     if e.session > 1:
-        return f"Wind-down again at {pct}%: save your state, the agent is told."
-    return (f"Wind-down: the context is {pct}% full, past the hard threshold, and nothing is "
-            "left worth masking. The harness tells the agent to save its progress and state "
+        return f"Wind-down again at {pct} of the budget: save your state, the agent is told."
+    return (f"Wind-down: the context is at {pct} of the budget, past the hard threshold, and "
+            "nothing is left worth masking. The harness tells the agent to save its progress and state "
             "to workspace files now, because the next session starts from a fresh context and "
             "only files carry over. This agent writes progress.md, and a note in NOTES.md, "
             "its memory file.")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from ouroboros.ui.numbers import threshold
+
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 SOFT_LINE, HARD_LINE = "┄", "━"
 RESTART = "↻"
@@ -39,8 +41,8 @@ def context_chart(pcts: list[float], soft: float, hard: float, restarts_at: list
                  row_of(100 * h, top, step, height): HARD_LINE}
                 for s, h in column_thresholds(per_turn, len(columns))]
     last_soft, last_hard = per_turn[-1]
-    labels = {row_of(100 * last_soft, top, step, height): f"soft {100 * last_soft:.0f}%",
-              row_of(100 * last_hard, top, step, height): f"hard {100 * last_hard:.0f}%"}
+    labels = {row_of(100 * last_soft, top, step, height): f"soft {threshold(last_soft)}",
+              row_of(100 * last_hard, top, step, height): f"hard {threshold(last_hard)}"}
     lines = []
     for row in range(height):
         ceiling = top - row * step

@@ -10,7 +10,10 @@ so the same state serves `ouroboros run` (fed by the event log's listeners), `ou
     state.context_pct, state.restarts, state.masked
 
 The newest `warning` or `error` stays in `state.alert` until a newer one replaces it, so a
-warning emitted before the first redraw is still on the screen an hour later.
+warning emitted before the first redraw is still on the screen an hour later, or until its
+cause is over: a `warning_cleared` with the warning's `condition` takes it down (and brings
+back the newest warning whose cause still holds); a resume takes down the error that ended
+the run.
 """
 
 from __future__ import annotations
@@ -19,18 +22,20 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Iterable, Literal
 
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
+from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
 
 Level = Literal["info", "warn", "error"]
 Zone = Literal["green", "yellow", "red"]
 
 MIN_RATE_SECS = 0.5  # a streamed rate over less time than this is noise
+RATE_WINDOW_SECS = 10.0  # ~tok/s is the rate over this much of the newest streaming
 MIN_REPLY_SECS = 0.05  # a reply timed by its events' timestamps (ms) over less is noise
 MAX_TEXT_CHARS = 4000  # the tail of the streamed text kept for display
 
@@ -40,7 +45,7 @@ NOTE_LEVELS: dict[str, Level] = {
     "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
     "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
     "reload_requested": "info", "config_changed": "info", "idle": "info",
-    "prompt_changed": "info",
+    "prompt_changed": "info", "warning_cleared": "info",
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
 
@@ -115,13 +120,27 @@ class DashboardState:
     last_ts: str | None = None
     tools: deque[ToolLine] = field(default_factory=deque)
     notes: deque[Note] = field(default_factory=deque)
-    alert: Note | None = None  # the newest warning or error
+    alert: Note | None = None  # the newest warning or error whose cause is not known over
     alerts: int = 0  # how many there have been, that one included
+    conditions: dict[str, Note] = field(default_factory=dict)  # warnings not over, by cause
     _stream_chars: int = field(default=0, init=False, repr=False)
-    _stream_started: float = field(default=0.0, init=False, repr=False)
-    _stream_last: float = field(default=0.0, init=False, repr=False)
+    # (seconds of streaming, characters) per streamed piece: the pauses between replies cut out
+    _pieces: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
+    _paused_secs: float = field(default=0.0, init=False, repr=False)
+    _chars_per_token: float = field(default=DEFAULT_CHARS_PER_TOKEN, init=False, repr=False)
+    # (seconds, completion tokens) of the newest replies, as their events' timestamps time them
+    _replies: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64),
+                                               init=False, repr=False)
     _streamed_turn: bool = field(default=False, init=False, repr=False)
     _reply_secs: float | None = field(default=None, init=False, repr=False)
+    _answered: tuple[int, int] = field(default=(0, 0), init=False, repr=False)  # session, turn
+
+    def counted_turns(self) -> tuple[int, int]:
+        """(turns of this session, turns in all), both counting the replies received, so the
+        two agree: a turn begun but not yet answered (its events carry its number while the
+        model is asked) is in neither."""
+        answered = self.turn == 0 or self._answered == (self.session, self.turn)
+        return (self.turn if answered else self.turn - 1), self.total_turns
 
     @property
     def zone(self) -> Zone:
@@ -161,17 +180,19 @@ class DashboardState:
     def add_text(self, piece: str, now: float) -> DashboardState:
         """A piece of the reply as it streams; `now` is a monotonic clock in seconds."""
         piece = neutralise(piece)
+        counted = len(piece)
         if not self.streaming:
+            if self._pieces:  # the time since the last stream is a pause, not streaming
+                self._paused_secs = now - self._pieces[-1][0]
             self.streaming, self.text, self._stream_chars = True, "", 0
-            self._stream_started, self._streamed_turn = now, True
+            self._streamed_turn = True
+            counted = 0  # its characters came with the wait for the first token
         self.text = (self.text + piece)[-MAX_TEXT_CHARS:]
         self._stream_chars += len(piece)
-        self._stream_last = now
-        elapsed = now - self._stream_started
-        if elapsed >= MIN_RATE_SECS:
-            from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN  # not for `status`
-
-            self.tokens_per_sec = self._stream_chars / DEFAULT_CHARS_PER_TOKEN / elapsed
+        self._pieces.append((now - self._paused_secs, counted))
+        while self._pieces[-1][0] - self._pieces[0][0] > RATE_WINDOW_SECS:
+            self._pieces.popleft()
+        self.tokens_per_sec = window_rate(self._pieces, RATE_WINDOW_SECS, self._chars_per_token)
         return self
 
     # -- one handler per event type that changes more than the clock --
@@ -193,7 +214,7 @@ class DashboardState:
     def _on_run_resumed(self, e: ev.RunResumed) -> None:
         self.status, self.ended = "running", False
         if self.alert is not None and self.alert.level == "error":  # what failed the run
-            self.alert = None  # is over: the resumed run goes on
+            self.alert = self._standing()  # is over: the resumed run goes on
         self.total_turns, self.restarts = e.total_turns, e.restarts
         self.context_limit, self.limit_source = e.context_limit, e.limit_source
 
@@ -211,26 +232,46 @@ class DashboardState:
 
     def _on_assistant(self, e: ev.Assistant) -> None:
         self.total_turns += 1
+        self._answered = (e.session, e.turn)
         self.streaming, self.text = False, e.text
         if self.last_ts is not None and e.ts:
             self._reply_secs = (parse_ts(e.ts) - parse_ts(self.last_ts)).total_seconds()
 
     def _on_token_usage(self, e: ev.TokenUsage) -> None:
+        self._answered = (e.session, e.turn)  # it follows its turn's reply
         self.prompt_tokens, self.budget = e.prompt_tokens, e.budget
         self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
-        rate = reply_rate(e.completion_tokens, self._stream_secs(), self._reply_secs)
-        if rate is not None:
-            self.tokens_per_sec = rate
+        if self._streamed_turn and e.completion_tokens and self._stream_chars:
+            self._chars_per_token = self._stream_chars / e.completion_tokens
+        if e.completion_tokens and self._reply_secs is not None \
+                and self._reply_secs >= MIN_REPLY_SECS:
+            self._replies.append((self._reply_secs, e.completion_tokens))
+        streamed = window_rate(self._pieces, RATE_WINDOW_SECS, self._chars_per_token)
+        timed = replies_rate(self._replies, RATE_WINDOW_SECS)
+        self.tokens_per_sec = streamed if streamed is not None else timed
         self._streamed_turn, self._reply_secs = False, None
-
-    def _stream_secs(self) -> float | None:
-        return self._stream_last - self._stream_started if self._streamed_turn else None
 
     def _on_warning(self, e: ev.WarningEvent | ev.ErrorEvent) -> None:
         self.alerts += 1
         self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type])
+        if isinstance(e, ev.WarningEvent) and e.condition:
+            self.conditions.pop(e.condition, None)
+            self.conditions[e.condition] = self.alert
+            while len(self.conditions) > self.max_notes:
+                del self.conditions[next(iter(self.conditions))]
 
     _on_error = _on_warning
+
+    def _on_warning_cleared(self, e: ev.WarningCleared) -> None:
+        """The warning's cause is over: it leaves the header, and the newest warning whose
+        cause still holds, if any, comes back."""
+        over = self.conditions.pop(e.condition, None)
+        if over is not None and self.alert is over:
+            self.alert = self._standing()
+
+    def _standing(self) -> Note | None:
+        """The newest warning whose cause is not over."""
+        return next(reversed(self.conditions.values()), None)
 
     def _on_tool_call(self, e: ev.ToolCallEvent) -> None:
         summary = neutralise(call_summary(e.name, e.arguments, e.subject))  # JSON may hide an ESC
@@ -283,18 +324,36 @@ class DashboardState:
             self.notes.popleft()
 
 
-def reply_rate(completion_tokens: int | None, stream_secs: float | None,
-               reply_secs: float | None) -> float | None:
-    """Tokens per second of one reply: the server's completion count over the time the text
-    streamed (when it streamed long enough to time), else over the whole request as its
-    events' timestamps bound it (prompt processing included); None when neither can tell."""
-    if not completion_tokens:
+def window_rate(pieces: Iterable[tuple[float, int]], window_secs: float,
+                chars_per_token: float) -> float | None:
+    """Tokens per second over the newest `window_secs` of streaming: `pieces` are (seconds of
+    streaming, characters) per streamed piece, oldest first, with the pauses between replies
+    cut out of the clock. The first piece in the window starts the clock, so its characters
+    are not counted; None (shown blank) when nothing streamed, or too briefly to time.
+
+        window_rate([(0.0, 4), (1.0, 40), (2.0, 40)], 10, 4.0)  # -> 10.0"""
+    pieces = list(pieces)
+    if not pieces:
         return None
-    if stream_secs is not None and stream_secs >= MIN_RATE_SECS:
-        return completion_tokens / stream_secs
-    if reply_secs is not None and reply_secs >= MIN_REPLY_SECS:
-        return completion_tokens / reply_secs
-    return None
+    last = pieces[-1][0]
+    inside = [(at, chars) for at, chars in pieces if at >= last - window_secs]
+    span = last - inside[0][0]
+    if span < MIN_RATE_SECS:
+        return None
+    return sum(chars for _, chars in inside[1:]) / chars_per_token / span
+
+
+def replies_rate(replies: Iterable[tuple[float, int]], window_secs: float) -> float | None:
+    """Tokens per second over the newest replies that took `window_secs` together (the
+    newest one at least), for a log read without its streamed text (`watch`, `status`):
+    `replies` are (seconds, completion tokens) per reply, oldest first, each timed by its
+    events' timestamps (prompt processing included); None when no reply could be timed."""
+    secs = tokens = 0.0
+    for took, count in reversed(list(replies)):
+        if secs and secs + took > window_secs:
+            break
+        secs, tokens = secs + took, tokens + count
+    return tokens / secs if secs else None
 
 
 def call_summary(name: str, arguments: str, subject: str = "") -> str:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, TextIO
 from ouroboros.store import events as ev
 from ouroboros.errors import UsageError
 from ouroboros.store.events import EVENT_TYPES, EventBase, Record, parse_event
+from ouroboros.ui.numbers import of_budget, used
 from ouroboros.ui.sanitize import neutralise
 
 
@@ -81,7 +82,7 @@ def result_text(e: ev.ToolResultEvent) -> str:
 
 def usage_text(e: ev.TokenUsage) -> str:
     cached = f", {e.cached_tokens} cached" if e.cached_tokens else ""
-    return (f"context {e.prompt_tokens}/{e.budget} tokens ({e.context_used_pct}%, "
+    return (f"context {of_budget(e.prompt_tokens, e.budget)} ({used(e.context_used_pct)}, "
             f"{e.source}{cached}), +{e.completion_tokens} completion")
 
 
@@ -98,22 +99,21 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
                             + sandbox_note(e.sandbox)),
     ev.RunResumed: resumed_text,
     ev.SessionStart: lambda e: (
-        f"session {e.session} started: context limit {e.context_limit} tokens "
-        f"({e.limit_source}), budget {e.budget}, {plural(e.carryover_messages, 'message')} "
-        "carried over"),
+        f"session {e.session} started: window {e.context_limit:,} tokens ({e.limit_source}), "
+        f"budget {e.budget:,}, {plural(e.carryover_messages, 'message')} carried over"),
     ev.Assistant: assistant_text,
     ev.ToolCallEvent: lambda e: f"tool {tool_call_text(e.name, e.arguments)}",
     ev.ToolResultEvent: result_text,
     ev.TokenUsage: usage_text,
     ev.ContextMask: lambda e: (
-        f"masked {plural(e.observations_masked, 'tool result')} ({e.tokens_before} -> "
-        f"{e.tokens_after} tokens, {e.reclaimed_pct}% reclaimed; {e.total_masked} masked in "
-        "total)"),
+        f"masked {plural(e.observations_masked, 'tool result')} ({e.tokens_before:,} -> "
+        f"{e.tokens_after:,} tokens, {e.tokens_before - e.tokens_after:,} freed; "
+        f"{e.total_masked:,} masked in total)"),
     ev.ContextDrop: lambda e: ("dropped the oldest turn" if e.turns_dropped == 1 else
                                f"dropped the {e.turns_dropped} oldest turns")
                               + " to fit the window",
-    ev.WindDown: lambda e: (f"wind-down: context at {e.context_used_pct}%, agent asked to "
-                            "save state"),
+    ev.WindDown: lambda e: (f"wind-down: context at {used(e.context_used_pct)} of the budget, "
+                            "agent asked to save state"),
     ev.SessionRestart: lambda e: (
         f"restart -> session {e.session} ({e.reason}; previous session ran "
         f"{plural(e.previous_turns, 'turn')}, {plural(e.carryover_messages, 'message')} "
@@ -126,6 +126,7 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.Retry: lambda e: f"retry {e.attempt} in {e.delay_secs}s: {e.error}",
     ev.Security: lambda e: f"SECURITY {e.kind} in {e.tool}: {e.path or e.command or ''}",
     ev.WarningEvent: lambda e: f"WARNING {e.message}",
+    ev.WarningCleared: lambda e: f"warning over: {e.message}",
     ev.ErrorEvent: lambda e: f"ERROR {e.message}",
     ev.Idle: lambda e: (
         f"no tool call in {plural(e.idle_turns, 'turn')} in a row: the continue message goes in "

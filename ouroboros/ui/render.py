@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.ui.dashboard import DashboardState, Note, ToolLine, parse_ts, zone
+from ouroboros.ui.numbers import of_budget, threshold, used
 
 GAUGE_WIDTH = 50
 MIN_GAUGE_WIDTH = 10
@@ -124,8 +125,9 @@ def header(state: DashboardState, width: int = 100, shares: Plan | None = None,
 
 def counters(state: DashboardState, inner: int = 96) -> Text:
     rate = f"{state.tokens_per_sec:,.0f}" if state.tokens_per_sec is not None else "--"
-    parts = [("session", state.session), ("turn", state.turn),
-             ("total turns", state.total_turns), ("restarts", state.restarts),
+    session_turn, total_turns = state.counted_turns()
+    parts = [("session", state.session), ("turn", session_turn),
+             ("total turns", total_turns), ("restarts", state.restarts),
              ("masked", state.masked), ("~tok/s", rate)]
     length = sum(len(f"{label} {value}") for label, value in parts)
     gap = next((g for g in ("   ", "  ") if length + len(g) * (len(parts) - 1) <= inner), " ")
@@ -140,20 +142,20 @@ def counters(state: DashboardState, inner: int = 96) -> Text:
 def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
     """`context ███░░│░│ 2,918/6,144 tokens  47.5%` in one line of `inner` columns, the gauge
     as wide as fits, and the row of threshold labels that goes under it."""
-    pct = f"{state.context_pct:.1f}%" if state.context_pct is not None else "--"
+    pct = used(state.context_pct)
     reading = state.prompt_tokens is not None and state.budget
-    used_forms = ([f"{state.prompt_tokens:,}/{state.budget:,} tokens",
+    used_forms = ([of_budget(state.prompt_tokens or 0, state.budget or 0),
                    f"{state.prompt_tokens:,}/{state.budget:,}"] if reading
                   else ["no reading yet", "--"])
     prefix = "context "
-    for used in used_forms:
-        suffix = f"  {used}  {pct}"
+    for shown in used_forms:
+        suffix = f"  {shown}  {pct}"
         bar_width = min(GAUGE_WIDTH, inner - len(prefix) - len(suffix))
         if bar_width >= MIN_GAUGE_WIDTH:
             break
     bar, marks = gauge(state.context_pct, state.soft, state.hard, max(bar_width, MIN_GAUGE_WIDTH))
     line = Text(prefix, no_wrap=True, overflow="ellipsis").append_text(bar)
-    line.append(f"  {used}  ")
+    line.append(f"  {shown}  ")
     line.append(pct, style=f"bold {state.zone}" if state.context_pct is not None else "dim")
     labels = Text(" " * len(prefix), no_wrap=True, overflow="ellipsis").append_text(marks)
     window = window_label(state, inner - len(labels) - 2)
@@ -163,13 +165,15 @@ def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
 
 
 def window_label(state: DashboardState, room: int) -> str:
-    """`window 8,192 (allocated by Ollama (/api/ps))`: the window the budget is a share of,
-    and where its size came from; without the source when there is no room for it."""
+    """`budget 6,144 of window 8,192 (allocated by Ollama (/api/ps))`: the budget the gauge
+    and the thresholds are shares of, the window it is a share of, and where its size came
+    from; as much of that as there is room for, the window first, then its source."""
     if not state.context_limit:
         return ""
-    forms = [f"window {state.context_limit:,}"]
-    if state.limit_source:
-        forms.insert(0, f"{forms[0]} ({state.limit_source})")
+    window = f"window {state.context_limit:,}"
+    source = f" ({state.limit_source})" if state.limit_source else ""
+    budget = f"budget {state.budget:,} of " if state.budget else ""
+    forms = [f"{budget}{window}{source}", f"{window}{source}", f"{budget}{window}", window]
     return next((form for form in forms if len(form) <= room), "")
 
 
@@ -190,7 +194,7 @@ def gauge(pct: float | None, soft: float, hard: float,
             bar.append("█", style=colour)
         else:
             bar.append("░", style="dim")
-    soft_label, hard_label = f"↑soft {100 * soft:.0f}%", f"↑hard {100 * hard:.0f}%"
+    soft_label, hard_label = f"↑soft {threshold(soft)}", f"↑hard {threshold(hard)}"
     hard_at = max(hard_at, soft_at + len(soft_label) + 1)
     labels = Text(" " * soft_at).append(soft_label, style="yellow")
     labels.append(" " * (hard_at - soft_at - len(soft_label))).append(hard_label, style="red")

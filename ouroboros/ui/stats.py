@@ -13,14 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, parse_event
-from ouroboros.ui.chart import context_chart
+from ouroboros.ui.chart import LABEL_WIDTH, context_chart
+from ouroboros.ui.numbers import BASE, used
 from ouroboros.ui.plain import masked_text, plural
 
 _DEFAULTS = ContextConfig()
@@ -117,6 +118,25 @@ def fold(e: EventBase, stats: RunStats, current: SessionStats,
             current.end = "running"  # if it was stopped, it is going on again
 
 
+CHART_MARGIN = LABEL_WIDTH + len("   ↻ restart")  # the row labels and the legend beside it
+
+
+@dataclass
+class Chart:
+    """The context chart, at most `width` turns' columns wide and narrower when the terminal
+    is, so that no line of it wraps (its threshold labels and legend included)."""
+
+    stats: RunStats
+    width: int
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        stats = self.stats
+        width = max(10, min(self.width, options.max_width - CHART_MARGIN))
+        yield Text("\n".join(context_chart(stats.context_pcts, stats.soft, stats.hard,
+                                            stats.restarts_at, width=width,
+                                            thresholds=stats.thresholds)), no_wrap=True)
+
+
 def stats_view(stats: RunStats, chart_width: int = 72, *,
                all_sessions: bool = False) -> RenderableType:
     """A summary line, the per-session table (only its first and last sessions for a long
@@ -127,10 +147,8 @@ def stats_view(stats: RunStats, chart_width: int = 72, *,
     summary = Text(f"run {stats.run_id}: {plural(len(stats.sessions), 'session')}, "
                    f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
                    f"{ended}\nmasking: {masked}", style="bold")
-    lines = context_chart(stats.context_pcts, stats.soft, stats.hard, stats.restarts_at,
-                          width=chart_width, thresholds=stats.thresholds)
-    chart = Text("\n".join(lines))
-    title = Text("context use per turn (% of the prompt budget)", style="bold")
+    chart = Chart(stats, chart_width)
+    title = Text(f"context use per turn ({BASE})", style="bold")
     shown, hidden = shown_sessions(stats.sessions, all_sessions)
     reasons = restart_reasons(shown)
     notes = [Text(f"[{n}] restart: {reason}") for reason, n in reasons.items()]
@@ -174,7 +192,7 @@ def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str
     total.peak_pct = max(peaks) if peaks else None
     # Two-line headers keep the table within 80 columns.
     columns = [("session", "all"), ("turns", f"{total.turns:,}"),
-               ("peak\nctx", percent(total.peak_pct)),
+               ("peak\nctx", used(total.peak_pct)),
                ("mask\nrounds", f"{total.mask_rounds:,}"),
                ("masked\nresults", f"{total.masked:,}"),
                ("prompt\ntokens", f"{total.prompt_tokens:,}"),
@@ -185,7 +203,7 @@ def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str
     for index, s in enumerate(shown):
         if hidden and index == FIRST_SHOWN:
             table.add_row("...", *[""] * 6, Text(f"({hidden:,} more)"))
-        table.add_row(str(s.session), f"{s.turns:,}", percent(s.peak_pct), f"{s.mask_rounds:,}",
+        table.add_row(str(s.session), f"{s.turns:,}", used(s.peak_pct), f"{s.mask_rounds:,}",
                       f"{s.masked:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}",
                       Text(ended_by(s.end, reasons)))
     return table
@@ -195,6 +213,3 @@ def ended_by(end: str, reasons: dict[str, int]) -> str:
     reason = end.removeprefix(RESTART_PREFIX)
     return f"restart [{reasons[reason]}]" if reason != end else end
 
-
-def percent(value: float | None) -> str:
-    return "--" if value is None else f"{value:.1f}%"

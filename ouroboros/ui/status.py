@@ -12,6 +12,7 @@ the turns run.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +26,7 @@ from ouroboros.store.segments import Tally
 from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import BOOKKEEPING, masked_text
-from ouroboros.ui.stats import percent
+from ouroboros.ui.numbers import of_budget, threshold, used
 
 MAX_CHANGES_SHOWN = 4  # the newest config changes `status` lists
 SHORT_KEYS = {"context.soft_threshold_pct": "soft", "context.hard_threshold_pct": "hard"}
@@ -113,7 +114,21 @@ def last_event(state: DashboardState, now: datetime) -> str:
     return "--"
 
 
-def describe_state(status: RunStatus) -> str:
+def describe_state(status: RunStatus, config: str = "") -> str:
+    """Running or not, how it ended, and the command that goes on with it (with `--config
+    PATH` when the person named the project's config so: from elsewhere, the command without
+    it would find another project, or none)."""
+    return with_config(state_words(status), config)
+
+
+def with_config(text: str, config: str) -> str:
+    """`text` with each `ouroboros resume` in it given `--config config`."""
+    if not config:
+        return text
+    return text.replace("ouroboros resume", f"ouroboros resume --config {shlex.quote(config)}")
+
+
+def state_words(status: RunStatus) -> str:
     if status.running:
         doing = "stopping" if status.state.status == "stopping" else "running"
         return f"{doing} (pid {status.owner_pid})"
@@ -134,19 +149,27 @@ def change_line(change: ConfigChanged) -> str:
     return f"changed at session {change.session}: {SHORT_KEYS.get(key, key)} {old} -> {new}"
 
 
-def status_view(status: RunStatus, now: datetime) -> Table:
-    """A two-column table: what, and its value."""
+def budget_text(s: DashboardState) -> str:
+    """`6,144 tokens (the window less the reply's room); soft 70%, hard 90% of it`."""
+    budget = f"{s.budget:,} tokens (the window less the reply's room); " if s.budget else ""
+    return f"{budget}soft {threshold(s.soft)}, hard {threshold(s.hard)} of it"
+
+
+def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
+    """A two-column table: what, and its value. `config`: the `--config` the person gave."""
     s = status.state
-    tokens = (f" ({s.prompt_tokens:,}/{s.budget:,} tokens)"
+    tokens = (f" of the budget ({of_budget(s.prompt_tokens, s.budget)})"
               if s.prompt_tokens is not None and s.budget else "")
+    session_turn, total_turns = s.counted_turns()
     last = last_event(s, now)
     rows = [
         ("run", status.run_id),
-        ("state", describe_state(status)),
+        ("state", describe_state(status, config)),
         ("session", str(s.session)),
-        ("turn", f"{s.turn} in this session, {s.total_turns} in total"),
-        ("context", percent(s.context_pct) + tokens),
+        ("turn", f"{session_turn} in this session, {total_turns} in total"),
+        ("context", used(s.context_pct) + tokens),
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
+        ("budget", budget_text(s)),
         ("restarts", str(s.restarts)),
         ("masking", masked_text(s.masked, status.mask_rounds)),
     ]

@@ -109,7 +109,7 @@ def decide(policy: ContextConfig, used: float, candidates: list[str],
             and used < 1:
         return Continue(), wound_down
     if wound_down:
-        return Restart(f"context at {used:.0%} of the budget after the wind-down"), True
+        return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
     return WindDown(), True
 
 
