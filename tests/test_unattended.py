@@ -246,3 +246,26 @@ def test_an_edit_of_the_memory_is_not_an_edit_of_the_mission():
     assert mission_changed(notes_edited, mission_edited) == (12, 16)
     assert mission_changed({"role": "system", "content": "old"},
                            {"role": "system", "content": "new"}) == (3, 3)
+
+
+def test_a_handoff_left_out_for_room_masks_and_counts_nothing_of_its_own(tmp_path):
+    from ouroboros.loop.restart import begin_session, fresh_start, handed_over
+    from tests.session_rig import SYSTEM, reads
+
+    model = FakeModel([])
+    rig = Rig(tmp_path, model, limit=4000, carryover_turns=3)
+    model.script.extend([reads(rig, 2400)] * 2 + [reply("Saved my notes.")])
+    rig.state.reload = "requested"
+    rig.run()
+    context = rig.state.context
+    masked_before = context.total_masked
+
+    fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
+                         "a handoff far too long for the room left " * 400)
+    begin_session(rig.state, fitted.messages)
+
+    kept = [m for m in rig.state.messages if m["role"] == "tool"]
+    shown = {m["tool_call_id"] for m in kept if m["content"].startswith("PART")}
+    assert shown and not handed_over(rig.state.messages)  # the results carried whole
+    assert context.total_masked == masked_before + len(fitted.masked)
+    assert not any(context.observations[i].masked for i in shown)  # each can still be masked

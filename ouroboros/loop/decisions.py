@@ -37,6 +37,7 @@ class Upkeep:
         state, context = self.state, self.context
         before = context.current_tokens(state.messages, self.tools)
         fitted = context.fit(state.messages, self.tools)  # in place
+        context.masked(fitted.masked)
         if fitted.masked:
             self.log_mask(len(fitted.masked), before, fitted.tokens, preflight=True)
         if fitted.dropped_turns:

@@ -78,9 +78,10 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     """The conversation the next session begins with, the window believed afresh (with the
     window the server says it has now, and where it said so, if it says), the `handoff`
     before the turns carried over (left out when there is no room for it below the soft
-    threshold). Raises WindowTooSmallError when even that would start at the hard threshold,
-    or leave less room than one tool result may take: a session that cannot read one result
-    and act on it would only restart again."""
+    threshold without masking or dropping more of them). Raises WindowTooSmallError when
+    even that would start at the hard threshold, or leave less room than one tool result
+    may take: a session that cannot read one result and act on it would only restart
+    again."""
     context = state.context
     unacted = unacted_turns(state.messages)
     carried = carryover(state.messages, max(policy.carryover_turns, unacted))
@@ -96,8 +97,10 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
         with_handoff = context.fit(Conversation([system, marker, note("handoff", handoff),
                                                  *carried], context.worth_masking),
                                    tools, target, keep=unacted)
-        if context.used_pct(with_handoff.tokens) < policy.soft_threshold_pct:
-            fitted = with_handoff  # else there is no room for it
+        if context.used_pct(with_handoff.tokens) < policy.soft_threshold_pct \
+                and len(with_handoff.masked) <= len(fitted.masked) \
+                and with_handoff.dropped_turns <= fitted.dropped_turns:
+            fitted = with_handoff  # else there is no room for it: it would cost results
     room = context.budget - fitted.tokens
     if context.used_pct(fitted.tokens) >= policy.hard_threshold_pct \
             or room < context.result_tokens():
@@ -106,6 +109,7 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
             f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
             f"newest turn), leaving {max(room, 0)} tokens of the {context.budget}-token "
             f"budget where one tool result may take {context.result_tokens()}")))
+    context.masked(fitted.masked)
     return fitted
 
 

@@ -339,20 +339,31 @@ class ContextManager:
         """Mask these results (by tool-call id): the conversation is told which
         placeholders replace them. Returns it (a plain list given: a conversation of it)."""
         conversation = self.held(messages)
+        self._hide(conversation, ids)
+        self.masked(ids)
+        return conversation
+
+    def _hide(self, conversation: Conversation, ids: list[str]) -> None:
+        conversation.mask({i: placeholder(self.observations[i]) for i in ids})
+        self.revision += 1
+
+    def masked(self, ids: list[str]) -> None:
+        """Count these results as masked in the run: done by `mask`, and by the caller of
+        `fit` for the fitted conversation it keeps (a fit it throws away counts nothing)."""
+        if not ids:
+            return
         for tool_call_id in ids:
             self.observations[tool_call_id].masked = True
-        conversation.mask({i: placeholder(self.observations[i]) for i in ids})
         self.total_masked += len(ids)
         self.mask_rounds += 1
-        self.revision += 1
-        return conversation
 
     def fit(self, messages: Sequence[Message], tools: list[dict[str, Any]],
             target: int | None = None, keep: int | None = None) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
         oldest-first, then drop the oldest complete turns, and only then mask the results
         the agent has not acted on yet (conversation.unacted_turns, or the newest `keep`
-        turns), which are never dropped."""
+        turns), which are never dropped. The masks are counted only when the caller keeps
+        the result (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
         fitted = Fitted(conversation, tokens=self.current_tokens(conversation, tools))
@@ -384,7 +395,7 @@ class ContextManager:
         for tool_call_id in ids:
             if fitted.tokens <= target:
                 return
-            self.mask(fitted.messages, [tool_call_id])
+            self._hide(fitted.messages, [tool_call_id])
             fitted.masked.append(tool_call_id)
             fitted.tokens = self.current_tokens(fitted.messages, tools)
 
