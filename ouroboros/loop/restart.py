@@ -77,11 +77,11 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
                 handoff: str = "") -> Fitted:
     """The conversation the next session begins with, the window believed afresh (with the
     window the server says it has now, and where it said so, if it says), the `handoff`
-    before the turns carried over (left out when there is no room for it below the soft
-    threshold without masking or dropping more of them). Raises WindowTooSmallError when
-    even that would start at the hard threshold, or leave less room than one tool result
-    may take: a session that cannot read one result and act on it would only restart
-    again."""
+    before the turns carried over (left out when there is no room for it: when it would
+    take the start past its target, or mask or drop more of those turns). Raises
+    WindowTooSmallError when even that would start at the hard threshold, or leave less
+    room than one tool result may take: a session that cannot read one result and act on
+    it would only restart again."""
     context = state.context
     unacted = unacted_turns(state.messages)
     carried = carryover(state.messages, max(policy.carryover_turns, unacted))
@@ -97,10 +97,9 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
         with_handoff = context.fit(Conversation([system, marker, note("handoff", handoff),
                                                  *carried], context.worth_masking),
                                    tools, target, keep=unacted)
-        if context.used_pct(with_handoff.tokens) < policy.soft_threshold_pct \
-                and len(with_handoff.masked) <= len(fitted.masked) \
+        if with_handoff.tokens <= target and len(with_handoff.masked) <= len(fitted.masked) \
                 and with_handoff.dropped_turns <= fitted.dropped_turns:
-            fitted = with_handoff  # else there is no room for it: it would cost results
+            fitted = with_handoff  # else there is no room for it
     room = context.budget - fitted.tokens
     if context.used_pct(fitted.tokens) >= policy.hard_threshold_pct \
             or room < context.result_tokens():
