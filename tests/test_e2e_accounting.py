@@ -74,14 +74,16 @@ def test_the_task_finishes_on_any_tokenizer(tmp_path, name):
     assert sources.count("estimate") <= 1  # a first count far below the estimate waits a turn
 
 
-@pytest.mark.parametrize("usage", ["zero", "null", "absent", "uncached"])
+@pytest.mark.parametrize("usage", ["zero", "null", "absent", "uncached", "negative", "huge"])
 def test_the_task_finishes_whatever_the_server_reports(tmp_path, usage):
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
                         usage=usage) as server:
         code, keys = run_task(tmp_path, server)
     events = assert_finished_cleanly(tmp_path, server, code, keys)
     warnings = " ".join(w["message"] for w in of_type(events, "warning"))
-    assert ("uncached" if usage == "uncached" else "no token usage") in warnings
+    said = {"uncached": "uncached", "negative": "no prompt has that count",
+            "huge": "no prompt has that count", "decreasing": "no prompt has that count"}
+    assert warnings.count(said.get(usage, "no token usage")) == 1
 
 
 def test_cached_tokens_are_read_and_recorded(tmp_path):
