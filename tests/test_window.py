@@ -66,6 +66,20 @@ def test_one_suspect_count_changes_nothing_two_prove_truncation():
     assert after.limit == 3150 and after.ceiling_kind == "truncation"
 
 
+@pytest.mark.parametrize("told,verdict,limit", [
+    (0, "truncated", 3150),  # the server said nothing of its window: cut, as above
+    (8192, "truncated", 3150),  # a prompt it may hold: cut
+    (16384, "nonsense", 8192),  # falls far inside the window it says it holds: not cut
+])
+def test_counts_that_keep_falling_inside_the_window_the_server_told_are_nonsense(
+        told, verdict, limit):
+    window = Window(8192, "config", accepted=3000, told=told)
+    got, after = judge(window, Count(3150, 5000, 3000, 2000, suspects=1, largest_suspect=3100))
+    assert (got, after.limit, after.distrusted) == (verdict, limit, verdict == "nonsense")
+    if after.distrusted:  # from then on no count is believed, however plausible
+        assert judge(after, Count(6000, 6000))[0] == "nonsense"
+
+
 @pytest.mark.parametrize("guard,verdict", [(True, "suspect"), (False, "whole")])
 def test_the_guard_off_believes_every_count(guard, verdict):
     assert judge(W, Count(3100, 4000, 3000, 1000), guard=guard)[0] == verdict
@@ -164,7 +178,8 @@ def test_a_refusal_within_the_allocated_window_is_kept():
     """The server refused a prompt below what it holds: the ledger fell short, and an
     allocation as big as the claim must not wipe that out (it would refuse again)."""
     refused = after_refusal(W, 6000, None)
-    assert with_allocated(refused, 8192) == refused
+    after = with_allocated(refused, 8192)
+    assert (after.limit, after.ceiling_kind) == (refused.limit, "refused")
 
 
 # --- an inferred ceiling is re-tested ---------------------------------------------------------

@@ -165,11 +165,14 @@ class Accounting:
                            f"{how}, and the server is asked to count the whole prompt once a "
                            "session")
         elif reading.verdict == "nonsense":
+            why = ("its counts kept falling while the prompt grew, far inside the "
+                   f"{self.context.window.told}-token window it says it holds"
+                   if self.context.window.distrusted else "no prompt has that count")
             self.warn_once("nonsense", (
                 f"the server reported {reading.reported} prompt tokens for a prompt of about "
-                f"{reading.estimated} in a {self.context.limit}-token window: no prompt has "
-                "that count. Such counts are ignored (estimating instead); the ledger keeps "
-                "what earlier counts taught"))
+                f"{reading.estimated} in a {self.context.limit}-token window: {why}. Such "
+                "counts are ignored (estimating instead); the ledger keeps what earlier counts "
+                "taught"))
         elif reading.verdict == "uncached":
             self.warn_once("uncached", (
                 f"the server counted {reading.reported} prompt tokens, about the size of only "
