@@ -48,6 +48,9 @@ def test_classify(count, accepted, verdict):
     (Count(None, 2541, 902, 1640), "unknown"),
     (Count(1276, 2541), "uncached"),  # nothing to compare with, and far below the ledger
     (Count(2300, 2541), "whole"),  # nothing to compare with, but near the ledger: weighed
+    # after a mask the cache ends at the masked message, and what follows can be most of the
+    # prompt: 83% of the ledger is no whole count (believed, it put a prompt over the window)
+    (Count(2100, 2541), "uncached"),
     (Count(700, 2541, cached=900), "suspect"),  # a server that reports its cache counts whole
     (Count(1276, 2541, 902, 1640, cached=900), "suspect"),
     (Count(2500, 2541, 902, 1640), "whole"),

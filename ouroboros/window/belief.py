@@ -55,7 +55,7 @@ NONSENSE_MULTIPLE = 8
 UNCUT_MULTIPLE = 2
 # Once uncached-only counts were seen, a count with nothing to compare it with is believed
 # when it reaches this share of the ledger's figure (mostly counted sizes by then).
-UNCACHED_BELIEVED = 0.75
+UNCACHED_BELIEVED = 0.9
 # A refused prompt without a named window: believe the window this much smaller than it.
 REFUSAL_SHRINK = 0.85
 # Refusals without a named window that make their ceiling outlive the session.
