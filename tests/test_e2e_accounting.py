@@ -88,6 +88,16 @@ def test_the_task_finishes_whatever_the_server_reports(tmp_path, usage):
     assert warnings.count(said.get(usage, "no token usage")) == 1
 
 
+def test_falling_counts_from_a_server_silent_on_its_window_are_not_truncation(tmp_path):
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
+                        usage="decreasing", api_ps="silent") as server:
+        code, keys = run_task(tmp_path, server)
+    events = assert_finished_cleanly(tmp_path, server, code, keys)
+    warnings = [w["message"] for w in of_type(events, "warning")]
+    assert len([w for w in warnings if "kept falling while the prompt grew" in w]) == 1
+    assert {e["context_limit"] for e in of_type(events, "token_usage")} == {WINDOW}
+
+
 def test_cached_tokens_are_read_and_recorded(tmp_path):
     with ScriptedServer(RecordingAgent(3), model="scripted-demo", context_length=WINDOW,
                         report_cached=True) as server:

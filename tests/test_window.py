@@ -83,6 +83,14 @@ def test_counts_that_keep_falling_inside_the_window_the_server_told_are_nonsense
         assert judge(after, Count(6000, 6000))[0] == "nonsense"
 
 
+def test_counts_that_keep_falling_far_below_a_prompt_counted_whole_are_nonsense():
+    """A server that says nothing of its window, but counted 3000 tokens whole: a prompt of
+    about 1400 is not cut, however its counts fall."""
+    window = Window(8192, "config", accepted=3000)
+    verdict, after = judge(window, Count(900, 1400, 1000, 100, suspects=1, largest_suspect=950))
+    assert (verdict, after.limit, after.distrusted) == ("nonsense", 8192, True)
+
+
 @pytest.mark.parametrize("guard,verdict", [(True, "suspect"), (False, "whole")])
 def test_the_guard_off_believes_every_count(guard, verdict):
     assert judge(W, Count(3100, 4000, 3000, 1000), guard=guard)[0] == verdict

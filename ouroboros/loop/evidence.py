@@ -183,8 +183,9 @@ class Accounting:
                            f"{how}, and the server is asked to count the whole prompt once a "
                            "session")
         elif reading.verdict == "nonsense":
+            held = self.context.window
             why = ("its counts kept falling while the prompt grew, far inside the "
-                   f"{self.context.window.told}-token window it says it holds"
+                   f"{max(held.told, held.accepted)} tokens it is known to hold"
                    if self.context.window.distrusted else "no prompt has that count")
             self.warn_once("nonsense", (
                 f"the server reported {reading.reported} prompt tokens for a prompt of about "

@@ -13,7 +13,8 @@ nothing. What counts can prove:
   tokens only" bug (ollama#16414), not truncation;
 - a refusal that names the window ("maximum context length is N tokens") gives it exactly;
 - counts that keep falling while the prompt grows, far inside the window the server says it
-  holds, are nonsense: nothing was cut, so from then on the server's counts are not believed.
+  holds (or a prompt it has already counted whole), are nonsense: nothing was cut, so from
+  then on the server's counts are not believed.
 
 The belief is a frozen value; every function here returns a new one. It never goes below
 what the server has already counted whole, it rises again when later counts show more room,
@@ -50,8 +51,8 @@ UNRELATED_SHORTFALL = 3.0
 UNCACHED_MULTIPLE = 2.5
 # A count this many times above both the claimed window and the ledger's figure is nonsense.
 NONSENSE_MULTIPLE = 8
-# A prompt whose ledger figure, times this, is within the window the server says it holds was
-# not cut (estimates can be 2x off either way).
+# A prompt whose ledger figure, times this, is within a window the server is known to hold
+# was not cut (estimates can be 2x off either way).
 UNCUT_MULTIPLE = 2
 # Once uncached-only counts were seen, a count with nothing to compare it with is believed
 # when it reaches this share of the ledger's figure (mostly counted sizes by then).
@@ -132,7 +133,7 @@ def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict,
         return verdict, accept(window, count.reported)
     if verdict == "suspect" and count.suspects + 1 >= CONFIRMATIONS:
         assert count.reported is not None
-        if uncut(count, window.told):
+        if uncut(count, max(window.told, window.accepted)):
             return "nonsense", replace(window, distrusted=True)
         cut_at = max(window.accepted, count.reported, count.largest_suspect)
         return "truncated", replace(window, ceiling=min(cut_at, window.claimed),
@@ -149,10 +150,11 @@ def nonsense(count: Count, claimed: int) -> bool:
     return reported < 0 or reported > NONSENSE_MULTIPLE * max(claimed, count.estimate, 1)
 
 
-def uncut(count: Count, told: int) -> bool:
-    """The prompt was well inside the window the server says it holds: even an estimate 2x
-    low leaves it there, so no truncation made its count fall or stall."""
-    return bool(told) and UNCUT_MULTIPLE * count.estimate <= told
+def uncut(count: Count, held: int) -> bool:
+    """The prompt was well inside a window the server is known to hold (one it says it
+    holds, or a prompt it counted whole): even an estimate 2x low leaves it there, so no
+    truncation made its count fall or stall."""
+    return bool(held) and UNCUT_MULTIPLE * count.estimate <= held
 
 
 def classify(count: Count, accepted: int, uncached_seen: bool = False) -> Verdict:
