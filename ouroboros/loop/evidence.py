@@ -186,7 +186,7 @@ class Accounting:
             held = self.context.window
             why = ("its counts kept falling while the prompt grew, far inside the "
                    f"{max(held.told, held.accepted)} tokens it is known to hold"
-                   if self.context.window.distrusted else "no prompt has that count")
+                   if held.distrusted else "no prompt has that count")
             self.warn_once("nonsense", (
                 f"the server reported {reading.reported} prompt tokens for a prompt of about "
                 f"{reading.estimated} in a {self.context.limit}-token window: {why}. Such "

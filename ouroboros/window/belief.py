@@ -95,7 +95,7 @@ class Window:
     uncached_seen: bool = False  # the server has reported only the uncached part of a prompt
     told_by: str = ""  # for an "allocated" ceiling: which of the server's answers said it
     told: int = 0  # the window the server last said it holds (0: it has not said)
-    distrusted: bool = False  # its counts fell while the prompt grew inside that window
+    distrusted: bool = False  # its counts kept falling inside a window it is known to hold
 
     @property
     def limit(self) -> int:
