@@ -88,9 +88,11 @@ def test_the_task_finishes_whatever_the_server_reports(tmp_path, usage):
     assert warnings.count(said.get(usage, "no token usage")) == 1
 
 
-def test_falling_counts_from_a_server_silent_on_its_window_are_not_truncation(tmp_path):
+@pytest.mark.parametrize("name", ["words", "bpe-bytes"])
+def test_falling_counts_from_a_server_silent_on_its_window_are_not_truncation(tmp_path, name):
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
-                        usage="decreasing", api_ps="silent") as server:
+                        tokenizer=TOKENIZERS[name], usage="decreasing",
+                        api_ps="silent") as server:
         code, keys = run_task(tmp_path, server)
     events = assert_finished_cleanly(tmp_path, server, code, keys)
     warnings = [w["message"] for w in of_type(events, "warning")]

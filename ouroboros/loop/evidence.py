@@ -184,14 +184,14 @@ class Accounting:
                            "session")
         elif reading.verdict == "nonsense":
             held = self.context.window
-            why = ("its counts kept falling while the prompt grew, far inside the "
-                   f"{max(held.told, held.accepted)} tokens it is known to hold"
-                   if held.distrusted else "no prompt has that count")
+            why = (f"its counts kept falling while the prompt grew, far inside the "
+                   f"{max(held.told, held.accepted)} tokens it is known to hold. Its counts are "
+                   "ignored from now on, estimating at a rate that errs high"
+                   if held.distrusted else "no prompt has that count. Such counts are ignored "
+                   "(estimating instead); the ledger keeps what earlier counts taught")
             self.warn_once("nonsense", (
                 f"the server reported {reading.reported} prompt tokens for a prompt of about "
-                f"{reading.estimated} in a {self.context.limit}-token window: {why}. Such "
-                "counts are ignored (estimating instead); the ledger keeps what earlier counts "
-                "taught"))
+                f"{reading.estimated} in a {self.context.limit}-token window: {why}"))
         elif reading.verdict == "uncached":
             self.warn_once("uncached", (
                 f"the server counted {reading.reported} prompt tokens, about the size of only "

@@ -299,7 +299,10 @@ class ContextManager:
                       previous.suspects if previous else 0,
                       previous.largest_suspect if previous else 0,
                       usage.cached_tokens if usage else None)
+        distrusted = self.window.distrusted
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
+        if self.window.distrusted and not distrusted:  # what its counts taught is suspect too:
+            self.calibration = tk.Calibration()  # estimate at the default rate, which errs high
         if verdict == "whole":
             assert reported is not None
             fresh = self.tally.unmeasured()
