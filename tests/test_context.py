@@ -10,7 +10,8 @@ import pytest
 from ouroboros.window import conversation as conv
 from ouroboros.window import ledger as tk
 from ouroboros.config import ContextConfig
-from ouroboros.window.policy import Continue, ContextManager, Mask, Restart, WindDown, decide
+from ouroboros.window.policy import Continue, ContextManager, Mask, Restart, WindDown, decide, \
+    brief_tools
 from ouroboros.protocols import ToolResult, Usage
 from ouroboros.window.belief import named_window
 from tests.conversations import assistant, conversation, manager, tool
@@ -438,3 +439,26 @@ def test_the_turn_a_wind_down_interrupted_is_never_dropped_before_others():
     fitted = cm.fit(messages, [], target=cm.current_tokens(messages, []) - 500)
     assert messages[read_at] in fitted.messages  # the older reads went first
     assert fitted.dropped_turns >= 1 or fitted.masked
+
+
+# --- small windows: the tools in short -------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixed,budget,short", [
+    (1061, 1536, True),  # a 2048 window: the system prompt and full tools take 69%
+    (615, 1536, True), (614, 1536, False),  # the threshold: 40% of the budget
+    (1100, 3072, False), (1100, 6144, False),  # 4096 and 8192 windows: the full form
+])
+def test_the_tools_go_short_when_the_fixed_part_is_large_for_the_window(fixed, budget, short):
+    assert brief_tools(fixed, budget) is short
+
+
+def test_a_session_sends_the_short_tools_in_a_small_window_and_relearns_the_base():
+    full = [{"type": "function", "function": {"name": "t", "description": "d" * 3000}}]
+    brief = [{"type": "function", "function": {"name": "t", "description": "d"}}]
+    system = {"role": "system", "content": "mission"}
+    big, small = manager(limit=16_000), manager(limit=2048)
+    assert big.session_tools(system, full, brief) is full and not big.brief
+    small.base_tokens = 900  # learned from counts of prompts with the full tools
+    assert small.session_tools(system, full, brief) is brief and small.brief
+    assert small.base_tokens is None

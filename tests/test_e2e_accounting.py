@@ -9,6 +9,7 @@ alarm and a bounded number of restarts; and real truncation must still be caught
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections import Counter
 
@@ -74,14 +75,29 @@ def test_the_task_finishes_on_any_tokenizer(tmp_path, name):
     assert sources.count("estimate") <= 1  # a first count far below the estimate waits a turn
 
 
-@pytest.mark.parametrize("usage", ["zero", "null", "absent", "uncached"])
+@pytest.mark.parametrize("usage", ["zero", "null", "absent", "uncached", "negative", "huge",
+                                   "decreasing"])
 def test_the_task_finishes_whatever_the_server_reports(tmp_path, usage):
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
                         usage=usage) as server:
         code, keys = run_task(tmp_path, server)
     events = assert_finished_cleanly(tmp_path, server, code, keys)
     warnings = " ".join(w["message"] for w in of_type(events, "warning"))
-    assert ("uncached" if usage == "uncached" else "no token usage") in warnings
+    said = {"uncached": "uncached", "negative": "no prompt has that count",
+            "huge": "no prompt has that count", "decreasing": "kept falling while the prompt grew"}
+    assert warnings.count(said.get(usage, "no token usage")) == 1
+
+
+@pytest.mark.parametrize("name", ["words", "bpe-bytes"])
+def test_falling_counts_from_a_server_silent_on_its_window_are_not_truncation(tmp_path, name):
+    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
+                        tokenizer=TOKENIZERS[name], usage="decreasing",
+                        api_ps="silent") as server:
+        code, keys = run_task(tmp_path, server)
+    events = assert_finished_cleanly(tmp_path, server, code, keys)
+    warnings = [w["message"] for w in of_type(events, "warning")]
+    assert len([w for w in warnings if "kept falling while the prompt grew" in w]) == 1
+    assert {e["context_limit"] for e in of_type(events, "token_usage")} == {WINDOW}
 
 
 def test_cached_tokens_are_read_and_recorded(tmp_path):
@@ -147,6 +163,26 @@ def test_counting_with_the_servers_tokenizer_where_it_has_one(tmp_path):
 # --- runs that cannot progress stop, with a reason a person can act on ----------------------
 
 
+@pytest.mark.parametrize("window,short", [(2048, True), (WINDOW, False)])
+def test_a_small_window_gets_the_tools_in_short(tmp_path, window, short):
+    """In 2048 tokens the system prompt and the full tool definitions would take over half
+    the prompt's budget: the tools go out in short, and the log says why, once."""
+    with ScriptedServer(RecordingAgent(3), model="scripted-demo", context_length=window,
+                        tokenizer=TOKENIZERS["bpe-bytes"]) as server:
+        code, keys = run_task(tmp_path, server, parts=3, **{"model.context_limit": window})
+    assert code == 0
+    described = {len(json.dumps(request["tools"])) for request in server.requests}
+    properties = [spec for tool in server.requests[-1]["tools"]
+                  for spec in tool["function"]["parameters"]["properties"].values()]
+    assert len(described) == 1  # the same form all run long
+    assert any("description" in spec for spec in properties) is not short
+    said = [w["message"] for w in of_type(run_events(tmp_path), "warning")
+            if "described in short" in w["message"]]
+    assert len(said) == short
+    if short:
+        assert "of the 1536-token prompt budget of a 2048-token window" in said[0]
+
+
 def test_a_system_prompt_that_fills_the_window_stops_the_run_with_the_fix(tmp_path):
     huge_prompt = "Remember every rule of the archive office carefully. " * 420
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo",
@@ -158,6 +194,8 @@ def test_a_system_prompt_that_fills_the_window_stops_the_run_with_the_fix(tmp_pa
     assert result.returncode == 2  # a window too small needs a fix
     lines = [line for line in result.stderr.splitlines() if "cannot make progress" in line]
     assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert len(server.requests) <= 3  # a few requests, not a restart storm
+    assert re.search(r"~\d+ tokens", lines[0])  # the figures
     assert f"{WINDOW}-token window (model.context_limit in config)" in lines[0]
     assert "SYSTEM_PROMPT.md" in lines[0] and "ouroboros resume" in lines[0]
     events = run_events(tmp_path)

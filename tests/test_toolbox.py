@@ -272,3 +272,20 @@ def test_every_shipped_tool_sends_the_schema_of_its_arguments_model(tmp_path: Pa
         sent = tool.schema()["function"]["parameters"]
         assert sent == parameters(tool.Arguments), tool.name
         assert sent["properties"], tool.name
+
+
+def test_the_short_form_of_the_tools_keeps_what_a_call_needs_in_fewer_bytes(tmp_path: Path):
+    toolbox = Toolbox(default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
+                                    blocked_patterns=[], secret_env_names=[],
+                                    on_security=print, allow_complete=True))
+    full, brief = toolbox.schemas(), toolbox.brief_schemas()
+    assert len(json.dumps(brief)) < 0.7 * len(json.dumps(full))
+    for long, short in zip(full, brief):
+        wanted, given = long["function"]["parameters"], short["function"]["parameters"]
+        assert short["function"]["name"] == long["function"]["name"]
+        assert set(given["properties"]) == set(wanted["properties"])
+        assert given.get("required", []) == wanted["required"]
+        assert all(set(spec) == {"type"} for spec in given["properties"].values())
+    described = {s["function"]["name"]: s["function"]["description"] for s in brief}
+    assert described["file_read"] == "Read a UTF-8 text file in the workspace."  # 1st sentence
+    assert "whole task is done" in described["task_complete"]  # a short form of its own

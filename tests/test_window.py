@@ -48,6 +48,9 @@ def test_classify(count, accepted, verdict):
     (Count(None, 2541, 902, 1640), "unknown"),
     (Count(1276, 2541), "uncached"),  # nothing to compare with, and far below the ledger
     (Count(2300, 2541), "whole"),  # nothing to compare with, but near the ledger: weighed
+    # after a mask the cache ends at the masked message, and what follows can be most of the
+    # prompt: 83% of the ledger is no whole count (believed, it put a prompt over the window)
+    (Count(2100, 2541), "uncached"),
     (Count(700, 2541, cached=900), "suspect"),  # a server that reports its cache counts whole
     (Count(1276, 2541, 902, 1640, cached=900), "suspect"),
     (Count(2500, 2541, 902, 1640), "whole"),
@@ -64,6 +67,28 @@ def test_one_suspect_count_changes_nothing_two_prove_truncation():
                                          largest_suspect=3100))
     assert verdict == "truncated"
     assert after.limit == 3150 and after.ceiling_kind == "truncation"
+
+
+@pytest.mark.parametrize("told,verdict,limit", [
+    (0, "truncated", 3150),  # the server said nothing of its window: cut, as above
+    (8192, "truncated", 3150),  # a prompt it may hold: cut
+    (16384, "nonsense", 8192),  # falls far inside the window it says it holds: not cut
+])
+def test_counts_that_keep_falling_inside_the_window_the_server_told_are_nonsense(
+        told, verdict, limit):
+    window = Window(8192, "config", accepted=3000, told=told)
+    got, after = judge(window, Count(3150, 5000, 3000, 2000, suspects=1, largest_suspect=3100))
+    assert (got, after.limit, after.distrusted) == (verdict, limit, verdict == "nonsense")
+    if after.distrusted:  # from then on no count is believed, however plausible
+        assert judge(after, Count(6000, 6000))[0] == "nonsense"
+
+
+def test_counts_that_keep_falling_far_below_a_prompt_counted_whole_are_nonsense():
+    """A server that says nothing of its window, but counted 3000 tokens whole: a prompt of
+    about 1400 is not cut, however its counts fall."""
+    window = Window(8192, "config", accepted=3000)
+    verdict, after = judge(window, Count(900, 1400, 1000, 100, suspects=1, largest_suspect=950))
+    assert (verdict, after.limit, after.distrusted) == ("nonsense", 8192, True)
 
 
 @pytest.mark.parametrize("guard,verdict", [(True, "suspect"), (False, "whole")])
@@ -164,7 +189,8 @@ def test_a_refusal_within_the_allocated_window_is_kept():
     """The server refused a prompt below what it holds: the ledger fell short, and an
     allocation as big as the claim must not wipe that out (it would refuse again)."""
     refused = after_refusal(W, 6000, None)
-    assert with_allocated(refused, 8192) == refused
+    after = with_allocated(refused, 8192)
+    assert (after.limit, after.ceiling_kind) == (refused.limit, "refused")
 
 
 # --- an inferred ceiling is re-tested ---------------------------------------------------------

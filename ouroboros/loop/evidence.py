@@ -27,6 +27,7 @@ from ouroboros.protocols import (
 )
 from ouroboros.window.belief import after_retest, named_window, needs_retest, with_allocated
 from ouroboros.window.conversation import to_wire
+from ouroboros.tools import Toolbox
 
 # Filler for a re-test prompt: a word that takes about one token on any vocabulary.
 RETEST_FILLER = "ledger "
@@ -56,6 +57,23 @@ def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Wa
 BIGGER_WINDOW = ("Ollama: `OLLAMA_CONTEXT_LENGTH=%(n)d ollama serve`, or `PARAMETER num_ctx "
                  "%(n)d` in a Modelfile; llama.cpp: `-c %(n)d`; vLLM: `--max-model-len %(n)d`")
 """How each server is given a window of n tokens, for the warning that names the fix."""
+
+
+def choose_tools(context: ContextManager, system: Message, toolbox: Toolbox,
+                 warn: Warn) -> list[dict[str, Any]]:
+    """The tool definitions for a session (see ContextManager.session_tools); the first time
+    they go short, the person is told why, with the figures."""
+    full = toolbox.schemas()
+    tools = context.session_tools(system, full, toolbox.brief_schemas())
+    if context.brief:
+        fixed, budget = context.fixed_tokens(system, full), context.budget
+        warn("brief_tools", (
+            f"the system prompt and the tool definitions take ~{fixed} tokens, "
+            f"{fixed / budget:.0%} of the {budget}-token prompt budget of a {context.limit}-"
+            f"token window: the tools are described in short (~"
+            f"{context.fixed_tokens(system, tools)} tokens with the system prompt) while the "
+            "window is this small"))
+    return tools
 
 
 class WindowAsker(Protocol):
@@ -180,11 +198,15 @@ class Accounting:
                            f"{how}, and the server is asked to count the whole prompt once a "
                            "session")
         elif reading.verdict == "nonsense":
+            held = self.context.window
+            why = (f"its counts kept falling while the prompt grew, far inside the "
+                   f"{max(held.told, held.accepted)} tokens it is known to hold. Its counts are "
+                   "ignored from now on, estimating at a rate that errs high"
+                   if held.distrusted else "no prompt has that count. Such counts are ignored "
+                   "(estimating instead); the ledger keeps what earlier counts taught")
             self.warn_once("nonsense", (
                 f"the server reported {reading.reported} prompt tokens for a prompt of about "
-                f"{reading.estimated} in a {self.context.limit}-token window: no prompt has "
-                "that count. Such counts are ignored (estimating instead); the ledger keeps "
-                "what earlier counts taught"))
+                f"{reading.estimated} in a {self.context.limit}-token window: {why}"))
         elif reading.verdict == "uncached":
             self.warn_once("uncached", (
                 f"the server counted {reading.reported} prompt tokens, about the size of only "

@@ -74,14 +74,15 @@ def count_progress(state: RunState, digest: Digest | None = None) -> str | None:
 
 def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
                 policy: ContextConfig, told: tuple[int, str] | None,
-                handoff: str = "") -> Fitted:
+                handoff: str = "", brief: list[dict[str, Any]] | None = None) -> Fitted:
     """The conversation the next session begins with, the window believed afresh (with the
     window the server says it has now, and where it said so, if it says), the `handoff`
     before the turns carried over (left out when there is no room for it: when it would
-    take the start past its target, or mask or drop more of those turns). Raises
-    WindowTooSmallError when even that would start at the hard threshold, or leave less
-    room than one tool result may take: a session that cannot read one result and act on
-    it would only restart again."""
+    take the start past its target, or mask or drop more of those turns), fitted with the
+    tools as the session will send them (`brief`, their short form, when the window is
+    small). Raises WindowTooSmallError when even that would start at the hard threshold, or
+    leave less room than one tool result may take: a session that cannot read one result
+    and act on it would only restart again."""
     context = state.context
     unacted = unacted_turns(state.messages)
     carried = carryover(state.messages, max(policy.carryover_turns, unacted))
@@ -89,6 +90,8 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     if told is not None:
         context.window = with_allocated(context.window, *told)
     context.new_session()
+    if brief is not None:
+        tools = context.session_tools(system, tools, brief)
     marker = restart_marker(state.session + 1, state.session_turns)
     target = context.fresh_start_target()
     fitted = context.fit(Conversation([system, marker, *carried], context.worth_masking),

@@ -249,8 +249,9 @@ class Runner:
         told = await window_questions(model.base_url, model.name, model.api_key_env).told()
         handoff = self.handoff(reason)
         previous_prompt = state.messages[0]
-        fitted = fresh_start(state, self.system_message(), self.services.toolbox.schemas(),
-                             policy, told, handoff)
+        toolbox = self.services.toolbox
+        fitted = fresh_start(state, self.system_message(), toolbox.schemas(), policy, told,
+                             handoff, toolbox.brief_schemas())
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)
         handoff = handoff if handed_over(fitted.messages) else ""

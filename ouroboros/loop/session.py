@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ouroboros.config import Config
 from ouroboros.store import events as ev
-from ouroboros.loop.evidence import Accounting, WindowAsker
+from ouroboros.loop.evidence import Accounting, WindowAsker, choose_tools
 from ouroboros.loop.tool_calls import Actions
 from ouroboros.loop.checkpoints import Checkpoints
 from ouroboros.window.conversation import Conversation, pending_calls, without_reasoning
@@ -71,7 +71,8 @@ class Session:
         self.services = services
         self.context = state.context
         self.log = services.log
-        self.tools = services.toolbox.schemas()
+        self.tools = choose_tools(self.context, self.messages[0], services.toolbox,
+                                  self.warn_once)
         self.checkpoints = Checkpoints(state, self.log, services.run_dir, services.journal)
         self.actions = Actions(state, services.toolbox, self.log, self.checkpoints,
                                services.run_dir)

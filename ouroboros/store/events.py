@@ -155,7 +155,7 @@ class ToolResultEvent(EventBase):
     exit_code: int | None = omitted(None, "a shell command's; left out when it timed out")
 
 
-Verdict = Literal["whole", "unknown", "uncached", "suspect", "truncated"]
+Verdict = Literal["whole", "unknown", "uncached", "suspect", "truncated", "nonsense"]
 
 
 class TokenUsage(EventBase):
@@ -174,7 +174,7 @@ class TokenUsage(EventBase):
     cached_tokens: int | None = Field(None, description="prompt tokens served from a cache")
     verdict: Verdict | None = Field(
         None, description="what the server's count proved: `whole`, `unknown`, `uncached`, "
-                          "`suspect` or `truncated`")
+                          "`suspect`, `truncated` or `nonsense`")
 
 
 class ContextMask(EventBase):

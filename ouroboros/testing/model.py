@@ -66,6 +66,7 @@ class ScriptedModel:
         self._script = Script(script)
         self._cached: tuple[list[Message], Any] = ([], None)  # the last prompt the model read
         self._served_chat = False
+        self._last_reported = 0  # usage "decreasing": the last prompt count it sent
         self._lock = threading.Condition()  # guards the script, the records and the outage state
 
     def inject(self, *faults: Fault) -> None:
@@ -162,6 +163,8 @@ class ScriptedModel:
             prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt,
                          self.settings.window or prompt)
         mode = self.settings.usage
+        if mode == "decreasing":
+            prompt = self._decreasing(prompt)
         usage = usage_wire(prompt, 1, "whole" if mode == "uncached" else mode)
         return Answer(json=render_completion(Reply(""), model=str(body.get("model")),
                                              usage=usage))
@@ -231,9 +234,19 @@ class ScriptedModel:
         cached = self.count_tokens(messages[:common], tools) if common else 0
         if mode == "uncached" and common:  # Ollama evaluates at least one token
             prompt = min(prompt, max(1, self.count_tokens(messages[common:], None)))
+        if mode == "decreasing":
+            prompt = self._decreasing(prompt)
         report_cached = self.settings.report_cached and mode == "whole"
         cached_tokens = min(cached, prompt) if report_cached else None
         return usage_wire(prompt, completion, mode, cached_tokens)
+
+    def _decreasing(self, prompt: int) -> int:
+        """Usage "decreasing": the first count true, each later one a twentieth below the last
+        it sent, whatever the prompt holds."""
+        if self._last_reported:
+            prompt = max(1, self._last_reported * 19 // 20)
+        self._last_reported = prompt
+        return prompt
 
     def _reply_answer(self, reply: Reply, body: dict[str, Any], usage: dict[str, Any]) -> Answer:
         model, number, created = str(body.get("model")), len(self.requests), int(time.time())

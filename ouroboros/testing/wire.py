@@ -24,9 +24,13 @@ Wire = Literal["current", "legacy"]
 """current: role only in the first delta, finish_reason in a last chunk of its own.
 legacy (Ollama before v0.32.6): role and content in every delta, finish_reason `stop` on the
 last delta even after tool calls."""
-UsageMode = Literal["whole", "zero", "null", "absent", "uncached"]
-"""How `prompt_tokens` is reported: the whole prompt; 0; null; no key at all; or only the
-part not in the prompt cache (ollama#16414)."""
+UsageMode = Literal["whole", "zero", "null", "absent", "uncached", "negative", "huge",
+                    "decreasing"]
+"""How `prompt_tokens` is reported: the whole prompt; 0; null; no key at all; only the
+part not in the prompt cache (ollama#16414); or nonsense no prompt can have: the count made
+negative, a million times the count, or a count below the last one reported while the prompt
+grows (the caller passes that count)."""
+HUGE = 1_000_000
 
 
 def frame(payload: dict[str, Any]) -> bytes:
@@ -77,7 +81,8 @@ def usage_wire(
 ) -> dict[str, Any]:
     """The `usage` object as a server in this mode sends it. For "uncached" the caller passes
     the uncached count as `prompt_tokens`; `cached_tokens` adds prompt_tokens_details."""
-    prompt = prompt_tokens if mode in ("whole", "uncached") else 0
+    prompt = prompt_tokens if mode in ("whole", "uncached", "decreasing") else 0
+    prompt = {"negative": -prompt_tokens, "huge": HUGE * prompt_tokens}.get(mode, prompt)
     wire: dict[str, Any] = {
         "prompt_tokens": None if mode == "null" else prompt,
         "completion_tokens": completion_tokens,

@@ -22,6 +22,7 @@ from ouroboros.tools.arguments import (
     ModelTool,
     ToolArguments,
     argument_failure,
+    brief_schema,
     parse_arguments,
 )
 from ouroboros.tools.complete import COMPLETE_KEY, TaskComplete
@@ -79,6 +80,12 @@ class Toolbox:
 
     def schemas(self) -> list[dict[str, Any]]:
         return [tool.schema() for tool in self._tools.values()]
+
+    def brief_schemas(self) -> list[dict[str, Any]]:
+        """The tool definitions in their short form (see arguments.brief_schema), for a small
+        window."""
+        return [brief_schema(tool.schema(), getattr(tool, "brief", ""))
+                for tool in self._tools.values()]
 
     def subject(self, call: ToolCall) -> str:
         """What the call is about, as its tool names it (a path, a command); "" when the tool

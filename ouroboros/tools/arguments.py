@@ -18,6 +18,7 @@ are refused, naming the ones there are, unless a model sets `extra="ignore"`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Generic, Self, TypeVar
 
@@ -188,6 +189,25 @@ def function_schema(name: str, description: str, model: type[BaseModel]) -> dict
     }
 
 
+def brief_schema(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    """A tool definition's short form, for a window too small to spend on the full one: the
+    `description` given (else the full one's first sentence), the arguments' names, types and which are required, and no
+    more (no argument descriptions, bounds or `additionalProperties`: each call is still
+    checked whole by its tool)."""
+    function = schema["function"]
+    described = function.get("description", "")
+    first = description or re.split(r"(?<=[.!?])\s", described, maxsplit=1)[0]
+    parameters = function.get("parameters", {})
+    properties = {name: {key: value for key, value in spec.items() if key in ("type", "anyOf",
+                                                                             "enum", "items")}
+                  for name, spec in parameters.get("properties", {}).items()}
+    brief = {"type": "object", "properties": properties}
+    if parameters.get("required"):
+        brief["required"] = parameters["required"]
+    return {"type": "function",
+            "function": {"name": function["name"], "description": first, "parameters": brief}}
+
+
 A = TypeVar("A", bound=ToolArguments)
 
 
@@ -204,6 +224,7 @@ class ModelTool(Generic[A]):
     name: str
     Arguments: type[A]
     subject: str = ""  # the argument that says what a call is about (see protocols.Tool)
+    brief: str = ""  # the description in a few words, for small windows ("": its first sentence)
 
     def description(self) -> str:
         raise NotImplementedError

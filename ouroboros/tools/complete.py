@@ -33,6 +33,7 @@ class TaskComplete(ModelTool[CompleteArguments]):
     name = "task_complete"
     Arguments = CompleteArguments
     subject = "summary"
+    brief = "Ends the run: call once the whole task is done and checked."
 
     def description(self) -> str:
         return "Ends the run. Call once the whole task is done and checked."

@@ -225,6 +225,7 @@ class ShellExec(ModelTool[ShellArguments]):
     name = "shell_exec"
     Arguments = ShellArguments
     subject = "command"
+    brief = "Run a /bin/sh command in the workspace; returns its output and exit code."
 
     def __init__(
         self,

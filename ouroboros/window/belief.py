@@ -11,7 +11,10 @@ nothing. What counts can prove:
   that strips earlier reasoning makes a count fall once);
 - a count that fell to about the size of just the newest messages is Ollama's "uncached
   tokens only" bug (ollama#16414), not truncation;
-- a refusal that names the window ("maximum context length is N tokens") gives it exactly.
+- a refusal that names the window ("maximum context length is N tokens") gives it exactly;
+- counts that keep falling while the prompt grows, far inside the window the server says it
+  holds (or a prompt it has already counted whole), are nonsense: nothing was cut, so from
+  then on the server's counts are not believed.
 
 The belief is a frozen value; every function here returns a new one. It never goes below
 what the server has already counted whole, it rises again when later counts show more room,
@@ -48,9 +51,12 @@ UNRELATED_SHORTFALL = 3.0
 UNCACHED_MULTIPLE = 2.5
 # A count this many times above both the claimed window and the ledger's figure is nonsense.
 NONSENSE_MULTIPLE = 8
+# A prompt whose ledger figure, times this, is within a window the server is known to hold
+# was not cut (estimates can be 2x off either way).
+UNCUT_MULTIPLE = 2
 # Once uncached-only counts were seen, a count with nothing to compare it with is believed
 # when it reaches this share of the ledger's figure (mostly counted sizes by then).
-UNCACHED_BELIEVED = 0.75
+UNCACHED_BELIEVED = 0.9
 # A refused prompt without a named window: believe the window this much smaller than it.
 REFUSAL_SHRINK = 0.85
 # Refusals without a named window that make their ceiling outlive the session.
@@ -88,6 +94,8 @@ class Window:
     refusals: int = 0  # refusals that named no window, this run
     uncached_seen: bool = False  # the server has reported only the uncached part of a prompt
     told_by: str = ""  # for an "allocated" ceiling: which of the server's answers said it
+    told: int = 0  # the window the server last said it holds (0: it has not said)
+    distrusted: bool = False  # its counts kept falling inside a window it is known to hold
 
     @property
     def limit(self) -> int:
@@ -114,7 +122,7 @@ class Window:
 
 def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict, Window]:
     """What one count proves, and the belief after it."""
-    if nonsense(count, window.claimed):
+    if window.distrusted or nonsense(count, window.claimed):
         return "nonsense", window
     verdict = classify(count, window.accepted, window.uncached_seen) if guard else (
         "unknown" if count.reported is None else "whole")
@@ -125,6 +133,8 @@ def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict,
         return verdict, accept(window, count.reported)
     if verdict == "suspect" and count.suspects + 1 >= CONFIRMATIONS:
         assert count.reported is not None
+        if uncut(count, max(window.told, window.accepted)):
+            return "nonsense", replace(window, distrusted=True)
         cut_at = max(window.accepted, count.reported, count.largest_suspect)
         return "truncated", replace(window, ceiling=min(cut_at, window.claimed),
                                     ceiling_kind="truncation")
@@ -138,6 +148,13 @@ def nonsense(count: Count, claimed: int) -> bool:
     if reported is None:
         return False
     return reported < 0 or reported > NONSENSE_MULTIPLE * max(claimed, count.estimate, 1)
+
+
+def uncut(count: Count, held: int) -> bool:
+    """The prompt was well inside a window the server is known to hold (one it says it
+    holds, or a prompt it counted whole): even an estimate 2x low leaves it there, so no
+    truncation made its count fall or stall."""
+    return bool(held) and UNCUT_MULTIPLE * count.estimate <= held
 
 
 def classify(count: Count, accepted: int, uncached_seen: bool = False) -> Verdict:
@@ -201,6 +218,7 @@ def with_allocated(window: Window, allocated: int | None,
     what the server says stays: the prompt it refused was bigger than the ledger thought."""
     if not allocated:
         return window
+    window = replace(window, told=allocated)
     if window.ceiling_kind == "refused" and window.ceiling <= min(allocated, window.claimed):
         return window  # a refusal within that window: the ledger fell short, not the window
     if allocated >= window.claimed:

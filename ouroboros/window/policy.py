@@ -42,6 +42,11 @@ RESULT_MAX_SHARE = 0.25
 MIN_RESULT_CHARS = 200
 MIN_RESULT_TOKENS = 64
 CAP_MARKER_TOKENS = 40  # the line that says what was cut, and how to read it
+# When the fixed part of every prompt (the system prompt and the tool definitions in full)
+# takes more than this share of the budget, the tools are sent in their short form.
+BRIEF_TOOLS_SHARE = 0.4
+# Tool definitions are JSON, denser than prose: estimated at no more characters per token.
+SCHEMA_CHARS_PER_TOKEN = 3.5
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -131,6 +136,13 @@ def prompt_budget(limit: int, max_output_tokens: int) -> int:
     return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
 
 
+def brief_tools(fixed_tokens: int, budget: int) -> bool:
+    """Whether the tools go in their short form: the system prompt and the full tool
+    definitions (`fixed_tokens`) would take more than BRIEF_TOOLS_SHARE of the `budget`,
+    leaving a small window too little for the work itself."""
+    return fixed_tokens > BRIEF_TOOLS_SHARE * budget
+
+
 def placeholder_tokens(obs: Observation, chars_per_token: float) -> int:
     return tk.estimate_text(placeholder(obs), chars_per_token) + tk.MESSAGE_OVERHEAD_TOKENS
 
@@ -193,6 +205,7 @@ class ContextManager:
     # (compared with the last count's; saved with the state)
     last_count: LastCount | None = None
     probed: bool = False  # the server was asked to count a prompt this session
+    brief: bool = False  # the tools are sent in their short form (see session_tools)
 
     @classmethod
     def create(cls, limit: int, limit_source: str, max_output_tokens: int,
@@ -279,7 +292,10 @@ class ContextManager:
                       previous.suspects if previous else 0,
                       previous.largest_suspect if previous else 0,
                       usage.cached_tokens if usage else None)
+        distrusted = self.window.distrusted
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
+        if self.window.distrusted and not distrusted:  # what its counts taught is suspect too:
+            self.calibration = tk.Calibration()  # estimate at the default rate, which errs high
         if verdict == "whole":
             assert reported is not None
             fresh = tally.unmeasured(sent)
@@ -399,6 +415,23 @@ class ContextManager:
             fitted.masked.append(tool_call_id)
             fitted.tokens = self.current_tokens(fitted.messages, tools)
 
+    def fixed_tokens(self, system: Message, tools: list[dict[str, Any]]) -> int:
+        """What every prompt of a session holds before any work: the system prompt and the
+        tool definitions, by the estimate (JSON at its own density)."""
+        cpt = min(self.chars_per_token, SCHEMA_CHARS_PER_TOKEN)
+        return (tk.message_tokens(system, self.chars_per_token, self.per_dense)
+                + tk.estimate_chars(tk.tools_chars(tools), cpt))
+
+    def session_tools(self, system: Message, full: list[dict[str, Any]],
+                      brief: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tool definitions a session sends: `brief` when the fixed part with `full`
+        ones is large for the window (see brief_tools). A change of form forgets the learned
+        base, which counted the other one."""
+        short = brief_tools(self.fixed_tokens(system, full), self.budget)
+        if short != self.brief:
+            self.base_tokens, self.brief = None, short
+        return brief if short else full
+
     def fresh_start_target(self) -> int:
         """How full a restarted session may begin."""
         return int(self.budget * min(self.policy.soft_threshold_pct, FRESH_START_MAX_FILL))
@@ -473,6 +506,7 @@ class ContextManager:
             "revision": self.revision,
             "last_count": asdict(self.last_count) if self.last_count else None,
             "probed": self.probed,
+            "brief": self.brief,
         }
 
     @classmethod
