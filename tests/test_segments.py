@@ -241,3 +241,33 @@ def test_a_rolling_log_applies_retention_by_itself(tmp_path):
     assert manifest.pruned["segments"] >= 6
     assert len(manifest.segments) <= 3
     assert read_tail(run).tally().turns == 30  # the totals survive the history removed
+
+
+def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setattr("ouroboros.store.observations.PACK_BYTES", 20_000)
+    run = tmp_path / "run1"
+    log = EventLog(run / EVENTS_FILE, segment_bytes=20_000)
+    log.retention = Retention(keep_bytes=100_000)
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}, flags={}))
+    log.emit(ev.SessionStart(**WINDOW, carryover_messages=0))
+    store = ObservationStore(run / "observations")
+    biggest = 0
+    for turn in range(1, 1201):  # one session, never restarted
+        log.turn = turn
+        log.emit(ev.Assistant(text=f"turn {turn} " + "y" * 300, finish_reason="stop",
+                              tool_calls=[]))
+        store.save(f"obs-{turn}", f"result {turn} " + "x" * 500, session=1)
+        if turn % 10 == 0:  # a snapshot now and then: it refers to the newest result only
+            write_snapshot(run, log.seq, {"session": 1, "context": {
+                "observations": {"c": {"id": f"obs-{turn}"}}, "next_observation": turn + 1}})
+        log.commit()
+        biggest = max(biggest, (run / EVENTS_FILE).stat().st_size)
+    log.close()
+
+    total = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+    assert biggest < 20_000 + 1_000  # the segment bound, give or take a turn
+    assert total < 100_000 + 3 * 20_000  # retention, plus the files it never removes
+    assert load_manifest(run).pruned["segments"] > 0
+    assert ObservationStore(run / "observations").read("obs-1200") is not None
+    assert read_tail(run).tally().assistants == 1200

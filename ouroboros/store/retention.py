@@ -3,8 +3,8 @@ oldest first when they are older than `keep_sessions` sessions or `keep_days` da
 while the two together take more than `keep_bytes` (the `[logging]` keep_* keys).
 
 Never removed: the current segment, the newest closed one, any a resume still needs (after
-the snapshot), the current session's results and any result the live conversation refers
-to. The manifest (and observations/pruned.json) are rewritten before files are unlinked, so
+the snapshot), the pack being written and any result the live conversation refers to (a
+session that never ends has its full packs removed as its old segments are). The manifest (and observations/pruned.json) are rewritten before files are unlinked, so
 a crash in between leaves only files nothing lists, removed at the next pruning; `recall`
 of a removed result says after which session retention removed it.
 
@@ -120,7 +120,7 @@ def removable(item: Item, manifest: Manifest, session: int, keep_seq: int,
     assert item.pack is not None
     following = [p.first for p in packs(item.pack.path.parent) if p.first > item.pack.first]
     holds_up_to = min(following) - 1 if following else None
-    return item.pack.session < session and holds_up_to is not None \
+    return item.pack.session <= session and holds_up_to is not None \
         and holds_up_to < keep_obs_from
 
 
