@@ -271,3 +271,60 @@ def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(
     assert load_manifest(run).pruned["segments"] > 0
     assert ObservationStore(run / "observations").read("obs-1200") is not None
     assert read_tail(run).tally().assistants == 1200
+
+
+def stats_text(stats) -> str:
+    from rich.console import Console
+
+    from ouroboros.ui.stats import stats_view
+
+    console = Console(record=True, width=100)
+    console.print(stats_view(stats))
+    return console.export_text()
+
+
+def default_stats(run: Path):
+    from ouroboros.ui.stats import figures_stats
+
+    return figures_stats(read_tail(run).tally().figures)
+
+
+@pytest.mark.parametrize("sessions,turns", [(5, 3), (40, 6)])
+def test_stats_by_default_shows_from_the_manifest_what_the_whole_log_says(tmp_path, sessions,
+                                                                          turns):
+    from ouroboros.ui.stats import run_stats
+
+    run = tmp_path / "run1"
+    write_run(run, sessions=sessions, turns=turns, end=False)
+    whole = stats_text(run_stats(run_records(run)))
+    for segment in (run / SEGMENTS_DIR).iterdir():
+        segment.write_bytes(b"not gzip at all")  # would fail any reader of history
+
+    shown = stats_text(default_stats(run))
+
+    if sessions * turns <= 144:  # every reading kept: the same to the character
+        assert shown == whole
+    else:  # the same summary and table; the chart's readings folded in pairs or more
+        cut = "context use per turn"
+        assert shown.split(cut)[0] == whole.split(cut)[0]
+        assert f"{sessions} sessions, {sessions * turns} turns" in shown
+        assert shown.rstrip().splitlines()[-1].split()[-3] == str(sessions * turns)
+
+
+def test_figures_a_manifest_lacks_are_rebuilt_once_from_its_segments(tmp_path):
+    from ouroboros.store.segments import complete_tally
+    from ouroboros.ui.stats import figures_stats, run_stats
+
+    run = tmp_path / "run1"
+    write_run(run, sessions=6, end=False)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    del manifest["state"]["figures"]  # as an Ouroboros before them wrote it
+    (run / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert read_tail(run).tally().figures is None  # `stats` reads the whole log, and says so
+
+    tally = complete_tally(run, load_manifest(run))
+    for record in read_tail(run).records:
+        tally.add_record(record)
+
+    assert tally.figures is not None
+    assert stats_text(figures_stats(tally.figures)) == stats_text(run_stats(run_records(run)))

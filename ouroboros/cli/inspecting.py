@@ -67,17 +67,25 @@ def stats(run_id: Optional[str] = RunIdArgument,
           config: Optional[Path] = ConfigOption,
           all_sessions: bool = typer.Option(False, "--all", help="List every session (a "
                                             "long run shows its first and last few).")) -> None:
-    """Per-session numbers and a chart of context use over the run's turns."""
+    """Per-session numbers and a chart of context use over the run's turns: by default from
+    the figures the manifest keeps and the current segment; with --all from every record."""
     from rich.console import Console
 
-    from ouroboros.store.log import run_records
-    from ouroboros.ui.stats import run_stats, stats_view
+    from ouroboros.store.log import read_tail, run_records
+    from ouroboros.ui.stats import figures_stats, run_stats, stats_view
 
     loaded = load_for_reading(config, "stats")
     run_dir = guarded(lambda: run_path(loaded, run_id))
     context = loaded.config.context
-    stats = guarded(lambda: run_stats(run_records(run_dir), context.soft_threshold_pct,
-                                      context.hard_threshold_pct))
+    soft, hard = context.soft_threshold_pct, context.hard_threshold_pct
+    figures = None if all_sessions else guarded(lambda: read_tail(run_dir).tally().figures)
+    if figures is not None:
+        stats = figures_stats(figures, soft, hard)
+    else:
+        if not all_sessions:
+            typer.echo(f"({run_dir} was logged before its figures were kept: reading the whole "
+                       "log; a resume keeps them from then on)", err=True)
+        stats = guarded(lambda: run_stats(run_records(run_dir), soft, hard))
     Console().print(stats_view(stats, all_sessions=all_sessions))
 
 
