@@ -328,3 +328,27 @@ def test_figures_a_manifest_lacks_are_rebuilt_once_from_its_segments(tmp_path):
 
     assert tally.figures is not None
     assert stats_text(figures_stats(tally.figures)) == stats_text(run_stats(run_records(run)))
+
+
+def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(tmp_path):
+    run = tmp_path / "run1"
+    write_run(run, sessions=5, end=False)
+    (run / MANIFEST_FILE).write_text("{")
+    damaged = run / SEGMENTS_DIR / "000002.jsonl.gz"
+    damaged.write_bytes(b"not gzip at all")
+    tail = read_tail(run)  # what a resume reads: the manifest is rebuilt without segment 2
+    log = EventLog(run / EVENTS_FILE, seq=tail.last_seq, session=5, tally=tail.manifest.tally(),
+                   current=tail.records, segment_bytes=1)
+
+    log.emit(ev.WarningEvent(message="still here"))
+    log.commit()  # the live run closes its segment: no exception
+    log.emit(ev.WarningEvent(message="and on"))
+    log.close()
+
+    warnings = [r["message"] for r in read_tail(run).records if r["type"] == "warning"]
+    assert warnings[0].count("\n") == 0
+    assert str(run / MANIFEST_FILE) in warnings[0] and str(damaged) in warnings[0]
+    assert warnings[-1] == "and on"
+    manifest = load_manifest(run)  # written whole again
+    assert manifest.problem is None and 2 not in [s["number"] for s in manifest.segments]
+    assert read_tail(run).tally().assistants == 12  # the turns of segment 2 cannot be read

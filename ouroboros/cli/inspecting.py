@@ -78,7 +78,9 @@ def stats(run_id: Optional[str] = RunIdArgument,
     run_dir = guarded(lambda: run_path(loaded, run_id))
     context = loaded.config.context
     soft, hard = context.soft_threshold_pct, context.hard_threshold_pct
-    figures = None if all_sessions else guarded(lambda: read_tail(run_dir).tally().figures)
+    tail = guarded(lambda: read_tail(run_dir))
+    say_problem(tail.manifest.problem)
+    figures = None if all_sessions else tail.tally().figures
     if figures is not None:
         stats = figures_stats(figures, soft, hard)
     else:
@@ -87,6 +89,12 @@ def stats(run_id: Optional[str] = RunIdArgument,
                        "log; a resume keeps them from then on)", err=True)
         stats = guarded(lambda: run_stats(run_records(run_dir), soft, hard))
     Console().print(stats_view(stats, all_sessions=all_sessions))
+
+
+def say_problem(problem: str | None) -> None:
+    """A damaged or missing manifest, rebuilt from the segments: one line saying so."""
+    if problem is not None:
+        typer.echo(f"warning: {problem}", err=True)
 
 
 FOLLOW_TAIL = 10
@@ -120,6 +128,10 @@ def logs(
     wanted = guarded(lambda: select_types(types or []))
     run_dir = guarded(lambda: run_path(loaded, run_id))
     count = FOLLOW_TAIL if follow and tail is None else tail
+    if not follow:
+        from ouroboros.store.segments import load_manifest
+
+        say_problem(guarded(lambda: load_manifest(run_dir)).problem)
     events: Iterable[EventBase]
     shown = lambda kind: listed(kind, wanted)  # noqa: E731
     if follow:

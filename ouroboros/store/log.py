@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 
 from ouroboros.store.atomic import write_atomically
 from ouroboros.errors import StateError, UsageError
-from ouroboros.store.events import EventBase, EventError, parse_event
+from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.observations import obs_number
 from ouroboros.store.retention import Freed, Retention, apply_retention
 from ouroboros.store.segments import (
@@ -225,6 +225,8 @@ class EventLog:
             self._file = self.path.open("ab", buffering=0)
         self._size, self.first = 0, None
         compress_closed(run_dir, manifest)
+        if manifest.problem is not None:  # rebuilt, and now written whole again
+            self.emit(WarningEvent(message=manifest.problem))
         return manifest
 
     def sync(self) -> None:

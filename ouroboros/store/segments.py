@@ -248,7 +248,11 @@ def load_manifest(run_dir: Path) -> Manifest:
         newer = sorted(n for n in files if n > manifest.pruned.get("number", 0))
         manifest.segments, manifest.state = [], {}
     for number in sorted(newer):
-        add_scanned(manifest, number, files[number])
+        try:
+            add_scanned(manifest, number, files[number])
+        except StateError as error:  # the others are listed; this one is said to be left out
+            said = f"{error}; left out of the manifest"
+            manifest.problem = f"{manifest.problem}; {said}" if manifest.problem else said
     return manifest
 
 
