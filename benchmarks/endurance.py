@@ -178,8 +178,9 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|---:|")
         samples = run_sampled(config, root / ".ouroboros", server, args.every)
         size, _ = dir_usage(root / ".ouroboros")
-        print(f"\nstate dir: {size / 1e6:.1f} MB after {args.turns:,} turns "
-              f"({size / max(args.turns, 1):.0f} B a turn; floor 1,500)")
+        turns = turns_run(root / ".ouroboros")[0]  # fewer than asked if max_turns was lowered
+        print(f"\nstate dir: {size / 1e6:.1f} MB after {turns:,} turns "
+              f"({size / max(turns, 1):.0f} B a turn; floor 1,500)")
         readers = {"status": ["status"], "runs": ["runs"], "stats": ["stats"],
                    "logs -n 20": ["logs", "-n", "20"]}
         for name, command in readers.items():
