@@ -249,11 +249,23 @@ def load_manifest(run_dir: Path) -> Manifest:
         manifest.segments, manifest.state = [], {}
     for number in sorted(newer):
         try:
-            add_scanned(manifest, number, files[number])
+            scan_unlisted(run_dir, manifest, number, files[number])
         except StateError as error:  # the others are listed; this one is said to be left out
             said = f"{error}; left out of the manifest"
             manifest.problem = f"{manifest.problem}; {said}" if manifest.problem else said
     return manifest
+
+
+def scan_unlisted(run_dir: Path, manifest: Manifest, number: int, path: Path) -> None:
+    """add_scanned, once more under the segment's other name when the running process
+    compressed it while this one read it (a reader racing a rollover)."""
+    try:
+        add_scanned(manifest, number, path)
+    except StateError:
+        again = segment_files(run_dir).get(number)
+        if again is None or again == path:
+            raise
+        add_scanned(manifest, number, again)
 
 
 def add_scanned(manifest: Manifest, number: int, path: Path) -> None:
@@ -266,8 +278,11 @@ def add_scanned(manifest: Manifest, number: int, path: Path) -> None:
         tally.add_record(record)
     if first is None:
         return
-    manifest.segments.append(segment_entry(number, path.name, first, tally,
-                                           path.stat().st_size, before))
+    try:
+        size = path.stat().st_size
+    except OSError as error:  # gone since it was read
+        raise StateError(f"cannot read {path}: {error.strerror or error}") from None
+    manifest.segments.append(segment_entry(number, path.name, first, tally, size, before))
     manifest.state = tally.to_dict()
 
 
