@@ -352,3 +352,18 @@ def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(t
     manifest = load_manifest(run)  # written whole again
     assert manifest.problem is None and 2 not in [s["number"] for s in manifest.segments]
     assert read_tail(run).tally().assistants == 12  # the turns of segment 2 cannot be read
+
+
+def test_a_reader_racing_a_rollover_reads_the_segment_compressed_meanwhile(tmp_path):
+    from ouroboros.store.segments import scan_unlisted, write_manifest
+
+    run = tmp_path / "run1"
+    write_run(run, sessions=3)
+    manifest = load_manifest(run)
+    manifest.segments.pop()  # the writer has not listed segment 2 yet ...
+    write_manifest(run, manifest)
+    stale = run / SEGMENTS_DIR / "000002.jsonl"  # ... and the reader saw it before its gzip
+
+    scan_unlisted(run, manifest, 2, stale)
+
+    assert manifest.segments[-1]["file"] == "000002.jsonl.gz" and manifest.problem is None
