@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ouroboros.store.log import run_records
+from ouroboros.store.log import last_records, run_records
 from ouroboros.store.segments import MANIFEST_FILE
 from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import ouroboros, ouroboros_here, run_dir
@@ -48,3 +48,35 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
     resumed = list(run_records(run))
     assert [r["seq"] for r in resumed] == list(range(1, len(resumed) + 1))
     assert (tmp_path / "workspace" / "results.txt").read_text() == expected
+
+
+def test_a_damaged_manifest_and_segment_are_one_line_naming_the_file_and_the_run_goes_on(
+        tmp_path, scripted_server):
+    agent = CountingAgent(6)
+    server = agent.server = scripted_server(agent)
+    config, expected = demo_project(
+        tmp_path, server.base_url, 6, max_turns=6, chars_per_part=3000,
+        model={"context_limit": 4096}, logging={"segment_mb": 0.0001, "keep_mb": 0})
+    args = ("--config", str(config))
+    ouroboros("run", *args, "--headless")  # paused at max_turns, some segments closed
+    run = run_dir(tmp_path)
+    (run / MANIFEST_FILE).write_text('{"segments": [')
+    damaged = run / "segments" / "000002.jsonl.gz"
+    damaged.write_bytes(b"not gzip at all")
+
+    readers = {name: ouroboros(*command, *args) for name, command in {
+        "logs": ["logs"], "stats --all": ["stats", "--all"], "status": ["status"],
+        "stats": ["stats"], "runs": ["runs"], "logs -n 3": ["logs", "-n", "3"]}.items()}
+    again = ouroboros("resume", *args, "--headless", "--max-turns", "400", timeout=120)
+
+    for name, result in readers.items():
+        assert "Traceback" not in result.stderr + result.stdout, name
+        if name in ("logs", "stats --all", "stats", "logs -n 3"):  # one line naming both
+            assert result.stderr.strip().count("\n") == 0, (name, result.stderr)
+            assert str(damaged) in result.stderr, (name, result.stderr)
+            assert str(run / MANIFEST_FILE) in result.stderr, (name, result.stderr)
+    assert readers["status"].returncode == 0 and readers["stats"].returncode == 0
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "workspace" / "results.txt").read_text() == expected
+    warnings = [r for r in last_records(run, 1000, lambda kind: kind == "warning")]
+    assert any(str(run / MANIFEST_FILE) in w["message"] for w in warnings)

@@ -241,3 +241,129 @@ def test_a_rolling_log_applies_retention_by_itself(tmp_path):
     assert manifest.pruned["segments"] >= 6
     assert len(manifest.segments) <= 3
     assert read_tail(run).tally().turns == 30  # the totals survive the history removed
+
+
+def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setattr("ouroboros.store.observations.PACK_BYTES", 20_000)
+    run = tmp_path / "run1"
+    log = EventLog(run / EVENTS_FILE, segment_bytes=20_000)
+    log.retention = Retention(keep_bytes=100_000)
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}, flags={}))
+    log.emit(ev.SessionStart(**WINDOW, carryover_messages=0))
+    store = ObservationStore(run / "observations")
+    biggest = 0
+    for turn in range(1, 1201):  # one session, never restarted
+        log.turn = turn
+        log.emit(ev.Assistant(text=f"turn {turn} " + "y" * 300, finish_reason="stop",
+                              tool_calls=[]))
+        store.save(f"obs-{turn}", f"result {turn} " + "x" * 500, session=1)
+        if turn % 10 == 0:  # a snapshot now and then: it refers to the newest result only
+            write_snapshot(run, log.seq, {"session": 1, "context": {
+                "observations": {"c": {"id": f"obs-{turn}"}}, "next_observation": turn + 1}})
+        log.commit()
+        biggest = max(biggest, (run / EVENTS_FILE).stat().st_size)
+    log.close()
+
+    total = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+    assert biggest < 20_000 + 1_000  # the segment bound, give or take a turn
+    assert total < 100_000 + 3 * 20_000  # retention, plus the files it never removes
+    assert load_manifest(run).pruned["segments"] > 0
+    assert ObservationStore(run / "observations").read("obs-1200") is not None
+    assert read_tail(run).tally().assistants == 1200
+
+
+def stats_text(stats) -> str:
+    from rich.console import Console
+
+    from ouroboros.ui.stats import stats_view
+
+    console = Console(record=True, width=100)
+    console.print(stats_view(stats))
+    return console.export_text()
+
+
+def default_stats(run: Path):
+    from ouroboros.ui.stats import figures_stats
+
+    return figures_stats(read_tail(run).tally().figures)
+
+
+@pytest.mark.parametrize("sessions,turns", [(5, 3), (40, 6)])
+def test_stats_by_default_shows_from_the_manifest_what_the_whole_log_says(tmp_path, sessions,
+                                                                          turns):
+    from ouroboros.ui.stats import run_stats
+
+    run = tmp_path / "run1"
+    write_run(run, sessions=sessions, turns=turns, end=False)
+    whole = stats_text(run_stats(run_records(run)))
+    for segment in (run / SEGMENTS_DIR).iterdir():
+        segment.write_bytes(b"not gzip at all")  # would fail any reader of history
+
+    shown = stats_text(default_stats(run))
+
+    if sessions * turns <= 144:  # every reading kept: the same to the character
+        assert shown == whole
+    else:  # the same summary and table; the chart's readings folded in pairs or more
+        cut = "context use per turn"
+        assert shown.split(cut)[0] == whole.split(cut)[0]
+        assert f"{sessions} sessions, {sessions * turns} turns" in shown
+        assert shown.rstrip().splitlines()[-1].split()[-3] == str(sessions * turns)
+
+
+def test_figures_a_manifest_lacks_are_rebuilt_once_from_its_segments(tmp_path):
+    from ouroboros.store.segments import complete_tally
+    from ouroboros.ui.stats import figures_stats, run_stats
+
+    run = tmp_path / "run1"
+    write_run(run, sessions=6, end=False)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    del manifest["state"]["figures"]  # as an Ouroboros before them wrote it
+    (run / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert read_tail(run).tally().figures is None  # `stats` reads the whole log, and says so
+
+    tally = complete_tally(run, load_manifest(run))
+    for record in read_tail(run).records:
+        tally.add_record(record)
+
+    assert tally.figures is not None
+    assert stats_text(figures_stats(tally.figures)) == stats_text(run_stats(run_records(run)))
+
+
+def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(tmp_path):
+    run = tmp_path / "run1"
+    write_run(run, sessions=5, end=False)
+    (run / MANIFEST_FILE).write_text("{")
+    damaged = run / SEGMENTS_DIR / "000002.jsonl.gz"
+    damaged.write_bytes(b"not gzip at all")
+    tail = read_tail(run)  # what a resume reads: the manifest is rebuilt without segment 2
+    log = EventLog(run / EVENTS_FILE, seq=tail.last_seq, session=5, tally=tail.manifest.tally(),
+                   current=tail.records, segment_bytes=1)
+
+    log.emit(ev.WarningEvent(message="still here"))
+    log.commit()  # the live run closes its segment: no exception
+    log.emit(ev.WarningEvent(message="and on"))
+    log.close()
+
+    warnings = [r["message"] for r in read_tail(run).records if r["type"] == "warning"]
+    assert warnings[0].count("\n") == 0
+    assert str(run / MANIFEST_FILE) in warnings[0] and str(damaged) in warnings[0]
+    assert warnings[-1] == "and on"
+    manifest = load_manifest(run)  # written whole again
+    assert manifest.problem is None and 2 not in [s["number"] for s in manifest.segments]
+    assert read_tail(run).tally().assistants == 12  # the turns of segment 2 cannot be read
+
+
+def test_a_reader_racing_a_rollover_reads_the_segment_compressed_meanwhile(tmp_path):
+    from ouroboros.store.segments import scan_unlisted, write_manifest
+
+    run = tmp_path / "run1"
+    write_run(run, sessions=3)
+    manifest = load_manifest(run)
+    manifest.segments.pop()  # the writer has not listed segment 2 yet ...
+    write_manifest(run, manifest)
+    stale = run / SEGMENTS_DIR / "000002.jsonl"  # ... and the reader saw it before its gzip
+
+    scan_unlisted(run, manifest, 2, stale)
+
+    assert manifest.segments[-1]["file"] == "000002.jsonl.gz" and manifest.problem is None

@@ -68,18 +68,34 @@ def stats(run_id: Optional[str] = RunIdArgument,
           config: Optional[Path] = ConfigOption,
           all_sessions: bool = typer.Option(False, "--all", help="List every session (a "
                                             "long run shows its first and last few).")) -> None:
-    """Per-session numbers and a chart of context use over the run's turns."""
+    """Per-session numbers and a chart of context use over the run's turns: by default from
+    the figures the manifest keeps and the current segment; with --all from every record."""
     from rich.console import Console
 
-    from ouroboros.store.log import run_records
-    from ouroboros.ui.stats import run_stats, stats_view
+    from ouroboros.store.log import read_tail, run_records
+    from ouroboros.ui.stats import figures_stats, run_stats, stats_view
 
     loaded = load_for_reading(config, "stats")
     run_dir = guarded(lambda: run_path(loaded, run_id))
     context = loaded.config.context
-    stats = guarded(lambda: run_stats(run_records(run_dir), context.soft_threshold_pct,
-                                      context.hard_threshold_pct))
+    soft, hard = context.soft_threshold_pct, context.hard_threshold_pct
+    tail = guarded(lambda: read_tail(run_dir))
+    say_problem(tail.manifest.problem)
+    figures = None if all_sessions else tail.tally().figures
+    if figures is not None:
+        stats = figures_stats(figures, soft, hard)
+    else:
+        if not all_sessions:
+            typer.echo(f"({run_dir} was logged before its figures were kept: reading the whole "
+                       "log; a resume keeps them from then on)", err=True)
+        stats = guarded(lambda: run_stats(run_records(run_dir), soft, hard))
     Console().print(stats_view(stats, all_sessions=all_sessions))
+
+
+def say_problem(problem: str | None) -> None:
+    """A damaged or missing manifest, rebuilt from the segments: one line saying so."""
+    if problem is not None:
+        typer.echo(f"warning: {problem}", err=True)
 
 
 FOLLOW_TAIL = 10
@@ -113,6 +129,10 @@ def logs(
     wanted = guarded(lambda: select_types(types or []))
     run_dir = guarded(lambda: run_path(loaded, run_id))
     count = FOLLOW_TAIL if follow and tail is None else tail
+    if not follow:
+        from ouroboros.store.segments import load_manifest
+
+        say_problem(guarded(lambda: load_manifest(run_dir)).problem)
     events: Iterable[EventBase]
     shown = lambda kind: listed(kind, wanted)  # noqa: E731
     if follow:

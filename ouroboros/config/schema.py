@@ -366,11 +366,12 @@ class LoggingConfig(_Table):
         "event being written).",
     )
     segment_mb: float = Field(
-        1.0,
+        2.0,
         gt=0,
-        description="The event log is closed into a numbered, compressed segment at the first "
-        "session boundary once its current file holds this many MB (4 times this mid-session); "
-        "readers such as `status` read only the manifest and the current file.",
+        description="The most the event log's current file holds, in MB (give or take one "
+        "turn): it is closed into a numbered, compressed segment at a turn's end once it holds "
+        "this much, or at the first session boundary once it holds half of it; readers such as "
+        "`status` read only the manifest and the current file.",
     )
     keep_mb: float = Field(
         256.0,

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 
 from ouroboros.store.atomic import write_atomically
 from ouroboros.errors import StateError, UsageError
-from ouroboros.store.events import EventBase, EventError, parse_event
+from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.observations import obs_number
 from ouroboros.store.retention import Freed, Retention, apply_retention
 from ouroboros.store.segments import (
@@ -58,10 +58,11 @@ SNAPSHOT_FORMAT_VERSION = 3
 EVENTS_FILE = "events.jsonl"
 SNAPSHOT_FILE = "state.json"
 
-# A segment is closed at the first session boundary once it holds this much; a session that
-# never restarts has its segment closed at a turn's end once it holds OVERSIZE_FACTOR times it.
-SEGMENT_BYTES = 1 << 20
-OVERSIZE_FACTOR = 4
+# The most the current segment holds (give or take the turn that crosses it): it is closed at
+# a turn's end once it holds this much, and at the first session boundary once it holds
+# 1/BOUNDARY_FRACTION of it (`logging.segment_mb`).
+SEGMENT_BYTES = 2 << 20
+BOUNDARY_FRACTION = 2
 Listener = Callable[[EventBase], None]
 Durability = Literal["turn", "event"]
 
@@ -185,15 +186,18 @@ class EventLog:
 
     def commit(self) -> None:
         """A turn boundary: make what was logged durable, unless every event already was; a
-        segment grown far past its size (a session that never restarts) is closed."""
-        if self._size >= OVERSIZE_FACTOR * self.segment_bytes:
-            self.roll()
+        segment grown to its full size (a session that never restarts) is closed, and
+        retention applied as the snapshot allows (see prune_run)."""
+        if self._size >= self.segment_bytes and self.roll() is not None:
+            if self.retention is not None:
+                with cannot_write(self.path.parent):
+                    prune_run(self.path.parent, self.retention)
         elif self.durability != "event":
             self.sync()
 
     def roll_due(self) -> bool:
         """At a session boundary: whether the current segment is big enough to close."""
-        return self._size >= self.segment_bytes and self.first is not None
+        return self._size * BOUNDARY_FRACTION >= self.segment_bytes and self.first is not None
 
     def at_session_boundary(self, keep_obs_from: int) -> None:
         """Between sessions, just after a snapshot: close the segment if it is big enough,
@@ -221,6 +225,8 @@ class EventLog:
             self._file = self.path.open("ab", buffering=0)
         self._size, self.first = 0, None
         compress_closed(run_dir, manifest)
+        if manifest.problem is not None:  # rebuilt, and now written whole again
+            self.emit(WarningEvent(message=manifest.problem))
         return manifest
 
     def sync(self) -> None:

@@ -1,5 +1,5 @@
 """The full text of every tool result, for `recall` and for resume: packed, one file per
-session (and per process), not one file per call.
+session (and per process, and per PACK_BYTES), not one file per call.
 
 Layout of `<run_dir>/observations/`:
     s000012-000000345.pack   the results of session 12 from obs-345 on, each a header line
@@ -26,6 +26,7 @@ PACK = re.compile(r"s(\d+)-(\d+)\.pack$")
 OBS_ID = re.compile(r"obs-(\d+)$")
 PRUNED_FILE = "pruned.json"
 OBSERVATIONS_DIR = "observations"
+PACK_BYTES = 4 << 20  # a pack this big is full: the next result begins a new one
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,14 @@ class ObservationStore:
         self.directory = directory
         self._pack: Path | None = None
         self._session = 0
+        self._size = 0
 
     def save(self, obs_id: str, text: str, session: int, *, durable: bool = False) -> None:
         """Append a result to this session's pack (begun by this process at its first
-        result): a record the disk had no room for is cut off again."""
+        result, and again once it is full): a record the disk had no room for is cut off
+        again."""
         number = obs_number(obs_id)
-        if self._pack is None or session != self._session:
+        if self._pack is None or session != self._session or self._size >= PACK_BYTES:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._pack = self.directory / f"s{session:06d}-{number or 0:09d}.pack"
             self._session = session
@@ -75,6 +78,7 @@ class ObservationStore:
             except OSError:
                 f.truncate(size)
                 raise
+            self._size = f.tell()
 
     def read(self, obs_id: str) -> str | None:
         number = obs_number(obs_id)

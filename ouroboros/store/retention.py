@@ -3,8 +3,8 @@ oldest first when they are older than `keep_sessions` sessions or `keep_days` da
 while the two together take more than `keep_bytes` (the `[logging]` keep_* keys).
 
 Never removed: the current segment, the newest closed one, any a resume still needs (after
-the snapshot), the current session's results and any result the live conversation refers
-to. The manifest (and observations/pruned.json) are rewritten before files are unlinked, so
+the snapshot), the pack being written and any result the live conversation refers to (a
+session that never ends has its full packs removed as its old segments are). The manifest (and observations/pruned.json) are rewritten before files are unlinked, so
 a crash in between leaves only files nothing lists, removed at the next pruning; `recall`
 of a removed result says after which session retention removed it.
 
@@ -14,6 +14,7 @@ of a removed result says after which session retention removed it.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -80,10 +81,11 @@ def apply_retention(run_dir: Path, retention: Retention, *, session: int, keep_s
     now = time.time() if now is None else now
     manifest = load_manifest(run_dir)
     items = candidates(run_dir, manifest, now)
+    firsts = sorted(i.pack.first for i in items if i.pack is not None)
     total = sum(item.size for item in items)
     gone: list[Item] = []
     for item in sorted(items, key=lambda i: i.session):
-        if not removable(item, manifest, session, keep_seq, keep_obs_from):
+        if not removable(item, manifest, session, keep_seq, keep_obs_from, firsts):
             continue
         if expired(item, retention, session) or (
                 retention.keep_bytes and total > retention.keep_bytes):
@@ -112,15 +114,16 @@ def candidates(run_dir: Path, manifest: Manifest, now: float) -> list[Item]:
 
 
 def removable(item: Item, manifest: Manifest, session: int, keep_seq: int,
-              keep_obs_from: int) -> bool:
-    """Whether an item may go at all: not what the run still needs."""
+              keep_obs_from: int, firsts: list[int]) -> bool:
+    """Whether an item may go at all: not what the run still needs (`firsts`: the first
+    observation of every pack, in order)."""
     if item.segment is not None:
         return item.segment is not manifest.segments[-1] \
             and item.segment["last_seq"] <= keep_seq
     assert item.pack is not None
-    following = [p.first for p in packs(item.pack.path.parent) if p.first > item.pack.first]
-    holds_up_to = min(following) - 1 if following else None
-    return item.pack.session < session and holds_up_to is not None \
+    after = bisect.bisect_right(firsts, item.pack.first)
+    holds_up_to = firsts[after] - 1 if after < len(firsts) else None
+    return item.pack.session <= session and holds_up_to is not None \
         and holds_up_to < keep_obs_from
 
 

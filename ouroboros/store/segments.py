@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 from ouroboros.errors import StateError
 from ouroboros.store.atomic import write_atomically
+from ouroboros.store.figures import NEEDED, RunFigures
 
 MANIFEST_FILE = "manifest.json"
 SEGMENTS_DIR = "segments"
@@ -64,17 +65,23 @@ class Tally:
     alerts: int = 0
     started: str | None = None  # the first record's timestamp
     last: Record = field(default_factory=dict)  # the newest record's envelope
+    # What `stats` shows by default; None in a manifest written before it was kept.
+    figures: RunFigures | None = field(default_factory=RunFigures)
 
     def add(self, kind: str, envelope: Record, load: Callable[[], Record]) -> None:
         """Fold in one record: its type, envelope and (read only when needed) the record."""
         if self.started is None:
             self.started = envelope.get("ts")
         self.last = envelope
+        record = load() if kind in ANCHORS or kind in NEEDED else None
         if kind == "assistant":
             self.turns += 1
             self.assistants += 1
         elif kind in ANCHORS or kind in ("run_start", "config_changed"):
-            self._anchor(kind, load())
+            assert record is not None
+            self._anchor(kind, record)
+        if self.figures is not None:
+            self.figures.add(kind, envelope, record)
 
     def _anchor(self, kind: str, record: Record) -> None:
         if kind == "run_start":
@@ -127,7 +134,13 @@ class Tally:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Tally:
+        """The tally a manifest holds (a fresh one for an empty state; `figures` None when
+        an older Ouroboros wrote it without them)."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if data:
+            figures = known.get("figures")
+            known["figures"] = RunFigures.from_dict(figures) if isinstance(figures, dict) \
+                else None
         return cls(**known)
 
 
@@ -235,8 +248,24 @@ def load_manifest(run_dir: Path) -> Manifest:
         newer = sorted(n for n in files if n > manifest.pruned.get("number", 0))
         manifest.segments, manifest.state = [], {}
     for number in sorted(newer):
-        add_scanned(manifest, number, files[number])
+        try:
+            scan_unlisted(run_dir, manifest, number, files[number])
+        except StateError as error:  # the others are listed; this one is said to be left out
+            said = f"{error}; left out of the manifest"
+            manifest.problem = f"{manifest.problem}; {said}" if manifest.problem else said
     return manifest
+
+
+def scan_unlisted(run_dir: Path, manifest: Manifest, number: int, path: Path) -> None:
+    """add_scanned, once more under the segment's other name when the running process
+    compressed it while this one read it (a reader racing a rollover)."""
+    try:
+        add_scanned(manifest, number, path)
+    except StateError:
+        again = segment_files(run_dir).get(number)
+        if again is None or again == path:
+            raise
+        add_scanned(manifest, number, again)
 
 
 def add_scanned(manifest: Manifest, number: int, path: Path) -> None:
@@ -249,9 +278,28 @@ def add_scanned(manifest: Manifest, number: int, path: Path) -> None:
         tally.add_record(record)
     if first is None:
         return
-    manifest.segments.append(segment_entry(number, path.name, first, tally,
-                                           path.stat().st_size, before))
+    try:
+        size = path.stat().st_size
+    except OSError as error:  # gone since it was read
+        raise StateError(f"cannot read {path}: {error.strerror or error}") from None
+    manifest.segments.append(segment_entry(number, path.name, first, tally, size, before))
     manifest.state = tally.to_dict()
+
+
+def complete_tally(run_dir: Path, manifest: Manifest) -> Tally:
+    """The manifest's tally, with the figures a manifest written before they were kept lacks
+    rebuilt once from its closed segments (streamed); without them if one cannot be read."""
+    tally = manifest.tally()
+    if tally.figures is None:
+        figures = RunFigures()
+        try:
+            for record in closed_records(run_dir, manifest):
+                kind = str(record.get("type", ""))
+                figures.add(kind, envelope(record), record if kind in NEEDED else None)
+        except StateError:
+            return tally
+        tally.figures = figures
+    return tally
 
 
 def segment_records(path: Path) -> Iterator[Record]:

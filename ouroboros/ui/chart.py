@@ -24,10 +24,12 @@ MAX_TURN_WIDTH = 3  # columns per turn in a short run
 
 def context_chart(pcts: list[float], soft: float, hard: float, restarts_at: list[int], *,
                   height: int = 10, width: int = 72,
-                  thresholds: list[tuple[float, float]] | None = None) -> list[str]:
+                  thresholds: list[tuple[float, float]] | None = None,
+                  turns: int | None = None) -> list[str]:
     """The chart's lines, top first. `pcts` are percentages of the prompt budget, one per
     turn; the thresholds are fractions, `(soft, hard)` per turn in `thresholds` when the run
-    changed them (else `soft` and `hard` throughout); `restarts_at` are indexes into `pcts`."""
+    changed them (else `soft` and `hard` throughout); `restarts_at` are indexes into `pcts`;
+    `turns`: how many turns the values stand for, when each is the highest of a few."""
     if not pcts:
         return ["(no context readings yet)"]
     columns = column_values(pcts, width)
@@ -54,7 +56,7 @@ def context_chart(pcts: list[float], soft: float, hard: float, restarts_at: list
     if marks:
         lines.append(" " * LABEL_WIDTH
                      + "".join(RESTART if c in marks else " " for c in range(len(columns))))
-    first, last = "turn 1", str(len(pcts))
+    first, last = "turn 1", str(turns or len(pcts))
     gap = max(1, len(columns) - len(first) - len(last))
     legend = f"   {RESTART} restart" if marks else ""
     lines.append(" " * LABEL_WIDTH + first + " " * gap + last + legend)

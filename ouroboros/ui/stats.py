@@ -1,10 +1,12 @@
 """What a run did, session by session: `ouroboros stats`.
 
-`run_stats(events)` is a pure fold over the log; `stats_view(stats)` draws it as a table and a
-chart of context use over the run's turns. A run of more than SUMMARY_AFTER sessions shows its
-first and last few sessions and the totals, unless asked for all.
+`run_stats(events)` is a pure fold over the log (`stats --all`); `figures_stats(figures)` the
+same numbers from the figures the manifest keeps (store/figures.py: the default view, O(1) in
+turns run); `stats_view(stats)` draws them as a table and a chart of context use over the
+run's turns. A run of more than SUMMARY_AFTER sessions shows its first and last few sessions
+and the totals, unless asked for all.
 
-    stats = run_stats(read_log(run_dir / "events.jsonl"))
+    stats = figures_stats(read_tail(run_dir).tally().figures)
     Console().print(stats_view(stats))
 """
 
@@ -20,15 +22,16 @@ from rich.text import Text
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, parse_event
+from ouroboros.store.figures import FIRST_KEPT, RECENT_KEPT, RunFigures
 from ouroboros.ui.chart import LABEL_WIDTH, context_chart
 from ouroboros.ui.numbers import BASE, used
 from ouroboros.ui.plain import masked_text, plural
 
 _DEFAULTS = ContextConfig()
 RESTART_PREFIX = "restart: "
-SUMMARY_AFTER = 12  # sessions; a longer run's table shows only its ends
-FIRST_SHOWN = 3
-LAST_SHOWN = 3
+SUMMARY_AFTER = RECENT_KEPT  # sessions; a longer run's table shows only its ends
+FIRST_SHOWN = FIRST_KEPT
+LAST_SHOWN = FIRST_KEPT
 
 
 @dataclass
@@ -53,14 +56,53 @@ class RunStats:
     restarts_at: list[int] = field(default_factory=list)  # index of each new session's 1st turn
     thresholds: list[tuple[float, float]] = field(default_factory=list)  # (soft, hard) per reading
     end: str | None = None
+    # From the run's figures (store/figures.py): `sessions` are only those shown, the others
+    # are counted in `hidden` and summed in `totals`; the chart's readings are bucketed.
+    hidden: int = 0
+    totals: SessionStats | None = None
+    readings: int | None = None
+    restart_count: int | None = None
 
     @property
     def total_turns(self) -> int:
-        return sum(s.turns for s in self.sessions)
+        return self.session_totals().turns
 
     @property
     def restarts(self) -> int:
-        return len(self.restarts_at)
+        return self.restart_count if self.restart_count is not None else len(self.restarts_at)
+
+    def session_totals(self) -> SessionStats:
+        if self.totals is not None:
+            return self.totals
+        peaks = [s.peak_pct for s in self.sessions if s.peak_pct is not None]
+        return SessionStats(0, turns=sum(s.turns for s in self.sessions),
+                            peak_pct=max(peaks) if peaks else None,
+                            mask_rounds=sum(s.mask_rounds for s in self.sessions),
+                            masked=sum(s.masked for s in self.sessions),
+                            prompt_tokens=sum(s.prompt_tokens for s in self.sessions),
+                            completion_tokens=sum(s.completion_tokens for s in self.sessions))
+
+
+def figures_stats(figures: RunFigures, soft: float | None = None,
+                  hard: float | None = None) -> RunStats:
+    """The default view's numbers from the figures the manifest keeps (O(1) in turns run)."""
+    defaults = RunStats()
+    stats = RunStats(run_id=figures.run_id, end=figures.end,
+                     soft=first_set(figures.soft, soft, defaults.soft),
+                     hard=first_set(figures.hard, hard, defaults.hard))
+    shown, stats.hidden = figures.shown()
+    stats.sessions = [SessionStats(**s) for s in shown]
+    stats.totals = SessionStats(**figures.totals())
+    stats.readings, stats.restart_count = figures.readings, figures.restarts
+    stats.context_pcts = [b[0] for b in figures.buckets]
+    stats.thresholds = [(first_set(b[1], stats.soft), first_set(b[2], stats.hard))
+                        for b in figures.buckets]
+    stats.restarts_at = [i for i, b in enumerate(figures.buckets) if b[3]]
+    return stats
+
+
+def first_set(*values: float | None) -> float:
+    return next(v for v in values if v is not None)
 
 
 def run_stats(events: Iterable[Record], soft: float | None = None,
@@ -134,7 +176,8 @@ class Chart:
         width = max(10, min(self.width, options.max_width - CHART_MARGIN))
         yield Text("\n".join(context_chart(stats.context_pcts, stats.soft, stats.hard,
                                             stats.restarts_at, width=width,
-                                            thresholds=stats.thresholds)), no_wrap=True)
+                                            thresholds=stats.thresholds,
+                                            turns=stats.readings)), no_wrap=True)
 
 
 def stats_view(stats: RunStats, chart_width: int = 72, *,
@@ -142,14 +185,16 @@ def stats_view(stats: RunStats, chart_width: int = 72, *,
     """A summary line, the per-session table (only its first and last sessions for a long
     run, unless `all_sessions`) with its totals, and the context chart."""
     ended = f", ended: {stats.end}" if stats.end else ", still going (or stopped without an end)"
-    masked = masked_text(sum(s.masked for s in stats.sessions),
-                         sum(s.mask_rounds for s in stats.sessions))
-    summary = Text(f"run {stats.run_id}: {plural(len(stats.sessions), 'session')}, "
+    totals = stats.session_totals()
+    masked = masked_text(totals.masked, totals.mask_rounds)
+    count = len(stats.sessions) + stats.hidden
+    summary = Text(f"run {stats.run_id}: {plural(count, 'session')}, "
                    f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
                    f"{ended}\nmasking: {masked}", style="bold")
     chart = Chart(stats, chart_width)
     title = Text(f"context use per turn ({BASE})", style="bold")
-    shown, hidden = shown_sessions(stats.sessions, all_sessions)
+    shown, hidden = shown_sessions(stats.sessions, all_sessions) if not stats.hidden \
+        else (stats.sessions, stats.hidden)
     reasons = restart_reasons(shown)
     notes = [Text(f"[{n}] restart: {reason}") for reason, n in reasons.items()]
     if hidden:
@@ -182,14 +227,8 @@ def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str
                    hidden: int = 0) -> Table:
     """One row per shown session (a "..." row where `hidden` ones were left out) and a
     totals row over every session."""
-    table = Table(show_footer=len(stats.sessions) > 1)
-    total = SessionStats(0, turns=stats.total_turns,
-                         mask_rounds=sum(s.mask_rounds for s in stats.sessions),
-                         masked=sum(s.masked for s in stats.sessions),
-                         prompt_tokens=sum(s.prompt_tokens for s in stats.sessions),
-                         completion_tokens=sum(s.completion_tokens for s in stats.sessions))
-    peaks = [s.peak_pct for s in stats.sessions if s.peak_pct is not None]
-    total.peak_pct = max(peaks) if peaks else None
+    table = Table(show_footer=len(stats.sessions) + stats.hidden > 1)
+    total = stats.session_totals()
     # Two-line headers keep the table within 80 columns.
     columns = [("session", "all"), ("turns", f"{total.turns:,}"),
                ("peak\nctx", used(total.peak_pct)),
