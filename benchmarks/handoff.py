@@ -8,7 +8,7 @@ so after a restart it knows only what the new session begins with. With the hand
 without it, the agent starts over from part 1. (The stripped agent is a fake made to read the
 handoff; what the figures show is how much a handoff can carry, not what a model makes of it.)
 
-    python benchmarks/handoff.py [--parts 12] [--quick]
+    python benchmarks/handoff.py [--parts 40] [--quick]
 """
 
 from __future__ import annotations
@@ -86,10 +86,10 @@ def run(parts: int, handoff_tokens: int) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", type=int, default=12)
-    parser.add_argument("--quick", action="store_true", help="6 parts")
+    parser.add_argument("--parts", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="12 parts")
     args = parser.parse_args()
-    parts = 6 if args.quick else args.parts
+    parts = 12 if args.quick else args.parts
     rows = {"with the handoff": run(parts, 600), "without it": run(parts, 0)}
     print(f"{parts} parts, 4k window, no carried turns, an agent that keeps no notes\n")
     names = list(next(iter(rows.values())))
