@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 
 from ouroboros.store import events as ev
-from ouroboros.store.log import read_events
+from ouroboros.store.log import EventLog, read_events, read_tail
 from ouroboros.ui.chart import HARD_LINE, RESTART, SOFT_LINE, context_chart
-from ouroboros.ui.stats import SessionStats, run_stats, shown_sessions, stats_view
+from ouroboros.ui.stats import SessionStats, figures_stats, run_stats, shown_sessions, stats_view
 from tests.ui_sample import RESTART_REASON, RUN_ID, SESSION_1, SESSION_2, write_sample_run
 
 
@@ -37,6 +37,21 @@ def test_stats_of_a_run_still_going(tmp_path):
     assert stats.end is None
     assert [s.end for s in stats.sessions] == [f"restart: {RESTART_REASON}", "running"]
     assert stats.total_turns == 8
+
+
+def test_a_turn_counts_once_its_reply_came_as_status_counts_it(tmp_path):
+    path = write_sample_run(tmp_path / ".ouroboros", ended=False)
+    log = EventLog(path)
+    log.session, log.turn = 2, 3  # the third request of session 2 is sent, no reply yet
+    log.emit(ev.StopRequested(signal="SIGTERM"))
+    log.close()
+    tally = read_tail(path.parent).tally()  # what `status` and default `stats` read
+
+    stats = run_stats(read_events(path).events)  # `stats --all`
+    quick = figures_stats(tally.figures)
+
+    assert stats.total_turns == quick.total_turns == tally.turns == 8
+    assert [s.turns for s in stats.sessions] == [s.turns for s in quick.sessions] == [6, 2]
 
 
 def test_stats_of_a_resumed_run_say_running_again():

@@ -48,8 +48,8 @@ class RunFigures:
 
     def add(self, kind: str, envelope: Record, record: Record | None) -> None:
         current = self._session(int(envelope.get("session") or 1))
-        if current is not None:
-            current["turns"] = max(current["turns"], int(envelope.get("turn") or 0))
+        if current is not None and kind == "assistant":  # a turn counts once its reply came
+            current["turns"] += 1
         if record is not None:
             self._fold(kind, record, current)
 

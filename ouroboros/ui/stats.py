@@ -119,7 +119,7 @@ def run_stats(events: Iterable[Record], soft: float | None = None,
         if e.session not in sessions:
             sessions[e.session] = SessionStats(e.session)
         current = sessions[e.session]
-        current.turns = max(current.turns, e.turn)
+        current.turns += isinstance(e, ev.Assistant)  # a turn counts once its reply came
         fold(e, stats, current, sessions)
     stats.sessions = sorted(sessions.values(), key=lambda s: s.session)
     return stats
