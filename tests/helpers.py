@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -48,25 +49,54 @@ def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
 
 
 def ouroboros_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """A read-only command (`status`, `logs`, `runs`, `stats`, `config show`) run in this
-    process, as `ouroboros` runs it (the same app, the same environment as `ouroboros()`
-    gives it): its exit code, stdout and stderr. For a test about what a command says, not
-    about its process; the real process's exit codes are tested in test_cli_startup.py."""
+    """`ouroboros ARGS` run in this process, as `ouroboros` runs it (the same app, the same
+    environment as `ouroboros()` gives it): its exit code, stdout and stderr. For a test about
+    what a command says or does, not about its process: the real process's exit codes are
+    tested in test_cli_startup.py, its signals, `kill -9` and sandbox in their own tests.
+
+    `run` and `resume` too: what a run changes in its process is put back after it (the
+    environment, which it scrubs of the API key; the stop signals' handlers, SIGHUP's; the
+    working directory). Without a tool cgroup the run adopts its tools' orphans, and kills at
+    its end every child of this process in another session that it did not start: there must
+    be none (checked)."""
     from typer.testing import CliRunner
 
     from ouroboros.cli import app
 
+    no_foreign_children()
     env: dict[str, str | None] = {name: None for name in os.environ
                                   if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
     env["XDG_CONFIG_HOME"] = "/nonexistent-ouroboros-test"
-    here = Path.cwd()
+    here, environ = Path.cwd(), dict(os.environ)
+    handlers = {sig: signal.getsignal(sig) for sig in RUN_SIGNALS}
     os.chdir(cwd or here)
     try:
         result = CliRunner(env=env).invoke(app, list(args), catch_exceptions=False)
     finally:
         os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return subprocess.CompletedProcess(["ouroboros", *args], result.exit_code, result.stdout,
                                        result.stderr)
+
+
+RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
+
+
+def no_foreign_children() -> None:
+    """Fail if this process has a running child in another session (see ouroboros_here)."""
+    from ouroboros.sandbox.orphans import own_children
+
+    session = os.getsid(0)
+    for pid in own_children():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        if stat[0] not in (b"Z", b"X") and int(stat[3]) != session:
+            raise AssertionError(f"child {pid} in another session: a run here would kill it")
 
 
 def run_dir(project: Path) -> Path:

@@ -30,7 +30,7 @@ from tests.crash_helpers import (
     tool_messages,
     wait_for,
 )
-from tests.helpers import of_type, ouroboros, run_events
+from tests.helpers import of_type, ouroboros_here, run_events
 
 PARTS = 4
 MAX_TURNS = 16  # a limit past the task: 2 + 2 * PARTS turns, then the agent calls task_complete
@@ -56,7 +56,7 @@ def crash_and_resume(tmp_path: Path, server, agent: CountingAgent, kill_when, *,
     assert process.returncode == -9
     before = snapshot(tmp_path)
     first_after = len(server.requests)
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
     assert result.returncode == 0, result.stderr + result.stdout
     assert len(list_runs(tmp_path / ".ouroboros")) == 1  # the same run, continued
     assert (tmp_path / "workspace" / "results.txt").read_text() == expected
@@ -227,7 +227,7 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path, scripted_server):
     with log_path(tmp_path).open("a") as f:
         f.write('{"type": "assistant", "ts": "2025-01-01T00:00:00.000Z", "seq": ')
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 0, result.stderr
     assert "torn last log line dropped" in result.stdout
@@ -241,9 +241,9 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path, scripted_server):
 def test_resume_of_a_run_at_its_max_turns_asks_for_more(tmp_path, scripted_server):
     server = scripted_server(CountingAgent(PARTS))
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=2)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 3
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 3
     assert "has had its 2 turns" in result.stderr and "--max-turns N" in result.stderr
@@ -253,11 +253,11 @@ def test_resume_of_a_run_at_its_max_turns_asks_for_more(tmp_path, scripted_serve
 def test_resume_with_no_run_is_exit_4_and_of_an_unknown_run_exit_2(tmp_path, scripted_server):
     server = scripted_server(CountingAgent(PARTS))
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=2)
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
     assert result.returncode == 4 and "no runs" in result.stderr
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 3
 
-    result = ouroboros("resume", "--config", str(config), "--run", "20990101-000000-beef",
+    result = ouroboros_here("resume", "--config", str(config), "--run", "20990101-000000-beef",
                        "--headless")
 
     assert result.returncode == 2
@@ -273,7 +273,7 @@ def test_resume_of_a_log_from_a_newer_format_is_exit_2(tmp_path, scripted_server
     lines[0] = json.dumps({**first, "format_version": 99}) + "\n"
     log_path(tmp_path).write_text("".join(lines))
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 2
     assert "newer" in result.stderr and "format 99" in result.stderr
@@ -285,7 +285,7 @@ def test_resume_names_the_run_to_continue(tmp_path, scripted_server):
     config = killed_run(tmp_path, server, agent)
     run_id = list_runs(tmp_path / ".ouroboros")[0]
 
-    result = ouroboros("resume", "--config", str(config), "--run", run_id, "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--run", run_id, "--headless")
 
     assert result.returncode == 0, result.stderr
     assert list_runs(tmp_path / ".ouroboros") == [run_id]
@@ -303,7 +303,7 @@ def test_a_second_harness_on_the_same_workspace_is_refused(tmp_path, scripted_se
     try:
         wait_for(agent.request_held.is_set, "the first run to be working", first)
         for command in ("run", "resume"):
-            result = ouroboros(command, "--config", str(config), "--headless")
+            result = ouroboros_here(command, "--config", str(config), "--headless")
             assert result.returncode == 2, result.stderr
             assert f"pid {first.pid}" in result.stderr and "Traceback" not in result.stderr
         assert first.poll() is None
@@ -322,7 +322,7 @@ def test_a_stale_lock_is_taken_over_with_a_notice(tmp_path, scripted_server):
     (state_dir / "lock").write_text(json.dumps(
         {"pid": gone.pid, "host": socket.gethostname(), "run_id": "20250101-000000-dead"}))
 
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert result.returncode == 3, result.stderr
     assert f"stale lock left by pid {gone.pid}" in result.stdout
