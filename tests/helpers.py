@@ -48,7 +48,8 @@ def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def ouroboros_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def ouroboros_here(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+                   ) -> subprocess.CompletedProcess[str]:
     """`ouroboros ARGS` run in this process, as `ouroboros` runs it (the same app, the same
     environment as `ouroboros()` gives it): its exit code, stdout and stderr. For a test about
     what a command says or does, not about its process: the real process's exit codes are
@@ -58,20 +59,20 @@ def ouroboros_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedP
     environment, which it scrubs of the API key; the stop signals' handlers, SIGHUP's; the
     working directory). Without a tool cgroup the run adopts its tools' orphans, and kills at
     its end every child of this process in another session that it did not start: there must
-    be none (checked)."""
+    be none (checked). `env`, as for `ouroboros()`: the whole environment (clean_env(...))."""
     from typer.testing import CliRunner
 
     from ouroboros.cli import app
 
     no_foreign_children()
-    env: dict[str, str | None] = {name: None for name in os.environ
-                                  if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
-    env["XDG_CONFIG_HOME"] = "/nonexistent-ouroboros-test"
+    given = clean_env() if env is None else env
+    changes: dict[str, str | None] = {name: None for name in os.environ if name not in given}
+    changes.update(given)
     here, environ = Path.cwd(), dict(os.environ)
     handlers = {sig: signal.getsignal(sig) for sig in RUN_SIGNALS}
     os.chdir(cwd or here)
     try:
-        result = CliRunner(env=env).invoke(app, list(args), catch_exceptions=False)
+        result = CliRunner(env=changes).invoke(app, list(args), catch_exceptions=False)
     finally:
         os.chdir(here)
         os.environ.clear()

@@ -20,7 +20,7 @@ from tests.crash_helpers import (
     start,
     wait_for,
 )
-from tests.helpers import ouroboros, ouroboros_here, parts_recorded
+from tests.helpers import ouroboros_here, parts_recorded
 
 PARTS = 10
 # A segment closed at nearly every turn, and retention that keeps only what the run needs.
@@ -70,7 +70,7 @@ def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripte
         if not kills or not killed_at_a_rollover(tmp_path, "resume", *args):
             break
         kills += 1
-    result = ouroboros("resume", *args, timeout=120)
+    result = ouroboros_here("resume", *args)
 
     assert kills >= 2, "the kills never landed at a rollover"
     assert result.returncode == 0, result.stderr + result.stdout[-1000:]
