@@ -15,7 +15,7 @@ from ouroboros.demo import RecordingAgent, write_demo_project
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.protocols import Message
 from ouroboros.testing import Reply, ScriptedServer
-from tests.helpers import clean_env, make_project, of_type, ouroboros, ouroboros_here, run_events
+from tests.helpers import clean_env, make_project, of_type, ouroboros_here, run_events
 
 MEMORY = "- part 3's key is upper-case in results.txt (decided in session 1)"
 
@@ -27,7 +27,7 @@ def test_a_loop_is_stopped_within_twelve_calls(tmp_path, scripted_server):
     server = scripted_server(stubborn)
     config = make_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "40")
+    result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "40")
 
     assert result.returncode == 3, result.stderr  # paused: stuck
     events = run_events(tmp_path)
@@ -125,7 +125,8 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
         tmp_path, scripted_server):
     server = scripted_server([Reply("Hello.")] * 2)
     config = make_project(tmp_path, server.base_url)
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 3
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
+    assert ran.returncode == 3, ran.stderr
 
     empty = ouroboros_here("tell", "   ", cwd=tmp_path)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
@@ -133,7 +134,7 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
     queued = ouroboros_here("tell", "Now do part 2.", cwd=tmp_path)
     assert queued.returncode == 0 and "waits for the next `ouroboros resume`" in queued.stdout
     (tmp_path / "workspace" / "NOTES.md").write_text("- part 1 went well\n")
-    resumed = ouroboros("resume", "-c", str(config), "--headless", "--max-turns", "1")
+    resumed = ouroboros_here("resume", "-c", str(config), "--headless", "--max-turns", "1")
 
     assert resumed.returncode == 3, resumed.stderr  # paused: its one more turn taken
     assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "Now do part 2."}
