@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,92 @@ def ouroboros_here(*args: str, cwd: Path | None = None, env: dict[str, str] | No
             signal.signal(sig, handler)
     return subprocess.CompletedProcess(["ouroboros", *args], result.exit_code, result.stdout,
                                        result.stderr)
+
+
+class Forked:
+    """A child forked from this process: what a test needs of subprocess.Popen (pid, poll,
+    wait, send_signal, kill, returncode: -N when a signal ended it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["ouroboros"], timeout or 0)
+            time.sleep(0.005)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # never a pid that has been reaped (and maybe reused)
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
+                     env: dict[str, str] | None = None) -> Forked:
+    """`ouroboros ARGS` in the background in a real process of its own, forked from this one:
+    the `ouroboros` command's own entry point (ouroboros.cli.main) with its exit code, its
+    signals and `kill -9` those of a process, but without an interpreter to start and the
+    package to import again (0.6 s of CPU each). Its stdout and stderr are appended to `out`
+    and `err`; stdin is /dev/null."""
+    from ouroboros.cli import app, main  # imported here, once, not in each child
+
+    assert app is not None
+    no_foreign_children()
+    environment = clean_env() if env is None else env
+    streams = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for path in (out, err)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        for fd in streams:
+            os.close(fd)
+        return Forked(pid)
+    code = 1
+    try:  # the child: never back into pytest, whatever happens
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(streams[0], 1)
+        os.dup2(streams[1], 2)
+        sys.stdin = open(0, closefd=False)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts a process
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        os.chdir(cwd or Path.cwd())
+        os.environ.clear()
+        os.environ.update(environment)
+        sys.argv = ["ouroboros", *args]
+        main()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)

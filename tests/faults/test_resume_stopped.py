@@ -20,7 +20,7 @@ from tests.faults.parts_agent import (
     held_pid,
     log_text,
     parts_project,
-    start,
+    start_forked,
     stop_and_time,
 )
 from tests.helpers import of_type, ouroboros_here, run_events
@@ -44,7 +44,7 @@ def test_a_run_stopped_during_a_tool_call_resumes_without_losing_or_redoing_work
         tmp_path, scripted_server, sig):
     server = scripted_server(PartsAgent(4, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
-    process = start(tmp_path, "run", "--config", str(config))
+    process = start_forked(tmp_path, "run", "--config", str(config))
     try:
         held_pid(tmp_path, process)
         stop_and_time(process, sig)

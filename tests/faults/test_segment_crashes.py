@@ -17,7 +17,7 @@ from tests.crash_helpers import (
     executions,
     kill,
     kill_held_tool,
-    start,
+    start_forked,
     wait_for,
 )
 from tests.helpers import ouroboros_here, parts_recorded
@@ -46,7 +46,7 @@ def killed_at_a_rollover(root: Path, *args: str) -> bool:
     """Start `ouroboros ARGS`, kill it as soon as it closes a segment; False when it ended
     first."""
     before = rollovers(root)
-    process = start(*args, root=root)
+    process = start_forked(*args, root=root)
     try:
         wait_for(lambda: rollovers(root) > before or process.poll() is not None,
                  "a segment closed", timeout=60)
