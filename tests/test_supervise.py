@@ -21,6 +21,7 @@ from tests.faults.parts_agent import (
     held_pid,
     parts_project,
     start,
+    start_forked,
     stop_and_time,
 )
 from tests.helpers import make_project, of_type, ouroboros, ouroboros_here, run_events
@@ -65,7 +66,8 @@ def test_a_stopped_run_exits_128_plus_n_and_continue_finishes_it_once(
         tmp_path, scripted_server, sig, code):
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
-    process = start(tmp_path, "run", "--continue", "--config", str(config))
+    launch = start if sig == signal.SIGTERM else start_forked  # one `python -m ouroboros`
+    process = launch(tmp_path, "run", "--continue", "--config", str(config))
     try:
         held_pid(tmp_path, process)
         stop_and_time(process, sig)
@@ -164,6 +166,10 @@ def status(config: Path, *args: str) -> tuple[int, dict]:
     return result.returncode, json.loads(result.stdout)
 
 
+def heartbeat(root: Path) -> dict:
+    return json.loads((root / ".ouroboros" / "heartbeat").read_text())
+
+
 def test_status_json_says_running_stopped_ended_or_none(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = parts_project(tmp_path, server.base_url, )
@@ -171,19 +177,20 @@ def test_status_json_says_running_stopped_ended_or_none(tmp_path, scripted_serve
         toml.write("\n[metrics]\nheartbeat_secs = 0.05\n")
     assert status(config) == (4, {"state": "none", "run_id": None, "resumable": False})
 
-    process = start(tmp_path, "run", "--config", str(config))
+    process = start_forked(tmp_path, "run", "--config", str(config))
     try:
         held_pid(tmp_path, process)
         code, running = status(config)
         assert code == 0 and running["state"] == "running", running
         assert running["pid"] == process.pid and running["doing"] == "tool shell_exec"
         assert running["session"] == 1 and running["turn"] == 2
-        # alive while it waits on the tool: the beat moves on, the last event does not
-        beat = json.loads((tmp_path / ".ouroboros" / "heartbeat").read_text())
-        wait_for(lambda: json.loads((tmp_path / ".ouroboros" / "heartbeat").read_text())["beat"]
-                 != beat["beat"], "a newer beat", process)
-        after = json.loads((tmp_path / ".ouroboros" / "heartbeat").read_text())
-        assert after["last_event"] == beat["last_event"]
+        # alive while it waits on the tool: the beat moves on, the last event does not (from
+        # the first beat written after the call started: the one before may not show it yet)
+        seen = heartbeat(tmp_path)
+        beat = wait_for(lambda: (b := heartbeat(tmp_path))["beat"] != seen["beat"] and b,
+                        "a beat after the call started", process)
+        wait_for(lambda: heartbeat(tmp_path)["beat"] != beat["beat"], "a newer beat", process)
+        assert heartbeat(tmp_path)["last_event"] == beat["last_event"]
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
     finally:
@@ -212,7 +219,7 @@ def test_metrics_are_served_while_the_run_goes_on(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(PARTS, hold_part=3))
     config = parts_project(tmp_path, server.base_url)
     port = free_port()
-    process = start(tmp_path, "run", "--config", str(config), "--metrics-port", str(port))
+    process = start_forked(tmp_path, "run", "--config", str(config), "--metrics-port", str(port))
     try:
         held_pid(tmp_path, process)
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
