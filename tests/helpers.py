@@ -140,9 +140,16 @@ def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
         return Forked(pid)
     code = 1
     try:  # the child: never back into pytest, whatever happens
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
         os.dup2(streams[0], 1)
         os.dup2(streams[1], 2)
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            if fd > 2 and fd != null:  # none of this process's sockets, pipes and files: a
+                try:                   # server the test stops must refuse, not wait on us
+                    os.dup2(null, fd)  # (in place, not closed: no number is given again)
+                except OSError:
+                    pass
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", closefd=False)
