@@ -180,15 +180,14 @@ def test_status_json_says_running_stopped_ended_or_none(tmp_path, scripted_serve
     process = start_forked(tmp_path, "run", "--config", str(config))
     try:
         held_pid(tmp_path, process)
+        seen = heartbeat(tmp_path)  # may be older than the call: wait for one written after
+        beat = wait_for(lambda: (b := heartbeat(tmp_path))["beat"] != seen["beat"] and b,
+                        "a beat after the call started", process)
         code, running = status(config)
         assert code == 0 and running["state"] == "running", running
         assert running["pid"] == process.pid and running["doing"] == "tool shell_exec"
         assert running["session"] == 1 and running["turn"] == 2
-        # alive while it waits on the tool: the beat moves on, the last event does not (from
-        # the first beat written after the call started: the one before may not show it yet)
-        seen = heartbeat(tmp_path)
-        beat = wait_for(lambda: (b := heartbeat(tmp_path))["beat"] != seen["beat"] and b,
-                        "a beat after the call started", process)
+        # alive while it waits on the tool: the beat moves on, the last event does not
         wait_for(lambda: heartbeat(tmp_path)["beat"] != beat["beat"], "a newer beat", process)
         assert heartbeat(tmp_path)["last_event"] == beat["last_event"]
         process.send_signal(signal.SIGKILL)
