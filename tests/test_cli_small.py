@@ -3,10 +3,12 @@ typer's type names, the demo's last line, and a system prompt edit that gets its
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 from ouroboros.config import load_config
-from tests.helpers import clean_env, make_project, ouroboros, ouroboros_here
+from tests.helpers import clean_env, make_project, ouroboros_here
 
 
 @pytest.mark.parametrize("given,url", [
@@ -53,11 +55,12 @@ def run_ended_line(output: str) -> str:
     return next(line for line in output.splitlines() if " run ended: " in line)
 
 
-def test_the_demo_never_suggests_resuming_the_project_it_removes(tmp_path):
+def test_the_demo_never_suggests_resuming_the_project_it_removes(tmp_path, monkeypatch):
     temp = tmp_path / "tmp"
     temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # TMPDIR, once read by this process
 
-    result = ouroboros("demo", "--speed", "max", env=clean_env(TMPDIR=str(temp)))
+    result = ouroboros_here("demo", "--speed", "max", env=clean_env(TMPDIR=str(temp)))
 
     assert result.returncode == 0, result.stderr
     assert "resume" not in run_ended_line(result.stdout)
