@@ -177,6 +177,25 @@ def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
             os._exit(code)
 
 
+def ouroboros_child(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                    timeout: float = 50) -> subprocess.CompletedProcess[str]:
+    """As `ouroboros()`, in a process forked from this one (ouroboros_forked): for a test about
+    what a run does in a process of its own (its environment, what its tools inherit), not
+    about how the interpreter starts."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ouroboros-child-") as streams:
+        out, err = Path(streams) / "out", Path(streams) / "err"
+        process = ouroboros_forked(*args, out=out, err=err, cwd=cwd, env=env)
+        try:
+            process.wait(timeout)
+        finally:
+            process.kill()
+            process.wait()
+        return subprocess.CompletedProcess(["ouroboros", *args], process.returncode,
+                                           out.read_text(), err.read_text())
+
+
 RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
 
 

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from ouroboros.testing import Fault, Reply
-from tests.helpers import make_project, of_type, ouroboros, ouroboros_here, run_events
+from tests.helpers import make_project, of_type, ouroboros, ouroboros_child, ouroboros_here, \
+    run_events
 
 MULTI_STEP = [
     Reply("Writing the plan.", [("file_write", {"path": "notes/plan.md",
@@ -215,9 +216,10 @@ def test_missing_system_prompt_and_workspace_are_named(tmp_path):
 
 
 def test_bad_cli_arguments_exit_2(tmp_path):
-    result = ouroboros("run", "--max-turns", "-1", cwd=tmp_path)
+    # the command's own entry point (its usage errors), in a process forked from this one
+    result = ouroboros_child("run", "--max-turns", "-1", cwd=tmp_path)
     assert result.returncode == 2
-    result = ouroboros("run", "--config", str(tmp_path / "nope.toml"), cwd=tmp_path)
+    result = ouroboros_child("run", "--config", str(tmp_path / "nope.toml"), cwd=tmp_path)
     assert result.returncode == 2 and "nope.toml" in result.stderr
 
 
