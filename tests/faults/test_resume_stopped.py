@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from ouroboros.store.log import list_runs
 from ouroboros.testing import Fault
 from ouroboros.ui.dashboard import parse_ts
 from tests.crash_helpers import kill
@@ -203,8 +204,12 @@ def test_a_refused_resume_names_where_the_limit_was_set(tmp_path, scripted_serve
 
     from_file = ouroboros_here("resume", "--config", str(config), "--headless")
     ouroboros_here("config", "set", "agent.max_turns", "0", "--config", str(config))
+    first = list_runs(tmp_path / ".ouroboros")
     ouroboros_here("run", "--config", str(config), "--max-turns", "1", "--headless")
-    from_flag = ouroboros_here("resume", "--config", str(config), "--headless")
+    # named: two runs started in the same second do not sort by their start
+    [second] = set(list_runs(tmp_path / ".ouroboros")) - set(first)
+    from_flag = ouroboros_here("resume", "--config", str(config), "--run", second,
+                               "--headless")
 
     assert from_file.returncode == 3  # still paused
     assert f"(agent.max_turns = 2 in {config}); `ouroboros resume --max-turns N`" \
