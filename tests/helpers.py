@@ -134,12 +134,19 @@ def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid:
-        for fd in streams:
-            os.close(fd)
-        return Forked(pid)
+    if pid == 0:
+        _child(main, list(args), streams, cwd or Path.cwd(), environment)  # never returns
+    for fd in streams:
+        os.close(fd)
+    return Forked(pid)
+
+
+def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
+           environment: dict[str, str]) -> None:
+    """The forked child: `ouroboros ARGS` as its process would run it, then _exit with its
+    code; never back into pytest, whatever happens."""
     code = 1
-    try:  # the child: never back into pytest, whatever happens
+    try:
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(streams[0], 1)
@@ -157,7 +164,7 @@ def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        os.chdir(cwd or Path.cwd())
+        os.chdir(cwd)
         os.environ.clear()
         os.environ.update(environment)
         sys.argv = ["ouroboros", *args]
