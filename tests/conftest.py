@@ -10,6 +10,7 @@ import tempfile
 from typing import Any, Callable, Iterator
 
 import pytest
+import typer.testing
 
 from ouroboros.testing import ScriptedServer
 
@@ -23,6 +24,22 @@ if sys.dont_write_bytecode:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
     sys.dont_write_bytecode = False
+
+# typer's CliRunner builds the click command from the app again at every invoke (every
+# command's signature and type hints read again: ~15 ms of CPU each time, a few hundred
+# times in the suite); the suite builds it once per app and set of commands.
+def _built_once(get_command: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    built: dict[tuple[int, int, int], Any] = {}
+
+    def command(app: Any) -> Any:
+        key = (id(app), len(app.registered_commands), len(app.registered_groups))
+        if key not in built:
+            built[key] = get_command(app)
+        return built[key]
+    return command
+
+
+typer.testing._get_command = _built_once(typer.testing._get_command)
 
 # Workspace locks live in the user's cache dir: keep the tests' out of the real home.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ouroboros-test-cache-")

@@ -27,7 +27,7 @@ from ouroboros.loop.journal import replay
 from ouroboros.loop.resume import observation_reader
 from ouroboros.protocols import Message
 from ouroboros.testing import Fault, Reply
-from tests.helpers import clean_env, make_project, run_events
+from tests.helpers import Forked, clean_env, make_project, ouroboros_forked, run_events
 
 TAG = re.compile(r"^echo T\d+ >> \.\./executions\.log; (?:echo \$\$ > \.\./held_tool; sleep 30; )?")
 WAIT_SECS = 45  # below the per-test timeout (pyproject.toml): a wait fails saying what for
@@ -92,6 +92,12 @@ def start(*args: str, root: Path) -> subprocess.Popen[str]:
     err = (root / "err.txt").open("w")
     return subprocess.Popen([sys.executable, "-m", "ouroboros", *args], env=clean_env(),
                             stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
+
+
+def start_forked(*args: str, root: Path) -> Forked:
+    """As `start`, in a process forked from the test's (tests.helpers.ouroboros_forked): a real
+    process to kill, without an interpreter to start."""
+    return ouroboros_forked(*args, out=root / "out.txt", err=root / "err.txt")
 
 
 def wait_for(condition: Callable[[], Any], what: str, process: subprocess.Popen | None = None,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -47,26 +49,175 @@ def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def ouroboros_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """A read-only command (`status`, `logs`, `runs`, `stats`, `config show`) run in this
-    process, as `ouroboros` runs it (the same app, the same environment as `ouroboros()`
-    gives it): its exit code, stdout and stderr. For a test about what a command says, not
-    about its process; the real process's exit codes are tested in test_cli_startup.py."""
+def ouroboros_here(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+                   ) -> subprocess.CompletedProcess[str]:
+    """`ouroboros ARGS` run in this process, as `ouroboros` runs it (the same app, the same
+    environment as `ouroboros()` gives it): its exit code, stdout and stderr. For a test about
+    what a command says or does, not about its process: the real process's exit codes are
+    tested in test_cli_startup.py, its signals, `kill -9` and sandbox in their own tests.
+
+    `run` and `resume` too: what a run changes in its process is put back after it (the
+    environment, which it scrubs of the API key; the stop signals' handlers, SIGHUP's; the
+    working directory). Without a tool cgroup the run adopts its tools' orphans, and kills at
+    its end every child of this process in another session that it did not start: there must
+    be none (checked). `env`, as for `ouroboros()`: the whole environment (clean_env(...))."""
     from typer.testing import CliRunner
 
     from ouroboros.cli import app
 
-    env: dict[str, str | None] = {name: None for name in os.environ
-                                  if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
-    env["XDG_CONFIG_HOME"] = "/nonexistent-ouroboros-test"
-    here = Path.cwd()
+    no_foreign_children()
+    given = clean_env() if env is None else env
+    changes: dict[str, str | None] = {name: None for name in os.environ if name not in given}
+    changes.update(given)
+    here, environ = Path.cwd(), dict(os.environ)
+    handlers = {sig: signal.getsignal(sig) for sig in RUN_SIGNALS}
     os.chdir(cwd or here)
     try:
-        result = CliRunner(env=env).invoke(app, list(args), catch_exceptions=False)
+        result = CliRunner(env=changes).invoke(app, list(args), catch_exceptions=False)
     finally:
         os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return subprocess.CompletedProcess(["ouroboros", *args], result.exit_code, result.stdout,
                                        result.stderr)
+
+
+class Forked:
+    """A child forked from this process: what a test needs of subprocess.Popen (pid, poll,
+    wait, send_signal, kill, returncode: -N when a signal ended it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["ouroboros"], timeout or 0)
+            time.sleep(0.005)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # never a pid that has been reaped (and maybe reused)
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
+                     env: dict[str, str] | None = None) -> Forked:
+    """`ouroboros ARGS` in the background in a real process of its own, forked from this one:
+    the `ouroboros` command's own entry point (ouroboros.cli.main) with its exit code, its
+    signals and `kill -9` those of a process, but without an interpreter to start and the
+    package to import again (0.6 s of CPU each). Its stdout and stderr are appended to `out`
+    and `err`; stdin is /dev/null."""
+    from ouroboros.cli import app, main  # imported here, once, not in each child
+
+    assert app is not None
+    no_foreign_children()
+    environment = clean_env() if env is None else env
+    streams = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for path in (out, err)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(main, list(args), streams, cwd or Path.cwd(), environment)  # never returns
+    for fd in streams:
+        os.close(fd)
+    return Forked(pid)
+
+
+def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
+           environment: dict[str, str]) -> None:
+    """The forked child: `ouroboros ARGS` as its process would run it, then _exit with its
+    code; never back into pytest, whatever happens."""
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(streams[0], 1)
+        os.dup2(streams[1], 2)
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            if fd > 2 and fd != null:  # none of this process's sockets, pipes and files: a
+                try:                   # server the test stops must refuse, not wait on us
+                    os.dup2(null, fd)  # (in place, not closed: no number is given again)
+                except OSError:
+                    pass
+        sys.stdin = open(0, closefd=False)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts a process
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environment)
+        sys.argv = ["ouroboros", *args]
+        main()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def ouroboros_child(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                    timeout: float = 50) -> subprocess.CompletedProcess[str]:
+    """As `ouroboros()`, in a process forked from this one (ouroboros_forked): for a test about
+    what a run does in a process of its own (its environment, what its tools inherit), not
+    about how the interpreter starts."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ouroboros-child-") as streams:
+        out, err = Path(streams) / "out", Path(streams) / "err"
+        process = ouroboros_forked(*args, out=out, err=err, cwd=cwd, env=env)
+        try:
+            process.wait(timeout)
+        finally:
+            process.kill()
+            process.wait()
+        return subprocess.CompletedProcess(["ouroboros", *args], process.returncode,
+                                           out.read_text(), err.read_text())
+
+
+RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
+
+
+def no_foreign_children() -> None:
+    """Fail if this process has a running child in another session (see ouroboros_here)."""
+    from ouroboros.sandbox.orphans import own_children
+
+    session = os.getsid(0)
+    for pid in own_children():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        if stat[0] not in (b"Z", b"X") and int(stat[3]) != session:
+            raise AssertionError(f"child {pid} in another session: a run here would kill it")
 
 
 def run_dir(project: Path) -> Path:

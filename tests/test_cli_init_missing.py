@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clean_env, make_project, ouroboros
+from tests.helpers import clean_env, make_project, ouroboros_here
 
 
 def broken_project(tmp_path: Path, remove: str, **agent: str) -> Path:
@@ -23,9 +23,9 @@ def test_the_fix_a_missing_file_suggests_is_one_that_works(tmp_path, remove, wha
     config = broken_project(tmp_path, remove)
     kept = config.read_text()
 
-    refused = ouroboros("run", "--headless", cwd=config.parent)
-    fixed = ouroboros("init", "--missing", cwd=config.parent)
-    again = ouroboros("init", "--missing", cwd=config.parent)
+    refused = ouroboros_here("run", "--headless", cwd=config.parent)
+    fixed = ouroboros_here("init", "--missing", cwd=config.parent)
+    again = ouroboros_here("init", "--missing", cwd=config.parent)
 
     assert refused.returncode == 2
     assert f"{what} not found: {config.parent / remove}" in refused.stderr
@@ -40,9 +40,9 @@ def test_the_fix_a_missing_file_suggests_is_one_that_works(tmp_path, remove, wha
 def test_from_elsewhere_the_suggestion_names_the_config(tmp_path):
     config = broken_project(tmp_path, "SYSTEM_PROMPT.md", workspace="ws", system_prompt="m/x.md")
 
-    refused = ouroboros("run", "--config", str(config), "--headless", cwd=tmp_path)
+    refused = ouroboros_here("run", "--config", str(config), "--headless", cwd=tmp_path)
     command = f"ouroboros init --missing --config {config}"
-    fixed = ouroboros(*command.split()[1:], cwd=tmp_path)
+    fixed = ouroboros_here(*command.split()[1:], cwd=tmp_path)
 
     assert f"create it with `{command}`" in refused.stderr
     assert fixed.returncode == 0, fixed.stderr
@@ -53,8 +53,8 @@ def test_from_elsewhere_the_suggestion_names_the_config(tmp_path):
 def test_a_missing_config_file_suggests_init_missing_with_that_file(tmp_path):
     config = tmp_path / "elsewhere" / "agent.toml"
 
-    refused = ouroboros("run", "--config", str(config), "--headless", cwd=tmp_path)
-    fixed = ouroboros("init", "--missing", "--config", str(config), cwd=tmp_path)
+    refused = ouroboros_here("run", "--config", str(config), "--headless", cwd=tmp_path)
+    fixed = ouroboros_here("init", "--missing", "--config", str(config), cwd=tmp_path)
 
     assert refused.returncode == 2
     assert f"(create it with `ouroboros init --missing --config {config}`)" in refused.stderr
@@ -67,7 +67,7 @@ def test_init_missing_refuses_a_path_of_the_wrong_kind(tmp_path):
     config = broken_project(tmp_path, "workspace")
     (config.parent / "workspace").write_text("a file")
 
-    result = ouroboros("init", "--missing", cwd=config.parent, env=clean_env())
+    result = ouroboros_here("init", "--missing", cwd=config.parent, env=clean_env())
 
     assert result.returncode == 2
     assert result.stderr.startswith("error: workspace is not a directory: ")

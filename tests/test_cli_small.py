@@ -3,10 +3,12 @@ typer's type names, the demo's last line, and a system prompt edit that gets its
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 from ouroboros.config import load_config
-from tests.helpers import clean_env, make_project, ouroboros
+from tests.helpers import clean_env, make_project, ouroboros_here
 
 
 @pytest.mark.parametrize("given,url", [
@@ -30,7 +32,7 @@ def test_a_run_takes_a_base_url_without_its_scheme(tmp_path, scripted_server):
     config = make_project(tmp_path, "http://127.0.0.1:9")
     bare = server.base_url.removeprefix("http://")
 
-    result = ouroboros("run", "--config", str(config), "--base-url", bare, "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--base-url", bare, "--headless")
 
     assert result.returncode == 0, result.stderr
     assert "task_complete" in result.stdout
@@ -40,7 +42,7 @@ def test_a_run_takes_a_base_url_without_its_scheme(tmp_path, scripted_server):
                                      "status", "runs", "config show", "config get",
                                      "config set", "config unset"])
 def test_help_shows_plain_placeholders_not_typers_type_names(command):
-    result = ouroboros(*command.split(), "--help", env=clean_env(COLUMNS="100"))
+    result = ouroboros_here(*command.split(), "--help", env=clean_env(COLUMNS="100"))
 
     assert result.returncode == 0
     assert "[[" not in result.stdout and "range>" not in result.stdout
@@ -53,11 +55,12 @@ def run_ended_line(output: str) -> str:
     return next(line for line in output.splitlines() if " run ended: " in line)
 
 
-def test_the_demo_never_suggests_resuming_the_project_it_removes(tmp_path):
+def test_the_demo_never_suggests_resuming_the_project_it_removes(tmp_path, monkeypatch):
     temp = tmp_path / "tmp"
     temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # TMPDIR, once read by this process
 
-    result = ouroboros("demo", "--speed", "max", env=clean_env(TMPDIR=str(temp)))
+    result = ouroboros_here("demo", "--speed", "max", env=clean_env(TMPDIR=str(temp)))
 
     assert result.returncode == 0, result.stderr
     assert "resume" not in run_ended_line(result.stdout)
@@ -67,7 +70,7 @@ def test_the_demo_never_suggests_resuming_the_project_it_removes(tmp_path):
 def test_a_kept_demo_says_how_to_resume_it_from_anywhere(tmp_path):
     kept = tmp_path / "demo"
 
-    result = ouroboros("demo", "--speed", "max", "--keep", str(kept), cwd=tmp_path)
+    result = ouroboros_here("demo", "--speed", "max", "--keep", str(kept), cwd=tmp_path)
 
     assert result.returncode == 0, result.stderr
     assert (f"ouroboros resume --config {kept / 'ouroboros.toml'} --message"
@@ -76,9 +79,9 @@ def test_a_kept_demo_says_how_to_resume_it_from_anywhere(tmp_path):
 
 def test_a_second_demo_into_the_same_directory_shows_the_whole_demo_again(tmp_path):
     kept = tmp_path / "demo"
-    first = ouroboros("demo", "--speed", "max", "--keep", str(kept), cwd=tmp_path)
+    first = ouroboros_here("demo", "--speed", "max", "--keep", str(kept), cwd=tmp_path)
 
-    second = ouroboros("demo", "--speed", "max", "--keep", str(kept), cwd=tmp_path)
+    second = ouroboros_here("demo", "--speed", "max", "--keep", str(kept), cwd=tmp_path)
 
     assert second.returncode == 0, second.stderr
     assert run_ended_line(second.stdout).split(" after ")[1] == \
@@ -94,7 +97,7 @@ def test_a_mistyped_key_suggests_the_key_meant(tmp_path, typed, meant):
     config = tmp_path / "ouroboros.toml"
     config.write_text("")
 
-    result = ouroboros("config", "set", typed, "1", "--config", str(config))
+    result = ouroboros_here("config", "set", typed, "1", "--config", str(config))
 
     assert result.returncode == 2
     assert result.stderr == f"error: unknown key {typed} (did you mean {meant}?)\n"

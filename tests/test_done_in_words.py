@@ -9,7 +9,7 @@ import pytest
 from ouroboros.loop.continuation import how_to_continue, said_done
 from ouroboros.protocols import Message
 from ouroboros.testing import Reply
-from tests.helpers import clean_env, make_project, ouroboros, run_events
+from tests.helpers import clean_env, make_project, ouroboros_here, run_events
 
 
 @pytest.mark.parametrize("text,words", [
@@ -44,8 +44,8 @@ def test_a_run_whose_agent_says_done_in_words_ends_reading_as_done(tmp_path, scr
     server = scripted_server(says_done)
     config = make_project(tmp_path, server.base_url, agent={"max_idle_turns": 1})
 
-    result = ouroboros("run", "--config", str(config), "--headless")
-    watched = ouroboros("watch", "--config", str(config), env=clean_env(COLUMNS="120"))
+    result = ouroboros_here("run", "--config", str(config), "--headless")
+    watched = ouroboros_here("watch", "--config", str(config), env=clean_env(COLUMNS="120"))
 
     assert result.returncode == 3, result.stderr  # paused, as idle is
     end = run_events(tmp_path)[-1]

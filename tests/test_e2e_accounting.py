@@ -22,7 +22,7 @@ from ouroboros.demo import RecordingAgent, expected_results, \
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import Fault, Reply, ScriptedServer
 from ouroboros.testing.tokenizer import TOKENIZERS
-from tests.helpers import make_project, of_type, ouroboros, run_events
+from tests.helpers import make_project, of_type, ouroboros_here, run_events
 
 WINDOW = 4096
 PARTS = 12
@@ -190,7 +190,7 @@ def test_a_system_prompt_that_fills_the_window_stops_the_run_with_the_fix(tmp_pa
         config = make_project(tmp_path, server.base_url, prompt=huge_prompt,
                               model={"name": "scripted-demo", "context_limit": WINDOW,
                                      "max_output_tokens": 512})
-        result = ouroboros("run", "--config", str(config), "--headless")
+        result = ouroboros_here("run", "--config", str(config), "--headless")
     assert result.returncode == 2  # a window too small needs a fix
     lines = [line for line in result.stderr.splitlines() if "cannot make progress" in line]
     assert len(lines) == 1 and "Traceback" not in result.stderr

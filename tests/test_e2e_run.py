@@ -1,5 +1,6 @@
-"""`ouroboros run` end to end: a real process, a real shell, real files, and a scripted model
-speaking Ollama's wire format over loopback."""
+"""`ouroboros run` end to end: a real shell, real files, and a scripted model speaking
+Ollama's wire format over loopback; the run in a real process once, else in the test's
+(tests.helpers.ouroboros_here: the same app, what it prints and its exit code)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 import pytest
 
 from ouroboros.testing import Fault, Reply
-from tests.helpers import make_project, of_type, ouroboros, run_events
+from tests.helpers import make_project, of_type, ouroboros, ouroboros_child, ouroboros_here, \
+    run_events
 
 MULTI_STEP = [
     Reply("Writing the plan.", [("file_write", {"path": "notes/plan.md",
@@ -30,7 +32,9 @@ def test_run_does_a_multi_step_task_with_all_four_tools(tmp_path, scripted_serve
     server = scripted_server(MULTI_STEP, wire=wire, fragment_tool_calls=fragment)
     config = make_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "6")
+    real_process = (wire, fragment) == ("current", False)
+    command = ouroboros if real_process else ouroboros_here
+    result = command("run", "--config", str(config), "--headless", "--max-turns", "6")
 
     assert result.returncode == 3, result.stderr
     workspace = tmp_path / "workspace"
@@ -55,7 +59,8 @@ def test_run_does_a_multi_step_task_with_all_four_tools(tmp_path, scripted_serve
 def test_events_log_holds_every_event_type(tmp_path, scripted_server):
     server = scripted_server(MULTI_STEP)
     config = make_project(tmp_path, server.base_url)
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "6").returncode == 3
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "6")
+    assert ran.returncode == 3, ran.stderr
 
     events = run_events(tmp_path)
     types = {e["type"] for e in events}
@@ -84,7 +89,8 @@ def test_state_lives_outside_the_workspace(tmp_path, scripted_server):
     ]), Reply("Trying the file tool.", [("list_dir", {"path": "../.ouroboros"})]),
         Reply("Fine.")])
     config = make_project(tmp_path, server.base_url)
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "3").returncode == 3
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "3")
+    assert ran.returncode == 3, ran.stderr
     assert not (tmp_path / "workspace" / ".ouroboros").exists()
     results = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert "outside the workspace" in results[1]["content"]
@@ -94,7 +100,8 @@ def test_a_reply_without_tool_calls_gets_the_continue_message(tmp_path, scripted
     server = scripted_server([Reply("Thinking."), Reply("Still thinking.")])
     config = make_project(tmp_path, server.base_url,
                           agent={"continue_message": "Keep going, please."})
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "2").returncode == 3
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "2")
+    assert ran.returncode == 3, ran.stderr
     second = server.requests[1]["messages"]
     assert second[-2] == {"role": "assistant", "content": "Thinking."}
     assert second[-1] == {"role": "user", "content": "Keep going, please."}
@@ -103,7 +110,8 @@ def test_a_reply_without_tool_calls_gets_the_continue_message(tmp_path, scripted
 def test_the_system_prompt_is_read_from_disk(tmp_path, scripted_server):
     server = scripted_server([Reply("ok")])
     config = make_project(tmp_path, server.base_url, prompt="Mission: count the stars.")
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 3
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
+    assert ran.returncode == 3, ran.stderr
     system = server.requests[0]["messages"][0]
     assert system["role"] == "system"
     assert system["content"].startswith("Mission: count the stars.\n")  # then the memory
@@ -121,8 +129,8 @@ def test_bad_tool_arguments_become_results_the_model_reads(tmp_path, scripted_se
         Reply("", [("shell_exec", {"command": "exit 3"})]),
     ])
     config = make_project(tmp_path, server.base_url)
-    result = ouroboros("run", "-c", str(config), "--headless", "--max-turns", "4")
-    assert result.returncode == 3, result.stderr
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "4")
+    assert ran.returncode == 3, ran.stderr
     results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert results[0].startswith("error:") and "JSON" in results[0]
     assert results[1].startswith("error:") and "file_read" in results[1]
@@ -136,7 +144,7 @@ def test_bad_tool_arguments_become_results_the_model_reads(tmp_path, scripted_se
 
 def test_server_unreachable_says_what_to_check(tmp_path):
     config = make_project(tmp_path, "http://127.0.0.1:9")
-    result = ouroboros("run", "-c", str(config), "--headless")
+    result = ouroboros_here("run", "-c", str(config), "--headless")
     assert result.returncode == 1
     assert "is the model server running there" in result.stderr  # port 9: not Ollama's
     assert "http://127.0.0.1:9" in result.stderr
@@ -146,7 +154,7 @@ def test_server_unreachable_says_what_to_check(tmp_path):
 def test_model_not_found_lists_the_models_the_server_has(tmp_path, scripted_server):
     server = scripted_server([Reply("hi")], model="qwen2.5:7b", extra_models=["llama3.2:latest"])
     config = make_project(tmp_path, server.base_url, model={"name": "llama3.3"})
-    result = ouroboros("run", "-c", str(config), "--headless")
+    result = ouroboros_here("run", "-c", str(config), "--headless")
     assert result.returncode == 2  # needs a fix: a supervisor does not restart it
     assert "llama3.3" in result.stderr
     assert "qwen2.5:7b" in result.stderr and "llama3.2:latest" in result.stderr
@@ -161,7 +169,7 @@ def test_model_not_found_lists_the_models_the_server_has(tmp_path, scripted_serv
 def test_model_without_tool_support_is_a_clear_error(tmp_path, scripted_server):
     server = scripted_server([Reply("hi")], tools_supported=False)
     config = make_project(tmp_path, server.base_url)
-    result = ouroboros("run", "-c", str(config), "--headless")
+    result = ouroboros_here("run", "-c", str(config), "--headless")
     assert result.returncode == 2
     assert "does not support tools" in result.stderr
 
@@ -169,7 +177,7 @@ def test_model_without_tool_support_is_a_clear_error(tmp_path, scripted_server):
 def test_stream_without_done_is_retried_then_fails_resumable(tmp_path, scripted_server):
     server = scripted_server([Fault("no_done")] * 50)
     config = make_project(tmp_path, server.base_url, model={"max_retry_secs": 1})
-    result = ouroboros("run", "-c", str(config), "--headless")
+    result = ouroboros_here("run", "-c", str(config), "--headless")
     assert result.returncode == 1
     assert "[DONE]" in result.stderr
     assert "retry 1" in result.stdout
@@ -187,7 +195,7 @@ def test_stream_without_done_is_retried_then_fails_resumable(tmp_path, scripted_
 def test_bad_config_is_one_clear_line_and_exit_2(tmp_path, content, expected):
     make_project(tmp_path, "http://127.0.0.1:9")
     (tmp_path / "ouroboros.toml").write_text(content)
-    result = ouroboros("run", "--headless", cwd=tmp_path)
+    result = ouroboros_here("run", "--headless", cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
@@ -199,18 +207,19 @@ def test_bad_config_is_one_clear_line_and_exit_2(tmp_path, content, expected):
 def test_missing_system_prompt_and_workspace_are_named(tmp_path):
     config = make_project(tmp_path, "http://127.0.0.1:9")
     (tmp_path / "SYSTEM_PROMPT.md").unlink()
-    result = ouroboros("run", "-c", str(config), "--headless")
+    result = ouroboros_here("run", "-c", str(config), "--headless")
     assert result.returncode == 2 and "SYSTEM_PROMPT.md" in result.stderr
     (tmp_path / "SYSTEM_PROMPT.md").write_text("x")
     (tmp_path / "workspace").rmdir()
-    result = ouroboros("run", "-c", str(config), "--headless")
+    result = ouroboros_here("run", "-c", str(config), "--headless")
     assert result.returncode == 2 and "workspace" in result.stderr
 
 
 def test_bad_cli_arguments_exit_2(tmp_path):
-    result = ouroboros("run", "--max-turns", "-1", cwd=tmp_path)
+    # the command's own entry point (its usage errors), in a process forked from this one
+    result = ouroboros_child("run", "--max-turns", "-1", cwd=tmp_path)
     assert result.returncode == 2
-    result = ouroboros("run", "--config", str(tmp_path / "nope.toml"), cwd=tmp_path)
+    result = ouroboros_child("run", "--config", str(tmp_path / "nope.toml"), cwd=tmp_path)
     assert result.returncode == 2 and "nope.toml" in result.stderr
 
 

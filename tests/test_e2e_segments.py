@@ -8,7 +8,7 @@ import json
 from ouroboros.store.log import last_records, run_records
 from ouroboros.store.segments import MANIFEST_FILE
 from tests.crash_helpers import CountingAgent, demo_project
-from tests.helpers import ouroboros, ouroboros_here, run_dir
+from tests.helpers import ouroboros_here, run_dir
 
 
 def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_server):
@@ -18,7 +18,7 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
         tmp_path, server.base_url, 6, max_turns=400, chars_per_part=3000,
         model={"context_limit": 4096}, logging={"segment_mb": 0.0001, "keep_mb": 0})
     args = ("--config", str(config))
-    assert ouroboros("run", *args, "--headless").returncode == 0
+    assert ouroboros_here("run", *args, "--headless").returncode == 0
     run = run_dir(tmp_path)
     manifest = json.loads((run / MANIFEST_FILE).read_text())
     assert len(manifest["segments"]) >= 3
@@ -42,7 +42,7 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
     pruned = ouroboros_here("prune", *args)
     assert pruned.returncode == 0 and "nothing to prune" in pruned.stdout  # keep_mb = 0
 
-    again = ouroboros("resume", *args, "--headless", "--message", "check the results again",
+    again = ouroboros_here("resume", *args, "--headless", "--message", "check the results again",
                       "--max-turns", "2")
     assert again.returncode == 0, again.stderr
     resumed = list(run_records(run))

@@ -5,8 +5,6 @@ with the harness's handoff, and `ouroboros tell` reaches a running agent."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import time
 
@@ -15,7 +13,7 @@ from ouroboros.demo import RecordingAgent, write_demo_project
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.protocols import Message
 from ouroboros.testing import Reply, ScriptedServer
-from tests.helpers import clean_env, make_project, of_type, ouroboros, ouroboros_here, run_events
+from tests.helpers import make_project, of_type, ouroboros_forked, ouroboros_here, run_events
 
 MEMORY = "- part 3's key is upper-case in results.txt (decided in session 1)"
 
@@ -27,7 +25,7 @@ def test_a_loop_is_stopped_within_twelve_calls(tmp_path, scripted_server):
     server = scripted_server(stubborn)
     config = make_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "40")
+    result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "40")
 
     assert result.returncode == 3, result.stderr  # paused: stuck
     events = run_events(tmp_path)
@@ -93,10 +91,8 @@ def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server
 
     server = scripted_server(agent)
     config = make_project(tmp_path, server.base_url)
-    env = clean_env()
-    run = subprocess.Popen([sys.executable, "-m", "ouroboros", "run", "-c", str(config),
-                            "--headless"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    run = ouroboros_forked("run", "-c", str(config), "--headless", cwd=tmp_path,
+                           out=tmp_path / "out.txt", err=tmp_path / "err.txt")
     try:
         assert first_asked.wait(30)
         (tmp_path / "workspace" / "deep").mkdir()
@@ -105,7 +101,7 @@ def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server
         told.set()
         assert sent.returncode == 0, sent.stderr
         assert sent.stdout.startswith("sent to run ")
-        assert run.wait(30) == 0, run.stderr.read() if run.stderr else ""
+        assert run.wait(30) == 0, (tmp_path / "err.txt").read_text()
     finally:
         told.set()
         if run.poll() is None:
@@ -125,7 +121,8 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
         tmp_path, scripted_server):
     server = scripted_server([Reply("Hello.")] * 2)
     config = make_project(tmp_path, server.base_url)
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "1").returncode == 3
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
+    assert ran.returncode == 3, ran.stderr
 
     empty = ouroboros_here("tell", "   ", cwd=tmp_path)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
@@ -133,7 +130,7 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
     queued = ouroboros_here("tell", "Now do part 2.", cwd=tmp_path)
     assert queued.returncode == 0 and "waits for the next `ouroboros resume`" in queued.stdout
     (tmp_path / "workspace" / "NOTES.md").write_text("- part 1 went well\n")
-    resumed = ouroboros("resume", "-c", str(config), "--headless", "--max-turns", "1")
+    resumed = ouroboros_here("resume", "-c", str(config), "--headless", "--max-turns", "1")
 
     assert resumed.returncode == 3, resumed.stderr  # paused: its one more turn taken
     assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "Now do part 2."}

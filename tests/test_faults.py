@@ -19,7 +19,7 @@ from tests.crash_helpers import (
     snapshot,
     wait_for,
 )
-from tests.helpers import of_type, ouroboros
+from tests.helpers import of_type, ouroboros_here
 
 PARTS = 3
 MAX_TURNS = 10  # a limit past the task: 2 + 2 * PARTS turns of work, then task_complete
@@ -52,7 +52,7 @@ def survived(tmp_path, scripted_server, faults: dict[int, list[Fault]]) -> tuple
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
                                     model={"max_retry_secs": RETRY_BUDGET_SECS})
 
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     retries = of_type(finished_cleanly(tmp_path, server, result, expected), "retry")
     assert all(r["delay_secs"] > 0 for r in retries)
@@ -91,7 +91,7 @@ def test_an_auth_failure_stops_with_a_clear_message(tmp_path, scripted_server, s
     agent.server = server
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS)
 
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert result.returncode == 2  # needs a fix: restarting cannot help
     assert "api_key_env" in result.stderr and "Traceback" not in result.stderr
@@ -109,7 +109,7 @@ def test_an_outage_longer_than_max_retry_secs_exits_1_and_resume_finishes(tmp_pa
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
                                     model={"max_retry_secs": 0.5})
 
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert result.returncode == 1, result.stdout
     assert "ouroboros resume" in result.stderr and "Traceback" not in result.stderr
@@ -120,7 +120,7 @@ def test_an_outage_longer_than_max_retry_secs_exits_1_and_resume_finishes(tmp_pa
     assert 0 < turns_before < MAX_TURNS
 
     wait_for(lambda: port_open(server.port), "the server to come back", timeout=60)
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     finished_cleanly(tmp_path, server, result, expected)
     assert of_type(check_log(tmp_path), "run_resumed")[0]["total_turns"] == turns_before

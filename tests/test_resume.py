@@ -27,10 +27,11 @@ from tests.crash_helpers import (
     sent_from,
     snapshot,
     start,
+    start_forked,
     tool_messages,
     wait_for,
 )
-from tests.helpers import of_type, ouroboros, run_events
+from tests.helpers import of_type, ouroboros_here, run_events
 
 PARTS = 4
 MAX_TURNS = 16  # a limit past the task: 2 + 2 * PARTS turns, then the agent calls task_complete
@@ -40,13 +41,15 @@ BIG_PARTS = {"max_turns": 40, "chars_per_part": 6000, "model": {"context_limit":
 
 
 def crash_and_resume(tmp_path: Path, server, agent: CountingAgent, kill_when, *,
-                     max_turns: int = MAX_TURNS, parts: int = PARTS, **project):
+                     max_turns: int = MAX_TURNS, parts: int = PARTS, launch=start_forked,
+                     **project):
     """Run, kill -9 when `kill_when()` is true, resume to the end. Returns what the checks
     need: the snapshot at the kill, the index of the first request after it, the resume's
-    result and the final snapshot."""
+    result and the final snapshot. The run is a process forked from the test's (`launch`:
+    `start` for a whole new interpreter); the resume runs in the test's process."""
     config, expected = demo_project(tmp_path, server.base_url, parts, max_turns=max_turns,
                                     **project)
-    process = start("run", "--config", str(config), "--headless", root=tmp_path)
+    process = launch("run", "--config", str(config), "--headless", root=tmp_path)
     try:
         wait_for(kill_when, "the kill point", process)
         kill(process)
@@ -56,7 +59,7 @@ def crash_and_resume(tmp_path: Path, server, agent: CountingAgent, kill_when, *,
     assert process.returncode == -9
     before = snapshot(tmp_path)
     first_after = len(server.requests)
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
     assert result.returncode == 0, result.stderr + result.stdout
     assert len(list_runs(tmp_path / ".ouroboros")) == 1  # the same run, continued
     assert (tmp_path / "workspace" / "results.txt").read_text() == expected
@@ -94,8 +97,8 @@ def test_kill_during_a_tool_reports_it_interrupted_and_runs_it_no_more(tmp_path,
                                                                       scripted_server):
     agent = CountingAgent(PARTS, hold_tool_at=2)
     server = scripted_server(agent)
-    before, first_after, result, after = crash_and_resume(
-        tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists())
+    before, first_after, result, after = crash_and_resume(  # one `python -m ouroboros` killed
+        tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists(), launch=start)
 
     events = check_log(tmp_path)
     resumed = check_resumed_from(before, events)
@@ -211,7 +214,7 @@ def log_path(root: Path) -> Path:
 
 def killed_run(tmp_path: Path, server, agent: CountingAgent) -> Path:
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS)
-    process = start("run", "--config", str(config), "--headless", root=tmp_path)
+    process = start_forked("run", "--config", str(config), "--headless", root=tmp_path)
     try:
         wait_for(agent.request_held.is_set, "the held request", process)
     finally:
@@ -227,7 +230,7 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path, scripted_server):
     with log_path(tmp_path).open("a") as f:
         f.write('{"type": "assistant", "ts": "2025-01-01T00:00:00.000Z", "seq": ')
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 0, result.stderr
     assert "torn last log line dropped" in result.stdout
@@ -241,9 +244,9 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path, scripted_server):
 def test_resume_of_a_run_at_its_max_turns_asks_for_more(tmp_path, scripted_server):
     server = scripted_server(CountingAgent(PARTS))
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=2)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 3
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 3
     assert "has had its 2 turns" in result.stderr and "--max-turns N" in result.stderr
@@ -253,11 +256,11 @@ def test_resume_of_a_run_at_its_max_turns_asks_for_more(tmp_path, scripted_serve
 def test_resume_with_no_run_is_exit_4_and_of_an_unknown_run_exit_2(tmp_path, scripted_server):
     server = scripted_server(CountingAgent(PARTS))
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=2)
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
     assert result.returncode == 4 and "no runs" in result.stderr
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 3
 
-    result = ouroboros("resume", "--config", str(config), "--run", "20990101-000000-beef",
+    result = ouroboros_here("resume", "--config", str(config), "--run", "20990101-000000-beef",
                        "--headless")
 
     assert result.returncode == 2
@@ -273,7 +276,7 @@ def test_resume_of_a_log_from_a_newer_format_is_exit_2(tmp_path, scripted_server
     lines[0] = json.dumps({**first, "format_version": 99}) + "\n"
     log_path(tmp_path).write_text("".join(lines))
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 2
     assert "newer" in result.stderr and "format 99" in result.stderr
@@ -285,7 +288,7 @@ def test_resume_names_the_run_to_continue(tmp_path, scripted_server):
     config = killed_run(tmp_path, server, agent)
     run_id = list_runs(tmp_path / ".ouroboros")[0]
 
-    result = ouroboros("resume", "--config", str(config), "--run", run_id, "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--run", run_id, "--headless")
 
     assert result.returncode == 0, result.stderr
     assert list_runs(tmp_path / ".ouroboros") == [run_id]
@@ -299,11 +302,11 @@ def test_a_second_harness_on_the_same_workspace_is_refused(tmp_path, scripted_se
     agent = CountingAgent(PARTS, hold_request_at=2)
     server = scripted_server(agent)
     config, _ = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS)
-    first = start("run", "--config", str(config), "--headless", root=tmp_path)
+    first = start_forked("run", "--config", str(config), "--headless", root=tmp_path)
     try:
         wait_for(agent.request_held.is_set, "the first run to be working", first)
         for command in ("run", "resume"):
-            result = ouroboros(command, "--config", str(config), "--headless")
+            result = ouroboros_here(command, "--config", str(config), "--headless")
             assert result.returncode == 2, result.stderr
             assert f"pid {first.pid}" in result.stderr and "Traceback" not in result.stderr
         assert first.poll() is None
@@ -322,7 +325,7 @@ def test_a_stale_lock_is_taken_over_with_a_notice(tmp_path, scripted_server):
     (state_dir / "lock").write_text(json.dumps(
         {"pid": gone.pid, "host": socket.gethostname(), "run_id": "20250101-000000-dead"}))
 
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert result.returncode == 3, result.stderr
     assert f"stale lock left by pid {gone.pid}" in result.stdout

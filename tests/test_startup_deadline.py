@@ -11,7 +11,7 @@ import pytest
 
 from ouroboros.loop.deadline import Deadline, startup_secs
 from ouroboros.testing import Reply
-from tests.helpers import clean_env, make_project, of_type, ouroboros, run_events
+from tests.helpers import clean_env, make_project, of_type, ouroboros_here, run_events
 
 
 def test_work_past_the_deadline_gives_the_fallback_and_is_named() -> None:
@@ -99,8 +99,8 @@ def test_a_server_that_drips_its_startup_answers_does_not_hold_the_first_turn(
     try:
         base_url = f"http://127.0.0.1:{drip.server_address[1]}/v1"
         config = make_project(tmp_path, base_url)
-        result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "1",
-                           env=clean_env(OUROBOROS_STARTUP_SECS="1"))
+        result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "1",
+                                env=clean_env(OUROBOROS_STARTUP_SECS="1"))
     finally:
         drip.stopping.set()
         drip.shutdown()

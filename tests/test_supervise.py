@@ -21,6 +21,7 @@ from tests.faults.parts_agent import (
     held_pid,
     parts_project,
     start,
+    start_forked,
     stop_and_time,
 )
 from tests.helpers import make_project, of_type, ouroboros, ouroboros_here, run_events
@@ -34,7 +35,7 @@ def parts(root: Path) -> str:
 
 
 def cont(config: Path, *args: str) -> "subprocess.CompletedProcess[str]":  # noqa: F821
-    return ouroboros("run", "--continue", "--config", str(config), "--headless", *args)
+    return ouroboros_here("run", "--continue", "--config", str(config), "--headless", *args)
 
 
 # -- run --continue and the exit codes ------------------------------------------------------
@@ -65,7 +66,8 @@ def test_a_stopped_run_exits_128_plus_n_and_continue_finishes_it_once(
         tmp_path, scripted_server, sig, code):
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
-    process = start(tmp_path, "run", "--continue", "--config", str(config))
+    launch = start if sig == signal.SIGTERM else start_forked  # one `python -m ouroboros`
+    process = launch(tmp_path, "run", "--continue", "--config", str(config))
     try:
         held_pid(tmp_path, process)
         stop_and_time(process, sig)
@@ -108,7 +110,7 @@ def test_continue_with_a_fixed_max_turns_pauses_and_stays_paused(tmp_path, scrip
 ])
 def test_bad_combinations_are_one_line_and_exit_2(tmp_path, args, says):
     config = make_project(tmp_path, "http://127.0.0.1:9")
-    result = ouroboros(*args, "--config", str(config), "--headless")
+    result = ouroboros_here(*args, "--config", str(config), "--headless")
     assert result.returncode == 2
     assert says in result.stderr and len(result.stderr.splitlines()) == 1
     assert not list_runs(tmp_path / ".ouroboros")
@@ -116,7 +118,7 @@ def test_bad_combinations_are_one_line_and_exit_2(tmp_path, args, says):
 
 def test_resume_with_nothing_to_resume_exits_4(tmp_path):
     config = make_project(tmp_path, "http://127.0.0.1:9")
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
     assert result.returncode == 4
     assert "no runs" in result.stderr and len(result.stderr.splitlines()) == 1
 
@@ -124,10 +126,10 @@ def test_resume_with_nothing_to_resume_exits_4(tmp_path):
 def test_a_server_down_past_the_retry_budget_exits_1_and_a_missing_model_2(tmp_path,
                                                                         scripted_server):
     down = make_project(tmp_path / "down", "http://127.0.0.1:9")
-    assert ouroboros("run", "--config", str(down), "--headless").returncode == 1
+    assert ouroboros_here("run", "--config", str(down), "--headless").returncode == 1
     server = scripted_server([], model="other")
     missing = make_project(tmp_path / "missing", server.base_url)
-    assert ouroboros("run", "--config", str(missing), "--headless").returncode == 2
+    assert ouroboros_here("run", "--config", str(missing), "--headless").returncode == 2
 
 
 # -- a state dir serves one project ---------------------------------------------------------
@@ -142,7 +144,7 @@ def test_a_second_project_pointed_at_a_state_dir_is_refused(tmp_path, scripted_s
                           logging={"state_dir": str(tmp_path / "a" / ".ouroboros")})
 
     for command in (("run",), ("run", "--continue"), ("resume",)):
-        result = ouroboros(*command, "--config", str(second), "--headless")
+        result = ouroboros_here(*command, "--config", str(second), "--headless")
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.splitlines()) == 1
         assert str(tmp_path / "a") in result.stderr and str(tmp_path / "b") in result.stderr
@@ -164,6 +166,10 @@ def status(config: Path, *args: str) -> tuple[int, dict]:
     return result.returncode, json.loads(result.stdout)
 
 
+def heartbeat(root: Path) -> dict:
+    return json.loads((root / ".ouroboros" / "heartbeat").read_text())
+
+
 def test_status_json_says_running_stopped_ended_or_none(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = parts_project(tmp_path, server.base_url, )
@@ -171,19 +177,19 @@ def test_status_json_says_running_stopped_ended_or_none(tmp_path, scripted_serve
         toml.write("\n[metrics]\nheartbeat_secs = 0.05\n")
     assert status(config) == (4, {"state": "none", "run_id": None, "resumable": False})
 
-    process = start(tmp_path, "run", "--config", str(config))
+    process = start_forked(tmp_path, "run", "--config", str(config))
     try:
         held_pid(tmp_path, process)
+        seen = heartbeat(tmp_path)  # may be older than the call: wait for one written after
+        beat = wait_for(lambda: (b := heartbeat(tmp_path))["beat"] != seen["beat"] and b,
+                        "a beat after the call started", process)
         code, running = status(config)
         assert code == 0 and running["state"] == "running", running
         assert running["pid"] == process.pid and running["doing"] == "tool shell_exec"
         assert running["session"] == 1 and running["turn"] == 2
         # alive while it waits on the tool: the beat moves on, the last event does not
-        beat = json.loads((tmp_path / ".ouroboros" / "heartbeat").read_text())
-        wait_for(lambda: json.loads((tmp_path / ".ouroboros" / "heartbeat").read_text())["beat"]
-                 != beat["beat"], "a newer beat", process)
-        after = json.loads((tmp_path / ".ouroboros" / "heartbeat").read_text())
-        assert after["last_event"] == beat["last_event"]
+        wait_for(lambda: heartbeat(tmp_path)["beat"] != beat["beat"], "a newer beat", process)
+        assert heartbeat(tmp_path)["last_event"] == beat["last_event"]
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
     finally:
@@ -212,7 +218,7 @@ def test_metrics_are_served_while_the_run_goes_on(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(PARTS, hold_part=3))
     config = parts_project(tmp_path, server.base_url)
     port = free_port()
-    process = start(tmp_path, "run", "--config", str(config), "--metrics-port", str(port))
+    process = start_forked(tmp_path, "run", "--config", str(config), "--metrics-port", str(port))
     try:
         held_pid(tmp_path, process)
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
@@ -234,8 +240,8 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path, scripted_server)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = ouroboros("run", "--config", str(config), "--headless",
-                           "--metrics-port", str(port))
+        result = ouroboros_here("run", "--config", str(config), "--headless",
+                                "--metrics-port", str(port))
     assert result.returncode == 2
     assert f"127.0.0.1:{port} is in use" in result.stderr
     assert len(result.stderr.splitlines()) == 1
@@ -249,7 +255,7 @@ def test_run_json_prints_the_event_records_and_nothing_else(tmp_path, scripted_s
     server = scripted_server(PartsAgent(PARTS))
     config = parts_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--json", "--config", str(config))
+    result = ouroboros("run", "--json", "--config", str(config))  # its real stdout
 
     assert result.returncode == 0, result.stderr
     printed = [json.loads(line) for line in result.stdout.splitlines()]
@@ -257,6 +263,6 @@ def test_run_json_prints_the_event_records_and_nothing_else(tmp_path, scripted_s
     assert printed == logged
     assert "task complete" in result.stderr  # the people's lines go to stderr
 
-    watched = ouroboros("watch", "--json", "--config", str(config))
+    watched = ouroboros_here("watch", "--json", "--config", str(config))
     assert watched.returncode == 0
     assert [json.loads(line) for line in watched.stdout.splitlines()] == logged

@@ -8,7 +8,7 @@ import asyncio
 from ouroboros.protocols import ToolCall
 from ouroboros.testing import Reply
 from ouroboros.tools import COMPLETE_KEY, TaskComplete, Toolbox
-from tests.helpers import make_project, of_type, ouroboros, run_events
+from tests.helpers import make_project, of_type, ouroboros_here, run_events
 
 
 def run_call(arguments: str):
@@ -46,7 +46,7 @@ def test_task_complete_ends_the_run_with_its_summary(tmp_path, scripted_server):
     ])
     config = make_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert result.returncode == 0, result.stderr
     assert "run ended: task_complete: a.txt is written after 2 turns" in result.stdout
@@ -64,7 +64,7 @@ def test_allow_complete_false_takes_the_tool_away(tmp_path, scripted_server):
     config = make_project(tmp_path, server.base_url, agent={"allow_complete": False,
                                                             "max_turns": 2})
 
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert result.returncode == 3, result.stderr
     assert "task_complete" not in [t["function"]["name"] for t in server.requests[0]["tools"]]

@@ -167,11 +167,11 @@ def test_not_a_table(project: Path) -> None:
 
 @pytest.mark.parametrize("depth", [40, 3000])
 def test_values_nested_too_deeply_are_one_line_and_exit_2(tmp_path: Path, depth: int) -> None:
-    from tests.helpers import ouroboros
+    from tests.helpers import ouroboros_here
 
     config = tmp_path / "ouroboros.toml"
     config.write_text("[agent]\nx = " + "[" * depth + "]" * depth + "\n")
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"error: {config} nests arrays or tables too deeply: at most 32 levels are allowed"]

@@ -24,7 +24,7 @@ from typing import Any
 from ouroboros.protocols import Message
 from ouroboros.testing import Reply
 from tests.crash_helpers import wait_for
-from tests.helpers import clean_env, make_project
+from tests.helpers import Forked, clean_env, make_project, ouroboros_forked
 
 STEP = re.compile(r"echo (part_\d+) >> parts\.txt")
 TARGET = re.compile(r"do parts up to (\d+)")
@@ -99,6 +99,12 @@ def start(root: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "ouroboros", *args, "--headless"],
                             env=clean_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                             text=True)
+
+
+def start_forked(root: Path, *args: str) -> Forked:
+    """As `start`, in a process forked from the test's (tests.helpers.ouroboros_forked): a real
+    process to signal, without an interpreter to start."""
+    return ouroboros_forked(*args, "--headless", out=root / "out.txt", err=root / "err.txt")
 
 
 def held_pid(root: Path, process: subprocess.Popen[str]) -> int:

@@ -35,7 +35,7 @@ from typing import Any, Awaitable, Callable, Literal
 
 from ouroboros.testing import DONE_FRAME as DONE, Reply, frame, render_stream
 from ouroboros.testing.tokenizer import TOKENIZERS
-from tests.helpers import make_project, ouroboros
+from tests.helpers import make_project, ouroboros_here
 
 MODEL = "scripted"
 Writer = Callable[[bytes], Awaitable[None]]
@@ -430,10 +430,11 @@ def start(name: str, *, repeat: bool = False) -> FaultServer:
 
 
 def run_against(project: Path, server: FaultServer, model: dict[str, Any], *args: str,
-                max_turns: int = 1, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+                max_turns: int = 1) -> subprocess.CompletedProcess[str]:
     """`ouroboros run --headless` in a new project at `project` against `server`, with these
-    [model] settings (and 10 s of retries): the real command, in its own process."""
+    [model] settings (and 10 s of retries): the real command, in this process
+    (tests.helpers.ouroboros_here; a run that hangs fails at the suite's per-test timeout)."""
     config = make_project(project, server.base_url,
                           model={"max_retry_secs": 10, "context_limit": 8192, **model})
-    return ouroboros("run", "--config", str(config), "--headless", "--max-turns",
-                     str(max_turns), *args, timeout=timeout)
+    return ouroboros_here("run", "--config", str(config), "--headless", "--max-turns",
+                          str(max_turns), *args)

@@ -24,7 +24,7 @@ import pytest
 from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, read_events
 from ouroboros.testing import Fault
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
-from tests.helpers import clean_env, of_type, ouroboros, parts_recorded, run_dir
+from tests.helpers import clean_env, of_type, ouroboros_here, parts_recorded, run_dir
 
 PARTS = 3
 MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
@@ -49,8 +49,7 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 
 def resumes_to_the_end(root: Path, expected: str) -> None:
     """`ouroboros resume` finishes the task: every part recorded once, the log whole."""
-    result = ouroboros("resume", "--config", str(root / "ouroboros.toml"), "--headless",
-                       timeout=60)
+    result = ouroboros_here("resume", "--config", str(root / "ouroboros.toml"), "--headless")
     assert result.returncode == 0, result.stderr + result.stdout[-1000:]
     assert (root / "workspace" / "results.txt").read_text() == expected, parts_recorded(root)
     events = read_events(run_dir(root) / EVENTS_FILE).events
@@ -160,7 +159,7 @@ def stopped_run(root: Path, server, agent: CountingAgent) -> str:
     """A run that did some work and stopped, resumable (the server refused: 401)."""
     agent.inject_at = {agent.calls + 6: [Fault("status", 401, "unauthorized")]}
     config, expected = demo_project(root, server.base_url, PARTS, max_turns=MAX_TURNS)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 2
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 2
     return expected
 
 

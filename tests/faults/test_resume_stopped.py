@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from ouroboros.store.log import list_runs
 from ouroboros.testing import Fault
 from ouroboros.ui.dashboard import parse_ts
 from tests.crash_helpers import kill
@@ -20,10 +21,10 @@ from tests.faults.parts_agent import (
     held_pid,
     log_text,
     parts_project,
-    start,
+    start_forked,
     stop_and_time,
 )
-from tests.helpers import of_type, ouroboros, ouroboros_here, run_events
+from tests.helpers import of_type, ouroboros_here, run_events
 
 
 def parts(root, workspace: str = "workspace") -> str:
@@ -44,7 +45,7 @@ def test_a_run_stopped_during_a_tool_call_resumes_without_losing_or_redoing_work
         tmp_path, scripted_server, sig):
     server = scripted_server(PartsAgent(4, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
-    process = start(tmp_path, "run", "--config", str(config))
+    process = start_forked(tmp_path, "run", "--config", str(config))
     try:
         held_pid(tmp_path, process)
         stop_and_time(process, sig)
@@ -52,7 +53,7 @@ def test_a_run_stopped_during_a_tool_call_resumes_without_losing_or_redoing_work
         kill(process)
     assert parts(tmp_path) == expected_parts(1)
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 0, result.stderr + result.stdout
     assert parts(tmp_path) == expected_parts(4)
@@ -69,20 +70,20 @@ def test_max_turns_is_remembered_and_extended_with_the_flags_the_run_began_with(
     server = scripted_server(PartsAgent(5))
     config = parts_project(tmp_path, server.base_url)
     (tmp_path / "alt_ws").mkdir()
-    first = ouroboros("run", "--config", str(config), "--workspace", "alt_ws",
+    first = ouroboros_here("run", "--config", str(config), "--workspace", "alt_ws",
                       "--max-turns", "2", "--headless", cwd=tmp_path)
     assert first.returncode == 3, first.stderr
     assert run_events(tmp_path)[-1]["reason"] == "max_turns"
     assert "--max-turns N" in first.stdout
 
-    again = ouroboros("resume", "--config", str(config), "--headless")
+    again = ouroboros_here("resume", "--config", str(config), "--headless")
     assert again.returncode == 3 and "--max-turns N" in again.stderr  # the limit it had
 
-    more = ouroboros("resume", "--config", str(config), "--max-turns", "2", "--headless")
+    more = ouroboros_here("resume", "--config", str(config), "--max-turns", "2", "--headless")
     assert more.returncode == 3, more.stderr
     assert run_events(tmp_path)[-1]["reason"] == "max_turns"
     assert run_events(tmp_path)[-1]["total_turns"] == 4
-    done = ouroboros("resume", "--config", str(config), "--max-turns", "0", "--headless")
+    done = ouroboros_here("resume", "--config", str(config), "--max-turns", "0", "--headless")
 
     assert done.returncode == 0, done.stderr
     assert parts(tmp_path, "alt_ws") == expected_parts(5)
@@ -97,15 +98,15 @@ def test_max_turns_is_remembered_and_extended_with_the_flags_the_run_began_with(
 def test_a_complete_run_takes_a_new_instruction(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(2))
     config = parts_project(tmp_path, server.base_url)
-    first = ouroboros("run", "--config", str(config), "--headless")
+    first = ouroboros_here("run", "--config", str(config), "--headless")
     assert first.returncode == 0, first.stderr
     assert "run ended: task_complete: parts 1 to 2 are in parts.txt" in first.stdout
     assert 'ouroboros resume --message' in first.stdout
 
-    bare = ouroboros("resume", "--config", str(config), "--headless")
+    bare = ouroboros_here("resume", "--config", str(config), "--headless")
     assert bare.returncode == 4 and "--message" in bare.stderr and "is complete" in bare.stderr
 
-    more = ouroboros("resume", "--config", str(config), "--message", "Now do parts up to 4.",
+    more = ouroboros_here("resume", "--config", str(config), "--message", "Now do parts up to 4.",
                      "--headless")
 
     assert more.returncode == 0, more.stderr
@@ -119,7 +120,7 @@ def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server
     agent = PartsAgent(3, idle_after=1)
     server = scripted_server(agent)
     config = parts_project(tmp_path, server.base_url, max_idle_turns=2)
-    first = ouroboros("run", "--config", str(config), "--headless")
+    first = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert first.returncode == 3, first.stderr
     end = run_events(tmp_path)[-1]
@@ -130,7 +131,7 @@ def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server
     idle_requests = server.requests[1:]
     assert [r["messages"][-1]["content"] for r in idle_requests][-1].startswith("Continue")
 
-    more = ouroboros("resume", "--config", str(config), "--message", "Go on, please.",
+    more = ouroboros_here("resume", "--config", str(config), "--message", "Go on, please.",
                      "--headless")
 
     assert more.returncode == 0, more.stderr
@@ -142,7 +143,7 @@ def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server
 def test_idle_turns_back_off_before_the_continue_message(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(3, idle_after=0))
     config = parts_project(tmp_path, server.base_url, max_idle_turns=3)
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
 
     assert result.returncode == 3, result.stderr
     events = run_events(tmp_path)
@@ -168,11 +169,11 @@ def test_a_run_that_failed_resumes(tmp_path, scripted_server):
 
     server = scripted_server(brain)
     config = parts_project(tmp_path, server.base_url)
-    failed = ouroboros("run", "--config", str(config), "--headless")
+    failed = ouroboros_here("run", "--config", str(config), "--headless")
     assert failed.returncode == 2 and run_events(tmp_path)[-1]["exit_code"] == 2
     assert parts(tmp_path) == expected_parts(1)
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 0, result.stderr + log_text(tmp_path)
     assert parts(tmp_path) == expected_parts(3)
@@ -182,14 +183,14 @@ def test_a_run_that_failed_resumes(tmp_path, scripted_server):
 def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(5))
     config = parts_project(tmp_path, server.base_url, max_turns=2)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3  # paused
-    more = ouroboros("resume", "--config", str(config), "--max-turns", "1", "--headless")
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 3  # paused
+    more = ouroboros_here("resume", "--config", str(config), "--max-turns", "1", "--headless")
     assert more.returncode == 3, more.stderr
     assert run_events(tmp_path)[-1]["total_turns"] == 3
     assert ouroboros_here("config", "set", "agent.max_turns", "0", "--config",
                           str(config)).returncode == 0
 
-    plain = ouroboros("resume", "--config", str(config), "--headless")
+    plain = ouroboros_here("resume", "--config", str(config), "--headless")
 
     assert plain.returncode == 0, plain.stderr  # not refused for the earlier resume's limit
     assert parts(tmp_path) == expected_parts(5)
@@ -199,12 +200,16 @@ def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
 def test_a_refused_resume_names_where_the_limit_was_set(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(5))
     config = parts_project(tmp_path, server.base_url, max_turns=2)
-    assert ouroboros("run", "--config", str(config), "--headless").returncode == 3  # paused
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 3  # paused
 
-    from_file = ouroboros("resume", "--config", str(config), "--headless")
+    from_file = ouroboros_here("resume", "--config", str(config), "--headless")
     ouroboros_here("config", "set", "agent.max_turns", "0", "--config", str(config))
-    ouroboros("run", "--config", str(config), "--max-turns", "1", "--headless")
-    from_flag = ouroboros("resume", "--config", str(config), "--headless")
+    first = list_runs(tmp_path / ".ouroboros")
+    ouroboros_here("run", "--config", str(config), "--max-turns", "1", "--headless")
+    # named: two runs started in the same second do not sort by their start
+    [second] = set(list_runs(tmp_path / ".ouroboros")) - set(first)
+    from_flag = ouroboros_here("resume", "--config", str(config), "--run", second,
+                               "--headless")
 
     assert from_file.returncode == 3  # still paused
     assert f"(agent.max_turns = 2 in {config}); `ouroboros resume --max-turns N`" \

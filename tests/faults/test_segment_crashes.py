@@ -17,10 +17,10 @@ from tests.crash_helpers import (
     executions,
     kill,
     kill_held_tool,
-    start,
+    start_forked,
     wait_for,
 )
-from tests.helpers import ouroboros, ouroboros_here, parts_recorded
+from tests.helpers import ouroboros_here, parts_recorded
 
 PARTS = 10
 # A segment closed at nearly every turn, and retention that keeps only what the run needs.
@@ -46,7 +46,7 @@ def killed_at_a_rollover(root: Path, *args: str) -> bool:
     """Start `ouroboros ARGS`, kill it as soon as it closes a segment; False when it ended
     first."""
     before = rollovers(root)
-    process = start(*args, root=root)
+    process = start_forked(*args, root=root)
     try:
         wait_for(lambda: rollovers(root) > before or process.poll() is not None,
                  "a segment closed", timeout=60)
@@ -70,7 +70,7 @@ def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripte
         if not kills or not killed_at_a_rollover(tmp_path, "resume", *args):
             break
         kills += 1
-    result = ouroboros("resume", *args, timeout=120)
+    result = ouroboros_here("resume", *args)
 
     assert kills >= 2, "the kills never landed at a rollover"
     assert result.returncode == 0, result.stderr + result.stdout[-1000:]

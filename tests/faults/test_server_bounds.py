@@ -32,7 +32,7 @@ def survived_with_one_retry(project, result) -> dict:
 ], ids=["trickle", "pings-first", "pings-mid-reply"])
 def test_a_reply_that_never_ends_is_cut_at_its_bound_and_retried(tmp_path, fault, bound, reason):
     with start(fault) as server:
-        result = run_against(tmp_path, server, FAULTS[fault].model, timeout=20)
+        result = run_against(tmp_path, server, FAULTS[fault].model)
 
     retry = survived_with_one_retry(tmp_path, result)
     assert reason in retry["error"]

@@ -4,7 +4,11 @@ call, and exits with exit code 128 + the signal's number (130 for SIGINT, 143 fo
 a supervisor restarts it), a `stop_requested` and a `run_end` that records the same code,
 having cancelled what it waited on rather than waited it out. A second signal never changes
 the code. The floor (within a second) is timed by benchmarks/faults.py, not here: a busy
-machine can delay any process by a second."""
+machine can delay any process by a second.
+
+The runs are processes forked from the test's (tests.helpers.ouroboros_forked: the real entry
+point, signals and exit code, without an interpreter to start); one is a whole new
+`python -m ouroboros`, its exit code set as the interpreter exits."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from tests.faults.parts_agent import (
     log_text,
     parts_project,
     start,
+    start_forked,
     stop_and_time,
 )
 from tests.faults.servers import Status, Trickle, start_server
@@ -56,7 +61,7 @@ def test_a_signal_during_an_outage_stops_at_once(tmp_path, scripted_server, sig)
     server = scripted_server([Reply("Looking.", [("list_dir", {"path": "."})]),
                               Fault("outage", seconds=60)])
     config = parts_project(tmp_path, server.base_url)
-    process = start(tmp_path, "run", "--config", str(config))
+    process = start_forked(tmp_path, "run", "--config", str(config))
     try:
         wait_for(lambda: logged(tmp_path, "retry"), "a retry (connection refused)", process)
         elapsed = stop_and_time(process, sig)
@@ -73,7 +78,7 @@ def test_a_signal_while_the_server_answers_503_or_trickles_stops_at_once(tmp_pat
     server = start_server([act], repeat=True)
     try:
         config = parts_project(tmp_path, server.base_url)
-        process = start(tmp_path, "run", "--config", str(config))
+        process = start_forked(tmp_path, "run", "--config", str(config))
         try:
             wait_for(lambda: server.chat_requests(), "the first request", process)
             wait_for(lambda: logged(tmp_path, "session_start"), "the run to start", process)
@@ -93,7 +98,8 @@ def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_
         tmp_path, scripted_server, gap):
     server = scripted_server(PartsAgent(3, hold_part=1))
     config = parts_project(tmp_path, server.base_url)
-    process = start(tmp_path, "run", "--config", str(config))
+    launch = start if gap == 0.2 else start_forked  # one whole new `python -m ouroboros`
+    process = launch(tmp_path, "run", "--config", str(config))
     try:
         group = held_pid(tmp_path, process)
         signals = (signal.SIGINT, signal.SIGINT) if gap else (signal.SIGINT,)

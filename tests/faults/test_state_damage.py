@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator
@@ -38,7 +37,7 @@ from ouroboros.loop.resume import observation_reader, recover
 from ouroboros.loop.state import RunState
 from ouroboros.testing import Fault, ScriptedServer
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
-from tests.helpers import clean_env, of_type, parts_recorded, run_dir
+from tests.helpers import of_type, ouroboros_here, parts_recorded, run_dir
 
 PARTS = 3
 MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
@@ -61,18 +60,12 @@ def genuine(tmp_path_factory) -> Iterator[tuple[Path, str]]:
 
 
 def ouroboros_all(commands: list[tuple[str, Path]]) -> list[subprocess.CompletedProcess[str]]:
-    """`ouroboros COMMAND --config ROOT/ouroboros.toml` for each, all at once."""
-    running = []
+    """`ouroboros COMMAND --config ROOT/ouroboros.toml` for each, one after another, in this
+    process (tests.helpers.ouroboros_here)."""
+    done = []
     for command, root in commands:
         extra = ["--headless"] if command in ("run", "resume") else []
-        running.append((command, subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", command, "--config",
-             str(root / "ouroboros.toml"), *extra], env=clean_env(), text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)))
-    done = []
-    for command, process in running:
-        out, err = process.communicate(timeout=60)
-        done.append(subprocess.CompletedProcess([command], process.returncode, out, err))
+        done.append(ouroboros_here(command, "--config", str(root / "ouroboros.toml"), *extra))
     return done
 
 

@@ -14,7 +14,7 @@ from ouroboros.testing import Reply
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.live import watch
 from ouroboros.ui.sanitize import neutralise, neutralise_all
-from tests.helpers import clean_env, make_project, of_type, ouroboros, run_events
+from tests.helpers import clean_env, make_project, of_type, ouroboros_here, run_events
 
 TITLE = "\x1b]0;PWNED-TITLE\x07"
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"
@@ -56,8 +56,9 @@ def test_headless_output_and_logs_show_escapes_but_the_log_keeps_them(
     config = make_project(tmp_path, server.base_url)
     env = clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
 
-    run = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3", env=env)
-    logs = ouroboros("logs", "--config", str(config), env=env)
+    run = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "3",
+                         env=env)
+    logs = ouroboros_here("logs", "--config", str(config), env=env)
 
     assert run.returncode == 3, run.stderr
     assert logs.returncode == 0, logs.stderr
@@ -76,8 +77,8 @@ def test_watch_shows_escapes_without_sending_them(tmp_path: Path, scripted_serve
     server = scripted_server(SCRIPT)
     config = make_project(tmp_path, server.base_url)
     env = clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
-    assert ouroboros("run", "-c", str(config), "--headless", "--max-turns", "2",
-                     env=env).returncode == 3
+    assert ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "2",
+                          env=env).returncode == 3
     state_dir = tmp_path / ".ouroboros"
     path = state_dir / "runs" / list_runs(state_dir)[-1] / EVENTS_FILE
     out = io.StringIO()

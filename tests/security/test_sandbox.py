@@ -29,7 +29,7 @@ from ouroboros.sandbox.policy import (
     world_readable_rules,
 )
 from ouroboros.tools import ShellExec
-from tests.helpers import clean_env, make_project, of_type, ouroboros, run_events
+from tests.helpers import clean_env, make_project, of_type, ouroboros, ouroboros_here, run_events
 
 KEY = "sk-live-0123456789abcdef"
 needs_landlock = pytest.mark.skipif(landlock.abi() == 0, reason="this kernel has no Landlock")
@@ -108,7 +108,7 @@ def test_sandbox_off_says_the_shell_is_unconfined(tmp_path, scripted_server):
                               Reply("done")])
     config = make_project(tmp_path, server.base_url, safety={"sandbox": "off"})
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2")
+    result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "2")
 
     assert result.returncode == 3, result.stderr
     assert "sandbox: sandbox off (safety.sandbox = \"off\"): shell is unconfined" in result.stdout
@@ -131,7 +131,7 @@ def test_sandbox_required_starts_where_landlock_is_and_refuses_what_it_cannot_do
 def test_sandbox_required_without_landlock_is_exit_2(tmp_path, scripted_server):
     server = scripted_server([Reply("done")])
     config = make_project(tmp_path, server.base_url, safety={"sandbox": "required"})
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "1")
+    result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "1")
     assert result.returncode == 2
     assert "safety.sandbox = \"required\"" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -154,7 +154,7 @@ def test_a_required_sandbox_that_is_missing_is_one_line_naming_it() -> None:
 
 def test_a_bad_sandbox_setting_is_one_line_and_exit_2(tmp_path) -> None:
     config = make_project(tmp_path, "http://127.0.0.1:9", safety={"sandbox": "on"})
-    result = ouroboros("run", "--config", str(config), "--headless")
+    result = ouroboros_here("run", "--config", str(config), "--headless")
     assert result.returncode == 2
     assert "safety.sandbox" in result.stderr and "Traceback" not in result.stderr
 

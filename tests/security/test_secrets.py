@@ -17,7 +17,7 @@ from ouroboros.sandbox.secrets import (
     secret_values,
 )
 from ouroboros.testing import Reply
-from tests.helpers import clean_env, make_project, ouroboros, run_events
+from tests.helpers import clean_env, make_project, ouroboros, ouroboros_child, run_events
 
 KEY = "sk-proj-9f8e7d6c5b4a3210"
 
@@ -37,8 +37,8 @@ def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_pat
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
     (tmp_path / "workspace" / ".env").write_text(f"OPENAI_API_KEY={KEY}\n")
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3",
-                       env=clean_env(TEST_API_KEY=KEY))
+    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "3",
+                             env=clean_env(TEST_API_KEY=KEY))
 
     assert result.returncode == 3, result.stderr
     read, shell = tool_results(server)
@@ -112,8 +112,8 @@ def test_a_key_the_model_writes_into_a_call_is_in_no_file_of_the_run(tmp_path,
     ])
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "3",
-                       env=clean_env(TEST_API_KEY=KEY))
+    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "3",
+                             env=clean_env(TEST_API_KEY=KEY))
 
     assert result.returncode == 3, result.stderr  # paused at its max_turns
     run_dir = tmp_path / ".ouroboros" / "runs" / run_events(tmp_path)[0]["run_id"]
@@ -146,8 +146,8 @@ def test_a_key_too_short_to_redact_is_one_start_up_warning(tmp_path, scripted_se
     server = scripted_server([Reply("done")])
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "1",
-                       env=clean_env(TEST_API_KEY="abc123"))
+    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "1",
+                             env=clean_env(TEST_API_KEY="abc123"))
 
     assert result.returncode == 3, result.stderr  # paused at its max_turns
     warning = ("the API key in $TEST_API_KEY is under 8 characters, too short to tell from "
