@@ -367,3 +367,15 @@ def test_a_reader_racing_a_rollover_reads_the_segment_compressed_meanwhile(tmp_p
     scan_unlisted(run, manifest, 2, stale)
 
     assert manifest.segments[-1]["file"] == "000002.jsonl.gz" and manifest.problem is None
+
+
+def test_runs_started_in_one_second_sort_as_they_started():
+    from datetime import datetime, timezone
+
+    from ouroboros.store.log import new_run_id
+
+    second = datetime(2026, 11, 26, 17, 5, 41, tzinfo=timezone.utc)
+    ids = [new_run_id(second.replace(microsecond=us)) for us in (0, 15, 16, 160_000, 999_999)]
+
+    assert ids == sorted(ids) and len(set(ids)) == len(ids) - 1  # 0 and 15 share a step
+    assert ids[-1] == "20261126-170541-f423"

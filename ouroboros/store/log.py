@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -71,8 +70,11 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+def new_run_id(now: datetime | None = None) -> str:
+    """The UTC second, then four hex digits of its fraction (16 µs steps): ids sort as the
+    runs started, also within one second, and "the latest run" is the one started last."""
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + f"{now.microsecond // 16:04x}"
 
 
 class EventLog:
