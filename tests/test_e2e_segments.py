@@ -58,16 +58,16 @@ def test_a_damaged_manifest_and_segment_are_one_line_naming_the_file_and_the_run
         tmp_path, server.base_url, 6, max_turns=6, chars_per_part=3000,
         model={"context_limit": 4096}, logging={"segment_mb": 0.0001, "keep_mb": 0})
     args = ("--config", str(config))
-    ouroboros("run", *args, "--headless")  # paused at max_turns, some segments closed
+    ouroboros_here("run", *args, "--headless")  # paused at max_turns, some segments closed
     run = run_dir(tmp_path)
     (run / MANIFEST_FILE).write_text('{"segments": [')
     damaged = run / "segments" / "000002.jsonl.gz"
     damaged.write_bytes(b"not gzip at all")
 
-    readers = {name: ouroboros(*command, *args) for name, command in {
+    readers = {name: ouroboros_here(*command, *args) for name, command in {
         "logs": ["logs"], "stats --all": ["stats", "--all"], "status": ["status"],
         "stats": ["stats"], "runs": ["runs"], "logs -n 3": ["logs", "-n", "3"]}.items()}
-    again = ouroboros("resume", *args, "--headless", "--max-turns", "400", timeout=120)
+    again = ouroboros_here("resume", *args, "--headless", "--max-turns", "400")
 
     for name, result in readers.items():
         assert "Traceback" not in result.stderr + result.stdout, name

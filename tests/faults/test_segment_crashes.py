@@ -74,11 +74,21 @@ def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripte
 
     assert kills >= 2, "the kills never landed at a rollover"
     assert result.returncode == 0, result.stderr + result.stdout[-1000:]
-    assert (tmp_path / "workspace" / "results.txt").read_text() == expected, \
-        parts_recorded(tmp_path)
-    ran = executions(tmp_path)
-    assert ran and set(ran.values()) == {1}, ran.most_common(3)  # no command ran twice
+    assert_nothing_lost_nothing_twice(tmp_path, expected)
+    status = ouroboros_here("status", "--config", str(config))
+    assert status.returncode == 0 and "task_complete" in status.stdout, status.stderr
     run = the_run(tmp_path)
+    assert run is not None
+    assert all(s["file"].endswith(".gz") for s in load_manifest(run).segments[:-1])
+
+
+def assert_nothing_lost_nothing_twice(root: Path, expected: str) -> None:
+    """The task's results are whole, no command and no tool call ran twice, and what
+    retention kept of the log reads whole and in order up to the run's end."""
+    assert (root / "workspace" / "results.txt").read_text() == expected, parts_recorded(root)
+    ran = executions(root)
+    assert ran and set(ran.values()) == {1}, ran.most_common(3)  # no command ran twice
+    run = the_run(root)
     assert run is not None
     records = list(run_records(run))  # what retention kept reads, whole and in order
     seqs = [r["seq"] for r in records]
@@ -88,6 +98,3 @@ def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripte
     assert records[-1]["type"] == "run_end" and records[-1]["reason"] == "task_complete"
     manifest = load_manifest(run)
     assert manifest.problem is None and manifest.pruned.get("segments", 0) > 0
-    status = ouroboros_here("status", "--config", str(config))
-    assert status.returncode == 0 and "task_complete" in status.stdout, status.stderr
-    assert all(s["file"].endswith(".gz") for s in manifest.segments[:-1])
