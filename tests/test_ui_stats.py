@@ -123,6 +123,17 @@ def test_stats_view_renders_the_table_and_the_chart(tmp_path):
     assert "soft 70%" in text and "hard 90%" in text and RESTART in text
 
 
+def test_stats_names_the_window_the_budget_and_the_thresholds_as_status_does(tmp_path):
+    path = write_sample_run(tmp_path / ".ouroboros")
+    quick = figures_stats(read_tail(path.parent).tally().figures)  # default `stats`
+    whole = run_stats(read_events(path).events)  # `stats --all`
+
+    for stats in (quick, whole):
+        console = Console(record=True, width=80)
+        console.print(stats_view(stats))
+        assert "window 8,192 · budget 6,144 · soft 70% · hard 90%" in console.export_text()
+
+
 def test_restart_reasons_become_numbered_notes_under_the_table():
     stats = run_stats([])
     stats.sessions = [SessionStats(1, end="restart: full"), SessionStats(2, end="restart: cut"),

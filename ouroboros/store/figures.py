@@ -35,6 +35,8 @@ class RunFigures:
     run_id: str = ""
     soft: float | None = None  # the thresholds the run used (None: not said yet)
     hard: float | None = None
+    window: int | None = None  # the window and the prompt budget of the newest reading
+    budget: int | None = None
     end: str | None = None
     sessions: int = 0  # how many in all
     first: list[Record] = field(default_factory=list)  # those that left `recent` first
@@ -89,6 +91,8 @@ class RunFigures:
             current["peak_pct"] = max(current["peak_pct"] or 0.0, pct)
             current["prompt_tokens"] += record.get("prompt_tokens", 0)
             current["completion_tokens"] += record.get("completion_tokens", 0)
+            self.window = record.get("context_limit", self.window)
+            self.budget = record.get("budget", self.budget)
             self._reading(pct)
         elif kind == "context_mask":
             current["mask_rounds"] += 1

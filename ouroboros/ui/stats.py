@@ -24,7 +24,7 @@ from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, parse_event
 from ouroboros.store.figures import FIRST_KEPT, RECENT_KEPT, RunFigures
 from ouroboros.ui.chart import LABEL_WIDTH, context_chart
-from ouroboros.ui.numbers import BASE, used
+from ouroboros.ui.numbers import BASE, sizes, used
 from ouroboros.ui.plain import masked_text, plural
 
 _DEFAULTS = ContextConfig()
@@ -51,6 +51,8 @@ class RunStats:
     run_id: str = ""
     soft: float = _DEFAULTS.soft_threshold_pct
     hard: float = _DEFAULTS.hard_threshold_pct
+    window: int | None = None  # the window and the prompt budget at the newest reading
+    budget: int | None = None
     sessions: list[SessionStats] = field(default_factory=list)
     context_pcts: list[float] = field(default_factory=list)  # one reading per turn, in order
     restarts_at: list[int] = field(default_factory=list)  # index of each new session's 1st turn
@@ -94,6 +96,7 @@ def figures_stats(figures: RunFigures, soft: float | None = None,
     stats.sessions = [SessionStats(**s) for s in shown]
     stats.totals = SessionStats(**figures.totals())
     stats.readings, stats.restart_count = figures.readings, figures.restarts
+    stats.window, stats.budget = figures.window, figures.budget
     stats.context_pcts = [b[0] for b in figures.buckets]
     stats.thresholds = [(first_set(b[1], stats.soft), first_set(b[2], stats.hard))
                         for b in figures.buckets]
@@ -138,6 +141,7 @@ def fold(e: EventBase, stats: RunStats, current: SessionStats,
             current.peak_pct = max(current.peak_pct or 0.0, pct)
             current.prompt_tokens += e.prompt_tokens
             current.completion_tokens += e.completion_tokens
+            stats.window, stats.budget = e.context_limit, e.budget
             stats.context_pcts.append(pct)
             stats.thresholds.append((stats.soft, stats.hard))
         case ev.ConfigChanged(key="context.soft_threshold_pct", new=new):
@@ -190,7 +194,8 @@ def stats_view(stats: RunStats, chart_width: int = 72, *,
     count = len(stats.sessions) + stats.hidden
     summary = Text(f"run {stats.run_id}: {plural(count, 'session')}, "
                    f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
-                   f"{ended}\nmasking: {masked}", style="bold")
+                   f"{ended}\nmasking: {masked}\n"
+                   f"{sizes(stats.window, stats.budget, stats.soft, stats.hard)}", style="bold")
     chart = Chart(stats, chart_width)
     title = Text(f"context use per turn ({BASE})", style="bold")
     shown, hidden = shown_sessions(stats.sessions, all_sessions) if not stats.hidden \
