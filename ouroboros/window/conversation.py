@@ -40,8 +40,9 @@ def interrupted_text(tool_name: str) -> str:
 
 
 WIND_DOWN_TEXT = (
-    "[Context nearly full: {pct:.0%} of the window is used. Save your progress and state to "
-    "workspace files now (what is done, what is next, anything you would need to continue). "
+    "[Context nearly full: {pct:.0%} of the context budget is used. Save your progress and "
+    "state to workspace files now (what is done, what is next, anything you would need to "
+    "continue). "
     "The session will restart soon with a fresh context; only your files carry over.]"
 )
 
