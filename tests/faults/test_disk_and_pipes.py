@@ -24,7 +24,7 @@ import pytest
 from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, read_events
 from ouroboros.testing import Fault
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
-from tests.helpers import clean_env, of_type, ouroboros_here, parts_recorded, run_dir
+from tests.helpers import clean_env, of_type, ouroboros, ouroboros_here, parts_recorded, run_dir
 
 PARTS = 3
 MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
@@ -163,18 +163,6 @@ def stopped_run(root: Path, server, agent: CountingAgent) -> str:
     return expected
 
 
-def at_once(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
-    """`ouroboros ARGS` for each, run side by side."""
-    running = [subprocess.Popen([sys.executable, "-m", "ouroboros", *args], env=clean_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL) for args in commands]
-    done = []
-    for args, process in zip(commands, running):
-        out, err = process.communicate(timeout=60)
-        done.append(subprocess.CompletedProcess(args, process.returncode, out, err))
-    return done
-
-
 def tree_bytes(path: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
@@ -187,9 +175,10 @@ def test_a_read_only_state_dir_is_one_line_and_changes_nothing(tmp_path, scripte
     before = tree_bytes(state_dir)
 
     with read_only(state_dir):
-        resumed, started, status = at_once(["resume", "--config", config, "--headless"],
-                                           ["run", "--config", config, "--headless"],
-                                           ["status", "--config", config])
+        # One after another: side by side, one would meet the other's workspace lock.
+        resumed, started, status = (ouroboros(*args) for args in (
+            ["resume", "--config", config, "--headless"],
+            ["run", "--config", config, "--headless"], ["status", "--config", config]))
 
         for result in (resumed, started):
             assert result.returncode == 1, result.stderr
