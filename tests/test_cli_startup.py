@@ -65,6 +65,17 @@ def test_help_lists_the_commands_in_the_order_of_use():
                      "watch", "prune", "demo", "config"]
 
 
+def test_every_command_is_found_in_the_module_main_imports_for_it():
+    from ouroboros.cli import COMMAND_MODULES
+
+    names = {info.name or info.callback.__name__: info.callback.__module__.rsplit(".", 1)[-1]
+             for info in app.registered_commands}
+    names.update({group.name: group.typer_instance.registered_commands[0].callback.__module__
+                  .rsplit(".", 1)[-1] for group in app.registered_groups})
+
+    assert names == COMMAND_MODULES  # a command missing here would load every module
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
