@@ -304,12 +304,8 @@ def print_matrix(args: argparse.Namespace, rows: dict[str, tuple[Figures, Figure
          lambda m, u: m.prompt_tokens <= MAX_COST_VS_UNMANAGED * u.prompt_tokens),
     ]
     print("\nfloors")
-    every = True
-    for label, holds in floors:
-        failing = [name for name, (m, u) in rows.items() if not holds(m, u)]
-        every &= not failing
-        print(f"  {'PASS' if not failing else 'FAIL'}  {label}"
-              + (f": {', '.join(failing)}" if failing else ""))
+    every = print_floors([(label, [name for name, (m, u) in rows.items() if not holds(m, u)])
+                          for label, holds in floors])
     if args.parts < 40:
         print("  (the cost floor is set for 40 files: unmanaged cost grows with the square of "
               "the task's length, so a shorter task cannot meet it)")
@@ -378,13 +374,16 @@ def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) ->
     ] + ([(f"content rows within {MAX_REQUESTS_OVER_FEWEST}x the fewest requests ({fewest})",
            efficient)] if fewest else [])
     print("\nfloors (rows at the tails)")
-    every = True
-    for label, holds in floors:
-        failing = [name for name, (m, _) in results.items() if not holds(name, m)]
-        every &= not failing
+    return print_floors([(label, [name for name, (m, _) in results.items() if not holds(name, m)])
+                         for label, holds in floors])
+
+
+def print_floors(checks: list[tuple[str, list[str]]]) -> bool:
+    """One PASS/FAIL line per floor (its label and the rows failing it); whether all hold."""
+    for label, failing in checks:
         print(f"  {'PASS' if not failing else 'FAIL'}  {label}"
               + (f": {', '.join(failing)}" if failing else ""))
-    return every
+    return not any(failing for _, failing in checks)
 
 
 def main() -> None:

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from startup_cpu import cpu_and_rss  # this directory is on sys.path: run as a script
+
 FILES = 50
 FILE_CHARS = 1000
 WINDOW = 8192
@@ -142,22 +144,6 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
     return samples
 
 
-def timed(args: list[str], server: Any | None = None) -> tuple[float, float]:
-    """CPU seconds and peak RSS (MB) of `ouroboros ARGS`; with `server`, it is killed at its
-    first chat request (resume: its time to its first request)."""
-    before = len(server.requests) if server is not None else 0
-    process = subprocess.Popen([sys.executable, "-m", "ouroboros", *args],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if server is not None:
-        deadline = time.monotonic() + 120
-        while len(server.requests) == before and time.monotonic() < deadline \
-                and process.poll() is None:
-            time.sleep(0.01)
-        process.kill()
-    _, _, usage = os.wait4(process.pid, 0)
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
-
-
 def table_row(s: dict[str, Any]) -> str:
     return (f"| {s['turns']:>6,} | {s['cpu_ms']:>6.1f} | {s['pause_ms']:>6.0f} | "
             f"{s['rss_mb']:>6.1f} | {s['mb']:>7.2f} | {s['files']:>6,} |")
@@ -184,9 +170,9 @@ def main() -> None:
         readers = {"status": ["status"], "runs": ["runs"], "stats": ["stats"],
                    "logs -n 20": ["logs", "-n", "20"]}
         for name, command in readers.items():
-            cpu, rss = timed([*command, "--config", str(config)])
+            cpu, rss = cpu_and_rss([*command, "--config", str(config)])
             print(f"{name:>12}: {cpu:.2f} s CPU, {rss:.0f} MB peak RSS")
-        cpu, rss = timed(["resume", "--config", str(config), "--headless", "--max-turns",
+        cpu, rss = cpu_and_rss(["resume", "--config", str(config), "--headless", "--max-turns",
                           str(args.turns + 10)], server)
         print(f"{'resume':>12}: {cpu:.2f} s CPU to its first request, {rss:.0f} MB peak RSS")
         if samples:

@@ -58,10 +58,17 @@ ENV = dict(os.environ)
 def cpu_of(args: list[str], server: Any | None = None) -> float:
     """CPU seconds of one `ouroboros ARGS` process (and its children); with `server`, it is
     killed at its first chat request."""
+    return cpu_and_rss(args, server, ENV)[0]
+
+
+def cpu_and_rss(args: list[str], server: Any | None = None,
+                env: dict[str, str] | None = None) -> tuple[float, float]:
+    """CPU seconds and peak RSS (MB) of one `ouroboros ARGS` process (and its children); with
+    `server`, it is killed at its first chat request (resume: its cost to its first request)."""
     before = len(server.requests) if server is not None else 0
     process = subprocess.Popen([sys.executable, "-m", "ouroboros", *args],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               stdin=subprocess.DEVNULL, env=ENV)
+                               stdin=subprocess.DEVNULL, env=env)
     if server is not None:
         deadline = time.monotonic() + 120
         while len(server.requests) == before and time.monotonic() < deadline \
@@ -69,7 +76,7 @@ def cpu_of(args: list[str], server: Any | None = None) -> float:
             time.sleep(0.005)
         process.kill()
     _, _, usage = os.wait4(process.pid, 0)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def commands(config: Path) -> dict[str, list[str]]:

@@ -29,13 +29,13 @@ if sys.dont_write_bytecode:
 # command's signature and type hints read again: ~15 ms of CPU each time, a few hundred
 # times in the suite); the suite builds it once per app and set of commands.
 def _built_once(get_command: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    built: dict[tuple[int, int, int], Any] = {}
+    built: dict[tuple[int, int, int], tuple[Any, Any]] = {}
 
     def command(app: Any) -> Any:
         key = (id(app), len(app.registered_commands), len(app.registered_groups))
-        if key not in built:
-            built[key] = get_command(app)
-        return built[key]
+        if key not in built:  # the app is kept with its command: its id is given to no other
+            built[key] = (app, get_command(app))
+        return built[key][1]
     return command
 
 

@@ -87,11 +87,11 @@ def demo_project(root: Path, base_url: str, parts: int, *, max_turns: int,
 
 
 def start(*args: str, root: Path) -> subprocess.Popen[str]:
-    """`ouroboros ARGS` in the background, its output in files (a held command may outlive it)."""
-    out = (root / "out.txt").open("w")
-    err = (root / "err.txt").open("w")
-    return subprocess.Popen([sys.executable, "-m", "ouroboros", *args], env=clean_env(),
-                            stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
+    """`ouroboros ARGS` in the background, its output appended to out.txt and err.txt in
+    `root` (files: a held command may outlive it), as start_forked appends it."""
+    with (root / "out.txt").open("a") as out, (root / "err.txt").open("a") as err:
+        return subprocess.Popen([sys.executable, "-m", "ouroboros", *args], env=clean_env(),
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
 
 
 def start_forked(*args: str, root: Path) -> Forked:

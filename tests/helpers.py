@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -240,14 +239,6 @@ def run_events(project: Path, run_id: str | None = None) -> list[dict[str, Any]]
 
 def of_type(events: list[dict[str, Any]], type: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == type]
-
-
-def sent_roles(request: dict[str, Any]) -> list[str]:
-    return [m["role"] for m in request["messages"]]
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value)
 
 
 def whole_panels(lines: list[str]) -> list[str]:

@@ -16,15 +16,15 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ouroboros.protocols import Message
 from ouroboros.testing import Reply
+from tests import crash_helpers
 from tests.crash_helpers import wait_for
-from tests.helpers import Forked, clean_env, make_project, ouroboros_forked
+from tests.helpers import Forked, make_project
 
 STEP = re.compile(r"echo (part_\d+) >> parts\.txt")
 TARGET = re.compile(r"do parts up to (\d+)")
@@ -95,16 +95,13 @@ def parts_project(root: Path, base_url: str, **agent: Any) -> Path:
 
 def start(root: Path, *args: str) -> subprocess.Popen[str]:
     """`ouroboros ARGS --headless` in the background, its output in files in `root`."""
-    out, err = (root / "out.txt").open("a"), (root / "err.txt").open("a")
-    return subprocess.Popen([sys.executable, "-m", "ouroboros", *args, "--headless"],
-                            env=clean_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                            text=True)
+    return crash_helpers.start(*args, "--headless", root=root)
 
 
 def start_forked(root: Path, *args: str) -> Forked:
     """As `start`, in a process forked from the test's (tests.helpers.ouroboros_forked): a real
     process to signal, without an interpreter to start."""
-    return ouroboros_forked(*args, "--headless", out=root / "out.txt", err=root / "err.txt")
+    return crash_helpers.start_forked(*args, "--headless", root=root)
 
 
 def held_pid(root: Path, process: subprocess.Popen[str]) -> int:
