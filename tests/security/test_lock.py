@@ -136,24 +136,33 @@ time.sleep(60)
 """
 
 
+def hold(state_dir: Path, workspace: Path, cache: Path) -> subprocess.Popen[str]:
+    """A process holding the workspace's lock (reached by `workspace`) until killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
+                               str(cache)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def stop(holder: subprocess.Popen[str]) -> None:
+    holder.kill()
+    holder.wait()
+
+
 def test_the_lock_of_a_killed_harness_is_free_at_once(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
-    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
+    workspace = tmp_path / "ws"
     workspace.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
-         cache_env["XDG_CACHE_HOME"]], stdout=subprocess.PIPE, text=True)
+    holder = hold(tmp_path / "state", workspace, Path(cache_env["XDG_CACHE_HOME"]))
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         with pytest.raises(RunLockedError, match=f"pid {holder.pid} "):
             WorkspaceLock.acquire(tmp_path / "other-state", workspace, "second", env=cache_env)
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
         lock = WorkspaceLock.acquire(tmp_path / "other-state", workspace, "second", env=cache_env)
     finally:
-        holder.kill()
-        holder.wait()
+        stop(holder)
     assert lock.taken_over is not None and lock.taken_over["pid"] == holder.pid
     lock.release()
     assert not (tmp_path / "other-state" / LOCK_FILE).exists()
@@ -170,19 +179,6 @@ def test_the_lock_is_keyed_by_the_workspaces_identity_outside_it(
     assert path == workspace_lock_path(tmp_path / "alias", cache_env)
     assert path.parent == tmp_path / "cache" / "ouroboros" / "locks"
     assert path != workspace_lock_path(tmp_path, cache_env)
-
-
-def hold(state_dir: Path, workspace: Path, cache: Path) -> subprocess.Popen[str]:
-    """A process holding the workspace's lock (reached by `workspace`) until killed."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
-                               str(cache)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    return holder
-
-
-def stop(holder: subprocess.Popen[str]) -> None:
-    holder.kill()
-    holder.wait()
 
 
 def test_a_symlink_and_another_cache_dir_meet_the_same_lock(tmp_path: Path) -> None:
