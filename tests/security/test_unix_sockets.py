@@ -19,7 +19,7 @@ import pytest
 from ouroboros.sandbox import landlock
 from ouroboros.sandbox.policy import Sandbox
 from ouroboros.tools import ShellExec
-from tests.security.accounts import as_probe_user, probe_user, shared_dir
+from tests.security.accounts import as_probe_user, probe_user, probe_workspace, shared_dir
 
 needs_landlock = pytest.mark.skipif(landlock.abi() == 0, reason="this kernel has no Landlock")
 
@@ -131,14 +131,7 @@ print(json.dumps(out))
 def test_an_unprivileged_harness_commands_reach_no_unix_socket_outside_the_workspace(
     outside
 ) -> None:
-    uid, gid = probe_user()
-    if not os.path.exists("/usr/bin/python3"):
-        pytest.skip("no /usr/bin/python3 for the probe")
-    shared = shared_dir()
-    workspace = shared / "ws"
-    workspace.mkdir()
-    (workspace / "probe.py").write_text(PROBE)
-    os.chown(workspace, uid, gid)
+    shared, workspace = probe_workspace(PROBE)
     neighbour = listening(shared / "neighbour.sock")  # beside the workspace, under /tmp
     try:
         probe = as_probe_user(AS_USER, str(workspace), *(str(p) for p, _ in outside),
