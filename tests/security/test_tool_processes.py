@@ -50,13 +50,17 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def gone_within(pids: list[int], secs: float) -> bool:
+def wait_until(check, secs: float = 10.0) -> bool:
     deadline = time.monotonic() + secs
     while time.monotonic() < deadline:
-        if not any(map(running, pids)):
+        if check():
             return True
         time.sleep(0.01)
     return False
+
+
+def gone_within(pids: list[int], secs: float) -> bool:
+    return wait_until(lambda: not any(map(running, pids)), secs)
 
 
 def private_temp_dirs(workspace: Path) -> list[Path]:
@@ -252,15 +256,6 @@ def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path)
         orphans.release()
         own.kill()
         own.wait()
-
-
-def wait_until(check, secs: float = 10.0) -> bool:
-    deadline = time.monotonic() + secs
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_an_unprivileged_harness_without_a_cgroup_leaves_no_orphan(scripted_server) -> None:
