@@ -82,9 +82,10 @@ def killed_mid_command(tmp_path: Path, server, *,
     workspace = tmp_path / "workspace"
     harness = start("run", "--config", str(config), "--headless", root=tmp_path)
     try:
-        wait_for(lambda: (workspace / "sh.pid").exists() and (workspace / "bg.pid").exists(),
+        # whole lines, not just the files: the pids are written once their processes run
+        wait_for(lambda: all(path.is_file() and path.read_text().endswith("\n")
+                             for path in (workspace / "sh.pid", workspace / "bg.pid")),
                  "the held command", harness)
-        time.sleep(0.05)  # the pid files are written; their processes are running
         watchdog = [p for p in children(harness.pid)
                     if b"ouroboros.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(watchdog) == 1, "no watchdog was started with the run"
