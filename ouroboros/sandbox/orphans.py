@@ -36,16 +36,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ouroboros.sandbox.reaper import _read, _stat_fields
+
 PR_SET_CHILD_SUBREAPER = 36
 MAX_ROUNDS = 50  # kill rounds while orphans keep forking
 
 
 def _stat(pid: int) -> list[bytes] | None:
     """The fields of `/proc/<pid>/stat` after the command name: state, ppid, pgrp, session."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[-1].split()
-    except OSError:
-        return None
+    stat = _read(f"/proc/{pid}/stat")
+    return None if stat is None else _stat_fields(stat)
 
 
 def own_children() -> list[int]:
