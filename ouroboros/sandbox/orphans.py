@@ -48,10 +48,11 @@ def _stat(pid: int) -> list[bytes] | None:
     return None if stat is None else _stat_fields(stat)
 
 
-def own_children() -> list[int]:
-    """This process's children (of every thread), zombies included."""
+def own_children(of: int | str = "self") -> list[int]:
+    """This process's children (or those of the process `of`), of every thread, zombies
+    included."""
     found: list[int] = []
-    for task in Path("/proc/self/task").iterdir():
+    for task in Path(f"/proc/{of}/task").iterdir():
         try:
             found += [int(pid) for pid in (task / "children").read_text().split()]
         except OSError:

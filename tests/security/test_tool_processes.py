@@ -16,6 +16,7 @@ import subprocess
 import pytest
 
 from ouroboros.sandbox.cgroup import ToolCgroup
+from ouroboros.sandbox.orphans import own_children
 from ouroboros.sandbox.reaper import Process, kill_exactly, temp_prefix, victims, workspace_tag
 from ouroboros.testing import Reply
 from tests.crash_helpers import kill, start, wait_for
@@ -67,13 +68,6 @@ def private_temp_dirs(workspace: Path) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(temp_prefix(workspace_tag(workspace)) + "*"))
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
 def killed_mid_command(tmp_path: Path, server, *,
                        watchdog_too: bool = False) -> tuple[Path, list[int]]:
     """A run killed with SIGKILL while HELD runs (its watchdog first, if `watchdog_too`):
@@ -86,7 +80,7 @@ def killed_mid_command(tmp_path: Path, server, *,
         wait_for(lambda: all(path.is_file() and path.read_text().endswith("\n")
                              for path in (workspace / "sh.pid", workspace / "bg.pid")),
                  "the held command", harness)
-        watchdog = [p for p in children(harness.pid)
+        watchdog = [p for p in own_children(of=harness.pid)
                     if b"ouroboros.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(watchdog) == 1, "no watchdog was started with the run"
         if watchdog_too:
@@ -232,7 +226,7 @@ def test_without_a_cgroup_the_harness_adopts_the_orphan_that_left_session_and_ma
 
 
 def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path) -> None:
-    from ouroboros.sandbox.orphans import Orphans, own_children
+    from ouroboros.sandbox.orphans import Orphans
 
     own = subprocess.Popen(["sleep", "60"], start_new_session=True)  # started by us: kept
     orphans = Orphans.adopt()
