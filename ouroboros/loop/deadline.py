@@ -3,7 +3,7 @@ it the model, how big is the window): a server that answers a byte every few sec
 hold the start for minutes. Past it, the run goes on with what is known.
 
     startup = Deadline.after(STARTUP_SECS)
-    claim = await startup.within(claim_window(loaded), fallback=lambda: guess)
+    window = await startup.within(ask_window(), lambda: guess, "the window")  # noted in missed
 """
 
 from __future__ import annotations

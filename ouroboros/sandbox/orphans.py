@@ -36,22 +36,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ouroboros.sandbox.reaper import _read, _stat_fields
+
 PR_SET_CHILD_SUBREAPER = 36
 MAX_ROUNDS = 50  # kill rounds while orphans keep forking
 
 
 def _stat(pid: int) -> list[bytes] | None:
     """The fields of `/proc/<pid>/stat` after the command name: state, ppid, pgrp, session."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[-1].split()
-    except OSError:
-        return None
+    stat = _read(f"/proc/{pid}/stat")
+    return None if stat is None else _stat_fields(stat)
 
 
-def own_children() -> list[int]:
-    """This process's children (of every thread), zombies included."""
+def own_children(of: int | str = "self") -> list[int]:
+    """This process's children (or those of the process `of`), of every thread, zombies
+    included."""
     found: list[int] = []
-    for task in Path("/proc/self/task").iterdir():
+    for task in Path(f"/proc/{of}/task").iterdir():
         try:
             found += [int(pid) for pid in (task / "children").read_text().split()]
         except OSError:

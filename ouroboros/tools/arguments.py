@@ -191,9 +191,9 @@ def function_schema(name: str, description: str, model: type[BaseModel]) -> dict
 
 def brief_schema(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
     """A tool definition's short form, for a window too small to spend on the full one: the
-    `description` given (else the full one's first sentence), the arguments' names, types and which are required, and no
-    more (no argument descriptions, bounds or `additionalProperties`: each call is still
-    checked whole by its tool)."""
+    `description` given (else the full one's first sentence), the arguments' names, types
+    and which are required, and no more (no argument descriptions, bounds or
+    `additionalProperties`: each call is still checked whole by its tool)."""
     function = schema["function"]
     described = function.get("description", "")
     first = description or re.split(r"(?<=[.!?])\s", described, maxsplit=1)[0]

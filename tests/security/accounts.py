@@ -42,6 +42,21 @@ def shared_dir() -> Path:
     return path
 
 
+def probe_workspace(probe: str) -> tuple[Path, Path]:
+    """A workspace `ws` owned by the probe user in a fresh shared dir, with `probe.py` (run by
+    a confined command with /usr/bin/python3) in it: the shared dir and the workspace. Skips
+    the test where there is no probe user or no /usr/bin/python3."""
+    uid, gid = probe_user()
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("no /usr/bin/python3 for the probe")
+    shared = shared_dir()
+    workspace = shared / "ws"
+    workspace.mkdir()
+    (workspace / "probe.py").write_text(probe)
+    os.chown(workspace, uid, gid)
+    return shared, workspace
+
+
 def as_probe_user(code: str, *args: str, env: dict[str, str] | None = None,
                   timeout: float = 60, python: str = sys.executable,
                   **popen) -> subprocess.Popen[str]:

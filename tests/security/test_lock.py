@@ -3,6 +3,7 @@ over a dead holder's lock has exactly one winner however many race for it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from ouroboros.sandbox.lock import (
     LOCK_FILE,
     WorkspaceLock,
     flocks_span_hosts,
+    holder_is_alive,
     locks_dir,
     mount_of,
     workspace_lock_path,
@@ -37,6 +39,15 @@ def cache_env(tmp_path: Path) -> dict[str, str]:
     return {"XDG_CACHE_HOME": str(tmp_path / "cache")}
 
 
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace and a state dir, both made."""
+    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
+    workspace.mkdir()
+    state_dir.mkdir()
+    return workspace, state_dir
+
+
 def dead_pid() -> int:
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -44,11 +55,9 @@ def dead_pid() -> int:
 
 
 def test_racing_takeovers_of_a_dead_holders_lock_have_exactly_one_winner(
-    tmp_path: Path, cache_env: dict[str, str]
+    dirs: tuple[Path, Path], cache_env: dict[str, str]
 ) -> None:
-    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
-    workspace.mkdir()
-    state_dir.mkdir()
+    workspace, state_dir = dirs
     stale = ('{"pid": %d, "host": "%s", "run_id": "dead"}'
              % (dead_pid(), os.uname().nodename)).encode()
     lock_files = [workspace_lock_path(workspace, cache_env), state_dir / LOCK_FILE]
@@ -127,24 +136,33 @@ time.sleep(60)
 """
 
 
+def hold(state_dir: Path, workspace: Path, cache: Path) -> subprocess.Popen[str]:
+    """A process holding the workspace's lock (reached by `workspace`) until killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
+                               str(cache)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def stop(holder: subprocess.Popen[str]) -> None:
+    holder.kill()
+    holder.wait()
+
+
 def test_the_lock_of_a_killed_harness_is_free_at_once(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
-    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
+    workspace = tmp_path / "ws"
     workspace.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
-         cache_env["XDG_CACHE_HOME"]], stdout=subprocess.PIPE, text=True)
+    holder = hold(tmp_path / "state", workspace, Path(cache_env["XDG_CACHE_HOME"]))
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         with pytest.raises(RunLockedError, match=f"pid {holder.pid} "):
             WorkspaceLock.acquire(tmp_path / "other-state", workspace, "second", env=cache_env)
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
         lock = WorkspaceLock.acquire(tmp_path / "other-state", workspace, "second", env=cache_env)
     finally:
-        holder.kill()
-        holder.wait()
+        stop(holder)
     assert lock.taken_over is not None and lock.taken_over["pid"] == holder.pid
     lock.release()
     assert not (tmp_path / "other-state" / LOCK_FILE).exists()
@@ -161,19 +179,6 @@ def test_the_lock_is_keyed_by_the_workspaces_identity_outside_it(
     assert path == workspace_lock_path(tmp_path / "alias", cache_env)
     assert path.parent == tmp_path / "cache" / "ouroboros" / "locks"
     assert path != workspace_lock_path(tmp_path, cache_env)
-
-
-def hold(state_dir: Path, workspace: Path, cache: Path) -> subprocess.Popen[str]:
-    """A process holding the workspace's lock (reached by `workspace`) until killed."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
-                               str(cache)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    return holder
-
-
-def stop(holder: subprocess.Popen[str]) -> None:
-    holder.kill()
-    holder.wait()
 
 
 def test_a_symlink_and_another_cache_dir_meet_the_same_lock(tmp_path: Path) -> None:
@@ -240,11 +245,9 @@ def test_another_user_meets_the_same_lock(tmp_path: Path) -> None:
 
 
 def test_a_dead_holder_on_another_host_is_taken_over_saying_what_is_known(
-    tmp_path: Path, cache_env: dict[str, str]
+    dirs: tuple[Path, Path], cache_env: dict[str, str]
 ) -> None:
-    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
-    workspace.mkdir()
-    state_dir.mkdir()
+    workspace, state_dir = dirs
     (state_dir / LOCK_FILE).write_text(
         '{"pid": 4242, "host": "node-7", "run_id": "20250101-000000-gone", '
         '"since": "2025-01-01T00:00:00Z"}')
@@ -292,15 +295,11 @@ def test_the_watchdog_holds_the_workspace_until_it_has_ended_the_tools(
 
 
 def test_a_holder_on_another_host_is_alive_only_while_the_kernel_lock_is_held(
-    tmp_path: Path, cache_env: dict[str, str]
+    tmp_path: Path, dirs: tuple[Path, Path]
 ) -> None:
-    from ouroboros.sandbox.lock import holder_is_alive
-
-    workspace, state_dir = tmp_path / "ws", tmp_path / "state"
-    workspace.mkdir()
-    state_dir.mkdir()
+    workspace, state_dir = dirs
     elsewhere = {"pid": 4242, "host": "node-7", "run_id": "r"}
-    (state_dir / LOCK_FILE).write_text('{"pid": 4242, "host": "node-7", "run_id": "r"}')
+    (state_dir / LOCK_FILE).write_text(json.dumps(elsewhere))
     assert not holder_is_alive(elsewhere, state_dir / LOCK_FILE)
     holder = hold(state_dir, workspace, tmp_path / "cache")
     try:

@@ -338,16 +338,9 @@ sandbox.close()
 
 @needs_landlock
 def test_an_unprivileged_harness_cuts_the_network_without_python_in_a_forked_child() -> None:
-    from tests.security.accounts import as_probe_user, probe_user, shared_dir
+    from tests.security.accounts import as_probe_user, probe_workspace
 
-    uid, gid = probe_user()
-    if not os.path.exists("/usr/bin/python3"):
-        pytest.skip("no /usr/bin/python3 for the probe")
-    shared = shared_dir()
-    workspace = shared / "ws"
-    workspace.mkdir()
-    (workspace / "probe.py").write_text(CUT_PROBE)
-    os.chown(workspace, uid, gid)
+    shared, workspace = probe_workspace(CUT_PROBE)
     try:
         probe = as_probe_user(NETWORK_CUT_AS_USER, str(workspace), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, cwd=str(shared),

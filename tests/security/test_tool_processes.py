@@ -16,6 +16,7 @@ import subprocess
 import pytest
 
 from ouroboros.sandbox.cgroup import ToolCgroup
+from ouroboros.sandbox.orphans import own_children
 from ouroboros.sandbox.reaper import Process, kill_exactly, temp_prefix, victims, workspace_tag
 from ouroboros.testing import Reply
 from tests.crash_helpers import kill, start, wait_for
@@ -50,24 +51,21 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def gone_within(pids: list[int], secs: float) -> bool:
+def wait_until(check, secs: float = 10.0) -> bool:
     deadline = time.monotonic() + secs
     while time.monotonic() < deadline:
-        if not any(map(running, pids)):
+        if check():
             return True
         time.sleep(0.01)
     return False
 
 
+def gone_within(pids: list[int], secs: float) -> bool:
+    return wait_until(lambda: not any(map(running, pids)), secs)
+
+
 def private_temp_dirs(workspace: Path) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(temp_prefix(workspace_tag(workspace)) + "*"))
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
 
 
 def killed_mid_command(tmp_path: Path, server, *,
@@ -78,10 +76,11 @@ def killed_mid_command(tmp_path: Path, server, *,
     workspace = tmp_path / "workspace"
     harness = start("run", "--config", str(config), "--headless", root=tmp_path)
     try:
-        wait_for(lambda: (workspace / "sh.pid").exists() and (workspace / "bg.pid").exists(),
+        # whole lines, not just the files: the pids are written once their processes run
+        wait_for(lambda: all(path.is_file() and path.read_text().endswith("\n")
+                             for path in (workspace / "sh.pid", workspace / "bg.pid")),
                  "the held command", harness)
-        time.sleep(0.05)  # the pid files are written; their processes are running
-        watchdog = [p for p in children(harness.pid)
+        watchdog = [p for p in own_children(of=harness.pid)
                     if b"ouroboros.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(watchdog) == 1, "no watchdog was started with the run"
         if watchdog_too:
@@ -227,7 +226,7 @@ def test_without_a_cgroup_the_harness_adopts_the_orphan_that_left_session_and_ma
 
 
 def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path) -> None:
-    from ouroboros.sandbox.orphans import Orphans, own_children
+    from ouroboros.sandbox.orphans import Orphans
 
     own = subprocess.Popen(["sleep", "60"], start_new_session=True)  # started by us: kept
     orphans = Orphans.adopt()
@@ -252,15 +251,6 @@ def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path)
         orphans.release()
         own.kill()
         own.wait()
-
-
-def wait_until(check, secs: float = 10.0) -> bool:
-    deadline = time.monotonic() + secs
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_an_unprivileged_harness_without_a_cgroup_leaves_no_orphan(scripted_server) -> None:

@@ -6,6 +6,7 @@ named, never a reason to drop the sandbox."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import socket
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.sandbox import landlock
+from ouroboros.sandbox import landlock, seccomp
 from ouroboros.sandbox.policy import Sandbox
 from ouroboros.tools import ShellExec
-from tests.security.accounts import as_probe_user, probe_user, shared_dir
+from tests.security.accounts import as_probe_user, probe_user, probe_workspace, shared_dir
 
 needs_landlock = pytest.mark.skipif(landlock.abi() == 0, reason="this kernel has no Landlock")
 
@@ -131,14 +132,7 @@ print(json.dumps(out))
 def test_an_unprivileged_harness_commands_reach_no_unix_socket_outside_the_workspace(
     outside
 ) -> None:
-    uid, gid = probe_user()
-    if not os.path.exists("/usr/bin/python3"):
-        pytest.skip("no /usr/bin/python3 for the probe")
-    shared = shared_dir()
-    workspace = shared / "ws"
-    workspace.mkdir()
-    (workspace / "probe.py").write_text(PROBE)
-    os.chown(workspace, uid, gid)
+    shared, workspace = probe_workspace(PROBE)
     neighbour = listening(shared / "neighbour.sock")  # beside the workspace, under /tmp
     try:
         probe = as_probe_user(AS_USER, str(workspace), *(str(p) for p, _ in outside),
@@ -234,3 +228,39 @@ def test_a_home_inside_a_hidden_directory_is_hidden_with_it() -> None:
     steps = plan([Path("/run"), Path("/tmp"), Path("/tmp/ci/home")],
                  keep=[Path("/tmp/ci/home/ws"), Path("/usr")])
     assert steps == [(Path("/run"), []), (Path("/tmp"), [Path("/tmp/ci/home/ws")])]
+
+
+BYPASSES = """
+import ctypes, errno, json, os, socket
+from ouroboros.sandbox import seccomp
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+seccomp.refuse_unix_sockets(libc)
+def errno_of(*call):
+    return 0 if libc.syscall(*call) >= 0 else ctypes.get_errno()
+_, socket_nr, uring_nr = seccomp.ARCHES[os.uname().machine]
+params = ctypes.create_string_buffer(120)
+try:
+    socket.socket(socket.AF_UNIX)
+    unix = 0
+except OSError as error:
+    unix = error.errno
+print(json.dumps({
+    "unix": unix,
+    "io_uring_setup": errno_of(uring_nr, 1, params),
+    "x32 socket": errno_of(  # ENOSYS from a kernel without x32 too: a weaker check there
+        seccomp.X32_SYSCALL_BIT | socket_nr, socket.AF_UNIX, socket.SOCK_STREAM, 0),
+    "socketpair": len(socket.socketpair()),
+    "inet": socket.socket(socket.AF_INET).fileno() > 0,
+}))
+"""
+
+
+@pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this machine")
+def test_the_seccomp_filter_refuses_unix_sockets_and_its_bypasses() -> None:
+    child = subprocess.run([sys.executable, "-c", BYPASSES], capture_output=True, text=True,
+                           timeout=60)
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == {
+        "unix": errno.EACCES, "io_uring_setup": errno.ENOSYS, "x32 socket": errno.ENOSYS,
+        "socketpair": 2, "inet": True}
