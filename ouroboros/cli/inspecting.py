@@ -197,16 +197,17 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
     import json
     from datetime import datetime, timezone
 
-    from ouroboros.loop.continuation import continue_plan
+    from ouroboros.loop.continuation import tally_plan
     from ouroboros.loop.heartbeat import read_heartbeat
+    from ouroboros.store.log import runs_dir
     from ouroboros.ui.health import HEALTH_EXIT, run_health
 
     resumable = False
-    if found is not None and not found.running:
-        plan = guarded(lambda: continue_plan(loaded.state_dir, found.run_id, {}))
-        if plan is not None:
-            max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
-            resumable = plan.stays(max_turns) is None
+    if found is not None and not found.running:  # from the tally `status` read, not again
+        run_dir = runs_dir(loaded.state_dir) / found.run_id
+        plan = guarded(lambda: tally_plan(run_dir, found.tally, {}, None))
+        max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
+        resumable = plan.stays(max_turns) is None
     health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
                         now=datetime.now(timezone.utc), stale_after=stale_after)
     typer.echo(json.dumps(health))
