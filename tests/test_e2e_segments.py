@@ -11,12 +11,18 @@ from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import ouroboros_here, run_dir
 
 
-def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_server):
+def segmented_project(root, scripted_server, *, max_turns: int):
+    """A project whose run of the six-part task closes a segment every few turns and keeps
+    all of them: its config and the results the task ends with."""
     agent = CountingAgent(6)
-    server = agent.server = scripted_server(agent)
-    config, expected = demo_project(
-        tmp_path, server.base_url, 6, max_turns=400, chars_per_part=3000,
-        model={"context_limit": 4096}, logging={"segment_mb": 0.0001, "keep_mb": 0})
+    agent.server = scripted_server(agent)
+    return demo_project(root, agent.server.base_url, 6, max_turns=max_turns,
+                        chars_per_part=3000, model={"context_limit": 4096},
+                        logging={"segment_mb": 0.0001, "keep_mb": 0})
+
+
+def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_server):
+    config, expected = segmented_project(tmp_path, scripted_server, max_turns=400)
     args = ("--config", str(config))
     assert ouroboros_here("run", *args, "--headless").returncode == 0
     run = run_dir(tmp_path)
@@ -52,11 +58,7 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
 
 def test_a_damaged_manifest_and_segment_are_one_line_naming_the_file_and_the_run_goes_on(
         tmp_path, scripted_server):
-    agent = CountingAgent(6)
-    server = agent.server = scripted_server(agent)
-    config, expected = demo_project(
-        tmp_path, server.base_url, 6, max_turns=6, chars_per_part=3000,
-        model={"context_limit": 4096}, logging={"segment_mb": 0.0001, "keep_mb": 0})
+    config, expected = segmented_project(tmp_path, scripted_server, max_turns=6)
     args = ("--config", str(config))
     ouroboros_here("run", *args, "--headless")  # paused at max_turns, some segments closed
     run = run_dir(tmp_path)

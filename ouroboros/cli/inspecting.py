@@ -88,7 +88,7 @@ def stats(run_id: Optional[str] = RunIdArgument,
         if not all_sessions:
             typer.echo(f"({run_dir} was logged before its figures were kept: reading the whole "
                        "log; a resume keeps them from then on)", err=True)
-        stats = guarded(lambda: run_stats(run_records(run_dir), soft, hard))
+        stats = guarded(lambda: run_stats(run_records(run_dir, tail=tail), soft, hard))
     Console().print(stats_view(stats, all_sessions=all_sessions))
 
 
@@ -119,7 +119,7 @@ def logs(
     """A run's events, one readable line each, across the log's segments."""
     from ouroboros.errors import UsageError
     from ouroboros.store.events import parse_event
-    from ouroboros.store.log import last_records, read_run_log
+    from ouroboros.store.log import last_records, read_run_log, read_tail
     from ouroboros.ui.follow import follow_run
     from ouroboros.ui.plain import format_any, listed, select_types
 
@@ -129,18 +129,15 @@ def logs(
     wanted = guarded(lambda: select_types(types or []))
     run_dir = guarded(lambda: run_path(loaded, run_id))
     count = FOLLOW_TAIL if follow and tail is None else tail
-    if not follow:
-        from ouroboros.store.segments import load_manifest
-
-        say_problem(guarded(lambda: load_manifest(run_dir)).problem)
     events: Iterable[EventBase]
     shown = lambda kind: listed(kind, wanted)  # noqa: E731
     if follow:
         events = follow_run(run_dir, newest=count, kept=shown)
-    elif count is not None:
-        events = [parse_event(r) for r in guarded(lambda: last_records(run_dir, count, shown))]
-    else:
-        events = read_run_log(run_dir)
+    else:  # the manifest (rebuilt once, where damaged) and the current segment, read once
+        read = guarded(lambda: read_tail(run_dir))
+        say_problem(read.manifest.problem)
+        events = read_run_log(run_dir, read) if count is None else \
+            [parse_event(r) for r in guarded(lambda: last_records(run_dir, count, shown, read))]
 
     def show() -> None:
         for event in events:
@@ -200,16 +197,17 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
     import json
     from datetime import datetime, timezone
 
-    from ouroboros.loop.continuation import continue_plan
+    from ouroboros.loop.continuation import tally_plan
     from ouroboros.loop.heartbeat import read_heartbeat
+    from ouroboros.store.log import runs_dir
     from ouroboros.ui.health import HEALTH_EXIT, run_health
 
     resumable = False
-    if found is not None and not found.running:
-        plan = guarded(lambda: continue_plan(loaded.state_dir, found.run_id, {}))
-        if plan is not None:
-            max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
-            resumable = plan.stays(max_turns) is None
+    if found is not None and not found.running:  # from the tally `status` read, not again
+        run_dir = runs_dir(loaded.state_dir) / found.run_id
+        plan = guarded(lambda: tally_plan(run_dir, found.tally, {}, None))
+        max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
+        resumable = plan.stays(max_turns) is None
     health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
                         now=datetime.now(timezone.utc), stale_after=stale_after)
     typer.echo(json.dumps(health))

@@ -21,6 +21,7 @@ from typing import Any, Final, Mapping
 from ouroboros.errors import EXIT_DONE, EXIT_PAUSED
 from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
 from ouroboros.store.events import RunEnd
+from ouroboros.store.segments import Tally
 
 # The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
 REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
@@ -75,7 +76,12 @@ def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],
     its remembered flags under those given now, its turns so far and how it ended. Raises
     UsageError as find_run does."""
     run_dir = find_run(state_dir, run_id)
-    tally = read_tail(run_dir).tally()
+    return tally_plan(run_dir, read_tail(run_dir).tally(), given, more_turns)
+
+
+def tally_plan(run_dir: Path, tally: Tally, given: Mapping[str, Any],
+               more_turns: int | None) -> ResumePlan:
+    """plan_resume from the run's tally, where the caller has read it already."""
     last = tally.anchors.get("run_end")
     end = parse_logged(last, run_dir / EVENTS_FILE) if last is not None \
         and last["seq"] == tally.last.get("seq") else None

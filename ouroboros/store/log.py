@@ -336,22 +336,24 @@ def read_tail(run_dir: Path) -> RunTail:
     return RunTail(run_dir, manifest, current)
 
 
-def run_records(run_dir: Path, after_seq: int = 0) -> Iterator[dict[str, Any]]:
+def run_records(run_dir: Path, after_seq: int = 0,
+                tail: RunTail | None = None) -> Iterator[dict[str, Any]]:
     """Every record of a run after `after_seq`, oldest first, across its segments: streamed,
-    so a long run is never in memory at once."""
-    tail = read_tail(run_dir)
+    so a long run is never in memory at once (`tail`: the run's, where the caller read it)."""
+    tail = tail or read_tail(run_dir)
     yield from closed_records(run_dir, tail.manifest, after_seq)
     yield from (r for r in tail.records if r["seq"] > after_seq)
 
 
 def last_records(run_dir: Path, count: int,
-                 kept: Callable[[str], bool] = lambda kind: True) -> list[dict[str, Any]]:
+                 kept: Callable[[str], bool] = lambda kind: True,
+                 tail: RunTail | None = None) -> list[dict[str, Any]]:
     """The newest `count` records of a run whose type `kept` accepts, reading back only as
-    many segments as needed."""
+    many segments as needed (`tail`: the run's, where the caller read it)."""
     def wanted(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         return [record for record in records if kept(str(record.get("type", "")))]
 
-    tail = read_tail(run_dir)
+    tail = tail or read_tail(run_dir)
     found = wanted(tail.records)[-count:] if count else []
     for segment in reversed(tail.manifest.segments):
         if len(found) >= count:
@@ -361,9 +363,9 @@ def last_records(run_dir: Path, count: int,
     return found
 
 
-def read_run_log(run_dir: Path) -> Iterator[EventBase]:
+def read_run_log(run_dir: Path, tail: RunTail | None = None) -> Iterator[EventBase]:
     """Every record of a run as its model, across its segments, streamed."""
-    for record in run_records(run_dir):
+    for record in run_records(run_dir, tail=tail):
         yield parse_logged(record, run_dir / EVENTS_FILE)
 
 

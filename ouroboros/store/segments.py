@@ -242,8 +242,8 @@ def load_manifest(run_dir: Path) -> Manifest:
     except (OSError, ValueError, KeyError, TypeError):
         manifest = Manifest(problem=f"{path} is damaged; rebuilt from {len(files)} segments")
     assert manifest is not None
-    listed = {s["number"] for s in manifest.segments}
-    newer = [n for n in files if n not in listed and n > max(listed, default=0)]
+    unlisted = manifest.next_number  # once: it goes through every segment listed
+    newer = [n for n in files if n >= unlisted]
     if manifest.problem is not None:
         newer = sorted(n for n in files if n > manifest.pruned.get("number", 0))
         manifest.segments, manifest.state = [], {}

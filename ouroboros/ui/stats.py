@@ -22,13 +22,12 @@ from rich.text import Text
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, parse_event
-from ouroboros.store.figures import FIRST_KEPT, RECENT_KEPT, RunFigures
+from ouroboros.store.figures import FIRST_KEPT, RECENT_KEPT, RESTART_PREFIX, RunFigures
 from ouroboros.ui.chart import LABEL_WIDTH, context_chart
 from ouroboros.ui.numbers import BASE, sizes, used
 from ouroboros.ui.plain import masked_text, plural
 
 _DEFAULTS = ContextConfig()
-RESTART_PREFIX = "restart: "
 SUMMARY_AFTER = RECENT_KEPT  # sessions; a longer run's table shows only its ends
 FIRST_SHOWN = FIRST_KEPT
 LAST_SHOWN = FIRST_KEPT

@@ -41,6 +41,7 @@ class RunStatus:
     changes: list[ConfigChanged] = field(default_factory=list)  # its config_changed records
     mask_rounds: int = 0  # its context_mask records
     started: str | None = None  # the timestamp of its first record
+    tally: Tally = field(default_factory=Tally)  # what it was read from (store.segments)
 
     @property
     def running(self) -> bool:
@@ -80,7 +81,7 @@ def replay(state_dir: Path, run_id: str, owner_pid: int | None) -> RunStatus:
     changes = [parse_event(r) for r in tally.config_changes]
     return RunStatus(run_id, state, owner_pid, end if isinstance(end, RunEnd) else None,
                      [c for c in changes if isinstance(c, ConfigChanged)], tally.mask_rounds,
-                     tally.started)
+                     tally.started, tally)
 
 
 def seeded(tally: Tally) -> DashboardState:

@@ -17,9 +17,9 @@ import pytest
 
 from ouroboros.store.log import SNAPSHOT_FILE, read_snapshot
 from ouroboros.store.segments import load_manifest, segment_files
-from tests.crash_helpers import WAIT_SECS, CountingAgent, demo_project, kill_held_tool
-from tests.faults.test_segment_crashes import TINY_SEGMENTS, assert_nothing_lost_nothing_twice, \
-    the_run
+from tests.crash_helpers import WAIT_SECS, kill_held_tool
+from tests.faults.test_segment_crashes import assert_nothing_lost_nothing_twice, the_run, \
+    tiny_segments_project
 from tests.helpers import clean_env, ouroboros
 
 PARTS = 20
@@ -67,11 +67,7 @@ def killed_at(root: Path, point: str, nth: int, *args: str) -> bool:
 @pytest.mark.parametrize("point", ["prune", "snapshot"])
 def test_kills_inside_pruning_and_snapshot_writes_lose_nothing_and_run_nothing_twice(
         tmp_path, scripted_server, point):
-    agent = CountingAgent(PARTS)
-    server = agent.server = scripted_server(agent)
-    config, expected = demo_project(
-        tmp_path, server.base_url, PARTS, max_turns=400, chars_per_part=3000,
-        model={"context_limit": 4096}, context={"carryover_turns": 2}, logging=TINY_SEGMENTS)
+    config, expected = tiny_segments_project(tmp_path, scripted_server, PARTS)
     args = ("--config", str(config), "--headless")
 
     kills = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from ouroboros.store.log import list_runs, run_records
 from ouroboros.store.segments import SEGMENTS_DIR, load_manifest
@@ -57,12 +58,18 @@ def killed_at_a_rollover(root: Path, *args: str) -> bool:
     return not ended
 
 
+def tiny_segments_project(root: Path, scripted_server: Any, parts: int) -> tuple[Path, str]:
+    """A project whose run of a `parts`-part task closes a segment every few turns and prunes
+    all retention lets go: its config and the results the task ends with."""
+    agent = CountingAgent(parts)
+    agent.server = scripted_server(agent)
+    return demo_project(root, agent.server.base_url, parts, max_turns=400, chars_per_part=3000,
+                        model={"context_limit": 4096}, context={"carryover_turns": 2},
+                        logging=TINY_SEGMENTS)
+
+
 def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripted_server):
-    agent = CountingAgent(PARTS)
-    server = agent.server = scripted_server(agent)
-    config, expected = demo_project(
-        tmp_path, server.base_url, PARTS, max_turns=400, chars_per_part=3000,
-        model={"context_limit": 4096}, context={"carryover_turns": 2}, logging=TINY_SEGMENTS)
+    config, expected = tiny_segments_project(tmp_path, scripted_server, PARTS)
     args = ("--config", str(config), "--headless")
 
     kills = int(killed_at_a_rollover(tmp_path, "run", *args))
