@@ -44,14 +44,24 @@ Record = dict[str, Any]
 
 
 TURN_LIMIT = "agent.max_turns"  # the flag a resume gives for itself alone
+RECENT_CHANGES = 8  # config changes kept whatever their key (`status` shows the newest few)
+
+
+def kept_changes(changes: list[Record]) -> list[Record]:
+    """The config changes worth keeping, in order: the newest RECENT_CHANGES, and the newest
+    change of every key (what the config is now, for a resume)."""
+    newest = {change.get("key"): i for i, change in enumerate(changes)}
+    keep = set(newest.values()) | set(range(len(changes) - RECENT_CHANGES, len(changes)))
+    return [change for i, change in enumerate(changes) if i in keep]
 
 
 @dataclass
 class Tally:
     """The run's state as a reader needs it, folded from its records: the counters the
     dashboard keeps (the same rules: `run_resumed` and `run_end` say the totals, other
-    records add to them), the newest record of each anchor type, the first record and every
-    config change. Its size does not grow with the records folded into it."""
+    records add to them), the newest record of each anchor type, the first record, and the
+    config changes that still matter (the newest of each key, and the newest few of all).
+    Its size does not grow with the records folded into it."""
 
     run_start: Record | None = None
     anchors: dict[str, Record] = field(default_factory=dict)
@@ -87,7 +97,7 @@ class Tally:
         if kind == "run_start":
             self.run_start = record
         elif kind == "config_changed":
-            self.config_changes.append(record)
+            self.config_changes = kept_changes([*self.config_changes, record])
         else:
             self.anchors[kind] = record
         if kind in ("run_start", "run_resumed") and "flags" in record:
