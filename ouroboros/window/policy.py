@@ -169,6 +169,7 @@ class Fitted:
     masked: list[str] = field(default_factory=list)
     dropped_turns: int = 0
     tokens: int = 0
+    before: int = 0  # the tokens before any was masked or dropped
 
 
 @dataclass(frozen=True)
@@ -382,7 +383,8 @@ class ContextManager:
         the result (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
-        fitted = Fitted(conversation, tokens=self.current_tokens(conversation, tools))
+        tokens = self.current_tokens(conversation, tools)
+        fitted = Fitted(conversation, tokens=tokens, before=tokens)
         if fitted.tokens <= target:
             return fitted
         tally = conversation.tally
