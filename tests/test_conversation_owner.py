@@ -92,12 +92,19 @@ def test_the_same_message_twice_is_counted_twice():
     assert conversation.tally.tokens(CPT) == walked(conversation)
 
 
-def test_appends_are_logged_as_the_range_kept_and_the_new_messages():
+def checkpointed_then_a_turn() -> tuple[Conversation, dict, str]:
+    """A conversation of one turn, checkpointed, then a second turn whose result is logged
+    by reference (obs-2)."""
     conversation = held(1)
     conversation.checkpoint(logged)
     assistant, call_id, text = turn(1)
     conversation.append(assistant)
     conversation.add_result(call_id, text, tool_result_ref("obs-2", call_id, 500, "head"))
+    return conversation, assistant, call_id
+
+
+def test_appends_are_logged_as_the_range_kept_and_the_new_messages():
+    conversation, assistant, call_id = checkpointed_then_a_turn()
 
     ops, tokens = conversation.checkpoint(logged)
 
@@ -108,11 +115,7 @@ def test_appends_are_logged_as_the_range_kept_and_the_new_messages():
 
 
 def test_a_result_masked_before_it_was_logged_is_logged_as_it_is_now():
-    conversation = held(1)
-    conversation.checkpoint(logged)
-    assistant, call_id, text = turn(1)
-    conversation.append(assistant)
-    conversation.add_result(call_id, text, tool_result_ref("obs-2", call_id, 500, "head"))
+    conversation, assistant, call_id = checkpointed_then_a_turn()
     conversation.mask({call_id: "[masked]"})
 
     ops, _ = conversation.checkpoint(logged)

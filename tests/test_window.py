@@ -8,10 +8,12 @@ from ouroboros.window.belief import (
     Count,
     Window,
     after_refusal,
+    after_retest,
     at_session_start,
     classify,
     judge,
     named_window,
+    needs_retest,
     reclaimed,
     with_allocated,
 )
@@ -197,7 +199,6 @@ def test_a_refusal_within_the_allocated_window_is_kept():
 
 
 def test_an_inferred_ceiling_is_re_tested_with_a_prompt_the_size_of_the_claim():
-    from ouroboros.window.belief import needs_retest
     cut = Window(8192, "c", accepted=3000, ceiling=4000, ceiling_kind="truncation")
     assert needs_retest(cut) == 8192
     assert needs_retest(with_allocated(W, 4096)) == 0  # the server said so: nothing to test
@@ -211,7 +212,6 @@ def test_an_inferred_ceiling_is_re_tested_with_a_prompt_the_size_of_the_claim():
     (8192, 8192, ""),  # the whole claim: the ceiling is gone
 ])
 def test_a_count_above_the_ceiling_raises_it(reported, limit, kind):
-    from ouroboros.window.belief import after_retest
     cut = Window(8192, "c", accepted=3000, ceiling=4000, ceiling_kind="truncation")
     after = after_retest(cut, reported)
     assert (after.limit, after.ceiling_kind) == (limit, kind)

@@ -35,11 +35,10 @@ class Upkeep:
     def fit(self) -> int:
         """Shrink the conversation before sending if it would not fit; return its size."""
         state, context = self.state, self.context
-        before = context.current_tokens(state.messages, self.tools)
         fitted = context.fit(state.messages, self.tools)  # in place
         context.masked(fitted.masked)
         if fitted.masked:
-            self.log_mask(len(fitted.masked), before, fitted.tokens, preflight=True)
+            self.log_mask(len(fitted.masked), fitted.before, fitted.tokens, preflight=True)
         if fitted.dropped_turns:
             self.log.emit(ev.ContextDrop(turns_dropped=fitted.dropped_turns,
                                          tokens_after=fitted.tokens))

@@ -169,6 +169,7 @@ class Fitted:
     masked: list[str] = field(default_factory=list)
     dropped_turns: int = 0
     tokens: int = 0
+    before: int = 0  # the tokens before any was masked or dropped
 
 
 @dataclass(frozen=True)
@@ -284,8 +285,8 @@ class ContextManager:
         estimate = self.base(tools) + messages
         reported = usage.prompt_tokens if usage else None
         previous = self.comparable(sent)
-        added = (sum(tk.message_tokens(m, cpt, per_dense)
-                     for m in held[previous.messages:sent]) if previous else 0)
+        # What the messages sent since the last count add, by the running sums (no text read)
+        added = messages - tally.tokens(cpt, per_dense, previous.messages) if previous else 0
         # Judged against the messages alone: servers disagree most on the base (some never
         # show the model its tool schemas).
         count = Count(reported, messages, previous.reported if previous else None, added,
@@ -302,7 +303,7 @@ class ContextManager:
             self.base_tokens, shares, chars, attributed = tk.attribute(
                 [held[i] for i in fresh], tally.measured_sum(sent), reported,
                 self.base(tools), cpt, per_dense)
-            dense = sum(tk.message_dense(held[i]) for i in fresh) if shares else 0
+            dense = sum(tally.entries[i].dense for i in fresh) if shares else 0
             for index, tokens in zip(fresh, shares):
                 held.measure(index, tokens)
             self.calibration.observe(chars, attributed, dense)
@@ -382,7 +383,8 @@ class ContextManager:
         the result (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
-        fitted = Fitted(conversation, tokens=self.current_tokens(conversation, tools))
+        tokens = self.current_tokens(conversation, tools)
+        fitted = Fitted(conversation, tokens=tokens, before=tokens)
         if fitted.tokens <= target:
             return fitted
         tally = conversation.tally
