@@ -74,7 +74,7 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     after = records_after(tail, snapshot_seq(run_dir))
     state, seq, rebuilt = saved_state(run_dir, policy, after, read)
     if state is None:  # rebuilt from the whole log
-        events = parse_records(list(run_records(run_dir)), run_dir / EVENTS_FILE)
+        events = parse_records(list(run_records(run_dir, tail=tail)), run_dir / EVENTS_FILE)
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
     else:
         needed = {r["seq"]: r for r in config_records(tally) + after if r["seq"] > seq
