@@ -4,8 +4,9 @@ One `ouroboros run` on the scripted server: an 8k window, a task that never ends
 next of 50 files, keep a progress note every fifth turn), nothing masked so a session
 restarts every ~20 turns, default retention. Every `--every` turns the harness process is
 sampled: CPU per turn since the last sample (from /proc/<pid>/stat), the median restart
-pause (session_end to the next session_start, from the log), RSS, and the bytes and files
-in the state dir. At the end `status`, `runs`, `stats`, `logs -n 20` and `resume` (up to its
+pause over every restart since the last sample (session_end to the next session_start, from
+the log, read each second so none is missed at a rollover), RSS, and the bytes and files in
+the state dir. At the end `status`, `runs`, `stats`, `logs -n 20` and `resume` (up to its
 first request) are timed on the result: CPU and peak RSS of each process (os.wait4), and
 resume's peak RSS is set against the running harness's (the last sample).
 
@@ -14,7 +15,7 @@ in the last sample at most 1.25x the sample at turns 1,000-2,000; RSS at most 1.
 dir growth at most 1.5 KB a turn; `status` at most 0.4 s and `resume` at most 1 s of CPU;
 resume's peak RSS within ~1.2x the running agent's.
 
-    python benchmarks/endurance.py [--turns 20000] [--every 1000]
+    python benchmarks/endurance.py [--turns 20000] [--every 1000] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from startup_cpu import cpu_and_rss  # this directory is on sys.path: run as a script
+from startup_cpu import ENV, cpu_and_rss, keep_bytecode  # this directory is on sys.path
 
 FILES = 50
 FILE_CHARS = 1000
@@ -90,21 +91,22 @@ def dir_usage(path: Path) -> tuple[int, int]:
     return size, files
 
 
-def turns_run(state_dir: Path) -> tuple[int, list[float]]:
+def turns_run(state_dir: Path) -> tuple[int, dict[str, float]]:
     """Turns so far (the manifest and current segment only) and the restart pauses (s) in
-    the current segment."""
+    the current segment, by the time of the session_start that ended each."""
     from ouroboros.store.log import list_runs, read_tail, runs_dir
 
     runs = list_runs(state_dir)
     if not runs:
-        return 0, []
+        return 0, {}
     tail = read_tail(runs_dir(state_dir) / runs[-1])
-    pauses, ended = [], None
+    pauses: dict[str, float] = {}
+    ended = None
     for record in tail.records:
         if record["type"] == "session_end" and record.get("reason") == "restart":
             ended = record["ts"]
         elif record["type"] == "session_start" and ended:
-            pauses.append(seconds(record["ts"]) - seconds(ended))
+            pauses[record["ts"]] = seconds(record["ts"]) - seconds(ended)
             ended = None
     return tail.tally().assistants, pauses
 
@@ -120,7 +122,8 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
                                 str(config), "--headless"], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     samples: list[dict[str, Any]] = []
-    last_cpu, last_turns, next_at, pauses = 0.0, 0, every, []
+    last_cpu, last_turns, next_at = 0.0, 0, every
+    pauses: dict[str, float] = {}  # every restart since the last sample, polled before a rollover
     while process.poll() is None:
         time.sleep(1.0)
         server.requests.clear()  # the fake's record of requests, not the harness's
@@ -130,15 +133,17 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
             break
         if not rss:  # exiting: its memory is gone already
             break
-        turns, new_pauses = turns_run(state_dir)
-        pauses = new_pauses or pauses
+        turns, seen = turns_run(state_dir)
+        pauses.update(seen)
         if turns >= next_at:
             size, files = dir_usage(state_dir)
+            pause = statistics.median(pauses.values()) if pauses else 0.0
             samples.append({"turns": turns, "cpu_ms": 1000 * (cpu - last_cpu) / max(
-                turns - last_turns, 1), "pause_ms": 1000 * statistics.median(pauses or [0]),
+                turns - last_turns, 1), "pause_ms": 1000 * pause, "restarts": len(pauses),
                 "rss_mb": rss, "mb": size / 1e6, "files": files})
             print(table_row(samples[-1]), flush=True)
             last_cpu, last_turns, next_at = cpu, turns, (turns // every + 1) * every
+            pauses = {}
     if process.wait() not in (0, 3):  # 3: paused at max_turns, as asked
         raise SystemExit(f"the run failed: {process.stderr.read()[-2000:]}")
     return samples
@@ -153,12 +158,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20_000)
     parser.add_argument("--every", type=int, default=1_000)
+    parser.add_argument("--keep", type=Path, help="make the project here and keep it "
+                        "(an empty or new directory), to time readers on it afterwards")
     args = parser.parse_args()
     from ouroboros.testing import ScriptedServer
 
     with tempfile.TemporaryDirectory() as tmp, \
             ScriptedServer(brain, context_length=WINDOW) as server:
-        root = Path(tmp)
+        root = args.keep or Path(tmp)
+        keep_bytecode(Path(tmp) / "bytecode")
         config = make_project(root, server.base_url, args.turns)
         print("| turns | CPU ms/turn | restart pause ms | RSS MB | state dir MB | files |")
         print("|---:|---:|---:|---:|---:|---:|")
@@ -170,10 +178,10 @@ def main() -> None:
         readers = {"status": ["status"], "runs": ["runs"], "stats": ["stats"],
                    "logs -n 20": ["logs", "-n", "20"]}
         for name, command in readers.items():
-            cpu, rss = cpu_and_rss([*command, "--config", str(config)])
+            cpu, rss = cpu_and_rss([*command, "--config", str(config)], env=ENV)
             print(f"{name:>12}: {cpu:.2f} s CPU, {rss:.0f} MB peak RSS")
         cpu, rss = cpu_and_rss(["resume", "--config", str(config), "--headless", "--max-turns",
-                          str(args.turns + 10)], server)
+                          str(args.turns + 10)], server, ENV)
         print(f"{'resume':>12}: {cpu:.2f} s CPU to its first request, {rss:.0f} MB peak RSS")
         if samples:
             running = max(s["rss_mb"] for s in samples)

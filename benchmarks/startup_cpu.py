@@ -55,6 +55,13 @@ def make_project(root: Path, base_url: str) -> Path:
 ENV = dict(os.environ)
 
 
+def keep_bytecode(cache: Path) -> None:
+    """Let the processes started with ENV read compiled bytecode, as an installed package's
+    do: with PYTHONDONTWRITEBYTECODE set it goes to `cache`, else each compiles every module."""
+    if ENV.pop("PYTHONDONTWRITEBYTECODE", None):
+        ENV.setdefault("PYTHONPYCACHEPREFIX", str(cache))
+
+
 def cpu_of(args: list[str], server: Any | None = None) -> float:
     """CPU seconds of one `ouroboros ARGS` process (and its children); with `server`, it is
     killed at its first chat request."""
@@ -97,8 +104,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp, \
             ScriptedServer(brain, context_length=WINDOW) as server:
-        if ENV.pop("PYTHONDONTWRITEBYTECODE", None):
-            ENV.setdefault("PYTHONPYCACHEPREFIX", str(Path(tmp) / "bytecode"))
+        keep_bytecode(Path(tmp) / "bytecode")
         config = args.config or make_project(Path(tmp), server.base_url)
         if args.config is None:
             subprocess.run([sys.executable, "-m", "ouroboros", "run", "--config", str(config),

@@ -10,12 +10,13 @@ URL_RULE: Final = ("must be an http:// or https:// URL with a host and a port fr
                    "like http://127.0.0.1:11434")
 _UNSAFE: Final = re.compile(r"[\s\x00-\x1f\x7f]")
 _ANY_HOST: Final = frozenset({"", "0.0.0.0", "::"})
-# A URL already in the form normalize_base_url gives (http(s), a lowercase name or an IPv4
-# address other than 0.0.0.0, a port that is not the scheme's default, no path): it is its own
-# normal form, and reading it needs no HTTP client (`ouroboros status` starts without one).
-_LABEL: Final = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
-_CANONICAL: Final = re.compile(
-    rf"(?P<scheme>https?)://(?P<host>{_LABEL}(?:\.{_LABEL})*):(?P<port>[1-9][0-9]{{0,4}})")
+# The shape nearly every config writes (http(s), a host name or IPv4 address, a port, a plain
+# path like /v1): read here without an HTTP client, since `ouroboros status` starts without
+# one. Anything else (IPv6, credentials, escapes, dot segments) is read by the client's parser.
+_LABEL: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_PLAIN: Final = re.compile(
+    rf"(?P<scheme>https?)://(?P<host>{_LABEL}(?:\.{_LABEL})*)(?::(?P<port>[1-9][0-9]{{0,4}}))?"
+    r"(?P<path>(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?)")
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
@@ -31,9 +32,13 @@ def normalize_base_url(url: str) -> str:
     `https://example.com` keeps the scheme's own default port.
     """
     url = url.strip()
-    if is_canonical(url):
-        return url
-    import httpx  # here, not at the top: `ouroboros init` and `--version` need no HTTP client
+    plain = _plain_normal_form(url)
+    return plain if plain is not None else client_normal_form(url)
+
+
+def client_normal_form(url: str) -> str:
+    """normalize_base_url by the HTTP client's own parser, for every shape of URL."""
+    import httpx  # here, not at the top: `ouroboros status` and `init` need no HTTP client
 
     if _UNSAFE.search(url):
         raise BadURL(f"{url!r} has spaces or control characters")
@@ -58,8 +63,11 @@ def normalize_base_url(url: str) -> str:
 def is_server_url(url: str) -> bool:
     """Whether a client can connect to `url`: http(s), a host, a port from 1 to 65535, no
     spaces or control characters."""
-    if is_canonical(url):
-        return True
+    return _plain_normal_form(url) is not None or client_accepts(url)
+
+
+def client_accepts(url: str) -> bool:
+    """is_server_url by the HTTP client's own parser, for every shape of URL."""
     import httpx
 
     if _UNSAFE.search(url):
@@ -73,14 +81,26 @@ def is_server_url(url: str) -> bool:
 
 
 def is_canonical(url: str) -> bool:
-    """Whether `url` is already in normal form (see _CANONICAL): httpx would read it as it is."""
-    match = _CANONICAL.fullmatch(url)
+    """Whether `url` is already in the normal form normalize_base_url gives."""
+    return _plain_normal_form(url) == url
+
+
+def _plain_normal_form(url: str) -> str | None:
+    """The normal form of a URL of the plain shape (see _PLAIN), as the client's parser would
+    give it; None if `url` is not of that shape, or is not a URL the client could use."""
+    match = _PLAIN.fullmatch(url)
     if match is None:
-        return False
-    host, port = match["host"], int(match["port"])
+        return None
+    scheme, host = match["scheme"], match["host"].lower()
     if host.replace(".", "").isdigit():  # all digits: an IPv4 address, or not one at all
         octets = host.split(".")
-        if len(octets) != 4 or any(int(o) > 255 or (len(o) > 1 and o[0] == "0") for o in octets) \
-                or host == "0.0.0.0":
-            return False
-    return port < 65536 and port != _DEFAULT_PORTS[match["scheme"]]
+        if len(octets) != 4 or any(int(o) > 255 or (len(o) > 1 and o[0] == "0") for o in octets):
+            return None
+        if host == "0.0.0.0":
+            host = "127.0.0.1"
+    port = int(match["port"] or _DEFAULT_PORTS[scheme])
+    if port > 65535:
+        return None
+    netloc = host if port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
+    path = match["path"].rstrip("/").removesuffix("/v1").rstrip("/")
+    return f"{scheme}://{netloc}{path}"

@@ -18,7 +18,8 @@ from ouroboros.config import (
     load_config,
 )
 from ouroboros.errors import ConfigError
-from ouroboros.config.urls import is_canonical, is_server_url, normalize_base_url
+from ouroboros.config.urls import (client_accepts, client_normal_form, is_canonical,
+                                   is_server_url, normalize_base_url)
 from tests.config.files import config_error, write
 
 
@@ -212,6 +213,21 @@ def test_a_url_not_in_normal_form_is_read_by_the_client_parser(url: str, read_as
         assert not is_server_url(url)
     else:
         assert normalize_base_url(url) == read_as
+
+
+URL_GRID = [f"{scheme}://{host}{port}{path}"
+            for scheme in ("http", "https", "HTTP")
+            for host in ("localhost", "LocalHost", "gpu-box.lan", "a", "127.0.0.1", "0.0.0.0",
+                         "10.0.0.255", "256.1.1.1", "01.2.3.4", "1.2.3", "-bad", "x_y", "2130706433")
+            for port in ("", ":80", ":443", ":11434", ":1", ":65535", ":65536", ":0", ":011434")
+            for path in ("", "/", "/v1", "/v1/", "/prefix/v1", "/api/x.y", "//v1", "/./v1", "/%41",
+                         "?q=1", "#f")]
+
+
+def test_urls_read_without_the_client_are_read_as_the_client_reads_them() -> None:
+    misread = [url for url in URL_GRID if is_server_url(url) != client_accepts(url)
+               or client_accepts(url) and normalize_base_url(url) != client_normal_form(url)]
+    assert not misread
 
 
 # --- paths ---------------------------------------------------------------------------------
