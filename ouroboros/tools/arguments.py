@@ -17,6 +17,8 @@ are refused, naming the ones there are, unless a model sets `extra="ignore"`.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -153,6 +155,13 @@ def parameters(model: type[BaseModel]) -> dict[str, Any]:
     more: every byte is sent with every request. No titles or defaults (the descriptions say
     them), and an optional `X | None` is sent as plain `X` (a null counts as omitted), since
     some local servers cannot read `anyOf`."""
+    return copy.deepcopy(_parameters(model))
+
+
+@functools.cache
+def _parameters(model: type[BaseModel]) -> dict[str, Any]:
+    """parameters(), made once per model: pydantic takes milliseconds per schema, and every
+    session start and restart asks for every tool's."""
     raw = model.model_json_schema()
     if "$defs" in raw:
         raise TypeError(f"{model.__name__}: tool arguments must be flat, without nested models")
