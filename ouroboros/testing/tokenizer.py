@@ -12,6 +12,7 @@ whether it counts the tool schemas. A `ServerTokenizer` names one such combinati
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -128,11 +129,17 @@ class ServerTokenizer:
         texts = _message_texts(messages, strip_reasoning=self.strip_reasoning)
         if tools and self.count_tools:
             texts.append(json.dumps(tools))
-        return sum(self.text(text) for text in texts) + self.per_message * len(messages)
+        return sum(_tokens(self.text, text) for text in texts) + self.per_message * len(messages)
 
     def count_text(self, text: str) -> int:
         """Tokens of bare text, as a tokenize endpoint answers: no template."""
-        return self.text(text)
+        return _tokens(self.text, text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tokens(counter: TextCounter, text: str) -> int:
+    """`counter`'s tokens in `text`, remembered: every request resends the conversation."""
+    return counter(text)
 
 
 def _message_texts(messages: list[Message], *, strip_reasoning: bool = False) -> list[str]:
