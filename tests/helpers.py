@@ -9,7 +9,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import tomli_w
 
@@ -118,12 +118,14 @@ class Forked:
 
 
 def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
-                     env: dict[str, str] | None = None) -> Forked:
+                     env: dict[str, str] | None = None,
+                     prepare: Callable[[], None] | None = None) -> Forked:
     """`ouroboros ARGS` in the background in a real process of its own, forked from this one:
     the `ouroboros` command's own entry point (ouroboros.cli.main) with its exit code, its
     signals and `kill -9` those of a process, but without an interpreter to start and the
     package to import again (0.6 s of CPU each). Its stdout and stderr are appended to `out`
-    and `err`; stdin is /dev/null."""
+    and `err`; stdin is /dev/null. `prepare` runs in the child first (to wrap a function of
+    the harness there, say), and changes nothing in this process."""
     from ouroboros.cli import app, main  # imported here, once, not in each child
 
     assert app is not None
@@ -134,14 +136,14 @@ def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _child(main, list(args), streams, cwd or Path.cwd(), environment)  # never returns
+        _child(main, list(args), streams, cwd or Path.cwd(), environment, prepare)  # no return
     for fd in streams:
         os.close(fd)
     return Forked(pid)
 
 
 def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
-           environment: dict[str, str]) -> None:
+           environment: dict[str, str], prepare: Callable[[], None] | None) -> None:
     """The forked child: `ouroboros ARGS` as its process would run it, then _exit with its
     code; never back into pytest, whatever happens."""
     code = 1
@@ -167,6 +169,8 @@ def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
         os.environ.clear()
         os.environ.update(environment)
         sys.argv = ["ouroboros", *args]
+        if prepare is not None:
+            prepare()
         main()
         code = 0
     except SystemExit as exit:
@@ -184,7 +188,8 @@ def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
 
 
 def ouroboros_child(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                    timeout: float = 50) -> subprocess.CompletedProcess[str]:
+                    timeout: float = 50, prepare: Callable[[], None] | None = None
+                    ) -> subprocess.CompletedProcess[str]:
     """As `ouroboros()`, in a process forked from this one (ouroboros_forked): for a test about
     what a run does in a process of its own (its environment, what its tools inherit), not
     about how the interpreter starts."""
@@ -192,7 +197,7 @@ def ouroboros_child(*args: str, cwd: Path | None = None, env: dict[str, str] | N
 
     with tempfile.TemporaryDirectory(prefix="ouroboros-child-") as streams:
         out, err = Path(streams) / "out", Path(streams) / "err"
-        process = ouroboros_forked(*args, out=out, err=err, cwd=cwd, env=env)
+        process = ouroboros_forked(*args, out=out, err=err, cwd=cwd, env=env, prepare=prepare)
         try:
             process.wait(timeout)
         finally:

@@ -41,7 +41,8 @@ class ThinkingAgent(RecordingAgent):
 def run_task(tmp_path, server, parts=PARTS, **flags):
     keys = write_demo_project(tmp_path, server.base_url, parts)
     loaded = load_config(tmp_path / "ouroboros.toml",
-                         {"model.context_limit": WINDOW, **flags}, env={}, user_file=None)
+                         {"model.context_limit": WINDOW, "safety.sandbox": "off", **flags},
+                         env={}, user_file=None)
     code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
 

@@ -3,62 +3,64 @@ gone, its file is still there) and inside a snapshot write (the temporary file h
 state.json not replaced yet): a resume goes on from what was saved, nothing recorded is lost,
 nothing is run twice, and every reader still reads the run.
 
-The harness runs as `ouroboros` does, with one of its store functions wrapped (in the child
-process only, by the code in KILLER) so that the Nth call kills the process with SIGKILL."""
+The harness runs as `ouroboros` does, in a process forked from the test's, with one of its
+store functions wrapped there (by `killer`) so that its Nth call kills the process with
+SIGKILL."""
 
 from __future__ import annotations
 
+import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+import ouroboros.store.log as log
+import ouroboros.store.retention as retention
 from ouroboros.store.log import SNAPSHOT_FILE, read_snapshot
 from ouroboros.store.segments import load_manifest, segment_files
 from tests.crash_helpers import WAIT_SECS, kill_held_tool
 from tests.faults.test_segment_crashes import assert_nothing_lost_nothing_twice, the_run, \
     tiny_segments_project
-from tests.helpers import clean_env, ouroboros
+from tests.helpers import ouroboros_child, ouroboros_here
 
 PARTS = 20
-KILLER = """
-import os, runpy, signal, sys
-import ouroboros.store.log as log, ouroboros.store.retention as retention
-point, nth = sys.argv.pop(1), int(sys.argv.pop(1))
-calls = [0]
 
-def due():
-    calls[0] += 1
-    return calls[0] == nth
 
-def after_manifest(run_dir, manifest, _original=retention.write_manifest):
-    _original(run_dir, manifest)
-    if due():  # listed as pruned; the files not unlinked yet
-        os.kill(os.getpid(), signal.SIGKILL)
+def killer(point: str, nth: int) -> Callable[[], None]:
+    """What the child does first: wrap the store function at `point` so that its `nth` call
+    dies (SIGKILL) just after the manifest says a segment is pruned, or half-way through
+    writing state.json's temporary file."""
+    calls = [0]
 
-def half_snapshot(path, text, _original=log.write_atomically):
-    if path.name == "state.json" and due():  # dies writing the temporary file
-        (path.parent / ".ouroboros-killed.tmp").write_text(text[: len(text) // 2])
-        os.kill(os.getpid(), signal.SIGKILL)
-    _original(path, text)
+    def due() -> bool:
+        calls[0] += 1
+        return calls[0] == nth
 
-if point == "prune":
-    retention.write_manifest = after_manifest
-else:
-    log.write_atomically = half_snapshot
-sys.argv[0] = "ouroboros"
-runpy.run_module("ouroboros", run_name="__main__", alter_sys=True)
-"""
+    def after_manifest(run_dir, manifest, _original=retention.write_manifest):
+        _original(run_dir, manifest)
+        if due():  # listed as pruned; the files not unlinked yet
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def half_snapshot(path, text, _original=log.write_atomically):
+        if path.name == "state.json" and due():  # dies writing the temporary file
+            (path.parent / ".ouroboros-killed.tmp").write_text(text[: len(text) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        _original(path, text)
+
+    def prepare() -> None:
+        if point == "prune":
+            retention.write_manifest = after_manifest
+        else:
+            log.write_atomically = half_snapshot
+    return prepare
 
 
 def killed_at(root: Path, point: str, nth: int, *args: str) -> bool:
     """`ouroboros ARGS` killed at the `nth` pruning or snapshot write; False when it ended
     before that."""
-    process = subprocess.run([sys.executable, "-c", KILLER, point, str(nth), *args],
-                             env=clean_env(), capture_output=True, text=True,
-                             stdin=subprocess.DEVNULL, timeout=WAIT_SECS)
+    process = ouroboros_child(*args, timeout=WAIT_SECS, prepare=killer(point, nth))
     kill_held_tool(root)
     assert process.returncode in (-signal.SIGKILL, 0), process.stderr[-2000:]
     return process.returncode == -signal.SIGKILL
@@ -76,7 +78,7 @@ def test_kills_inside_pruning_and_snapshot_writes_lose_nothing_and_run_nothing_t
             break  # it finished first
         kills += 1
     else:
-        result = ouroboros("resume", *args, timeout=120)
+        result = ouroboros_child("resume", *args, timeout=120)
         assert result.returncode == 0, result.stderr + result.stdout[-1000:]
 
     assert kills >= 3, f"the kills never landed in a {point}"
@@ -86,5 +88,5 @@ def test_kills_inside_pruning_and_snapshot_writes_lose_nothing_and_run_nothing_t
     listed = {s["number"] for s in load_manifest(run).segments}
     assert set(segment_files(run)) == listed  # what a killed pruning left was removed after
     assert read_snapshot(run) is not None and (run / SNAPSHOT_FILE).exists()
-    status = ouroboros("status", "--config", str(config))
+    status = ouroboros_here("status", "--config", str(config))
     assert status.returncode == 0 and "task_complete" in status.stdout, status.stderr
