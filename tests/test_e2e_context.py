@@ -21,9 +21,8 @@ PARTS = 14
 
 def run_task(tmp_path, server: ScriptedServer, parts: int = PARTS, **context):
     keys = write_demo_project(tmp_path, server.base_url, parts)
-    loaded = load_config(tmp_path / "ouroboros.toml", {f"context.{k}": v
-                                                       for k, v in context.items()},
-                         env={}, user_file=None)
+    flags = {"safety.sandbox": "off", **{f"context.{k}": v for k, v in context.items()}}
+    loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
     code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
 

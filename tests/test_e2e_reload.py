@@ -73,7 +73,8 @@ def run_task(root: Path, brain, parts: int, *, resume: bool = False,
         else:
             edit_config(root, "model", "base_url", server.base_url)
         keys = make_workspace(root / "workspace", parts, chars_per_part=CHARS_PER_PART)
-        loaded = load_config(root / "ouroboros.toml", {}, env={}, user_file=None)
+        loaded = load_config(root / "ouroboros.toml", {"safety.sandbox": "off"}, env={},
+                             user_file=None)
         code = asyncio.run(run_agent(loaded, hooks or RunHooks(),
                                      resume=resume))
     return code, keys
