@@ -18,7 +18,7 @@ from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
-from tests.helpers import clean_env, ouroboros
+from tests.helpers import clean_env, ouroboros_here
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
 
 
@@ -264,6 +264,7 @@ def test_logs_into_a_reader_that_stops_early_ends_quietly(tmp_path):
         log.emit(ev.WarningEvent(message=f"warning {n} " + "x" * 100))
     log.close()
 
+    # a whole `python -m ouroboros`: its stdout a real pipe that its reader closes
     reader = subprocess.Popen([sys.executable, "-m", "ouroboros", "logs", "-c", str(config)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
     assert reader.stdout is not None and reader.stderr is not None
@@ -353,11 +354,12 @@ def test_watch_an_unknown_run(tmp_path):
     assert result.exit_code == 2 and f"(latest: {RUN_ID})" in result.stderr
 
 
-# -- at 80 columns, through the real command --
+# -- at 80 columns, through the command as `ouroboros` runs it (tests.helpers.ouroboros_here:
+# the width from its environment) --
 
 
 def at_columns(columns: int, *args: str) -> list[str]:
-    result = ouroboros(*args, env=clean_env(COLUMNS=str(columns)))
+    result = ouroboros_here(*args, env=clean_env(COLUMNS=str(columns)))
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 
@@ -410,8 +412,8 @@ def test_status_named_with_config_says_how_to_go_on_with_that_config(tmp_path):
               end={"reason": "max_turns", "exit_code": 3, "resumable": True,
                    "next": 'ouroboros resume --message "what to do next"'})
 
-    result = ouroboros("status", "--config", str(config), cwd=tmp_path,
-                       env=clean_env(COLUMNS="200"))
+    result = ouroboros_here("status", "--config", str(config), cwd=tmp_path,
+                            env=clean_env(COLUMNS="200"))
 
     assert result.returncode == 0, result.stderr
     assert f'ouroboros resume --config {config} --message "what to do next"' in \

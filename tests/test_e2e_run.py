@@ -1,6 +1,7 @@
 """`ouroboros run` end to end: a real shell, real files, and a scripted model speaking
-Ollama's wire format over loopback; the run in a real process once, else in the test's
-(tests.helpers.ouroboros_here: the same app, what it prints and its exit code)."""
+Ollama's wire format over loopback; the run in a process of its own once (forked from the
+test's: tests.helpers.ouroboros_child), else in the test's (tests.helpers.ouroboros_here: the
+same app, what it prints and its exit code). `python -m ouroboros` itself: the last test."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_run_does_a_multi_step_task_with_all_four_tools(tmp_path, scripted_serve
     config = make_project(tmp_path, server.base_url)
 
     real_process = (wire, fragment) == ("current", False)
-    command = ouroboros if real_process else ouroboros_here
+    command = ouroboros_child if real_process else ouroboros_here
     result = command("run", "--config", str(config), "--headless", "--max-turns", "6")
 
     assert result.returncode == 3, result.stderr

@@ -26,7 +26,6 @@ from tests.crash_helpers import (
     kill_held_tool,
     sent_from,
     snapshot,
-    start,
     start_forked,
     tool_messages,
     wait_for,
@@ -41,15 +40,14 @@ BIG_PARTS = {"max_turns": 40, "chars_per_part": 6000, "model": {"context_limit":
 
 
 def crash_and_resume(tmp_path: Path, server, agent: CountingAgent, kill_when, *,
-                     max_turns: int = MAX_TURNS, parts: int = PARTS, launch=start_forked,
-                     **project):
+                     max_turns: int = MAX_TURNS, parts: int = PARTS, **project):
     """Run, kill -9 when `kill_when()` is true, resume to the end. Returns what the checks
     need: the snapshot at the kill, the index of the first request after it, the resume's
-    result and the final snapshot. The run is a process forked from the test's (`launch`:
-    `start` for a whole new interpreter); the resume runs in the test's process."""
+    result and the final snapshot. The run is a process forked from the test's (a real
+    process to kill -9, without an interpreter to start); the resume runs in the test's."""
     config, expected = demo_project(tmp_path, server.base_url, parts, max_turns=max_turns,
                                     **project)
-    process = launch("run", "--config", str(config), "--headless", root=tmp_path)
+    process = start_forked("run", "--config", str(config), "--headless", root=tmp_path)
     try:
         wait_for(kill_when, "the kill point", process)
         kill(process)
@@ -97,8 +95,8 @@ def test_kill_during_a_tool_reports_it_interrupted_and_runs_it_no_more(tmp_path,
                                                                       scripted_server):
     agent = CountingAgent(PARTS, hold_tool_at=2)
     server = scripted_server(agent)
-    before, first_after, result, after = crash_and_resume(  # one `python -m ouroboros` killed
-        tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists(), launch=start)
+    before, first_after, result, after = crash_and_resume(
+        tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists())
 
     events = check_log(tmp_path)
     resumed = check_resumed_from(before, events)

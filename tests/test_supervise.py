@@ -20,11 +20,10 @@ from tests.faults.parts_agent import (
     expected_parts,
     held_pid,
     parts_project,
-    start,
     start_forked,
     stop_and_time,
 )
-from tests.helpers import make_project, of_type, ouroboros, ouroboros_here, run_events
+from tests.helpers import make_project, of_type, ouroboros_child, ouroboros_here, run_events
 
 PARTS = 3
 
@@ -66,8 +65,7 @@ def test_a_stopped_run_exits_128_plus_n_and_continue_finishes_it_once(
         tmp_path, scripted_server, sig, code):
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
-    launch = start if sig == signal.SIGTERM else start_forked  # one `python -m ouroboros`
-    process = launch(tmp_path, "run", "--continue", "--config", str(config))
+    process = start_forked(tmp_path, "run", "--continue", "--config", str(config))
     try:
         held_pid(tmp_path, process)
         stop_and_time(process, sig)
@@ -255,7 +253,7 @@ def test_run_json_prints_the_event_records_and_nothing_else(tmp_path, scripted_s
     server = scripted_server(PartsAgent(PARTS))
     config = parts_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--json", "--config", str(config))  # its real stdout
+    result = ouroboros_child("run", "--json", "--config", str(config))  # its own fd 1
 
     assert result.returncode == 0, result.stderr
     printed = [json.loads(line) for line in result.stdout.splitlines()]

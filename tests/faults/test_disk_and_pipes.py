@@ -4,7 +4,10 @@ traceback; an `error` event where the log can still take it; what was written be
 intact, and `ouroboros resume` finishes the task once the cause is gone.
 
 The full disk is a tiny tmpfs mounted on the state dir and the read-only state dir a
-read-only bind mount (both need root; without it they are skipped, or use chmod).
+read-only bind mount (both need root; without it they are skipped, or use chmod). The runs
+are processes forked from the test's (tests.helpers.ouroboros_child: a file size limit is
+theirs alone), but the one whose output goes into `head`: a whole `python -m ouroboros` in a
+shell pipeline, its stdout a real pipe that closes.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, read_events
 from ouroboros.testing import Fault
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
-from tests.helpers import clean_env, of_type, ouroboros, ouroboros_here, parts_recorded, run_dir
+from tests.helpers import clean_env, of_type, ouroboros_child, ouroboros_here, parts_recorded, \
+    run_dir
 
 PARTS = 3
 MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns
@@ -61,18 +65,20 @@ def read_snapshot_messages(root: Path) -> list[dict]:
     return json.loads((run_dir(root) / SNAPSHOT_FILE).read_text())["state"]["messages"]
 
 
-def limited(max_bytes: int):
-    def preexec() -> None:
+def limited(max_bytes: int) -> Callable[[], None]:
+    """What the run's process does first: no file it writes may grow past `max_bytes`."""
+    def prepare() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails: EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
-    return preexec
+    return prepare
 
 
-def run_until_it_cannot_write(root: Path, config: Path, preexec=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
-        env=clean_env(), capture_output=True, text=True, timeout=60, preexec_fn=preexec,
-        stdin=subprocess.DEVNULL)
+def run_until_it_cannot_write(config: Path, prepare: Callable[[], None] | None = None
+                              ) -> subprocess.CompletedProcess:
+    """`ouroboros run` in a process of its own (forked from the test's: its limits are its
+    own), `prepare` run there first."""
+    return ouroboros_child("run", "--config", str(config), "--headless", timeout=60,
+                           prepare=prepare)
 
 
 def check_failed_write(root: Path, result: subprocess.CompletedProcess, why: str) -> None:
@@ -81,6 +87,7 @@ def check_failed_write(root: Path, result: subprocess.CompletedProcess, why: str
     assert result.returncode == 1, result.stderr
     line = one_line_error(result)
     assert why in line and "ouroboros resume" in line, line
+    assert str(root / ".ouroboros") in line, line  # a file of the run's, not its output
     log = read_events(run_dir(root) / EVENTS_FILE)
     assert of_type(log.events, "assistant"), "the run did some work first"
     assert log.torn_line is None  # a record the log had no room for is cut off whole
@@ -96,7 +103,7 @@ def test_a_file_size_limit_ends_the_run_with_one_line_and_resume_finishes(tmp_pa
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
                                     chars_per_part=BIG_PART)
 
-    result = run_until_it_cannot_write(tmp_path, config, limited(12_000))
+    result = run_until_it_cannot_write(config, limited(12_000))
 
     check_failed_write(tmp_path, result, "File too large")
     assert len(parts_recorded(tmp_path)) < PARTS
@@ -125,7 +132,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_resume_finishes(tmp_path,
                                     chars_per_part=BIG_PART)
     state_dir = tmp_path / ".ouroboros"
     with tmpfs(state_dir, "24k"):
-        result = run_until_it_cannot_write(tmp_path, config)
+        result = run_until_it_cannot_write(config)
 
         check_failed_write(tmp_path, result, "No space left on device")
         subprocess.run(["mount", "-o", "remount,size=4m", str(state_dir)], check=True)
@@ -176,9 +183,10 @@ def test_a_read_only_state_dir_is_one_line_and_changes_nothing(tmp_path, scripte
 
     with read_only(state_dir):
         # One after another: side by side, one would meet the other's workspace lock.
-        resumed, started, status = (ouroboros(*args) for args in (
+        resumed, started = (ouroboros_child(*args) for args in (
             ["resume", "--config", config, "--headless"],
-            ["run", "--config", config, "--headless"], ["status", "--config", config]))
+            ["run", "--config", config, "--headless"]))
+        status = ouroboros_here("status", "--config", config)
 
         for result in (resumed, started):
             assert result.returncode == 1, result.stderr

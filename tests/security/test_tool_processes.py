@@ -1,12 +1,15 @@
 """Tool processes die with the harness: a real `ouroboros run` is `kill -9`ed while a command
 with a background job runs; the job never writes. With the watchdog gone too, the resume kills
-the leftovers before the run goes on."""
+the leftovers before the run goes on.
+
+The harness runs in a process of its own forked from the test's (tests.helpers.ouroboros_forked:
+the real entry point, its own pid, children, cgroup moves and `kill -9`, without an interpreter
+to start); as another user, it is a whole new process (tests.security.accounts)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,8 +22,9 @@ from ouroboros.sandbox.cgroup import ToolCgroup
 from ouroboros.sandbox.orphans import own_children
 from ouroboros.sandbox.reaper import Process, kill_exactly, temp_prefix, victims, workspace_tag
 from ouroboros.testing import Reply
-from tests.crash_helpers import kill, start, wait_for
-from tests.helpers import clean_env, make_project, of_type, ouroboros, run_events
+from tests.crash_helpers import kill, start_forked, wait_for
+from tests.helpers import clean_env, make_project, of_type, ouroboros_child, ouroboros_forked, \
+    run_events
 
 # The job writes only once the test lets it go (a file named `go`), so a busy machine cannot
 # make it write before the harness had its chance to kill it.
@@ -74,7 +78,7 @@ def killed_mid_command(tmp_path: Path, server, *,
     the config and the command's pids."""
     config = make_project(tmp_path, server.base_url, agent={"max_turns": 2})
     workspace = tmp_path / "workspace"
-    harness = start("run", "--config", str(config), "--headless", root=tmp_path)
+    harness = start_forked("run", "--config", str(config), "--headless", root=tmp_path)
     try:
         # whole lines, not just the files: the pids are written once their processes run
         wait_for(lambda: all(path.is_file() and path.read_text().endswith("\n")
@@ -108,7 +112,7 @@ def test_a_background_job_ends_with_the_run(tmp_path, scripted_server):
     ])
     config = make_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2")
+    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "2")
 
     assert result.returncode == 3, result.stderr
     assert not running(int((tmp_path / "workspace" / "bg.pid").read_text()))
@@ -121,7 +125,7 @@ def test_resume_kills_leftovers_before_answering_the_interrupted_call(tmp_path,
     config, pids = killed_mid_command(tmp_path, server, watchdog_too=True)
     assert all(map(running, pids))  # with the watchdog gone, nothing reaped them
 
-    result = ouroboros("resume", "--config", str(config), "--headless")
+    result = ouroboros_child("resume", "--config", str(config), "--headless")
 
     assert result.returncode == 3, result.stderr
     assert not any(map(running, pids))
@@ -193,7 +197,7 @@ def test_a_job_that_leaves_the_session_and_clears_its_environment_ends_with_the_
                               Reply("done")])
     config = make_project(tmp_path, server.base_url)
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2")
+    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "2")
 
     assert result.returncode == 3, result.stderr  # paused at its max_turns
     escaped = int((tmp_path / "workspace" / "escaped.pid").read_text())
@@ -206,23 +210,27 @@ def test_a_job_that_leaves_the_session_and_clears_its_environment_ends_with_the_
 def test_without_a_cgroup_the_harness_adopts_the_orphan_that_left_session_and_marker(
     tmp_path, scripted_server
 ) -> None:
-    unrelated = subprocess.Popen(["setsid", "sleep", "60"])  # its own session, not a tool's
+    # its own session, not a tool's; not the test's child (which a run forked from the test
+    # would refuse: tests.helpers.no_foreign_children)
+    unrelated = int(subprocess.run(
+        ["sh", "-c", "setsid sleep 60 < /dev/null > /dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True).stdout)
     server = scripted_server([Reply("escape", [("shell_exec", {"command": ESCAPE})]),
                               Reply("done")])
     config = make_project(tmp_path, server.base_url)
     try:
-        result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2",
-                           env=clean_env(OUROBOROS_NO_CGROUP="1"))
+        result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns",
+                                 "2", env=clean_env(OUROBOROS_NO_CGROUP="1"))
         assert result.returncode == 3, result.stderr  # paused at its max_turns
         escaped = int((tmp_path / "workspace" / "escaped.pid").read_text())
         alive = running(escaped)
         if alive:
             os.kill(escaped, signal.SIGKILL)
         assert not alive, "the setsid env -i orphan outlived the run"
-        assert unrelated.poll() is None, "an unrelated process was killed"
+        assert running(unrelated), "an unrelated process was killed"
     finally:
-        unrelated.kill()
-        unrelated.wait()
+        if running(unrelated):
+            os.kill(unrelated, signal.SIGKILL)
 
 
 def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path) -> None:
@@ -284,10 +292,9 @@ def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
     server = scripted_server(brain)
     config = make_project(tmp_path, server.base_url, agent={"max_turns": 3})
     workspace = tmp_path / "workspace"
-    harness = subprocess.Popen(
-        [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
-        env=clean_env(OUROBOROS_NO_CGROUP="1"), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    harness = ouroboros_forked("run", "--config", str(config), "--headless",
+                               out=tmp_path / "out.txt", err=tmp_path / "err.txt",
+                               env=clean_env(OUROBOROS_NO_CGROUP="1"))
     try:
         wait_for(lambda: (workspace / "sh.pid").exists(), "the second command", harness)
         escaped = int((workspace / "escaped.pid").read_text())
