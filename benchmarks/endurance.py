@@ -174,7 +174,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, \
             ScriptedServer(brain, context_length=WINDOW) as server:
         root = args.keep or Path(tmp)
-        keep_bytecode(Path(tmp) / "bytecode")
+        keep_bytecode()
         config = make_project(root, server.base_url, args.turns)
         print("| turns | CPU ms/turn | restart pause ms | RSS MB | state dir MB | files |")
         print("|---:|---:|---:|---:|---:|---:|")

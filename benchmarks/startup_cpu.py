@@ -6,8 +6,8 @@ the least CPU of its processes is printed (the machine is shared: CPU, not wall 
 least, which the neighbours disturbed least). `resume` is timed to its first request to the
 model, as a user waits for it; `run` is a whole one-turn run (start, one turn, end). The
 `ouroboros` processes the test suite starts are mostly of these kinds. The processes read
-compiled bytecode, as an installed package gives them (with PYTHONDONTWRITEBYTECODE set it goes
-to a temporary PYTHONPYCACHEPREFIX instead of nowhere, else each process compiles every module).
+compiled bytecode, as an installed package gives them (PYTHONDONTWRITEBYTECODE is dropped for
+them, else each process compiles every module of ours).
 
 Floors (issue 19): `status` at most 0.4 s of CPU on a state dir of any size, `resume` to its
 first request at most 1 s.
@@ -55,11 +55,10 @@ def make_project(root: Path, base_url: str) -> Path:
 ENV = dict(os.environ)
 
 
-def keep_bytecode(cache: Path) -> None:
-    """Let the processes started with ENV read compiled bytecode, as an installed package's
-    do: with PYTHONDONTWRITEBYTECODE set it goes to `cache`, else each compiles every module."""
-    if ENV.pop("PYTHONDONTWRITEBYTECODE", None):
-        ENV.setdefault("PYTHONPYCACHEPREFIX", str(cache))
+def keep_bytecode() -> None:
+    """Let the processes started with ENV read and write compiled bytecode, as an installed
+    package's do (with PYTHONDONTWRITEBYTECODE set, each would compile every module of ours)."""
+    ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def cpu_of(args: list[str], server: Any | None = None) -> float:
@@ -104,7 +103,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp, \
             ScriptedServer(brain, context_length=WINDOW) as server:
-        keep_bytecode(Path(tmp) / "bytecode")
+        keep_bytecode()
         config = args.config or make_project(Path(tmp), server.base_url)
         if args.config is None:
             subprocess.run([sys.executable, "-m", "ouroboros", "run", "--config", str(config),

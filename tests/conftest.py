@@ -16,13 +16,12 @@ from ouroboros.testing import ScriptedServer
 
 # With PYTHONDONTWRITEBYTECODE set (some machines set it), every `ouroboros` process a test
 # starts would compile the whole package again, and every xdist worker would rewrite every test
-# module's asserts again: a third of the suite's CPU. The bytecode goes to a cache outside the
-# tree instead (PYTHONPYCACHEPREFIX, inherited by the workers and every process they start).
+# module's asserts again: a third of the suite's CPU. The suite's processes (the workers and
+# every process they start inherit the environment) read and write bytecode as Python does by
+# default: beside the sources, in `__pycache__` (ignored by git), where pip already put the
+# installed packages'. (A PYTHONPYCACHEPREFIX would ignore those and compile them all again.)
 if sys.dont_write_bytecode:
-    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
-        tempfile.gettempdir(), f"ouroboros-test-pycache-{os.getuid()}"))
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
     sys.dont_write_bytecode = False
 
 # typer's CliRunner builds the click command from the app again at every invoke (every
@@ -81,3 +80,12 @@ def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
     yield start
     for server in servers:
         server.stop()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything imported and collected lives to the end of the worker: the garbage collector
+    need not walk it again at every full collection of the tests' garbage."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
