@@ -2,13 +2,14 @@
 
 One `ouroboros run` on the scripted server: an 8k window, a task that never ends (read the
 next of 50 files, keep a progress note every fifth turn), nothing masked so a session
-restarts every ~20 turns, default retention. Every `--every` turns the harness process is
-sampled: CPU per turn since the last sample (from /proc/<pid>/stat), the median restart
-pause over every restart since the last sample (session_end to the next session_start, from
-the log, read each second so none is missed at a rollover), RSS, and the bytes and files in
-the state dir. At the end `status`, `runs`, `stats`, `logs -n 20` and `resume` (up to its
-first request) are timed on the result: the least CPU of three processes and their peak RSS
-(os.wait4); resume's peak RSS is set against the running harness's (the last sample).
+restarts whenever the window fills (about every 65 turns), default retention. Every `--every`
+turns the harness process is sampled: CPU per turn since the last sample (from
+/proc/<pid>/stat), the median restart pause over every restart since the last sample
+(session_end to the next session_start, from the log, read each second so none is missed at
+a rollover), RSS, and the bytes and files in the state dir. At the end `status`, `runs`,
+`stats`, `logs -n 20` and `resume` (up to its first request) are timed on the result: the
+least CPU of three processes and their peak RSS (os.wait4); resume's peak RSS is set against
+the running harness's (the last sample).
 
 Floors (issue 19, at 20,000 turns on a 2-core machine): CPU per turn and the restart pause
 in the last sample at most 1.25x the sample at turns 1,000-2,000; RSS at most 1.1x; state
