@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, get_origin
@@ -26,7 +24,7 @@ from ouroboros.cli import app
 from ouroboros.config import KEYS
 from ouroboros.config.schema import FIELDS
 from ouroboros.config.urls import is_server_url
-from tests.helpers import clean_env
+from tests.helpers import clean_env, ouroboros_forked
 
 DEAD_URL = "http://127.0.0.1:9"  # nothing listens: a config that passes would fail with exit 1
 ALLOWED = re.compile(r"must|did you mean|takes|tables are|not found|not a |not valid|not UTF-8|"
@@ -277,7 +275,9 @@ ONCE_TRACEBACKS = ["base_url='http://127.0.0.1:abc'", "OLLAMA_HOST='127.0.0.1:99
 
 
 def test_real_processes_agree(tmp_path):
-    """The cases that once ended in a traceback, as a user runs them: separate processes."""
+    """The cases that once ended in a traceback, as a user runs them: each in a process of its
+    own, through the `ouroboros` entry point (forked from this one, so with its exit code and
+    its own stdout and stderr, not CliRunner's)."""
     cases = [case for case in CASES if case.id in ONCE_TRACEBACKS]
     assert len(cases) == len(ONCE_TRACEBACKS)
     running = []
@@ -285,14 +285,13 @@ def test_real_processes_agree(tmp_path):
         root = tmp_path / f"p{index}"
         config = build(root, case)
         env = clean_env(**{k: v.replace("{root}", str(root)) for k, v in case.env.items()})
-        running.append((case, subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            stdin=subprocess.DEVNULL)))
+        out, err = tmp_path / f"p{index}.out", tmp_path / f"p{index}.err"
+        running.append((case, out, err, ouroboros_forked(
+            "run", "--config", str(config), "--headless", out=out, err=err, env=env)))
     failures = []
-    for case, process in running:
-        out, err = process.communicate(timeout=60)
-        failures += check(case, "run", process.returncode, out, err)
+    for case, out, err, process in running:
+        code = process.wait(60)
+        failures += check(case, "run", code, out.read_text(), err.read_text())
     assert not failures, "\n".join(failures)
 
 
