@@ -80,11 +80,6 @@ def client_accepts(url: str) -> bool:
             and (parsed.port is None or 0 < parsed.port < 65536))
 
 
-def is_canonical(url: str) -> bool:
-    """Whether `url` is already in the normal form normalize_base_url gives."""
-    return _plain_normal_form(url) == url
-
-
 def _plain_normal_form(url: str) -> str | None:
     """The normal form of a URL of the plain shape (see _PLAIN), as the client's parser would
     give it; None if `url` is not of that shape, or is not a URL the client could use."""
