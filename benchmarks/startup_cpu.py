@@ -10,7 +10,8 @@ compiled bytecode, as an installed package gives them (PYTHONDONTWRITEBYTECODE i
 them, else each process compiles every module of ours).
 
 Floors (issue 19): `status` at most 0.4 s of CPU on a state dir of any size, `resume` to its
-first request at most 1 s.
+first request at most 1 s. Three more rows say what `status` pays before it reads the run: the
+interpreter, the libraries it is built on, and the config read and validated.
 
     python benchmarks/startup_cpu.py [--turns 1000] [--repeat 5]
     python benchmarks/startup_cpu.py --config DIR/ouroboros.toml   # an existing project
@@ -85,6 +86,28 @@ def cpu_and_rss(args: list[str], server: Any | None = None,
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
+LIBRARIES = "import typer, typer._adapters, rich.console, rich.table"
+
+
+def before_the_run(config: Path) -> dict[str, str]:
+    """What `status` pays before it reads a byte of the run, as Python programs: the
+    interpreter, the libraries (typer 0.29 coerces parameters with pydantic, so imports it),
+    and then the config read and validated as `status` reads it."""
+    return {"python alone": "pass",
+            "python + typer, pydantic, rich": LIBRARIES,
+            "... + ouroboros.toml read": f"{LIBRARIES}\nfrom pathlib import Path\n"
+            "from ouroboros.cli.common import load_for_reading\n"
+            f"load_for_reading(Path({str(config)!r}), 'status')"}
+
+
+def python_cpu(code: str) -> float:
+    """CPU seconds of one `python -c CODE` process."""
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=ENV)
+    _, _, usage = os.wait4(process.pid, 0)
+    return usage.ru_utime + usage.ru_stime
+
+
 def commands(config: Path) -> dict[str, list[str]]:
     c = ["--config", str(config)]
     return {"--version": ["--version"], "--help": ["--help"], "status": ["status", *c],
@@ -114,6 +137,8 @@ def main() -> None:
         print("|---|---:|---:|")
         for name, command in commands(config).items():
             row(name, min(cpu_of(command) for _ in range(args.repeat)))
+        for name, code in before_the_run(config).items():
+            row(name, min(python_cpu(code) for _ in range(args.repeat)))
         if args.config is None:
             resume = ["resume", "--config", str(config), "--headless", "--max-turns", "0"]
             row("resume (to its first request)",
