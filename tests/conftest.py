@@ -81,11 +81,3 @@ def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
     for server in servers:
         server.stop()
 
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Everything imported and collected lives to the end of the worker: the garbage collector
-    need not walk it again at every full collection of the tests' garbage."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
