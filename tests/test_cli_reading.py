@@ -143,7 +143,8 @@ def test_logs_follow_with_n_starts_that_far_back(tmp_path):
     assert result.stdout.splitlines() == everything[-2:]
 
 
-@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["runs"], ["stats"]])
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["runs"], ["stats"],
+                                     ["watch"]])
 def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path, command):
     import subprocess
     import sys

@@ -171,7 +171,7 @@ def watch(run_id: Optional[str] = RunIdArgument,
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
     try:
-        watch_log(run_dir, state)
+        guarded(lambda: watch_log(run_dir, state))
     except KeyboardInterrupt:
         pass
 
