@@ -33,6 +33,7 @@ from ouroboros.protocols import Message
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import Reply, ScriptedServer
 from ouroboros.ui.captions import Voice, caption, closing, opening
+from ouroboros.ui.status import with_config
 
 DEMO_PROMPT = """\
 You are a meticulous records clerk working alone in a workspace.
@@ -317,7 +318,7 @@ def ended_here(hooks: RunHooks, directory: Path, keep: bool) -> RunHooks:
 
     def on_event(event: EventBase) -> None:
         if isinstance(event, RunEnd) and event.next:
-            then = event.next.replace("ouroboros resume", f"ouroboros resume --config {config}")
+            then = with_config(event.next, str(config))
             event = event.model_copy(update={"next": then if keep else ""})
         if shown is not None:
             shown(event)

@@ -141,3 +141,19 @@ def test_logs_follow_with_n_starts_that_far_back(tmp_path):
     result = invoke("logs", "-f", "-n", "2", "-c", str(config))
 
     assert result.stdout.splitlines() == everything[-2:]
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["runs"], ["stats"],
+                                     ["watch"]])
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path, command):
+    import subprocess
+    import sys
+
+    config = sample(tmp_path)
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "ouroboros", *command, "-c", str(config)],
+                                stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == ["error: No space left on device"]

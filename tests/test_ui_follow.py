@@ -57,6 +57,23 @@ def test_a_run_end_that_something_follows_is_not_the_end(tmp_path: Path):
     assert [e.seq for e in follow_events(path, never)] == [1, 2, 3, 4]
 
 
+def test_records_the_caller_has_shown_are_passed_over_unparsed(tmp_path: Path):
+    path = tmp_path / "events.jsonl"
+    unfit = b'{"type": "assistant", "seq": 2, "text": 5}\n'  # would be a damaged log if parsed
+    path.write_bytes(record("run_start", 1) + unfit + record("run_end", 3))
+
+    assert [e.seq for e in follow_events(path, never, after_seq=2)] == [3]
+    with pytest.raises(StateError):
+        list(follow_events(path, never))
+
+
+def test_an_ended_log_shown_already_ends_the_follow(tmp_path: Path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(record("run_start", 1) + record("run_end", 2))
+
+    assert list(follow_events(path, never, after_seq=2)) == []
+
+
 def test_a_line_that_is_not_json_is_skipped(tmp_path: Path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(record("run_start", 1) + b'{"type": "assis\n' + record("run_end", 3))

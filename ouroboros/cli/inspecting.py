@@ -42,8 +42,9 @@ def status(config: Optional[Path] = ConfigOption,
     if found is None:
         typer.echo(f"no runs yet in {loaded.state_dir}")
         return
-    Console().print(status_view(found, now=datetime.now(timezone.utc),
-                                config=str(config) if config is not None else ""))
+    view = status_view(found, now=datetime.now(timezone.utc),
+                       config=str(config) if config is not None else "")
+    guarded(lambda: Console().print(view))
 
 
 @app.command(short_help="The project's runs: state, sessions, turns, last event.")
@@ -60,7 +61,8 @@ def runs(config: Optional[Path] = ConfigOption) -> None:
     if not found:
         typer.echo(f"no runs yet in {loaded.state_dir}")
         return
-    Console().print(runs_view(found, now=datetime.now(timezone.utc)))
+    view = runs_view(found, now=datetime.now(timezone.utc))
+    guarded(lambda: Console().print(view))
 
 
 @app.command(short_help="Per-session numbers and a chart of context use.")
@@ -89,7 +91,8 @@ def stats(run_id: Optional[str] = RunIdArgument,
             typer.echo(f"({run_dir} was logged before its figures were kept: reading the whole "
                        "log; a resume keeps them from then on)", err=True)
         stats = guarded(lambda: run_stats(run_records(run_dir, tail=tail), soft, hard))
-    Console().print(stats_view(stats, all_sessions=all_sessions))
+    view = stats_view(stats, all_sessions=all_sessions)
+    guarded(lambda: Console().print(view))
 
 
 def say_problem(problem: str | None) -> None:
@@ -168,7 +171,7 @@ def watch(run_id: Optional[str] = RunIdArgument,
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
     try:
-        watch_log(run_dir, state)
+        guarded(lambda: watch_log(run_dir, state))
     except KeyboardInterrupt:
         pass
 
@@ -210,7 +213,7 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
         resumable = plan.stays(max_turns) is None
     health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
                         now=datetime.now(timezone.utc), stale_after=stale_after)
-    typer.echo(json.dumps(health))
+    guarded(lambda: typer.echo(json.dumps(health)))
     return HEALTH_EXIT[health["state"]]
 
 

@@ -259,6 +259,7 @@ class Watchdog:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()  # reaped: no zombie left for the rest of the harness's life
         self.process = None
 
 

@@ -78,9 +78,7 @@ class Namespaces:
             if helper.stdout.readline().strip() != READY:
                 error = (helper.communicate(timeout=10)[1].strip().splitlines() or ["?"])[-1]
                 raise OSError(f"namespaces could not be made: {error}")
-            kinds = KINDS if steps else KINDS[:2]
-            fds = tuple(os.open(f"/proc/{helper.pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-                        for name, _ in kinds)
+            fds = namespace_fds(helper.pid, KINDS if steps else KINDS[:2])
         finally:
             if helper.returncode is None:
                 helper.stdin.close()
@@ -91,6 +89,20 @@ class Namespaces:
         for fd in self.fds:
             os.close(fd)
         self.fds = ()
+
+
+def namespace_fds(pid: int, kinds: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+    """Descriptors of the namespaces `kinds` of process `pid`; where one cannot be opened,
+    those opened already are closed (they would keep their namespaces alive) and OSError."""
+    fds: list[int] = []
+    try:
+        for name, _ in kinds:
+            fds.append(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return tuple(fds)
 
 
 def entering_command(fds: tuple[int, ...], cwd: str | None, args: list[str],

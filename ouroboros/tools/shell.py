@@ -155,8 +155,8 @@ class Running:
             return await self._poll()
         loop = asyncio.get_running_loop()
         exited = loop.create_future()
-        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
         try:
+            loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
             await exited
         finally:
             loop.remove_reader(pidfd)

@@ -9,14 +9,16 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 
 from ouroboros.store.log import EVENTS_FILE, last_records, parse_logged, parse_record, \
     run_records
-from ouroboros.store.events import EventBase, RunEnd
+from ouroboros.store.events import EventBase
 
 POLL_SECS = 0.25
 
 
-def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterator[EventBase]:
-    """Every record of the log, then each new one as it is written, until a run_end record
-    that nothing follows. A last line still being written is held back until it is whole; a
+def follow_events(path: Path, wait: Callable[[], None] | None = None,
+                  after_seq: int = 0) -> Iterator[EventBase]:
+    """Every record of the log (after `after_seq`: those the caller has shown are passed over
+    unparsed), then each new one as it is written, until a run_end record that nothing
+    follows. A last line still being written is held back until it is whole; a
     line that never becomes JSON (torn by a crash, then cut off by `resume`) is skipped.
     When the writer closes the segment (renames the file into segments/), what is left of
     it is read, then the new file at `path`. `wait` is called whenever there is nothing new
@@ -47,10 +49,11 @@ def follow_events(path: Path, wait: Callable[[], None] | None = None) -> Iterato
             *lines, pending = (pending + chunk).split(b"\n")
             for raw in lines:
                 record = parse_record(raw)
-                if record is not None:
-                    event = parse_logged(record, path)
-                    ended = isinstance(event, RunEnd)
-                    yield event
+                if record is None:
+                    continue
+                ended = record["type"] == "run_end"
+                if record["seq"] > after_seq:
+                    yield parse_logged(record, path)
     finally:
         log.close()
 
@@ -79,7 +82,7 @@ def follow_run(run_dir: Path, newest: int | None = None,
     for record in records:
         last = record["seq"]
         yield parse_logged(record, run_dir / EVENTS_FILE)
-    for event in follow_events(run_dir / EVENTS_FILE, wait):
+    for event in follow_events(run_dir / EVENTS_FILE, wait, after_seq=last):
         if event.seq <= last:
             continue
         if last and event.seq > last + 1:  # closed meanwhile

@@ -372,3 +372,15 @@ def test_the_exec_helper_enters_the_namespaces_and_then_the_working_directory() 
     assert "--mount" not in " ".join(other)  # no sockets hidden: no mount namespace
     fallback = entering_command((5, 6), None, ["/bin/true"], None, None)
     assert fallback[1:3] == ["-I", "-S"] and fallback[-4:] == ["5", "6", "", "/bin/true"]
+
+
+def test_namespaces_half_opened_are_closed_again() -> None:
+    from ouroboros.sandbox.userns import namespace_fds
+
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError):
+        namespace_fds(os.getpid(), (("user", "user"), ("net", "net"), ("no-such-kind", "x")))
+
+    assert set(os.listdir("/proc/self/fd")) == before  # none keeps a namespace alive
+    opened = namespace_fds(os.getpid(), (("net", "net"),))
+    os.close(*opened)

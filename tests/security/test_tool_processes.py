@@ -305,3 +305,15 @@ def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
     if alive:
         os.kill(escaped, signal.SIGKILL)
     assert not alive, "the watchdog did not kill the orphan the harness had adopted"
+
+
+def test_a_watchdog_that_will_not_stop_is_killed_and_reaped() -> None:
+    from ouroboros.sandbox.reaper import Watchdog
+
+    stuck = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE)  # ignores its stdin
+    watchdog = Watchdog(stuck)
+
+    watchdog.stop(timeout=0.01)
+
+    assert stuck.returncode == -signal.SIGKILL  # waited for: no zombie left behind
+    assert stuck.pid not in own_children()
