@@ -27,6 +27,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
@@ -307,9 +308,10 @@ class RunTail:
     manifest: Manifest
     current: LogContents
 
-    @property
+    @cached_property
     def records(self) -> list[dict[str, Any]]:
-        """The current segment's records (any a closed segment holds too left out)."""
+        """The current segment's records (any a closed segment holds too left out): worked out
+        once, read by several."""
         after = self.manifest.last_seq
         return [r for r in self.current.events if r["seq"] > after]
 
