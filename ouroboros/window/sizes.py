@@ -75,7 +75,8 @@ class Tally:
         self._candidates: list[str] = []
         self._candidate_at: list[int] = []
         self._starts: list[int] = []  # positions of the assistant messages
-        self._call_ids: set[str] = set()
+        # Every tool-call id used (as keys: `wire` hands out a read-only view, not a copy)
+        self._call_ids: dict[str, None] = {}
 
     # -- told what changed --
 
@@ -92,7 +93,7 @@ class Tally:
             self._candidate_at.append(index)
         if message["role"] == "assistant":
             self._starts.append(index)
-        self._call_ids.update(call_ids_in((message,)))
+        self._call_ids.update(dict.fromkeys(call_ids_in((message,))))
 
     def cut(self, start: int) -> None:
         """Forget the messages from position `start` on."""
@@ -129,7 +130,7 @@ class Tally:
             at = bisect_left(self._candidate_at, index)
             self._candidates.insert(at, entry.candidate)
             self._candidate_at.insert(at, index)
-        self._call_ids.update(call_ids_in((message,)))
+        self._call_ids.update(dict.fromkeys(call_ids_in((message,))))
 
     def measure(self, index: int, tokens: int) -> None:
         """Write the measured size of the message at `index`, not measured yet."""
@@ -210,5 +211,7 @@ class Tally:
         return self._entries
 
     def wire(self, upto: int | None = None) -> WireMessages:
+        """The messages (the first `upto`) encoded, and the call ids taken: a live view, so
+        a request costs no copy of them (read it before the conversation changes)."""
         wires = self._wires if upto is None else self._wires[:upto]
-        return WireMessages(tuple(wires), frozenset(self._call_ids))
+        return WireMessages(tuple(wires), self._call_ids.keys())
