@@ -301,10 +301,6 @@ class Conversation(Sequence[Message]):
     def seqs(self) -> list[int]:
         return self._seqs
 
-    def judge_with(self, worth_masking: WorthMasking) -> None:
-        """Which results are worth masking is asked of `worth_masking` from now on."""
-        self._worth = worth_masking
-
     # -- changing --
 
     def append(self, message: Message, ref: dict[str, Any] | None = None) -> int:
