@@ -322,11 +322,16 @@ class Conversation(Sequence[Message]):
 
     def mask(self, placeholders: dict[str, str]) -> None:
         """Replace the content of the named tool results (by tool-call id) with these
-        placeholders; nothing else changes."""
-        for index, message in enumerate(self._messages):
-            if message["role"] == "tool" and message.get("tool_call_id") in placeholders:
-                self.replace_at(index, {**tk.forget(message),
-                                        "content": placeholders[message["tool_call_id"]]})
+        placeholders; nothing else changes. The tally knows where the results worth masking
+        are; only for another is every message looked at."""
+        at = self.tally.positions(placeholders)
+        if len(at) < len(placeholders):
+            at = [i for i, m in enumerate(self._messages)
+                  if m["role"] == "tool" and m.get("tool_call_id") in placeholders]
+        for index in at:
+            message = self._messages[index]
+            self.replace_at(index, {**tk.forget(message),
+                                    "content": placeholders[message["tool_call_id"]]})
 
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -186,6 +187,10 @@ class Tally:
         low = bisect_left(at, start)
         high = len(at) if stop is None else bisect_left(at, stop)
         return [e.candidate for e in map(self._entries.__getitem__, at[low:high]) if e.candidate]
+
+    def positions(self, tool_call_ids: Container[str]) -> list[int]:
+        """The positions of the results worth masking whose tool-call ids are among these."""
+        return [i for i in self._candidate_at if self._entries[i].candidate in tool_call_ids]
 
     def size_of(self, tool_call_id: str) -> int:
         """The tokens a result worth masking takes now (measured, else estimated)."""
