@@ -209,11 +209,13 @@ def pending_calls(messages: Sequence[Message]) -> list[ToolCall]:
     ]
 
 
-def carryover(messages: Sequence[Message], turns: int) -> list[Message]:
-    """The last `turns` complete turns, minus the harness's notes about the old window."""
+def carryover(messages: Sequence[Message], turns: int,
+              starts: list[int] | None = None) -> list[Message]:
+    """The last `turns` complete turns, minus the harness's notes about the old window.
+    `starts`: turn_starts(messages), if known."""
     if turns <= 0:
         return []
-    starts = turn_starts(messages)
+    starts = turn_starts(messages) if starts is None else starts
     if not starts:
         return []
     kept = messages[starts[-turns] if len(starts) >= turns else starts[0]:]
