@@ -99,6 +99,17 @@ def test_a_turn_at_20000_messages_reads_what_changed_not_what_is_held():
     assert Watched.reads / 5 < 100, f"{Watched.reads / 5:.0f} message reads a turn"
 
 
+def test_masking_at_20000_messages_reads_the_results_it_masks_not_what_is_held():
+    cm = manager()
+    messages = start(cm, 10_000, size=600, wrap=Watched)  # results worth masking
+    Watched.reads = 0
+    cm.mask(messages, ["c10", "c20"])
+    assert Watched.reads < 100, f"{Watched.reads} message reads to mask two results"
+    assert [m["content"] for m in messages if m.get("tool_call_id") in ("c10", "c20")] == [
+        ctx.placeholder(cm.observations["c10"]), ctx.placeholder(cm.observations["c20"])]
+    assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
+
+
 def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
     cm = manager(limit=6000, keep_recent_observations=1, mask_batch_size=2)
     messages = start(cm, 4, size=2000)

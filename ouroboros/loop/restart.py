@@ -84,8 +84,9 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     leave less room than one tool result may take: a session that cannot read one result
     and act on it would only restart again."""
     context = state.context
-    unacted = unacted_turns(state.messages)
-    carried = carryover(state.messages, max(policy.carryover_turns, unacted))
+    starts = state.messages.tally.starts  # the turns, without a walk through the messages
+    unacted = unacted_turns(state.messages, starts)
+    carried = carryover(state.messages, max(policy.carryover_turns, unacted), starts)
     context.window = at_session_start(context.window)
     if told is not None:
         context.window = with_allocated(context.window, *told)

@@ -41,9 +41,7 @@ class RunState:
     instruction: str = ""
 
     def __post_init__(self) -> None:
-        if isinstance(self.messages, Conversation):
-            self.messages.judge_with(self.context.worth_masking)
-        else:
+        if not isinstance(self.messages, Conversation):  # one given is built with the judge
             self.messages = Conversation(self.messages, self.context.worth_masking)
 
     def warn_once(self, log: EventSink, key: str, message: str) -> None:

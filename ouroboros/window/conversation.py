@@ -209,11 +209,13 @@ def pending_calls(messages: Sequence[Message]) -> list[ToolCall]:
     ]
 
 
-def carryover(messages: Sequence[Message], turns: int) -> list[Message]:
-    """The last `turns` complete turns, minus the harness's notes about the old window."""
+def carryover(messages: Sequence[Message], turns: int,
+              starts: list[int] | None = None) -> list[Message]:
+    """The last `turns` complete turns, minus the harness's notes about the old window.
+    `starts`: turn_starts(messages), if known."""
     if turns <= 0:
         return []
-    starts = turn_starts(messages)
+    starts = turn_starts(messages) if starts is None else starts
     if not starts:
         return []
     kept = messages[starts[-turns] if len(starts) >= turns else starts[0]:]
@@ -301,10 +303,6 @@ class Conversation(Sequence[Message]):
     def seqs(self) -> list[int]:
         return self._seqs
 
-    def judge_with(self, worth_masking: WorthMasking) -> None:
-        """Which results are worth masking is asked of `worth_masking` from now on."""
-        self._worth = worth_masking
-
     # -- changing --
 
     def append(self, message: Message, ref: dict[str, Any] | None = None) -> int:
@@ -326,11 +324,16 @@ class Conversation(Sequence[Message]):
 
     def mask(self, placeholders: dict[str, str]) -> None:
         """Replace the content of the named tool results (by tool-call id) with these
-        placeholders; nothing else changes."""
-        for index, message in enumerate(self._messages):
-            if message["role"] == "tool" and message.get("tool_call_id") in placeholders:
-                self.replace_at(index, {**tk.forget(message),
-                                        "content": placeholders[message["tool_call_id"]]})
+        placeholders; nothing else changes. The tally knows where the results worth masking
+        are; only for another is every message looked at."""
+        at = self.tally.positions(placeholders)
+        if len(at) < len(placeholders):
+            at = [i for i, m in enumerate(self._messages)
+                  if m["role"] == "tool" and m.get("tool_call_id") in placeholders]
+        for index in at:
+            message = self._messages[index]
+            self.replace_at(index, {**tk.forget(message),
+                                    "content": placeholders[message["tool_call_id"]]})
 
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -72,10 +73,10 @@ class Tally:
         self._cpt = 0.0  # the chars per token the estimates below were made at (0: none)
         self._per_dense = tk.DEFAULT_TOKENS_PER_DENSE_CHAR  # and the tokens per dense char
         self._estimated = 0
-        self._candidates: list[str] = []
-        self._candidate_at: list[int] = []
+        self._candidate_at: list[int] = []  # positions of the results worth masking
         self._starts: list[int] = []  # positions of the assistant messages
-        self._call_ids: set[str] = set()
+        # Every tool-call id used (as keys: `wire` hands out a read-only view, not a copy)
+        self._call_ids: dict[str, None] = {}
 
     # -- told what changed --
 
@@ -88,19 +89,17 @@ class Tally:
         self._wires.append(entry.wire)
         self._count_in(entry)
         if entry.candidate is not None:
-            self._candidates.append(entry.candidate)
             self._candidate_at.append(index)
         if message["role"] == "assistant":
             self._starts.append(index)
-        self._call_ids.update(call_ids_in((message,)))
+        self._call_ids.update(dict.fromkeys(call_ids_in((message,))))
 
     def cut(self, start: int) -> None:
         """Forget the messages from position `start` on."""
         for entry in self._entries[start:]:
             self._count_out(entry)
         del self._entries[start:], self._wires[start:]
-        cut = bisect_left(self._candidate_at, start)
-        del self._candidates[cut:], self._candidate_at[cut:]
+        del self._candidate_at[bisect_left(self._candidate_at, start):]
         del self._starts[bisect_left(self._starts, start):]
 
     def rebuild(self, kept: list[Entry], worth_masking: WorthMasking) -> None:
@@ -119,17 +118,14 @@ class Tally:
         old = self._entries[index]
         self._count_out(old)
         if old.candidate is not None:
-            at = bisect_left(self._candidate_at, index)
-            del self._candidates[at], self._candidate_at[at]
+            del self._candidate_at[bisect_left(self._candidate_at, index)]
         entry = make_entry(message, worth_masking)
         entry.index = index
         self._entries[index], self._wires[index] = entry, entry.wire
         self._count_in(entry)
         if entry.candidate is not None:
-            at = bisect_left(self._candidate_at, index)
-            self._candidates.insert(at, entry.candidate)
-            self._candidate_at.insert(at, index)
-        self._call_ids.update(call_ids_in((message,)))
+            self._candidate_at.insert(bisect_left(self._candidate_at, index), index)
+        self._call_ids.update(dict.fromkeys(call_ids_in((message,))))
 
     def measure(self, index: int, tokens: int) -> None:
         """Write the measured size of the message at `index`, not measured yet."""
@@ -190,14 +186,17 @@ class Tally:
         at = self._candidate_at
         low = bisect_left(at, start)
         high = len(at) if stop is None else bisect_left(at, stop)
-        return self._candidates[low:high]
+        return [e.candidate for e in map(self._entries.__getitem__, at[low:high]) if e.candidate]
+
+    def positions(self, tool_call_ids: Container[str]) -> list[int]:
+        """The positions of the results worth masking whose tool-call ids are among these."""
+        return [i for i in self._candidate_at if self._entries[i].candidate in tool_call_ids]
 
     def size_of(self, tool_call_id: str) -> int:
         """The tokens a result worth masking takes now (measured, else estimated)."""
-        at = len(self._candidates) - 1  # asked of the newest ones: look from the end
-        while self._candidates[at] != tool_call_id:
-            at -= 1
-        entry = self._entries[self._candidate_at[at]]
+        # Asked of the newest ones: look from the end.
+        entry = next(e for e in map(self._entries.__getitem__, reversed(self._candidate_at))
+                     if e.candidate == tool_call_id)
         measured = tk.measured(entry.message)
         return measured if measured is not None else self._estimate(entry)
 
@@ -210,5 +209,7 @@ class Tally:
         return self._entries
 
     def wire(self, upto: int | None = None) -> WireMessages:
+        """The messages (the first `upto`) encoded, and the call ids taken: a live view, so
+        a request costs no copy of them (read it before the conversation changes)."""
         wires = self._wires if upto is None else self._wires[:upto]
-        return WireMessages(tuple(wires), frozenset(self._call_ids))
+        return WireMessages(tuple(wires), self._call_ids.keys())
