@@ -133,8 +133,10 @@ def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
     add_turn(cm, messages, 5, size=10)
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     assert body(cm, messages)["messages"] == ctx.to_wire(messages)
+    taken = set(cm.wire(messages).call_ids)
     assert messages.drop_oldest_turn()  # a turn from the middle: the sums are rebuilt
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
+    assert taken <= set(cm.wire(messages).call_ids)  # a dropped turn's ids stay taken
     assert body(cm, messages)["messages"] == ctx.to_wire(messages)
 
 

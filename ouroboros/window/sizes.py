@@ -105,8 +105,11 @@ class Tally:
     def rebuild(self, kept: list[Entry], worth_masking: WorthMasking) -> None:
         """Begin again from these entries, in order (the messages they hold stay as they
         are: nothing is sized or encoded again; whether each is worth masking is asked
-        again, as its observation may have been masked since)."""
+        again, as its observation may have been masked since). The call ids of the messages
+        left out stay taken, as after a cut."""
+        taken = self._call_ids
         self.clear()
+        self._call_ids = taken
         for entry in kept:
             if entry.candidate is not None:
                 entry.candidate = worth_masking(entry.message)
