@@ -43,6 +43,7 @@ SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 KINDS = (("user", "user"), ("net", "net"), ("mnt", "mount"))
 KEEP_IDS = "preserve-credentials"  # nsenter's option: no setuid(0) inside
 READY = "ready"
+HELPER_SECS = 10  # how long the helper may take to answer, or to exit once answered
 
 # The exec helper where nsenter is missing: argv is the descriptors (user, net[, mnt]), the
 # working directory or "", then the command.
@@ -76,19 +77,34 @@ class Namespaces:
         assert helper.stdin is not None and helper.stdout is not None
         try:
             if helper.stdout.readline().strip() != READY:
-                error = (helper.communicate(timeout=10)[1].strip().splitlines() or ["?"])[-1]
-                raise OSError(f"namespaces could not be made: {error}")
+                said = helper.communicate(timeout=HELPER_SECS)[1]
+                raise OSError(f"namespaces could not be made: "
+                              f"{(said.strip().splitlines() or ['?'])[-1]}")
             fds = namespace_fds(helper.pid, KINDS if steps else KINDS[:2])
+        except subprocess.TimeoutExpired:
+            raise OSError("namespaces could not be made: their helper did not exit") from None
         finally:
-            if helper.returncode is None:
-                helper.stdin.close()
-                helper.wait(timeout=10)
+            _end(helper)
         return cls(fds, bool(steps))
 
     def close(self) -> None:
         for fd in self.fds:
             os.close(fd)
         self.fds = ()
+
+
+def _end(helper: subprocess.Popen[str]) -> None:
+    """Let the helper go (its namespaces stay alive through the descriptors taken), killing
+    it if it does not exit in time."""
+    if helper.returncode is not None:
+        return
+    assert helper.stdin is not None
+    helper.stdin.close()
+    try:
+        helper.wait(timeout=HELPER_SECS)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+        helper.wait()
 
 
 def namespace_fds(pid: int, kinds: tuple[tuple[str, str], ...]) -> tuple[int, ...]:

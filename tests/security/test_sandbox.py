@@ -374,6 +374,26 @@ def test_the_exec_helper_enters_the_namespaces_and_then_the_working_directory() 
     assert fallback[1:3] == ["-I", "-S"] and fallback[-4:] == ["5", "6", "", "/bin/true"]
 
 
+def test_a_namespace_helper_that_never_exits_is_one_error_and_no_process_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ouroboros.sandbox import userns
+
+    hanging = [sys.executable, "-c", "import sys, time; print('not ready', flush=True); "
+               "print('stuck', file=sys.stderr, flush=True); time.sleep(60)"]
+    started: list[subprocess.Popen[str]] = []
+    real_popen = subprocess.Popen
+
+    def popen(args: list[str], **options: object) -> subprocess.Popen[str]:
+        started.append(real_popen(hanging, **options))  # type: ignore[call-overload]
+        return started[-1]
+
+    monkeypatch.setattr(userns, "HELPER_SECS", 0.2)
+    monkeypatch.setattr(userns.subprocess, "Popen", popen)
+    with pytest.raises(OSError, match="did not exit"):
+        userns.Namespaces.make([])
+    assert started and started[0].poll() is not None  # killed and reaped, not left behind
+
+
 def test_namespaces_half_opened_are_closed_again() -> None:
     from ouroboros.sandbox.userns import namespace_fds
 
