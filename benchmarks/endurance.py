@@ -40,12 +40,16 @@ FILE_CHARS = 1000
 WINDOW = 8192
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+# Replies the scripted server has given: the turns, counted by the fake, not by the harness's
+# own log (whose tally is part of what is measured).
+REPLIES = [0]
 
 
 def brain(messages: list[dict[str, Any]]) -> Any:
     """Read the next file; every fifth turn write a progress note instead."""
     from ouroboros.testing import Reply
 
+    REPLIES[0] += 1
     turn = sum(1 for m in messages if m["role"] == "assistant")
     done = sum(1 for m in messages if m["role"] == "tool")
     if turn % 5 == 4:
@@ -94,8 +98,9 @@ def dir_usage(path: Path) -> tuple[int, int]:
 
 
 def turns_run(state_dir: Path) -> tuple[int, dict[str, float]]:
-    """Turns so far (the manifest and current segment only) and the restart pauses (s) in
-    the current segment, by the time of the session_start that ended each."""
+    """Turns so far as the log counts them (the manifest and current segment only) and the
+    restart pauses (s) in the current segment, by the time of the session_start that ended
+    each."""
     from ouroboros.store.log import list_runs, read_tail, runs_dir
 
     runs = list_runs(state_dir)
@@ -135,8 +140,8 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
             break
         if not rss:  # exiting: its memory is gone already
             break
-        turns, seen = turns_run(state_dir)
-        pauses.update(seen)
+        turns = REPLIES[0]
+        pauses.update(turns_run(state_dir)[1])
         if turns >= next_at:
             size, files = dir_usage(state_dir)
             pause = middle_mean(list(pauses.values()))
@@ -191,7 +196,9 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|---:|")
         samples = run_sampled(config, root / ".ouroboros", server, args.every)
         size, _ = dir_usage(root / ".ouroboros")
-        turns = turns_run(root / ".ouroboros")[0]  # fewer than asked if max_turns was lowered
+        turns, logged = REPLIES[0], turns_run(root / ".ouroboros")[0]
+        if logged != turns:
+            print(f"the log counts {logged:,} turns; the server gave {turns:,} replies")
         print(f"\nstate dir: {size / 1e6:.1f} MB after {turns:,} turns "
               f"({size / max(turns, 1):.0f} B a turn; floor 1,500)")
         readers = {"status": ["status"], "runs": ["runs"], "stats": ["stats"],
