@@ -30,7 +30,6 @@ from tests.helpers import clean_env, make_project, of_type, ouroboros_child, our
 # make it write before the harness had its chance to kill it.
 HELD = ("(while [ ! -e go ]; do sleep 0.05; done; echo late >> late.txt) > /dev/null 2>&1 & "
         "echo $! > bg.pid; echo $$ > sh.pid; sleep 30")
-PATIENCE_SECS = 60  # only a harness that never kills its tools takes this long
 
 
 def let_go_and_check_silence(workspace: Path) -> bool:
@@ -55,17 +54,10 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def wait_until(check, secs: float = 10.0) -> bool:
-    deadline = time.monotonic() + secs
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
-
-
-def gone_within(pids: list[int], secs: float) -> bool:
-    return wait_until(lambda: not any(map(running, pids)), secs)
+def wait_gone(pids: list[int], what: str) -> None:
+    """Wait for every one of `pids` to end (crash_helpers.wait_for: it fails within the test's
+    timeout, naming what it waited for)."""
+    wait_for(lambda: not any(map(running, pids)), f"{what} {pids} to end")
 
 
 def private_temp_dirs(workspace: Path) -> list[Path]:
@@ -99,7 +91,7 @@ def test_a_killed_harness_leaves_no_tool_process(tmp_path, scripted_server):
     server = scripted_server(holder)
     config, pids = killed_mid_command(tmp_path, server)
 
-    assert gone_within(pids, PATIENCE_SECS), [p for p in pids if running(p)]
+    wait_gone(pids, "the held command's processes")
     assert let_go_and_check_silence(tmp_path / "workspace")
     assert not private_temp_dirs(tmp_path / "workspace")  # the watchdog removed it
 
@@ -248,8 +240,8 @@ def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path)
                        check=True)
         orphan = int((tmp_path / "bg").read_text())
         assert orphan in own_children()  # it came back to us, not to init
-        assert wait_until(lambda: sorted(alive for _, alive in orphans.adopted())
-                          == [False, False, False, True])  # three zombies, one running
+        wait_for(lambda: sorted(alive for _, alive in orphans.adopted())
+                 == [False, False, False, True], "three zombies and one running orphan")
         orphans.reap_exited()
         assert [pid for pid, _ in orphans.adopted()] == [orphan]
         killed = orphans.kill_all()
@@ -301,7 +293,8 @@ def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
         assert running(escaped)
     finally:
         kill(harness)
-    alive = not gone_within([escaped], PATIENCE_SECS)
-    if alive:
-        os.kill(escaped, signal.SIGKILL)
-    assert not alive, "the watchdog did not kill the orphan the harness had adopted"
+    try:
+        wait_gone([escaped], "the orphan the harness had adopted (killed by its watchdog)")
+    finally:
+        if running(escaped):
+            os.kill(escaped, signal.SIGKILL)
