@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
-import time
 from pathlib import Path
 
 import subprocess
@@ -30,13 +29,34 @@ from tests.helpers import clean_env, make_project, of_type, ouroboros_child, our
 # make it write before the harness had its chance to kill it.
 HELD = ("(while [ ! -e go ]; do sleep 0.05; done; echo late >> late.txt) > /dev/null 2>&1 & "
         "echo $! > bg.pid; echo $$ > sh.pid; sleep 30")
+DYING_SECS = 5  # for a process sent SIGKILL to leave; well below HELD's `sleep 30`
 
 
 def let_go_and_check_silence(workspace: Path) -> bool:
-    """Release the held job; a job still alive would now write within a few polls."""
+    """Release the held job and check that nothing is left to write it: no process runs in
+    the workspace (found by its working directory, not as the harness finds its tools). Call
+    it once the killing is done: what was killed has only to leave (DYING_SECS), while a
+    survivor, let go, writes late.txt and ends, or sleeps on past them."""
     (workspace / "go").touch()
-    time.sleep(0.5)
+    wait_for(lambda: not in_workspace(workspace), "the processes left in the workspace "
+             f"({in_workspace(workspace)}) to end", timeout=DYING_SECS)
     return not (workspace / "late.txt").exists()
+
+
+def in_workspace(workspace: Path) -> list[int]:
+    """The running processes whose working directory is `workspace` (the same directory,
+    whatever mount namespace they see it through)."""
+    target = workspace.stat()
+    found = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            seen = os.stat(cwd)
+        except OSError:  # gone, or not ours to look at
+            continue
+        pid = int(cwd.parent.name)
+        if (seen.st_dev, seen.st_ino) == (target.st_dev, target.st_ino) and running(pid):
+            found.append(pid)
+    return found
 
 
 def holder(messages: list[dict]) -> Reply:
@@ -92,8 +112,10 @@ def test_a_killed_harness_leaves_no_tool_process(tmp_path, scripted_server):
     config, pids = killed_mid_command(tmp_path, server)
 
     wait_gone(pids, "the held command's processes")
+    # the watchdog removes it once it has killed them all: its work is done
+    wait_for(lambda: not private_temp_dirs(tmp_path / "workspace"),
+             "the watchdog to remove the run's private temp dir")
     assert let_go_and_check_silence(tmp_path / "workspace")
-    assert not private_temp_dirs(tmp_path / "workspace")  # the watchdog removed it
 
 
 def test_a_background_job_ends_with_the_run(tmp_path, scripted_server):
