@@ -23,7 +23,7 @@ from ouroboros.sandbox.reaper import Process, kill_exactly, temp_prefix, victims
 from ouroboros.testing import Reply
 from tests.crash_helpers import kill, start_forked, wait_for
 from tests.helpers import clean_env, make_project, of_type, ouroboros_child, ouroboros_forked, \
-    run_events
+    run_events, running
 
 # The job writes only once the test lets it go (a file named `go`), so a busy machine cannot
 # make it write before the harness had its chance to kill it.
@@ -64,14 +64,6 @@ def holder(messages: list[dict]) -> Reply:
     if not any(m["role"] == "tool" for m in messages):
         return Reply("start a background job", [("shell_exec", {"command": HELD})])
     return Reply("done")
-
-
-def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def wait_gone(pids: list[int], what: str) -> None:
