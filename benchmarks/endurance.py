@@ -33,19 +33,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from startup_cpu import ENV, cpu_and_rss, keep_bytecode  # this directory is on sys.path
+from startup_cpu import ENV, FLOORS, cpu_and_rss, keep_bytecode  # this directory is on sys.path
 
 FILES = 50
 FILE_CHARS = 1000
 WINDOW = 8192
+STATE_BYTES_PER_TURN = 1500  # the floors not in startup_cpu.FLOORS (status, resume CPU)
+RESUME_RSS_RATIO = 1.2
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+# Replies the scripted server has given: the turns, counted by the fake, not by the harness's
+# own log (whose tally is part of what is measured).
+REPLIES = [0]
 
 
 def brain(messages: list[dict[str, Any]]) -> Any:
     """Read the next file; every fifth turn write a progress note instead."""
     from ouroboros.testing import Reply
 
+    REPLIES[0] += 1
     turn = sum(1 for m in messages if m["role"] == "assistant")
     done = sum(1 for m in messages if m["role"] == "tool")
     if turn % 5 == 4:
@@ -94,8 +100,9 @@ def dir_usage(path: Path) -> tuple[int, int]:
 
 
 def turns_run(state_dir: Path) -> tuple[int, dict[str, float]]:
-    """Turns so far (the manifest and current segment only) and the restart pauses (s) in
-    the current segment, by the time of the session_start that ended each."""
+    """Turns so far as the log counts them (the manifest and current segment only) and the
+    restart pauses (s) in the current segment, by the time of the session_start that ended
+    each."""
     from ouroboros.store.log import list_runs, read_tail, runs_dir
 
     runs = list_runs(state_dir)
@@ -135,8 +142,8 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
             break
         if not rss:  # exiting: its memory is gone already
             break
-        turns, seen = turns_run(state_dir)
-        pauses.update(seen)
+        turns = REPLIES[0]
+        pauses.update(turns_run(state_dir)[1])
         if turns >= next_at:
             size, files = dir_usage(state_dir)
             pause = middle_mean(list(pauses.values()))
@@ -191,21 +198,26 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|---:|")
         samples = run_sampled(config, root / ".ouroboros", server, args.every)
         size, _ = dir_usage(root / ".ouroboros")
-        turns = turns_run(root / ".ouroboros")[0]  # fewer than asked if max_turns was lowered
+        turns, logged = REPLIES[0], turns_run(root / ".ouroboros")[0]
+        if logged != turns:
+            print(f"the log counts {logged:,} turns; the server gave {turns:,} replies")
         print(f"\nstate dir: {size / 1e6:.1f} MB after {turns:,} turns "
-              f"({size / max(turns, 1):.0f} B a turn; floor 1,500)")
+              f"({size / max(turns, 1):.0f} B a turn; "
+              f"{verdict(size / max(turns, 1), STATE_BYTES_PER_TURN)})")
         readers = {"status": ["status"], "runs": ["runs"], "stats": ["stats"],
                    "logs -n 20": ["logs", "-n", "20"]}
         for name, command in readers.items():
             cpu, rss = least_of([*command, "--config", str(config)])
-            print(f"{name:>12}: {cpu:.2f} s CPU, {rss:.0f} MB peak RSS")
+            floor = f"; {verdict(cpu, FLOORS[name])}" if name in FLOORS else ""
+            print(f"{name:>12}: {cpu:.2f} s CPU, {rss:.0f} MB peak RSS{floor}")
         cpu, rss = least_of(["resume", "--config", str(config), "--headless", "--max-turns",
                              str(args.turns + 10)], server)
-        print(f"{'resume':>12}: {cpu:.2f} s CPU to its first request, {rss:.0f} MB peak RSS")
+        print(f"{'resume':>12}: {cpu:.2f} s CPU to its first request, {rss:.0f} MB peak RSS; "
+              f"{verdict(cpu, FLOORS['resume (to its first request)'])}")
         if samples:
             running = max(s["rss_mb"] for s in samples)
             print(f"resume peak RSS / running harness RSS: {rss:.0f} / {running:.0f} MB = "
-                  f"{rss / running:.2f}x (floor ~1.2x)")
+                  f"{rss / running:.2f}x ({verdict(rss / running, RESUME_RSS_RATIO)})")
         print(json.dumps({"samples": samples}))
         floors(samples)
 
@@ -219,7 +231,12 @@ def floors(samples: list[dict[str, Any]]) -> None:
     for key, limit in (("cpu_ms", 1.25), ("pause_ms", 1.25), ("rss_mb", 1.1)):
         ratio = last[key] / base[key] if base[key] else float("nan")
         print(f"{key}: last {last[key]:.1f} / second sample {base[key]:.1f} = {ratio:.2f}x "
-              f"(floor {limit}x)")
+              f"({verdict(ratio, limit)})")
+
+
+def verdict(value: float, floor: float) -> str:
+    """The floor and whether `value` keeps to it (at most the floor)."""
+    return f"floor {floor:,g}: {'holds' if value <= floor else 'over'}"
 
 
 if __name__ == "__main__":

@@ -210,6 +210,16 @@ def ouroboros_child(*args: str, cwd: Path | None = None, env: dict[str, str] | N
 RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` runs: alive and not a zombie (an orphan's zombie may linger
+    if nothing reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def no_foreign_children() -> None:
     """Fail if this process has a running child in another session (see ouroboros_here)."""
     from ouroboros.sandbox.orphans import own_children

@@ -10,6 +10,7 @@ import pytest
 from ouroboros.protocols import ToolResult
 from ouroboros.tools import ShellExec
 from ouroboros.tools.safety import blocked_by, shell_environment
+from tests.helpers import running
 
 Events = list[dict[str, Any]]
 
@@ -40,15 +41,6 @@ def shell(
 
 def run(tool: ShellExec, command: str) -> ToolResult:
     return asyncio.run(tool.run({"command": command}))
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie may linger if nothing reaps it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def gone_soon(pid: int, within_secs: float = 10.0) -> bool:

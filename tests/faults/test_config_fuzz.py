@@ -24,6 +24,7 @@ from ouroboros.cli import app
 from ouroboros.config import KEYS
 from ouroboros.config.schema import FIELDS
 from ouroboros.config.urls import is_server_url
+from tests.crash_helpers import WAIT_SECS
 from tests.helpers import clean_env, ouroboros_forked
 
 DEAD_URL = "http://127.0.0.1:9"  # nothing listens: a config that passes would fail with exit 1
@@ -289,9 +290,14 @@ def test_real_processes_agree(tmp_path):
         running.append((case, out, err, ouroboros_forked(
             "run", "--config", str(config), "--headless", out=out, err=err, env=env)))
     failures = []
-    for case, out, err, process in running:
-        code = process.wait(60)
-        failures += check(case, "run", code, out.read_text(), err.read_text())
+    try:
+        for case, out, err, process in running:
+            code = process.wait(WAIT_SECS)  # below the per-test timeout: fails saying so
+            failures += check(case, "run", code, out.read_text(), err.read_text())
+    finally:  # none left running (a copy of this process each) when one hangs
+        for *_, process in running:
+            process.kill()
+            process.wait()
     assert not failures, "\n".join(failures)
 
 

@@ -26,7 +26,7 @@ import pytest
 
 from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, read_events
 from ouroboros.testing import Fault
-from tests.crash_helpers import CountingAgent, check_conversation, demo_project
+from tests.crash_helpers import WAIT_SECS, CountingAgent, check_conversation, demo_project
 from tests.helpers import clean_env, of_type, ouroboros_child, ouroboros_here, parts_recorded, \
     run_dir
 
@@ -77,7 +77,7 @@ def run_until_it_cannot_write(config: Path, prepare: Callable[[], None] | None =
                               ) -> subprocess.CompletedProcess:
     """`ouroboros run` in a process of its own (forked from the test's: its limits are its
     own), `prepare` run there first."""
-    return ouroboros_child("run", "--config", str(config), "--headless", timeout=60,
+    return ouroboros_child("run", "--config", str(config), "--headless", timeout=WAIT_SECS,
                            prepare=prepare)
 
 

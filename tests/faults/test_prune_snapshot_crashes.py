@@ -78,7 +78,7 @@ def test_kills_inside_pruning_and_snapshot_writes_lose_nothing_and_run_nothing_t
             break  # it finished first
         kills += 1
     else:
-        result = ouroboros_child("resume", *args, timeout=120)
+        result = ouroboros_child("resume", *args, timeout=WAIT_SECS)
         assert result.returncode == 0, result.stderr + result.stdout[-1000:]
 
     assert kills >= 3, f"the kills never landed in a {point}"

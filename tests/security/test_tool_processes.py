@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
-import time
 from pathlib import Path
 
 import subprocess
@@ -24,20 +23,40 @@ from ouroboros.sandbox.reaper import Process, kill_exactly, temp_prefix, victims
 from ouroboros.testing import Reply
 from tests.crash_helpers import kill, start_forked, wait_for
 from tests.helpers import clean_env, make_project, of_type, ouroboros_child, ouroboros_forked, \
-    run_events
+    run_events, running
 
 # The job writes only once the test lets it go (a file named `go`), so a busy machine cannot
 # make it write before the harness had its chance to kill it.
 HELD = ("(while [ ! -e go ]; do sleep 0.05; done; echo late >> late.txt) > /dev/null 2>&1 & "
         "echo $! > bg.pid; echo $$ > sh.pid; sleep 30")
-PATIENCE_SECS = 60  # only a harness that never kills its tools takes this long
+DYING_SECS = 5  # for a process sent SIGKILL to leave; well below HELD's `sleep 30`
 
 
 def let_go_and_check_silence(workspace: Path) -> bool:
-    """Release the held job; a job still alive would now write within a few polls."""
+    """Release the held job and check that nothing is left to write it: no process runs in
+    the workspace (found by its working directory, not as the harness finds its tools). Call
+    it once the killing is done: what was killed has only to leave (DYING_SECS), while a
+    survivor, let go, writes late.txt and ends, or sleeps on past them."""
     (workspace / "go").touch()
-    time.sleep(0.5)
+    wait_for(lambda: not in_workspace(workspace), "the processes left in the workspace "
+             f"({in_workspace(workspace)}) to end", timeout=DYING_SECS)
     return not (workspace / "late.txt").exists()
+
+
+def in_workspace(workspace: Path) -> list[int]:
+    """The running processes whose working directory is `workspace` (the same directory,
+    whatever mount namespace they see it through)."""
+    target = workspace.stat()
+    found = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            seen = os.stat(cwd)
+        except OSError:  # gone, or not ours to look at
+            continue
+        pid = int(cwd.parent.name)
+        if (seen.st_dev, seen.st_ino) == (target.st_dev, target.st_ino) and running(pid):
+            found.append(pid)
+    return found
 
 
 def holder(messages: list[dict]) -> Reply:
@@ -47,25 +66,10 @@ def holder(messages: list[dict]) -> Reply:
     return Reply("done")
 
 
-def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def wait_until(check, secs: float = 10.0) -> bool:
-    deadline = time.monotonic() + secs
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
-
-
-def gone_within(pids: list[int], secs: float) -> bool:
-    return wait_until(lambda: not any(map(running, pids)), secs)
+def wait_gone(pids: list[int], what: str) -> None:
+    """Wait for every one of `pids` to end (crash_helpers.wait_for: it fails within the test's
+    timeout, naming what it waited for)."""
+    wait_for(lambda: not any(map(running, pids)), f"{what} {pids} to end")
 
 
 def private_temp_dirs(workspace: Path) -> list[Path]:
@@ -99,9 +103,11 @@ def test_a_killed_harness_leaves_no_tool_process(tmp_path, scripted_server):
     server = scripted_server(holder)
     config, pids = killed_mid_command(tmp_path, server)
 
-    assert gone_within(pids, PATIENCE_SECS), [p for p in pids if running(p)]
+    wait_gone(pids, "the held command's processes")
+    # the watchdog removes it once it has killed them all: its work is done
+    wait_for(lambda: not private_temp_dirs(tmp_path / "workspace"),
+             "the watchdog to remove the run's private temp dir")
     assert let_go_and_check_silence(tmp_path / "workspace")
-    assert not private_temp_dirs(tmp_path / "workspace")  # the watchdog removed it
 
 
 def test_a_background_job_ends_with_the_run(tmp_path, scripted_server):
@@ -248,8 +254,8 @@ def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path)
                        check=True)
         orphan = int((tmp_path / "bg").read_text())
         assert orphan in own_children()  # it came back to us, not to init
-        assert wait_until(lambda: sorted(alive for _, alive in orphans.adopted())
-                          == [False, False, False, True])  # three zombies, one running
+        wait_for(lambda: sorted(alive for _, alive in orphans.adopted())
+                 == [False, False, False, True], "three zombies and one running orphan")
         orphans.reap_exited()
         assert [pid for pid, _ in orphans.adopted()] == [orphan]
         killed = orphans.kill_all()
@@ -301,10 +307,11 @@ def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
         assert running(escaped)
     finally:
         kill(harness)
-    alive = not gone_within([escaped], PATIENCE_SECS)
-    if alive:
-        os.kill(escaped, signal.SIGKILL)
-    assert not alive, "the watchdog did not kill the orphan the harness had adopted"
+    try:
+        wait_gone([escaped], "the orphan the harness had adopted (killed by its watchdog)")
+    finally:
+        if running(escaped):
+            os.kill(escaped, signal.SIGKILL)
 
 
 def test_a_watchdog_that_will_not_stop_is_killed_and_reaped() -> None:
