@@ -70,6 +70,7 @@ EXIT_CODES = {
 }
 # How each way a run can end (a `run_end` reason) exits; a stop signal is 128 + its number.
 END_EXIT_CODES = {"task_complete": EXIT_DONE, "idle": EXIT_PAUSED, "stuck": EXIT_PAUSED,
+                  "redoing": EXIT_PAUSED,
                   "max_turns": EXIT_PAUSED, "max_restarts": EXIT_PAUSED,
                   "restart_declined": EXIT_PAUSED}
 

@@ -115,11 +115,14 @@ class MemoryLog:
     durability: Literal["turn", "event"] = "turn"
     commits: int = 0
     redact: Callable[[str], str] | None = None
+    listeners: list[Callable[[EventBase], None]] = field(default_factory=list)
 
     def emit(self, event: EventBase) -> EventBase:
         self.seq += 1
         event.seq, event.session, event.turn = self.seq, self.session, self.turn
         self.events.append(event)
+        for listener in self.listeners:
+            listener(event)
         return event
 
     def commit(self) -> None:

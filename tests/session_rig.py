@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Coroutine
 
 from ouroboros.config import AgentConfig, Config, ContextConfig
+from ouroboros.store import events as ev
 from ouroboros.window.policy import ContextManager
 from ouroboros.window.conversation import note
 from ouroboros.loop.restart import begin_session, fresh_start
@@ -27,7 +28,8 @@ class Rig:
     the events in memory."""
 
     def __init__(self, tmp_path: Path, model: FakeModel, *, limit: int = 4000,
-                 max_turns: int = 0, max_idle_turns: int = 3, **policy: Any) -> None:
+                 max_turns: int = 0, max_idle_turns: int = 3, agent: dict[str, Any] | None = None,
+                 **policy: Any) -> None:
         self.workspace = tmp_path / "ws"
         self.workspace.mkdir(exist_ok=True)
         self.model = model
@@ -35,6 +37,7 @@ class Rig:
         self.policy = ContextConfig(**policy)
         context = ContextManager.create(limit, "test", 0, self.policy)
         self.state = RunState("run", [dict(SYSTEM), note("continue", "Begin.")], context)
+        self.log.listeners.append(self.state.digest.take)  # as the runner's log feeds it
         self.waits = Waits()
         self.toolbox = Toolbox([
             FileRead(self.workspace, max_read_bytes=100_000, on_security=print),
@@ -45,7 +48,8 @@ class Rig:
             client=model, toolbox=self.toolbox, log=self.log, run_dir=run_dir,
             retry=RetryPolicy(max_retry_secs=1, base_delay=0.001, max_delay=0.001),
             stop=StopFlag(), config=Config(agent=AgentConfig(
-                max_turns=max_turns, continue_message=CONTINUE, max_idle_turns=max_idle_turns)))
+                max_turns=max_turns, continue_message=CONTINUE, max_idle_turns=max_idle_turns,
+                **(agent or {}))))
 
     def file(self, name: str, text: str) -> str:
         (self.workspace / name).write_text(text)
@@ -55,11 +59,14 @@ class Rig:
         """Run a session to its end; what ended it."""
         return ended(Session(self.state, self.services).run())
 
-    def restart(self) -> Any:
+    def restart(self, facts_chars: int = 0) -> Any:
         """What the runner does after RestartSession (without reading a config)."""
         fitted = fresh_start(self.state, dict(SYSTEM), self.toolbox.schemas(), self.policy,
-                             None)
-        begin_session(self.state, fitted.messages)
+                             None, facts_chars=facts_chars)
+        previous = begin_session(self.state, fitted.messages)
+        self.log.session, self.log.turn = self.state.session, 0
+        self.log.emit(ev.SessionRestart(previous_turns=previous, carryover_messages=0,
+                                        reason="test"))
         return fitted
 
 

@@ -42,17 +42,22 @@ def test_carryover_never_splits_a_call_from_its_results():
                 assistant(text="done"), conv.note("continue", "go on"),
                 assistant("c"), tool("c", "3")]
     carried = conv.carryover(messages, 2)
-    assert carried == messages[5:]
+    assert carried == [messages[5], *messages[7:]]  # the harness's note stays behind
     carried = conv.carryover(messages, 3)
-    assert carried == messages[2:]
+    assert carried == [*messages[2:6], *messages[7:]]
     ids = {c["id"] for m in carried for c in m.get("tool_calls", [])}
     assert ids == {m["tool_call_id"] for m in carried if m["role"] == "tool"}
 
 
-def test_carryover_drops_stale_notes_about_the_old_window():
+def test_carryover_drops_every_note_of_the_old_session():
+    """An instruction of the old session's would read as if it still applied (a literal
+    model saves again, before reading its notes): none is carried; a person's message is."""
+    person = {"role": "user", "content": "Skip part 7."}
     messages = [{"role": "system", "content": "s"}, assistant("a"), tool("a", "1"),
-                conv.mask_notice(3, 40), conv.note("wind_down", "save now")]
-    assert conv.carryover(messages, 5) == messages[1:3]
+                conv.mask_notice(3, 40), conv.note("wind_down", "save now"), person,
+                conv.note("stuck", "loop"), conv.note("interrupted", "check it"),
+                conv.note("restart", "re-read your notes")]
+    assert conv.carryover(messages, 5) == [*messages[1:3], person]
 
 
 def test_carryover_of_zero_turns_is_empty():

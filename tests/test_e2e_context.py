@@ -102,21 +102,22 @@ def test_restart_rereads_the_prompt_and_carries_over_whole_turns(tmp_path):
     events = run_events(tmp_path)
     restart = of_type(events, "session_restart")[0]
     first_after = next(r for r in server.requests
-                       if any("[Session restarted. Session #2." in (m.get("content") or "")
-                              for m in r["messages"]))["messages"]
+                       if "[Session 2 of this run begins" in r["messages"][-1]["content"]
+                       )["messages"]
     assert first_after[0]["role"] == "system"
     assert first_after[0]["content"].startswith(edited + "\n")  # then the agent's memory
-    assert first_after[1]["content"].startswith(
-        f"[Session restarted. Session #2. The previous session ran {restart['previous_turns']} "
-        "turns. Check your workspace files for saved progress.]")
-    assert first_after[2]["content"].startswith("[Handoff from session 1")
-    carried = first_after[3:]
+    assert first_after[1]["content"].startswith("[Carried over from session 1")
+    last = first_after[-1]["content"]  # the restart note and the handoff, read last
+    assert last.startswith(f"[Session 2 of this run begins with a fresh context. Session 1 "
+                           f"ended after {restart['previous_turns']} turns")
+    assert "re-read your notes" in last.splitlines()[-1]
+    carried = first_after[2:-1]
     assert len(carried) == restart["carryover_messages"]
     assert 1 <= sum(1 for m in carried if m["role"] == "assistant") <= 2  # as many as fit
     call_ids = [c["id"] for m in carried for c in m.get("tool_calls") or ()]
     result_ids = [m["tool_call_id"] for m in carried if m["role"] == "tool"]
     assert call_ids == result_ids  # no call without its result, no result without its call
-    assert not any("Context nearly full" in (m.get("content") or "") for m in carried)
+    assert not any("Context nearly full" in (m.get("content") or "") for m in first_after)
 
 
 def test_max_restarts_stops_the_run(tmp_path):

@@ -57,20 +57,23 @@ def test_memory_and_handoff_carry_a_session_into_the_next(tmp_path):
     events = run_events(tmp_path)
     assert events[-1]["reason"] == "task_complete"
     restart = of_type(events, "session_restart")[0]
-    session_2 = [r["messages"] for r in server.requests
-                 if "Session #2." in r["messages"][1].get("content", "")]
-    session_1 = server.requests[:server.requests.index(
-        next(r for r in server.requests if r["messages"] == session_2[0]))]
+    starts = [i for i, r in enumerate(server.requests)
+              if "[Session 2 of this run begins" in r["messages"][-1]["content"]]
+    session_2 = [r["messages"] for r in server.requests[starts[0]:]
+                 if not any("[Session 3 of" in (m.get("content") or "") for m in r["messages"])]
+    session_1 = server.requests[:starts[0]]
     # The memory written in session 1 is pinned in every request of session 2.
     assert session_2 and all(MEMORY in messages[0]["content"] for messages in session_2)
     assert MEMORY not in session_1[0]["messages"][0]["content"]  # not written yet
-    # Its first request names the files session 1 wrote, before the carried turns.
+    # Its first request ends with the facts of the run and what to do first, after the
+    # carried turns.
     first = session_2[0]
-    handoff = first[2]["content"]
-    assert handoff.startswith("[Handoff from session 1")
-    assert "Files written: NOTES.md" in handoff and "progress.md" in handoff
-    assert f"{restart['previous_turns']} turns" in handoff
-    assert first[3]["role"] == "assistant"
+    handoff = first[-1]["content"]
+    assert handoff.startswith("[Session 2 of this run begins")
+    assert "- files written: NOTES.md" in handoff and "progress.md" in handoff
+    assert f"after {restart['previous_turns']} turns" in handoff
+    assert "re-read your notes (NOTES.md, pinned in the system message" in handoff
+    assert first[2]["role"] == "assistant"
     [logged] = [e for e in of_type(events, "handoff") if e["session"] == 2]
     assert logged["text"] == handoff
 

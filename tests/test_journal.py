@@ -18,7 +18,7 @@ from ouroboros.window.policy import ContextManager
 from ouroboros.store import events as ev
 from ouroboros.store.log import EVENTS_FILE, read_events, read_snapshot
 from ouroboros.loop.journal import Journal, apply_delta, replay
-from ouroboros.loop.resume import observation_reader
+from ouroboros.loop.resume import DIGESTED, fold, observation_reader
 from ouroboros.loop.runner import RunHooks, Runner
 from ouroboros.loop.state import RunState
 from ouroboros.server.tokenizer import TokenCounter
@@ -55,9 +55,12 @@ def run_in_process(root: Path, base_url: str, on_step: Any, **tables: Any) -> Pa
 
 def saved(run_dir: Path, policy: Any) -> dict[str, Any]:
     """What a resume starts from: state.json with the checkpoints after it applied."""
-    state, _ = replay(read_snapshot(run_dir), read_events(run_dir / EVENTS_FILE).events,
-                      observation_reader(run_dir))
-    return json.loads(json.dumps(RunState.from_dict(state, policy).to_dict()))
+    snapshot, events = read_snapshot(run_dir), read_events(run_dir / EVENTS_FILE).events
+    state, _ = replay(snapshot, events, observation_reader(run_dir))
+    run_state = RunState.from_dict(state, policy)
+    fold(run_state.digest, [ev.parse_event(e) for e in events
+                            if e["seq"] > snapshot["seq"] and e["type"] in DIGESTED])
+    return json.loads(json.dumps(run_state.to_dict()))
 
 
 @pytest.mark.parametrize("durability", ["turn", "event"])

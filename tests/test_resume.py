@@ -115,6 +115,10 @@ def test_kill_during_a_tool_reports_it_interrupted_and_runs_it_no_more(tmp_path,
     assert [m["tool_call_id"] for m in interrupted][0] == held_id
     results = [e for e in of_type(events, "tool_result") if e["id"] == held_id]
     assert len(results) == 1 and results[0]["interrupted"] is True
+    # And last, where a model reads before its next move: the command, and what to do.
+    last = sent_from(server, first_after)[0][-1]
+    assert last["role"] == "user" and "sleep 30" in last["content"]
+    assert "may or may not have run" in last["content"] and "Check whether" in last["content"]
     kept_every_turn(before, server, first_after)
 
 

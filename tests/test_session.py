@@ -41,10 +41,12 @@ def test_a_full_window_restarts_with_the_newest_turns_carried_over(tmp_path):
     rig.restart()
     fresh = list(rig.state.messages)
     assert fresh[0] == SYSTEM
-    assert fresh[1]["content"].startswith(
-        f"[Session restarted. Session #2. The previous session ran {turns} turns.")
+    assert fresh[1]["content"].startswith("[Carried over from session 1")
+    assert fresh[-1]["content"].startswith(
+        f"[Session 2 of this run begins with a fresh context. Session 1 ended after {turns} "
+        "turns")
     assert [m["content"] for m in fresh if m["role"] == "assistant"] == newest
-    assert fresh[-1] == old[-1]  # the newest result whole, as the agent last saw it
+    assert fresh[-2] == old[-1]  # the newest result whole, as the agent last saw it
     assert not any("Context nearly full" in text or "Context compressed" in text
                    for text in contents(fresh))
 

@@ -8,13 +8,13 @@ import os
 
 from ouroboros.config import load_config
 from ouroboros.loop.endings import StopRun
-from ouroboros.loop.handoff import Digest, handoff_text
+from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.inbox import post, waiting
 from ouroboros.loop.memory import read_pinned, system_message
 from ouroboros.window.conversation import NOTE_KEY
 from tests.fakes import FakeModel, call, reply
 from tests.helpers import make_project
-from tests.session_rig import CONTINUE, Rig, contents
+from tests.session_rig import CONTINUE, Rig, contents, reads
 
 # --- the stuck-loop guard -------------------------------------------------------------------
 
@@ -168,6 +168,8 @@ def test_a_huge_memory_file_is_read_only_as_far_as_its_budget(tmp_path):
 
 # --- the handoff ----------------------------------------------------------------------------
 
+WIND_DOWN_WORDS = ("wind down", "wind-down", "wrap up", "save your", "saving", "nearly full")
+
 
 def digest_of(rig: Rig) -> Digest:
     digest = Digest()
@@ -176,26 +178,36 @@ def digest_of(rig: Rig) -> Digest:
     return digest
 
 
-def test_the_handoff_says_what_the_session_wrote_ran_and_failed_at(tmp_path):
+def note_of(digest: Digest, chars: int = 1600, memory: str | None = None) -> str:
+    return restart_note(digest, session=2, previous_turns=digest.turns, carried=True,
+                        facts_chars=chars, memory=memory)
+
+
+def test_the_handoff_says_what_the_run_wrote_ran_and_failed_at(tmp_path):
     model = FakeModel([
         reply("", call("file_write", path="report.md", content="# Report")),
         reply("", call("file_read", path="gone.txt")),
         reply("", call("file_read", path="gone.txt")),
         reply("", call("file_write", path="notes/todo.md", content="next: 4")),
+        reply("", call("file_write", path="notes/todo.md", content="next: 5")),
         reply("", call("task_complete", summary="ok"))])
     rig = Rig(tmp_path, model)
     rig.run()
 
-    text = handoff_text(digest_of(rig), session=1, reason="context full", max_tokens=400,
-                        chars_per_token=4.0)
+    text = note_of(digest_of(rig), memory="NOTES.md")
 
-    assert text.startswith("[Handoff from session 1, built by the harness from its log "
-                           "(context full): 5 turns, 5 tool calls, 2 failed.")
-    assert "Files written: report.md, notes/todo.md" in text
-    assert "Failing repeatedly: file_read gone.txt (2 times)" in text
+    assert text.startswith("[Session 2 of this run begins with a fresh context. Session 1 "
+                           "ended after 6 turns")
+    assert "- so far: 1 session, 6 turns, 6 tool calls" in text
+    assert "- files written: report.md, notes/todo.md (2 writes)" in text
+    assert "- failing again and again: file_read gone.txt (2 times)" in text
+    # What to do first comes last, naming where the notes are.
+    last = text.splitlines()[-1]
+    assert last.startswith("First, before you act: re-read your notes (NOTES.md, pinned in "
+                           "the system message; the files you keep them in: notes/todo.md)")
 
 
-def test_the_handoff_keeps_to_its_budget(tmp_path):
+def test_the_handoff_keeps_to_its_budget_and_its_frame(tmp_path):
     digest = Digest()
     digest.turns = digest.calls = 500
     for i in range(500):
@@ -204,34 +216,90 @@ def test_the_handoff_keeps_to_its_budget(tmp_path):
         digest.count_failure(f"file_read missing_{i % 40}.txt", "error: file not found")
         digest.count_failure(f"file_read missing_{i % 40}.txt", "error: file not found")
 
-    text = handoff_text(digest, session=9, reason="context full", max_tokens=100,
-                        chars_per_token=4.0)
+    text = note_of(digest, chars=400)
+    bare = note_of(digest, chars=0)
 
-    assert len(text) <= 400
+    assert len(text) <= len(bare) + 500
     assert "src/module_499_with_a_long_name.py" in text  # the newest file kept
+    assert "files written" not in bare and bare.splitlines()[-1].startswith("First,")
     assert len(digest.files) <= 30 and len(digest.failures) <= 20  # bounded as it folds
 
 
-def test_a_restart_begins_with_the_handoff_before_the_carried_turns(tmp_path):
+def test_a_restart_reads_in_the_order_things_happened_and_ends_with_what_to_do_first(
+        tmp_path):
     model = FakeModel([reply("", call("file_write", path="chapter1.md", content="..."))])
     rig = Rig(tmp_path, model)
     rig.state.reload = "requested"
-    model.script.append(reply("Saved my notes."))
+    model.script.append(reply("Saving my notes now, as told to wind down.",
+                              call("file_write", path="chapter1.md", content="more")))
     rig.run()
 
     from ouroboros.loop.restart import fresh_start, begin_session
     from tests.session_rig import SYSTEM
-    text = handoff_text(digest_of(rig), session=1, reason="reload", max_tokens=200,
-                        chars_per_token=4.0)
     fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
-                         text)
+                         facts_chars=800)
     begin_session(rig.state, fitted.messages)
 
     messages = rig.state.messages
-    assert messages[1]["content"].startswith("[Session restarted.")
-    assert messages[2][NOTE_KEY] == "handoff" and "chapter1.md" in messages[2]["content"]
-    assert 'Your note when told to wind down: "Saved my notes."' in messages[2]["content"]
-    assert messages[3]["role"] == "assistant"  # the carried turns follow
+    assert messages[0]["role"] == "system"
+    assert messages[1]["content"].startswith("[Carried over from session 1")
+    assert messages[2]["role"] == "assistant"  # the carried turns, in order
+    last = messages[-1]
+    assert last[NOTE_KEY] == "restart" and "chapter1.md (2 writes)" in last["content"]
+    assert last["content"].splitlines()[-1].startswith("First, before you act: re-read")
+    # Nothing of the old session's wind-down reads as if it still applied.
+    notes = [m["content"] for m in messages if m.get(NOTE_KEY)]
+    assert not any(word in note.lower() for note in notes for word in WIND_DOWN_WORDS)
+    assert not any(m.get(NOTE_KEY) == "wind_down" for m in messages)
+
+
+def test_room_short_drops_carried_turns_before_the_handoff(tmp_path):
+    from ouroboros.loop.restart import begin_session, fresh_start
+    from tests.session_rig import SYSTEM, reads
+
+    model = FakeModel([])
+    rig = Rig(tmp_path, model, limit=4000, carryover_turns=3)
+    model.script.extend([reads(rig, 2400)] * 2 + [reply("Saved my notes.")])
+    rig.state.reload = "requested"
+    rig.run()
+    context = rig.state.context
+    masked_before = context.total_masked
+
+    fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
+                         facts_chars=int(rig.policy.handoff_max_tokens * 4))
+    begin_session(rig.state, fitted.messages)
+
+    messages = rig.state.messages
+    assert "What the harness logged of this run" in messages[-1]["content"]
+    assert fitted.dropped_turns or fitted.masked  # the carried turns made the room
+    assert context.total_masked == masked_before + len(fitted.masked)
+    calls = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+    results = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
+    assert calls == results  # no carried call without its result, nor the other way
+
+
+def test_a_handoff_too_long_for_the_room_is_cut_never_the_carried_pairs(tmp_path):
+    from ouroboros.loop.restart import begin_session, fresh_start
+    from tests.session_rig import SYSTEM, reads
+
+    model = FakeModel([])
+    rig = Rig(tmp_path, model, limit=4000, carryover_turns=3)
+    model.script.extend([reads(rig, 2400)] * 2 + [reply("Saved my notes.")])
+    rig.state.reload = "requested"
+    rig.run()
+    for i in range(400):
+        rig.state.digest.wrote(f"a/rather/long/path/to/file_{i}.txt")
+
+    fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
+                         facts_chars=100_000)
+    begin_session(rig.state, fitted.messages)
+
+    messages = rig.state.messages
+    assert messages[-1][NOTE_KEY] == "restart"
+    assert messages[-1]["content"].splitlines()[-1].startswith("First, before you act")
+    calls = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+    assert calls == {m["tool_call_id"] for m in messages if m["role"] == "tool"}
+    assert rig.state.context.used_pct(fitted.tokens) < rig.policy.hard_threshold_pct
 
 
 def test_an_edit_of_the_memory_is_not_an_edit_of_the_mission():
@@ -248,24 +316,97 @@ def test_an_edit_of_the_memory_is_not_an_edit_of_the_mission():
                            {"role": "system", "content": "new"}) == (3, 3)
 
 
-def test_a_handoff_left_out_for_room_masks_and_counts_nothing_of_its_own(tmp_path):
-    from ouroboros.loop.restart import begin_session, fresh_start, handed_over
-    from tests.session_rig import SYSTEM, reads
 
-    model = FakeModel([])
-    rig = Rig(tmp_path, model, limit=4000, carryover_turns=3)
-    model.script.extend([reads(rig, 2400)] * 2 + [reply("Saved my notes.")])
-    rig.state.reload = "requested"
+
+# --- work done again ------------------------------------------------------------------------
+
+
+def writes(start: int, count: int) -> list:
+    return [reply("", call("file_write", path=f"part_{i}.txt", content=f"part {i} done"))
+            for i in range(start, start + count)]
+
+
+def test_work_an_earlier_session_did_is_named_once_then_the_run_pauses(tmp_path):
+    model = FakeModel(writes(0, 14) + [reply("", call("task_complete", summary="x"))])
+    rig = Rig(tmp_path, model, agent={"redo_notice_repeats": 3, "redo_pause_repeats": 12})
+    assert rig.run().reason == "task_complete"  # session 1 did parts 0-13
+    rig.restart()
+    model.script.extend(writes(14, 2) + writes(0, 14))  # two new, then all of it again
+
+    end = rig.run()
+
+    assert isinstance(end, StopRun) and end.reason == "redoing"
+    stuck = [(e.kind, e.action) for e in rig.log.of_type("stuck")]
+    assert stuck == [("redoing", "note"), ("redoing", "pause")]
+    [note] = [m["content"] for m in rig.state.messages if m.get(NOTE_KEY) == "redoing"]
+    assert note.startswith("[Work done again: 3 of this session's 5 writes and commands")
+    assert "file_write part_2.txt` (already done in session 1)" in note
+    # Told after the third repeat; paused at the twelfth, when repeats were most of the work.
+    assert len(model.requests) - 15 == 2 + 12  # session 1 asked 15 times
+
+
+def test_the_same_call_in_the_same_session_or_new_work_is_not_work_done_again(tmp_path):
+    model = FakeModel(writes(0, 5) + writes(0, 5) + [reply("", call("task_complete",
+                                                                      summary="x"))])
+    rig = Rig(tmp_path, model, agent={"redo_notice_repeats": 1, "redo_pause_repeats": 1})
+    assert rig.run().reason == "task_complete"  # rewriting a file in its own session
+    rig.restart()
+    model.script.extend(writes(5, 20) + [reply("", call("task_complete", summary="x"))])
+    assert rig.run().reason == "task_complete"
+    assert not rig.log.of_type("stuck")
+
+
+def test_the_redo_check_is_a_pure_decision():
+    from ouroboros.loop.guards import redoing
+
+    limits = {"notice_after": 3, "pause_after": 12}
+    assert redoing(2, 10, False, **limits) is None
+    assert redoing(3, 10, False, **limits) == "note"
+    assert redoing(3, 10, True, **limits) is None  # told once a session
+    assert redoing(12, 20, True, **limits) == "pause"
+    assert redoing(12, 24, True, **limits) is None  # half new work: going somewhere
+    assert redoing(50, 60, False, notice_after=0, pause_after=0) is None  # both off
+
+
+def test_the_digest_survives_a_snapshot_whole(tmp_path):
+    model = FakeModel(writes(0, 3) + [reply("", call("file_read", path="gone.txt"))] * 2
+                      + [reply("", call("task_complete", summary="x"))])
+    rig = Rig(tmp_path, model)
     rig.run()
-    context = rig.state.context
-    masked_before = context.total_masked
+    rig.restart()
+    import json
 
-    fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
-                         "a handoff far too long for the room left " * 400)
-    begin_session(rig.state, fitted.messages)
+    from ouroboros.loop.state import RunState
+    saved = json.loads(json.dumps(rig.state.to_dict()))
+    back = RunState.from_dict(saved, rig.policy)
+    assert back.digest == rig.state.digest
+    assert list(back.digest.files) == ["part_0.txt", "part_1.txt", "part_2.txt"]
+    assert back.digest.sessions_turns == 6 and back.digest.turns == 0
 
-    kept = [m for m in rig.state.messages if m["role"] == "tool"]
-    shown = {m["tool_call_id"] for m in kept if m["content"].startswith("PART")}
-    assert shown and not handed_over(rig.state.messages)  # the results carried whole
-    assert context.total_masked == masked_before + len(fitted.masked)
-    assert not any(context.observations[i].masked for i in shown)  # each can still be masked
+
+# --- what the agent needs to go on ----------------------------------------------------------
+
+
+def test_the_newest_read_of_the_agents_notes_is_never_masked_nor_dropped(tmp_path):
+    model = FakeModel()
+    rig = Rig(tmp_path, model, limit=3000, max_turns=60, keep_recent_observations=1,
+              mask_batch_size=4)
+    notes = "DONE: " + ", ".join(f"part {i}" for i in range(160))  # worth masking by size
+    data = reads(rig, 1500)
+    script = iter([reply("", call("file_write", path="notes.md", content=notes)),
+                   reply("", call("file_read", path="notes.md")),
+                   reply("", call("file_read", path="notes.md"))])
+    model.then = lambda sent: next(script, None) or data(sent)
+
+    end = rig.run()
+
+    assert end.reason == "max_turns"
+    # The data was masked around it, and turns dropped from in front of it and after it.
+    assert rig.log.of_type("context_mask") and rig.log.of_type("context_drop")
+    older, newest = [c["id"] for m in model.requests[3] for c in m.get("tool_calls") or ()
+                     if c["function"]["name"] == "file_read"]
+    for sent in model.requests[3:]:
+        [kept] = [m for m in sent if m.get("tool_call_id") == newest]
+        assert kept["content"] == notes
+    assert any(m.get("tool_call_id") == older and "masked" in m["content"]
+               for sent in model.requests[3:] for m in sent)  # an older read may go

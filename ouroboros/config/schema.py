@@ -218,6 +218,22 @@ class AgentConfig(_Table):
         "this many times each; treated as stuck_repeats is. 0 = off.",
         json_schema_extra=LIVE,
     )
+    redo_notice_repeats: int = Field(
+        3,
+        ge=0,
+        description="Work done again: when this many of a session's writes and commands "
+        "repeat ones that already succeeded in an earlier session (the same arguments), the "
+        "agent is told once, with the figures. 0 = off.",
+        json_schema_extra=LIVE,
+    )
+    redo_pause_repeats: int = Field(
+        12,
+        ge=0,
+        description="Work done again: when this many of a session's writes and commands "
+        "repeat earlier sessions' and they are most of the session's, the run pauses (reason "
+        "redoing, resumable). 0 = never pause.",
+        json_schema_extra=LIVE,
+    )
 
 
 class SafetyConfig(_Table):
@@ -328,9 +344,10 @@ class ContextConfig(_Table):
     handoff_max_tokens: int = Field(
         600,
         ge=0,
-        description="Size of the handoff a restarted session begins with, in tokens (and at "
-        "most a twentieth of the prompt budget): what the last session wrote, ran, failed at "
-        "and left unfinished, built by the harness from its log. 0 = no handoff.",
+        description="Size of the handoff in the note a restarted session's first prompt ends "
+        "with, in tokens (and at most a twentieth of the prompt budget): the facts of the run "
+        "so far (files written, last commands, calls failing or cut short), built by the "
+        "harness from its log. 0 = the note without them.",
     )
     truncation_guard: bool = Field(
         True,

@@ -170,6 +170,10 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
         case "stuck":
             return ("the agent was stuck in a loop (see the `stuck` event), so the run is "
                     f"paused; to go on: {MESSAGE_HINT} (or `ouroboros resume`)")
+        case "redoing":
+            return ("the agent kept doing again what earlier sessions had done (see the "
+                    "`stuck` event), so the run is paused; check its notes, then: "
+                    f"{MESSAGE_HINT} (or `ouroboros resume`)")
         case "max_turns":
             return (f"the run had its {turns(max_turns)} (agent.max_turns); "
                     "`ouroboros resume --max-turns N` gives it N more")

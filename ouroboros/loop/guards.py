@@ -19,6 +19,12 @@ the run pauses with reason `stuck`, resumable.
 Sessions without progress: `barren_cause` says why sessions in a row ended without one
 successful tool call, so the brake names the real cause (not always the window).
 
+Work done again: the run's digest (handoff.py) knows every write and command that succeeded
+in an earlier session; `redoing` tells the agent once when a session repeats them
+(`agent.redo_notice_repeats`), and pauses the run (reason `redoing`) when a session is
+mostly repeats (`agent.redo_pause_repeats`): a model that lost its notes can redo finished
+work for hours, and nothing else would notice.
+
     guard = StuckGuard(repeats=4, cycles=3)
     match guard.observe(step_of(reply, outcomes)):
         case Alarm(loop, pause=False): ...  # tell the agent
@@ -249,3 +255,35 @@ def barren_cause(turns: int, calls: int, failed: int, top_failure: str) -> str |
     if not calls and turns > 2:
         return f"the agent made no tool call in {turns} turns"
     return None
+
+
+# --- work done again ------------------------------------------------------------------------
+
+Redo = Literal["note", "pause"]
+
+
+def redoing(repeats: int, side_effects: int, told: bool, *, notice_after: int,
+            pause_after: int) -> Redo | None:
+    """What to do about a session whose `repeats` of its `side_effects` (writes and commands)
+    repeat ones that already succeeded in an earlier session: tell the agent once, at
+    `notice_after`; pause the run at `pause_after` when they are most of the session's (0
+    turns each off)."""
+    if pause_after and repeats >= pause_after and 2 * repeats > side_effects:
+        return "pause"
+    if notice_after and repeats >= notice_after and not told:
+        return "note"
+    return None
+
+
+def redo_detail(repeats: int, side_effects: int, examples: Sequence[tuple[str, int]]) -> str:
+    """The figures, for the event and the note: how many, and the newest examples."""
+    shown = "; ".join(f"`{what}` (already done in session {at})" for what, at in examples)
+    return (f"{repeats} of this session's {side_effects} writes and commands repeat ones that "
+            f"succeeded in an earlier session: {shown}")
+
+
+def redo_note(detail: str) -> str:
+    """What the agent is told the first time."""
+    return (f"[Work done again: {detail}. Your notes may be behind your work: check the "
+            "workspace (what those calls changed) before you do a step again. If this goes "
+            "on, the run will be paused.]")

@@ -123,9 +123,10 @@ def logged(message: Message, ref: dict[str, Any] | None) -> Message:
 
 
 def state_scalars(state: RunState) -> dict[str, Any]:
-    """The RunState fields other than the conversation and the context manager."""
+    """The RunState fields other than the conversation, the context manager and the digest
+    (which the snapshot holds, and a resume folds forward from the log)."""
     return {f.name: copied(getattr(state, f.name)) for f in fields(state)
-            if f.name not in ("messages", "context")}
+            if f.name not in ("messages", "context", "digest")}
 
 
 def context_scalars(context: ContextManager) -> dict[str, Any]:

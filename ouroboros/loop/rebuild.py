@@ -26,6 +26,7 @@ from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
 from ouroboros.store.events import EventBase, Record, parse_event
 from ouroboros.window.policy import ContextManager
 from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
 from ouroboros.loop.state import RunState
 
@@ -153,7 +154,9 @@ def opening(events: list[EventBase], session: int, config: dict[str, Any]) -> Me
     """The note a session starts with: the kickoff, or the restart marker."""
     restarts = [e for e in events if isinstance(e, ev.SessionRestart) and e.session == session]
     if restarts:
-        return ctx.restart_marker(session, restarts[-1].previous_turns)
+        return ctx.note("restart", restart_note(Digest(), session=session,
+                                                previous_turns=restarts[-1].previous_turns,
+                                                carried=False, facts_chars=0, memory=None))
     return ctx.note("continue", setting(config, "agent", "continue_message"))
 
 

@@ -7,13 +7,15 @@ The runner, when a session raised RestartSession (after reading the config again
     cause = count_progress(state, digest)        # sessions in a row without one successful
                                                  # tool call: WindowTooSmallError when the
                                                  # window is to blame, else the cause
-    fitted = fresh_start(state, system, tools, policy, told, handoff)  # WindowTooSmallError
+    fitted = fresh_start(state, system, tools, policy, told, facts_chars=...)  # or
+                                                 # WindowTooSmallError
     previous_turns = begin_session(state, fitted.messages)  # the conversation adopts them
 
-The next session begins with the system prompt as it is on disk now, a note that says a
-restart happened, the handoff (handoff.py), and the newest `carryover_turns` complete turns
-that fit in half the budget; the turns the agent has not acted on yet (the newest, and back
-to the one a wind-down interrupted) always, whatever `carryover_turns` says.
+The next session reads in the order things happened: the system prompt as it is on disk now
+(with the memory file pinned), the newest `carryover_turns` complete turns that fit (the
+turns the agent has not acted on yet, the newest and back to the one a wind-down
+interrupted, always, whatever `carryover_turns` says), and last the restart note with the
+handoff's facts and what to do first (handoff.py). A small model acts on what it read last.
 """
 
 from __future__ import annotations
@@ -22,18 +24,12 @@ from typing import Any, Callable, Sequence
 
 from ouroboros.config import ContextConfig
 from ouroboros.window.policy import ContextManager, Fitted
-from ouroboros.window.conversation import (
-    NOTE_KEY,
-    Conversation,
-    carryover,
-    note,
-    restart_marker,
-    unacted_turns,
-)
+from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, \
+    unacted_turns
 from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.guards import barren_cause
-from ouroboros.loop.handoff import Digest
+from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.protocols import Message
 from ouroboros.loop.state import RunState
 from ouroboros.window.belief import at_session_start, with_allocated
@@ -73,16 +69,19 @@ def count_progress(state: RunState, digest: Digest | None = None) -> str | None:
 
 
 def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
-                policy: ContextConfig, told: tuple[int, str] | None,
-                handoff: str = "", brief: list[dict[str, Any]] | None = None) -> Fitted:
+                policy: ContextConfig, told: tuple[int, str] | None, *, facts_chars: int = 0,
+                memory: str | None = None, brief: list[dict[str, Any]] | None = None
+                ) -> Fitted:
     """The conversation the next session begins with, the window believed afresh (with the
-    window the server says it has now, and where it said so, if it says), the `handoff`
-    before the turns carried over (left out when there is no room for it: when it would
-    take the start past its target, or mask or drop more of those turns), fitted with the
-    tools as the session will send them (`brief`, their short form, when the window is
-    small). Raises WindowTooSmallError when even that would start at the hard threshold, or
-    leave less room than one tool result may take: a session that cannot read one result
-    and act on it would only restart again."""
+    window the server says it has now, and where it said so, if it says): the system
+    prompt, the turns carried over, then the restart note (handoff.restart_note, its facts
+    within `facts_chars`; `memory`: the pinned memory file's name) as the last message, so
+    what the agent reads last is what to do first. Fitted with the tools as the session
+    will send them (`brief`, their short form, when the window is small); when room is
+    short the carried turns go before the note's facts do. Raises WindowTooSmallError when
+    even that would start at the hard threshold, or leave less room than one tool result
+    may take: a session that cannot read one result and act on it would only restart
+    again."""
     context = state.context
     starts = state.messages.tally.starts  # the turns, without a walk through the messages
     unacted = unacted_turns(state.messages, starts)
@@ -93,17 +92,16 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     context.new_session()
     if brief is not None:
         tools = context.session_tools(system, tools, brief)
-    marker = restart_marker(state.session + 1, state.session_turns)
-    target = context.fresh_start_target()
-    fitted = context.fit(Conversation([system, marker, *carried], context.worth_masking),
-                         tools, target, keep=unacted)
-    if handoff:
-        with_handoff = context.fit(Conversation([system, marker, note("handoff", handoff),
-                                                 *carried], context.worth_masking),
-                                   tools, target, keep=unacted)
-        if with_handoff.tokens <= target and len(with_handoff.masked) <= len(fitted.masked) \
-                and with_handoff.dropped_turns <= fitted.dropped_turns:
-            fitted = with_handoff  # else there is no room for it
+    session, target = state.session + 1, context.fresh_start_target()
+    for chars in (facts_chars, 0):
+        text = restart_note(state.digest, session=session, previous_turns=state.session_turns,
+                            carried=bool(carried), facts_chars=chars, memory=memory)
+        messages = [system, *carried_from(session - 1, carried), *carried,
+                    note("restart", text)]
+        fitted = context.fit(Conversation(messages, context.worth_masking), tools, target,
+                             keep=unacted)
+        if fitted.tokens <= target:
+            break
     room = context.budget - fitted.tokens
     if context.used_pct(fitted.tokens) >= policy.hard_threshold_pct \
             or room < context.result_tokens():
@@ -116,9 +114,24 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     return fitted
 
 
-def handed_over(messages: Sequence[Message]) -> bool:
-    """Whether a fresh start's conversation holds the handoff (after the restart note)."""
-    return len(messages) > 2 and messages[2].get(NOTE_KEY) == "handoff"
+def carried_from(session: int, carried: Sequence[Message]) -> list[Message]:
+    """The line before the turns carried over (a user turn first, as strict chat templates
+    want): where they come from, and nothing to act on."""
+    if not carried:
+        return []
+    return [note("restart", f"[Carried over from session {session}: its last turns, as they "
+                            "happened.]")]
+
+
+def carried_messages(messages: Sequence[Message]) -> int:
+    """How many messages of a fresh start were carried over (all but the system prompt and
+    the harness's restart notes)."""
+    return sum(1 for m in messages[1:] if m.get(NOTE_KEY) != "restart")
+
+
+def pinned_memory(system: Message, name: str) -> str | None:
+    """`name` if the system message pins the memory file (memory.memory_section)."""
+    return name if f"## Your memory: {name} " in str(system.get("content") or "") else None
 
 
 def begin_session(state: RunState, messages: Conversation) -> int:

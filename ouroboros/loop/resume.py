@@ -33,6 +33,7 @@ from ouroboros.store.segments import Tally, closed_records
 from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
 from ouroboros.window.conversation import pending_calls
+from ouroboros.loop.handoff import Digest
 from ouroboros.loop.journal import replay
 from ouroboros.protocols import ToolCall
 from ouroboros.loop.rebuild import rebuild_state, restore_results
@@ -76,7 +77,10 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     if state is None:  # rebuilt from the whole log
         events = parse_records(list(run_records(run_dir, tail=tail)), run_dir / EVENTS_FILE)
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
+        fold(state.digest, events)
     else:
+        fold(state.digest, parse_records([r for r in after if r["type"] in DIGESTED],
+                                         run_dir / EVENTS_FILE))
         needed = {r["seq"]: r for r in config_records(tally) + after if r["seq"] > seq
                   or r["type"] in ("run_start", "config_changed")}
         events = parse_records(sorted(needed.values(), key=lambda r: r["seq"]),
@@ -87,6 +91,15 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     return Recovered(state, tail.last_seq, interrupted, tail.current.torn_line,
                      tail.current.valid_bytes, recorded_config(events), rebuilt,
                      tail.manifest.problem, tail)
+
+
+DIGESTED = frozenset({"assistant", "tool_call", "tool_result", "session_restart"})
+
+
+def fold(digest: Digest, events: list[EventBase]) -> None:
+    """Bring the run's digest forward by the events logged after the state it came with."""
+    for event in events:
+        digest.take(event)
 
 
 def snapshot_seq(run_dir: Path) -> int:

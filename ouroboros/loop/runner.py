@@ -27,15 +27,15 @@ from ouroboros.store.owner import claim_state_dir
 from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.guards import StuckGuard
-from ouroboros.loop.handoff import Digest, handoff_budget, handoff_text, tokens_of
+from ouroboros.loop.handoff import handoff_budget, tokens_of
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
 from ouroboros.loop.memory import mission_changed, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
 from ouroboros.protocols import Message, TextSink
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
-from ouroboros.loop.restart import ConfirmRestart, begin_session, count_progress, fresh_start, \
-    handed_over, may_restart
+from ouroboros.loop.restart import ConfirmRestart, begin_session, carried_messages, \
+    count_progress, fresh_start, may_restart, pinned_memory
 from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
@@ -147,7 +147,6 @@ class Runner:
         self.log = log
         self.services = services
         self.hooks = hooks
-        self.digest = Digest()  # what the session did, for the handoff (handoff.py)
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
@@ -183,7 +182,6 @@ class Runner:
             state_dir=loaded.state_dir)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         runner.guard = guard
-        log.subscribe(runner.digest.take)
         system = runner.system_message()  # the memory as it is now, on a resume too
         if system["content"] != state.messages[0].get("content"):
             state.messages.replace_system(system)
@@ -245,18 +243,18 @@ class Runner:
         changes = await self.reread_config()
         state, policy, model = self.state, self.loaded.config.context, self.loaded.config.model
         may_restart(state, policy, reason, self.hooks.confirm_restart)
-        self.brake(count_progress(state, self.digest))
+        self.brake(count_progress(state, state.digest))
         told = await window_questions(model.base_url, model.name, model.api_key_env).told()
-        handoff = self.handoff(reason)
-        previous_prompt = state.messages[0]
-        toolbox = self.services.toolbox
-        fitted = fresh_start(state, self.system_message(), toolbox.schemas(), policy, told,
-                             handoff, toolbox.brief_schemas())
+        context, previous_prompt, toolbox = state.context, state.messages[0], self.services.toolbox
+        system = self.system_message()
+        facts = handoff_budget(policy.handoff_max_tokens, context.budget)
+        fitted = fresh_start(state, system, toolbox.schemas(), policy, told,
+                             facts_chars=int(facts * context.chars_per_token),
+                             memory=pinned_memory(system, self.loaded.config.agent.memory_file),
+                             brief=toolbox.brief_schemas())
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)
-        handoff = handoff if handed_over(fitted.messages) else ""
-        carried = len(fitted.messages) - 2 - bool(handoff)  # after the system prompt, the
-        # restart note and the handoff
+        carried = carried_messages(fitted.messages)
         # Saved before the events that announce it: a crash in between resumes the new session.
         self.snapshot()
         self.log.at_session_boundary(live_from(state))
@@ -267,28 +265,17 @@ class Runner:
             reason=reason))
         log_changes(self.log, changes)
         self.log_prompt_change(previous_prompt, fitted.messages[0])
-        context = state.context
         self.log.emit(ev.SessionStart(context_limit=context.limit,
                                       limit_source=context.limit_source, budget=context.budget,
                                       carryover_messages=carried))
-        if handoff:
-            self.log.emit(ev.Handoff(text=handoff,
-                                     tokens=tokens_of(handoff, context.chars_per_token)))
+        handoff = str(fitted.messages[-1]["content"])
+        self.log.emit(ev.Handoff(text=handoff, tokens=tokens_of(handoff, context.chars_per_token)))
 
     def brake(self, cause: str | None) -> None:
         """Sessions in a row without progress, the agent to blame: the run pauses, stuck."""
         if cause is not None:
             self.log.emit(ev.Stuck(kind="barren", detail=cause, action="pause"))
             raise StopRun("stuck")
-
-    def handoff(self, reason: str) -> str:
-        """The handoff of the session that ends, from what it logged; the next begins anew."""
-        context = self.state.context
-        budget = handoff_budget(self.loaded.config.context.handoff_max_tokens, context.budget)
-        text = handoff_text(self.digest, session=self.state.session, reason=reason,
-                            max_tokens=budget, chars_per_token=context.chars_per_token)
-        self.digest.clear()
-        return text
 
     def system_message(self) -> Message:
         """The mission and the agent's memory as the files are now (memory.py); a file that

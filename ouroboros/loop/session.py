@@ -20,11 +20,12 @@ from ouroboros.store import events as ev
 from ouroboros.loop.evidence import Accounting, WindowAsker, choose_tools
 from ouroboros.loop.tool_calls import Actions
 from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.window.conversation import Conversation, pending_calls, without_reasoning
+from ouroboros.window.conversation import Conversation, cut_short, interrupted_note, \
+    pending_calls, without_reasoning
 from ouroboros.errors import ContextOverflowError, ModelError
 from ouroboros.loop.endings import StopRun
-from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, \
-    step_of
+from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, redo_detail, \
+    redo_note, redoing, step_of
 from ouroboros.loop.inbox import waiting
 from ouroboros.loop.journal import Journal
 from ouroboros.protocols import (
@@ -95,25 +96,32 @@ class Session:
             reply = await self.query()
             outcomes = await self.act(reply)
             self.watch(reply.text, outcomes)
+            self.watch_redoing()
             self.upkeep.after_turn()
             self.checkpoints.end_turn()
 
     async def pick_up(self) -> None:
         """At a session start: run the calls of the last reply that never started (a stop or
         a crash came first), then give the agent the instruction a resume brought
-        (`--message`), or the continue message a reply without tool calls was due."""
+        (`--message`), or the continue message a reply without tool calls was due, and last
+        a note naming the calls a stop cut short."""
         await self.accounting.retest(self.messages)
         pending = pending_calls(self.messages)
         due = not pending and self.messages[-1]["role"] == "assistant"
         instruction = self.state.instruction
         if pending:
             await self.execute(pending)
+        cut = cut_short(self.messages)
         if instruction:
             self.messages.append({"role": "user", "content": instruction})
             self.state.instruction = ""
         elif due:
             self.messages.add_note("continue", self.services.config.agent.continue_message)
-        if pending or due or instruction:
+        if cut:  # last: what the agent reads before its next move
+            subject = self.services.toolbox.subject
+            self.messages.add_note("interrupted",
+                                   interrupted_note([(c.name, subject(c)) for c in cut]))
+        if pending or due or instruction or cut:
             self.upkeep.after_turn()
             self.checkpoints.end_turn()
 
@@ -203,6 +211,21 @@ class Session:
         if alarm.pause:
             raise StopRun("stuck")
         self.messages.add_note("stuck", loop_note(loop))
+
+    def watch_redoing(self) -> None:
+        """Work that earlier sessions did, done again (guards.py): the agent is told once
+        in a session; if the session goes on being mostly repeats, the run pauses."""
+        digest, agent = self.state.digest, self.services.config.agent
+        action = redoing(digest.repeats, digest.side_effects, digest.told_redoing,
+                         notice_after=agent.redo_notice_repeats,
+                         pause_after=agent.redo_pause_repeats)
+        if action is None:
+            return
+        detail = redo_detail(digest.repeats, digest.side_effects, digest.repeated)
+        self.log.emit(ev.Stuck(kind="redoing", detail=detail, action=action))
+        if action == "pause":
+            raise StopRun("redoing")
+        self.messages.add_note("redoing", redo_note(detail))
 
     async def idle(self, text: str) -> None:
         """A reply without a tool call: the continue message, at once for a reply with new

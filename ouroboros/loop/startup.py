@@ -68,6 +68,7 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
     state.barren_sessions = 0
     state.reload = ""  # a resume reads the config anyway
     state.idle_turns = 0  # the person chose to go on
+    state.digest.start_counting()
     state.instruction = message.strip() or state.instruction
     log = open_log(run_dir, on_event, seq=recovered.seq, state=state, guard=guard,
                    durability=cfg.logging.durability, tail=recovered.tail,
@@ -102,6 +103,7 @@ def open_log(run_dir: Path, on_event: Listener | None, *, seq: int, state: RunSt
     log.retention = retention
     if guard is not None and guard.redact:
         log.redact = guard.redact
+    log.subscribe(state.digest.take)  # first: what any listener sees, the digest has folded
     if on_event is not None:
         log.subscribe(on_event)
     return log

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
+from ouroboros.loop.handoff import Digest
 from ouroboros.window.conversation import Conversation
 from ouroboros.window.policy import ContextManager
 from ouroboros.store.events import WarningCleared, WarningEvent
@@ -39,6 +40,9 @@ class RunState:
     idle_turns: int = 0  # turns in a row without a tool call
     # A user instruction from `ouroboros resume --message`, given at the next session start.
     instruction: str = ""
+    # What the run did, folded from its log (handoff.py): the snapshot holds it, a resume
+    # folds what was logged after the snapshot. Not in the checkpoints.
+    digest: Digest = field(default_factory=Digest)
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, Conversation):  # one given is built with the judge
@@ -64,10 +68,12 @@ class RunState:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["messages"] = self.messages.messages
         data["context"] = self.context.to_dict()
+        data["digest"] = self.digest.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> RunState:
         data = dict(data)
         data["context"] = ContextManager.from_dict(data["context"], policy)
+        data["digest"] = Digest.from_dict(data.get("digest"))
         return cls(**data)

@@ -260,9 +260,11 @@ class Stuck(EventBase):
     (`pause`, run_end reason `stuck`)."""
 
     type: Literal["stuck"] = "stuck"
-    kind: Literal["repeat", "cycle", "echo", "barren"] = Field(
+    kind: Literal["repeat", "cycle", "echo", "barren", "redoing"] = Field(
         description="`repeat`: the same failing call; `cycle`: A B A B; `echo`: the same reply "
-                    "with nothing new; `barren`: sessions in a row without a successful call")
+                    "with nothing new; `barren`: sessions in a row without a successful call; "
+                    "`redoing`: writes and commands that succeeded in an earlier session, done "
+                    "again (run_end reason `redoing`)")
     detail: str = Field(description="the loop, in words")
     action: Literal["note", "pause"] = Field(description="`note` or `pause`")
 
@@ -387,7 +389,7 @@ class RunEnd(EventBase):
     """The run stops (the last record, until a resume)."""
 
     type: Literal["run_end"] = "run_end"
-    reason: str = Field(description="`task_complete`, `idle`, `stuck`, `max_turns`, "
+    reason: str = Field(description="`task_complete`, `idle`, `stuck`, `redoing`, `max_turns`, "
                                     "`interrupted`, `interrupted_now`, `max_restarts`, "
                                     "`restart_declined`, `error`")
     exit_code: int = Field(description="of the process")

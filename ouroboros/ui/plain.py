@@ -131,7 +131,8 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.Idle: lambda e: (
         f"no tool call in {plural(e.idle_turns, 'turn')} in a row: the continue message goes in "
         f"{e.pause_secs:g}s (the run pauses after {e.max_idle_turns})"),
-    ev.Stuck: lambda e: (f"STUCK ({e.kind}): {e.detail}; "
+    ev.Stuck: lambda e: ((f"STUCK ({e.kind}): " if e.kind != "redoing" else
+                          "WARNING work done again: ") + f"{e.detail}; "
                          + ("the run pauses" if e.action == "pause" else "the agent is told")),
     ev.UserMessage: lambda e: f"message for the agent: {one_line(e.text, 100)}",
     ev.Handoff: lambda e: f"handoff (~{e.tokens} tokens): {one_line(e.text, 100)}",

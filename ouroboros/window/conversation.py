@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, overload
 
@@ -25,7 +25,7 @@ NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
-Note = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "handoff"]
+Note = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "redoing"]
 Truncation = Literal["head", "tail", "both"]
 
 INTERRUPTED_TEXT = (
@@ -37,6 +37,14 @@ INTERRUPTED_TEXT = (
 def interrupted_text(tool_name: str) -> str:
     """The result of a call a stop or a crash cut short (it is not run again)."""
     return INTERRUPTED_TEXT.format(name=tool_name)
+
+
+def interrupted_note(calls: Sequence[tuple[str, str]]) -> str:
+    """What the agent reads last after a resume when calls were cut short: each (tool, what
+    it was about), and that it may not have run."""
+    listed = "; ".join(f"{name} `{subject}`" if subject else name for name, subject in calls)
+    return (f"[The run was stopped while this was running, so it may or may not have run: "
+            f"{listed}. Check whether it took effect before you run it again.]")
 
 
 WIND_DOWN_TEXT = (
@@ -64,13 +72,6 @@ def without_reasoning(text: str) -> str:
     """Assistant text without its `<think>` blocks. Kept out of the history: templates strip
     earlier reasoning anyway (so counts would shrink unpredictably), and it costs tokens."""
     return _THINK.sub("", text).lstrip()
-
-
-def restart_marker(session: int, previous_turns: int) -> Message:
-    """The note a restarted session begins with, after the system prompt."""
-    return note("restart", (
-        f"[Session restarted. Session #{session}. The previous session ran {previous_turns} "
-        "turns. Check your workspace files for saved progress.]"))
 
 
 def mask_notice(count: int, reclaimed_pct: float) -> Message:
@@ -162,6 +163,31 @@ def turn_starts(messages: Sequence[Message]) -> list[int]:
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
+WRITING_TOOLS = ("file_write", "file_edit")
+READING_TOOLS = ("file_read",)
+MAX_NOTES = 16  # files the agent writes, newest kept, whose newest read is never hidden
+
+
+def notes_written(notes: Sequence[str], obs: Observation) -> list[str]:
+    """The files the agent keeps notes in, after the result `obs`: a file it writes is one
+    it will read again to go on (its progress, its notes)."""
+    if obs.tool not in WRITING_TOOLS or not obs.target:
+        return list(notes)
+    return [*(path for path in notes if path != obs.target), obs.target][-MAX_NOTES:]
+
+
+def newest_reads(notes: Sequence[str], observations: dict[str, Observation]) -> set[str]:
+    """The tool-call ids of the newest unmasked read of each file in `notes`: what the agent
+    goes on, never masked or dropped while anything else can go."""
+    if not notes:
+        return set()
+    wanted, newest = set(notes), {}
+    for obs in observations.values():  # in the order the results came
+        if obs.tool in READING_TOOLS and obs.target in wanted:
+            newest[obs.target] = obs
+    return {obs.tool_call_id for obs in newest.values() if not obs.masked}
+
+
 # Masking is worth it only for a result at least this many times its placeholder's size: a
 # short result (a progress file, a one-line answer) is what the agent goes on, and hiding it
 # frees next to nothing.
@@ -209,25 +235,45 @@ def pending_calls(messages: Sequence[Message]) -> list[ToolCall]:
     ]
 
 
+def cut_short(messages: Sequence[Message]) -> list[ToolCall]:
+    """The calls of the newest turn that a stop cut short, when nothing but their results
+    follows them (the agent has been told nothing since)."""
+    last = len(messages) - 1
+    while last >= 0 and messages[last]["role"] == "tool":
+        last -= 1
+    if last < 0 or messages[last]["role"] != "assistant" or last == len(messages) - 1:
+        return []
+    interrupted = {m.get("tool_call_id") for m in messages[last + 1:]
+                   if str(m.get("content") or "").startswith(INTERRUPTED_TEXT[:13])}
+    return [ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments", ""))
+            for c in messages[last].get("tool_calls") or () if c["id"] in interrupted]
+
+
 def carryover(messages: Sequence[Message], turns: int,
               starts: list[int] | None = None) -> list[Message]:
-    """The last `turns` complete turns, minus the harness's notes about the old window.
-    `starts`: turn_starts(messages), if known."""
+    """The last `turns` complete turns, minus the harness's notes: they spoke to the old
+    session, and an instruction in one would read as if it still applied. `starts`:
+    turn_starts(messages), if known."""
     if turns <= 0:
         return []
     starts = turn_starts(messages) if starts is None else starts
     if not starts:
         return []
     kept = messages[starts[-turns] if len(starts) >= turns else starts[0]:]
-    return [m for m in kept if m.get(NOTE_KEY) not in ("wind_down", "mask")]
+    return [m for m in kept if NOTE_KEY not in m]
 
 
-def oldest_turn(starts: list[int], keep: int = 1) -> tuple[int, int] | None:
+def oldest_turn(starts: list[int], keep: int = 1,
+                held: Callable[[int, int], bool] | None = None) -> tuple[int, int] | None:
     """The positions [start, end) of the oldest complete turn that may go (`starts`: the
-    assistant messages'), never the preamble before it nor the newest `keep` turns; None
-    when there is none."""
+    assistant messages'), never the preamble before it nor the newest `keep` turns, nor one
+    that `held(start, end)` says holds what must stay while another may go; None when
+    there is none."""
     if len(starts) <= max(keep, 1):
         return None
+    for start, end in zip(starts, starts[1:len(starts) - max(keep, 1) + 1]):
+        if held is None or not held(start, end):
+            return start, end
     return starts[0], starts[1]
 
 
@@ -347,9 +393,13 @@ class Conversation(Sequence[Message]):
         """The system prompt as it is now."""
         self.replace_at(0, message)
 
-    def drop_oldest_turn(self, keep: int = 1) -> bool:
-        """Drop the oldest complete turn (see `oldest_turn`); False if none may go."""
-        turn = oldest_turn(self.tally.starts, keep)
+    def drop_oldest_turn(self, keep: int = 1, spared: Container[str] = ()) -> bool:
+        """Drop the oldest complete turn (see `oldest_turn`), one without a result named in
+        `spared` (tool-call ids) if there is one; False if none may go."""
+        def held(start: int, end: int) -> bool:
+            return any(m.get("tool_call_id") in spared for m in self._messages[start:end])
+
+        turn = oldest_turn(self.tally.starts, keep, held if spared else None)
         if turn is None:
             return False
         self.drop(*turn)

@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from ouroboros.window import ledger as tk
 from ouroboros.window.conversation import (
+    WRITING_TOOLS,
     Conversation,
     Observation,
     cap_text,
+    newest_reads,
+    notes_written,
     placeholder,
     unacted_turns,
     worth_masking,
@@ -207,6 +210,7 @@ class ContextManager:
     last_count: LastCount | None = None
     probed: bool = False  # the server was asked to count a prompt this session
     brief: bool = False  # the tools are sent in their short form (see session_tools)
+    notes: list[str] = field(default_factory=list)  # files the agent writes (notes_written)
 
     @classmethod
     def create(cls, limit: int, limit_source: str, max_output_tokens: int,
@@ -333,11 +337,13 @@ class ContextManager:
 
     def evaluate(self, tokens: int, messages: Sequence[Message]) -> Decision:
         """The decision after a turn. The results of the newest turn are never masked here:
-        the agent has not seen them yet."""
+        the agent has not seen them yet; nor the newest read of its notes (kept_reads)."""
         tally = self.held(messages).tally
         starts = tally.starts
-        candidates = tally.candidates()
-        unacted = len(tally.candidates(starts[-1])) if starts else 0
+        kept_read = self.kept_reads()
+        candidates = [i for i in tally.candidates() if i not in kept_read]
+        unacted = len([i for i in tally.candidates(starts[-1]) if i not in kept_read]) \
+            if starts else 0
         kept = max(self.policy.keep_recent_observations, unacted)
         recent = [(i, self.mask_gain(i, tally.size_of(i)))
                   for i in candidates[len(candidates) - kept:len(candidates) - unacted]]
@@ -392,17 +398,24 @@ class ContextManager:
         keep = unacted_turns(conversation, starts) if keep is None else keep
         newest_turn = starts[-keep] if starts and keep else len(conversation)
         newest = tally.candidates(newest_turn)
-        self._mask_until(fitted, tally.candidates(0, newest_turn), tools, target)
-        self._drop_until(fitted, tools, target, keep)
+        kept_read = self.kept_reads()
+        self._mask_until(fitted, [i for i in tally.candidates(0, newest_turn)
+                                  if i not in kept_read], tools, target)
+        self._drop_until(fitted, tools, target, keep, kept_read)
         self._mask_until(fitted, newest, tools, target)
         if keep > 1:  # the last resort: the turn a wind-down interrupted goes too
             self._drop_until(fitted, tools, target, 1)
         return fitted
 
+    def kept_reads(self) -> set[str]:
+        """The results never masked or dropped while anything else can go: the newest read
+        of each file the agent writes (its notes; conversation.newest_reads)."""
+        return newest_reads(self.notes, self.observations)
+
     def _drop_until(self, fitted: Fitted, tools: list[dict[str, Any]], target: int,
-                    keep: int) -> None:
+                    keep: int, spared: set[str] | frozenset[str] = frozenset()) -> None:
         while fitted.tokens > target:
-            if not fitted.messages.drop_oldest_turn(keep):
+            if not fitted.messages.drop_oldest_turn(keep, spared):
                 return
             fitted.dropped_turns += 1
             self.revision += 1
@@ -480,6 +493,8 @@ class ContextManager:
                                self.policy.tool_result_truncation, obs.id)
         obs.truncated = cut > 0
         self.observations[obs.tool_call_id] = obs
+        if obs.tool in WRITING_TOOLS:
+            self.notes = notes_written(self.notes, obs)  # a new list: the journal compares
         return capped
 
     def forget_unreferenced(self, messages: Sequence[Message]) -> int:
@@ -509,6 +524,7 @@ class ContextManager:
             "last_count": asdict(self.last_count) if self.last_count else None,
             "probed": self.probed,
             "brief": self.brief,
+            "notes": list(self.notes),
         }
 
     @classmethod

@@ -25,7 +25,7 @@ from tests.faults.test_segment_crashes import assert_nothing_lost_nothing_twice,
     tiny_segments_project
 from tests.helpers import ouroboros_child, ouroboros_here
 
-PARTS = 20
+PARTS = 26  # enough for three restarts, and prunes after each
 
 
 def killer(point: str, nth: int) -> Callable[[], None]:

@@ -229,7 +229,7 @@ def test_a_rebuild_after_a_restart_opens_with_the_restart_note_and_keeps_the_las
 
     assert [(m["role"], m["content"][:30]) for m in state.messages] == [
         ("system", "Mission."),
-        ("user", "[Session restarted. Session #2"),
+        ("user", "[Session 2 of this run begins "),
         ("assistant", "Thinking."),
         ("user", "Go on."),
         ("user", "[Context nearly full: 91% of t"),
