@@ -335,3 +335,25 @@ def test_a_stale_lock_is_taken_over_with_a_notice(tmp_path, scripted_server):
     assert any(str(gone.pid) in w["message"] for w in warnings)
     assert not (state_dir / "lock").exists()  # released at the end
     assert os.listdir(state_dir / "runs")
+
+
+def test_the_handoff_after_a_kill_and_resume_remembers_the_whole_run(tmp_path,
+                                                                   scripted_server):
+    """What the handoff knows is folded from the log: a kill loses none of it (the files
+    written before the crash are still named, the counts go on)."""
+    agent = CountingAgent(8, hold_tool_at=3)
+    server = scripted_server(agent)
+    crash_and_resume(tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists(),
+                     parts=8, **BIG_PARTS)
+
+    events = run_events(tmp_path)
+    resumed = of_type(events, "run_resumed")[0]["seq"]
+    handoffs = [e for e in of_type(events, "handoff") if e["seq"] > resumed]
+    assert handoffs, "no restart after the resume"
+    for handoff in handoffs:
+        before = [e for e in events if e["seq"] < handoff["seq"]]
+        writes = sum(1 for e in of_type(before, "tool_result")
+                     if e["name"] == "file_write" and e["ok"])
+        turns = len({(e["session"], e["turn"]) for e in of_type(before, "assistant")})
+        assert f"progress.md ({writes} writes)" in handoff["text"]
+        assert f"{turns} turns, " in handoff["text"]  # the run's, not the session's
