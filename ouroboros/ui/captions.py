@@ -51,10 +51,11 @@ def caption(e: Record) -> str | None:
         case ev.SessionRestart():
             return restart_caption(event)
         case ev.Handoff(session=2):
-            return ("The new session also begins with a handoff the harness built from its own "
-                    "log, not from the model: the files the last session wrote, its last "
-                    "commands and their exit codes, calls that kept failing, and the agent's "
-                    "wind-down note; it comes before the carried turns.")
+            return ("The new session also ends its first prompt with a handoff the harness "
+                    "built from its own log, not from the model: the files written so far, the "
+                    "last commands and their exit codes, calls that kept failing; and last, "
+                    "what to do first: re-read the notes. Facts only, after the carried turns, "
+                    "because a small model acts on what it reads last.")
         case ev.RunEnd():
             return end_caption(event)
     return None
@@ -95,10 +96,10 @@ def restart_caption(e: ev.SessionRestart) -> str:
         return f"Restart: session {session} starts fresh, {carried} messages carried over."
     return (f"Restart ({e.reason}): session {session} starts from a fresh context: "
             "SYSTEM_PROMPT.md read again from disk, with the agent's memory file (NOTES.md, "
-            "which the agent edits) pinned after it, a note saying the session restarted, "
-            f"and the last {carried} messages of session {session - 1} carried over, whole "
-            "turns only. The rest of what the agent knew is in its files: it carries on from "
-            "progress.md.")
+            f"which the agent edits) pinned after it, the last {carried} messages of session "
+            f"{session - 1} carried over as they happened, whole turns only, then a note "
+            "saying a new session begins. The rest of what the agent knew is in its files: it "
+            "carries on from progress.md.")
 
 
 def end_caption(e: ev.RunEnd) -> str:
