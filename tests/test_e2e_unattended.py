@@ -141,3 +141,39 @@ def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
     assert "- part 1 went well" in server.requests[-1]["messages"][0]["content"]
     assert "- part 1 went well" not in server.requests[0]["messages"][0]["content"]
     assert not list((tmp_path / ".ouroboros" / "inbox").glob("*.json"))
+
+
+class NotesVandal(RecordingAgent):
+    """The demo agent that, as it records parts 6, 14 and 22, makes its memory file
+    something that cannot be pinned whole: a huge file, a binary one, a link out of the
+    workspace."""
+
+    VANDAL = {6: ("shell_exec", {"command": "yes 'old line' | head -n 40000 > NOTES.md"}),
+              14: ("shell_exec", {"command": "printf 'bin\\000ary' > NOTES.md"}),
+              22: ("shell_exec", {"command": "rm -f NOTES.md && ln -s /etc/passwd NOTES.md"})}
+
+    def __call__(self, messages: list[Message]) -> Reply:
+        reply = super().__call__(messages)
+        part = int(reply.text.split()[-1].rstrip(".")) if reply.text.startswith(
+            "Recording part") else None
+        if part in self.VANDAL:
+            return Reply(reply.text, [*reply.tool_calls, self.VANDAL[part]])
+        return reply
+
+
+def test_a_memory_file_huge_binary_or_replaced_changes_nothing_of_a_restart(tmp_path):
+    with ScriptedServer(NotesVandal(32), model="scripted-demo", context_length=4096) as server:
+        write_demo_project(tmp_path, server.base_url, 32)
+        loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
+        assert asyncio.run(run_agent(loaded, RunHooks())) == 0
+    events = run_events(tmp_path)
+    assert events[-1]["reason"] == "task_complete" and len(of_type(events, "session_restart")) >= 3
+    firsts = [r["messages"] for r in server.requests
+              if "of this run begins" in r["messages"][-1]["content"]]
+    assert len(firsts) == len(of_type(events, "session_restart"))
+    for messages in firsts:  # each restart ends with its note, whatever NOTES.md became
+        assert messages[-1]["content"].splitlines()[-1].startswith("First, before you act")
+        assert "root:" not in messages[0]["content"]  # never the link's target
+        assert len(messages[0]["content"]) < 20_000  # the huge one cut to its budget
+    warned = " ".join(e["message"] for e in of_type(events, "warning"))
+    assert "NOTES.md is binary" in warned and "NOTES.md" in warned

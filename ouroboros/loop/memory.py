@@ -125,8 +125,20 @@ def compose(mission: str, memory: Pinned | None, agents: Pinned | None,
     return "\n\n---\n\n".join(parts) + "\n"
 
 
-def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: float
-                   ) -> tuple[Message, list[str]]:
+def pin_budget(memory_max_tokens: int, prompt_budget: int | None) -> int:
+    """The tokens each pinned file may take: `agent.memory_max_tokens`, and never more than a
+    share of the prompt's budget, so a huge memory file cannot leave a small window no room
+    to work (a fresh session must start at most half full)."""
+    if prompt_budget is None:
+        return memory_max_tokens
+    return min(memory_max_tokens, max(prompt_budget // PIN_SHARE, 1))
+
+
+PIN_SHARE = 8  # each pinned file takes at most an eighth of the prompt's budget
+
+
+def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: float,
+                   prompt_budget: int | None = None) -> tuple[Message, list[str]]:
     """The system message as the files are now, and a warning for each file left out. The
     previous message if the mission's file has gone; the mission alone if the memory's
     budget is 0."""
@@ -135,22 +147,26 @@ def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: flo
     except (OSError, UnicodeDecodeError):
         return previous, []
     agent = loaded.config.agent
+    max_tokens = pin_budget(agent.memory_max_tokens, prompt_budget)
     if agent.memory_max_tokens == 0:
         return mission_message(mission, mission), []
     warnings: list[str] = []
     pinned: list[Pinned | None] = []
     for name in (agent.memory_file, AGENTS_FILE):
         try:
-            pinned.append(read_pinned(loaded.workspace, name, agent.memory_max_tokens,
+            pinned.append(read_pinned(loaded.workspace, name, max_tokens,
                                       chars_per_token))
         except Unpinnable as why:
             pinned.append(None)
             warnings.append(f"{why}: it is left out of the system message (the run goes on)")
     memory, agents = pinned
     if memory is not None and memory.cut:
-        warnings.append(f"{memory.name} is over agent.memory_max_tokens "
-                        f"({agent.memory_max_tokens}): only its newest part is pinned")
-    content = compose(mission, memory, agents, agent.memory_max_tokens)
+        limit = (f"agent.memory_max_tokens ({agent.memory_max_tokens})"
+                 if max_tokens == agent.memory_max_tokens else
+                 f"the {max_tokens} tokens a pinned file may take in this window (an eighth "
+                 "of the budget)")
+        warnings.append(f"{memory.name} is over {limit}: only its newest part is pinned")
+    content = compose(mission, memory, agents, max_tokens)
     return mission_message(content, mission), warnings
 
 

@@ -280,8 +280,9 @@ class Runner:
     def system_message(self) -> Message:
         """The mission and the agent's memory as the files are now (memory.py); a file that
         cannot be pinned is warned about once."""
+        context = self.state.context
         message, warnings = system_message(self.loaded, self.state.messages[0],
-                                           self.state.context.chars_per_token)
+                                           context.chars_per_token, context.budget)
         for warning in warnings:
             self.warn_once(warning, warning)
         return message
