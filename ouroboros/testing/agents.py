@@ -396,8 +396,8 @@ class WordyAgent(LiteralAgent):
 
 
 LITERAL_AGENTS: dict[str, type[WindowAgent]] = {
-    "literal": LiteralAgent, "window": WindowAgent, "last-word": LastWordAgent,
-    "wordy": WordyAgent}
+    "a-newest-order": LiteralAgent, "b-window": WindowAgent, "c-last-word": LastWordAgent,
+    "d-done-in-words": WordyAgent}
 
 
 # --- figures of a finished run ----------------------------------------------------------------
