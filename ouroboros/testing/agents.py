@@ -74,10 +74,11 @@ DONE_LINE = re.compile(r"^DONE: *([0-9, -]*)$", re.MULTILINE)
 MASKED = re.compile(r"^\[\w+ result masked: ")
 INTERRUPTED = re.compile(r"\binterrupted\b", re.IGNORECASE)
 PART_NAMED = re.compile(r"part_(\d+)")
-HOLD = "; echo $$ > held.pid; sleep 30"  # after the append: the held record took effect
 HELD_PID = "held.pid"  # in the workspace: the held shell's pid (its process group's)
+HOLD = f"; echo $$ > {HELD_PID}; sleep 30"  # after the append: the held record took effect
 # The task's size in the tests and the benchmark: 40 parts of 1,500 characters in an 8k
-# window, told with MUSING thrice a step, restart every 15-25 turns with the handoff in room.
+# window, each reply saying MUSING 3 times: sessions restart every 15-25 turns, and the
+# handoff finds room at each restart.
 CHARS_PER_PART = 1500
 MUSINGS = 3
 # What a chatty small model says around each step (neutral words: the handoff may quote it).
@@ -99,7 +100,7 @@ def part_path(index: int) -> str:
     return f"data/part_{index:03d}.txt"
 
 
-def make_parts(workspace: Path, parts: int, chars_per_part: int = 6000,
+def make_parts(workspace: Path, parts: int, chars_per_part: int = CHARS_PER_PART,
                seed: int = 7) -> dict[int, str]:
     """Write the data files with neutral filler; return each part's key."""
     rng = random.Random(seed)
@@ -203,11 +204,6 @@ class View:
     def is_notes(self, call: Call) -> bool:
         return str(call.args.get("path", "")).lstrip("./") == self.notes
 
-    def notes_visible(self) -> bool:
-        """Whether it can see what its notes say: a visible read, or notes in the system."""
-        return any(c.seen is not None for c in self.notes_reads()) or \
-            self.system_notes() is not None
-
     def system_notes(self) -> set[int] | None:
         first = self.messages[0] if self.messages else {}
         return notes_done(first.get("content") or "") if first.get("role") == "system" \
@@ -308,14 +304,17 @@ class WindowAgent:
                      [("shell_exec", {"command": f"grep -q '^part_{part:03d}: ' results.txt"})])
 
     def obey(self, view: View) -> Reply | None:
-        """The words this variant follows besides the wind-down: the system prompt's."""
-        system = view.messages[0].get("content") or "" if view.messages else ""
-        if view.messages[0]["role"] == "system" and order_in_system(system, "read") and \
-                not view.notes_visible() and not view.notes_reads():
+        """The words this variant follows besides the wind-down: the system prompt's, to read
+        its notes at a start (no read of them in sight, none pinned)."""
+        first = view.messages[0]
+        if first["role"] == "system" and says_read(first.get("content") or "") and \
+                not view.notes_reads() and view.system_notes() is None:
             return self.read_notes("Reading my notes first, as the prompt says.")
         return None
 
-    def work(self, view: View, saying: str = "") -> Reply:
+    def work(self, view: View) -> Reply:
+        """The next part it does not know to be done: record it if its key is in sight, else
+        read it; with its notes written again after a record it saw succeed."""
         done = view.known_done()
         todo = next((n for n in range(1, self.parts + 1) if n not in done), None)
         if todo is None:
@@ -324,8 +323,8 @@ class WindowAgent:
         if self.just_recorded(view):  # keep the notes current, from what it knows
             calls.append(self.notes_write(done))
         if (key := view.visible_key(todo)) is not None:
-            return Reply(f"{saying}Recording part {todo}.", [*calls, self.record(todo, key)])
-        return Reply(f"{saying}Reading part {todo}.",
+            return Reply(f"Recording part {todo}.", [*calls, self.record(todo, key)])
+        return Reply(f"Reading part {todo}.",
                      [*calls, ("file_read", {"path": part_path(todo)})])
 
     def just_recorded(self, view: View) -> bool:
@@ -357,8 +356,9 @@ class WindowAgent:
         return Reply(f"{DONE_WORDS}", [("task_complete", {"summary": summary})])
 
 
-def order_in_system(text: str, order: Order) -> bool:
-    return any(o == order and words.search(text) for o, words in ORDERS)
+def says_read(text: str) -> bool:
+    """Whether `text` says, among anything else, to read the notes."""
+    return any(order == "read" and words.search(text) for order, words in ORDERS)
 
 
 class LiteralAgent(WindowAgent):
@@ -369,7 +369,7 @@ class LiteralAgent(WindowAgent):
         newest = view.newest_order()
         if newest is None or view.answered(*newest):
             return None
-        at, order = newest
+        order = newest[1]
         if order == "save":
             return self.save(view, "Saving my progress, as told.")
         if order == "read":
