@@ -146,6 +146,17 @@ def test_every_agent_checks_the_command_a_resume_note_names(agent):
 
 
 @pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
+def test_every_agent_checks_a_call_cut_short_only_while_it_is_news(agent):
+    cut = ("Cut short (may or may not have taken effect): shell_exec grep -qxF 'part_005: "
+           "abc123' results.txt 2>/dev/null || echo 'part_005:...")
+    last = worked(Chat()).read_part(5).say(f"[Session restarted. {cut}]")
+    assert calls(agent(6)(last.messages))[0] == (
+        "shell_exec", {"command": "grep -q '^part_005: ' results.txt"})
+    before = worked(Chat()).say(f"[Handoff: {cut}]").read_notes("DONE: 1-4\nNEXT: 5\n")
+    assert reads(agent(6)(before.messages)) == ["data/part_005.txt"]  # not told after its reply
+
+
+@pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
 def test_a_masked_result_holds_nothing(agent):
     chat = Chat().say("Continue.").did(
         "file_read", {"path": NOTES},

@@ -16,7 +16,8 @@ after each record it sees succeed, it writes its notes again in its next reply.
 The words taken as orders (ORDERS; within one message the strongest counts): save, write
 down, wind down, wrap up, record your progress (save the notes now); check, read, re-read,
 look at ... notes, progress or workspace (read the notes now); continue, go on, keep going.
-The word "interrupted" in the messages after its newest reply means a call was cut short.
+The words "interrupted" or "cut short" in the messages after its newest reply mean a call
+may or may not have run: it checks results.txt for the part named there before redoing it.
 
 All of them save when the newest message asks them to (the wind-down), and check results.txt
 (`grep -q '^part_012: ' results.txt`) before redoing a call reported interrupted in the
@@ -72,7 +73,7 @@ RECORDED = re.compile(r"echo 'part_(\d+): [0-9a-f]+' >> results\.txt")
 CHECKED = re.compile(r"^grep -q '\^part_(\d+): ' results\.txt$")
 DONE_LINE = re.compile(r"^DONE: *([0-9, -]*)$", re.MULTILINE)
 MASKED = re.compile(r"^\[\w+ result masked: ")
-INTERRUPTED = re.compile(r"\binterrupted\b", re.IGNORECASE)
+INTERRUPTED = re.compile(r"\b(interrupted|cut short)\b", re.IGNORECASE)
 PART_NAMED = re.compile(r"part_(\d+)")
 HELD_PID = "held.pid"  # in the workspace: the held shell's pid (its process group's)
 HOLD = f"; echo $$ > {HELD_PID}; sleep 30"  # after the append: the held record took effect
