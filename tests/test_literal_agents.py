@@ -238,6 +238,15 @@ def test_last_word_ignores_advice_not_in_the_last_message():
     assert reads(LastWordAgent(40)(chat.messages)) == [NOTES]
 
 
+def test_last_word_checks_a_call_cut_short_and_reads_its_notes_at_once_when_told_both():
+    chat = Chat().read_part(11).recorded(11)
+    chat.say("[Session restarted. Cut short: `grep -qxF 'part_012: abc123' results.txt`. "
+             "Re-read your notes before you act.]")
+    assert calls(LastWordAgent(40)(chat.messages)) == [
+        ("shell_exec", {"command": "grep -q '^part_012: ' results.txt"}),
+        ("file_read", {"path": NOTES})]
+
+
 # --- (d) says it is done in words ---------------------------------------------------------
 
 

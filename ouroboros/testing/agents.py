@@ -301,8 +301,10 @@ class WindowAgent:
         part = view.cut_part()
         if part is None or part in view.known_done():
             return self.read_notes("A step was cut short; looking at my notes.")
-        return Reply(f"Part {part} was cut short; is it in results.txt?",
-                     [("shell_exec", {"command": f"grep -q '^part_{part:03d}: ' results.txt"})])
+        check = ("shell_exec", {"command": f"grep -q '^part_{part:03d}: ' results.txt"})
+        also = self.obey(view)  # told to read its notes as well: both at once
+        reading = [(n, a) for n, a in also.tool_calls if n == "file_read"] if also else []
+        return Reply(f"Part {part} was cut short; is it in results.txt?", [check, *reading])
 
     def obey(self, view: View) -> Reply | None:
         """The words this variant follows besides the wind-down: the system prompt's, to read
