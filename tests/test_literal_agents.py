@@ -1,8 +1,9 @@
 """Agents that read literally, as small local models do (ouroboros/testing/agents.py): each
 reaction of theirs, from a message list to a reply; then the parts task, 40 parts in an 8k
-window, through restarts and two `kill -9`s each followed by `ouroboros resume`, done whole
-and nothing redone, whatever the harness's notes say, as long as they say the right thing in
-the right place."""
+window, through restarts and two `kill -9`s each followed by `ouroboros resume`, to be done
+whole with nothing redone. The agents react to words, not to one wording: the harness passes
+when its notes say the right thing (re-read your notes; this call was cut short) in the right
+place (the last message), and nothing it says reads as an order to save out of turn."""
 
 from __future__ import annotations
 
