@@ -11,11 +11,16 @@ Then the same task on every server tokenizer of the scripted server (and on the 
 with each broken way of reporting usage): one managed run per row, each compared with an
 unmanaged run on the same tokenizer, and the floors every row must meet.
 
-Rows at the tails (--rows content,windows or row names): data files of each content kind
+Rows at the tails (--rows content,windows,literal or row names): data files of each content kind
 (code, minified JSON, hex, base64, CJK, emoji, one long line) on the "bpe-bytes" tokenizer, and
 servers whose window is not what the config claims (Ollama allocated less, with /api/ps honest
 or silent; a server restarted bigger mid-run; refusals that name the window or not; a 2048
 window; counts that keep falling from a server silent on its window). Those rows are managed runs only (no unmanaged twin, so no cost column).
+
+The literal rows (--rows literal): the same task done by the agents that read literally, as
+small local models do (ouroboros/testing/agents.py), 40 parts in an 8k window with restarts,
+on the default config (handoff on). Their floors: every part done, none redone, and requests
+within 1.1x the fewest any literal row takes.
 
     python benchmarks/context_efficiency.py [--parts 40] [--tokens-per-file 2300 | --chars N]
                                             [--quick] [--keep DIR] [--rows GROUPS|NAMES]
@@ -33,6 +38,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomli_w
+
 from ouroboros.config import load_config
 from ouroboros.errors import RunFailed
 from ouroboros.demo import (
@@ -44,6 +51,16 @@ from ouroboros.demo import (
 from ouroboros.store.log import list_runs, read_events
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import Reply, ScriptedServer
+from ouroboros.testing.agents import (
+    CHARS_PER_PART,
+    LITERAL_AGENTS,
+    LITERAL_PROMPT,
+    MUSINGS,
+    NOTES,
+    RunFigures,
+    make_parts,
+    run_figures,
+)
 from ouroboros.testing.content import CONTENT_KINDS, write_parts
 from ouroboros.testing.tokenizer import TOKENIZERS
 
@@ -83,8 +100,12 @@ TAIL_ROWS: dict[str, Row] = {
     "window 2048": Row(window=2048),
     "falling counts ps-silent": Row(api_ps="silent", usage="decreasing"),
 }
+LITERAL_ROWS = {f"literal {name}": name for name in LITERAL_AGENTS}  # "literal b-window" ...
 ROW_GROUPS = {"content": [n for n in TAIL_ROWS if n.startswith("content=")],
-              "windows": [n for n in TAIL_ROWS if not n.startswith("content=")]}
+              "windows": [n for n in TAIL_ROWS if not n.startswith("content=")],
+              "literal": list(LITERAL_ROWS)}
+LITERAL_WINDOW = 8192
+MAX_LITERAL_REQUESTS_OVER_FEWEST = 1.1
 
 # The floors every row of the matrix must meet.
 MAX_REQUESTS_OVER_FEWEST = 1.25
@@ -386,6 +407,58 @@ def print_floors(checks: list[tuple[str, list[str]]]) -> bool:
     return not any(failing for _, failing in checks)
 
 
+def run_literal(name: str, parts: int, keep: Path | None = None) -> tuple[RunFigures, float]:
+    """One run of the task by a literal agent on the default config (8k window); its
+    figures and wall seconds. `keep` copies the project there afterwards."""
+    agent = LITERAL_AGENTS[name](parts, musing=MUSINGS)
+    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
+            agent, model="scripted", context_length=LITERAL_WINDOW) as server:
+        root = Path(tmp)
+        (root / "workspace").mkdir()
+        (root / "SYSTEM_PROMPT.md").write_text(LITERAL_PROMPT.format(notes=NOTES))
+        (root / "ouroboros.toml").write_text(tomli_w.dumps({"model": {
+            "base_url": server.base_url, "name": "scripted",
+            "context_limit": LITERAL_WINDOW}}))
+        keys = make_parts(root / "workspace", parts, CHARS_PER_PART)
+        flags = {"agent.max_turns": 5 * parts + 50}  # a cap, should a row redo its work
+        loaded = load_config(root / "ouroboros.toml", flags, env={}, user_file=None)
+        started = time.perf_counter()
+        try:
+            asyncio.run(run_agent(loaded, RunHooks()))
+        except RunFailed as failed:
+            print(f"  (run failed: {failed.message})", flush=True)
+        seconds = time.perf_counter() - started
+        if keep is not None:
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(root, keep)
+        return run_figures(root, keys), seconds
+
+
+def run_literals(args: argparse.Namespace, names: list[str]) -> bool:
+    """The literal rows, their table and floors; True if every floor holds."""
+    print(f"literal agents: {args.parts} parts of {CHARS_PER_PART:,} characters, "
+          f"{LITERAL_WINDOW}-token window, default config (handoff on)\n")
+    header = f"{'row':26}{'files':>7}{'requests':>10}{'redone':>8}{'restarts':>10}{'s':>6}"
+    print(header + "\n" + "-" * len(header))
+    rows: dict[str, RunFigures] = {}
+    for name in names:
+        keep = args.keep / name.replace(" ", "_") if args.keep else None
+        figures, seconds = run_literal(LITERAL_ROWS[name], args.parts, keep)
+        rows[name] = figures
+        print(f"{name:26}{f'{figures.done}/{figures.parts}':>7}{figures.requests:>10}"
+              f"{figures.redone:>8}{figures.restarts:>10}{seconds:>6.1f}", flush=True)
+    fewest = min(f.requests for f in rows.values())
+    limit = MAX_LITERAL_REQUESTS_OVER_FEWEST * fewest
+    print("\nfloors (literal rows)")
+    return print_floors([
+        (f"every file done ({args.parts}/{args.parts})",
+         [n for n, f in rows.items() if not (f.done == args.parts and f.complete)]),
+        ("no part redone", [n for n, f in rows.items() if f.redone]),
+        (f"requests <= {MAX_LITERAL_REQUESTS_OVER_FEWEST}x the fewest ({fewest} -> "
+         f"{int(limit)})", [n for n, f in rows.items() if f.requests > limit]),
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", type=int, default=None, help="files to read (default 40)")
@@ -407,11 +480,15 @@ def main() -> None:
     if args.rows:
         names = [n for part in args.rows.split(",") for n in ROW_GROUPS.get(part.strip(),
                                                                           [part.strip()])]
-        unknown = [n for n in names if n not in TAIL_ROWS]
+        unknown = [n for n in names if n not in TAIL_ROWS and n not in LITERAL_ROWS]
         if unknown:
             parser.error(f"unknown rows {unknown}; allowed: {list(ROW_GROUPS)} or "
-                         f"{list(TAIL_ROWS)}")
-        raise SystemExit(0 if run_tails(args, names) else 1)
+                         f"{list(TAIL_ROWS) + list(LITERAL_ROWS)}")
+        tails = [n for n in names if n in TAIL_ROWS]
+        literals = [n for n in names if n in LITERAL_ROWS]
+        held = [run_tails(args, tails)] if tails else []
+        held += [run_literals(args, literals)] if literals else []
+        raise SystemExit(0 if all(held) else 1)
 
     def keep(name: str) -> Path | None:
         return args.keep / name if args.keep else None

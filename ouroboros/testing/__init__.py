@@ -19,8 +19,19 @@ Where things are:
 - endpoints.py: the rest of Ollama's API (tags, show, ps) and other servers' tokenize
 - server.py: `ScriptedServer`, the model on a socket, with outages
 - tokenizer.py: `ServerTokenizer`, how a server counts tokens, unlike the harness's estimate
+- agents.py: brains that read literally, as small local models do (`LiteralAgent`, ...),
+  and the figures of a run of their task (`run_figures`)
 """
 
+from ouroboros.testing.agents import (
+    LITERAL_AGENTS,
+    LastWordAgent,
+    LiteralAgent,
+    RunFigures,
+    WindowAgent,
+    WordyAgent,
+    run_figures,
+)
 from ouroboros.testing.model import ScriptedModel
 from ouroboros.testing.script import SCRIPT_FINISHED, Brain, Fault, Reply
 from ouroboros.testing.server import ScriptedServer
@@ -43,22 +54,29 @@ from ouroboros.testing.wire import (
 __all__ = [
     "DONE_FRAME",
     "GARBAGE_FRAME",
+    "LITERAL_AGENTS",
     "OVERFLOW_MESSAGE",
     "SCRIPT_FINISHED",
     "TOKENIZERS",
     "Brain",
     "Fault",
+    "LastWordAgent",
+    "LiteralAgent",
     "ModelSettings",
     "Reply",
+    "RunFigures",
     "ScriptedModel",
     "ScriptedServer",
     "ServerTokenizer",
     "UsageMode",
+    "WindowAgent",
+    "WordyAgent",
     "error_body",
     "frame",
     "render_completion",
     "render_deltas",
     "render_stream",
+    "run_figures",
     "split_text",
     "usage_wire",
 ]
