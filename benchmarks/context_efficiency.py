@@ -407,9 +407,11 @@ def print_floors(checks: list[tuple[str, list[str]]]) -> bool:
     return not any(failing for _, failing in checks)
 
 
-def run_literal(name: str, parts: int, keep: Path | None = None) -> tuple[RunFigures, float]:
-    """One run of the task by a literal agent on the default config (8k window); its
-    figures and wall seconds. `keep` copies the project there afterwards."""
+def run_literal(name: str, parts: int, keep: Path | None = None,
+                handoff: bool = True) -> tuple[RunFigures, float]:
+    """One run of the task by a literal agent on the default config (8k window), or with
+    the handoff's facts off; its figures and wall seconds. `keep` copies the project there
+    afterwards."""
     agent = LITERAL_AGENTS[name](parts, musing=MUSINGS)
     with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
             agent, model="scripted", context_length=LITERAL_WINDOW) as server:
@@ -420,7 +422,9 @@ def run_literal(name: str, parts: int, keep: Path | None = None) -> tuple[RunFig
             "base_url": server.base_url, "name": "scripted",
             "context_limit": LITERAL_WINDOW}}))
         keys = make_parts(root / "workspace", parts, CHARS_PER_PART)
-        flags = {"agent.max_turns": 5 * parts + 50}  # a cap, should a row redo its work
+        flags: dict = {"agent.max_turns": 5 * parts + 50}  # a cap, should a row redo its work
+        if not handoff:
+            flags["context.handoff_max_tokens"] = 0
         loaded = load_config(root / "ouroboros.toml", flags, env={}, user_file=None)
         started = time.perf_counter()
         try:
@@ -435,27 +439,39 @@ def run_literal(name: str, parts: int, keep: Path | None = None) -> tuple[RunFig
 
 
 def run_literals(args: argparse.Namespace, names: list[str]) -> bool:
-    """The literal rows, their table and floors; True if every floor holds."""
+    """The literal rows, each on the default config and with the handoff's facts off; their
+    table and floors (the default config's requests against the fewest any row takes); True
+    if every floor holds."""
     print(f"literal agents: {args.parts} parts of {CHARS_PER_PART:,} characters, "
-          f"{LITERAL_WINDOW}-token window, default config (handoff on)\n")
-    header = f"{'row':26}{'files':>7}{'requests':>10}{'redone':>8}{'restarts':>10}{'s':>6}"
+          f"{LITERAL_WINDOW}-token window; each on the default config (handoff on) and with "
+          "context.handoff_max_tokens = 0 (off)\n")
+    header = (f"{'row':26}{'handoff':>8}{'files':>7}{'requests':>10}{'redone':>8}"
+              f"{'restarts':>10}{'s':>6}")
     print(header + "\n" + "-" * len(header))
-    rows: dict[str, RunFigures] = {}
+    rows: dict[tuple[str, bool], RunFigures] = {}
     for name in names:
-        keep = args.keep / name.replace(" ", "_") if args.keep else None
-        figures, seconds = run_literal(LITERAL_ROWS[name], args.parts, keep)
-        rows[name] = figures
-        print(f"{name:26}{f'{figures.done}/{figures.parts}':>7}{figures.requests:>10}"
-              f"{figures.redone:>8}{figures.restarts:>10}{seconds:>6.1f}", flush=True)
+        for handoff in (True, False):
+            keep = (args.keep / f"{name.replace(' ', '_')}{'' if handoff else '_off'}"
+                    if args.keep else None)
+            figures, seconds = run_literal(LITERAL_ROWS[name], args.parts, keep, handoff)
+            rows[name, handoff] = figures
+            print(f"{name:26}{'on' if handoff else 'off':>8}"
+                  f"{f'{figures.done}/{figures.parts}':>7}{figures.requests:>10}"
+                  f"{figures.redone:>8}{figures.restarts:>10}{seconds:>6.1f}", flush=True)
     fewest = min(f.requests for f in rows.values())
     limit = MAX_LITERAL_REQUESTS_OVER_FEWEST * fewest
+
+    def label(key: tuple[str, bool]) -> str:
+        return f"{key[0]} ({'on' if key[1] else 'off'})"
+
     print("\nfloors (literal rows)")
     return print_floors([
         (f"every file done ({args.parts}/{args.parts})",
-         [n for n, f in rows.items() if not (f.done == args.parts and f.complete)]),
-        ("no part redone", [n for n, f in rows.items() if f.redone]),
-        (f"requests <= {MAX_LITERAL_REQUESTS_OVER_FEWEST}x the fewest ({fewest} -> "
-         f"{int(limit)})", [n for n, f in rows.items() if f.requests > limit]),
+         [label(k) for k, f in rows.items() if not (f.done == args.parts and f.complete)]),
+        ("no part redone", [label(k) for k, f in rows.items() if f.redone]),
+        (f"the default config's requests <= {MAX_LITERAL_REQUESTS_OVER_FEWEST}x the fewest any "
+         f"row takes ({fewest} -> {int(limit)})",
+         [label(k) for k, f in rows.items() if k[1] and f.requests > limit]),
     ])
 
 

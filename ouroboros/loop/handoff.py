@@ -85,8 +85,8 @@ class Digest:
     files_dropped: int = 0
     commands: deque[tuple[str, int | None]] = field(
         default_factory=lambda: deque(maxlen=MAX_COMMANDS))
-    interrupted: deque[tuple[str, int]] = field(  # what, in which session
-        default_factory=lambda: deque(maxlen=MAX_INTERRUPTED))
+    interrupted: deque[tuple[str, int]] = field(  # what, in which session: cut short by a
+        default_factory=lambda: deque(maxlen=MAX_INTERRUPTED))  # stop, not seen by the agent
     done: OrderedDict[str, int] = field(default_factory=OrderedDict)  # fingerprint -> session
     pending: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> name,
     # target, fingerprint
@@ -96,6 +96,7 @@ class Digest:
         match event:
             case ev.Assistant():
                 self.turns += 1
+                self.interrupted.clear()  # the agent has been told of them, and acted
             case ev.ToolCallEvent(id=call_id, name=name, arguments=arguments, subject=subject):
                 self.calls += 1  # named by what its tool says it is about (Toolbox.subject)
                 self.pending[call_id] = (name, one_line(subject or arguments),
