@@ -25,9 +25,13 @@ def kind_of(mode: int) -> str:
     return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
-def refused(path: Path | str, why: str) -> OSError:
-    """The OSError a refused file raises: `strerror` says why, `filename` names it."""
-    return OSError(errno.EPERM, why, str(path))
+class Refused(OSError):
+    """A file the harness will not use (a link, a FIFO, a device where a file should be):
+    `strerror` says why, `filename` names it."""
+
+
+def refused(path: Path | str, why: str) -> Refused:
+    return Refused(errno.EPERM, why, str(path))
 
 
 def open_regular(path: Path | str, flags: int = READ_FLAGS, mode: int = 0o644, *,
