@@ -155,18 +155,29 @@ def tell(
 
 
 def message_text(text: str | None, file: Path | None) -> str:
-    """TEXT or the --file's text; UsageError for both, neither, or a file that cannot be
-    read."""
+    """TEXT or the --file's text (at most one byte more than a message may hold is read, so
+    `--file /dev/zero` is one line too); UsageError for both, neither, or a file that cannot
+    be read."""
     import sys
 
     from ouroboros.errors import UsageError
+    from ouroboros.loop.inbox import MAX_MESSAGE_BYTES
 
     if (text is None) == (file is None):
         raise UsageError("give the message as TEXT or with --file, one of the two")
     if file is None:
         return text or ""
     try:
-        return sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        if str(file) == "-":
+            data = sys.stdin.buffer.read(MAX_MESSAGE_BYTES + 1)
+        else:
+            with file.open("rb") as stream:
+                data = stream.read(MAX_MESSAGE_BYTES + 1)
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise UsageError(f"the message in {file} is over {MAX_MESSAGE_BYTES:,} bytes, the "
+                             "most that may be sent (put the rest in a workspace file and tell "
+                             "the agent to read it)")
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read the message from {file}: "
                          f"{getattr(error, 'strerror', None) or error}") from None

@@ -68,6 +68,19 @@ def read_fd(fd: int, path: Path | str, limit: int) -> bytes:
                   "ever holds", str(path))
 
 
+def read_prefix(fd: int, size: int) -> bytes:
+    """The first `size` bytes of the file `fd` is open on (fewer if it is shorter): what a
+    log held when it was opened, however fast it grows meanwhile."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.pread(fd, min(size - got, 1 << 24), got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def read_regular(path: Path | str, limit: int, *, dir_fd: int | None = None) -> bytes:
     """The bytes of the regular file at `path` (see open_regular), at most `limit`."""
     fd = open_regular(path, dir_fd=dir_fd)
