@@ -72,13 +72,13 @@ def config_set(
     from ouroboros.config import load_config, set_config_value
     from ouroboros.loop.reload import effect_note, live_holder
     from ouroboros.config.values import toml_value
-    from ouroboros.ui.config_view import override_note
+    from ouroboros.ui.config_view import override_note, shown_value
     from ouroboros.ui.status import run_status
 
     path = guarded(lambda: project_file(config))
     written = guarded(lambda: set_config_value(path, key, value))
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
-    typer.echo(f"{key} = {toml_value(written)} (in {shown})")
+    typer.echo(f"{key} = {toml_value(shown_value(key, written))} (in {shown})")
     loaded = guarded(lambda: load_config(path, {}))
     note = override_note(loaded, key)
     if note is not None:
@@ -99,6 +99,7 @@ def config_unset(
     the file is kept. The value below it (the user file's, or the default) applies again."""
     from ouroboros.config import load_config, unset_config_value
     from ouroboros.config.values import toml_value
+    from ouroboros.ui.config_view import shown_value
 
     path = guarded(lambda: project_file(config))
     removed = guarded(lambda: unset_config_value(path, key))
@@ -106,8 +107,9 @@ def config_unset(
     loaded = guarded(lambda: load_config(path, {}))
     table, name = key.split(".")
     value = getattr(getattr(loaded.config, table), name)
-    shown_value = f"a list of {len(value)}" if isinstance(value, list) else toml_value(value)
-    now = f"{shown_value} {loaded.origin(key)}"
+    now = (f"a list of {len(value)}" if isinstance(value, list)
+           else toml_value(shown_value(key, value)))
+    now = f"{now} {loaded.origin(key)}"
     if not removed:
         typer.echo(f"{key} is not set in {shown}; it is {now}")
         return
