@@ -257,3 +257,16 @@ def test_a_shown_url_hides_what_its_userinfo_holds() -> None:
     assert shown_url("http://[::1]:8080") == "http://[::1]:8080"
     assert shown_url("http://me:p@ss@host/x@y") == "http://me:***@host/x@y"
     assert shown_url("http://host?next=a@b") == "http://host?next=a@b"
+
+
+def test_a_bad_base_url_with_a_password_is_named_without_it(tmp_path: Path) -> None:
+    config = make_project(tmp_path, "http://127.0.0.1:1")
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--base-url",
+                       f"http://me:{PASSWORD}@host:99999")
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: model.base_url from flag --base-url must be an http:// or https:// URL with a "
+        "host and a port from 1 to 65535, like http://127.0.0.1:11434, got "
+        '"http://me:***@host:99999"']
