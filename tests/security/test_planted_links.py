@@ -53,7 +53,7 @@ def capped() -> None:
 def command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`ouroboros ARGS` in its own process, its memory capped and its time bounded."""
     return subprocess.run([sys.executable, "-m", "ouroboros", *args], cwd=cwd,
-                          env=clean_env(), capture_output=True, text=True, timeout=60,
+                          env=clean_env(), capture_output=True, text=True, timeout=30,
                           stdin=subprocess.DEVNULL, preexec_fn=capped)
 
 
@@ -311,3 +311,15 @@ def test_tell_reads_no_more_of_a_file_than_a_message_may_hold(tmp_path: Path) ->
     assert one_line(result) == ("error: the message in /dev/zero is over 65,536 bytes, the most "
                                 "that may be sent (put the rest in a workspace file and tell "
                                 "the agent to read it)")
+
+
+def test_a_fifo_planted_as_the_state_dirs_project_file_hangs_no_command(tmp_path: Path) -> None:
+    state_dir = sample_project(tmp_path)
+    (tmp_path / "ouroboros.toml").write_text('[model]\nbase_url = "http://127.0.0.1:1"\n')
+    (tmp_path / "SYSTEM_PROMPT.md").write_text("mission")
+    (tmp_path / "workspace").mkdir()
+    os.mkfifo(state_dir / "project.json")
+
+    result = command("resume", "--headless", cwd=tmp_path)  # returns: it does not wait
+
+    assert one_line(result).startswith("error: cannot reach the model server")
