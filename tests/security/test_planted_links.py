@@ -171,6 +171,32 @@ def test_a_fallback_locks_dir_planted_by_another_user_is_refused(
     assert os.listdir(planted / "locks") == []
 
 
+PLANT = """
+import os, sys
+os.symlink(sys.argv[2], sys.argv[1])
+"""
+
+
+def test_a_link_another_user_plants_in_a_shared_state_dir_leaves_roots_file_alone(
+    tmp_path: Path, victim: Path
+) -> None:
+    probe_user()
+    shared = shared_dir()
+    try:
+        workspace, state_dir = shared / "ws", shared / "state"
+        workspace.mkdir()
+        state_dir.mkdir(mode=0o777)
+        state_dir.chmod(0o777)
+        planted = as_probe_user(PLANT, str(state_dir / LOCK_FILE), str(victim))
+        assert planted.wait(timeout=60) == 0
+        with pytest.raises(RunLockedError, match="it is a symbolic link"):
+            WorkspaceLock.acquire(state_dir, workspace, "r",
+                                  env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+        assert victim.read_text() == VICTIM_TEXT
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)])
+
+
 PLANT_AND_TAKE = """
 import os, sys
 from pathlib import Path
