@@ -54,6 +54,12 @@ def open_regular(path: Path | str, flags: int = READ_FLAGS, mode: int = 0o644, *
     return fd
 
 
+def no_follow(path: str, flags: int) -> int:
+    """An `opener` for `open()` that does not follow a link in the last component:
+    `open(path, "ab", opener=no_follow)` raises OSError (ELOOP) on a symbolic link."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+
+
 def read_fd(fd: int, path: Path | str, limit: int) -> bytes:
     """The whole file `fd` is open on, at most `limit` bytes; OSError (EFBIG) if it holds
     more."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from ouroboros.store.atomic import write_atomically
-from ouroboros.store.files import open_regular, read_prefix, read_regular
+from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
 from ouroboros.errors import StateError, UsageError
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.observations import obs_number
@@ -109,7 +109,7 @@ class EventLog:
         refuse_links(path.parent.parent, path.parent)
         with cannot_write(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("ab", buffering=0)
+            self._file = open(path, "ab", buffering=0, opener=no_follow)
             self._size = os.fstat(self._file.fileno()).st_size  # up to the last whole record
         self._listeners: list[Listener] = []
         self._held: list[tuple[bytes, EventBase]] | None = None  # see together()
@@ -228,7 +228,7 @@ class EventLog:
         with cannot_write(run_dir / MANIFEST_FILE):
             manifest = close_segment(run_dir, self.path, self.first, self.tally,
                                      self._turns_before)
-            self._file = self.path.open("ab", buffering=0)
+            self._file = open(self.path, "ab", buffering=0, opener=no_follow)
         self._size, self.first = 0, None
         compress_closed(run_dir, manifest)
         if manifest.problem is not None:  # rebuilt, and now written whole again

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ouroboros.store.files import no_follow
+
 PACK = re.compile(r"s(\d+)-(\d+)\.pack$")
 OBS_ID = re.compile(r"obs-(\d+)$")
 PRUNED_FILE = "pruned.json"
@@ -68,7 +70,7 @@ class ObservationStore:
             self._session = session
         data = text.encode("utf-8")
         record = f"{obs_id} {len(data)}\n".encode() + data + b"\n"
-        with self._pack.open("ab") as f:
+        with open(self._pack, "ab", opener=no_follow) as f:
             size = f.tell()
             try:
                 f.write(record)
