@@ -349,3 +349,15 @@ def test_a_fifo_planted_as_the_state_dirs_project_file_hangs_no_command(tmp_path
     result = command("resume", "--headless", cwd=tmp_path)  # returns: it does not wait
 
     assert one_line(result).startswith("error: cannot reach the model server")
+
+
+def test_the_event_log_is_not_appended_through_a_link(tmp_path: Path, victim: Path) -> None:
+    from ouroboros.errors import StateError
+    from ouroboros.store.log import EventLog
+
+    run_dir = tmp_path / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    (run_dir / "events.jsonl").symlink_to(victim)
+    with pytest.raises(StateError, match=f"cannot write {run_dir / 'events.jsonl'}"):
+        EventLog(run_dir / "events.jsonl")
+    assert victim.read_text() == VICTIM_TEXT
