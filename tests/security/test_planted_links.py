@@ -361,3 +361,13 @@ def test_the_event_log_is_not_appended_through_a_link(tmp_path: Path, victim: Pa
     with pytest.raises(StateError, match=f"cannot write {run_dir / 'events.jsonl'}"):
         EventLog(run_dir / "events.jsonl")
     assert victim.read_text() == VICTIM_TEXT
+
+
+def test_recall_does_not_read_a_pack_through_a_link(tmp_path: Path) -> None:
+    from ouroboros.store.observations import read_from_pack
+
+    elsewhere = tmp_path / "elsewhere.pack"
+    elsewhere.write_bytes(b"obs-1 6\nsecret\n")
+    (tmp_path / "s000001-000000001.pack").symlink_to(elsewhere)
+    assert read_from_pack(elsewhere, "obs-1") == "secret"  # a pack, read as itself
+    assert read_from_pack(tmp_path / "s000001-000000001.pack", "obs-1") is None
