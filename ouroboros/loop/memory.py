@@ -58,7 +58,7 @@ def read_pinned(workspace: Path, name: str, max_tokens: int, chars_per_token: fl
     try:
         with Workspace(workspace).walk(name, final=FINAL_FILE) as found:
             size, data = tail_of(found.fd, name, max_chars * BYTES_PER_CHAR)
-    except (Missing, NotADirectory):
+    except (Missing, NotADirectory, FileNotFoundError):  # no such file (or no workspace yet)
         return Pinned(name, None)
     except PathEscape:
         raise Unpinnable(f"{name} leads outside the workspace") from None
