@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,27 +37,39 @@ def project(tmp_path: Path) -> Path:
     return config
 
 
+BYSTANDER = """
+import signal, sys
+seen = []
+signal.signal(signal.SIGHUP, lambda number, frame: seen.append("SIGHUP"))
+print("ready", flush=True)
+sys.stdin.readline()
+print(",".join(seen) or "none", flush=True)
+"""
+
+
 @pytest.fixture
-def unrelated(project: Path) -> Iterator[subprocess.Popen[bytes]]:
+def unrelated(project: Path) -> Iterator[subprocess.Popen[str]]:
     """A live process that is not a harness, named by the dead harness's lock file (its pid
-    reused), which no process holds."""
-    sleeper = subprocess.Popen(["sleep", "60"])
+    reused), which no process holds; it notes every SIGHUP it gets."""
+    bystander = subprocess.Popen([sys.executable, "-c", BYSTANDER], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+    assert bystander.stdout is not None and bystander.stdout.readline() == "ready\n"
     (project.parent / ".ouroboros" / LOCK_FILE).write_text(json.dumps(
-        {"pid": sleeper.pid, "host": socket.gethostname(), "run_id": RUN_ID}))
-    yield sleeper
-    sleeper.kill()
-    sleeper.wait()
+        {"pid": bystander.pid, "host": socket.gethostname(), "run_id": RUN_ID}))
+    yield bystander
+    bystander.kill()
+    bystander.wait()
 
 
-def signals_received(process: subprocess.Popen[bytes]) -> int:
-    """The signal `process` dies of when sent SIGTERM now: SIGHUP if one was pending (the
-    lower-numbered signal is taken first), else SIGTERM."""
-    process.terminate()
-    return -process.wait(timeout=10)
+def signals_seen(process: subprocess.Popen[str]) -> str:
+    """The signals `process` got until now ("none"): a signal sent before it is asked is
+    handled before it reads the question."""
+    out, _ = process.communicate("?\n", timeout=30)
+    return out.strip()
 
 
 def test_status_does_not_call_a_run_running_on_a_reused_pid(
-    project: Path, unrelated: subprocess.Popen[bytes]
+    project: Path, unrelated: subprocess.Popen[str]
 ) -> None:
     shown = invoke("status", "-c", str(project))
     probed = invoke("status", "--json", "-c", str(project))
@@ -70,24 +82,24 @@ def test_status_does_not_call_a_run_running_on_a_reused_pid(
 
 
 def test_reload_does_not_signal_a_process_that_does_not_hold_the_lock(
-    project: Path, unrelated: subprocess.Popen[bytes]
+    project: Path, unrelated: subprocess.Popen[str]
 ) -> None:
     result = invoke("reload", "-c", str(project))
 
     assert result.exit_code == 2
     assert result.stderr == (f"error: no run is going on in {project.parent / '.ouroboros'}; a "
                              "new value is read when a run starts or resumes\n")
-    assert signals_received(unrelated) == signal.SIGTERM
+    assert signals_seen(unrelated) == "none"
 
 
 def test_tell_does_not_say_it_reached_a_dead_harness(
-    project: Path, unrelated: subprocess.Popen[bytes]
+    project: Path, unrelated: subprocess.Popen[str]
 ) -> None:
     result = invoke("tell", "Skip part 7.", "-c", str(project))
 
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("no run is going on: the message waits")
-    assert signals_received(unrelated) == signal.SIGTERM
+    assert signals_seen(unrelated) == "none"
 
 
 def test_a_heartbeat_from_the_future_is_not_a_fresh_one(project: Path) -> None:
