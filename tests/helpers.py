@@ -267,3 +267,41 @@ def whole_panels(lines: list[str]) -> list[str]:
             titles.append(open_title)
             open_title = None
     return titles
+
+
+HOLDING = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def hold_state_lock(state_dir: Path, holder: dict[str, Any]) -> int:
+    """The state dir's lock naming `holder` and held with flock by this process, as a running
+    harness holds it: the fd to close to let it go."""
+    import fcntl
+    import json
+
+    path = state_dir / "lock"
+    path.write_text(json.dumps(holder))
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def harness_holding(state_dir: Path, run_id: str) -> subprocess.Popen[str]:
+    """A process holding the state dir's lock, which names it, until killed (or signalled):
+    a harness as `status`, `tell` and `reload` find it."""
+    import json
+    import socket
+
+    path = state_dir / "lock"
+    path.write_text("")
+    process = subprocess.Popen([sys.executable, "-c", HOLDING, str(path)],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline() == "held\n"
+    path.write_text(json.dumps({"pid": process.pid, "host": socket.gethostname(),
+                                "run_id": run_id}))
+    return process

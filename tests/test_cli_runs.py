@@ -18,7 +18,7 @@ from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
-from tests.helpers import clean_env, ouroboros_here
+from tests.helpers import clean_env, hold_state_lock, ouroboros_here
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
 
 
@@ -73,10 +73,12 @@ def test_status_of_a_finished_run(tmp_path):
 
 def test_status_of_a_run_going_on(tmp_path):
     config, _ = project(tmp_path, ended=False)
-    (tmp_path / ".ouroboros" / LOCK_FILE).write_text(json.dumps(
-        {"pid": os.getpid(), "host": socket.gethostname(), "run_id": RUN_ID}))
-
-    result = invoke("status", "-c", str(config))
+    held = hold_state_lock(tmp_path / ".ouroboros",
+                           {"pid": os.getpid(), "host": socket.gethostname(), "run_id": RUN_ID})
+    try:
+        result = invoke("status", "-c", str(config))
+    finally:
+        os.close(held)
 
     assert result.exit_code == 0, result.output
     assert f"running (pid {os.getpid()})" in result.output
@@ -150,10 +152,12 @@ def test_runs_lists_every_run_oldest_first_with_its_state(tmp_path):
                                                          "resumable": True})
     write_run(state_dir, "20250303-090000-ef56", 1)  # killed: no end record
     write_run(state_dir, "20250304-090000-gh78", 2)
-    (state_dir / LOCK_FILE).write_text(json.dumps(
-        {"pid": os.getpid(), "host": socket.gethostname(), "run_id": "20250304-090000-gh78"}))
-
-    result = invoke("runs", "-c", str(config))
+    held = hold_state_lock(state_dir, {"pid": os.getpid(), "host": socket.gethostname(),
+                                       "run_id": "20250304-090000-gh78"})
+    try:
+        result = invoke("runs", "-c", str(config))
+    finally:
+        os.close(held)
 
     assert result.exit_code == 0, result.output
     rows = [line.split("  ") for line in result.output.splitlines()]

@@ -3,12 +3,9 @@ change shows in the log, `status`, the `stats` chart and the commands around it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,6 @@ from typer.testing import CliRunner
 
 from ouroboros.cli import app
 from ouroboros.config import KEYS, Config, LoadedConfig, load_config
-from ouroboros.sandbox.lock import LOCK_FILE
 from ouroboros.store import events as ev
 from ouroboros.config.schema import is_live
 from ouroboros.loop.reload import (
@@ -30,6 +26,7 @@ from ouroboros.ui.chart import HARD_LINE, SOFT_LINE, context_chart
 from ouroboros.ui.plain import format_line
 from ouroboros.ui.stats import run_stats
 from ouroboros.ui.status import change_line
+from tests.helpers import harness_holding, hold_state_lock
 from tests.ui_sample import RUN_ID, write_sample_run
 
 NEEDS_A_NEW_RUN = {"model.base_url", "model.name", "model.api_key_env", "agent.workspace",
@@ -200,9 +197,9 @@ def invoke(*args: str):
     return CliRunner(env=env).invoke(app, list(args))
 
 
-def hold_lock(state_dir: Path, pid: int) -> None:
-    (state_dir / LOCK_FILE).write_text(json.dumps(
-        {"pid": pid, "host": socket.gethostname(), "run_id": RUN_ID}))
+def hold_lock(state_dir: Path, pid: int) -> int:
+    return hold_state_lock(state_dir, {"pid": pid, "host": socket.gethostname(),
+                                       "run_id": RUN_ID})
 
 
 @pytest.fixture
@@ -214,10 +211,12 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_config_set_on_a_running_run_says_when_it_takes_effect(project):
-    hold_lock(project.parent / ".ouroboros", os.getpid())
-
-    live = invoke("config", "set", "context.soft_threshold_pct", "0.6", "-c", str(project))
-    fixed = invoke("config", "set", "model.name", "qwen3:8b", "-c", str(project))
+    held = hold_lock(project.parent / ".ouroboros", os.getpid())
+    try:
+        live = invoke("config", "set", "context.soft_threshold_pct", "0.6", "-c", str(project))
+        fixed = invoke("config", "set", "model.name", "qwen3:8b", "-c", str(project))
+    finally:
+        os.close(held)
 
     assert live.exit_code == 0, live.output
     assert live.output.splitlines()[-1] == (
@@ -240,9 +239,8 @@ def test_reload_without_a_running_run(project):
 
 
 def test_reload_sends_sighup_to_the_harness(project):
-    harness = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    harness = harness_holding(project.parent / ".ouroboros", RUN_ID)
     try:
-        hold_lock(project.parent / ".ouroboros", harness.pid)
         result = invoke("reload", "-c", str(project))
         assert result.exit_code == 0, result.output
         assert result.output.startswith(f"asked run {RUN_ID} (pid {harness.pid}) to end its "

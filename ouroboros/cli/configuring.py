@@ -72,13 +72,13 @@ def config_set(
     from ouroboros.config import load_config, set_config_value
     from ouroboros.loop.reload import effect_note, live_holder
     from ouroboros.config.values import toml_value
-    from ouroboros.ui.config_view import override_note
+    from ouroboros.ui.config_view import override_note, shown_value
     from ouroboros.ui.status import run_status
 
     path = guarded(lambda: project_file(config))
     written = guarded(lambda: set_config_value(path, key, value))
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
-    typer.echo(f"{key} = {toml_value(written)} (in {shown})")
+    typer.echo(f"{key} = {toml_value(shown_value(key, written))} (in {shown})")
     loaded = guarded(lambda: load_config(path, {}))
     note = override_note(loaded, key)
     if note is not None:
@@ -99,6 +99,7 @@ def config_unset(
     the file is kept. The value below it (the user file's, or the default) applies again."""
     from ouroboros.config import load_config, unset_config_value
     from ouroboros.config.values import toml_value
+    from ouroboros.ui.config_view import shown_value
 
     path = guarded(lambda: project_file(config))
     removed = guarded(lambda: unset_config_value(path, key))
@@ -106,8 +107,9 @@ def config_unset(
     loaded = guarded(lambda: load_config(path, {}))
     table, name = key.split(".")
     value = getattr(getattr(loaded.config, table), name)
-    shown_value = f"a list of {len(value)}" if isinstance(value, list) else toml_value(value)
-    now = f"{shown_value} {loaded.origin(key)}"
+    now = (f"a list of {len(value)}" if isinstance(value, list)
+           else toml_value(shown_value(key, value)))
+    now = f"{now} {loaded.origin(key)}"
     if not removed:
         typer.echo(f"{key} is not set in {shown}; it is {now}")
         return
@@ -155,18 +157,29 @@ def tell(
 
 
 def message_text(text: str | None, file: Path | None) -> str:
-    """TEXT or the --file's text; UsageError for both, neither, or a file that cannot be
-    read."""
+    """TEXT or the --file's text (at most one byte more than a message may hold is read, so
+    `--file /dev/zero` is one line too); UsageError for both, neither, or a file that cannot
+    be read."""
     import sys
 
     from ouroboros.errors import UsageError
+    from ouroboros.loop.inbox import MAX_MESSAGE_BYTES
 
     if (text is None) == (file is None):
         raise UsageError("give the message as TEXT or with --file, one of the two")
     if file is None:
         return text or ""
     try:
-        return sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        if str(file) == "-":
+            data = sys.stdin.buffer.read(MAX_MESSAGE_BYTES + 1)
+        else:
+            with file.open("rb") as stream:
+                data = stream.read(MAX_MESSAGE_BYTES + 1)
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise UsageError(f"the message in {file} is over {MAX_MESSAGE_BYTES:,} bytes, the "
+                             "most that may be sent (put the rest in a workspace file and tell "
+                             "the agent to read it)")
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read the message from {file}: "
                          f"{getattr(error, 'strerror', None) or error}") from None

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit, urlunsplit
 
 from ouroboros.config.schema import KEYS, Config
+from ouroboros.config.urls import shown_url
 from ouroboros.config.wording import where_set
 from ouroboros.errors import ConfigError
 
@@ -90,7 +90,7 @@ class LoadedConfig:
     def redacted(self) -> dict[str, Any]:
         """The effective config as plain JSON-able data for the log, with no secrets in it."""
         data = self.config.model_dump(mode="json")
-        data["model"]["base_url"] = _without_password(data["model"]["base_url"])
+        data["model"]["base_url"] = shown_url(data["model"]["base_url"])
         return data
 
     def _resolve(self, value: str) -> Path:
@@ -115,16 +115,6 @@ class LoadedConfig:
         if self.path is None or nearest is not None and nearest.resolve() == self.path:
             return "ouroboros init --missing"
         return f"ouroboros init --missing --config {self.path}"
-
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def effective_items(loaded: LoadedConfig) -> list[tuple[str, Any, str]]:

@@ -60,6 +60,22 @@ def client_normal_form(url: str) -> str:
     return f"{parsed.scheme}://{netloc}{path}"
 
 
+def shown_url(url: str) -> str:
+    """`url` as the harness shows it (in messages, the log, `config show`): its credentials
+    hidden, `http://user:***@host:8080` (a token alone in place of a user, `***@`).
+
+        shown_url("http://me:pw@127.0.0.1:1")  # -> "http://me:***@127.0.0.1:1"
+    """
+    scheme, sep, rest = url.partition("://")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not sep or not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    hidden = f"{user}:***" if colon else "***"
+    return f"{scheme}://{hidden}@{host}{rest[end:]}"
+
+
 def is_server_url(url: str) -> bool:
     """Whether a client can connect to `url`: http(s), a host, a port from 1 to 65535, no
     spaces or control characters."""

@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from ouroboros.config.schema import FIELDS, KEYS, default_flag_name
+from ouroboros.config.urls import shown_url
 from ouroboros.config.values import plain_number, show_value
 
 
@@ -66,6 +67,8 @@ def problem_line(problem: ErrorDetails, key: str, origin: str) -> str:
     info = FIELDS[key]
     kind = problem["type"]
     value = problem["input"]
+    if key == "model.base_url" and isinstance(value, str):
+        value = shown_url(value)  # its password is not echoed
     index = [part for part in problem["loc"] if isinstance(part, int)]
     got = f", got {show_value(value)}" + (f" (item {index[0] + 1})" if index else "")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):

@@ -21,9 +21,11 @@ from typing import Any, Callable
 
 from ouroboros.store.atomic import replace_in
 from ouroboros.store.events import EventBase, ToolCallEvent
+from ouroboros.store.files import read_regular
 from ouroboros.store.log import utc_now
 
 HEARTBEAT_FILE = "heartbeat"
+MAX_HEARTBEAT_BYTES = 64 * 1024  # the record is a few hundred bytes
 # What the run waits on after each kind of event; after any other, the model's next reply.
 DOING = {"retry": "retry backoff", "idle": "idle pause", "run_end": "ended",
          "session_end": "session restart", "stop_requested": "stopping"}
@@ -88,9 +90,10 @@ class Heartbeat:
 
 
 def read_heartbeat(state_dir: Path) -> dict[str, Any] | None:
-    """The heartbeat file's record, or None when there is none (or it cannot be read)."""
+    """The heartbeat file's record, or None when there is none, it cannot be read, or it is
+    not one (a link, a FIFO, a device or a file too big are never read through)."""
     try:
-        record = json.loads((state_dir / HEARTBEAT_FILE).read_text(encoding="utf-8"))
+        record = json.loads(read_regular(state_dir / HEARTBEAT_FILE, MAX_HEARTBEAT_BYTES))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None

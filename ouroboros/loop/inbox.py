@@ -17,10 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ouroboros.errors import UsageError
+from ouroboros.store.atomic import replace_in
+from ouroboros.store.files import open_dir, read_regular
 
 INBOX_DIR = "inbox"
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_TAKEN = 20  # a turn takes at most so many; the rest wait for the next
+MAX_LETTER_BYTES = 8 * MAX_MESSAGE_BYTES  # a message as JSON, every character escaped
 
 
 @dataclass(frozen=True)
@@ -47,35 +50,48 @@ def checked(text: str) -> str:
 
 
 def post(state_dir: Path, text: str) -> Path:
-    """Leave `text` for the agent; the file it is in."""
+    """Leave `text` for the agent; the file it is in. Raises OSError (one line) when the
+    inbox is not a directory of its own (a symbolic link is never followed)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
     box = inbox(state_dir)
-    box.mkdir(parents=True, exist_ok=True)
     sent = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     name = f"{time.time_ns():020d}-{os.getpid()}.json"
-    temporary = box / f".{name}.tmp"
-    temporary.write_text(json.dumps({"text": checked(text), "sent": sent}), encoding="utf-8")
-    os.replace(temporary, box / name)
+    directory = open_dir(box, make=True)
+    try:
+        replace_in(directory, name, json.dumps({"text": checked(text), "sent": sent}).encode(),
+                   durable=False)
+    finally:
+        os.close(directory)
     return box / name
 
 
 def waiting(state_dir: Path) -> list[Letter]:
     """The messages waiting, oldest first (at most MAX_TAKEN); one that cannot be read as
-    one is given as its raw text."""
+    one is given as its raw text. None from an inbox that is a link, nor a letter that is
+    not a regular file."""
     box = inbox(state_dir)
     try:
-        names = sorted(n for n in os.listdir(box) if n.endswith(".json")
-                       and not n.startswith("."))
+        directory = open_dir(box)
     except OSError:
         return []
-    letters = []
-    for name in names[:MAX_TAKEN]:
-        try:
-            raw = (box / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        try:
-            record = json.loads(raw)
-            letters.append(Letter(box / name, str(record["text"]), str(record.get("sent", ""))))
-        except (ValueError, KeyError, TypeError):
-            letters.append(Letter(box / name, raw, ""))
-    return letters
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json")
+                       and not n.startswith("."))
+        return [letter for name in names[:MAX_TAKEN]
+                if (letter := read_letter(directory, box / name)) is not None]
+    finally:
+        os.close(directory)
+
+
+def read_letter(directory: int, path: Path) -> Letter | None:
+    """The letter `path` (in the inbox open as `directory`), or None when it cannot be read."""
+    try:
+        raw = read_regular(path.name, MAX_LETTER_BYTES, dir_fd=directory).decode(
+            "utf-8", errors="replace")
+    except OSError:
+        return None
+    try:
+        record = json.loads(raw)
+        return Letter(path, str(record["text"]), str(record.get("sent", "")))
+    except (ValueError, KeyError, TypeError):
+        return Letter(path, raw, "")

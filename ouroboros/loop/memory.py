@@ -14,13 +14,15 @@ the workspace, unreadable) is left out with one warning; the run goes on.
 from __future__ import annotations
 
 import hashlib
-
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ouroboros.config import LoadedConfig
 from ouroboros.protocols import Message
+from ouroboros.tools.safety import PathEscape
+from ouroboros.tools.workspace import FINAL_FILE, Missing, NotADirectory, Workspace
 from ouroboros.window import ledger as tk
 
 AGENTS_FILE = "AGENTS.md"
@@ -47,26 +49,47 @@ class Unpinnable(Exception):
 def read_pinned(workspace: Path, name: str, max_tokens: int, chars_per_token: float
                 ) -> Pinned:
     """`name` (in `workspace`) as it would be pinned, its newest part if it is over
-    `max_tokens`. Raises Unpinnable when it cannot be pinned."""
-    path = workspace / name
-    if not os.path.lexists(path):
-        return Pinned(name, None)
-    root = workspace.resolve()
-    target = path.resolve()
-    if not target.is_relative_to(root):
-        raise Unpinnable(f"{name} leads outside the workspace (to {target})")
-    if not target.is_file():
-        raise Unpinnable(f"{name} is not a regular file")
+    `max_tokens`. Raises Unpinnable when it cannot be pinned.
+
+    The file is opened one component at a time from the workspace, never through a link that
+    leads out of it, and read from that fd: a job of the agent's swapping the name for a link
+    as it is read makes it unpinnable, never pins a file outside."""
     max_chars = max(int(max_tokens * chars_per_token), 1)
     try:
-        with target.open("rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(size - max_chars * BYTES_PER_CHAR, 0))
-            data = f.read()
+        with Workspace(workspace).walk(name, final=FINAL_FILE) as found:
+            size, data = tail_of(found.fd, name, max_chars * BYTES_PER_CHAR)
+    except (Missing, NotADirectory, FileNotFoundError):  # no such file (or no workspace yet)
+        return Pinned(name, None)
+    except PathEscape:
+        raise Unpinnable(f"{name} leads outside the workspace") from None
+    except ValueError as error:  # a loop of links
+        raise Unpinnable(f"{name} cannot be read: {error}") from None
     except OSError as error:
         raise Unpinnable(f"{name} cannot be read: {error.strerror or error}") from None
     text = decoded(name, data, partial=size > len(data))
     return newest_part(name, text, max_chars, chars_per_token, cut=size > len(data))
+
+
+def tail_of(fd: int, name: str, most: int) -> tuple[int, bytes]:
+    """The size of the file open on `fd` and its last `most` bytes (as far as it reached when
+    opened). Raises Unpinnable for anything but a regular file with one link."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise Unpinnable(f"{name} is not a regular file")
+    if info.st_nlink > 1:
+        raise Unpinnable(f"{name} has {info.st_nlink} hard links, and a file with more than "
+                         "one may be a file outside the workspace; only a file with one link "
+                         "is pinned")
+    size = info.st_size
+    start = max(size - most, 0)
+    chunks, got = [], 0
+    while got < size - start:
+        chunk = os.pread(fd, size - start - got, start + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return size, b"".join(chunks)
 
 
 def decoded(name: str, data: bytes, *, partial: bool) -> str:

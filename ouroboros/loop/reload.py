@@ -15,7 +15,6 @@ the reading, the applying and the logging.
 from __future__ import annotations
 
 import json
-import os
 import signal
 from copy import deepcopy
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from ouroboros.config import KEYS, Config, LoadedConfig
 from ouroboros.config.schema import is_live
 from ouroboros.errors import UsageError
 from ouroboros.store.events import ConfigChanged, EventBase, RunStart
-from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
+from ouroboros.sandbox import lock
 
 RELOAD_REASON: Final = "reload requested"
 RELOAD_WIND_DOWN_TEXT: Final = (
@@ -124,22 +123,23 @@ def effect_note(key: str, session: int | None, turn: int | None) -> str:
 
 
 def live_holder(state_dir: Path) -> dict[str, Any] | None:
-    """Who holds the state dir's lock, if that process is alive; else None."""
-    holder = read_holder(state_dir / LOCK_FILE)
-    alive = holder is not None and holder_is_alive(holder, state_dir / LOCK_FILE)
-    return holder if alive else None
+    """Who holds the state dir's lock, if a process holds its kernel lock now; else None (a
+    pid in the file alone proves nothing: the harness may have died, its pid reused)."""
+    return lock.live_holder(state_dir / lock.LOCK_FILE)
 
 
 def request_reload(state_dir: Path, host: str) -> dict[str, Any]:
     """Send SIGHUP to the harness running a run in `state_dir`: it ends its session early
     (wind-down first) and the next one reads the config again. Returns the lock holder.
-    Raises UsageError when no run is going on or it runs on another host."""
+    Raises UsageError when no run is going on (no process holds the lock: the pid the lock
+    file names is not signalled) or it runs on another host."""
     holder = live_holder(state_dir)
-    if holder is None:
-        raise UsageError(f"no run is going on in {state_dir}; a new value is read when a run "
-                         "starts or resumes")
-    if holder.get("host") != host:
+    if holder is not None and holder.get("host") != host:
         raise UsageError(f"the run in {state_dir} is on host {holder.get('host')}; run "
                          "`ouroboros reload` there")
-    os.kill(holder["pid"], signal.SIGHUP)
-    return holder
+    signalled = lock.signal_holder(state_dir / lock.LOCK_FILE, signal.SIGHUP) \
+        if holder is not None else None
+    if signalled is None:
+        raise UsageError(f"no run is going on in {state_dir}; a new value is read when a run "
+                         "starts or resumes")
+    return signalled

@@ -31,7 +31,9 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Mapping
@@ -40,8 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.errors import RunLockedError
+from ouroboros.store.files import Refused, open_regular, read_regular
 
 LOCK_FILE = "lock"
+MAX_LOCK_BYTES = 64 * 1024  # a lock file names its holder in a line
 # How long a process that lost the race waits for the winner to write its name in the file.
 OWNER_WAIT_SECS = 0.5
 # How long a harness waits for a dead one's watchdog to end its tools and let the lock go.
@@ -85,15 +89,72 @@ def workspace_lock_name(workspace: Path) -> str:
 
 
 def workspace_lock_path(workspace: Path, env: Mapping[str, str] | None = None) -> Path:
-    """The workspace's owner file, its directory made (mode 0700) if missing."""
+    """The workspace's owner file, its directory made (mode 0700) if missing. A locks dir
+    under a directory others may change is passed over for the next; one that is there but
+    not private to this user (a link, another user's, writable by others) is refused with
+    RunLockedError: a planted one would let its owner choose what the harness writes."""
+    passed: list[str] = []
     for directory in (locks_dir(env), fallback_locks_dir()):
+        top = directory.parent.parent
         try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError:
+            top.mkdir(parents=True, exist_ok=True)
+            unsafe = shared_dir_problem(os.stat(top), os.geteuid())
+            if unsafe is not None:
+                passed.append(f"{top}: {unsafe}")
+                continue
+            why_not = private_dir(directory)
+        except OSError as error:
+            passed.append(f"{directory}: {error.strerror or error}")
             continue
+        if why_not is not None:
+            raise RunLockedError(f"will not keep the workspace lock in {why_not}; remove it "
+                                 "(or set XDG_CACHE_HOME to a directory of your own)")
         return directory / workspace_lock_name(workspace)
-    raise RunLockedError(f"cannot make a directory for the workspace lock: tried "
-                         f"{locks_dir(env)} and {fallback_locks_dir()}")
+    raise RunLockedError("cannot keep the workspace lock in a directory of its own: "
+                         + "; ".join(passed))
+
+
+def private_dir(directory: Path) -> str | None:
+    """Make `directory` and its parent (`ouroboros`, `ouroboros-<uid>`) with mode 0700 where
+    missing; what is wrong with one of them as "PATH: why" (None: both are this user's
+    alone). Raises OSError when they cannot be made."""
+    for made in (directory.parent, directory):
+        try:
+            os.mkdir(made, 0o700)
+        except FileExistsError:
+            pass
+    for path in (directory.parent, directory):
+        why = own_dir_problem(os.lstat(path), os.geteuid())
+        if why is not None:
+            return f"{path}: {why}"
+    return None
+
+
+def own_dir_problem(info: os.stat_result, uid: int) -> str | None:
+    """Why a directory the harness keeps its locks in is not safe to use (None: it is): it
+    must be a directory, not a link, owned by this user and writable by no one else."""
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return "it is a symbolic link or not a directory"
+    if info.st_uid != uid:
+        return f"it is owned by uid {info.st_uid}, not by this user (uid {uid})"
+    if info.st_mode & 0o022:
+        return (f"it is writable by others (mode {stat.S_IMODE(info.st_mode):o}); it should "
+                "be this user's alone (0700)")
+    return None
+
+
+def shared_dir_problem(info: os.stat_result, uid: int) -> str | None:
+    """Why the directory holding the locks' own may let another user replace them (None: it
+    may not): writable by others without the sticky bit (as /tmp has), or another user's
+    (other than root's)."""
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a directory"
+    if info.st_uid not in (uid, 0):
+        return f"it is owned by uid {info.st_uid}, not by this user (uid {uid}) or root"
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        return (f"others may write to it (mode {stat.S_IMODE(info.st_mode):o}) and it has no "
+                "sticky bit, so they may replace what the harness keeps there")
+    return None
 
 
 def mount_of(path: Path, mountinfo: str) -> tuple[str, str]:
@@ -190,7 +251,7 @@ def take(path: Path, owner: dict[str, Any], what: str) -> HeldLock:
     """Hold `path` with flock and write `owner` in it, or raise RunLockedError naming the
     process that holds it. `what` says what is locked, for the message."""
     for _ in range(10):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -210,6 +271,23 @@ def take(path: Path, owner: dict[str, Any], what: str) -> HeldLock:
         _write_fd(fd, owner)
         return HeldLock(path, fd, previous if previous and previous != owner else None)
     raise RunLockedError(f"could not take the lock {path}: another process keeps taking it")
+
+
+def open_lock_file(path: Path) -> int:
+    """An fd on the lock file `path` (made if missing) to read and rewrite, never through a
+    link: RunLockedError for a symbolic link, a FIFO, a device, or a file with other hard
+    links (any of them may be a file elsewhere, which rewriting it would destroy)."""
+    try:
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except Refused as error:
+        raise RunLockedError(f"will not use the lock file {path}: {error.strerror}; remove "
+                             "it") from None
+    links = os.fstat(fd).st_nlink
+    if links > 1:
+        os.close(fd)
+        raise RunLockedError(f"will not use the lock file {path}: it has {links} hard links, "
+                             "and one may be a file elsewhere; remove it")
+    return fd
 
 
 def held_message(holder: dict[str, Any] | None, what: str) -> str:
@@ -288,8 +366,10 @@ class WorkspaceLock:
 
 
 def read_holder(path: Path) -> dict | None:
+    """What the lock file `path` says of its holder; None when there is no such file, it
+    cannot be read, or it is not a lock file (a link, a FIFO, too big)."""
     try:
-        holder = json.loads(path.read_text())
+        holder = json.loads(read_regular(path, MAX_LOCK_BYTES))
     except (OSError, ValueError):
         return None
     return holder if isinstance(holder, dict) else None
@@ -299,7 +379,7 @@ def lock_is_held(path: Path) -> bool | None:
     """Whether a process holds `path`'s flock now (probed by taking it shared and letting it
     go at once); None when that cannot be told."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(path)
     except OSError:
         return None
     try:
@@ -312,20 +392,58 @@ def lock_is_held(path: Path) -> bool | None:
 
 
 def holder_is_alive(holder: dict, path: Path | None = None) -> bool:
-    """Whether the process a lock file (`path`, when given) names is alive. On another host
-    only the kernel lock can tell, where the filesystem shares flocks between hosts; else it
-    is taken to be alive."""
-    if holder.get("host") != socket.gethostname():
-        if path is not None and kernel_lock_spans_hosts(path):
-            return lock_is_held(path) is not False
+    """Whether the process a lock file (`path`, when given) names still runs the harness.
+    With `path`, the kernel lock alone tells: a process holds it, or the harness is gone
+    (a pid alone proves nothing: after a crash it may be another process's). Another host's
+    holder, where the filesystem does not share flocks between hosts, is taken to be alive.
+    Without `path`, the pid is asked (a holder that just took the lock, for a message)."""
+    here = holder.get("host") == socket.gethostname()
+    if path is not None and (here or kernel_lock_spans_hosts(path)):
+        held = lock_is_held(path)
+        return held is True if here else held is not False
+    if not here:
         return True
     pid = holder.get("pid")
     return isinstance(pid, int) and pid_alive(pid)
 
 
+def live_holder(path: Path) -> dict[str, Any] | None:
+    """The holder the lock file `path` names, when a process holds its kernel lock now."""
+    holder = read_holder(path)
+    return holder if holder is not None and holder_is_alive(holder, path) else None
+
+
+def signal_holder(path: Path, signum: int) -> dict[str, Any] | None:
+    """Send `signum` to the harness holding the lock file `path` on this host; the holder
+    signalled, or None when no process holds the lock (the pid in the file, if any, is then
+    left alone: it may be another process's by now). The process is pinned (a pidfd) before
+    the lock is checked again, so a pid reused in between is not signalled."""
+    holder = live_holder(path)
+    pid = holder.get("pid") if holder is not None else None
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except (AttributeError, OSError):  # no pidfds here: the lock, checked just now, tells
+        os.kill(pid, signum)
+        return holder
+    try:
+        again = live_holder(path)
+        if again is None or again.get("pid") != pid:
+            return None
+        signal.pidfd_send_signal(pidfd, signum)
+    except ProcessLookupError:
+        return None
+    finally:
+        os.close(pidfd)
+    return holder
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        named = os.stat(path)
+        named = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
     held = os.fstat(fd)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from ouroboros.config.urls import shown_url
 from ouroboros.errors import (
     AuthError,
     ContextOverflowError,
@@ -53,9 +54,14 @@ class ModelServer:
         return self._http
 
     @property
+    def shown_url(self) -> str:
+        """The base URL as messages show it: without its password."""
+        return shown_url(self.base_url)
+
+    @property
     def server(self) -> str:
         """How errors name the server."""
-        return f"the model server at {self.base_url}"
+        return f"the model server at {self.shown_url}"
 
     async def status_error(
         self, status: int, body: str, *, message: str | None = None, code: str | None = None,
@@ -97,7 +103,7 @@ class ModelServer:
 
     def not_an_llm_server(self, evidence: str) -> NotAnLLMServerError:
         return NotAnLLMServerError(
-            f"{self.base_url} answers HTTP but is not an OpenAI-compatible LLM server: "
+            f"{self.shown_url} answers HTTP but is not an OpenAI-compatible LLM server: "
             f"{evidence}; set model.base_url to the model server's address (Ollama listens "
             "on port 11434, llama-server on 8080, vLLM on 8000)"
         )
@@ -153,7 +159,7 @@ class ModelServer:
                 names = None
             if names is not None:
                 return names
-        raise TransientModelError(f"could not list the models on {self.base_url}")
+        raise TransientModelError(f"could not list the models on {self.shown_url}")
 
     async def _available_models(self) -> str:
         try:

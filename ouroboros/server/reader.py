@@ -64,7 +64,7 @@ class ReplyReader:
         if events == 0 and not tail:
             raise self._empty_stream("no data")
         raise TransientModelError(
-            f"the stream from {self.server.base_url} ended without [DONE] after "
+            f"the stream from {self.server.shown_url} ended without [DONE] after "
             f"{self.accumulator.chunks} chunks: the server failed mid-answer"
         )
 

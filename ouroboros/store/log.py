@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from ouroboros.store.atomic import write_atomically
+from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
 from ouroboros.errors import StateError, UsageError
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.observations import obs_number
@@ -57,6 +58,7 @@ from ouroboros.store.segments import (
 SNAPSHOT_FORMAT_VERSION = 3
 EVENTS_FILE = "events.jsonl"
 SNAPSHOT_FILE = "state.json"
+MAX_SNAPSHOT_BYTES = 1 << 30  # the conversation and counters: a window's worth, far less
 
 # The most the current segment holds (give or take the turn that crosses it): it is closed at
 # a turn's end once it holds this much, and at the first session boundary once it holds
@@ -104,9 +106,10 @@ class EventLog:
         self.first = envelope(current[0]) if current else None
         for record in current:
             self.tally.add_record(record)
+        refuse_links(path.parent.parent, path.parent)
         with cannot_write(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("ab", buffering=0)
+            self._file = open(path, "ab", buffering=0, opener=no_follow)
             self._size = os.fstat(self._file.fileno()).st_size  # up to the last whole record
         self._listeners: list[Listener] = []
         self._held: list[tuple[bytes, EventBase]] | None = None  # see together()
@@ -225,7 +228,7 @@ class EventLog:
         with cannot_write(run_dir / MANIFEST_FILE):
             manifest = close_segment(run_dir, self.path, self.first, self.tally,
                                      self._turns_before)
-            self._file = self.path.open("ab", buffering=0)
+            self._file = open(self.path, "ab", buffering=0, opener=no_follow)
         self._size, self.first = 0, None
         compress_closed(run_dir, manifest)
         if manifest.problem is not None:  # rebuilt, and now written whole again
@@ -270,7 +273,11 @@ def read_events(path: Path) -> LogContents:
     """Every whole record of a log. A torn last line (the process died mid-write) is set
     aside; a bad line anywhere else is a damaged log (StateError naming the byte)."""
     try:
-        data = path.read_bytes()
+        fd = open_regular(path)
+        try:
+            data = read_prefix(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
     except OSError as error:
         raise StateError(f"cannot read {path}: {error.strerror or error}") from None
     events: list[dict[str, Any]] = []
@@ -422,10 +429,10 @@ def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
     """The snapshot, or None when there is none. Raises DamagedSnapshot when it cannot be
     read or is not a snapshot, UsageError when a newer Ouroboros wrote it."""
     path = run_dir / SNAPSHOT_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        snapshot = json.loads(path.read_bytes().decode("utf-8"))
+        snapshot = json.loads(read_regular(path, MAX_SNAPSHOT_BYTES).decode("utf-8"))
     except OSError as error:
         raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
     except ValueError:
@@ -445,9 +452,21 @@ def runs_dir(state_dir: Path) -> Path:
     return state_dir / "runs"
 
 
+def refuse_links(*directories: Path) -> None:
+    """StateError (one line) when one of the directories the harness keeps a run's files in
+    is a symbolic link: it would write (or read) wherever the link leads."""
+    for directory in directories:
+        if directory.is_symlink():
+            raise StateError(f"{directory} is a symbolic link; the harness keeps its runs in a "
+                             "directory of its own there and does not follow a link: remove "
+                             "it")
+
+
 def list_runs(state_dir: Path) -> list[str]:
-    """Run ids, oldest first (ids start with their UTC start time)."""
+    """Run ids, oldest first (ids start with their UTC start time). StateError when the
+    runs dir is a symbolic link."""
     root = runs_dir(state_dir)
+    refuse_links(root)
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir()

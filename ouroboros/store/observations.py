@@ -22,9 +22,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ouroboros.store.files import no_follow, open_regular, read_regular
+
 PACK = re.compile(r"s(\d+)-(\d+)\.pack$")
 OBS_ID = re.compile(r"obs-(\d+)$")
 PRUNED_FILE = "pruned.json"
+MAX_PRUNED_BYTES = 64 * 1024  # a few numbers
 OBSERVATIONS_DIR = "observations"
 PACK_BYTES = 4 << 20  # a pack this big is full: the next result begins a new one
 
@@ -68,7 +71,7 @@ class ObservationStore:
             self._session = session
         data = text.encode("utf-8")
         record = f"{obs_id} {len(data)}\n".encode() + data + b"\n"
-        with self._pack.open("ab") as f:
+        with open(self._pack, "ab", opener=no_follow) as f:
             size = f.tell()
             try:
                 f.write(record)
@@ -124,9 +127,10 @@ def pack_holding(found: list[Pack], number: int) -> Pack | None:
 
 
 def read_from_pack(path: Path, obs_id: str) -> str | None:
-    """One record of a pack; None when it is not there, or torn by a crash."""
+    """One record of a pack; None when it is not there, torn by a crash, or not a pack (a
+    link or a FIFO is never read through)."""
     try:
-        with path.open("rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             while header := f.readline():
                 name, _, length = header.decode("utf-8", "replace").strip().partition(" ")
                 if not length.isdigit() or not header.endswith(b"\n"):
@@ -146,7 +150,7 @@ def read_from_pack(path: Path, obs_id: str) -> str | None:
 
 def read_pruned(directory: Path) -> dict[str, int] | None:
     try:
-        marker = json.loads((directory / PRUNED_FILE).read_text(encoding="utf-8"))
+        marker = json.loads(read_regular(directory / PRUNED_FILE, MAX_PRUNED_BYTES))
     except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) else None

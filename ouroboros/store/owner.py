@@ -16,15 +16,18 @@ from typing import Any
 
 from ouroboros.errors import ConfigError
 from ouroboros.store.atomic import write_atomically
+from ouroboros.store.files import read_regular
 from ouroboros.store.log import cannot_write
 
 OWNER_FILE = "project.json"
+MAX_OWNER_BYTES = 64 * 1024  # three paths
 
 
 def read_owner(state_dir: Path) -> dict[str, Any] | None:
-    """What project.json says, or None when there is none (or it cannot be read)."""
+    """What project.json says, or None when there is none (or it cannot be read: a link, a
+    FIFO or a device there is never read through)."""
     try:
-        owner = json.loads((state_dir / OWNER_FILE).read_text(encoding="utf-8"))
+        owner = json.loads(read_regular(state_dir / OWNER_FILE, MAX_OWNER_BYTES))
     except (OSError, ValueError):
         return None
     return owner if isinstance(owner, dict) and isinstance(owner.get("project"), str) \

@@ -30,11 +30,13 @@ from typing import Any, Callable, Iterator
 
 from ouroboros.errors import StateError
 from ouroboros.store.atomic import write_atomically
+from ouroboros.store.files import read_regular
 from ouroboros.store.figures import NEEDED, RunFigures
 
 MANIFEST_FILE = "manifest.json"
 SEGMENTS_DIR = "segments"
 MANIFEST_FORMAT = 3
+MAX_MANIFEST_BYTES = 256 << 20  # a line per closed segment: far more than any run has
 SEGMENT_NAME = re.compile(r"(\d{6})\.jsonl(\.gz)?$")
 # The records whose newest one a reader starts from (status, watch); see Tally.
 ANCHORS = ("run_resumed", "session_start", "session_restart", "token_usage", "context_mask",
@@ -215,7 +217,7 @@ def segment_path(run_dir: Path, name: str) -> Path:
 def read_manifest_file(run_dir: Path) -> Manifest:
     """manifest.json as written. Raises OSError or ValueError when it is missing or
     damaged, StateError when a newer Ouroboros wrote it."""
-    data = json.loads((run_dir / MANIFEST_FILE).read_bytes())
+    data = json.loads(read_regular(run_dir / MANIFEST_FILE, MAX_MANIFEST_BYTES))
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
         raise ValueError("not a manifest")
     if data.get("format_version", 0) > MANIFEST_FORMAT:

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.config import KEYS, Config, LoadedConfig, effective_items
+from ouroboros.config.urls import shown_url
 from ouroboros.config.values import toml_value
 
 
@@ -43,13 +44,19 @@ def config_table(loaded: LoadedConfig, full: bool = False,
     table.add_column("from", ratio=1, overflow="fold")
     for key, value, source in items:
         default = defaults[key] if key in changed else None
-        table.add_row("*" if key in changed else "", key, value_cell(value, full, default),
+        table.add_row("*" if key in changed else "", key,
+                      value_cell(shown_value(key, value), full, default),
                       Text(short_source(source), style="dim" if source == "default" else "cyan"))
     named = [Text(f"{layer}: {source.removeprefix(layer + ' ')}")
              for source in files for layer in FILE_LAYERS if source.startswith(layer)]
     if keys is not None:
         return Group(*named, table)
     return Group(*named, table, Text(changes_line(changed)))
+
+
+def shown_value(key: str, value: Any) -> Any:
+    """A key's value as shown: the base URL without its password."""
+    return shown_url(value) if key == "model.base_url" and isinstance(value, str) else value
 
 
 def value_cell(value: Any, full: bool, default: Any = None) -> Text | Group:
@@ -90,5 +97,6 @@ def override_note(loaded: LoadedConfig, key: str) -> str | None:
     """After `config set`: what still overrides the key just written to the project file."""
     for item, value, source in effective_items(loaded):
         if item == key and not source.startswith("project file"):
-            return f"note: {source} still overrides it (effective value: {toml_value(value)})"
+            return (f"note: {source} still overrides it (effective value: "
+                    f"{toml_value(shown_value(key, value))})")
     return None

@@ -21,6 +21,9 @@ from ouroboros.ui.dashboard import parse_ts
 from ouroboros.ui.status import RunStatus
 
 HEALTH_EXIT = {"running": 0, "stuck": 1, "stopped": 3, "none": 4, "ended": 5}
+# How far ahead of this clock a heartbeat may be dated and still count (clocks drift a little);
+# one dated further ahead proves nothing about the run now.
+FUTURE_SLACK_SECS = 5.0
 
 
 def age_secs(ts: str | None, now: datetime) -> float | None:
@@ -31,6 +34,18 @@ def age_secs(ts: str | None, now: datetime) -> float | None:
         return round(max(0.0, (now - parse_ts(ts)).total_seconds()), 3)
     except ValueError:
         return None
+
+
+def beat_age_secs(ts: str | None, now: datetime) -> float | None:
+    """A heartbeat's age, or None when it has none or it is dated ahead of `now` (beyond
+    FUTURE_SLACK_SECS): a beat from the future is no sign the process is alive now."""
+    if not ts:
+        return None
+    try:
+        ahead = (parse_ts(ts) - now).total_seconds()
+    except (ValueError, TypeError):  # not a timestamp, or one without its zone
+        return None
+    return None if ahead > FUTURE_SLACK_SECS else age_secs(ts, now)
 
 
 def run_state(status: RunStatus | None, resumable: bool, beat_age: float | None,
@@ -51,7 +66,7 @@ def run_health(status: RunStatus | None, *, resumable: bool, heartbeat: dict[str
             and heartbeat.get("run_id") != status.run_id:
         heartbeat = None
     beat = heartbeat or {}
-    beat_age = age_secs(beat.get("beat"), now)
+    beat_age = beat_age_secs(beat.get("beat"), now)
     state = run_state(status, resumable, beat_age, stale_after)
     if status is None:
         return {"state": state, "run_id": None, "resumable": False}

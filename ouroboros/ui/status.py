@@ -23,7 +23,7 @@ from rich.text import Text
 from ouroboros.store.log import list_runs, read_tail, runs_dir
 from ouroboros.store.events import ConfigChanged, RunEnd, parse_event
 from ouroboros.store.segments import Tally
-from ouroboros.sandbox.lock import LOCK_FILE, holder_is_alive, read_holder
+from ouroboros.sandbox.lock import LOCK_FILE, live_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import BOOKKEEPING, masked_text
 from ouroboros.ui.numbers import of_budget, threshold, used
@@ -60,10 +60,10 @@ def run_status(state_dir: Path) -> RunStatus | None:
 
 
 def live_run(state_dir: Path) -> tuple[str, int | None] | None:
-    """(run id, pid) of the run whose process holds the workspace lock now, if any."""
-    holder = read_holder(state_dir / LOCK_FILE)
-    if holder is None or not holder_is_alive(holder, state_dir / LOCK_FILE) \
-            or "run_id" not in holder:
+    """(run id, pid) of the run whose process holds the state dir's lock now, if any: the
+    kernel lock tells, never the pid alone."""
+    holder = live_holder(state_dir / LOCK_FILE)
+    if holder is None or "run_id" not in holder:
         return None
     return holder["run_id"], holder.get("pid")
 

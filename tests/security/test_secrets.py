@@ -210,3 +210,63 @@ def test_a_secret_the_model_streams_never_reaches_the_dashboard(tmp_path, script
     assert "The key is" in seen and REDACTED in seen  # streamed, and redacted as it came
     assert "sesame" not in seen and "0123456789" not in seen
     assert "as you asked." in seen  # what came after the secret is shown
+
+
+# -- a password in model.base_url -----------------------------------------------------------
+
+PASSWORD = "hunter2-s3cret-pw"
+
+
+def test_a_password_in_the_base_url_is_not_printed_when_the_server_is_unreachable(
+    tmp_path: Path
+) -> None:
+    config = make_project(tmp_path, f"http://me:{PASSWORD}@127.0.0.1:1/v1",
+                          model={"max_retry_secs": 1})
+
+    result = ouroboros("run", "--config", str(config), "--headless")
+    shown = ouroboros("config", "show", "model.base_url", "--config", str(config))
+
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: cannot reach the model server at "
+                                    "http://me:***@127.0.0.1:1:"), result.stderr
+    assert PASSWORD not in result.stdout + result.stderr
+    assert "me:***@127.0.0.1:1" in shown.stdout and PASSWORD not in shown.stdout
+
+
+def test_a_password_in_the_base_url_is_in_no_line_a_run_prints_or_logs(tmp_path,
+                                                                         scripted_server):
+    server = scripted_server([Reply("done")])
+    url = server.base_url.replace("http://", f"http://me:{PASSWORD}@")
+    config = make_project(tmp_path, url)
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "1")
+    status = ouroboros("status", "--config", str(config))
+    logs = ouroboros("logs", "--config", str(config))
+
+    assert result.returncode in (0, 3, 5), result.stderr
+    printed = "".join(r.stdout + r.stderr for r in (result, status, logs))
+    assert PASSWORD not in printed
+    assert PASSWORD not in json.dumps(run_events(tmp_path))
+
+
+def test_a_shown_url_hides_what_its_userinfo_holds() -> None:
+    from ouroboros.config.urls import shown_url
+
+    assert shown_url("http://me:pw@127.0.0.1:1/v1") == "http://me:***@127.0.0.1:1/v1"
+    assert shown_url("https://tok3n@example.com") == "https://***@example.com"
+    assert shown_url("http://[::1]:8080") == "http://[::1]:8080"
+    assert shown_url("http://me:p@ss@host/x@y") == "http://me:***@host/x@y"
+    assert shown_url("http://host?next=a@b") == "http://host?next=a@b"
+
+
+def test_a_bad_base_url_with_a_password_is_named_without_it(tmp_path: Path) -> None:
+    config = make_project(tmp_path, "http://127.0.0.1:1")
+
+    result = ouroboros("run", "--config", str(config), "--headless", "--base-url",
+                       f"http://me:{PASSWORD}@host:99999")
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: model.base_url from flag --base-url must be an http:// or https:// URL with a "
+        "host and a port from 1 to 65535, like http://127.0.0.1:11434, got "
+        '"http://me:***@host:99999"']
