@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import re
 import shutil
 import tempfile
@@ -124,6 +126,41 @@ class ThinkingAgent(RecordingAgent):
         return Reply(f"{thought}{reply.text}", reply.tool_calls)
 
 
+@dataclass(frozen=True)
+class PrefixCache:
+    """What a server keeping the previous prompt's prefix cache (llama.cpp, Ollama, vLLM: one
+    slot) would process, in characters of the prompts as sent: `again`, everything after the
+    longest prefix shared with the request before; `bound`, the appended-only lower bound
+    (what each request adds to the one before, and each session's first prompt whole);
+    `hit`, the share of all prompt characters served from the cache."""
+
+    again: int
+    bound: int
+    hit: float
+
+    def cells(self) -> str:
+        return f"{self.again / 1000:>8,.0f}k{self.bound / 1000:>7,.0f}k{self.hit:>6.2f}"
+
+
+CACHE_HEADER = f"{'again':>9}{'bound':>8}{'hit':>6}"
+
+
+def prefix_cache(requests: list[dict]) -> PrefixCache:
+    """The prefix-cache figures of these chat requests, in order (see PrefixCache)."""
+    again = bound = total = 0
+    before, opening = "", None
+    for request in requests:
+        messages = request.get("messages") or []
+        text = json.dumps([request.get("tools"), messages], sort_keys=True)
+        shared = len(os.path.commonprefix([before, text]))
+        started = len(messages) < 2 or messages[1] != opening  # a session's first prompt
+        again += len(text) - shared
+        bound += len(text) if started else max(len(text) - len(before), 0)
+        total += len(text)
+        before, opening = text, messages[1] if len(messages) > 1 else None
+    return PrefixCache(again, bound, 1 - again / total if total else 0.0)
+
+
 @dataclass
 class Figures:
     turns: int
@@ -140,6 +177,7 @@ class Figures:
     seconds: float
     believed: list[int] = field(default_factory=list)  # the window believed, request by request
     sessions_from: list[int] = field(default_factory=list)  # requests before each session began
+    cache: PrefixCache = PrefixCache(0, 0, 0.0)
 
 
 def session_starts(events: list[dict]) -> list[int]:
@@ -210,6 +248,7 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
             seconds=seconds,
             believed=[e["context_limit"] for e in events if e["type"] == "token_usage"],
             sessions_from=session_starts(events),
+            cache=prefix_cache(server.requests),
         )
 
 
@@ -301,7 +340,7 @@ def print_matrix(args: argparse.Namespace, rows: dict[str, tuple[Figures, Figure
           f"(server and config); cost = true prompt tokens / unmanaged on the same tokenizer "
           f"and the same files\n")
     header = (f"{'row':26}{'chars/file':>11}{'tok/file':>9}{'files':>7}{'requests':>10}{'over':>6}{'redone':>8}"
-              f"{'restarts':>10}{'false alarms':>14}{'cost':>7}{'s':>6}")
+              f"{'restarts':>10}{'false alarms':>14}{'cost':>7}{CACHE_HEADER}{'s':>6}")
     print(header)
     print("-" * len(header))
     for name, (m, u) in rows.items():
@@ -309,7 +348,7 @@ def print_matrix(args: argparse.Namespace, rows: dict[str, tuple[Figures, Figure
         print(f"{name:26}{size.chars:>11,}{size.tokens:>9,}"
               f"{f'{m.files_done}/{args.parts}':>7}{m.turns:>10}{m.over_limit:>6}"
               f"{m.parts_read_twice:>8}{m.restarts:>10}{m.false_alarms:>14}"
-              f"{m.prompt_tokens / u.prompt_tokens:>7.3f}{m.seconds:>6.1f}")
+              f"{m.prompt_tokens / u.prompt_tokens:>7.3f}{m.cache.cells()}{m.seconds:>6.1f}")
 
     fewest = min(m.turns for m, _ in rows.values())
     floors = [
@@ -408,7 +447,7 @@ def print_floors(checks: list[tuple[str, list[str]]]) -> bool:
 
 
 def run_literal(name: str, parts: int, keep: Path | None = None,
-                handoff: bool = True) -> tuple[RunFigures, float]:
+                handoff: bool = True) -> tuple[RunFigures, PrefixCache, float]:
     """One run of the task by a literal agent on the default config (8k window), or with
     the handoff's facts off; its figures and wall seconds. `keep` copies the project there
     afterwards."""
@@ -435,7 +474,7 @@ def run_literal(name: str, parts: int, keep: Path | None = None,
         if keep is not None:
             shutil.rmtree(keep, ignore_errors=True)
             shutil.copytree(root, keep)
-        return run_figures(root, keys), seconds
+        return run_figures(root, keys), prefix_cache(server.requests), seconds
 
 
 def run_literals(args: argparse.Namespace, names: list[str]) -> bool:
@@ -444,20 +483,23 @@ def run_literals(args: argparse.Namespace, names: list[str]) -> bool:
     if every floor holds."""
     print(f"literal agents: {args.parts} parts of {CHARS_PER_PART:,} characters, "
           f"{LITERAL_WINDOW}-token window; each on the default config (handoff on) and with "
-          "context.handoff_max_tokens = 0 (off)\n")
+          "context.handoff_max_tokens = 0 (off); again/bound/hit: characters a one-slot prefix "
+          "cache would process again, the appended-only lower bound, the cache's hit\n")
     header = (f"{'row':26}{'handoff':>8}{'files':>7}{'requests':>10}{'redone':>8}"
-              f"{'restarts':>10}{'s':>6}")
+              f"{'restarts':>10}{CACHE_HEADER}{'s':>6}")
     print(header + "\n" + "-" * len(header))
     rows: dict[tuple[str, bool], RunFigures] = {}
     for name in names:
         for handoff in (True, False):
             keep = (args.keep / f"{name.replace(' ', '_')}{'' if handoff else '_off'}"
                     if args.keep else None)
-            figures, seconds = run_literal(LITERAL_ROWS[name], args.parts, keep, handoff)
+            figures, cache, seconds = run_literal(LITERAL_ROWS[name], args.parts, keep,
+                                                  handoff)
             rows[name, handoff] = figures
             print(f"{name:26}{'on' if handoff else 'off':>8}"
                   f"{f'{figures.done}/{figures.parts}':>7}{figures.requests:>10}"
-                  f"{figures.redone:>8}{figures.restarts:>10}{seconds:>6.1f}", flush=True)
+                  f"{figures.redone:>8}{figures.restarts:>10}{cache.cells()}{seconds:>6.1f}",
+                  flush=True)
     fewest = min(f.requests for f in rows.values())
     limit = MAX_LITERAL_REQUESTS_OVER_FEWEST * fewest
 

@@ -47,17 +47,38 @@ def test_soft_zone_with_nothing_left_to_mask_continues():
 def test_hard_threshold_winds_down_first_then_restarts():
     cm = manager(keep_recent_observations=3)
     messages = conversation(cm, 3)
-    assert cm.evaluate(9_000, messages) == WindDown()
-    decision = cm.evaluate(9_100, messages)
+    assert cm.evaluate(9_500, messages) == WindDown()  # masking all three would not do
+    decision = cm.evaluate(9_600, messages)
     assert isinstance(decision, Restart)
 
 
 def test_above_the_hard_threshold_masking_comes_before_the_wind_down():
     cm = manager(mask_batch_size=3, keep_recent_observations=2)
-    messages = conversation(cm, 4)
+    messages = conversation(cm, 4, size=8_000)  # ~2,000 tokens each: masking frees room
     assert cm.evaluate(9_500, messages) == Mask(["c0", "c1"])
     messages = cm.mask(messages, ["c0", "c1"])
-    assert cm.evaluate(9_400, messages) == WindDown()
+    # then the recent one the agent has acted on, rather than winding down
+    assert cm.evaluate(9_400, messages) == Mask(["c2"])
+
+
+def test_a_session_that_masking_cannot_take_far_below_the_hard_threshold_winds_down():
+    """Small results at 95%: masking them all would leave it above the middle of the two
+    thresholds, so it would mask again every turn, creeping up until old turns were
+    dropped from under the agent. It winds down and restarts instead."""
+    cm = manager(mask_batch_size=3, keep_recent_observations=2)
+    messages = conversation(cm, 6, size=400)  # ~6% of the budget could be freed
+    assert cm.evaluate(9_500, messages) == WindDown()
+    assert isinstance(cm.evaluate(9_500, messages), Restart)
+    # Below the hard threshold it masks as ever.
+    assert cm.evaluate(7_500, conversation(manager(mask_batch_size=3), 40, size=400)) == \
+        Mask(["c0", "c1", "c2"])
+
+
+def test_the_fullness_rule_is_part_of_the_pure_decision():
+    policy = ContextConfig(keep_recent_observations=0, mask_batch_size=2)
+    assert decide(policy, 0.95, ["a", "b"], False, maskable=0.3)[0] == Mask(["a", "b"])
+    assert decide(policy, 0.95, ["a", "b"], False, maskable=0.1)[0] == WindDown()
+    assert decide(policy, 0.95, ["a", "b"], False)[0] == Mask(["a", "b"])  # not known
 
 
 def test_dropping_below_hard_after_wind_down_rearms_it():

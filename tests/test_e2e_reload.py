@@ -70,6 +70,9 @@ def run_task(root: Path, brain, parts: int, *, resume: bool = False,
     with ScriptedServer(brain, model="scripted-demo", context_length=CONTEXT) as server:
         if not resume:
             write_demo_project(root, server.base_url, parts)
+            # one recent result kept: masking comes a read after the soft threshold, so the
+            # decisions show which threshold they were taken at
+            edit_config(root, "context", "keep_recent_observations", 1)
         else:
             edit_config(root, "model", "base_url", server.base_url)
         keys = make_workspace(root / "workspace", parts, chars_per_part=CHARS_PER_PART)
@@ -232,6 +235,7 @@ def test_resume_after_an_edit_uses_the_edited_values(tmp_path):
     with ScriptedServer(failing, model="scripted-demo", context_length=CONTEXT) as server:
         failing.server = server
         write_demo_project(tmp_path, server.base_url, 24)
+        edit_config(tmp_path, "context", "keep_recent_observations", 1)  # as run_task does
         make_workspace(tmp_path / "workspace", 24, chars_per_part=CHARS_PER_PART)
         loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
         with pytest.raises(RunFailed):

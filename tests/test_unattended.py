@@ -387,26 +387,33 @@ def test_the_digest_survives_a_snapshot_whole(tmp_path):
 # --- what the agent needs to go on ----------------------------------------------------------
 
 
-def test_the_newest_read_of_the_agents_notes_is_never_masked_nor_dropped(tmp_path):
-    model = FakeModel()
-    rig = Rig(tmp_path, model, limit=3000, max_turns=60, keep_recent_observations=1,
-              mask_batch_size=4)
-    notes = "DONE: " + ", ".join(f"part {i}" for i in range(160))  # worth masking by size
-    data = reads(rig, 1500)
-    script = iter([reply("", call("file_write", path="notes.md", content=notes)),
-                   reply("", call("file_read", path="notes.md")),
-                   reply("", call("file_read", path="notes.md"))])
-    model.then = lambda sent: next(script, None) or data(sent)
+def test_the_newest_read_of_the_agents_notes_is_never_masked_nor_dropped():
+    """A fit that must mask and drop: the newest read of a file the agent writes (its
+    notes) stays whole in the oldest turn while the turns after it go; an older read of the
+    same file may go."""
+    from ouroboros.window import conversation as conv
+    from ouroboros.protocols import ToolResult
+    from tests.conversations import assistant, manager, tool
 
-    end = rig.run()
+    cm = manager(limit=6_000, keep_recent_observations=1)
+    notes = "DONE: " + ", ".join(f"part {i}" for i in range(160))
+    messages = [{"role": "system", "content": "mission"}, conv.note("continue", "go")]
 
-    assert end.reason == "max_turns"
-    # The data was masked around it, and turns dropped from in front of it and after it.
-    assert rig.log.of_type("context_mask") and rig.log.of_type("context_drop")
-    older, newest = [c["id"] for m in model.requests[3] for c in m.get("tool_calls") or ()
-                     if c["function"]["name"] == "file_read"]
-    for sent in model.requests[3:]:
-        [kept] = [m for m in sent if m.get("tool_call_id") == newest]
-        assert kept["content"] == notes
-    assert any(m.get("tool_call_id") == older and "masked" in m["content"]
-               for sent in model.requests[3:] for m in sent)  # an older read may go
+    def turn(call_id: str, name: str, path: str, content: str) -> None:
+        messages.append(assistant(call_id))
+        result = ToolResult(content, meta={"path": path})
+        obs = conv.describe(name, {"path": path}, result, cm.new_observation_id(), call_id)
+        messages.append(tool(call_id, cm.admit(obs, content)))
+
+    turn("r0", "file_read", "notes.md", notes)  # an older read
+    turn("w0", "file_write", "notes.md", "wrote 900 bytes")
+    turn("r1", "file_read", "notes.md", notes)  # the newest: what the agent goes on
+    for i in range(6):
+        turn(f"d{i}", "file_read", f"data/{i}.txt", f"KEY: {i}\n" + "x" * 6_000)
+
+    fitted = cm.fit(messages, [], target=2_500)
+
+    kept = {m["tool_call_id"]: m["content"] for m in fitted.messages if m["role"] == "tool"}
+    assert kept["r1"] == notes
+    assert fitted.dropped_turns and "r0" not in kept or "masked" in kept.get("r0", "masked")
+    assert "d0" not in kept or "masked" in kept["d0"]  # the data went first

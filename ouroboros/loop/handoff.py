@@ -86,7 +86,7 @@ class Digest:
     commands: deque[tuple[str, int | None]] = field(
         default_factory=lambda: deque(maxlen=MAX_COMMANDS))
     interrupted: deque[tuple[str, int]] = field(  # what, in which session: cut short by a
-        default_factory=lambda: deque(maxlen=MAX_INTERRUPTED))  # stop, not seen by the agent
+        default_factory=lambda: deque(maxlen=MAX_INTERRUPTED))  # stop (forget_interrupted)
     done: OrderedDict[str, int] = field(default_factory=OrderedDict)  # fingerprint -> session
     pending: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> name,
     # target, fingerprint
@@ -96,7 +96,6 @@ class Digest:
         match event:
             case ev.Assistant():
                 self.turns += 1
-                self.interrupted.clear()  # the agent has been told of them, and acted
             case ev.ToolCallEvent(id=call_id, name=name, arguments=arguments, subject=subject):
                 self.calls += 1  # named by what its tool says it is about (Toolbox.subject)
                 self.pending[call_id] = (name, one_line(subject or arguments),
@@ -105,8 +104,9 @@ class Digest:
                     self.pending.pop(next(iter(self.pending)))
             case ev.ToolResultEvent():
                 self.result(event)
-            case ev.SessionRestart():
+            case ev.SessionRestart(session=session):
                 self.new_session()
+                self.forget_interrupted(before=session - 1)
             case ev.Stuck(kind="redoing", action="note"):
                 self.told_redoing = True
 
@@ -166,6 +166,13 @@ class Digest:
         self.repeated.clear()
         self.told_redoing = False
 
+    def forget_interrupted(self, before: int) -> None:
+        """Calls cut short before session `before`: the restart note into the session after
+        them named them once; after that they are old news, not something to check again."""
+        kept = [entry for entry in self.interrupted if entry[1] >= before]
+        self.interrupted.clear()
+        self.interrupted.extend(kept)
+
     def new_session(self) -> None:
         """A restart: the session's counts begin again; what the run did is kept."""
         self.sessions_turns += self.turns
@@ -221,8 +228,13 @@ SESSION_FIELDS = ("turns", "calls", "failed", "failures", "last_failure", "side_
 
 def facts(digest: Digest, files: int, commands: int, failures: int) -> list[str]:
     """The handoff's facts, one line each, showing at most so many of each list. No line
-    holds words of the agent's or the harness's that read as an instruction."""
+    holds words of the agent's or the harness's that read as an instruction. The calls a stop
+    cut short come first: they are what the agent must look at before anything else."""
     lines = []
+    if digest.interrupted:
+        listed = "; ".join(f"{what} (session {at})" for what, at in digest.interrupted)
+        lines.append(f"- cut short by a stop, so they may or may not have taken effect: "
+                     f"{listed}")
     if digest.files and files:
         shown = list(digest.files.items())[-files:]
         more = len(digest.files) - len(shown) + digest.files_dropped
@@ -237,10 +249,6 @@ def facts(digest: Digest, files: int, commands: int, failures: int) -> list[str]
         listed = "; ".join(f"{what} ({n} times): {digest.last_failure.get(what, '')}"
                            for what, n in repeated)
         lines.append(f"- failing again and again: {listed}")
-    if digest.interrupted and commands:
-        listed = "; ".join(f"{what} (session {at})" for what, at in digest.interrupted)
-        lines.append(f"- cut short by a stop, so they may or may not have taken effect: "
-                     f"{listed}")
     return lines
 
 

@@ -84,7 +84,7 @@ Decision = Continue | Mask | WindDown | Restart
 
 def decide(policy: ContextConfig, used: float, candidates: list[str],
            wound_down: bool, recent: Sequence[tuple[str, float]] = (), unacted: int = 0,
-           pending: float = 0.0) -> tuple[Decision, bool]:
+           pending: float = 0.0, maskable: float | None = None) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first), and whether the agent has been told to wind down since.
 
@@ -100,17 +100,24 @@ def decide(policy: ContextConfig, used: float, candidates: list[str],
     masking them brings use below the hard threshold; and when masking them together with
     the unacted ones (`pending`: the share of the budget those would free) would, the agent
     is given the turn to act on what it just got, rather than told to wind down.
+    At the hard threshold a session is *full* when even masking every result it may
+    (`maskable`: the share of the budget that would free; None: unknown, as much as it
+    takes) would leave it above the middle of the two thresholds: masking would buy a turn
+    or two each round, creeping up until old turns are dropped from under the agent (and
+    rewriting the prompt's prefix every turn), so it winds down and restarts instead.
     Returns the decision and whether the agent stands wound down after it.
     """
     if used < policy.soft_threshold_pct:
         return Continue(), False
     keep = max(policy.keep_recent_observations, unacted)
     ids = (candidates[:-keep] if keep else candidates)[: policy.mask_batch_size]
-    if ids:
+    full = used >= policy.hard_threshold_pct and maskable is not None and \
+        used - maskable >= (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
+    if ids and not full:
         return Mask(ids), wound_down
     if used < policy.hard_threshold_pct:
         return Continue(), wound_down
-    spare = enough_to_mask(used, recent, policy.hard_threshold_pct)
+    spare = [] if full else enough_to_mask(used, recent, policy.hard_threshold_pct)
     if spare:
         return Mask(spare), wound_down
     if used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct \
@@ -339,6 +346,7 @@ class ContextManager:
         """The decision after a turn. The results of the newest turn are never masked here:
         the agent has not seen them yet; nor the newest read of its notes (kept_reads)."""
         tally = self.held(messages).tally
+        tally.tokens(self.chars_per_token, self.per_dense)  # its sizes at today's rates
         starts = tally.starts
         kept_read = self.kept_reads()
         candidates = [i for i in tally.candidates() if i not in kept_read]
@@ -349,8 +357,10 @@ class ContextManager:
                   for i in candidates[len(candidates) - kept:len(candidates) - unacted]]
         pending = sum(self.mask_gain(i, tally.size_of(i))
                       for i in candidates[len(candidates) - unacted:])
+        maskable = sum(self.mask_gain(i, tally.size_of(i))
+                       for i in candidates[:max(len(candidates) - unacted, 0)])
         decision, self.wound_down = decide(self.policy, self.used_pct(tokens), candidates,
-                                           self.wound_down, recent, unacted, pending)
+                                           self.wound_down, recent, unacted, pending, maskable)
         return decision
 
     def mask_gain(self, tool_call_id: str, size: int) -> float:
