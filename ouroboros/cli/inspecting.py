@@ -22,11 +22,14 @@ if TYPE_CHECKING:
 def status(config: Optional[Path] = ConfigOption,
            json_object: bool = typer.Option(False, "--json", help="One JSON object (state, run "
                                             "id, session, turn, context %, last event, pid, "
-                                            "resumable, heartbeat) and an exit code: 0 running, "
-                                            "1 stuck, 3 stopped (resumable), 4 no run, 5 ended."),
+                                            "resumable, heartbeat) and an exit code: 0 running "
+                                            "(or waiting for the model server), 1 stuck, 3 "
+                                            "stopped (resumable), 4 no run, 5 ended."),
            stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0, metavar="SECS", help="With "
                                                        "--json: a running run whose heartbeat is "
-                                                       "older than SECS is `stuck` (exit 1).")
+                                                       "older than SECS is `stuck` (exit 1); "
+                                                       "default: 3 heartbeats "
+                                                       "(metrics.heartbeat_secs) and 1 s.")
            ) -> None:
     """The current or last run: is it running, where it is, how full its context is."""
     from datetime import datetime, timezone
@@ -203,7 +206,8 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
     from ouroboros.loop.continuation import tally_plan
     from ouroboros.loop.heartbeat import read_heartbeat
     from ouroboros.store.log import runs_dir
-    from ouroboros.ui.health import HEALTH_EXIT, run_health
+    from ouroboros.ui.health import HEALTH_EXIT, default_stale_after, run_health
+    from ouroboros.ui.status import live_run
 
     resumable = False
     if found is not None and not found.running:  # from the tally `status` read, not again
@@ -211,8 +215,12 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
         plan = guarded(lambda: tally_plan(run_dir, found.tally, {}, None))
         max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
         resumable = plan.stays(max_turns) is None
+    live = guarded(lambda: live_run(loaded.state_dir))
+    if stale_after is None:
+        stale_after = default_stale_after(loaded.config.metrics.heartbeat_secs)
     health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
-                        now=datetime.now(timezone.utc), stale_after=stale_after)
+                        now=datetime.now(timezone.utc), stale_after=stale_after,
+                        live_run_id=live[0] if live is not None else None)
     guarded(lambda: typer.echo(json.dumps(health)))
     return HEALTH_EXIT[health["state"]]
 

@@ -122,6 +122,14 @@ class ModelConfig(_Table):
         description="Seconds to keep retrying a server that is down; 0 = fail at once.",
         json_schema_extra=LIVE,
     )
+    wait_for_server_secs: float = Field(
+        300.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="At start, seconds to wait for a model server that nothing answers at yet "
+        "(after a reboot, a slow Ollama), trying again with backoff; then the run exits 1. "
+        "0 = fail at once.",
+    )
 
     @field_validator("base_url")
     @classmethod
