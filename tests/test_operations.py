@@ -120,3 +120,70 @@ def test_wait_for_server_zero_fails_at_once_and_never_sleeps_past_the_end():
         asyncio.run(wait_for_server(down, 0, "u", sleep=no_sleep))
     assert error.value.message == "cannot reach it"
     assert next_wait(30, 2.5) == 2.5 and next_wait(1, 100) < next_wait(3, 100) <= 10
+
+
+# -- 2. metrics named as Prometheus expects --------------------------------------------------
+
+
+def fed_metrics():
+    from ouroboros.metrics import RunMetrics
+    from ouroboros.store import events as ev
+
+    metrics = RunMetrics()
+    for event in [
+        ev.SessionStart(context_limit=8192, limit_source="ollama", budget=7000,
+                        carryover_messages=0),
+        ev.Assistant(text="", finish_reason="stop", tool_calls=[]),
+        ev.TokenUsage(prompt_tokens=3682, completion_tokens=40, total_tokens=3722,
+                      context_limit=8192, budget=7000, context_used_pct=52.6, source="server"),
+        ev.ToolResultEvent(id="c", name="shell_exec", ok=True, bytes=1, observation="o",
+                           truncated=False, summary="", duration_ms=1),
+        ev.Retry(attempt=1, delay_secs=1.0, error="503"),
+    ]:
+        event.ts = "2026-01-01T00:00:00.000Z"
+        metrics.on_event(event)
+    return metrics
+
+
+def scraped(metrics) -> str:
+    from prometheus_client.exposition import generate_latest
+
+    return generate_latest(metrics.registry).decode()
+
+
+def test_context_used_ratio_is_a_ratio_when_scraped():
+    text = scraped(fed_metrics())
+    line = next(x for x in text.splitlines() if x.startswith("ouroboros_context_used_ratio "))
+    assert float(line.split()[1]) == pytest.approx(0.526)
+    assert "# HELP ouroboros_context_used_ratio" in text and "%" not in line
+
+
+BASE_UNITS = ("seconds", "bytes", "tokens", "ratio", "info")
+NOT_BASE_UNITS = ("milliseconds", "ms", "minutes", "hours", "days", "pct", "percent",
+                  "kb", "mb", "gb", "kilobytes", "megabytes")
+
+
+def test_every_metric_is_named_as_prometheus_expects():
+    """https://prometheus.io/docs/practices/naming/: one prefix, base units as a suffix,
+    `_total` for counters and only for them, `_ratio` for 0-1, `_timestamp_seconds` for Unix
+    times."""
+    import re
+
+    metrics = fed_metrics()
+    families = list(metrics.registry.collect())
+    assert families
+    for family in families:
+        name = family.name if family.type != "counter" else f"{family.name}_total"
+        assert re.fullmatch(r"ouroboros_[a-z][a-z0-9_]*[a-z0-9]", name), name
+        assert "__" not in name, name
+        words = name.split("_")
+        assert not set(words) & set(NOT_BASE_UNITS), f"{name}: not a base unit"
+        assert (family.type == "counter") == name.endswith("_total"), name
+        assert family.documentation.strip(), f"{name} has no help"
+        if "timestamp" in words:
+            assert name.endswith("_timestamp_seconds"), name
+        if family.type == "gauge" and name.endswith("_ratio"):
+            assert all(0 <= s.value <= 1 for s in family.samples), name
+        if "tokens" in words or "seconds" in words or "bytes" in words:
+            unit_at = max(words.index(u) for u in ("tokens", "seconds", "bytes") if u in words)
+            assert words[unit_at + 1:] in ([], ["total"]), f"{name}: the unit goes last"
