@@ -48,7 +48,9 @@ import signal
 #   2        needs a fix: bad config, flag     do not restart: a person must act
 #            or workspace, a window too
 #            small, a model that is missing,
-#            a workspace another harness holds
+#            a workspace another harness holds,
+#            a state dir it cannot write
+#            (read-only, not its user's)
 #   3        paused: idle (no tool call in     do not restart: it waits for a person
 #            max_idle_turns turns), max_turns  (`resume --message`, `--max-turns N`)
 #            or max_restarts reached

@@ -187,3 +187,66 @@ def test_every_metric_is_named_as_prometheus_expects():
         if "tokens" in words or "seconds" in words or "bytes" in words:
             unit_at = max(words.index(u) for u in ("tokens", "seconds", "bytes") if u in words)
             assert words[unit_at + 1:] in ([], ["total"]), f"{name}: the unit goes last"
+
+
+# -- 3. exit codes that mean what they say: an unusable state dir needs a fix -----------------
+
+
+@pytest.fixture
+def read_only_project(tmp_path):
+    """A project folder mounted read-only (a bind mount of itself), as on a read-only volume;
+    skipped where this process cannot mount (chmod does not stop root)."""
+    import subprocess
+
+    project = tmp_path / "project"
+    config = make_project(project, "http://127.0.0.1:9")
+    bound = subprocess.run(["mount", "--bind", str(project), str(project)],
+                           capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip("cannot make a read-only mount here (needs root and mount rights)")
+    try:
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(project)],
+                            capture_output=True)
+        if ro.returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield config
+    finally:
+        subprocess.run(["umount", "-l", str(project)], capture_output=True)
+
+
+def test_a_read_only_state_dir_exits_2_naming_the_key(read_only_project):
+    result = ouroboros_here("run", "--config", str(read_only_project), "--headless")
+    assert result.returncode == 2, result.stderr
+    assert "logging.state_dir" in result.stderr and "Read-only file system" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_only_errors_a_person_must_fix_are_exit_2():
+    import errno
+
+    from ouroboros.loop.startup import needs_fix
+
+    assert needs_fix(OSError(errno.EROFS, "ro")) and needs_fix(OSError(errno.EACCES, "no"))
+    assert not needs_fix(OSError(errno.ENOSPC, "full")) and not needs_fix(OSError(errno.EDQUOT,
+                                                                                    "quota"))
+
+
+# -- 8. temporaries a kill left are swept at the next start -----------------------------------
+
+
+def test_temporaries_left_by_a_kill_are_swept_at_the_next_start(tmp_path, scripted_server):
+    import os
+
+    server = scripted_server(PartsAgent(1))
+    config = make_project(tmp_path, server.base_url, model={"context_limit": 16384})
+    state = tmp_path / ".ouroboros"
+    state.mkdir()
+    old, new = state / ".ouroboros-0123456789ab.tmp", state / ".ouroboros-fresh0000000.tmp"
+    kept = state / "mine.tmp"
+    for path in (old, new, kept):
+        path.write_text("half a write")
+    os.utime(old, (1, 1))
+    os.utime(kept, (1, 1))
+    result = ouroboros_here("run", "--config", str(config), "--headless")
+    assert result.returncode == 0, result.stderr
+    assert not old.exists() and new.exists() and kept.exists()

@@ -44,14 +44,17 @@ from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
     api_key,
     build_toolbox,
+    check_writable_state_dir,
     claim_window,
     live_from,
     log_changes,
     resume_run,
     start_run,
     startup_warnings,
+    sweep_temporaries,
 )
 from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.store.observations import OBSERVATIONS_DIR
 from ouroboros.loop.stopping import Interrupted, stop_signals
 from ouroboros.server.tokenizer import TokenCounter
 from ouroboros.window.belief import reclaimed
@@ -84,6 +87,7 @@ async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = Fal
 async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
                         run_id: str | None, message: str) -> int:
     loaded.check_files()
+    check_writable_state_dir(loaded)  # read-only or not ours: exit 2, before anything else
     cfg = loaded.config
     if resume:
         run_dir = find_run(loaded.state_dir, run_id)
@@ -101,6 +105,8 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     except BaseException:
         lock.release()
         raise
+    # what a kill left before its rename
+    sweep_temporaries(loaded.state_dir, run_dir, run_dir / OBSERVATIONS_DIR)
     client = ChatClient(
         cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
         **client_settings(cfg.model))
