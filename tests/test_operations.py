@@ -250,3 +250,89 @@ def test_temporaries_left_by_a_kill_are_swept_at_the_next_start(tmp_path, script
     result = ouroboros_here("run", "--config", str(config), "--headless")
     assert result.returncode == 0, result.stderr
     assert not old.exists() and new.exists() and kept.exists()
+
+
+# -- 4. budgets per run -----------------------------------------------------------------------
+
+
+def test_a_token_budget_pauses_the_run_and_a_raised_one_continues_it(tmp_path, scripted_server):
+    from tests.helpers import run_events
+
+    server = scripted_server(PartsAgent(50))
+    config = make_project(tmp_path, server.base_url,
+                          model={"context_limit": 16384}, agent={"max_tokens": 1500})
+    first = ouroboros_here("run", "--config", str(config), "--headless")
+    assert first.returncode == 3, first.stderr
+    end = run_events(tmp_path)[-1]
+    assert (end["type"], end["reason"], end["exit_code"]) == ("run_end", "budget", 3)
+    assert end["budget"] == "agent.max_tokens" and end["tokens_used"] >= 1500
+    assert "raise agent.max_tokens" in end["next"] and "ouroboros resume" in end["next"]
+    code, health = status(config)
+    assert (code, health["state"], health["end_reason"]) == (3, "stopped", "budget")
+    assert health["budget"] == "agent.max_tokens" and health["tokens_used"] == end["tokens_used"]
+    turns_before = end["total_turns"]
+
+    again = ouroboros_here("resume", "--config", str(config), "--headless")  # not raised
+    assert again.returncode == 3
+    assert run_events(tmp_path)[-1]["total_turns"] == turns_before  # not one turn more
+
+    raised = make_project(tmp_path, server.base_url, model={"context_limit": 16384},
+                          agent={"max_tokens": 4000})
+    more = ouroboros_here("resume", "--config", str(raised), "--headless")
+    assert more.returncode == 3, more.stderr
+    last = run_events(tmp_path)[-1]
+    assert last["reason"] == "budget" and last["total_turns"] > turns_before
+    assert 4000 <= last["tokens_used"]  # counted across the resume, not from 0 again
+    assert last["tokens_used"] > end["tokens_used"]
+
+
+def test_the_budget_meter_keeps_counting_across_resumes():
+    from ouroboros.config.schema import AgentConfig
+    from ouroboros.loop.budgets import BudgetMeter, budget_reached, tokens_counted
+    from ouroboros.loop.stopping import StopFlag
+    from ouroboros.store import events as ev
+
+    class State:
+        tokens_used, wall_secs = 0, 0.0
+
+    state, now = State(), [100.0]
+    limits = AgentConfig(max_tokens=0, max_wall_secs=60)
+    first = BudgetMeter(state, lambda: limits, StopFlag(), clock=lambda: now[0])
+    now[0] += 40
+    assert first.check() is None and state.wall_secs == 40
+    stop = StopFlag()
+    resumed = BudgetMeter(state, lambda: limits, stop, clock=lambda: now[0] + 1000)  # later
+    now[0] += 25
+    assert resumed.check() == "agent.max_wall_secs" and stop.reason == "budget"
+    assert state.wall_secs == 65  # 40 before, 25 since: the time stopped does not count
+    usage = ev.TokenUsage(prompt_tokens=90, completion_tokens=10, total_tokens=100,
+                          context_limit=1, budget=1, context_used_pct=1, source="estimate",
+                          reported=120)
+    assert tokens_counted(usage) == 130
+    assert budget_reached(10, 5, 10, 0) == "agent.max_tokens"
+    assert budget_reached(9, 5, 10, 5) == "agent.max_wall_secs"
+    assert budget_reached(10**9, 10**9, 0, 0) is None
+
+
+def test_a_state_rebuilt_from_the_log_has_what_the_run_spent():
+    from ouroboros.loop.budgets import spent_in
+    from ouroboros.store import events as ev
+
+    def at(event, ts):
+        event.ts = f"2026-01-01T00:{ts}.000Z"
+        return event
+
+    usage = dict(context_limit=1, budget=1, context_used_pct=1, source="server")
+    events = [
+        at(ev.RunStart(run_id="r", version="1", pid=1, config={}), "00:00"),
+        at(ev.TokenUsage(prompt_tokens=100, completion_tokens=5, total_tokens=105, **usage),
+           "00:10"),
+        at(ev.RunEnd(reason="interrupted", exit_code=143, sessions=1, total_turns=1,
+                     restarts=0), "00:30"),
+        at(ev.RunResumed(total_turns=1, restarts=0, torn_line_dropped=False,
+                         interrupted_tools=[], context_limit=1, limit_source="x", budget=1),
+           "50:00"),
+        at(ev.TokenUsage(prompt_tokens=200, completion_tokens=5, total_tokens=205, **usage),
+           "50:20"),
+    ]
+    assert spent_in(events) == (310, 50.0)  # 30 s, then 20 s: not the 50 min stopped

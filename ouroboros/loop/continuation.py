@@ -152,10 +152,11 @@ def said_done(text: str) -> str | None:
 
 
 def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
-                    last_words: str = "") -> str:
+                    last_words: str = "", budget: str = "") -> str:
     """The line a stopped run ends with: why it stopped, if it needs saying, and the command
     that continues it. `last_words`: the agent's last reply, for an idle end after it said in
-    words that the work is done (most small models never call task_complete)."""
+    words that the work is done (most small models never call task_complete); `budget`: the
+    budget reached, as budgets.budget_words says it ("agent.max_tokens = 1000 (used ...)")."""
     done = said_done(last_words) if reason == "idle" else None
     if done is not None:
         return (f"the agent said it is done (\"{done}\") without calling task_complete, so "
@@ -177,6 +178,11 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
         case "max_turns":
             return (f"the run had its {turns(max_turns)} (agent.max_turns); "
                     "`ouroboros resume --max-turns N` gives it N more")
+        case "budget":
+            key = budget.split(" ")[0] or "agent.max_tokens or agent.max_wall_secs"
+            spent = f" ({budget})" if budget else ""
+            return (f"the run spent its budget{spent}, so it is paused; raise {key} (0: no "
+                    "limit), then `ouroboros resume` continues the run")
         case "max_restarts":
             return ("the run reached context.max_restarts; raise it, then `ouroboros resume` "
                     "continues the run")

@@ -30,6 +30,7 @@ from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.guards import StuckGuard
 from ouroboros.loop.handoff import handoff_budget, tokens_of
 from ouroboros.loop import systemd
+from ouroboros.loop.budgets import BUDGET, BudgetMeter
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
 from ouroboros.loop.server_wait import WAIT_CONDITION, WaitNotices, wait_for_server
 from ouroboros.loop.memory import mission_changed, system_message
@@ -199,6 +200,7 @@ class Runner:
         self.log = log
         self.services = services
         self.hooks = hooks
+        self.budgets = BudgetMeter(state, lambda: self.services.config.agent, services.stop)
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
@@ -250,6 +252,8 @@ class Runner:
         A stop signal cancels the sessions wherever they wait (see stopping.py)."""
         stop = self.services.stop
         stop.listeners.append(lambda name: self.log.emit(ev.StopRequested(signal=name)))
+        self.log.subscribe(self.budgets.on_event)
+        self.budgets.check()  # a resume of a run whose budget is spent pauses again at once
         self.install_signal_handlers()
         beating = self.start_heartbeat()
         try:
@@ -414,6 +418,7 @@ class Runner:
         """Record the end: every way a run ends leaves it resumable, and `next` says how.
         The end records (with the `error` of a failed write) go to the log all or none."""
         agent = self.loaded.config.agent
+        self.budgets.check()  # the run's time, up to its end
         with self.log.together():
             if failed is not None:
                 self.log.emit(ev.ErrorEvent(message=failed.message, kind="StateError"))
@@ -424,7 +429,10 @@ class Runner:
                 resumable=True, summary=summary,
                 next=how_to_continue(reason, max_turns=agent.max_turns,
                                      max_idle_turns=agent.max_idle_turns,
-                                     last_words=last_reply(self.state.messages))))
+                                     last_words=last_reply(self.state.messages),
+                                     budget=self.budgets.words()),
+                budget=(self.budgets.reached or "") if reason == BUDGET else "",
+                tokens_used=self.state.tokens_used, wall_secs=self.state.wall_secs))
         self.snapshot()
         self.log.close()
         return code

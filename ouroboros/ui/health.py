@@ -101,4 +101,7 @@ def run_health(status: RunStatus | None, *, resumable: bool, heartbeat: dict[str
         "resumable": state == "stopped" or (state in ("running", "stuck")),
         "end_reason": end.reason if end is not None else None,
         "exit_code": end.exit_code if end is not None else None,
+        "budget": (end.budget or None) if end is not None else None,
+        "tokens_used": end.tokens_used if end is not None else None,
+        "wall_secs": end.wall_secs if end is not None else None,
     }
