@@ -336,3 +336,51 @@ def test_a_state_rebuilt_from_the_log_has_what_the_run_spent():
            "50:20"),
     ]
     assert spent_in(events) == (310, 50.0)  # 30 s, then 20 s: not the 50 min stopped
+
+
+# -- 5. followers in JSON start from the end ---------------------------------------------------
+
+
+def json_records(result) -> list[dict]:
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_json_followers_start_from_the_end_unless_asked_for_history(tmp_path, scripted_server):
+    from tests.helpers import run_events
+
+    server = scripted_server(PartsAgent(PARTS))
+    config = make_project(tmp_path, server.base_url, model={"context_limit": 16384})
+    assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 0
+    logged = [e for e in run_events(tmp_path) if e["type"] != "checkpoint"]
+    c = ("--config", str(config))
+
+    assert json_records(ouroboros_here("watch", "--json", *c)) == []  # nothing new: it ended
+    assert json_records(ouroboros_here("logs", "--follow", "--json", *c)) == []
+    assert json_records(ouroboros_here("watch", "--json", "-n", "2", *c)) == logged[-2:]
+    assert json_records(ouroboros_here("logs", "-f", "--json", "-n", "3", *c)) == logged[-3:]
+    assert json_records(ouroboros_here("watch", "--json", "--since", "start", *c)) == logged
+    assert json_records(ouroboros_here("watch", "--json", "--since", "1d", *c)) == logged
+    assert json_records(ouroboros_here("logs", "--json", "--since", "2h", *c)) == logged
+    assert json_records(ouroboros_here("watch", "--json", "--since",
+                                       "2999-01-01T00:00:00Z", *c)) == []
+    assert json_records(ouroboros_here("logs", "--json", *c)) == logged  # not following: all
+
+    bad = ouroboros_here("watch", "--json", "--since", "yesterday", *c)
+    assert bad.returncode == 2 and "--since must be 'start'" in bad.stderr
+    assert len(bad.stderr.splitlines()) == 1
+
+
+def test_since_names_a_time_ago_a_utc_time_or_the_start():
+    from datetime import timezone
+
+    from ouroboros.ui.follow import since_cutoff
+
+    now = datetime(2026, 11, 27, 3, 0, tzinfo=timezone.utc)
+    assert since_cutoff("start", now) is None
+    assert since_cutoff("90s", now) == datetime(2026, 11, 27, 2, 58, 30, tzinfo=timezone.utc)
+    assert since_cutoff("2h", now).hour == 1
+    assert since_cutoff("2026-11-27T02:00:00Z", now) == datetime(2026, 11, 27, 2,
+                                                                 tzinfo=timezone.utc)
+    with pytest.raises(ValueError, match="90s, 10m, 2h, 1d"):
+        since_cutoff("soon", now)
