@@ -384,3 +384,68 @@ def test_since_names_a_time_ago_a_utc_time_or_the_start():
                                                                  tzinfo=timezone.utc)
     with pytest.raises(ValueError, match="90s, 10m, 2h, 1d"):
         since_cutoff("soon", now)
+
+
+# -- 6. systemd's notify protocol --------------------------------------------------------------
+
+
+def notify_socket(address) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    sock.settimeout(0.05)
+    return sock
+
+
+def received(sock: socket.socket, messages: list[str]) -> list[str]:
+    """Read what has come (each datagram may hold lines), adding to `messages`."""
+    while True:
+        try:
+            messages.extend(sock.recv(4096).decode().splitlines())
+        except (socket.timeout, BlockingIOError):
+            return messages
+
+
+@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
+def test_under_systemd_it_says_ready_pings_the_watchdog_and_says_stopping(
+        tmp_path, scripted_server, abstract):
+    import os
+
+    from tests.faults.parts_agent import held_pid
+    from tests.helpers import clean_env, ouroboros_forked
+
+    name = f"@ouroboros-test-{os.getpid()}-{id(tmp_path)}" if abstract \
+        else str(tmp_path / "notify.sock")
+    sock = notify_socket(b"\0" + name[1:].encode() if abstract else name)
+    server = scripted_server(PartsAgent(PARTS, hold_part=2))
+    config = make_project(tmp_path, server.base_url, model={"context_limit": 16384})
+    env = clean_env(NOTIFY_SOCKET=name, WATCHDOG_USEC="200000")  # a ping every 0.1 s
+    process = ouroboros_forked("run", "--config", str(config), "--headless",
+                               out=tmp_path / "out.txt", err=tmp_path / "err.txt", env=env)
+    messages: list[str] = []
+    try:
+        wait_for(lambda: "READY=1" in received(sock, messages), "READY=1", process)
+        held_pid(tmp_path, process)  # a tool call holds the turn: the loop still pings
+        pings = messages.count("WATCHDOG=1")
+        wait_for(lambda: received(sock, messages).count("WATCHDOG=1") >= pings + 2,
+                 "watchdog pings during a tool call", process)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    finally:
+        kill(process)
+    received(sock, messages)
+    sock.close()
+    assert process.returncode == 143
+    assert messages.index("READY=1") < messages.index("STOPPING=1")
+    statuses = [m for m in messages if m.startswith("STATUS=")]
+    assert any("session 1" in m for m in statuses) and any("stopping" in m for m in statuses)
+
+
+def test_without_notify_socket_nothing_is_sent_and_odd_values_are_ignored():
+    from ouroboros.loop.systemd import notify_systemd, socket_address, watchdog_interval
+
+    assert not notify_systemd("READY=1", {})
+    assert not notify_systemd("READY=1", {"NOTIFY_SOCKET": "/nonexistent/sock"})
+    assert socket_address("@name") == b"\0name" and socket_address("relative") is None
+    assert watchdog_interval({"WATCHDOG_USEC": "30000000"}, pid=1) == 15.0
+    assert watchdog_interval({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "2"}, pid=1) is None
+    assert watchdog_interval({"WATCHDOG_USEC": "x"}) is None and watchdog_interval({}) is None
