@@ -449,3 +449,23 @@ def test_without_notify_socket_nothing_is_sent_and_odd_values_are_ignored():
     assert watchdog_interval({"WATCHDOG_USEC": "30000000"}, pid=1) == 15.0
     assert watchdog_interval({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "2"}, pid=1) is None
     assert watchdog_interval({"WATCHDOG_USEC": "x"}) is None and watchdog_interval({}) is None
+
+
+# -- 8. smaller ones: prune's help, bare `ouroboros` --------------------------------------------
+
+
+def test_prunes_help_says_what_it_does_without_a_run_id(tmp_path, scripted_server):
+    from tests.helpers import clean_env
+
+    help_text = " ".join(ouroboros_here("prune", "--help",
+                                        env=clean_env(COLUMNS="200")).stdout.split())
+    assert "default: every run of the project" in help_text
+    assert "default: the latest" not in help_text
+
+
+def test_bare_ouroboros_prints_the_short_usage_not_an_error_and_the_whole_help():
+    result = ouroboros_here()
+    assert result.returncode == 2
+    said = result.stderr + result.stdout
+    assert said.startswith("usage: ouroboros COMMAND") and "error" not in said
+    assert "ouroboros --help" in said and len(said.splitlines()) <= 3

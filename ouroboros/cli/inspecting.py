@@ -285,7 +285,9 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
 
 
 @app.command(short_help="Remove old log segments and tool results, as [logging] keeps.")
-def prune(run_id: Optional[str] = RunIdArgument,
+def prune(run_id: Optional[str] = typer.Argument(None, metavar="RUN_ID", show_default=False,
+                                                 help="The run to prune (default: every run "
+                                                 "of the project)."),
           config: Optional[Path] = ConfigOption) -> None:
     """Apply the retention of `[logging]` (keep_mb, keep_sessions, keep_days) now, to one run
     or to every run of the project, and say what was freed. A running run applies it by
