@@ -115,7 +115,8 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
         guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
-        watchdog = asyncio.ensure_future(systemd.keep_watchdog())  # from the loop: a hung one stops it
+        # WATCHDOG=1 from the event loop: a loop that hangs stops the pings
+        watchdog = asyncio.ensure_future(systemd.keep_watchdog())
         startup = await hooks.stop.cancellable(
             reach_server(client, loaded, run_id, hooks.on_event))
         runner = await hooks.stop.cancellable(
