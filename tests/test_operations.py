@@ -469,3 +469,23 @@ def test_bare_ouroboros_prints_the_short_usage_not_an_error_and_the_whole_help()
     said = result.stderr + result.stdout
     assert said.startswith("usage: ouroboros COMMAND") and "error" not in said
     assert "ouroboros --help" in said and len(said.splitlines()) <= 3
+
+
+def test_status_health_is_waiting_while_the_live_harness_waits_and_stale_by_default():
+    from datetime import timezone
+
+    from ouroboros.ui.health import HEALTH_EXIT, default_stale_after, run_health
+
+    now = datetime(2026, 1, 1, 0, 1, 0, tzinfo=timezone.utc)
+    beat = {"pid": 7, "run_id": "r1", "beat": "2026-01-01T00:00:55.000Z",
+            "doing": "waiting for the model server at http://h:1",
+            "since": "2026-01-01T00:00:00.000Z"}
+    stale_after = default_stale_after(15)
+    waiting = run_health(None, resumable=False, heartbeat=beat, now=now,
+                         stale_after=stale_after, live_run_id="r1")
+    assert (waiting["state"], waiting["pid"], HEALTH_EXIT["waiting"]) == ("waiting", 7, 0)
+    old = {**beat, "beat": "2026-01-01T00:00:00.000Z"}  # 60 s: more than three beats of 15
+    assert run_health(None, resumable=False, heartbeat=old, now=now, stale_after=stale_after,
+                      live_run_id="r1")["state"] == "stuck"
+    assert run_health(None, resumable=False, heartbeat=beat, now=now,
+                      live_run_id=None)["state"] == "none"  # no live harness: not waiting

@@ -32,7 +32,7 @@ from ouroboros.loop.handoff import handoff_budget, tokens_of
 from ouroboros.loop import systemd
 from ouroboros.loop.budgets import BUDGET, BudgetMeter
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
-from ouroboros.loop.server_wait import WAIT_CONDITION, WaitNotices, wait_for_server
+from ouroboros.loop.server_wait import WAIT_CONDITION, WAITING, WaitNotices, wait_for_server
 from ouroboros.loop.memory import mission_changed, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
@@ -111,65 +111,67 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     client = ChatClient(
         cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
         **client_settings(cfg.model))
-    watchdog: asyncio.Future[None] | None = None
+    background: list[asyncio.Future[None]] = []
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
         guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
         # WATCHDOG=1 from the event loop: a loop that hangs stops the pings
-        watchdog = asyncio.ensure_future(systemd.keep_watchdog())
+        background.append(asyncio.ensure_future(systemd.keep_watchdog()))
+        # Until the run's own heartbeat takes over: a probe sees a process starting, not stuck.
+        starting = Heartbeat(loaded.state_dir / HEARTBEAT_FILE, run_id)
+        background.append(asyncio.ensure_future(
+            starting.keep_beating(cfg.metrics.heartbeat_secs)))
         startup = await hooks.stop.cancellable(
-            reach_server(client, loaded, run_id, hooks.on_event))
+            reach_server(client, loaded, starting, hooks.on_event))
         runner = await hooks.stop.cancellable(
             Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
                         guard=guard, startup=startup))
+        background.pop().cancel()
         runner.log.subscribe(systemd.on_event)
         systemd.notify_systemd(f"READY=1\nSTATUS=run {run_id}: session {runner.state.session}")
         if (note := lock.takeover_note()) is not None:
             runner.log.emit(ev.WarningEvent(message=note))
         return await runner.run()
     finally:
-        if watchdog is not None:
-            watchdog.cancel()
+        for task in background:
+            task.cancel()
         await client.aclose()
         guard.close()
         lock.release()
 
 
-async def reach_server(client: ChatClient, loaded: LoadedConfig, run_id: str,
+async def reach_server(client: ChatClient, loaded: LoadedConfig, heartbeat: Heartbeat,
                        on_event: Listener | None) -> Deadline:
     """Check the server before anything is recorded, waiting for one that nothing answers at
     yet up to `model.wait_for_server_secs` (server_wait.py): the wait is a warning line on the
-    terminal (or JSON) and `doing` in the heartbeat, which `status --json` reads as "waiting".
-    Returns the start-up deadline, counted from the server's first answer."""
+    terminal (or JSON), a STATUS= line for systemd and `doing` in the heartbeat, which
+    `status --json` reads as "waiting". Returns the start-up deadline, counted from the
+    server's first answer."""
     startup = Deadline.after(startup_secs(os.environ))
-    heartbeat = Heartbeat(loaded.state_dir / HEARTBEAT_FILE, run_id)
-    beating: asyncio.Future[None] | None = None
 
     async def probe() -> None:
         nonlocal startup
         startup = Deadline.after(startup_secs(os.environ))
         await startup.within(check_reachable(client), lambda: None, "the model check")
 
+    def doing(what: str) -> None:
+        heartbeat.record.update(doing=what, since=utc_now())
+        heartbeat.beat()
+
     def began(words: str) -> None:
-        nonlocal beating
-        heartbeat.record.update(doing=words.split(" since ")[0], since=utc_now())
-        beating = asyncio.ensure_future(
-            heartbeat.keep_beating(loaded.config.metrics.heartbeat_secs))
+        doing(f"{WAITING} at {client.base_url}")
         systemd.notify_systemd(f"STATUS={words}")
         if on_event is not None:
             on_event(ev.WarningEvent(message=words, condition=WAIT_CONDITION, ts=utc_now()))
 
     def ended() -> None:
+        doing("starting")
         if on_event is not None:
             on_event(ev.WarningCleared(condition=WAIT_CONDITION, ts=utc_now(),
                                        message=f"the model server at {client.base_url} answers"))
 
-    try:
-        await wait_for_server(probe, loaded.config.model.wait_for_server_secs, client.base_url,
-                              WaitNotices(began, ended))
-    finally:
-        if beating is not None:
-            beating.cancel()
+    await wait_for_server(probe, loaded.config.model.wait_for_server_secs, client.base_url,
+                          WaitNotices(began, ended))
     return startup
 
 
