@@ -80,8 +80,8 @@ def version_callback(value: bool) -> None:
 
 
 SHORT_USAGE = ("usage: ouroboros COMMAND [ARGS]...  (run, resume, init, tell, status, watch, "
-               "logs, ...)\n`ouroboros --help` lists the commands; `ouroboros init` makes a "
-               "project and `ouroboros run` starts it")
+               "logs, ...)\nevery command: ouroboros --help; a new project: ouroboros init, "
+               "then ouroboros run")
 
 
 @app.callback(invoke_without_command=True)

@@ -193,12 +193,17 @@ def logs(
         say_problem(read.manifest.problem)
         events = read_run_log(run_dir, read) if count is None else \
             [parse_event(r) for r in guarded(lambda: last_records(run_dir, count, shown, read))]
-    line_of: Callable[[EventBase], str | None] = json_line if json_lines else format_any
+    print_events(events, shown, json_line if json_lines else format_any)
 
+
+def print_events(events: Iterable[EventBase], shown: Callable[[str], bool],
+                 line_of: Callable[[EventBase], str | None]) -> None:
+    """`logs`: one line for each event of a type `shown` accepts, until the events end (or
+    Ctrl+C, or the reader goes away)."""
     def show() -> None:
         try:
             for event in events:
-                if listed(event.type, wanted) and (line := line_of(event)) is not None:
+                if shown(event.type) and (line := line_of(event)) is not None:
                     typer.echo(line)
         except StopAtEnd.Reached:
             pass

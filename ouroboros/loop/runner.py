@@ -99,15 +99,7 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
     on_text, on_event = guard.screen_stream(hooks.on_text, hooks.on_event)
     hooks = replace(hooks, on_text=on_text, on_event=on_event)  # no secret on the terminal
-    lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
-    try:
-        claim_state_dir(loaded.state_dir, project=loaded.root,
-                        workspace=loaded.workspace)
-    except BaseException:
-        lock.release()
-        raise
-    # what a kill left before its rename
-    sweep_temporaries(loaded.state_dir, run_dir, run_dir / OBSERVATIONS_DIR)
+    lock = claim_workspace(loaded, run_id, run_dir)
     client = ChatClient(
         cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
         **client_settings(cfg.model))
@@ -138,6 +130,20 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
         await client.aclose()
         guard.close()
         lock.release()
+
+
+def claim_workspace(loaded: LoadedConfig, run_id: str, run_dir: Path) -> WorkspaceLock:
+    """Take the workspace lock for `run_id` and the state dir for this project, then sweep the
+    temporaries a kill left there before their rename (no other harness writes there now)."""
+    lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
+    try:
+        claim_state_dir(loaded.state_dir, project=loaded.root,
+                        workspace=loaded.workspace)
+    except BaseException:
+        lock.release()
+        raise
+    sweep_temporaries(loaded.state_dir, run_dir, run_dir / OBSERVATIONS_DIR)
+    return lock
 
 
 async def reach_server(client: ChatClient, loaded: LoadedConfig, heartbeat: Heartbeat,
