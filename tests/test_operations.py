@@ -267,14 +267,18 @@ def test_a_token_budget_pauses_the_run_and_a_raised_one_continues_it(tmp_path, s
     assert (end["type"], end["reason"], end["exit_code"]) == ("run_end", "budget", 3)
     assert end["budget"] == "agent.max_tokens" and end["tokens_used"] >= 1500
     assert "raise agent.max_tokens" in end["next"] and "ouroboros resume" in end["next"]
-    code, health = status(config)
-    assert (code, health["state"], health["end_reason"]) == (3, "stopped", "budget")
+    code, health = status(config)  # a person must raise it: not for a supervisor to go on
+    assert (code, health["state"], health["end_reason"]) == (5, "ended", "budget")
     assert health["budget"] == "agent.max_tokens" and health["tokens_used"] == end["tokens_used"]
     turns_before = end["total_turns"]
 
     again = ouroboros_here("resume", "--config", str(config), "--headless")  # not raised
     assert again.returncode == 3
     assert run_events(tmp_path)[-1]["total_turns"] == turns_before  # not one turn more
+    records = len(run_events(tmp_path))
+    kept = ouroboros_here("run", "--continue", "--config", str(config), "--headless")
+    assert kept.returncode == 3 and "raise agent.max_tokens" in kept.stderr
+    assert len(run_events(tmp_path)) == records  # left as it is: nothing written
 
     raised = make_project(tmp_path, server.base_url, model={"context_limit": 16384},
                           agent={"max_tokens": 4000})

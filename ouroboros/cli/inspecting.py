@@ -278,7 +278,8 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
         run_dir = runs_dir(loaded.state_dir) / found.run_id
         plan = guarded(lambda: tally_plan(run_dir, found.tally, {}, None))
         max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
-        resumable = plan.stays(max_turns) is None
+        agent = loaded.config.agent
+        resumable = plan.stays(max_turns, agent.max_tokens, agent.max_wall_secs) is None
     live = guarded(lambda: live_run(loaded.state_dir))
     if stale_after is None:
         stale_after = default_stale_after(loaded.config.metrics.heartbeat_secs)

@@ -8,8 +8,8 @@ or a script, and an exit code a supervisor can act on.
     stuck     1     it holds the run, but its heartbeat is older than --stale-after
     stopped   3     not running, and `ouroboros run --continue` would go on with it
     none      4     the project has no run yet
-    ended     5     not running, and nothing to go on with without a person (complete, or
-                    out of turns): `ouroboros resume --message/--max-turns` says what
+    ended     5     not running, and nothing to go on with without a person (complete, out
+                    of turns, or paused on a budget still spent): its `run_end` says what
 
     health = run_health(status, resumable=True, heartbeat=read_heartbeat(state_dir), now=now)
 """
