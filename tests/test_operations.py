@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from ouroboros.errors import ServerUnreachableError
-from ouroboros.loop.server_wait import WaitNotices, next_wait, wait_for_server
 from ouroboros.testing.server import ScriptedServer
 from tests.crash_helpers import kill, wait_for
 from tests.faults.parts_agent import PartsAgent, expected_parts, log_text, start_forked
@@ -87,6 +86,8 @@ def test_a_wait_that_runs_out_exits_1_saying_how_long(tmp_path):
 
 
 def test_wait_for_server_retries_only_unreachable_with_backoff_and_says_so_once():
+    from ouroboros.loop.server_wait import WaitNotices, wait_for_server
+
     tries: list[int] = []
     slept: list[float] = []
     heard: list[str] = []
@@ -110,6 +111,8 @@ def test_wait_for_server_retries_only_unreachable_with_backoff_and_says_so_once(
 
 
 def test_wait_for_server_zero_fails_at_once_and_never_sleeps_past_the_end():
+    from ouroboros.loop.server_wait import next_wait, wait_for_server
+
     async def down() -> None:
         raise ServerUnreachableError("cannot reach it")
 
