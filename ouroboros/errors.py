@@ -48,10 +48,14 @@ import signal
 #   2        needs a fix: bad config, flag     do not restart: a person must act
 #            or workspace, a window too
 #            small, a model that is missing,
-#            a workspace another harness holds
+#            a workspace another harness holds,
+#            a state dir it cannot write
+#            (read-only, not its user's)
 #   3        paused: idle (no tool call in     do not restart: it waits for a person
-#            max_idle_turns turns), max_turns  (`resume --message`, `--max-turns N`)
-#            or max_restarts reached
+#            max_idle_turns turns), max_turns, (`resume --message`, `--max-turns N`,
+#            max_restarts or a budget          a budget raised, then `resume`)
+#            (agent.max_tokens, max_wall_secs)
+#            reached
 #   4        nothing to resume: no run, or     do not restart
 #            `resume` of a run that is complete
 #   128+N    stopped by signal N: 130 SIGINT,  restart: the run is saved and
@@ -71,7 +75,7 @@ EXIT_CODES = {
 # How each way a run can end (a `run_end` reason) exits; a stop signal is 128 + its number.
 END_EXIT_CODES = {"task_complete": EXIT_DONE, "idle": EXIT_PAUSED, "stuck": EXIT_PAUSED,
                   "redoing": EXIT_PAUSED,
-                  "max_turns": EXIT_PAUSED, "max_restarts": EXIT_PAUSED,
+                  "max_turns": EXIT_PAUSED, "max_restarts": EXIT_PAUSED, "budget": EXIT_PAUSED,
                   "restart_declined": EXIT_PAUSED}
 
 

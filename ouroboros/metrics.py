@@ -44,7 +44,8 @@ class RunMetrics:
                                          "Completion tokens received.", registry=r)
         self.retries = Counter("ouroboros_retries", "Model requests retried.", registry=r)
         self.context_used = Gauge("ouroboros_context_used_ratio", "The last prompt's share "
-                                  "of the context budget (0 to 1).", registry=r)
+                                  "of the context budget, as a ratio (0.526 is 52.6%; above 1 "
+                                  "only for a prompt past the budget).", registry=r)
         self.window = Gauge("ouroboros_context_window_tokens", "The context window believed, "
                             "in tokens.", registry=r)
         self.session = Gauge("ouroboros_session", "The session going on (1, 2, ...).",
@@ -70,7 +71,7 @@ class RunMetrics:
             case ev.TokenUsage():
                 self.prompt_tokens.inc(event.prompt_tokens)
                 self.completion_tokens.inc(event.completion_tokens)
-                self.context_used.set(event.context_used_pct)
+                self.context_used.set(used_ratio(event.context_used_pct))
                 self.window.set(event.context_limit)
             case ev.Retry():
                 self.retries.inc()
@@ -79,6 +80,11 @@ class RunMetrics:
             case ev.ContextTruncationDetected(new_limit=limit) | \
                     ev.ContextOverflowRecovered(new_limit=limit):
                 self.window.set(limit)
+
+
+def used_ratio(pct: float) -> float:
+    """A percentage as the ratio Prometheus expects of a `_ratio`: 52.6 -> 0.526."""
+    return round(pct / 100.0, 6)
 
 
 class MetricsServer:

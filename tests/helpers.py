@@ -20,7 +20,8 @@ def make_project(root: Path, base_url: str, *, prompt: str = "You are a test age
                  **tables: dict[str, Any]) -> Path:
     """A project directory: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace."""
     config: dict[str, Any] = {
-        "model": {"base_url": base_url, "name": "scripted", "max_retry_secs": 2},
+        "model": {"base_url": base_url, "name": "scripted", "max_retry_secs": 2,
+                  "wait_for_server_secs": 0},  # a test about waiting says how long
     }
     for table, values in tables.items():
         config[table] = {**config.get(table, {}), **values}

@@ -76,7 +76,7 @@ def test_systemd_analyze_verifies_the_unit(tmp_path) -> None:
     ouroboros = Path(sys.executable).parent / "ouroboros"
     if not ouroboros.exists():
         pytest.skip("the ouroboros console script is not installed next to this python")
-    text = UNIT.read_text().replace("/usr/local/bin/ouroboros", str(ouroboros))
+    text = UNIT.read_text().replace(unit_program(), str(ouroboros))
     text = text.replace("User=ouroboros", "User=root").replace("Group=ouroboros", "Group=root")
     instance = tmp_path / "ouroboros@demo.service"
     instance.write_text(text)
@@ -167,3 +167,124 @@ def test_the_containerfile_runs_continue_and_is_what_the_job_expects() -> None:
         == found["ENV"]
     for source in found["COPY"].split()[:-1]:
         assert (REPO / source).exists(), source
+
+
+# -- as written: the set-up steps, systemd's notify protocol, a restricted pod ----------------
+
+
+def unit_program() -> str:
+    return shlex.split(unit()["Service"]["ExecStart"])[0]
+
+
+def header(path: Path) -> str:
+    """The comment lines a file opens with, without their `#`."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:])
+    return "\n".join(lines)
+
+
+def seconds(value: str) -> float:
+    """A systemd time span as the example writes them: "120", "2min", "360s"."""
+    import re
+
+    found = re.fullmatch(r"(\d+)\s*(s|sec|min|m)?", value.strip())
+    assert found, value
+    return int(found.group(1)) * (60 if found.group(2) in ("min", "m") else 1)
+
+
+def test_the_unit_is_type_notify_with_a_watchdog_and_room_to_wait_for_the_server() -> None:
+    from ouroboros.config.schema import MetricsConfig, ModelConfig
+
+    service = unit()["Service"]
+    assert service["Type"] == "notify"
+    watchdog = seconds(service["WatchdogSec"])
+    assert watchdog >= 2 * MetricsConfig().heartbeat_secs  # pinged every half of it
+    assert seconds(service["TimeoutStartSec"]) > ModelConfig().wait_for_server_secs
+
+
+def test_the_units_header_lists_every_step_it_relies_on() -> None:
+    import re
+
+    from ouroboros.config.schema import LoggingConfig
+
+    text, service = header(UNIT), unit()["Service"]
+    user = service["User"]
+    assert re.search(rf"useradd --system .*\b{user}\b", text), "a system user"
+    program = Path(unit_program())
+    venv = re.search(r"python3 -m venv (\S+)", text)
+    assert venv and Path(venv.group(1)) / "bin" / "ouroboros" == program, "the venv it runs"
+    assert f"{venv.group(1)}/bin/pip install" in text
+    assert "pipx install" in text
+    project = service["WorkingDirectory"].replace("%i", "docs-bot")
+    state_dir = f"{project}/{LoggingConfig().state_dir}"
+    assert f"install -d -o {user} -g {service['Group']} {state_dir}" in text, "the state dir"
+    assert f"install -d -o {user} -g {service['Group']} {project}" in text
+    assert "ouroboros@.service /etc/systemd/system/" in text and "daemon-reload" in text
+    writable = service["ReadWritePaths"].split()
+    assert service["WorkingDirectory"] in writable  # the state dir is in the project
+    for code in (NO_RESTART | {0, 1}):
+        assert re.search(rf"^ {{2,}}{code}\s", text, re.M), f"exit {code} explained"
+
+
+def containers(pod: dict) -> list[dict]:
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def test_the_job_meets_the_restricted_pod_security_standard(tmp_path) -> None:
+    docs = job_documents()
+    pod = docs["Job"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsUser"] != 0
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for container in containers(pod):
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, container["name"]
+        assert context["capabilities"]["drop"] == ["ALL"], container["name"]
+        assert context["readOnlyRootFilesystem"] is True, container["name"]
+        assert context.get("privileged", False) is False
+
+    agent = next(c for c in pod["containers"] if c["name"] == "agent")
+    writable = [Path(m["mountPath"]) for m in agent["volumeMounts"] if not m.get("readOnly")
+                and ("persistentVolumeClaim" in volumes[m["name"]]
+                     or "emptyDir" in volumes[m["name"]])]
+    files = docs["ConfigMap"]["data"]
+    project = tmp_path / "project"
+    project.mkdir()
+    for name, text in files.items():
+        (project / name).write_text(text)
+    loaded = load_config(project / "ouroboros.toml", user_file=None, env={})
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    written = [loaded.state_dir, loaded.workspace, Path(env["XDG_CACHE_HOME"]),
+               Path(env.get("TMPDIR", "/tmp"))]
+    for path in written:
+        assert any(path.is_relative_to(mount) for mount in writable), \
+            f"{path} is written but not on a writable volume"
+
+
+def test_the_jobs_header_builds_the_image_it_runs_and_has_no_stale_figures() -> None:
+    import re
+
+    text = header(JOB)
+    pod = job_documents()["Job"]["spec"]["template"]["spec"]
+    images = {c["image"] for c in containers(pod)}
+    assert len(images) == 1
+    image = images.pop()
+    assert re.search(rf"(podman|docker) build -t {re.escape(image)} -f Containerfile \.", text)
+    assert CONTAINERFILE.exists()
+    comments = "\n".join(line for line in JOB.read_text().splitlines()
+                         if line.strip().startswith("#"))
+    figures = re.findall(r"\d[\d,.]*\s*(?:[KMG]i?B|ms|turns)\b", comments)
+    assert not figures, f"figures that go stale belong in docs/benchmarks.md: {figures}"
+
+
+def test_the_manual_says_what_to_do_when_a_run_pauses() -> None:
+    text = (REPO / "docs" / "supervisors.md").read_text()
+    section = text[text.index("## When a run pauses (exit 3)"):]
+    section = section[:section.index("\n## ", 5)]
+    assert "ouroboros tell" in section
+    assert "kubectl delete job" in section and "kubectl apply" in section
+    assert "systemctl restart" in section

@@ -261,6 +261,6 @@ def test_run_json_prints_the_event_records_and_nothing_else(tmp_path, scripted_s
     assert printed == logged
     assert "task complete" in result.stderr  # the people's lines go to stderr
 
-    watched = ouroboros_here("watch", "--json", "--config", str(config))
+    watched = ouroboros_here("watch", "--json", "--since", "start", "--config", str(config))
     assert watched.returncode == 0
     assert [json.loads(line) for line in watched.stdout.splitlines()] == logged

@@ -57,7 +57,7 @@ def sample(metrics: RunMetrics, name: str, labels: dict[str, str] | None = None)
 def test_metrics_count_what_the_events_say():
     metrics = RunMetrics()
     usage = ev.TokenUsage(prompt_tokens=900, completion_tokens=100, total_tokens=1000,
-                          context_limit=8192, budget=7000, context_used_pct=0.25,
+                          context_limit=8192, budget=7000, context_used_pct=25.0,
                           source="server")
     for event in [
         ev.SessionStart(context_limit=8192, limit_source="ollama", budget=7000,

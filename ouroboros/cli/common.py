@@ -21,7 +21,7 @@ app = typer.Typer(
     name="ouroboros",
     help="Run an LLM agent indefinitely, managing its context window.",
     add_completion=False,
-    no_args_is_help=True,
+    no_args_is_help=False,  # the root callback prints the short usage instead
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -79,13 +79,22 @@ def version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+SHORT_USAGE = ("usage: ouroboros COMMAND [ARGS]...  (run, resume, init, tell, status, watch, "
+               "logs, ...)\nevery command: ouroboros --help; a new project: ouroboros init, "
+               "then ouroboros run")
+
+
+@app.callback(invoke_without_command=True)
 def root(
+    context: typer.Context,
     version: bool = typer.Option(False, "--version", callback=version_callback,
                                  is_eager=True, help="Show the version and exit."),
 ) -> None:
     """Ouroboros keeps an agent working for hours: it masks old tool output, warns the agent
     before the window is full, and restarts the session with its recent turns carried over."""
+    if context.invoked_subcommand is None:  # bare `ouroboros`: the short usage, not the help
+        typer.echo(SHORT_USAGE, err=True)
+        raise typer.Exit(2)
 
 
 def project_file(config: Path | None) -> Path:

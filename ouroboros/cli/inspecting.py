@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -13,6 +13,8 @@ from ouroboros.cli.common import (ConfigOption, JsonOption, RunIdArgument, app, 
                                   guarded, load_for_reading, load_project, run_path)
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ouroboros.config import LoadedConfig
     from ouroboros.store.events import EventBase
     from ouroboros.ui.status import RunStatus
@@ -22,11 +24,14 @@ if TYPE_CHECKING:
 def status(config: Optional[Path] = ConfigOption,
            json_object: bool = typer.Option(False, "--json", help="One JSON object (state, run "
                                             "id, session, turn, context %, last event, pid, "
-                                            "resumable, heartbeat) and an exit code: 0 running, "
-                                            "1 stuck, 3 stopped (resumable), 4 no run, 5 ended."),
+                                            "resumable, heartbeat) and an exit code: 0 running "
+                                            "(or waiting for the model server), 1 stuck, 3 "
+                                            "stopped (resumable), 4 no run, 5 ended."),
            stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0, metavar="SECS", help="With "
                                                        "--json: a running run whose heartbeat is "
-                                                       "older than SECS is `stuck` (exit 1).")
+                                                       "older than SECS is `stuck` (exit 1); "
+                                                       "default: 3 heartbeats "
+                                                       "(metrics.heartbeat_secs) and 1 s.")
            ) -> None:
     """The current or last run: is it running, where it is, how full its context is."""
     from datetime import datetime, timezone
@@ -101,6 +106,45 @@ def say_problem(problem: str | None) -> None:
         typer.echo(f"warning: {problem}", err=True)
 
 
+class StopAtEnd:
+    """A `wait` for follow_run that ends the reading where the log ends now (for `logs
+    --since` without --follow)."""
+
+    class Reached(Exception):
+        pass
+
+    def __call__(self) -> None:
+        raise StopAtEnd.Reached()
+
+
+SinceOption = typer.Option(None, "--since", metavar="WHEN", show_default=False,
+                           help="Only events written since WHEN: 'start' (the whole log), a "
+                           "time ago (90s, 10m, 2h, 1d) or a UTC time (2026-11-27T02:00:00Z).")
+
+
+def since_option(since: str | None) -> datetime | None:
+    """The time `--since` names (None: not given, or 'start'); a bad one is one line, exit 2."""
+    from datetime import datetime, timezone
+
+    from ouroboros.errors import UsageError
+    from ouroboros.ui.follow import since_cutoff
+
+    if since is None:
+        return None
+    try:
+        return since_cutoff(since, datetime.now(timezone.utc))
+    except ValueError as error:
+        raise fail(UsageError(str(error))) from None
+
+
+def history(tail: int | None, since: str | None, default: int) -> int | None:
+    """How many past events a follower shows first: all (None) with --since, else -n, else
+    `default` (0: from the end)."""
+    if since is not None:
+        return None
+    return default if tail is None else tail
+
+
 FOLLOW_TAIL = 10
 """Events `logs --follow` shows before following, unless given -n (as `tail -f`)."""
 
@@ -117,6 +161,11 @@ def logs(
     types: Optional[list[str]] = typer.Option(None, "--type", "-t", metavar="TYPE",
                                               help="Only events of this type (repeatable), "
                                               "e.g. --type tool_call."),
+    since: Optional[str] = SinceOption,
+    json_lines: bool = typer.Option(False, "--json", help="Each event as one JSON object per "
+                                    "line (the log's records, checkpoints left out); with "
+                                    "--follow, from the end unless -n or --since asks for "
+                                    "history."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """A run's events, one readable line each, across the log's segments."""
@@ -125,27 +174,39 @@ def logs(
     from ouroboros.store.log import last_records, read_run_log, read_tail
     from ouroboros.ui.follow import follow_run
     from ouroboros.ui.plain import format_any, listed, select_types
+    from ouroboros.ui.records import json_line
 
     if tail is not None and tail < 0:
         raise fail(UsageError(f"-n/--tail must be 0 or more events, got {tail}"))
+    cutoff = since_option(since)
     loaded = load_for_reading(config, "logs")
     wanted = guarded(lambda: select_types(types or []))
     run_dir = guarded(lambda: run_path(loaded, run_id))
-    count = FOLLOW_TAIL if follow and tail is None else tail
+    count = history(tail, since, 0 if json_lines else FOLLOW_TAIL) if follow else tail
     events: Iterable[EventBase]
     shown = lambda kind: listed(kind, wanted)  # noqa: E731
-    if follow:
-        events = follow_run(run_dir, newest=count, kept=shown)
+    if follow or since is not None:
+        events = follow_run(run_dir, newest=count if follow else None, kept=shown,
+                            since=cutoff, wait=None if follow else StopAtEnd())
     else:  # the manifest (rebuilt once, where damaged) and the current segment, read once
         read = guarded(lambda: read_tail(run_dir))
         say_problem(read.manifest.problem)
         events = read_run_log(run_dir, read) if count is None else \
             [parse_event(r) for r in guarded(lambda: last_records(run_dir, count, shown, read))]
+    print_events(events, shown, json_line if json_lines else format_any)
 
+
+def print_events(events: Iterable[EventBase], shown: Callable[[str], bool],
+                 line_of: Callable[[EventBase], str | None]) -> None:
+    """`logs`: one line for each event of a type `shown` accepts, until the events end (or
+    Ctrl+C, or the reader goes away)."""
     def show() -> None:
-        for event in events:
-            if listed(event.type, wanted):
-                typer.echo(format_any(event))
+        try:
+            for event in events:
+                if shown(event.type) and (line := line_of(event)) is not None:
+                    typer.echo(line)
+        except StopAtEnd.Reached:
+            pass
 
     try:
         guarded(show)
@@ -156,17 +217,23 @@ def logs(
 @app.command()
 def watch(run_id: Optional[str] = RunIdArgument,
           config: Optional[Path] = ConfigOption,
-          json_lines: bool = JsonOption) -> None:
+          json_lines: bool = JsonOption,
+          tail: Optional[int] = typer.Option(None, "--tail", "-n", metavar="N", min=0,
+                                             show_default=False, help="With --json: first the "
+                                             "last N events (default: none, from the end)."),
+          since: Optional[str] = SinceOption) -> None:
     """The live dashboard of a run going on in another terminal.
 
-    With --json, its events as JSON lines instead, until the run ends."""
+    With --json, its events as JSON lines instead, from the end (only what is written from
+    now on, unless -n or --since asks for history), until the run ends."""
     from ouroboros.ui.dashboard import DashboardState
     from ouroboros.ui.live import watch as watch_log
 
+    cutoff = since_option(since)
     loaded = load_for_reading(config, "watch")
     run_dir = guarded(lambda: run_path(loaded, run_id))
     if json_lines:
-        follow_json(run_dir)
+        follow_json(run_dir, history(tail, since, 0), cutoff)
         return
     context = loaded.config.context
     state = DashboardState(soft=context.soft_threshold_pct, hard=context.hard_threshold_pct)
@@ -176,14 +243,14 @@ def watch(run_id: Optional[str] = RunIdArgument,
         pass
 
 
-def follow_json(run_dir: Path) -> None:
-    """`watch --json`: the log's records as JSON lines, then each new one, until the run
-    ends (or Ctrl+C, or the reader goes away)."""
+def follow_json(run_dir: Path, newest: int | None, since: datetime | None) -> None:
+    """`watch --json`: the `newest` N records (None: all, or all `since`) as JSON lines, then
+    each new one, until the run ends (or Ctrl+C, or the reader goes away)."""
     from ouroboros.ui.follow import follow_run
     from ouroboros.ui.records import json_line
 
     def show() -> None:
-        for event in follow_run(run_dir):
+        for event in follow_run(run_dir, newest=newest, since=since):
             line = json_line(event)
             if line is not None:
                 typer.echo(line)
@@ -203,22 +270,30 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
     from ouroboros.loop.continuation import tally_plan
     from ouroboros.loop.heartbeat import read_heartbeat
     from ouroboros.store.log import runs_dir
-    from ouroboros.ui.health import HEALTH_EXIT, run_health
+    from ouroboros.ui.health import HEALTH_EXIT, default_stale_after, run_health
+    from ouroboros.ui.status import live_run
 
     resumable = False
     if found is not None and not found.running:  # from the tally `status` read, not again
         run_dir = runs_dir(loaded.state_dir) / found.run_id
         plan = guarded(lambda: tally_plan(run_dir, found.tally, {}, None))
         max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
-        resumable = plan.stays(max_turns) is None
+        agent = loaded.config.agent
+        resumable = plan.stays(max_turns, agent.max_tokens, agent.max_wall_secs) is None
+    live = guarded(lambda: live_run(loaded.state_dir))
+    if stale_after is None:
+        stale_after = default_stale_after(loaded.config.metrics.heartbeat_secs)
     health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
-                        now=datetime.now(timezone.utc), stale_after=stale_after)
+                        now=datetime.now(timezone.utc), stale_after=stale_after,
+                        live_run_id=live[0] if live is not None else None)
     guarded(lambda: typer.echo(json.dumps(health)))
     return HEALTH_EXIT[health["state"]]
 
 
 @app.command(short_help="Remove old log segments and tool results, as [logging] keeps.")
-def prune(run_id: Optional[str] = RunIdArgument,
+def prune(run_id: Optional[str] = typer.Argument(None, metavar="RUN_ID", show_default=False,
+                                                 help="The run to prune (default: every run "
+                                                 "of the project)."),
           config: Optional[Path] = ConfigOption) -> None:
     """Apply the retention of `[logging]` (keep_mb, keep_sessions, keep_days) now, to one run
     or to every run of the project, and say what was freed. A running run applies it by

@@ -127,7 +127,8 @@ def continue_run(config: Path | None, overrides: dict[str, Any], run_id: str | N
     if plan is None:
         return
     loaded = load_project(config, plan.flags)
-    stay = guarded(lambda: plan.stays(loaded.config.agent.max_turns))
+    agent = loaded.config.agent
+    stay = guarded(lambda: plan.stays(agent.max_turns, agent.max_tokens, agent.max_wall_secs))
     if stay is not None:
         typer.echo(stay.message, err=True)
         raise typer.Exit(stay.exit_code)

@@ -122,6 +122,14 @@ class ModelConfig(_Table):
         description="Seconds to keep retrying a server that is down; 0 = fail at once.",
         json_schema_extra=LIVE,
     )
+    wait_for_server_secs: float = Field(
+        300.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="At start, seconds to wait for a model server that nothing answers at yet "
+        "(after a reboot, a slow Ollama), trying again with backoff; then the run exits 1. "
+        "0 = fail at once.",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -157,6 +165,20 @@ class AgentConfig(_Table):
     )
     max_turns: int = Field(0, ge=0, description="Model turns in total; 0 = no limit.",
                            json_schema_extra=LIVE)
+    max_tokens: int = Field(
+        0, ge=0,
+        description="Budget: prompt plus completion tokens, as the server counts them, summed "
+        "over the whole run (across resumes); reaching it pauses the run (exit 3, run_end "
+        "reason `budget`; raise it, then `ouroboros resume`). 0 = no limit.",
+        json_schema_extra=LIVE,
+    )
+    max_wall_secs: float = Field(
+        0, ge=0, allow_inf_nan=False,
+        description="Budget: seconds the run may run, counted while a harness runs it (across "
+        "resumes, not the time it is stopped); reaching it pauses the run as max_tokens does. "
+        "0 = no limit.",
+        json_schema_extra=LIVE,
+    )
     continue_message: str = Field(
         "Continue working towards your goals. Use your tools.",
         min_length=1,

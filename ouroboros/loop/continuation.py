@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final, Mapping
 
 from ouroboros.errors import EXIT_DONE, EXIT_PAUSED
+from ouroboros.loop.budgets import BUDGET, budget_reached, budget_words
 from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
 from ouroboros.store.events import RunEnd
 from ouroboros.store.segments import Tally
@@ -38,17 +39,34 @@ class ResumePlan:
     total_turns: int
     end: RunEnd | None  # the run_end record the log ends with, if any
 
-    def stays(self, max_turns: int) -> Stay | None:
-        """Why `run --continue` leaves this run as it is (under the `max_turns` it would run
-        with), and the exit code that says so; None when it goes on. A complete run is done
-        (exit 0); a run out of turns is still paused (exit 3)."""
+    def stays(self, max_turns: int, max_tokens: int = 0, max_wall_secs: float = 0
+              ) -> Stay | None:
+        """Why `run --continue` leaves this run as it is (under the `max_turns` and budgets it
+        would run with), and the exit code that says so; None when it goes on. A complete
+        run is done (exit 0); a run out of turns, or paused on a budget still spent, is still
+        paused (exit 3)."""
         if self.end is not None and self.end.reason == "task_complete":
             summary = f": {self.end.summary}" if self.end.summary else ""
             return Stay(f"run {self.run_id} is complete (task_complete{summary}); it is left "
                         f"as it is. To give the agent more to do: {MESSAGE_HINT}", EXIT_DONE)
+        spent = budget_spent(self.end, max_tokens, max_wall_secs)
+        if spent is not None:
+            return Stay(f"run {self.run_id} has spent its budget ({spent}); it is left as it "
+                        f"is: raise {spent.split(' ')[0]}, then `ouroboros resume` continues "
+                        "it", EXIT_PAUSED)
         why_not = refusal(self.run_id, self.end, total_turns=self.total_turns,
                           max_turns=max_turns, message="")
         return Stay(why_not, EXIT_PAUSED) if why_not is not None else None
+
+
+def budget_spent(end: RunEnd | None, max_tokens: int, max_wall_secs: float) -> str | None:
+    """For a run that paused on a budget: the budget it would still be over under these
+    limits, in words ("agent.max_tokens = 1000 (used 1,204 tokens)"); else None."""
+    if end is None or end.reason != BUDGET:
+        return None
+    key = budget_reached(end.tokens_used, end.wall_secs, max_tokens, max_wall_secs)
+    return None if key is None else budget_words(key, end.tokens_used, end.wall_secs,
+                                                 max_tokens, max_wall_secs)
 
 
 @dataclass(frozen=True)
@@ -152,10 +170,11 @@ def said_done(text: str) -> str | None:
 
 
 def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
-                    last_words: str = "") -> str:
+                    last_words: str = "", budget: str = "") -> str:
     """The line a stopped run ends with: why it stopped, if it needs saying, and the command
     that continues it. `last_words`: the agent's last reply, for an idle end after it said in
-    words that the work is done (most small models never call task_complete)."""
+    words that the work is done (most small models never call task_complete); `budget`: the
+    budget reached, as budgets.budget_words says it ("agent.max_tokens = 1000 (used ...)")."""
     done = said_done(last_words) if reason == "idle" else None
     if done is not None:
         return (f"the agent said it is done (\"{done}\") without calling task_complete, so "
@@ -177,6 +196,11 @@ def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
         case "max_turns":
             return (f"the run had its {turns(max_turns)} (agent.max_turns); "
                     "`ouroboros resume --max-turns N` gives it N more")
+        case "budget":
+            key = budget.split(" ")[0] or "agent.max_tokens or agent.max_wall_secs"
+            spent = f" ({budget})" if budget else ""
+            return (f"the run spent its budget{spent}, so it is paused; raise {key} (0: no "
+                    "limit), then `ouroboros resume` continues the run")
         case "max_restarts":
             return ("the run reached context.max_restarts; raise it, then `ouroboros resume` "
                     "continues the run")

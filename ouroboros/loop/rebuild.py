@@ -28,6 +28,7 @@ from ouroboros.window.policy import ContextManager
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
+from ouroboros.loop.budgets import spent_in
 from ouroboros.loop.state import RunState
 
 ObservationReader = Callable[[str], str | None]  # obs id -> its full text, None if gone
@@ -55,6 +56,7 @@ def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
     state = RunState(run_id, messages, context, session=session,
                      session_turns=len(replay.turns), total_turns=count_turns(events),
                      restarts=sum(isinstance(e, ev.SessionRestart) for e in events))
+    state.tokens_used, state.wall_secs = spent_in(events)
     context.wound_down = replay.wound_down
     return state, seq
 

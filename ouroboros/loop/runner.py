@@ -24,11 +24,15 @@ from ouroboros.server.discovery import WindowQuestions, same_model
 from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
     RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
 from ouroboros.store.owner import claim_state_dir
-from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, write_failure
+from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, utc_now, \
+    write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.guards import StuckGuard
 from ouroboros.loop.handoff import handoff_budget, tokens_of
+from ouroboros.loop import systemd
+from ouroboros.loop.budgets import BUDGET, BudgetMeter
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
+from ouroboros.loop.server_wait import WAIT_CONDITION, WAITING, WaitNotices, wait_for_server
 from ouroboros.loop.memory import mission_changed, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
@@ -41,14 +45,17 @@ from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
     api_key,
     build_toolbox,
+    check_writable_state_dir,
     claim_window,
     live_from,
     log_changes,
     resume_run,
     start_run,
     startup_warnings,
+    sweep_temporaries,
 )
 from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.store.observations import OBSERVATIONS_DIR
 from ouroboros.loop.stopping import Interrupted, stop_signals
 from ouroboros.server.tokenizer import TokenCounter
 from ouroboros.window.belief import reclaimed
@@ -81,6 +88,7 @@ async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = Fal
 async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
                         run_id: str | None, message: str) -> int:
     loaded.check_files()
+    check_writable_state_dir(loaded)  # read-only or not ours: exit 2, before anything else
     cfg = loaded.config
     if resume:
         run_dir = find_run(loaded.state_dir, run_id)
@@ -91,6 +99,42 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     guard = RunGuard.prepare(loaded)  # a required sandbox that is missing stops us here
     on_text, on_event = guard.screen_stream(hooks.on_text, hooks.on_event)
     hooks = replace(hooks, on_text=on_text, on_event=on_event)  # no secret on the terminal
+    lock = claim_workspace(loaded, run_id, run_dir)
+    client = ChatClient(
+        cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
+        **client_settings(cfg.model))
+    background: list[asyncio.Future[None]] = []
+    counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
+    try:
+        guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
+        # WATCHDOG=1 from the event loop: a loop that hangs stops the pings
+        background.append(asyncio.ensure_future(systemd.keep_watchdog()))
+        # Until the run's own heartbeat takes over: a probe sees a process starting, not stuck.
+        starting = Heartbeat(loaded.state_dir / HEARTBEAT_FILE, run_id)
+        background.append(asyncio.ensure_future(
+            starting.keep_beating(cfg.metrics.heartbeat_secs)))
+        startup = await hooks.stop.cancellable(
+            reach_server(client, loaded, starting, hooks.on_event))
+        runner = await hooks.stop.cancellable(
+            Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
+                        guard=guard, startup=startup))
+        background.pop().cancel()
+        runner.log.subscribe(systemd.on_event)
+        systemd.notify_systemd(f"READY=1\nSTATUS=run {run_id}: session {runner.state.session}")
+        if (note := lock.takeover_note()) is not None:
+            runner.log.emit(ev.WarningEvent(message=note))
+        return await runner.run()
+    finally:
+        for task in background:
+            task.cancel()
+        await client.aclose()
+        guard.close()
+        lock.release()
+
+
+def claim_workspace(loaded: LoadedConfig, run_id: str, run_dir: Path) -> WorkspaceLock:
+    """Take the workspace lock for `run_id` and the state dir for this project, then sweep the
+    temporaries a kill left there before their rename (no other harness writes there now)."""
     lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
     try:
         claim_state_dir(loaded.state_dir, project=loaded.root,
@@ -98,25 +142,43 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     except BaseException:
         lock.release()
         raise
-    client = ChatClient(
-        cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
-        **client_settings(cfg.model))
-    counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
-    try:
-        guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
+    sweep_temporaries(loaded.state_dir, run_dir, run_dir / OBSERVATIONS_DIR)
+    return lock
+
+
+async def reach_server(client: ChatClient, loaded: LoadedConfig, heartbeat: Heartbeat,
+                       on_event: Listener | None) -> Deadline:
+    """Check the server before anything is recorded, waiting for one that nothing answers at
+    yet up to `model.wait_for_server_secs` (server_wait.py): the wait is a warning line on the
+    terminal (or JSON), a STATUS= line for systemd and `doing` in the heartbeat, which
+    `status --json` reads as "waiting". Returns the start-up deadline, counted from the
+    server's first answer."""
+    startup = Deadline.after(startup_secs(os.environ))
+
+    async def probe() -> None:
+        nonlocal startup
         startup = Deadline.after(startup_secs(os.environ))
-        await hooks.stop.cancellable(startup.within(check_reachable(client), lambda: None,
-                                                    "the model check"))
-        runner = await hooks.stop.cancellable(
-            Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
-                        guard=guard, startup=startup))
-        if (note := lock.takeover_note()) is not None:
-            runner.log.emit(ev.WarningEvent(message=note))
-        return await runner.run()
-    finally:
-        await client.aclose()
-        guard.close()
-        lock.release()
+        await startup.within(check_reachable(client), lambda: None, "the model check")
+
+    def doing(what: str) -> None:
+        heartbeat.record.update(doing=what, since=utc_now())
+        heartbeat.beat()
+
+    def began(words: str) -> None:
+        doing(f"{WAITING} at {client.base_url}")
+        systemd.notify_systemd(f"STATUS={words}")
+        if on_event is not None:
+            on_event(ev.WarningEvent(message=words, condition=WAIT_CONDITION, ts=utc_now()))
+
+    def ended() -> None:
+        doing("starting")
+        if on_event is not None:
+            on_event(ev.WarningCleared(condition=WAIT_CONDITION, ts=utc_now(),
+                                       message=f"the model server at {client.base_url} answers"))
+
+    await wait_for_server(probe, loaded.config.model.wait_for_server_secs, client.base_url,
+                          WaitNotices(began, ended))
+    return startup
 
 
 async def check_reachable(client: ChatClient) -> None:
@@ -147,6 +209,7 @@ class Runner:
         self.log = log
         self.services = services
         self.hooks = hooks
+        self.budgets = BudgetMeter(state, lambda: self.services.config.agent, services.stop)
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
@@ -198,6 +261,8 @@ class Runner:
         A stop signal cancels the sessions wherever they wait (see stopping.py)."""
         stop = self.services.stop
         stop.listeners.append(lambda name: self.log.emit(ev.StopRequested(signal=name)))
+        self.log.subscribe(self.budgets.on_event)
+        self.budgets.check()  # a resume of a run whose budget is spent pauses again at once
         self.install_signal_handlers()
         beating = self.start_heartbeat()
         try:
@@ -363,6 +428,7 @@ class Runner:
         """Record the end: every way a run ends leaves it resumable, and `next` says how.
         The end records (with the `error` of a failed write) go to the log all or none."""
         agent = self.loaded.config.agent
+        self.budgets.check()  # the run's time, up to its end
         with self.log.together():
             if failed is not None:
                 self.log.emit(ev.ErrorEvent(message=failed.message, kind="StateError"))
@@ -373,7 +439,10 @@ class Runner:
                 resumable=True, summary=summary,
                 next=how_to_continue(reason, max_turns=agent.max_turns,
                                      max_idle_turns=agent.max_idle_turns,
-                                     last_words=last_reply(self.state.messages))))
+                                     last_words=last_reply(self.state.messages),
+                                     budget=self.budgets.words()),
+                budget=(self.budgets.reached or "") if reason == BUDGET else "",
+                tokens_used=self.state.tokens_used, wall_secs=self.state.wall_secs))
         self.snapshot()
         self.log.close()
         return code

@@ -8,13 +8,16 @@ toolbox, the window the config claims, the system prompt as it is on disk now).
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
 from ouroboros import __version__
 from ouroboros.store import events as ev
 from ouroboros.config import LoadedConfig
+from ouroboros.errors import ConfigError
 from ouroboros.window.policy import ContextManager
 from ouroboros.window.conversation import note
 from ouroboros.server.discovery import context_from_name, discover_context_limit
@@ -88,6 +91,63 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
     # A new process takes every key: log what differs from what the run last used.
     log_changes(log, config_diff(recovered.config, loaded.redacted(), loaded.sources))
     return state, log, recovered.interrupted
+
+
+# A state dir that fails with one of these needs a person (a read-only mount, a directory
+# the user may not write, a file in the way); a full disk or a quota is temporary (exit 1).
+NEEDS_FIX_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+                              errno.EISDIR, errno.ELOOP})
+TEMPORARY_GLOB = ".ouroboros-*.tmp"  # what store.atomic writes before its rename
+TEMPORARY_MIN_AGE_SECS = 60.0  # older than any write that could be going on
+
+
+def needs_fix(error: OSError) -> bool:
+    """Whether an OSError on the state dir needs a person (exit 2), not time (exit 1)."""
+    return error.errno in NEEDS_FIX_ERRNOS
+
+
+def check_writable_state_dir(loaded: LoadedConfig) -> None:
+    """Make the state dir if need be and write a file in it, before a run begins. A state
+    dir that cannot be used for good (read-only, not ours, a file in the way) is a
+    ConfigError naming `logging.state_dir` (exit 2: a supervisor must not restart it for
+    ever); a full disk stays an OSError (exit 1: it may clear)."""
+    path = loaded.state_dir
+    probe = path / f".ouroboros-probe-{os.getpid()}.tmp"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        if not needs_fix(error):
+            raise
+        key = "logging.state_dir"
+        raise ConfigError(f"cannot write to the state dir {path}: "
+                          f"{error.strerror or error} ({key} {loaded.origin(key)}); make it "
+                          f"writable for this user or point {key} at a directory that is"
+                          ) from None
+
+
+def sweep_temporaries(*directories: Path, now: float | None = None) -> list[Path]:
+    """Remove the `.ouroboros-*.tmp` files a killed process left in `directories` (a write
+    that never got to its rename), when older than a minute; the ones removed. Call with the
+    workspace lock held: no other harness writes there."""
+    now = time.time() if now is None else now
+    removed = []
+    for directory in directories:
+        try:
+            leftovers = list(directory.glob(TEMPORARY_GLOB))
+        except OSError:
+            continue
+        for path in leftovers:
+            try:
+                if now - path.lstat().st_mtime >= TEMPORARY_MIN_AGE_SECS:
+                    path.unlink()
+                    removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 def open_log(run_dir: Path, on_event: Listener | None, *, seq: int, state: RunState,

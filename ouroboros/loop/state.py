@@ -40,6 +40,9 @@ class RunState:
     idle_turns: int = 0  # turns in a row without a tool call
     # A user instruction from `ouroboros resume --message`, given at the next session start.
     instruction: str = ""
+    # The run's budgets so far (budgets.py): tokens as the server counted them, seconds run.
+    tokens_used: int = 0
+    wall_secs: float = 0.0
     # What the run did, folded from its log (handoff.py): the snapshot holds it, a resume
     # folds what was logged after the snapshot. Not in the checkpoints.
     digest: Digest = field(default_factory=Digest)

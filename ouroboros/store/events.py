@@ -390,8 +390,8 @@ class RunEnd(EventBase):
 
     type: Literal["run_end"] = "run_end"
     reason: str = Field(description="`task_complete`, `idle`, `stuck`, `redoing`, `max_turns`, "
-                                    "`interrupted`, `interrupted_now`, `max_restarts`, "
-                                    "`restart_declined`, `error`")
+                                    "`budget`, `interrupted`, `interrupted_now`, "
+                                    "`max_restarts`, `restart_declined`, `error`")
     exit_code: int = Field(description="of the process")
     sessions: int = Field(description="sessions the run had")
     total_turns: int = Field(description="turns the run had")
@@ -399,6 +399,10 @@ class RunEnd(EventBase):
     resumable: bool = Field(False, description="always true")
     summary: str = omitted("", "task_complete's")
     next: str = Field("", description="how to continue, as shown")
+    budget: str = omitted("", "for reason `budget`: the key reached, `agent.max_tokens` or "
+                              "`agent.max_wall_secs`")
+    tokens_used: int = omitted(0, "prompt and completion tokens the run has used, in all")
+    wall_secs: float = omitted(0.0, "seconds the run has run, in all, across resumes")
 
 
 class UnknownEvent(EventBase):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
 
@@ -66,12 +68,44 @@ def rolled_over(path: Path, log: BinaryIO) -> bool:
         return False
 
 
+SINCE_HELP = ("'start' (the whole log), a time ago (90s, 10m, 2h, 1d) or a UTC time "
+              "(2026-11-27T02:00:00Z)")
+_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def since_cutoff(text: str, now: datetime) -> datetime | None:
+    """When `--since TEXT` begins: None for "start" (the whole log), `now` less a duration
+    ("10m"), or a UTC time; ValueError naming what is allowed otherwise."""
+    text = text.strip()
+    if text == "start":
+        return None
+    if found := _AGO.fullmatch(text):
+        return now - timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--since must be {SINCE_HELP}, got {text!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def written_since(record: dict, cutoff: datetime) -> bool:
+    """Whether a record was written at or after `cutoff` (one without a readable time: yes)."""
+    try:
+        return datetime.fromisoformat(str(record.get("ts", "")).replace("Z", "+00:00")) >= cutoff
+    except ValueError:
+        return True
+
+
 def follow_run(run_dir: Path, newest: int | None = None,
                wait: Callable[[], None] | None = None,
-               kept: Callable[[str], bool] = lambda kind: True) -> Iterator[EventBase]:
+               kept: Callable[[str], bool] = lambda kind: True,
+               since: datetime | None = None) -> Iterator[EventBase]:
     """A run's records across its segments (only the `newest` N whose type `kept` accepts, if
-    given), then each new one as it is written (see follow_events). A segment closed between reading the
-    manifest and opening the current file is read from segments/, so nothing is missed."""
+    given; only those written at or after `since`, if given), then each new one as it is
+    written (see follow_events). `newest=0`: from the end, only what is written from now on.
+    A segment closed between reading the manifest and opening the current file is read from
+    segments/, so nothing is missed."""
     last = 0
     if newest is not None:  # the newest N, and where following starts even when N is 0
         newer = last_records(run_dir, max(newest, 1), kept)
@@ -81,7 +115,8 @@ def follow_run(run_dir: Path, newest: int | None = None,
         records = run_records(run_dir)
     for record in records:
         last = record["seq"]
-        yield parse_logged(record, run_dir / EVENTS_FILE)
+        if since is None or written_since(record, since):
+            yield parse_logged(record, run_dir / EVENTS_FILE)
     for event in follow_events(run_dir / EVENTS_FILE, wait, after_seq=last):
         if event.seq <= last:
             continue

@@ -188,10 +188,11 @@ def test_a_read_only_state_dir_is_one_line_and_changes_nothing(tmp_path, scripte
             ["run", "--config", config, "--headless"]))
         status = ouroboros_here("status", "--config", config)
 
-        for result in (resumed, started):
-            assert result.returncode == 1, result.stderr
+        for result in (resumed, started):  # a person must act: exit 2, not restarted
+            assert result.returncode == 2, result.stderr
             line = one_line_error(result)
             assert str(state_dir) in line and "Read-only file system" in line, line
+            assert "logging.state_dir" in line, line
         assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
         assert tree_bytes(state_dir) == before
     resumes_to_the_end(tmp_path, expected)
