@@ -341,7 +341,8 @@ def test_tell_reads_no_more_of_a_file_than_a_message_may_hold(tmp_path: Path) ->
 
 def test_a_fifo_planted_as_the_state_dirs_project_file_hangs_no_command(tmp_path: Path) -> None:
     state_dir = sample_project(tmp_path)
-    (tmp_path / "ouroboros.toml").write_text('[model]\nbase_url = "http://127.0.0.1:1"\n')
+    (tmp_path / "ouroboros.toml").write_text(
+        '[model]\nbase_url = "http://127.0.0.1:1"\nwait_for_server_secs = 0\n')
     (tmp_path / "SYSTEM_PROMPT.md").write_text("mission")
     (tmp_path / "workspace").mkdir()
     os.mkfifo(state_dir / "project.json")
