@@ -134,6 +134,18 @@ def test_secrets_are_not_in_the_environment(
     assert result.content == "key= token= visible=shown\n[exit code 0]"
 
 
+def test_a_command_cannot_speak_to_the_supervisor_for_the_harness(
+    workspace: Path, events: Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under systemd (Type=notify) a command that could write to NOTIFY_SOCKET could say
+    READY=1 or WATCHDOG=1 for a hung harness."""
+    monkeypatch.setenv("NOTIFY_SOCKET", "@ouroboros-test")
+    monkeypatch.setenv("WATCHDOG_USEC", "60000000")
+    tool = shell(workspace, events)
+    result = run(tool, 'echo "socket=$NOTIFY_SOCKET watchdog=$WATCHDOG_USEC"')
+    assert result.content == "socket= watchdog=\n[exit code 0]"
+
+
 def test_blocked_command_is_not_run_and_is_reported(workspace: Path, events: Events) -> None:
     tool = shell(workspace, events, blocked_patterns=[r"\brm\s+-rf\b", r"\btouch\b"])
     result = run(tool, "touch made.txt")

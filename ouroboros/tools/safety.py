@@ -22,10 +22,17 @@ class PathEscape(ValueError):
     """A model-given path that resolves outside the workspace."""
 
 
+# The supervisor's channels to the harness: a tool's process must not speak for it (a
+# command sending READY=1 or WATCHDOG=1 would tell systemd a hung harness is alive).
+SUPERVISOR_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
+                  "LISTEN_FDNAMES")
+
+
 def shell_environment(base: Mapping[str, str], secret_names: list[str]) -> dict[str, str]:
     """A copy of `base` for shell commands, without the named secrets (such as the API key
-    variable) and without any of the harness's own `OUROBOROS_*` variables."""
-    hidden = set(secret_names)
+    variable), the supervisor's channels (SUPERVISOR_ENV) and any of the harness's own
+    `OUROBOROS_*` variables."""
+    hidden = {*secret_names, *SUPERVISOR_ENV}
     return {
         name: value
         for name, value in base.items()
