@@ -253,15 +253,22 @@ def test_a_restart_reads_in_the_order_things_happened_and_ends_with_what_to_do_f
     assert not any(m.get(NOTE_KEY) == "wind_down" for m in messages)
 
 
-def test_room_short_drops_carried_turns_before_the_handoff(tmp_path):
-    from ouroboros.loop.restart import begin_session, fresh_start
-    from tests.session_rig import SYSTEM, reads
-
+def wound_down_after_two_big_reads(tmp_path) -> Rig:
+    """A session that read two big files and was wound down (a reload): what its restart
+    carries fills much of a 4,000-token window."""
     model = FakeModel([])
     rig = Rig(tmp_path, model, limit=4000, carryover_turns=3)
     model.script.extend([reads(rig, 2400)] * 2 + [reply("Saved my notes.")])
     rig.state.reload = "requested"
     rig.run()
+    return rig
+
+
+def test_room_short_drops_carried_turns_before_the_handoff(tmp_path):
+    from ouroboros.loop.restart import begin_session, fresh_start
+    from tests.session_rig import SYSTEM
+
+    rig = wound_down_after_two_big_reads(tmp_path)
     context = rig.state.context
     masked_before = context.total_masked
 
@@ -280,13 +287,9 @@ def test_room_short_drops_carried_turns_before_the_handoff(tmp_path):
 
 def test_a_handoff_too_long_for_the_room_is_cut_never_the_carried_pairs(tmp_path):
     from ouroboros.loop.restart import begin_session, fresh_start
-    from tests.session_rig import SYSTEM, reads
+    from tests.session_rig import SYSTEM
 
-    model = FakeModel([])
-    rig = Rig(tmp_path, model, limit=4000, carryover_turns=3)
-    model.script.extend([reads(rig, 2400)] * 2 + [reply("Saved my notes.")])
-    rig.state.reload = "requested"
-    rig.run()
+    rig = wound_down_after_two_big_reads(tmp_path)
     for i in range(400):
         rig.state.digest.wrote(f"a/rather/long/path/to/file_{i}.txt")
 

@@ -36,7 +36,6 @@ newest messages. The variants differ in the words they obey:
 from __future__ import annotations
 
 import json
-import random
 import re
 import shlex
 from collections import Counter
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from ouroboros.protocols import Message
+from ouroboros.testing.content import write_keyed
 from ouroboros.testing.script import Reply
 
 NOTES = "notes.md"
@@ -104,15 +104,9 @@ def part_path(index: int) -> str:
 def make_parts(workspace: Path, parts: int, chars_per_part: int = CHARS_PER_PART,
                seed: int = 7) -> dict[int, str]:
     """Write the data files with neutral filler; return each part's key."""
-    rng = random.Random(seed)
-    (workspace / "data").mkdir(parents=True, exist_ok=True)
-    keys = {}
-    for index in range(1, parts + 1):
-        keys[index] = key = f"{rng.getrandbits(48):012x}"
-        body = (FILLER * (chars_per_part // len(FILLER) + 1))[:chars_per_part]
-        lines = "\n".join(body[i:i + 100] for i in range(0, len(body), 100))
-        (workspace / part_path(index)).write_text(f"KEY: {key}\n{lines}\n")
-    return keys
+    body = (FILLER * (chars_per_part // len(FILLER) + 1))[:chars_per_part]
+    lines = "\n".join(body[i:i + 100] for i in range(0, len(body), 100))
+    return write_keyed(workspace, parts, lambda rng: lines, seed)
 
 
 def ranges(parts: Iterable[int]) -> str:

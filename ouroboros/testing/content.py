@@ -75,12 +75,18 @@ CONTENT_KINDS: dict[str, ContentMaker] = {
 def write_parts(workspace: Path, parts: int, chars: int, kind: str,
                 seed: int = 7) -> dict[int, str]:
     """Write data/part_NNN.txt files of `kind`, each with its key first; return the keys."""
+    return write_keyed(workspace, parts, lambda rng: CONTENT_KINDS[kind](chars, rng), seed)
+
+
+def write_keyed(workspace: Path, parts: int, body: Callable[[random.Random], str],
+                seed: int = 7) -> dict[int, str]:
+    """Write data/part_NNN.txt files, each `KEY: <hex>` then what `body` makes; return the
+    keys (the same for the same seed, whatever the body)."""
     rng = random.Random(seed)
     (workspace / "data").mkdir(parents=True, exist_ok=True)
     keys = {}
     for index in range(1, parts + 1):
         keys[index] = key = f"{rng.getrandbits(48):012x}"
-        body = CONTENT_KINDS[kind](chars, rng)
         path = workspace / "data" / f"part_{index:03d}.txt"
-        path.write_text(f"KEY: {key}\n{body}\n", encoding="utf-8")
+        path.write_text(f"KEY: {key}\n{body(rng)}\n", encoding="utf-8")
     return keys
