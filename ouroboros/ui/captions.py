@@ -4,7 +4,7 @@
 the demo shows each caption as the event happens, beside the dashboard or the plain lines.
 
     caption(WindDown(session=1, context_used_pct=94.0))
-    # 'Wind-down: the context is at 94.0% of the budget, past the hard threshold, and nothing is left ...'
+    # 'Wind-down: the context is at 94.0% of the budget, past the hard threshold, and masking ...'
 """
 
 from __future__ import annotations
@@ -84,9 +84,10 @@ def wind_down_caption(e: ev.WindDown) -> str:
     if e.session > 1:
         return f"Wind-down again at {pct} of the budget: save your state, the agent is told."
     return (f"Wind-down: the context is at {pct} of the budget, past the hard threshold, and "
-            "nothing is left worth masking. The harness tells the agent to save its progress and state "
-            "to workspace files now, because the next session starts from a fresh context and "
-            "only files carry over. This agent writes progress.md, and a note in NOTES.md, "
+            "masking what is left would not take it far enough below: the session is full. "
+            "The harness tells the agent to save its progress and state to workspace files "
+            "now, because the next session starts from a fresh context and only files carry "
+            "over. This agent writes progress.md, and a note in NOTES.md, "
             "its memory file.")
 
 
