@@ -1,0 +1,80 @@
+"""The harness driven by a real model: llama.cpp's own server with SmolLM2-135M-Instruct, real
+tool calls streamed in pieces, real usage, a real chat template (tests/real/tools.jinja).
+
+What is asserted is what the harness must guarantee whatever a 135M model chooses to do: its
+calls parsed and run, the server's counts read and compared with the harness's estimate,
+restarts when the window fills, no prompt over the budget, a log that resumes. Not what the
+model writes (it mostly copies the template's example call)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import make_project, of_type, ouroboros_forked, ouroboros_here, run_events
+from tests.real.llama import LlamaServer
+
+pytestmark = [pytest.mark.real, pytest.mark.timeout(240)]
+
+MISSION = "Write short notes into files under notes/, one new file per reply."
+QUIET_AGENT = {  # a 135M model repeats itself: the guards that would pause it are off
+    "max_idle_turns": 0, "idle_pause_max_secs": 0, "stuck_repeats": 0, "stuck_cycles": 0,
+    "redo_notice_repeats": 0, "redo_pause_repeats": 0,
+}
+
+
+def project(tmp_path: Path, server: LlamaServer, *, agent: dict[str, Any] | None = None,
+            context: dict[str, Any] | None = None, **model: Any) -> Path:
+    """A project on the real server: greedy sampling, short replies."""
+    return make_project(
+        tmp_path, server.base_url, prompt=MISSION,
+        model={"name": "smollm2", "temperature": 0.0, "max_output_tokens": 96,
+               "max_retry_secs": 5, **model},
+        agent={**QUIET_AGENT, **(agent or {})}, context=context or {})
+
+
+def figures(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What docs/benchmarks.md reports of a run: turns, calls, restarts, and the harness's
+    estimate of each prompt against the server's count."""
+    usage = of_type(events, "token_usage")
+    errors = [abs(u["estimated"] - u["reported"]) / u["reported"] for u in usage[1:]
+              if u.get("reported") and u.get("estimated")]
+    return {"turns": len(of_type(events, "assistant")),
+            "calls": len(of_type(events, "tool_call")),
+            "restarts": len(of_type(events, "session_restart")),
+            "worst_estimate_error": round(max(errors, default=0.0), 3),
+            "over_budget": sum(1 for u in usage if (u.get("reported") or 0) > u["budget"])}
+
+
+def report(name: str, events: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    shown = {**figures(events), "secs": round(time.monotonic() - started, 1)}
+    print(f"\n[real] {name}: {json.dumps(shown)}")
+    return shown
+
+
+def test_a_small_file_task_through_three_restarts(tmp_path, llama_server):
+    started = time.monotonic()
+    config = project(tmp_path, llama_server, context_limit=1024,
+                     agent={"max_turns": 60},
+                     context={"max_restarts": 3, "carryover_turns": 1})
+    ran = ouroboros_here("run", "-c", str(config), "--headless")
+    assert (tmp_path / ".ouroboros" / "runs").is_dir(), ran.stdout + ran.stderr
+
+    events = run_events(tmp_path)
+    shown = report("three restarts", events, started)
+    assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr
+    assert events[-1]["reason"] == "max_restarts" and events[-1]["resumable"]
+    assert shown["restarts"] == 3
+    calls, results = of_type(events, "tool_call"), of_type(events, "tool_result")
+    assert calls and [r["id"] for r in results] == [c["id"] for c in calls]
+    assert any(r["ok"] for r in results)
+    assert any(path.is_file() for path in (tmp_path / "workspace").rglob("*"))
+    usage = of_type(events, "token_usage")
+    assert all(u["source"] == "server" and u["verdict"] == "whole" for u in usage)
+    assert shown["over_budget"] == 0
+    assert shown["worst_estimate_error"] <= 0.10
