@@ -200,6 +200,8 @@ class ContextManager:
     policy: ContextConfig
     calibration: tk.Calibration = field(default_factory=tk.Calibration)
     base_tokens: int | None = None  # tool schemas and template tokens, learned from counts
+    # the chat template's tokens around a message, beyond its text (learned, tk.learned_overhead)
+    message_overhead: float = tk.MESSAGE_OVERHEAD_TOKENS
     observations: dict[str, Observation] = field(default_factory=dict)
     total_masked: int = 0
     mask_rounds: int = 0
@@ -301,7 +303,10 @@ class ContextManager:
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
         if self.window.distrusted and not distrusted:  # what its counts taught is suspect too:
             self.calibration = tk.Calibration()  # estimate at the default rate, which errs high
-        if verdict == "whole":
+        if verdict == "whole" and previous is not None \
+                and self._take_growth(held, previous, sent, reported):
+            self.last_count = LastCount(self.revision, sent, reported)
+        elif verdict == "whole":
             assert reported is not None
             fresh = tally.unmeasured(sent)
             self.base_tokens, shares, chars, attributed = tk.attribute(
@@ -327,6 +332,35 @@ class ContextManager:
         return Reading(reported if whole and reported else estimate, completion,
                        "server" if whole else "estimate", estimate, verdict, reported,
                        usage.cached_tokens if usage else None)
+
+    def _take_growth(self, held: Conversation, previous: LastCount, sent: int,
+                     reported: int) -> bool:
+        """A whole count of a prompt that only grew since the last one: what it grew by is
+        what the messages added since cost, the chat template's wrapping of each included.
+        It is shared among them (measured before or not) and the base stays as it was: a
+        base that took in each turn's wrapping would count it again in every fresh session
+        (tk.grown_shares). False when the growth cannot be shared so (the caller attributes
+        the count as a first one)."""
+        cpt, per_dense = self.chars_per_token, self.per_dense
+        new = list(range(previous.messages, sent))
+        sizes = [tk.message_tokens(held[i], cpt, per_dense) for i in new]
+        shares = tk.grown_shares(reported - previous.reported, sizes)
+        if shares is None or self.base_tokens is None:
+            return False
+        tally = held.tally
+        fresh = set(tally.unmeasured(sent))
+        if fresh:
+            chars = sum(tk.message_chars(held[i]) for i in new if i in fresh)
+            tokens = sum(t for i, t in zip(new, shares) if i in fresh)
+            dense = sum(tally.entries[i].dense for i in new if i in fresh)
+            self.calibration.observe(chars, tokens - tk.MESSAGE_OVERHEAD_TOKENS * len(fresh),
+                                     dense)
+        else:  # all counted by the tokenizer, each with the overhead believed: learn it
+            self.message_overhead = tk.learned_overhead(
+                self.message_overhead, sum(shares) - sum(sizes), len(new))
+        for index, tokens in zip(new, shares):
+            held.measure(index, tokens)
+        return True
 
     def refused(self, rejected_tokens: int, named: int | None) -> None:
         """The server refused a prompt of about this size as too long."""
@@ -515,6 +549,7 @@ class ContextManager:
             "max_output_tokens": self.max_output_tokens,
             "calibration": asdict(self.calibration),
             "base_tokens": self.base_tokens,
+            "message_overhead": self.message_overhead,
             "observations": {k: asdict(o) for k, o in self.observations.items()},
             "total_masked": self.total_masked,
             "mask_rounds": self.mask_rounds,
