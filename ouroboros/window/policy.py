@@ -303,19 +303,10 @@ class ContextManager:
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
         if self.window.distrusted and not distrusted:  # what its counts taught is suspect too:
             self.calibration = tk.Calibration()  # estimate at the default rate, which errs high
-        if verdict == "whole" and previous is not None \
-                and self._take_growth(held, previous, sent, reported):
-            self.last_count = LastCount(self.revision, sent, reported)
-        elif verdict == "whole":
+        if verdict == "whole":
             assert reported is not None
-            fresh = tally.unmeasured(sent)
-            self.base_tokens, shares, chars, attributed = tk.attribute(
-                [held[i] for i in fresh], tally.measured_sum(sent), reported,
-                self.base(tools), cpt, per_dense)
-            dense = sum(tally.entries[i].dense for i in fresh) if shares else 0
-            for index, tokens in zip(fresh, shares):
-                held.measure(index, tokens)
-            self.calibration.observe(chars, attributed, dense)
+            if previous is None or not self._take_growth(held, previous, sent, reported):
+                self._take_count(held, tools, sent, reported)
             self.last_count = LastCount(self.revision, sent, reported)
         elif verdict == "suspect":
             assert reported is not None
@@ -332,6 +323,20 @@ class ContextManager:
         return Reading(reported if whole and reported else estimate, completion,
                        "server" if whole else "estimate", estimate, verdict, reported,
                        usage.cached_tokens if usage else None)
+
+    def _take_count(self, held: Conversation, tools: list[dict[str, Any]], sent: int,
+                    reported: int) -> None:
+        """A whole count: what the measured messages do not explain is shared among the
+        uncounted ones, the base taking the rest (tk.attribute)."""
+        tally = held.tally
+        fresh = tally.unmeasured(sent)
+        self.base_tokens, shares, chars, attributed = tk.attribute(
+            [held[i] for i in fresh], tally.measured_sum(sent), reported,
+            self.base(tools), self.chars_per_token, self.per_dense)
+        dense = sum(tally.entries[i].dense for i in fresh) if shares else 0
+        for index, tokens in zip(fresh, shares):
+            held.measure(index, tokens)
+        self.calibration.observe(chars, attributed, dense)
 
     def _take_growth(self, held: Conversation, previous: LastCount, sent: int,
                      reported: int) -> bool:
