@@ -78,3 +78,20 @@ def test_a_small_file_task_through_three_restarts(tmp_path, llama_server):
     assert all(u["source"] == "server" and u["verdict"] == "whole" for u in usage)
     assert shown["over_budget"] == 0
     assert shown["worst_estimate_error"] <= 0.10
+
+
+def test_a_call_cut_at_max_tokens_is_answered_and_the_run_goes_on(tmp_path, llama_server):
+    started = time.monotonic()
+    config = project(tmp_path, llama_server, max_output_tokens=18, agent={"max_turns": 3})
+    ran = ouroboros_here("run", "-c", str(config), "--headless")
+
+    events = run_events(tmp_path)
+    report("cut at max_tokens", events, started)
+    assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr  # not the server's 500
+    assert len(of_type(events, "assistant")) == 3
+    cut = [e for e in of_type(events, "assistant") if e["finish_reason"] == "length"
+           and e["tool_calls"]]
+    assert cut, "the model's calls were not cut: max_output_tokens too high for the test"
+    results = of_type(events, "tool_result")
+    assert [r for r in results if "cut off" in r["summary"] and not r["ok"]]
+    assert not of_type(events, "retry") and not of_type(events, "error")
