@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import make_project, of_type, ouroboros_forked, ouroboros_here, run_events
+from tests.crash_helpers import kill, wait_for
+from tests.helpers import make_project, of_type, ouroboros_forked, ouroboros_here, run_dir, \
+    run_events
 from tests.real.llama import LlamaServer
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(240)]
@@ -95,3 +97,30 @@ def test_a_call_cut_at_max_tokens_is_answered_and_the_run_goes_on(tmp_path, llam
     results = of_type(events, "tool_result")
     assert [r for r in results if "cut off" in r["summary"] and not r["ok"]]
     assert not of_type(events, "retry") and not of_type(events, "error")
+
+
+def test_a_run_killed_mid_task_resumes_where_it_was(tmp_path, llama_server):
+    started = time.monotonic()
+    config = project(tmp_path, llama_server, agent={"max_turns": 40})
+    process = ouroboros_forked("run", "-c", str(config), "--headless",
+                               out=tmp_path / "out", err=tmp_path / "err")
+    try:
+        wait_for(lambda: (tmp_path / ".ouroboros" / "runs").is_dir() and len(of_type(
+            run_events(tmp_path), "tool_result")) >= 3, "three tool results", process,
+            timeout=120)
+    finally:
+        kill(process)
+    assert process.returncode == -signal.SIGKILL
+    before = run_events(tmp_path)
+
+    ran = ouroboros_here("resume", "-c", str(config), "--headless", "--max-turns", "3")
+    events = run_events(tmp_path)
+    report("kill -9 and resume", events, started)
+    assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr
+    assert len(list(run_dir(tmp_path).parent.iterdir())) == 1  # the same run, continued
+    resumed = next(i for i, e in enumerate(events) if e["type"] == "run_resumed")
+    assert events[:len(before) - 1] == before[:-1]  # the log continued, not rewritten
+    after = events[resumed:]
+    assert len(of_type(after, "assistant")) == 3
+    assert of_type(after, "tool_result") and of_type(after, "token_usage")
+    assert events[-1]["type"] == "run_end" and events[-1]["reason"] == "max_turns"
