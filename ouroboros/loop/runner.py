@@ -44,6 +44,7 @@ from ouroboros.loop.startup import (
     claim_window,
     live_from,
     log_changes,
+    refuse_what_cannot_fit,
     resume_run,
     start_run,
     startup_warnings,
@@ -158,6 +159,7 @@ class Runner:
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
         claim = await claim_window(loaded, startup)
+        await refuse_what_cannot_fit(loaded, claim, counter)
         if resume:
             state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
                                                  message, guard)
@@ -182,6 +184,7 @@ class Runner:
             state_dir=loaded.state_dir)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         runner.guard = guard
+        client.reply_room = lambda: runner.state.context.limit - runner.state.context.budget
         system = runner.system_message()  # the memory as it is now, on a resume too
         if system["content"] != state.messages[0].get("content"):
             state.messages.replace_system(system)

@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -87,6 +87,7 @@ class ChatClient(ModelServer):
         base_url = normalize_base_url(base_url)
         # the last server error: (digest of the request body, status, body), see same_again
         self._last_failure: tuple[bytes, int, str] | None = None
+        self.reply_room: Callable[[], int] | None = None  # what the window leaves for a reply
         super().__init__(base_url, model, http_client(
             base_url, api_key=api_key, transport=transport), server_kind)
         self.configure(temperature=temperature, max_output_tokens=max_output_tokens,
@@ -117,8 +118,14 @@ class ChatClient(ModelServer):
             "stream": True,
             "stream_options": {"include_usage": True},
             "temperature": self.temperature,
-            "max_tokens": self.max_output_tokens,
+            "max_tokens": self.reply_tokens(),
         })
+
+    def reply_tokens(self) -> int:
+        """max_tokens for a reply: model.max_output_tokens, and never more than the window
+        leaves beside the prompt budget (`reply_room`, set by the run)."""
+        room = self.reply_room() if self.reply_room is not None else self.max_output_tokens
+        return max(1, min(self.max_output_tokens, room))
 
     async def complete(
         self,

@@ -14,6 +14,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
@@ -137,6 +138,36 @@ def enough_to_mask(used: float, recent: Sequence[tuple[str, float]],
 def prompt_budget(limit: int, max_output_tokens: int) -> int:
     """The tokens a prompt may take: the limit less the reply's reserve."""
     return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
+
+
+def fixed_part_problem(fixed: int, how: str, limit: int, max_output_tokens: int,
+                       policy: ContextConfig) -> str | None:
+    """Why no session could work when the system prompt and the tool definitions take `fixed`
+    tokens (`how`: "counted by the server", "at least, by the estimate") of the prompt budget
+    the window leaves: they reach the hard threshold, or leave less room than one tool result
+    may take (as a fresh session is judged at a restart). None when they fit."""
+    budget = prompt_budget(limit, max_output_tokens)
+    result = max(min(policy.max_tool_result_tokens, int(budget * RESULT_MAX_SHARE)),
+                 MIN_RESULT_TOKENS)
+    room = budget - fixed
+    if fixed < policy.hard_threshold_pct * budget and room >= result:
+        return None
+    return (f"the system prompt and the tool definitions take {fixed} tokens ({how}), "
+            f"{fixed / budget:.0%} of the {budget}-token prompt budget (a {limit}-token window "
+            f"less {limit - budget} kept for the reply), leaving {max(room, 0)} where one tool "
+            f"result may take {result}: no session could do any work. Raise "
+            "model.context_limit (and the server's window: llama.cpp -c, Ollama "
+            "OLLAMA_CONTEXT_LENGTH), lower model.max_output_tokens, or shorten "
+            "SYSTEM_PROMPT.md")
+
+
+def least_tokens(messages: Sequence[Message], tools: list[dict[str, Any]]) -> int:
+    """The fewest tokens these messages and tools can take on any vocabulary we know (the
+    densest text at MAX_CHARS_PER_TOKEN, the least a template adds): an estimate that refuses
+    only what cannot fit."""
+    chars = sum(tk.message_chars(m) for m in messages) + tk.tools_chars(tools)
+    return (math.floor(chars / tk.MAX_CHARS_PER_TOKEN)
+            + tk.MESSAGE_OVERHEAD_TOKENS * len(messages))
 
 
 def brief_tools(fixed_tokens: int, budget: int) -> bool:

@@ -124,3 +124,26 @@ def test_a_run_killed_mid_task_resumes_where_it_was(tmp_path, llama_server):
     assert len(of_type(after, "assistant")) == 3
     assert of_type(after, "tool_result") and of_type(after, "token_usage")
     assert events[-1]["type"] == "run_end" and events[-1]["reason"] == "max_turns"
+
+
+def test_a_window_too_small_for_the_prompt_and_tools_is_refused_at_the_start(tmp_path,
+                                                                           llama_server):
+    config = project(tmp_path, llama_server, context_limit=400, agent={"max_turns": 3})
+    ran = ouroboros_here("run", "-c", str(config), "--headless")
+
+    assert ran.returncode == 2, ran.stdout[-2000:] + ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "counted by the server" in lines[0], lines
+    assert "304-token prompt budget" in lines[0] and "model.context_limit" in lines[0]
+    assert not (tmp_path / ".ouroboros" / "runs").exists()  # no request, no run recorded
+    print(f"\n[real] window too small: {lines[0]}")
+
+
+def test_a_reply_in_a_small_window_is_asked_for_what_it_leaves(tmp_path, llama_server):
+    config = project(tmp_path, llama_server, context_limit=1024, max_output_tokens=2048,
+                     agent={"max_turns": 1})
+    ran = ouroboros_here("run", "-c", str(config), "--headless")
+
+    assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr
+    usage = of_type(run_events(tmp_path), "token_usage")
+    assert usage[0]["reported"] + 256 <= 1024  # the prompt and the most the reply may take
