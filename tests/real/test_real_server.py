@@ -147,3 +147,20 @@ def test_a_reply_in_a_small_window_is_asked_for_what_it_leaves(tmp_path, llama_s
     assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr
     usage = of_type(run_events(tmp_path), "token_usage")
     assert usage[0]["reported"] + 256 <= 1024  # the prompt and the most the reply may take
+
+
+def test_a_template_without_tools_is_named_at_the_start_and_after_five_replies(
+        tmp_path, toolless_server):
+    started = time.monotonic()
+    assert toolless_server.props()["chat_template_caps"]["supports_tools"] is False
+    config = project(tmp_path, toolless_server, max_output_tokens=32, agent={"max_turns": 5})
+    ran = ouroboros_here("run", "-c", str(config), "--headless")
+
+    events = run_events(tmp_path)
+    report("template without tools", events, started)
+    assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr
+    warnings = [e["message"] for e in of_type(events, "warning")]
+    start = [w for w in warnings if "chat_template_caps.supports_tools is false" in w]
+    assert len(start) == 1 and "--jinja" in start[0]
+    assert not of_type(events, "tool_call")
+    assert len([w for w in warnings if "first 5 replies held no tool call" in w]) == 1
