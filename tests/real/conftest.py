@@ -7,6 +7,7 @@ run leaves them out (pyproject.toml), `python -m pytest -m real` runs them.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Iterator
@@ -17,20 +18,37 @@ from tests.real.llama import NO_SERVER, TOOLS_TEMPLATE, LlamaServer, cache_dir, 
     find_binary, runnable
 
 
+@functools.cache
+def missing() -> str | None:
+    """Why the tier cannot run here (no binary, no model), or None; the model is downloaded
+    the first time it is asked."""
+    if find_binary(os.environ) is None:
+        return NO_SERVER
+    try:
+        fetch_model(cache_dir())
+    except (RuntimeError, OSError) as error:
+        return f"no model for the real tier: {error}"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip every test of the tier for one reason, raised here (not in a fixture, which
+    pytest reports at each test's line): `-rs` shows one line for the whole tier."""
+    reason = missing()
+    if reason is not None:
+        raise pytest.skip.Exception(reason)
+
+
 @pytest.fixture(scope="session")
 def llama_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     binary = find_binary(os.environ)
-    if binary is None:
-        pytest.skip(NO_SERVER)
+    assert binary is not None
     return runnable(binary, tmp_path_factory.mktemp("llama-server"))
 
 
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
-    try:
-        return fetch_model(cache_dir())
-    except (RuntimeError, OSError) as error:
-        pytest.skip(f"no model for the real tier: {error}")
+    return fetch_model(cache_dir())
 
 
 @pytest.fixture(scope="session")
