@@ -173,7 +173,7 @@ class Runner:
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
         claim = await claim_window(loaded, startup)
-        await refuse_what_cannot_fit(loaded, claim, counter)
+        await refuse_what_cannot_fit(loaded, claim, counter, startup)
         if resume:
             state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
                                                  message, guard)

@@ -160,16 +160,19 @@ async def claim_window(loaded: LoadedConfig, startup: Deadline | None = None) ->
                                 "the window questions")
 
 
-async def refuse_what_cannot_fit(loaded: LoadedConfig, claim: Claim,
-                                 counter: TokenCounter) -> None:
+async def refuse_what_cannot_fit(loaded: LoadedConfig, claim: Claim, counter: TokenCounter,
+                                 startup: Deadline | None = None) -> None:
     """Before the first request: WindowTooSmallError, with the figures and the keys to change,
     when the system prompt and the tool definitions (in their short form) leave no session
     room to work in the window claimed. Counted by the server where it can render a prompt
-    without running the model (llama.cpp), else the least they can take."""
+    without running the model (llama.cpp) by the start-up deadline, else the least they can
+    take."""
     cfg = loaded.config
     messages = first_messages(loaded, cfg.agent.continue_message)
     tools = start_toolbox(loaded).brief_schemas()
-    counted = await counter.prompt(messages, tools)
+    asking = counter.prompt(messages, tools)
+    counted = await (asking if startup is None else
+                     startup.within(asking, lambda: None, "the prompt count"))
     fixed, how = ((counted, "counted by the server") if counted is not None
                   else (least_tokens(messages, tools), "at least, by the estimate"))
     problem = fixed_part_problem(fixed, how, claim[0], cfg.model.max_output_tokens, cfg.context)
