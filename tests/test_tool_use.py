@@ -73,3 +73,13 @@ def test_the_start_warning_names_the_fix_for_each_server():
     llama = no_tools_warning(False, "llama.cpp", "m")
     assert "--jinja" in llama and "--chat-template-file" in llama
     assert "`ollama show m`" in no_tools_warning(False, "ollama", "m")
+
+
+def test_a_llama_cpp_template_without_tools_is_named_at_the_start(tmp_path, scripted_server):
+    server = scripted_server([Reply("ok")], template_tools=False)
+    config = make_project(tmp_path, server.base_url)
+    ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
+
+    assert ran.returncode == 3, ran.stdout
+    warned = [line for line in ran.stdout.splitlines() if "supports_tools is false" in line]
+    assert len(warned) == 1 and "`llama-server --jinja`" in warned[0]

@@ -50,6 +50,9 @@ class ModelSettings:
     """Answer 500 to a request whose history holds a tool call with arguments that are not a
     JSON object, every time, as llama.cpp's server does ("Failed to parse tool call arguments
     as JSON")."""
+    template_tools: bool | None = None
+    """Answer `/props` as llama.cpp's server does, its chat template taking tools
+    (`chat_template_caps.supports_tools`) or not; None: no `/props` (Ollama)."""
     tools_supported: bool = True
     """False: a request with tools gets a 400, and /api/show lists no "tools" capability."""
     tokenizer: ServerTokenizer = TOKENIZERS["words"]
