@@ -6,6 +6,7 @@ the log, so nothing needs converting between the conversation, the request and a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AbstractSet, Any, Awaitable, Callable, Iterable, Literal, Protocol
 
@@ -32,13 +33,33 @@ class ToolCall:
     id: str
     name: str
     arguments: str  # the JSON text as the model sent it; may not parse
+    cut_off: bool = False  # the reply ended at max_tokens before the arguments were whole
 
     def to_wire(self) -> dict[str, Any]:
+        """The call as the history sends it back: arguments that are not a JSON object go as
+        `{}` (servers refuse the whole request over them: llama.cpp with a 500, Ollama a
+        400); the text as sent stays in the log and in the result that answers it."""
         return {
             "id": self.id,
             "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
+            "function": {"name": self.name, "arguments": wire_arguments(self.arguments)},
         }
+
+
+def wire_arguments(arguments: str) -> str:
+    """`arguments` when they are a JSON object, else "{}".
+
+        wire_arguments('{"path": "a"}')   # '{"path": "a"}'
+        wire_arguments('{"path": "no')    # '{}'
+    """
+    return arguments if is_json_object(arguments) else "{}"
+
+
+def is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

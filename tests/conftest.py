@@ -40,7 +40,9 @@ def _built_once(get_command: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 typer.testing._get_command = _built_once(typer.testing._get_command)
 
-# Workspace locks live in the user's cache dir: keep the tests' out of the real home.
+# Workspace locks live in the user's cache dir: keep the tests' out of the real home. (The
+# user's own is remembered for what should outlive a run: the real tier's model, tests/real/.)
+os.environ.setdefault("TESTS_USER_XDG_CACHE_HOME", os.environ.get("XDG_CACHE_HOME", ""))
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ouroboros-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 

@@ -149,7 +149,7 @@ class Accounting:
             tokens = await counter.count(tk.message_text(conversation[index]))
             if tokens is None:
                 return
-            conversation.measure(index, tokens + tk.MESSAGE_OVERHEAD_TOKENS)
+            conversation.measure(index, tokens + round(self.context.message_overhead))
 
     async def take_in(self, messages: Sequence[Message], sent: int,
                       reply: StreamResult) -> Reading:
@@ -168,7 +168,7 @@ class Accounting:
             total_tokens=reading.prompt_tokens + reading.completion_tokens,
             context_limit=self.context.limit, budget=self.context.budget,
             context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
-            source=reading.source, reported=reading.reported,
+            source=reading.source, reported=reading.reported, estimated=reading.estimated,
             cached_tokens=reading.cached_tokens, verdict=reading.verdict))
         self.explain(reading)
         return reading

@@ -20,7 +20,8 @@ from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
 from ouroboros.loop.evidence import believe_told
 from ouroboros.loop.continuation import flags_to_remember, how_to_continue
-from ouroboros.server.discovery import WindowQuestions, same_model
+from ouroboros.server.discovery import WindowQuestions, same_model, tools_word
+from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
 from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
     RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
 from ouroboros.store.owner import claim_state_dir
@@ -49,6 +50,7 @@ from ouroboros.loop.startup import (
     claim_window,
     live_from,
     log_changes,
+    refuse_what_cannot_fit,
     resume_run,
     start_run,
     startup_warnings,
@@ -194,6 +196,19 @@ async def check_reachable(client: ChatClient) -> None:
         raise await client.missing_model()
 
 
+async def warn_without_tools(loaded: LoadedConfig, state: RunState, log: EventLog,
+                             startup: Deadline | None) -> None:
+    """One warning when the server says the model will not be shown the tools (tool_use.py);
+    nothing when it does not say, or not within the start-up deadline."""
+    model = loaded.config.model
+    asking = tools_word(model.base_url, model.name, api_key=api_key(model.api_key_env))
+    said = await (asking if startup is None else startup.within(asking, lambda: None,
+                                                                "the tools question"))
+    warning = no_tools_warning(*said, model.name) if said is not None else None
+    if warning is not None:
+        state.warn_once(log, "no_tools", warning)
+
+
 def window_questions(base_url: str, model: str, api_key_env: str) -> WindowQuestions:
     return WindowQuestions(base_url, model, api_key(api_key_env))
 
@@ -221,6 +236,7 @@ class Runner:
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
         claim = await claim_window(loaded, startup)
+        await refuse_what_cannot_fit(loaded, claim, counter, startup)
         if resume:
             state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
                                                  message, guard)
@@ -236,6 +252,7 @@ class Runner:
                     for what in (startup.missed if startup is not None else [])]
         for warning in startup_warnings(loaded, os.environ) + guarded:
             log.emit(ev.WarningEvent(message=warning))
+        await warn_without_tools(loaded, state, log, startup)
         believe_told(state.context, told, lambda key, text: state.warn_once(log, key, text))
         services = Services(
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
@@ -245,6 +262,7 @@ class Runner:
             state_dir=loaded.state_dir)
         runner = cls(loaded, run_dir, state, log, services, hooks)
         runner.guard = guard
+        client.reply_room = lambda: runner.state.context.limit - runner.state.context.budget
         system = runner.system_message()  # the memory as it is now, on a resume too
         if system["content"] != state.messages[0].get("content"):
             state.messages.replace_system(system)
@@ -253,6 +271,7 @@ class Runner:
         for call in interrupted:
             session.actions.answer_interrupted(call)
         runner.snapshot()
+        log.subscribe(ToolUseWatch(runner.warn_once).take)  # last: it may emit
         return runner
 
     async def run(self) -> int:

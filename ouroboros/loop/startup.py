@@ -17,8 +17,9 @@ from typing import Any, Mapping
 from ouroboros import __version__
 from ouroboros.store import events as ev
 from ouroboros.config import LoadedConfig
-from ouroboros.errors import ConfigError
-from ouroboros.window.policy import ContextManager
+from ouroboros.errors import ConfigError, WindowTooSmallError
+from ouroboros.server.tokenizer import TokenCounter
+from ouroboros.window.policy import ContextManager, fixed_part_problem, least_tokens
 from ouroboros.window.conversation import note
 from ouroboros.server.discovery import context_from_name, discover_context_limit
 from ouroboros.loop.deadline import Deadline
@@ -216,6 +217,38 @@ async def claim_window(loaded: LoadedConfig, startup: Deadline | None = None) ->
         return await asking
     return await startup.within(asking, lambda: context_from_name(model.name),
                                 "the window questions")
+
+
+async def refuse_what_cannot_fit(loaded: LoadedConfig, claim: Claim, counter: TokenCounter,
+                                 startup: Deadline | None = None) -> None:
+    """Before the first request: WindowTooSmallError, with the figures and the keys to change,
+    when the system prompt and the tool definitions (in their short form) leave no session
+    room to work in the window claimed. Counted by the server where it can render a prompt
+    without running the model (llama.cpp) by the start-up deadline, else the least they can
+    take."""
+    cfg = loaded.config
+    messages = first_messages(loaded, cfg.agent.continue_message)
+    tools = start_toolbox(loaded).brief_schemas()
+    asking = counter.prompt(messages, tools)
+    counted = await (asking if startup is None else
+                     startup.within(asking, lambda: None, "the prompt count"))
+    fixed, how = ((counted, "counted by the server") if counted is not None
+                  else (least_tokens(messages, tools), "at least, by the estimate"))
+    problem = fixed_part_problem(fixed, how, claim[0], cfg.model.max_output_tokens, cfg.context)
+    if problem is not None:
+        raise WindowTooSmallError(f"{problem} (window: {claim[1]})")
+
+
+def start_toolbox(loaded: LoadedConfig) -> Toolbox:
+    """The run's tools as the model is shown them, for what they take of the window; none of
+    them is called."""
+    safety = loaded.config.safety
+    return Toolbox(default_tools(
+        loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
+        max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
+        secret_env_names=[], on_security=lambda event: None,
+        recall=Recall(loaded.state_dir / "observations"),
+        allow_complete=loaded.config.agent.allow_complete))
 
 
 def setting_origin(source: str) -> str:

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Any, Callable, Iterable
 
-from ouroboros.protocols import StreamResult, ToolCall, Usage
+from ouroboros.protocols import StreamResult, ToolCall, Usage, is_json_object
 
 DONE = "[DONE]"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -158,11 +158,13 @@ class StreamAccumulator:
         """The turn so far. A call the server sent without an id has id "" (see
         `assign_call_ids`); older Ollama's `stop` after tool calls is reported as
         `tool_calls`."""
+        cut = self.finish_reason == "length"  # a call whose arguments do not parse was cut
         calls = [
-            ToolCall(id=call.id, name=call.name,
-                     arguments=_without_escaped_surrogates("".join(call.arguments)))
+            ToolCall(id=call.id, name=call.name, arguments=arguments,
+                     cut_off=cut and not is_json_object(arguments))
             for call in self._calls
             if call.name or call.arguments
+            for arguments in [_without_escaped_surrogates("".join(call.arguments))]
         ]
         finish_reason = self.finish_reason
         if calls and finish_reason == "stop":

@@ -14,17 +14,19 @@ breaking a bound is a transient failure. The rooms around it: `reply_reader` rea
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
 from ouroboros.server.chunks import assign_call_ids, parse_usage
 from ouroboros.config import ModelConfig
 from ouroboros.server.connection import http_client
-from ouroboros.errors import ContextOverflowError, TransientModelError
+from ouroboros.errors import ContextOverflowError, ModelError, PermanentModelError, \
+    TransientModelError
 from ouroboros.server.identity import (
     CHAT_PATH,
     ERROR_BODY_BYTES,
@@ -37,7 +39,7 @@ from ouroboros.protocols import Message, StreamResult, TextSink, WireMessages
 from ouroboros.server.limits import ReplyLimits, ReplyWatch
 from ouroboros.server.limits import max_reply_bytes as reply_byte_limit
 from ouroboros.server.reader import ReplyReader
-from ouroboros.server.errors import parse_retry_after
+from ouroboros.server.errors import answered_for_good, parse_retry_after
 from ouroboros.server.kinds import ServerKind
 from ouroboros.window.sizes import encode_json, wire_messages
 from ouroboros.config.urls import normalize_base_url
@@ -83,6 +85,9 @@ class ChatClient(ModelServer):
         server_kind: ServerKind | None = None,
     ) -> None:
         base_url = normalize_base_url(base_url)
+        # the last server error: (digest of the request body, status, body), see same_again
+        self._last_failure: tuple[bytes, int, str] | None = None
+        self.reply_room: Callable[[], int] | None = None  # what the window leaves for a reply
         super().__init__(base_url, model, http_client(
             base_url, api_key=api_key, transport=transport), server_kind)
         self.configure(temperature=temperature, max_output_tokens=max_output_tokens,
@@ -113,8 +118,14 @@ class ChatClient(ModelServer):
             "stream": True,
             "stream_options": {"include_usage": True},
             "temperature": self.temperature,
-            "max_tokens": self.max_output_tokens,
+            "max_tokens": self.reply_tokens(),
         })
+
+    def reply_tokens(self) -> int:
+        """max_tokens for a reply: model.max_output_tokens, and never more than the window
+        leaves beside the prompt budget (`reply_room`, set by the run)."""
+        room = self.reply_room() if self.reply_room is not None else self.max_output_tokens
+        return max(1, min(self.max_output_tokens, room))
 
     async def complete(
         self,
@@ -160,8 +171,9 @@ class ChatClient(ModelServer):
                 text = await read_capped(response, ERROR_BODY_BYTES)
                 reader.timer.reschedule(None)  # the reply is over; naming the error may ask
                 retry_after = parse_retry_after(response.headers.get("retry-after"))
-                raise await self.status_error(response.status_code, text,
-                                              retry_after=retry_after)
+                error = await self.status_error(response.status_code, text,
+                                                retry_after=retry_after)
+                raise self.same_again(body, response.status_code, text, error)
             if is_html(response):
                 page = await read_capped(response, ERROR_BODY_BYTES)
                 raise self.not_an_llm_server(f"POST {CHAT_PATH} answered "
@@ -169,6 +181,16 @@ class ChatClient(ModelServer):
             if response.headers.get("content-type", "").startswith("application/json"):
                 return await reader.whole(response)
             return await reader.stream(response)
+
+    def same_again(self, body: bytes, status: int, text: str, error: ModelError) -> ModelError:
+        """`error`, or a permanent one when the same request got the same server error the
+        time before (errors.answered_for_good): asked a third time it would answer the same."""
+        seen = (hashlib.sha256(body).digest(), status, text)
+        repeated, self._last_failure = seen == self._last_failure, seen
+        if not isinstance(error, TransientModelError) or not answered_for_good(status, repeated):
+            return error
+        return PermanentModelError(f"{error.message}, twice to the same request: it answers "
+                                   "so every time, so it is not asked again")
 
     async def prompt_tokens(self, messages: list[Message] | WireMessages,
                             tools: list[dict[str, Any]]) -> int | None:

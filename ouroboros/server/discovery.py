@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -206,6 +206,38 @@ async def model_supports_tools(
     if not isinstance(capabilities, list):
         return None
     return "tools" in capabilities
+
+
+ToolsWord = tuple[bool, Literal["llama.cpp", "ollama"]]
+
+
+def tools_from_props(body: dict[str, Any]) -> bool | None:
+    """Whether a llama.cpp server's chat template takes tools, from a `/props` body
+    (`chat_template_caps.supports_tools`); None when it does not say."""
+    caps = body.get("chat_template_caps")
+    supports = caps.get("supports_tools") if isinstance(caps, dict) else None
+    return supports if isinstance(supports, bool) else None
+
+
+def tools_from_show(body: dict[str, Any]) -> bool | None:
+    """Whether an Ollama model lists the `tools` capability, from a `/api/show` body; None
+    when it lists none."""
+    capabilities = body.get("capabilities")
+    return "tools" in capabilities if isinstance(capabilities, list) else None
+
+
+async def tools_word(base_url: str, model: str, *, api_key: str | None = None,
+                     transport: httpx.AsyncBaseTransport | None = None) -> ToolsWord | None:
+    """What the server says of tools before any request: (takes them, which server said so),
+    from llama.cpp's `/props` or Ollama's `/api/show`; None when neither says."""
+    async with _http(base_url, api_key, transport) as http:
+        props = await _get_json(http, "GET", "/props")
+        if props is not None and (said := tools_from_props(props)) is not None:
+            return said, "llama.cpp"
+        show = await _get_json(http, "POST", "/api/show", {"model": model})
+        if show is not None and (said := tools_from_show(show)) is not None:
+            return said, "ollama"
+    return None
 
 
 def _http(base_url: str, api_key: str | None, transport: httpx.AsyncBaseTransport | None

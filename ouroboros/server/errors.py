@@ -79,6 +79,17 @@ def is_overflow(lowered_message: str, code: str | None) -> bool:
     return any(phrase in lowered_message for phrase in _OVERFLOW_PHRASES)
 
 
+def answered_for_good(status: int, repeated: bool) -> bool:
+    """Whether a server error is the answer to every asking of the same request: a 5xx other
+    than 503 (which says to come back later) that the same request body got the time before
+    too, in the same words. llama.cpp answers 500 to a history it cannot parse, every time.
+
+        answered_for_good(500, repeated=True)    # True: asked twice, answered the same
+        answered_for_good(503, repeated=True)    # False: busy or loading; it will pass
+    """
+    return repeated and 500 <= status <= 599 and status != 503
+
+
 def is_transient_status(status: int) -> bool:
     """Whether a request that got this status may succeed if asked again: 408 (timeout), 429
     (rate limit) and server errors, but not 501 or 505, which say the server will never do it."""

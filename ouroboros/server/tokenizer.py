@@ -152,6 +152,22 @@ class TokenCounter:
             self._window = window
         return count
 
+    async def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+                     ) -> int | None:
+        """The tokens of the whole prompt these messages and tools make, the chat template
+        included, where the server can render it without running the model (llama.cpp's
+        `/apply-template`, then `/tokenize`); None elsewhere."""
+        try:
+            rendered = await asyncio.wait_for(self._http.post(
+                self.base_url + "/apply-template", json={"messages": messages, "tools": tools},
+                timeout=self._timeout), self._whole_secs)
+            prompt = rendered.json().get("prompt") if rendered.is_success else None
+            if not isinstance(prompt, str):
+                return None
+            return await self._ask(LLAMA_CPP, prompt)
+        except (httpx.HTTPError, ValueError, AttributeError, _NoCount, TimeoutError):
+            return None
+
     async def aclose(self) -> None:
         if self._owns_http:
             await self._http.aclose()

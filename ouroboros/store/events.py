@@ -171,6 +171,8 @@ class TokenUsage(EventBase):
     context_used_pct: float = Field(description="of the budget")
     source: Literal["server", "estimate"] = Field(description="`server` or `estimate`")
     reported: int | None = Field(None, description="what the server said")
+    estimated: int | None = omitted(
+        None, "the harness's estimate of the prompt, made before the count")
     cached_tokens: int | None = Field(None, description="prompt tokens served from a cache")
     verdict: Verdict | None = Field(
         None, description="what the server's count proved: `whole`, `unknown`, `uncached`, "

@@ -77,6 +77,11 @@ def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
                 entry["context_length"] = settings.window
             models.append(entry)
         return 200, {"models": models}
+    if path == "/props" and settings.template_tools is not None:
+        caps = {"supports_tools": settings.template_tools,
+                "supports_tool_calls": settings.template_tools, "supports_system_role": True}
+        return 200, {"default_generation_settings": {"n_ctx": settings.window or TRAINED_CONTEXT},
+                     "total_slots": 1, "chat_template_caps": caps}
     return 404, "404 page not found"
 
 

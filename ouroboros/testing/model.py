@@ -13,6 +13,7 @@ reported the way its `usage` mode says.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -198,6 +199,8 @@ class ScriptedModel:
             return Answer(404, error_body(f"model '{name}' not found", 404))
         if body.get("tools") and not self.settings.tools_supported:
             return Answer(400, error_body(f"{name} does not support tools", 400))
+        if self.settings.rejects_unparsed_arguments and unparsed_arguments(body):
+            return Answer(500, error_body("Failed to parse tool call arguments as JSON", 500))
         self._served_chat = True
         if not over or self.settings.overflow == "truncate":
             return None
@@ -293,3 +296,17 @@ class ScriptedModel:
                 return Answer(json=render_completion(_PARTIAL, model=model, usage=usage))
             return Answer(frames=frames)
         raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+
+def unparsed_arguments(body: dict[str, Any]) -> bool:
+    """Whether a request's history holds a tool call whose arguments are not a JSON object."""
+    for message in body.get("messages") or []:
+        for call in message.get("tool_calls") or [] if isinstance(message, dict) else []:
+            arguments = (call.get("function") or {}).get("arguments")
+            try:
+                if isinstance(arguments, str) and isinstance(json.loads(arguments), dict):
+                    continue
+            except ValueError:
+                pass
+            return True
+    return False

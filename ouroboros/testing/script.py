@@ -31,6 +31,9 @@ class Reply:
     """(name, arguments); a str is sent verbatim, which lets tests send broken JSON."""
     reasoning: str = ""
     """Sent as `delta.reasoning` before the text, as thinking models do."""
+    finish_reason: str | None = None
+    """The finish reason sent; None: `tool_calls` for a reply with calls, else `stop`
+    ("length" with a str of arguments cut short: a call cut at max_tokens)."""
 
 
 @dataclass

@@ -46,6 +46,13 @@ class ModelSettings:
     overflow: Overflow = "truncate"
     """A prompt over the window: "truncate" (Ollama: whole messages dropped from the front),
     "error" (Ollama's 400), "empty" (llama.cpp: an empty 200 when streaming, else a 400)."""
+    rejects_unparsed_arguments: bool = False
+    """Answer 500 to a request whose history holds a tool call with arguments that are not a
+    JSON object, every time, as llama.cpp's server does ("Failed to parse tool call arguments
+    as JSON")."""
+    template_tools: bool | None = None
+    """Answer `/props` as llama.cpp's server does, its chat template taking tools
+    (`chat_template_caps.supports_tools`) or not; None: no `/props` (Ollama)."""
     tools_supported: bool = True
     """False: a request with tools gets a 400, and /api/show lists no "tools" capability."""
     tokenizer: ServerTokenizer = TOKENIZERS["words"]

@@ -145,11 +145,11 @@ def render_stream(
         deltas = [{"content": ""}]
     if wire == "legacy":
         deltas = [{"role": "assistant", "content": "", **delta} for delta in deltas]
-        finishes: list[str | None] = [None] * (len(deltas) - 1) + ["stop"]
+        finishes: list[str | None] = [None] * (len(deltas) - 1) + [reply.finish_reason or "stop"]
     else:
         deltas[0] = {"role": "assistant", **deltas[0]}
         deltas.append({})
-        finishes = [None] * (len(deltas) - 1) + ["tool_calls" if reply.tool_calls else "stop"]
+        finishes = [None] * (len(deltas) - 1) + [finish_reason(reply)]
     head = {
         "id": f"chatcmpl-{request_number}",
         "object": "chat.completion.chunk",
@@ -164,6 +164,11 @@ def render_stream(
     if usage is not None:
         frames.append(frame({**head, "choices": [], "usage": usage}))
     return frames + [DONE_FRAME] if done else frames
+
+
+def finish_reason(reply: Reply) -> str:
+    """What the reply's last chunk says: the script's choice, else `tool_calls` or `stop`."""
+    return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
 def render_completion(
@@ -193,7 +198,7 @@ def render_completion(
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                "finish_reason": finish_reason(reply),
             }
         ],
         "usage": usage,

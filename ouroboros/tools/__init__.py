@@ -51,6 +51,21 @@ __all__ = [
 ]
 
 
+CUT_OFF_SHOWN_CHARS = 200
+
+
+def cut_off_result(call: ToolCall) -> ToolResult:
+    """The answer to a call the reply's token limit cut before its arguments were whole: it
+    was not run, and what arrived is shown (its start) so the agent can send it again."""
+    sent = call.arguments[:CUT_OFF_SHOWN_CHARS] + ("..." if len(call.arguments) >
+                                                   CUT_OFF_SHOWN_CHARS else "")
+    return ToolResult(
+        f"error: the call to {call.name} was cut off: the reply reached its token limit "
+        f"(max_tokens) before the arguments were complete, so it was not run. What arrived: "
+        f"{sent!r}. Send the call again, shorter (write a long file in several parts).",
+        ok=False, meta={"tool": call.name, "cut_off": True})
+
+
 def _failure(message: str, tool: str) -> ToolResult:
     return ToolResult(f"error: {message}", ok=False, meta={"tool": tool})
 
@@ -111,6 +126,8 @@ class Toolbox:
         return ToolResult(self.redact(result.content), result.ok, result.meta)
 
     async def _run(self, call: ToolCall) -> ToolResult:
+        if call.cut_off:
+            return cut_off_result(call)
         tool = self._tools.get(call.name)
         if tool is None:
             available = ", ".join(self.names) or "none"

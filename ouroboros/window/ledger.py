@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 DEFAULT_CHARS_PER_TOKEN = 3.0
 # Learned ratios are kept within what real vocabularies show (hex digests to long words).
 MIN_CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN = 1.5, 8.0
-# Chat templates add role markers and separators around each message.
+# Chat templates add role markers and separators around each message: at least this many
+# tokens; what a template really adds is learned (learned_overhead), up to the most.
 MESSAGE_OVERHEAD_TOKENS = 4
+MAX_MESSAGE_OVERHEAD_TOKENS = 64
 # How much the previous calibration still weighs after each new count: recent content counts
 # most, since the next tool result will likely look like the last ones.
 CALIBRATION_DECAY = 0.7
@@ -185,6 +187,32 @@ def attribute(fresh: list[Message], known: int, reported: int, base: int,
         return max(reported - known - sum(estimates), 0), [], 0, 0
     return (base, share(residual, estimates), sum(message_chars(m) for m in fresh),
             residual - MESSAGE_OVERHEAD_TOKENS * len(fresh))
+
+
+def grown_shares(growth: int, sizes: list[int]) -> list[int] | None:
+    """What each of the messages added to a prompt costs, when the server's count grew by
+    `growth` with them: the growth shared in proportion to their `sizes` as believed. None
+    when it is too little to give each the least a message costs (a count that did not come
+    from these messages alone).
+
+        grown_shares(80, [24, 16])   # [48, 32]: the template's wrapping shared too
+    """
+    if not sizes or growth < MESSAGE_OVERHEAD_TOKENS * len(sizes):
+        return None
+    return share(growth, [max(size, 1) for size in sizes])
+
+
+def learned_overhead(believed: float, missed: int, messages: int) -> float:
+    """The template's tokens around a message, after a count showed `messages` messages
+    (counted by a tokenizer, each with `believed` added) cost `missed` tokens more than
+    believed in all; half the way to what this count says, within [MESSAGE_OVERHEAD_TOKENS,
+    MAX_MESSAGE_OVERHEAD_TOKENS].
+
+        learned_overhead(4, 36, 2)   # 13.0: half way from 4 to 22
+    """
+    seen = believed + missed / messages if messages else believed
+    learned = (believed + seen) / 2
+    return min(max(learned, MESSAGE_OVERHEAD_TOKENS), MAX_MESSAGE_OVERHEAD_TOKENS)
 
 
 def forget(message: Message) -> Message:

@@ -14,6 +14,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
@@ -146,6 +147,36 @@ def prompt_budget(limit: int, max_output_tokens: int) -> int:
     return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
 
 
+def fixed_part_problem(fixed: int, how: str, limit: int, max_output_tokens: int,
+                       policy: ContextConfig) -> str | None:
+    """Why no session could work when the system prompt and the tool definitions take `fixed`
+    tokens (`how`: "counted by the server", "at least, by the estimate") of the prompt budget
+    the window leaves: they reach the hard threshold, or leave less room than one tool result
+    may take (as a fresh session is judged at a restart). None when they fit."""
+    budget = prompt_budget(limit, max_output_tokens)
+    result = max(min(policy.max_tool_result_tokens, int(budget * RESULT_MAX_SHARE)),
+                 MIN_RESULT_TOKENS)
+    room = budget - fixed
+    if fixed < policy.hard_threshold_pct * budget and room >= result:
+        return None
+    return (f"the system prompt and the tool definitions take {fixed} tokens ({how}), "
+            f"{fixed / budget:.0%} of the {budget}-token prompt budget (a {limit}-token window "
+            f"less {limit - budget} kept for the reply), leaving {max(room, 0)} where one tool "
+            f"result may take {result}: no session could do any work. Raise "
+            "model.context_limit (and the server's window: llama.cpp -c, Ollama "
+            "OLLAMA_CONTEXT_LENGTH), lower model.max_output_tokens, or shorten "
+            "SYSTEM_PROMPT.md")
+
+
+def least_tokens(messages: Sequence[Message], tools: list[dict[str, Any]]) -> int:
+    """The fewest tokens these messages and tools can take on any vocabulary we know (the
+    densest text at MAX_CHARS_PER_TOKEN, the least a template adds): an estimate that refuses
+    only what cannot fit."""
+    chars = sum(tk.message_chars(m) for m in messages) + tk.tools_chars(tools)
+    return (math.floor(chars / tk.MAX_CHARS_PER_TOKEN)
+            + tk.MESSAGE_OVERHEAD_TOKENS * len(messages))
+
+
 def brief_tools(fixed_tokens: int, budget: int) -> bool:
     """Whether the tools go in their short form: the system prompt and the full tool
     definitions (`fixed_tokens`) would take more than BRIEF_TOOLS_SHARE of the `budget`,
@@ -207,6 +238,8 @@ class ContextManager:
     policy: ContextConfig
     calibration: tk.Calibration = field(default_factory=tk.Calibration)
     base_tokens: int | None = None  # tool schemas and template tokens, learned from counts
+    # the chat template's tokens around a message, beyond its text (learned, tk.learned_overhead)
+    message_overhead: float = tk.MESSAGE_OVERHEAD_TOKENS
     observations: dict[str, Observation] = field(default_factory=dict)
     total_masked: int = 0
     mask_rounds: int = 0
@@ -310,14 +343,8 @@ class ContextManager:
             self.calibration = tk.Calibration()  # estimate at the default rate, which errs high
         if verdict == "whole":
             assert reported is not None
-            fresh = tally.unmeasured(sent)
-            self.base_tokens, shares, chars, attributed = tk.attribute(
-                [held[i] for i in fresh], tally.measured_sum(sent), reported,
-                self.base(tools), cpt, per_dense)
-            dense = sum(tally.entries[i].dense for i in fresh) if shares else 0
-            for index, tokens in zip(fresh, shares):
-                held.measure(index, tokens)
-            self.calibration.observe(chars, attributed, dense)
+            if previous is None or not self._take_growth(held, previous, sent, reported):
+                self._take_count(held, tools, sent, reported)
             self.last_count = LastCount(self.revision, sent, reported)
         elif verdict == "suspect":
             assert reported is not None
@@ -334,6 +361,49 @@ class ContextManager:
         return Reading(reported if whole and reported else estimate, completion,
                        "server" if whole else "estimate", estimate, verdict, reported,
                        usage.cached_tokens if usage else None)
+
+    def _take_count(self, held: Conversation, tools: list[dict[str, Any]], sent: int,
+                    reported: int) -> None:
+        """A whole count: what the measured messages do not explain is shared among the
+        uncounted ones, the base taking the rest (tk.attribute)."""
+        tally = held.tally
+        fresh = tally.unmeasured(sent)
+        self.base_tokens, shares, chars, attributed = tk.attribute(
+            [held[i] for i in fresh], tally.measured_sum(sent), reported,
+            self.base(tools), self.chars_per_token, self.per_dense)
+        dense = sum(tally.entries[i].dense for i in fresh) if shares else 0
+        for index, tokens in zip(fresh, shares):
+            held.measure(index, tokens)
+        self.calibration.observe(chars, attributed, dense)
+
+    def _take_growth(self, held: Conversation, previous: LastCount, sent: int,
+                     reported: int) -> bool:
+        """A whole count of a prompt that only grew since the last one: what it grew by is
+        what the messages added since cost, the chat template's wrapping of each included.
+        It is shared among them (measured before or not) and the base stays as it was: a
+        base that took in each turn's wrapping would count it again in every fresh session
+        (tk.grown_shares). False when the growth cannot be shared so (the caller attributes
+        the count as a first one)."""
+        cpt, per_dense = self.chars_per_token, self.per_dense
+        new = list(range(previous.messages, sent))
+        sizes = [tk.message_tokens(held[i], cpt, per_dense) for i in new]
+        shares = tk.grown_shares(reported - previous.reported, sizes)
+        if shares is None or self.base_tokens is None:
+            return False
+        tally = held.tally
+        fresh = set(tally.unmeasured(sent))
+        if fresh:
+            chars = sum(tk.message_chars(held[i]) for i in new if i in fresh)
+            tokens = sum(t for i, t in zip(new, shares) if i in fresh)
+            dense = sum(tally.entries[i].dense for i in new if i in fresh)
+            self.calibration.observe(chars, tokens - tk.MESSAGE_OVERHEAD_TOKENS * len(fresh),
+                                     dense)
+        else:  # all counted by the tokenizer, each with the overhead believed: learn it
+            self.message_overhead = tk.learned_overhead(
+                self.message_overhead, sum(shares) - sum(sizes), len(new))
+        for index, tokens in zip(new, shares):
+            held.measure(index, tokens)
+        return True
 
     def refused(self, rejected_tokens: int, named: int | None) -> None:
         """The server refused a prompt of about this size as too long."""
@@ -525,6 +595,7 @@ class ContextManager:
             "max_output_tokens": self.max_output_tokens,
             "calibration": asdict(self.calibration),
             "base_tokens": self.base_tokens,
+            "message_overhead": self.message_overhead,
             "observations": {k: asdict(o) for k, o in self.observations.items()},
             "total_masked": self.total_masked,
             "mask_rounds": self.mask_rounds,

@@ -131,9 +131,14 @@ class Tally:
         self._call_ids.update(dict.fromkeys(call_ids_in((message,))))
 
     def measure(self, index: int, tokens: int) -> None:
-        """Write the measured size of the message at `index`, not measured yet."""
-        entry = self._unmeasured.pop(index)
-        self._estimated -= self._estimate(entry)
+        """Write the measured size of the message at `index` (a size measured before is
+        replaced: a server's count of the prompt is truer than its tokenizer's of the text)."""
+        entry = self._unmeasured.pop(index, None)
+        if entry is None:
+            entry = self._entries[index]
+            self._measured_sum -= tk.measured(entry.message) or 0
+        else:
+            self._estimated -= self._estimate(entry)
         entry.message[tk.TOKENS_KEY] = tokens
         self._measured_sum += tokens
 
