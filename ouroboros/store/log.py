@@ -48,6 +48,7 @@ from ouroboros.store.segments import (
     compress_closed,
     envelope,
     load_manifest,
+    reached,
     segment_path,
     segment_records,
 )
@@ -223,17 +224,34 @@ class EventLog:
         if self.first is None or self._held is not None:
             return None
         self.sync()
-        self._file.close()
         run_dir = self.path.parent
-        with cannot_write(run_dir / MANIFEST_FILE):
-            manifest = close_segment(run_dir, self.path, self.first, self.tally,
-                                     self._turns_before)
-            self._file = open(self.path, "ab", buffering=0, opener=no_follow)
-        self._size, self.first = 0, None
+        try:
+            with cannot_write(run_dir / MANIFEST_FILE):
+                manifest = close_segment(run_dir, self.path, self.first, self.tally,
+                                         self._turns_before)
+        finally:
+            self._reopen()
+        reached("rollover: new segment begun")
         compress_closed(run_dir, manifest)
         if manifest.problem is not None:  # rebuilt, and now written whole again
             self.emit(WarningEvent(message=manifest.problem))
         return manifest
+
+    def _reopen(self) -> None:
+        """After a rollover, even one that failed half-way (a full disk): write to the file
+        at `path` again, a new one where the segment was moved away (the manifest lists it,
+        or the next reader finds it unlisted and adds it)."""
+        with cannot_write(self.path):
+            try:
+                same = os.path.samestat(os.stat(self.path), os.fstat(self._file.fileno()))
+            except FileNotFoundError:
+                same = False
+            if same:
+                return
+            moved, self._file = self._file, open(self.path, "ab", buffering=0,
+                                                 opener=no_follow)
+            moved.close()
+            self._size, self.first = 0, None
 
     def sync(self) -> None:
         with cannot_write(self.path):
@@ -469,8 +487,8 @@ def list_runs(state_dir: Path) -> list[str]:
     refuse_links(root)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir()
-                  if (p / EVENTS_FILE).is_file() or (p / MANIFEST_FILE).is_file())
+    return sorted(p.name for p in root.iterdir() if (p / EVENTS_FILE).is_file()
+                  or (p / MANIFEST_FILE).is_file() or (p / SEGMENTS_DIR).is_dir())
 
 
 def find_run(state_dir: Path, run_id: str | None) -> Path:

@@ -8,9 +8,11 @@ Layout of a run's directory (format 3):
                                range and last state; and the run's state as of the newest
                                one (`Tally`), so a reader needs only it and events.jsonl
 
-A segment is closed (`close_segment`) by renaming events.jsonl into segments/ (atomic), then
-writing the manifest (atomic), then starting an empty events.jsonl; a crash between those
-leaves a segment the manifest does not list yet, which `load_manifest` finds and adds. Logs
+A segment is closed (`close_segment`) by writing the manifest first when the run has none yet
+(so a run is always listed by a file of its own), renaming events.jsonl into segments/
+(atomic), then writing the manifest (atomic), then starting an empty events.jsonl; a crash
+between those leaves a segment the manifest does not list yet, which `load_manifest` finds
+and adds. A run dir with a manifest, a current segment or closed segments is a run. Logs
 written before segments (formats 1 and 2: one events.jsonl) read as a log of one segment.
 
     manifest = load_manifest(run_dir)        # an empty one for a log without segments
@@ -343,22 +345,41 @@ def closed_records(run_dir: Path, manifest: Manifest, after_seq: int = 0) -> Ite
                 yield record
 
 
+# Called with the name of each step of a rollover, a compression or a pruning once it is
+# done: none in a run; the crash tests (tests/faults/test_rollover_steps.py) kill there.
+STEP_HOOKS: list[Callable[[str], None]] = []
+
+
+def reached(step: str) -> None:
+    for hook in STEP_HOOKS:
+        hook(step)
+
+
 def close_segment(run_dir: Path, current: Path, first: Record, tally: Tally,
                   turns_before: int) -> Manifest:
-    """Make the current segment the next closed one: renamed into segments/ (atomic), then
-    listed in the manifest (atomic). The caller starts a new current segment."""
+    """Make the current segment the next closed one: a manifest written first where there is
+    none yet (the run stays listed while events.jsonl is away), renamed into segments/
+    (atomic), then listed in the manifest (atomic). The caller starts a new current
+    segment."""
     manifest = load_manifest(run_dir)
+    if not (run_dir / MANIFEST_FILE).exists():
+        write_manifest(run_dir, manifest)
+        reached("rollover: first manifest written")
     number = manifest.next_number
     (run_dir / SEGMENTS_DIR).mkdir(exist_ok=True)
+    reached("rollover: segments/ made")
     target = run_dir / SEGMENTS_DIR / f"{number:06d}.jsonl"
     size = current.stat().st_size
     os.replace(current, target)
+    reached("rollover: segment moved")
     sync_directory(run_dir / SEGMENTS_DIR)
     sync_directory(run_dir)
+    reached("rollover: moved durably")
     manifest.segments.append(segment_entry(number, target.name, first, tally, size,
                                            turns_before))
     manifest.state = tally.to_dict()
     write_manifest(run_dir, manifest)
+    reached("rollover: segment listed")
     return manifest
 
 
@@ -369,6 +390,8 @@ def compress_closed(run_dir: Path, manifest: Manifest) -> None:
     for entry in manifest.segments:
         if not entry["file"].endswith(".gz"):
             compress(run_dir, manifest, entry)
+        else:  # the plain file a compression killed after listing the .gz left behind
+            (run_dir / SEGMENTS_DIR / entry["file"][:-3]).unlink(missing_ok=True)
 
 
 def compress(run_dir: Path, manifest: Manifest, entry: dict[str, Any]) -> None:
@@ -381,9 +404,12 @@ def compress(run_dir: Path, manifest: Manifest, entry: dict[str, Any]) -> None:
                 target.write(chunk)
         with partial.open("rb") as written:
             os.fsync(written.fileno())
+        reached("compression: .gz.tmp written")
         os.replace(partial, packed)
+        reached("compression: .gz in place")
         entry["file"], entry["bytes"] = packed.name, packed.stat().st_size
         write_manifest(run_dir, manifest)
+        reached("compression: .gz listed")
     except OSError:
         partial.unlink(missing_ok=True)
         return
