@@ -10,6 +10,8 @@ Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
                       replace), written at session boundaries, at the end and now and then
     observations/     the full text of every tool result, packed per session, for `recall`
                       (observations.py)
+    end-reserve       RESERVE_BYTES kept allocated while the run runs, freed so that the
+                      records that end it fit on a disk that filled up
 Retention (retention.py) removes the oldest closed segments and packs.
 
 Every record has `type`, `ts` (ISO 8601 UTC), `seq`, `session` and `turn`; the first record
@@ -66,6 +68,8 @@ MAX_SNAPSHOT_BYTES = 1 << 30  # the conversation and counters: a window's worth,
 # 1/BOUNDARY_FRACTION of it (`logging.segment_mb`).
 SEGMENT_BYTES = 2 << 20
 BOUNDARY_FRACTION = 2
+RESERVE_FILE = "end-reserve"
+RESERVE_BYTES = 16 << 10  # error, session_end, run_end (a summary of 2,000 characters at most)
 Listener = Callable[[EventBase], None]
 Durability = Literal["turn", "event"]
 
@@ -112,6 +116,8 @@ class EventLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "ab", buffering=0, opener=no_follow)
             self._size = os.fstat(self._file.fileno()).st_size  # up to the last whole record
+        self.reserve = path.parent / RESERVE_FILE
+        keep_reserve(self.reserve)
         self._listeners: list[Listener] = []
         self._held: list[tuple[bytes, EventBase]] | None = None  # see together()
         # Known secrets replaced in every record, in the file and for listeners (redact.py).
@@ -152,7 +158,12 @@ class EventLog:
             yield
         finally:
             held, self._held = self._held, None
-        self._write(held)
+        try:
+            self._write(held)
+        except StateError:
+            if not free_reserve(self.reserve):
+                raise
+            self._write(held)  # the disk was full: in the space the reserve held
 
     def _write(self, records: list[tuple[bytes, EventBase]]) -> None:
         with cannot_write(self.path):
@@ -263,6 +274,31 @@ class EventLog:
                 self.sync()
             finally:
                 self._file.close()
+
+
+def keep_reserve(path: Path) -> None:
+    """Allocate RESERVE_BYTES at `path` (a regular file, never through a link), unless they
+    are there already; nothing where the disk has no room for them."""
+    try:
+        fd = open_regular(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    try:
+        if os.fstat(fd).st_size < RESERVE_BYTES:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        free_reserve(path)
+    finally:
+        os.close(fd)
+
+
+def free_reserve(path: Path) -> bool:
+    """Give the reserve's space back; whether there was one."""
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
 
 
 @contextmanager
