@@ -34,12 +34,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
+from pydantic import ValidationError
+
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
 from ouroboros.errors import StateError, UsageError
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.observations import obs_number
 from ouroboros.store.retention import Freed, Retention, apply_retention
+from ouroboros.store.shapes import check_snapshot, why_not
 from ouroboros.store.segments import (
     MANIFEST_FILE,
     SEGMENTS_DIR,
@@ -491,14 +494,18 @@ def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
         raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
     except ValueError:
         raise DamagedSnapshot("is not JSON (truncated, empty or overwritten)") from None
-    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("seq"), int) \
-            or not isinstance(snapshot.get("state"), dict):
-        raise DamagedSnapshot("does not hold a run's state")
-    if snapshot.get("format_version", 0) > SNAPSHOT_FORMAT_VERSION:
+    version = snapshot.get("format_version") if isinstance(snapshot, dict) else None
+    if isinstance(version, int) and version > SNAPSHOT_FORMAT_VERSION:
         raise UsageError(f"{path} was written by a newer Ouroboros (format "
                          f"{snapshot['format_version']}, this one reads "
                          f"{SNAPSHOT_FORMAT_VERSION}); "
                          "upgrade to resume it")
+    try:
+        check_snapshot(snapshot)
+    except ValidationError as error:
+        raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
+    except ValueError as error:
+        raise DamagedSnapshot(f"does not hold a run's state ({error})") from None
     return snapshot
 
 

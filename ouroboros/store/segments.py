@@ -30,12 +30,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from pydantic import ValidationError
+
 from ouroboros.errors import StateError
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.files import read_regular
 from ouroboros.store.figures import NEEDED, RunFigures
+from ouroboros.store.shapes import ManifestShape, TotalsShape, check, why_not
 
 MANIFEST_FILE = "manifest.json"
+TOTALS_FILE = "totals.json"
 SEGMENTS_DIR = "segments"
 MANIFEST_FORMAT = 3
 MAX_MANIFEST_BYTES = 256 << 20  # a line per closed segment: far more than any run has
@@ -203,7 +207,13 @@ def segment_entry(number: int, file: str, first: Record, tally: Tally, size: int
 
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    """The manifest, then totals.json: the tally it holds, where retention never prunes."""
     write_atomically(run_dir / MANIFEST_FILE, manifest.to_json())
+    number = manifest.segments[-1]["number"] if manifest.segments \
+        else manifest.pruned.get("number", 0)
+    write_atomically(run_dir / TOTALS_FILE, json.dumps(
+        {"format_version": MANIFEST_FORMAT, "number": number, "state": manifest.state,
+         "pruned": manifest.pruned}, ensure_ascii=False))
 
 
 def segment_path(run_dir: Path, name: str) -> Path:
@@ -220,13 +230,26 @@ def read_manifest_file(run_dir: Path) -> Manifest:
     """manifest.json as written. Raises OSError or ValueError when it is missing or
     damaged, StateError when a newer Ouroboros wrote it."""
     data = json.loads(read_regular(run_dir / MANIFEST_FILE, MAX_MANIFEST_BYTES))
-    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
-        raise ValueError("not a manifest")
-    if data.get("format_version", 0) > MANIFEST_FORMAT:
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and version > MANIFEST_FORMAT:
         raise StateError(f"{run_dir / MANIFEST_FILE} was written by a newer Ouroboros (format "
                          f"{data['format_version']}, this one reads {MANIFEST_FORMAT}); "
                          "upgrade to read it")
+    check(ManifestShape, data)
+    numbers = [s["number"] for s in data["segments"]]
+    if numbers != sorted(set(numbers)):
+        raise ValueError("the segments are not listed in order, each once")
     return Manifest(data["segments"], data.get("state") or {}, data.get("pruned") or {})
+
+
+def read_totals(run_dir: Path) -> dict[str, Any] | None:
+    """totals.json (see shapes.TotalsShape), or None when it is missing or damaged."""
+    try:
+        data = json.loads(read_regular(run_dir / TOTALS_FILE, MAX_MANIFEST_BYTES))
+        check(TotalsShape, data)
+    except (OSError, ValueError):
+        return None
+    return data
 
 
 def segment_files(run_dir: Path) -> dict[int, Path]:
@@ -253,21 +276,44 @@ def load_manifest(run_dir: Path) -> Manifest:
         manifest = Manifest()
         if files:
             manifest.problem = f"{path} is missing; rebuilt from {len(files)} segments"
-    except (OSError, ValueError, KeyError, TypeError):
-        manifest = Manifest(problem=f"{path} is damaged; rebuilt from {len(files)} segments")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        why = why_not(error) if isinstance(error, ValidationError) else None
+        manifest = Manifest(problem=f"{path} is damaged{f' ({why})' if why else ''}; rebuilt "
+                            f"from {len(files)} segments")
     assert manifest is not None
-    unlisted = manifest.next_number  # once: it goes through every segment listed
-    newer = [n for n in files if n >= unlisted]
     if manifest.problem is not None:
-        newer = sorted(n for n in files if n > manifest.pruned.get("number", 0))
-        manifest.segments, manifest.state = [], {}
-    for number in sorted(newer):
-        try:
-            scan_unlisted(run_dir, manifest, number, files[number])
-        except StateError as error:  # the others are listed; this one is said to be left out
-            said = f"{error}; left out of the manifest"
-            manifest.problem = f"{manifest.problem}; {said}" if manifest.problem else said
+        return rebuilt(run_dir, manifest, files)
+    unlisted = manifest.next_number  # once: it goes through every segment listed
+    for number in sorted(n for n in files if n >= unlisted):
+        add_unlisted(run_dir, manifest, number, files[number])
     return manifest
+
+
+def rebuilt(run_dir: Path, manifest: Manifest, files: dict[int, Path]) -> Manifest:
+    """The manifest rebuilt from the segments on disk, from what totals.json says retention
+    removed and the run's tally as of then: a pruned run keeps its totals."""
+    totals = read_totals(run_dir)
+    manifest.pruned = totals["pruned"] if totals else {}
+    for number in sorted(n for n in files if n > manifest.pruned.get("number", 0)):
+        add_unlisted(run_dir, manifest, number, files[number])
+    if totals is None or not manifest.pruned:
+        return manifest  # every record is in the segments scanned
+    tally = Tally.from_dict(totals["state"])
+    for entry in manifest.segments:
+        if entry["number"] > totals["number"]:
+            for record in segment_records(segment_path(run_dir, entry["file"])):
+                tally.add_record(record)
+    manifest.state = tally.to_dict()
+    return manifest
+
+
+def add_unlisted(run_dir: Path, manifest: Manifest, number: int, path: Path) -> None:
+    """scan_unlisted, or the manifest's `problem` saying the segment is left out."""
+    try:
+        scan_unlisted(run_dir, manifest, number, path)
+    except StateError as error:  # the others are listed; this one is said to be left out
+        said = f"{error}; left out of the manifest"
+        manifest.problem = f"{manifest.problem}; {said}" if manifest.problem else said
 
 
 def scan_unlisted(run_dir: Path, manifest: Manifest, number: int, path: Path) -> None:
