@@ -6,6 +6,7 @@ Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
                       state (journal.py)
     segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
     manifest.json     what each closed segment spans, and the run's tally as of the newest
+    totals.json       that tally again, where retention never prunes (segments.py)
     state.json        a full snapshot: conversation and counters as of an event (atomic
                       replace), written at session boundaries, at the end and now and then
     observations/     the full text of every tool result, packed per session, for `recall`

@@ -7,6 +7,9 @@ Layout of a run's directory (format 3):
     manifest.json              per closed segment: its file, seqs, sessions, turns, time
                                range and last state; and the run's state as of the newest
                                one (`Tally`), so a reader needs only it and events.jsonl
+    totals.json                that tally and what retention removed, written with each
+                               manifest and never pruned: a manifest rebuilt after a
+                               pruning keeps the run's totals
 
 A segment is closed (`close_segment`) by writing the manifest first when the run has none yet
 (so a run is always listed by a file of its own), renaming events.jsonl into segments/
