@@ -197,7 +197,7 @@ def test_following_a_log_goes_on_across_a_rollover(tmp_path):
 def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
     run = tmp_path / "run1"
     write_run(run, sessions=8)
-    write_snapshot(run, 10_000, {"session": 8, "context": {
+    write_snapshot(run, 10_000, {"run_id": "run1", "messages": [], "session": 8, "context": {
         "observations": {"c1": {"id": "obs-22"}}, "next_observation": 25}})
     before = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
 
@@ -224,7 +224,7 @@ def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
 def test_retention_keeps_what_the_live_conversation_and_a_resume_need(tmp_path):
     run = tmp_path / "run1"
     write_run(run, sessions=6)
-    write_snapshot(run, 5, {"session": 6, "context": {
+    write_snapshot(run, 5, {"run_id": "run1", "messages": [], "session": 6, "context": {
         "observations": {"c1": {"id": "obs-4"}}, "next_observation": 19}})
 
     prune_run(run, Retention(keep_bytes=1))
@@ -259,8 +259,9 @@ def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(
                               tool_calls=[]))
         store.save(f"obs-{turn}", f"result {turn} " + "x" * 500, session=1)
         if turn % 10 == 0:  # a snapshot now and then: it refers to the newest result only
-            write_snapshot(run, log.seq, {"session": 1, "context": {
-                "observations": {"c": {"id": f"obs-{turn}"}}, "next_observation": turn + 1}})
+            write_snapshot(run, log.seq, {"run_id": "run1", "messages": [], "session": 1,
+                                          "context": {"observations": {"c": {"id": f"obs-{turn}"}},
+                                                      "next_observation": turn + 1}})
         log.commit()
         biggest = max(biggest, (run / EVENTS_FILE).stat().st_size)
     log.close()

@@ -77,6 +77,9 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     if state is None:  # rebuilt from the whole log
         events = parse_records(list(run_records(run_dir, tail=tail)), run_dir / EVENTS_FILE)
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
+        if tail.manifest.pruned:  # the records before the kept ones count too
+            state.total_turns = max(state.total_turns, tally.turns)
+            state.restarts = max(state.restarts, tally.restarts)
         fold(state.digest, events)
     else:
         fold(state.digest, parse_records([r for r in after if r["type"] in DIGESTED],

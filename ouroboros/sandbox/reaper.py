@@ -104,6 +104,25 @@ def is_running(stat: bytes | None) -> bool:
     return bool(fields) and fields[0] not in (b"Z", b"X")
 
 
+def group_left(pgid: int, keep: int) -> list[int]:
+    """The processes of process group `pgid` that are not gone yet: those still running, and
+    the dead that this process has to reap (its adopted orphans, orphans.py); `keep` (the
+    group's shell, which its caller reaps last) left out. The dead that another process
+    reaps (init) can no longer act, and are not waited for."""
+    me = str(os.getpid()).encode()
+    left = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == keep:
+            continue
+        stat = _read(f"/proc/{entry}/stat")
+        fields = _stat_fields(stat) if stat is not None else []
+        if len(fields) < 3 or int(fields[2]) != pgid:
+            continue
+        if fields[0] not in (b"Z", b"X") or fields[1] == me:
+            left.append(int(entry))
+    return left
+
+
 @dataclass(frozen=True)
 class Process:
     pid: int

@@ -6,10 +6,13 @@ Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
                       state (journal.py)
     segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
     manifest.json     what each closed segment spans, and the run's tally as of the newest
+    totals.json       that tally again, where retention never prunes (segments.py)
     state.json        a full snapshot: conversation and counters as of an event (atomic
                       replace), written at session boundaries, at the end and now and then
     observations/     the full text of every tool result, packed per session, for `recall`
                       (observations.py)
+    end-reserve       RESERVE_BYTES kept allocated while the run runs, freed so that the
+                      records that end it fit on a disk that filled up
 Retention (retention.py) removes the oldest closed segments and packs.
 
 Every record has `type`, `ts` (ISO 8601 UTC), `seq`, `session` and `turn`; the first record
@@ -32,12 +35,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
+from pydantic import ValidationError
+
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
 from ouroboros.errors import StateError, UsageError
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.observations import obs_number
 from ouroboros.store.retention import Freed, Retention, apply_retention
+from ouroboros.store.shapes import check_snapshot, why_not
 from ouroboros.store.segments import (
     MANIFEST_FILE,
     SEGMENTS_DIR,
@@ -48,6 +54,7 @@ from ouroboros.store.segments import (
     compress_closed,
     envelope,
     load_manifest,
+    reached,
     segment_path,
     segment_records,
 )
@@ -65,6 +72,8 @@ MAX_SNAPSHOT_BYTES = 1 << 30  # the conversation and counters: a window's worth,
 # 1/BOUNDARY_FRACTION of it (`logging.segment_mb`).
 SEGMENT_BYTES = 2 << 20
 BOUNDARY_FRACTION = 2
+RESERVE_FILE = "end-reserve"
+RESERVE_BYTES = 16 << 10  # error, session_end, run_end (a summary of 2,000 characters at most)
 Listener = Callable[[EventBase], None]
 Durability = Literal["turn", "event"]
 
@@ -111,6 +120,8 @@ class EventLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "ab", buffering=0, opener=no_follow)
             self._size = os.fstat(self._file.fileno()).st_size  # up to the last whole record
+        self.reserve = path.parent / RESERVE_FILE
+        keep_reserve(self.reserve)
         self._listeners: list[Listener] = []
         self._held: list[tuple[bytes, EventBase]] | None = None  # see together()
         # Known secrets replaced in every record, in the file and for listeners (redact.py).
@@ -151,7 +162,12 @@ class EventLog:
             yield
         finally:
             held, self._held = self._held, None
-        self._write(held)
+        try:
+            self._write(held)
+        except StateError:
+            if not free_reserve(self.reserve):
+                raise
+            self._write(held)  # the disk was full: in the space the reserve held
 
     def _write(self, records: list[tuple[bytes, EventBase]]) -> None:
         with cannot_write(self.path):
@@ -223,17 +239,34 @@ class EventLog:
         if self.first is None or self._held is not None:
             return None
         self.sync()
-        self._file.close()
         run_dir = self.path.parent
-        with cannot_write(run_dir / MANIFEST_FILE):
-            manifest = close_segment(run_dir, self.path, self.first, self.tally,
-                                     self._turns_before)
-            self._file = open(self.path, "ab", buffering=0, opener=no_follow)
-        self._size, self.first = 0, None
+        try:
+            with cannot_write(run_dir / MANIFEST_FILE):
+                manifest = close_segment(run_dir, self.path, self.first, self.tally,
+                                         self._turns_before)
+        finally:
+            self._reopen()
+        reached("rollover: new segment begun")
         compress_closed(run_dir, manifest)
         if manifest.problem is not None:  # rebuilt, and now written whole again
             self.emit(WarningEvent(message=manifest.problem))
         return manifest
+
+    def _reopen(self) -> None:
+        """After a rollover, even one that failed half-way (a full disk): write to the file
+        at `path` again, a new one where the segment was moved away (the manifest lists it,
+        or the next reader finds it unlisted and adds it)."""
+        with cannot_write(self.path):
+            try:
+                same = os.path.samestat(os.stat(self.path), os.fstat(self._file.fileno()))
+            except FileNotFoundError:
+                same = False
+            if same:
+                return
+            moved, self._file = self._file, open(self.path, "ab", buffering=0,
+                                                 opener=no_follow)
+            moved.close()
+            self._size, self.first = 0, None
 
     def sync(self) -> None:
         with cannot_write(self.path):
@@ -245,6 +278,31 @@ class EventLog:
                 self.sync()
             finally:
                 self._file.close()
+
+
+def keep_reserve(path: Path) -> None:
+    """Allocate RESERVE_BYTES at `path` (a regular file, never through a link), unless they
+    are there already; nothing where the disk has no room for them."""
+    try:
+        fd = open_regular(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    try:
+        if os.fstat(fd).st_size < RESERVE_BYTES:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        free_reserve(path)
+    finally:
+        os.close(fd)
+
+
+def free_reserve(path: Path) -> bool:
+    """Give the reserve's space back; whether there was one."""
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
 
 
 @contextmanager
@@ -437,14 +495,18 @@ def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
         raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
     except ValueError:
         raise DamagedSnapshot("is not JSON (truncated, empty or overwritten)") from None
-    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("seq"), int) \
-            or not isinstance(snapshot.get("state"), dict):
-        raise DamagedSnapshot("does not hold a run's state")
-    if snapshot.get("format_version", 0) > SNAPSHOT_FORMAT_VERSION:
+    version = snapshot.get("format_version") if isinstance(snapshot, dict) else None
+    if isinstance(version, int) and version > SNAPSHOT_FORMAT_VERSION:
         raise UsageError(f"{path} was written by a newer Ouroboros (format "
                          f"{snapshot['format_version']}, this one reads "
                          f"{SNAPSHOT_FORMAT_VERSION}); "
                          "upgrade to resume it")
+    try:
+        check_snapshot(snapshot)
+    except ValidationError as error:
+        raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
+    except ValueError as error:
+        raise DamagedSnapshot(f"does not hold a run's state ({error})") from None
     return snapshot
 
 
@@ -469,8 +531,8 @@ def list_runs(state_dir: Path) -> list[str]:
     refuse_links(root)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir()
-                  if (p / EVENTS_FILE).is_file() or (p / MANIFEST_FILE).is_file())
+    return sorted(p.name for p in root.iterdir() if (p / EVENTS_FILE).is_file()
+                  or (p / MANIFEST_FILE).is_file() or (p / SEGMENTS_DIR).is_dir())
 
 
 def find_run(state_dir: Path, run_id: str | None) -> Path:

@@ -29,6 +29,7 @@ from ouroboros.store.segments import (
     SEGMENTS_DIR,
     Manifest,
     load_manifest,
+    reached,
     segment_files,
     segment_path,
     write_manifest,
@@ -145,6 +146,7 @@ def forget(run_dir: Path, manifest: Manifest, gone: list[Item], session: int) ->
             "bytes": previous.get("bytes", 0) + sum(s["bytes"] for s in segments),
             "after_session": session}
         write_manifest(run_dir, manifest)
+        reached("pruning: manifest written")
     removed_packs = [i.pack for i in gone if i.pack is not None]
     if removed_packs:
         directory = run_dir / OBSERVATIONS_DIR
@@ -155,9 +157,11 @@ def forget(run_dir: Path, manifest: Manifest, gone: list[Item], session: int) ->
         below = max(below, marker.get("below", 0))
         write_atomically(directory / PRUNED_FILE,
                          json.dumps({"below": below, "after_session": session}))
+        reached("pruning: pruned.json written")
     for item in gone:
         path = item.pack.path if item.pack else segment_path(run_dir, item.segment["file"])
         path.unlink(missing_ok=True)
+        reached("pruning: a file removed")
 
 
 def remove_unlisted(run_dir: Path, manifest: Manifest) -> None:

@@ -7,10 +7,15 @@ Layout of a run's directory (format 3):
     manifest.json              per closed segment: its file, seqs, sessions, turns, time
                                range and last state; and the run's state as of the newest
                                one (`Tally`), so a reader needs only it and events.jsonl
+    totals.json                that tally and what retention removed, written with each
+                               manifest and never pruned: a manifest rebuilt after a
+                               pruning keeps the run's totals
 
-A segment is closed (`close_segment`) by renaming events.jsonl into segments/ (atomic), then
-writing the manifest (atomic), then starting an empty events.jsonl; a crash between those
-leaves a segment the manifest does not list yet, which `load_manifest` finds and adds. Logs
+A segment is closed (`close_segment`) by writing the manifest first when the run has none yet
+(so a run is always listed by a file of its own), renaming events.jsonl into segments/
+(atomic), then writing the manifest (atomic), then starting an empty events.jsonl; a crash
+between those leaves a segment the manifest does not list yet, which `load_manifest` finds
+and adds. A run dir with a manifest, a current segment or closed segments is a run. Logs
 written before segments (formats 1 and 2: one events.jsonl) read as a log of one segment.
 
     manifest = load_manifest(run_dir)        # an empty one for a log without segments
@@ -28,12 +33,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from pydantic import ValidationError
+
 from ouroboros.errors import StateError
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.files import read_regular
 from ouroboros.store.figures import NEEDED, RunFigures
+from ouroboros.store.shapes import ManifestShape, TotalsShape, check, why_not
 
 MANIFEST_FILE = "manifest.json"
+TOTALS_FILE = "totals.json"
 SEGMENTS_DIR = "segments"
 MANIFEST_FORMAT = 3
 MAX_MANIFEST_BYTES = 256 << 20  # a line per closed segment: far more than any run has
@@ -201,7 +210,13 @@ def segment_entry(number: int, file: str, first: Record, tally: Tally, size: int
 
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    """The manifest, then totals.json: the tally it holds, where retention never prunes."""
     write_atomically(run_dir / MANIFEST_FILE, manifest.to_json())
+    number = manifest.segments[-1]["number"] if manifest.segments \
+        else manifest.pruned.get("number", 0)
+    write_atomically(run_dir / TOTALS_FILE, json.dumps(
+        {"format_version": MANIFEST_FORMAT, "number": number, "state": manifest.state,
+         "pruned": manifest.pruned}, ensure_ascii=False))
 
 
 def segment_path(run_dir: Path, name: str) -> Path:
@@ -218,13 +233,26 @@ def read_manifest_file(run_dir: Path) -> Manifest:
     """manifest.json as written. Raises OSError or ValueError when it is missing or
     damaged, StateError when a newer Ouroboros wrote it."""
     data = json.loads(read_regular(run_dir / MANIFEST_FILE, MAX_MANIFEST_BYTES))
-    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
-        raise ValueError("not a manifest")
-    if data.get("format_version", 0) > MANIFEST_FORMAT:
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and version > MANIFEST_FORMAT:
         raise StateError(f"{run_dir / MANIFEST_FILE} was written by a newer Ouroboros (format "
                          f"{data['format_version']}, this one reads {MANIFEST_FORMAT}); "
                          "upgrade to read it")
+    check(ManifestShape, data)
+    numbers = [s["number"] for s in data["segments"]]
+    if numbers != sorted(set(numbers)):
+        raise ValueError("the segments are not listed in order, each once")
     return Manifest(data["segments"], data.get("state") or {}, data.get("pruned") or {})
+
+
+def read_totals(run_dir: Path) -> dict[str, Any] | None:
+    """totals.json (see shapes.TotalsShape), or None when it is missing or damaged."""
+    try:
+        data = json.loads(read_regular(run_dir / TOTALS_FILE, MAX_MANIFEST_BYTES))
+        check(TotalsShape, data)
+    except (OSError, ValueError):
+        return None
+    return data
 
 
 def segment_files(run_dir: Path) -> dict[int, Path]:
@@ -251,21 +279,44 @@ def load_manifest(run_dir: Path) -> Manifest:
         manifest = Manifest()
         if files:
             manifest.problem = f"{path} is missing; rebuilt from {len(files)} segments"
-    except (OSError, ValueError, KeyError, TypeError):
-        manifest = Manifest(problem=f"{path} is damaged; rebuilt from {len(files)} segments")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        why = why_not(error) if isinstance(error, ValidationError) else None
+        manifest = Manifest(problem=f"{path} is damaged{f' ({why})' if why else ''}; rebuilt "
+                            f"from {len(files)} segments")
     assert manifest is not None
-    unlisted = manifest.next_number  # once: it goes through every segment listed
-    newer = [n for n in files if n >= unlisted]
     if manifest.problem is not None:
-        newer = sorted(n for n in files if n > manifest.pruned.get("number", 0))
-        manifest.segments, manifest.state = [], {}
-    for number in sorted(newer):
-        try:
-            scan_unlisted(run_dir, manifest, number, files[number])
-        except StateError as error:  # the others are listed; this one is said to be left out
-            said = f"{error}; left out of the manifest"
-            manifest.problem = f"{manifest.problem}; {said}" if manifest.problem else said
+        return rebuilt(run_dir, manifest, files)
+    unlisted = manifest.next_number  # once: it goes through every segment listed
+    for number in sorted(n for n in files if n >= unlisted):
+        add_unlisted(run_dir, manifest, number, files[number])
     return manifest
+
+
+def rebuilt(run_dir: Path, manifest: Manifest, files: dict[int, Path]) -> Manifest:
+    """The manifest rebuilt from the segments on disk, from what totals.json says retention
+    removed and the run's tally as of then: a pruned run keeps its totals."""
+    totals = read_totals(run_dir)
+    manifest.pruned = totals["pruned"] if totals else {}
+    for number in sorted(n for n in files if n > manifest.pruned.get("number", 0)):
+        add_unlisted(run_dir, manifest, number, files[number])
+    if totals is None or not manifest.pruned:
+        return manifest  # every record is in the segments scanned
+    tally = Tally.from_dict(totals["state"])
+    for entry in manifest.segments:
+        if entry["number"] > totals["number"]:
+            for record in segment_records(segment_path(run_dir, entry["file"])):
+                tally.add_record(record)
+    manifest.state = tally.to_dict()
+    return manifest
+
+
+def add_unlisted(run_dir: Path, manifest: Manifest, number: int, path: Path) -> None:
+    """scan_unlisted, or the manifest's `problem` saying the segment is left out."""
+    try:
+        scan_unlisted(run_dir, manifest, number, path)
+    except StateError as error:  # the others are listed; this one is said to be left out
+        said = f"{error}; left out of the manifest"
+        manifest.problem = f"{manifest.problem}; {said}" if manifest.problem else said
 
 
 def scan_unlisted(run_dir: Path, manifest: Manifest, number: int, path: Path) -> None:
@@ -343,22 +394,41 @@ def closed_records(run_dir: Path, manifest: Manifest, after_seq: int = 0) -> Ite
                 yield record
 
 
+# Called with the name of each step of a rollover, a compression or a pruning once it is
+# done: none in a run; the crash tests (tests/faults/test_rollover_steps.py) kill there.
+STEP_HOOKS: list[Callable[[str], None]] = []
+
+
+def reached(step: str) -> None:
+    for hook in STEP_HOOKS:
+        hook(step)
+
+
 def close_segment(run_dir: Path, current: Path, first: Record, tally: Tally,
                   turns_before: int) -> Manifest:
-    """Make the current segment the next closed one: renamed into segments/ (atomic), then
-    listed in the manifest (atomic). The caller starts a new current segment."""
+    """Make the current segment the next closed one: a manifest written first where there is
+    none yet (the run stays listed while events.jsonl is away), renamed into segments/
+    (atomic), then listed in the manifest (atomic). The caller starts a new current
+    segment."""
     manifest = load_manifest(run_dir)
+    if not (run_dir / MANIFEST_FILE).exists():
+        write_manifest(run_dir, manifest)
+        reached("rollover: first manifest written")
     number = manifest.next_number
     (run_dir / SEGMENTS_DIR).mkdir(exist_ok=True)
+    reached("rollover: segments/ made")
     target = run_dir / SEGMENTS_DIR / f"{number:06d}.jsonl"
     size = current.stat().st_size
     os.replace(current, target)
+    reached("rollover: segment moved")
     sync_directory(run_dir / SEGMENTS_DIR)
     sync_directory(run_dir)
+    reached("rollover: moved durably")
     manifest.segments.append(segment_entry(number, target.name, first, tally, size,
                                            turns_before))
     manifest.state = tally.to_dict()
     write_manifest(run_dir, manifest)
+    reached("rollover: segment listed")
     return manifest
 
 
@@ -369,6 +439,8 @@ def compress_closed(run_dir: Path, manifest: Manifest) -> None:
     for entry in manifest.segments:
         if not entry["file"].endswith(".gz"):
             compress(run_dir, manifest, entry)
+        else:  # the plain file a compression killed after listing the .gz left behind
+            (run_dir / SEGMENTS_DIR / entry["file"][:-3]).unlink(missing_ok=True)
 
 
 def compress(run_dir: Path, manifest: Manifest, entry: dict[str, Any]) -> None:
@@ -381,9 +453,12 @@ def compress(run_dir: Path, manifest: Manifest, entry: dict[str, Any]) -> None:
                 target.write(chunk)
         with partial.open("rb") as written:
             os.fsync(written.fileno())
+        reached("compression: .gz.tmp written")
         os.replace(partial, packed)
+        reached("compression: .gz in place")
         entry["file"], entry["bytes"] = packed.name, packed.stat().st_size
         write_manifest(run_dir, manifest)
+        reached("compression: .gz listed")
     except OSError:
         partial.unlink(missing_ok=True)
         return

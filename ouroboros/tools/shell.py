@@ -7,6 +7,10 @@ workspace added (see reaper.py: tool processes die with the harness). On timeout
 group is killed, so background children die too. Output beyond the cap is read and discarded
 so the command never blocks on a full pipe.
 
+A group is reported killed only once none of it is left (KILL_WAIT_SECS at most: a fork bomb's
+hundreds of processes take a while to die, and are killed again while any still runs); one
+that is not gone by then is reported as such, with how many of its processes are left.
+
 A background job whose output is redirected (`server > server.log 2>&1 &`) outlives the call.
 One that keeps the output pipe open after the shell exits gets OUTPUT_GRACE_SECS to finish,
 then its process group is killed: nothing would be left to read what it writes.
@@ -18,14 +22,14 @@ import asyncio
 import os
 import signal
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import Field
 
 from ouroboros.protocols import ToolResult
-from ouroboros.sandbox.reaper import MARKER, workspace_tag
+from ouroboros.sandbox.reaper import MARKER, group_left, workspace_tag
 from ouroboros.sandbox.policy import Sandbox
 from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.safety import SecurityHook, blocked_by, shell_environment
@@ -33,6 +37,7 @@ from ouroboros.tools.safety import SecurityHook, blocked_by, shell_environment
 READ_CHUNK_BYTES = 65536
 OUTPUT_GRACE_SECS = 1.0
 SETTLE_SECS = 2.0  # after the kill: how long to wait for the output pipe to close
+KILL_WAIT_SECS = 10.0  # after the kill: how long the group gets to be gone
 MAX_EXIT_POLL_SECS = 0.1
 
 
@@ -57,6 +62,7 @@ class Outcome:
     exit_code: int | None
     timed_out: bool = False
     lingering: bool = False  # a background process held the output open after the shell exited
+    left: int = 0  # processes of its group not gone KILL_WAIT_SECS after it was killed
 
 
 def render(text: str, dropped: int, outcome: Outcome, timeout_secs: float) -> str:
@@ -70,15 +76,24 @@ def render(text: str, dropped: int, outcome: Outcome, timeout_secs: float) -> st
     if outcome.lingering:
         lines.append(
             "[a background process kept the output open after the shell exited, so its process "
-            "group was killed; redirect background output, e.g. `cmd > cmd.log 2>&1 &`]"
+            f"group was {killed(outcome)}; redirect background output, e.g. "
+            "`cmd > cmd.log 2>&1 &`]"
         )
     lines.append(status_line(outcome, timeout_secs))
     return "\n".join(lines)
 
 
+def killed(outcome: Outcome) -> str:
+    """What became of the killed group, in words."""
+    if not outcome.left:
+        return "killed"
+    return (f"sent SIGKILL, but {outcome.left} of its processes were still there "
+            f"{KILL_WAIT_SECS:g}s later")
+
+
 def status_line(outcome: Outcome, timeout_secs: float) -> str:
     if outcome.timed_out:
-        return f"[timed out after {timeout_secs:g}s; process group killed]"
+        return f"[timed out after {timeout_secs:g}s; process group {killed(outcome)}]"
     code = outcome.exit_code
     if code is not None and code < 0:
         return f"[exit code {code}: killed by {signal_name(-code)}]"
@@ -95,8 +110,26 @@ def signal_name(number: int) -> str:
 def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # gone; or none of it is ours to kill
         pass
+
+
+async def kill_until_gone(pgid: int, settle: Callable[[], None] = lambda: None,
+                          wait_secs: float = KILL_WAIT_SECS) -> int:
+    """Kill the group led by the shell `pgid`, again while any of it is left (`settle` reaps
+    the dead the harness adopted), until none is or `wait_secs` passed: how many are left
+    (0: the group is gone)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_secs
+    delay = 0.001
+    while True:
+        kill_group(pgid)
+        settle()
+        left = group_left(pgid, keep=pgid)
+        if not left or loop.time() >= deadline:
+            return len(left)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, MAX_EXIT_POLL_SECS)
 
 
 async def _drain(stream: asyncio.StreamReader, output: CappedOutput) -> None:
@@ -178,21 +211,26 @@ class Running:
         self.transport.close()
 
 
-async def supervise(process: Running, output: CappedOutput, timeout_secs: float) -> Outcome:
+async def supervise(process: Running, output: CappedOutput, timeout_secs: float,
+                    settle: Callable[[], None] = lambda: None) -> Outcome:
     """Collect the output of `process` until the shell exits and its output closes, or until
-    the timeout; any of its process group still running then is killed."""
+    the timeout; any of its process group still running then is killed (see
+    kill_until_gone; `settle` reaps the orphans the harness adopted)."""
     reader = asyncio.create_task(_drain(process.stdout, output))
+    left = 0
     try:
         try:
             await asyncio.wait_for(process.wait(), timeout_secs)
         except TimeoutError:
-            return Outcome(exit_code=None, timed_out=True)
-        done, _ = await asyncio.wait({reader}, timeout=OUTPUT_GRACE_SECS)
-        return Outcome(exit_code=process.returncode, lingering=not done)
+            outcome = Outcome(exit_code=None, timed_out=True)
+        else:
+            done, _ = await asyncio.wait({reader}, timeout=OUTPUT_GRACE_SECS)
+            outcome = Outcome(exit_code=process.returncode, lingering=not done)
     finally:
         if process.returncode is None or not reader.done():
-            kill_group(process.pid)
+            left = await kill_until_gone(process.pid, settle)
         await _settle(process, reader)
+    return replace(outcome, left=left)
 
 
 async def _settle(process: Running, reader: asyncio.Task[None]) -> None:
@@ -286,7 +324,7 @@ class ShellExec(ModelTool[ShellArguments]):
             # A sandbox that cannot be applied fails closed: the command does not run.
             return ToolResult(f"error: could not start /bin/sh: {failure}", ok=False, meta=meta)
         output = CappedOutput(self.max_output_bytes)
-        outcome = await supervise(process, output, self.timeout_secs)
+        outcome = await supervise(process, output, self.timeout_secs, self.sandbox.settle)
         self.sandbox.settle()  # orphans it left are known to the watchdog now
         text = bytes(output.kept).decode("utf-8", errors="replace")
         meta.update(
@@ -294,6 +332,7 @@ class ShellExec(ModelTool[ShellArguments]):
             timed_out=outcome.timed_out,
             bytes=len(output.kept),
             dropped_bytes=output.dropped,
+            **({"left": outcome.left} if outcome.left else {}),
         )
         return ToolResult(
             render(text, output.dropped, outcome, self.timeout_secs),

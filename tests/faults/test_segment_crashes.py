@@ -89,9 +89,10 @@ def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripte
     assert all(s["file"].endswith(".gz") for s in load_manifest(run).segments[:-1])
 
 
-def assert_nothing_lost_nothing_twice(root: Path, expected: str) -> None:
+def assert_nothing_lost_nothing_twice(root: Path, expected: str, pruned: bool = True) -> None:
     """The task's results are whole, no command and no tool call ran twice, and what
-    retention kept of the log reads whole and in order up to the run's end."""
+    retention kept of the log reads whole and in order up to the run's end (`pruned`: and
+    retention removed some)."""
     assert (root / "workspace" / "results.txt").read_text() == expected, parts_recorded(root)
     ran = executions(root)
     assert ran and set(ran.values()) == {1}, ran.most_common(3)  # no command ran twice
@@ -104,4 +105,5 @@ def assert_nothing_lost_nothing_twice(root: Path, expected: str) -> None:
     assert set(started.values()) == {1}
     assert records[-1]["type"] == "run_end" and records[-1]["reason"] == "task_complete"
     manifest = load_manifest(run)
-    assert manifest.problem is None and manifest.pruned.get("segments", 0) > 0
+    assert manifest.problem is None
+    assert manifest.pruned.get("segments", 0) > 0 or not pruned
