@@ -113,7 +113,7 @@ class Session:
             await self.execute(pending)
         cut = cut_short(self.messages)
         if instruction:
-            self.messages.append({"role": "user", "content": instruction})
+            self.messages.append({"role": "user", "content": self.screened(instruction)})
             self.state.instruction = ""
         elif due:
             self.messages.add_note("continue", self.services.config.agent.continue_message)
@@ -194,10 +194,16 @@ class Session:
         if self.services.state_dir is None:
             return
         for letter in waiting(self.services.state_dir):
-            self.messages.append({"role": "user", "content": letter.text})
+            self.messages.append({"role": "user", "content": self.screened(letter.text)})
             self.log.emit(ev.UserMessage(text=letter.text, queued_at=letter.sent))
             self.checkpoints.step()
             letter.path.unlink(missing_ok=True)
+
+    def screened(self, text: str) -> str:
+        """A person's message as the model may see it: with the run's secrets redacted, as
+        every tool result is (a key pasted into `ouroboros tell` never reaches the model)."""
+        redact = self.services.toolbox.redact
+        return redact(text) if redact is not None else text
 
     def watch(self, text: str, outcomes: list[tuple[ToolCall, ToolResult]]) -> None:
         """The stuck-loop guard (guards.py): a loop found is named to the agent; found

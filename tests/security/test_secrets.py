@@ -52,6 +52,30 @@ def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_pat
     assert KEY not in result.stdout
 
 
+def test_a_key_a_person_pastes_into_a_message_never_reaches_the_model(tmp_path,
+                                                                   scripted_server):
+    """`ouroboros tell` and `resume --message` go through the redaction every tool result
+    does."""
+    from ouroboros.loop.inbox import post
+
+    server = scripted_server([Reply("working", [("list_dir", {"path": "."})]), Reply("ok")])
+    config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
+    post(tmp_path / ".ouroboros", f"the key is {KEY}, use it")
+
+    first = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "2",
+                            env=clean_env(TEST_API_KEY=KEY))
+    again = ouroboros_child("resume", "--config", str(config), "--headless", "--max-turns",
+                            "3", "--message", f"and again: {KEY}",
+                            env=clean_env(TEST_API_KEY=KEY))
+
+    assert first.returncode == 3 and again.returncode == 3, first.stderr + again.stderr
+    told = [m["content"] for r in server.requests for m in r["messages"]
+            if m["role"] == "user" and "key is" in (m.get("content") or "")
+            or "and again" in (m.get("content") or "")]
+    assert told and all(REDACTED in text for text in told)
+    assert KEY not in json.dumps(server.requests)
+
+
 def test_the_key_is_scrubbed_from_the_harness_proc_entry_even_unconfined(tmp_path,
                                                                         scripted_server):
     server = scripted_server([
