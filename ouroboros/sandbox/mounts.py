@@ -1,5 +1,6 @@
 """Hiding the machine's unix sockets from a command: a mount namespace of its own in which
-`/run` (and `/var/run`), `/tmp` and the home directory are empty private tmpfs mounts, with
+`/run` (and `/var/run`), `/tmp`, `/var/tmp`, `/dev/shm`, `/srv`, `/var/lib` and the home
+directory are empty private tmpfs mounts, with
 only what the command needs (the workspace, its private temp dir, the Python installation, a
 PATH entry under home) bound back at the same paths.
 
@@ -23,7 +24,9 @@ from pathlib import Path
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
 
-SOCKET_DIRS = ("/run", "/var/run", "/tmp")
+# Where daemons and other users leave pathname unix sockets: the runtime dirs, the shared
+# temp dirs, shared memory, services' state and data.
+SOCKET_DIRS = ("/run", "/var/run", "/tmp", "/var/tmp", "/dev/shm", "/srv", "/var/lib")
 
 
 def hidden_dirs(home: Path | None, candidates: Iterable[str] = SOCKET_DIRS) -> list[Path]:

@@ -146,8 +146,8 @@ def network_text(network: bool, cut: str) -> str:
 
 def sockets_text(sockets: str) -> str:
     if sockets == "namespace":
-        return ("unix sockets outside the workspace hidden (own mount namespace: /run, /tmp "
-                "and home are private)")
+        return ("unix sockets outside the workspace hidden (own mount namespace: /run, /tmp, "
+                "/srv, /var/lib, /dev/shm and home are private)")
     if sockets == "seccomp":
         return "unix sockets refused (seccomp filter; socketpair allowed)"
     return "unix sockets NOT closed (no mount namespace or seccomp here)"

@@ -56,9 +56,13 @@ def accepted(server: socket.socket) -> bool:
 
 @pytest.fixture
 def outside(tmp_path: Path) -> Iterator[list[tuple[Path, socket.socket]]]:
-    """Listening sockets outside the workspace: in /run and in a temp dir (under /tmp)."""
+    """Listening sockets outside the workspace: in /run, in a temp dir (under /tmp), and
+    where services keep theirs (/srv, /var/lib, /dev/shm)."""
     shared = shared_dir()
-    paths = [Path(f"/run/ouroboros-test-{os.getpid()}.sock"), shared / "agent.sock"]
+    tag = f"ouroboros-test-{os.getpid()}.sock"
+    paths = [Path(f"/run/{tag}"), shared / "agent.sock",
+             *(Path(place) / tag for place in ("/srv", "/var/lib", "/dev/shm")
+               if Path(place).is_dir())]
     servers = []
     try:
         for path in paths:
