@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ouroboros.errors import UsageError
 from ouroboros.store.atomic import replace_in
-from ouroboros.store.files import open_dir, read_regular
+from ouroboros.store.files import make_private_dir, open_dir, read_regular
 
 INBOX_DIR = "inbox"
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -52,7 +52,7 @@ def checked(text: str) -> str:
 def post(state_dir: Path, text: str) -> Path:
     """Leave `text` for the agent; the file it is in. Raises OSError (one line) when the
     inbox is not a directory of its own (a symbolic link is never followed)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(state_dir)
     box = inbox(state_dir)
     sent = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     name = f"{time.time_ns():020d}-{os.getpid()}.json"

@@ -26,6 +26,7 @@ from ouroboros.loop.deadline import Deadline
 from ouroboros.store.log import SEGMENT_BYTES, EVENTS_FILE, Durability, EventLog, Listener, \
     RunTail
 from ouroboros.store.observations import obs_number
+from ouroboros.store.files import make_private_dir
 from ouroboros.store.retention import Retention
 from ouroboros.store.segments import complete_tally, write_manifest
 from ouroboros.sandbox.guard import RunGuard
@@ -115,7 +116,7 @@ def check_writable_state_dir(loaded: LoadedConfig) -> None:
     path = loaded.state_dir
     probe = path / f".ouroboros-probe-{os.getpid()}.tmp"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o600)
         os.close(fd)

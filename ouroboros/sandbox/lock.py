@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ouroboros.errors import RunLockedError
-from ouroboros.store.files import Refused, open_regular, read_regular
+from ouroboros.errors import ConfigError, RunLockedError
+from ouroboros.store.files import Refused, make_private_dir, open_regular, read_regular
 
 LOCK_FILE = "lock"
 MAX_LOCK_BYTES = 64 * 1024  # a lock file names its holder in a line
@@ -140,6 +140,20 @@ def own_dir_problem(info: os.stat_result, uid: int) -> str | None:
     if info.st_mode & 0o022:
         return (f"it is writable by others (mode {stat.S_IMODE(info.st_mode):o}); it should "
                 "be this user's alone (0700)")
+    return None
+
+
+def state_dir_problem(info: os.stat_result, uid: int) -> str | None:
+    """Why a state dir may let another user choose what the harness reads and writes there
+    (None: it may not): another user's (other than root's), or writable by every user without
+    the sticky bit. A group may share it (a Kubernetes volume's fsGroup, a umask of 002)."""
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a directory"
+    if info.st_uid not in (uid, 0):
+        return f"it is owned by uid {info.st_uid}, not by this user (uid {uid}) or root"
+    if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
+        return (f"every user may write to it (mode {stat.S_IMODE(info.st_mode):o}), so any "
+                "of them may replace what the harness keeps there")
     return None
 
 
@@ -335,8 +349,13 @@ class WorkspaceLock:
     def acquire(cls, state_dir: Path, workspace: Path, run_id: str,
                 env: Mapping[str, str] | None = None) -> WorkspaceLock:
         """Take both locks (the workspace's first), or raise RunLockedError naming who holds
-        one. A lock whose holder died is free, and taken over."""
-        state_dir.mkdir(parents=True, exist_ok=True)
+        one, or ConfigError when the state dir is not safe to keep a run in (state_dir_problem).
+        A lock whose holder died is free, and taken over."""
+        make_private_dir(state_dir)
+        why = state_dir_problem(os.stat(state_dir), os.geteuid())
+        if why is not None:
+            raise ConfigError(f"will not keep the run in the state dir {state_dir}: {why}; set "
+                              "logging.state_dir to a directory of your own")
         resolved = workspace.resolve()
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
                  "workspace": str(resolved), "state_dir": str(state_dir.resolve()),

@@ -96,6 +96,16 @@ def read_regular(path: Path | str, limit: int, *, dir_fd: int | None = None) -> 
         os.close(fd)
 
 
+def make_private_dir(path: Path) -> None:
+    """Make the directory at `path` (its parents as need be) with mode 0700 if it is missing:
+    a state dir the harness makes is its user's alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+
+
 def open_dir(path: Path | str, *, make: bool = False) -> int:
     """An fd on the directory at `path`, made (mode 0700) first when `make` and it is
     missing; OSError saying so when it is a symbolic link (never followed) or no directory."""

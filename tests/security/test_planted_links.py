@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.errors import RunLockedError
+from ouroboros.errors import ConfigError, RunLockedError
 from ouroboros.loop.inbox import post, waiting
 from ouroboros.sandbox.lock import LOCK_FILE, WorkspaceLock, locks_dir, workspace_lock_name
 from ouroboros.store.log import DamagedSnapshot, read_snapshot, runs_dir
@@ -185,11 +185,11 @@ def test_a_link_another_user_plants_in_a_shared_state_dir_leaves_roots_file_alon
     try:
         workspace, state_dir = shared / "ws", shared / "state"
         workspace.mkdir()
-        state_dir.mkdir(mode=0o777)
+        state_dir.mkdir()
         state_dir.chmod(0o777)
         planted = as_probe_user(PLANT, str(state_dir / LOCK_FILE), str(victim))
         assert planted.wait(timeout=60) == 0
-        with pytest.raises(RunLockedError, match="it is a symbolic link"):
+        with pytest.raises(ConfigError, match="every user may write to it"):  # not used
             WorkspaceLock.acquire(state_dir, workspace, "r",
                                   env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
         assert victim.read_text() == VICTIM_TEXT
@@ -372,3 +372,44 @@ def test_recall_does_not_read_a_pack_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "s000001-000000001.pack").symlink_to(elsewhere)
     assert read_from_pack(elsewhere, "obs-1") == "secret"  # a pack, read as itself
     assert read_from_pack(tmp_path / "s000001-000000001.pack", "obs-1") is None
+
+
+def project_with_state_dir(tmp_path: Path) -> Path:
+    project = tmp_path / "p"
+    (project / "workspace").mkdir(parents=True)
+    (project / "ouroboros.toml").write_text(
+        '[model]\nbase_url = "http://127.0.0.1:1/v1"\nname = "m"\nwait_for_server_secs = 0\n')
+    (project / "SYSTEM_PROMPT.md").write_text("mission")
+    return project
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_state_dir_another_user_owns_is_refused_in_one_line(tmp_path: Path) -> None:
+    project = project_with_state_dir(tmp_path)
+    state_dir = project / ".ouroboros"
+    state_dir.mkdir()
+    os.chown(state_dir, 65534, 65534)
+
+    result = command("run", "--headless", cwd=project)
+
+    assert result.returncode == 2, result.stderr
+    assert one_line(result).startswith(f"error: will not keep the run in the state dir "
+                                       f"{state_dir}: it is owned by uid 65534")
+    assert "logging.state_dir" in one_line(result)
+    assert list(state_dir.iterdir()) == []  # nothing written there
+
+
+def test_a_state_dir_every_user_may_write_is_refused_and_one_made_is_private(
+        tmp_path: Path) -> None:
+    project = project_with_state_dir(tmp_path)
+    state_dir = project / ".ouroboros"
+    state_dir.mkdir()
+    state_dir.chmod(0o777)
+
+    refused = command("run", "--headless", cwd=project)
+
+    assert refused.returncode == 2 and "every user may write to it" in one_line(refused)
+    state_dir.rmdir()
+    made = command("run", "--headless", cwd=project)  # on to the unreachable server
+    assert "cannot reach the model server" in one_line(made)
+    assert oct(state_dir.stat().st_mode & 0o777) == oct(0o700)
