@@ -70,7 +70,9 @@ def test_init_refuses_to_overwrite(tmp_path, existing):
 
     assert result.exit_code == 2
     assert result.stderr.strip() == (f"error: {tmp_path / existing} already exists; "
-                                     "not overwriting it (nothing was changed)")
+                                     "not overwriting it (nothing was changed); to add only "
+                                     "what the project lacks: "
+                                     f"`ouroboros init {tmp_path} --missing`")
     assert sorted(p.name for p in tmp_path.iterdir()) == [existing]
     assert (tmp_path / existing).read_text() == "mine\n"
 
