@@ -225,6 +225,38 @@ def test_stats_table_and_chart(tmp_path):
     assert sum("% ┤" in line for line in out.splitlines()) == 10  # the chart's rows
 
 
+def resumed(events: Path) -> None:
+    """The sample run (paused by max_turns) resumed, one turn into its new session."""
+    log = EventLog(events)
+    log.session, log.turn = 3, 0
+    log.emit(ev.RunResumed(total_turns=9, restarts=1, torn_line_dropped=False,
+                           interrupted_tools=[], context_limit=8192, limit_source="config",
+                           budget=6144))
+    log.emit(ev.SessionStart(context_limit=8192, limit_source="config", budget=6144,
+                             carryover_messages=4))
+    log.turn = 1
+    log.emit(ev.Assistant(text="Going on.", finish_reason="stop", tool_calls=[]))
+    log.close()
+
+
+@pytest.mark.parametrize("every", [[], ["--all"]])
+def test_stats_of_a_run_resumed_and_going_on_says_running_not_its_old_end(tmp_path, every):
+    config, events = project(tmp_path)
+    resumed(events)
+    held = hold_state_lock(tmp_path / ".ouroboros", {"pid": os.getpid(), "run_id": RUN_ID,
+                                                      "host": socket.gethostname()})
+    try:
+        going = invoke("stats", *every, "-c", str(config))
+    finally:
+        os.close(held)
+    killed = invoke("stats", *every, "-c", str(config))  # no process runs it any more
+
+    assert going.exit_code == 0, going.output
+    assert f"run {RUN_ID}: 3 sessions, 10 turns, 1 restart, running\n" in going.output
+    assert "ended:" not in going.output
+    assert killed.output.splitlines()[0].endswith("1 restart, stopped (killed?), resumable")
+
+
 def test_stats_of_an_unknown_run(tmp_path):
     config, _ = project(tmp_path)
 
