@@ -94,6 +94,25 @@ def test_status_of_a_killed_run(tmp_path):
         f"resume --config {config}` continues it" in " ".join(result.output.split())
 
 
+def test_status_its_json_and_logs_agree_on_a_turn_stopped_before_its_reply(tmp_path):
+    config, events = project(tmp_path, ended=False)
+    log = EventLog(events)
+    log.session, log.turn = 2, 3  # session 2's third request is out; SIGTERM before its reply
+    log.emit(ev.StopRequested(signal="SIGTERM"))
+    log.emit(ev.SessionEnd(reason="interrupted"))
+    log.emit(ev.RunEnd(reason="interrupted", exit_code=143, sessions=2, total_turns=8,
+                       restarts=1, resumable=True))
+    log.close()
+
+    shown = " ".join(invoke("status", "-c", str(config)).output.split())
+    health = json.loads(invoke("status", "--json", "-c", str(config)).output)
+    logged = invoke("logs", "-n", "1", "-c", str(config)).output
+
+    assert "turn 2 in this session, 8 in total; turn 3 asked, its reply never came" in shown
+    assert (health["turn"], health["total_turns"], health["unanswered_turn"]) == (2, 8, 3)
+    assert " s2 t3 run ended: interrupted after 8 turns" in logged
+
+
 def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
     config = tmp_path / "ouroboros.toml"
     config.write_text("")

@@ -139,8 +139,14 @@ class DashboardState:
         """(turns of this session, turns in all), both counting the replies received, so the
         two agree: a turn begun but not yet answered (its events carry its number while the
         model is asked) is in neither."""
+        unanswered = self.unanswered_turn()
+        return (self.turn if unanswered is None else self.turn - 1), self.total_turns
+
+    def unanswered_turn(self) -> int | None:
+        """The turn of this session whose request went out with no reply yet (the model still
+        asked, or the run stopped before it came), or None: every turn begun is answered."""
         answered = self.turn == 0 or self._answered == (self.session, self.turn)
-        return (self.turn if answered else self.turn - 1), self.total_turns
+        return None if answered else self.turn
 
     @property
     def zone(self) -> Zone:

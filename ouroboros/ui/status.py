@@ -156,6 +156,16 @@ def budget_text(s: DashboardState) -> str:
     return f"{budget}soft {threshold(s.soft)}, hard {threshold(s.hard)} of it"
 
 
+def unanswered_words(status: RunStatus) -> str:
+    """What became of a turn asked but not answered (the turn the log's lines name): "";
+    "; turn 11 asked, waiting for its reply"; "; turn 11 asked, its reply never came"."""
+    turn = status.state.unanswered_turn()
+    if turn is None:
+        return ""
+    return f"; turn {turn} asked, " + ("waiting for its reply" if status.running
+                                       else "its reply never came")
+
+
 def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
     """A two-column table: what, and its value. `config`: the `--config` the person gave."""
     s = status.state
@@ -167,7 +177,8 @@ def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
         ("run", status.run_id),
         ("state", describe_state(status, config)),
         ("session", str(s.session)),
-        ("turn", f"{session_turn} in this session, {total_turns} in total"),
+        ("turn", f"{session_turn} in this session, {total_turns} in total"
+                 + unanswered_words(status)),
         ("context", used(s.context_pct) + tokens),
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
         ("budget", budget_text(s)),
