@@ -186,3 +186,18 @@ def test_a_memory_file_huge_binary_or_replaced_changes_nothing_of_a_restart(tmp_
         assert len(messages[0]["content"]) < 20_000  # the huge one cut to its budget
     warned = " ".join(e["message"] for e in of_type(events, "warning"))
     assert "NOTES.md is binary" in warned and "NOTES.md" in warned
+
+
+def test_with_max_idle_turns_0_the_idle_line_says_the_run_never_pauses(tmp_path, scripted_server):
+    replies = [Reply("")] * 4 + [Reply("", [("task_complete", {"summary": "done"})])]
+    server = scripted_server(replies)
+    config = make_project(tmp_path, server.base_url,
+                          agent={"max_idle_turns": 0, "idle_pause_max_secs": 0.01})
+
+    result = ouroboros_here("run", "-c", str(config), "--headless")
+
+    assert result.returncode == 0, result.stderr
+    idle = [line for line in result.stdout.splitlines() if "no tool call in" in line]
+    assert idle and all(line.endswith("(agent.max_idle_turns = 0: the run never pauses)")
+                        for line in idle), idle
+    assert "pauses after 0" not in result.stdout

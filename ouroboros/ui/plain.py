@@ -94,6 +94,13 @@ def end_text(e: ev.RunEnd) -> str:
             f"(exit {e.exit_code}){then}")
 
 
+def idle_limit_words(max_idle_turns: int) -> str:
+    """When idle turns pause the run: "the run pauses after 3"; at 0, that it never does."""
+    if max_idle_turns <= 0:
+        return "agent.max_idle_turns = 0: the run never pauses"
+    return f"the run pauses after {max_idle_turns}"
+
+
 DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.RunStart: lambda e: (f"run {e.run_id} started (ouroboros {e.version})"
                             + sandbox_note(e.sandbox)),
@@ -130,7 +137,7 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.ErrorEvent: lambda e: f"ERROR {e.message}",
     ev.Idle: lambda e: (
         f"no tool call in {plural(e.idle_turns, 'turn')} in a row: the continue message goes in "
-        f"{e.pause_secs:g}s (the run pauses after {e.max_idle_turns})"),
+        f"{e.pause_secs:g}s ({idle_limit_words(e.max_idle_turns)})"),
     ev.Stuck: lambda e: ((f"STUCK ({e.kind}): " if e.kind != "redoing" else
                           "WARNING work done again: ") + f"{e.detail}; "
                          + ("the run pauses" if e.action == "pause" else "the agent is told")),
