@@ -100,7 +100,8 @@ class DashboardState:
     max_notes: int = 20
 
     run_id: str = ""
-    model: str = ""
+    model: str = ""  # model.name, as the run asks for it
+    served_model: str = ""  # the one the server says answered, where that is another
     status: str = "starting"
     ended: bool = False
     session: int = 1
@@ -245,6 +246,7 @@ class DashboardState:
 
     def _on_token_usage(self, e: ev.TokenUsage) -> None:
         self._answered = (e.session, e.turn)  # it follows its turn's reply
+        self.served_model = e.served_model
         self.prompt_tokens, self.budget = e.prompt_tokens, e.budget
         self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
         if self._streamed_turn and e.completion_tokens and self._stream_chars:

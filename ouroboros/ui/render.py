@@ -103,12 +103,18 @@ def waited(state: DashboardState, now: datetime | None) -> str | None:
         else f"{what} {seconds}s"
 
 
+def shown_model(state: DashboardState) -> str:
+    """The model that answers: the one the server names where it serves another than
+    model.name (llama.cpp serves its one model under any name), else model.name."""
+    return state.served_model or state.model
+
+
 def header(state: DashboardState, width: int = 100, shares: Plan | None = None,
            now: datetime | None = None) -> Panel:
     shares = shares or plan(state, width, None)
     inner = width - 4  # borders and padding
     title = "ouroboros" + (f" · run {state.run_id}" if state.run_id else "") \
-        + (f" · {state.model}" if state.model else "")
+        + (f" · {shown_model(state)}" if state.model or state.served_model else "")
     status_style = "green" if state.status == "running" else "yellow" if not state.ended \
         else "bold"
     status = waited(state, now) or state.status
