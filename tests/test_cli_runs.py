@@ -309,7 +309,7 @@ def test_logs_prints_every_event(tmp_path):
     assert len(lines) == len(read_events(path).events)
     assert lines[0].endswith(f"s1 t0 run {RUN_ID} started (ouroboros 0.1.0)")
     assert any(line.endswith("s1 t6 session_end reason=restart") for line in lines)
-    assert any(f"restart -> session 2 ({RESTART_REASON}" in line for line in lines)
+    assert any(f"restart -> session 2: {RESTART_REASON} (" in line for line in lines)
 
 
 def test_logs_into_a_reader_that_stops_early_ends_quietly(tmp_path):

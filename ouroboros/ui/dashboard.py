@@ -74,6 +74,7 @@ class Note:
     clock: str
     text: str
     level: Level
+    kind: str = ""  # the event type it says
 
 
 def parse_ts(ts: str) -> datetime:
@@ -261,7 +262,7 @@ class DashboardState:
 
     def _on_warning(self, e: ev.WarningEvent | ev.ErrorEvent) -> None:
         self.alerts += 1
-        self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type])
+        self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type], e.type)
         if isinstance(e, ev.WarningEvent) and e.condition:
             self.conditions.pop(e.condition, None)
             self.conditions[e.condition] = self.alert
@@ -327,7 +328,7 @@ class DashboardState:
         text = describe(e)
         if text is None:
             return
-        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type]))
+        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type], e.type))
         while len(self.notes) > self.max_notes:
             self.notes.popleft()
 

@@ -122,7 +122,7 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.WindDown: lambda e: (f"wind-down: context at {used(e.context_used_pct)} of the budget, "
                             "agent asked to save state"),
     ev.SessionRestart: lambda e: (
-        f"restart -> session {e.session} ({e.reason}; previous session ran "
+        f"restart -> session {e.session}: {e.reason} (previous session ran "
         f"{plural(e.previous_turns, 'turn')}, {plural(e.carryover_messages, 'message')} "
         "carried)"),
     ev.ContextTruncationDetected: lambda e: (
