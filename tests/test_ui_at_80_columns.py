@@ -89,3 +89,19 @@ def test_a_restarts_reason_is_whole(tmp_path):
 
     assert f"restart -> session 2: {RESTART_REASON}" in panel_text(frame, "activity"), \
         "\n".join(frame)
+
+
+def test_a_restart_with_one_row_left_says_its_reason_in_it(tmp_path):
+    state = replay(sample_events(tmp_path))
+    state.apply(ev.WarningEvent(message=allocated_warning(tmp_path)[0], seq=900,
+                                **ENVELOPE).record())
+    state.apply(ev.SessionRestart(previous_turns=6, carryover_messages=7, carryover_masked=0,
+                                  carryover_turns_dropped=0, reason=RESTART_REASON, seq=901,
+                                  **{**ENVELOPE, "session": 3}).record())
+    state.apply(ev.RunEnd(reason="max_turns", exit_code=3, sessions=3, total_turns=9,
+                          restarts=2, next=how_to_continue("max_turns", max_turns=9), seq=902,
+                          **ENVELOPE).record())
+
+    frame = rendered_at(state, WIDTH, HEIGHT)
+
+    assert f"restart: {RESTART_REASON}" in panel_text(frame, "activity"), "\n".join(frame)

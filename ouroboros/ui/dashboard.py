@@ -75,6 +75,7 @@ class Note:
     text: str
     level: Level
     kind: str = ""  # the event type it says
+    short: str = ""  # what it says in one row where it has only one (a restart: its reason)
 
 
 def parse_ts(ts: str) -> datetime:
@@ -328,7 +329,8 @@ class DashboardState:
         text = describe(e)
         if text is None:
             return
-        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type], e.type))
+        short = f"restart: {e.reason}" if isinstance(e, ev.SessionRestart) else ""
+        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type], e.type, short))
         while len(self.notes) > self.max_notes:
             self.notes.popleft()
 

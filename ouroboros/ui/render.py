@@ -396,7 +396,8 @@ def fitted_notes(notes: list[Note], rows: int, room: int) -> list[tuple[Note, st
         if acted_on(note):
             text = "\n".join(wrapped(fitted_words(text.split(), room, left), room))
         elif note.kind == "session_restart":  # its reason, which comes first, kept whole
-            text = "\n".join(head_rows(text.split(), room, left))
+            words = text.split() if left > 1 or not note.short else note.short.split()
+            text = "\n".join(head_rows(words, room, left))
         shown.append((note, text))
     return shown[::-1]
 
