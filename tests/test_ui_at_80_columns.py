@@ -105,3 +105,26 @@ def test_a_restart_with_one_row_left_says_its_reason_in_it(tmp_path):
     frame = rendered_at(state, WIDTH, HEIGHT)
 
     assert f"restart: {RESTART_REASON}" in panel_text(frame, "activity"), "\n".join(frame)
+
+
+def test_status_at_80_columns_shows_the_standing_alert_with_its_fix_whole(tmp_path):
+    from typer.testing import CliRunner
+
+    from ouroboros.cli import app
+    from ouroboros.store.log import EventLog
+    from tests.ui_sample import write_sample_run
+
+    message, fix = allocated_warning(tmp_path)
+    config = tmp_path / "ouroboros.toml"
+    config.write_text("")
+    log = EventLog(write_sample_run(tmp_path / ".ouroboros", ended=False))
+    log.session, log.turn = 2, 2
+    log.emit(ev.WarningEvent(message=message))
+    log.close()
+
+    result = CliRunner(env={"COLUMNS": str(WIDTH)}).invoke(app, ["status", "-c", str(config)])
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= WIDTH
+    assert fix in " ".join(" ".join(line.split()) for line in lines), result.output

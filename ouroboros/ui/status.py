@@ -189,6 +189,8 @@ def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
         shown = status.changes[-MAX_CHANGES_SHOWN:]
         rows.append(("config", "\n".join(change_line(e) for e in shown)))
     rows.append(("last event", last))
+    if s.alert is not None:  # the dashboard's alert, wrapped whole: what to do included
+        rows.append(("alert", f"{s.alert.clock} {s.alert.text}"))
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
