@@ -128,3 +128,43 @@ def test_status_at_80_columns_shows_the_standing_alert_with_its_fix_whole(tmp_pa
     lines = result.output.splitlines()
     assert max(len(line.rstrip()) for line in lines) <= WIDTH
     assert fix in " ".join(" ".join(line.split()) for line in lines), result.output
+
+
+def test_the_way_to_go_on_after_a_run_wraps_at_spaces_on_an_80_column_terminal(
+        tmp_path, scripted_server):
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    from ouroboros.testing import Reply
+    from tests.helpers import clean_env, make_project
+
+    server = scripted_server([Reply("", [("task_complete", {"summary": "done"})])])
+    config = make_project(tmp_path, server.base_url)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", HEIGHT, WIDTH, 0, 0))
+    try:
+        subprocess.run([sys.executable, "-m", "ouroboros", "run", "--json", "-c", str(config)],
+                       stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL,
+                       env=clean_env(), timeout=50, check=True)
+        os.close(follower)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal's other end is closed: all is read
+                break
+            if not chunk:
+                break
+            said += chunk
+    finally:
+        os.close(leader)
+    lines = said.decode().replace("\r", "").splitlines()
+
+    assert lines and max(len(line) for line in lines) <= WIDTH, lines
+    assert 'ouroboros resume --message "what to do next"' in " ".join(lines)
+    assert all(not line.startswith(("-message", "essage", "ge ")) for line in lines), lines
