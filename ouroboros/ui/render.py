@@ -408,7 +408,6 @@ def head_rows(words: list[str], room: int, lines: int) -> list[str]:
     rows = wrapped(words, room)
     if len(rows) <= lines:
         return rows
-    kept = wrapped(words, room)[:lines]
-    last = kept[-1]
-    kept[-1] = (last if len(last) < room else last[:room - 1]) + "…"
+    kept = rows[:lines]
+    kept[-1] = kept[-1][:room - 1] + "…"
     return kept
