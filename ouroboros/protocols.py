@@ -81,6 +81,7 @@ class StreamResult:
     finish_reason: str | None
     usage: Usage | None
     reasoning: str = ""
+    served_model: str = ""  # the model the server's chunks name (ChatClient: "" if the one asked)
 
     def to_message(self) -> Message:
         message: Message = {"role": "assistant", "content": self.text}

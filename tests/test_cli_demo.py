@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -117,3 +118,33 @@ def test_demo_will_not_take_over_a_real_project(tmp_path):
     assert result.stderr.strip() == (f"error: {tmp_path} holds a project that is not a demo; "
                                      "pick another directory")
     assert (tmp_path / "ouroboros.toml").read_text() == "[model]\nname = 'mine'\n"
+
+
+def screenshot(page: Path, after: str) -> list[str]:
+    text = page.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index(after)) + 4
+    return text[start:text.index("```", start)].splitlines()
+
+
+def test_the_demo_screenshots_in_the_readme_and_the_manual_are_the_demos(tmp_path):
+    """What the README and docs/what-you-see.md show of the demo is what a demo run shows
+    now: its counters (the rate aside), its gauge's figures and its last reply."""
+    from ouroboros.ui.dashboard import DashboardState
+    from ouroboros.ui.render import context_line, counters
+    from tests.helpers import run_events
+
+    result = CliRunner().invoke(app, ["demo", "--headless", "--keep", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    state = DashboardState()
+    for event in run_events(tmp_path / "d"):
+        state.apply(event)
+    shown_counters = counters(state, 96).plain.split("~tok/s")[0]
+    figures = context_line(state, 96)[0].plain.split("  ", 1)[1].strip()
+    root = Path(__file__).parent.parent
+    pages = [(root / "README.md", "Here is `ouroboros demo --speed max` at its end"),
+             (root / "docs" / "what-you-see.md", "so its dashboard has the header the run had:")]
+    for page, after in pages:
+        frame = screenshot(page, after)
+        assert frame[1][2:].startswith(shown_counters), page
+        assert frame[2][2:-2].rstrip().endswith(figures), page
+        assert f"│ {state.text.strip()} " in frame[6], page

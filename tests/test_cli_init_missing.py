@@ -71,3 +71,20 @@ def test_init_missing_refuses_a_path_of_the_wrong_kind(tmp_path):
 
     assert result.returncode == 2
     assert result.stderr.startswith("error: workspace is not a directory: ")
+
+
+def test_init_in_an_existing_project_points_at_init_missing_and_that_works(tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "ouroboros.toml").write_text("# mine\n")
+
+    refused = ouroboros_here("init", cwd=project)
+    suggested = refused.stderr.split("`")[1]
+    fixed = ouroboros_here(*suggested.split()[1:], cwd=project)
+
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert suggested == "ouroboros init --missing"
+    assert fixed.returncode == 0, fixed.stderr
+    assert (project / "SYSTEM_PROMPT.md").is_file() and (project / "workspace").is_dir()
+    assert (project / "ouroboros.toml").read_text() == "# mine\n"

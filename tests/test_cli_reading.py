@@ -157,3 +157,41 @@ def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path, com
 
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == ["error: No space left on device"]
+
+
+# -- config show and tell, which need no valid config either --
+
+
+def test_config_show_of_a_config_with_a_typo_shows_what_holds_and_names_the_problem(tmp_path):
+    config = typo_project(tmp_path, TYPO.replace("[context]\n", '[model]\nname = "mine"\n'
+                                                 "temperature = \"hot\"\n[context]\n"))
+
+    result = invoke("config", "show", "-c", str(config))
+
+    assert result.exit_code == 0, result.output
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith("warning: unknown key context.sof_threshold_pct in ")
+    assert "(did you mean context.soft_threshold_pct?)" in warning
+    assert "Traceback" not in result.output
+    assert '"mine"' in result.stdout and '"state"' in result.stdout
+
+
+def test_tell_with_a_typo_in_the_config_leaves_the_message_for_the_agent(tmp_path):
+    from ouroboros.loop.inbox import waiting
+
+    config = typo_project(tmp_path, TYPO)
+
+    result = invoke("tell", "-c", str(config), "Carry on with part 2.")
+
+    assert result.exit_code == 0, result.output
+    [warning] = result.stderr.splitlines()
+    assert "`ouroboros tell` delivers the message anyway" in warning
+    assert [letter.text for letter in waiting(tmp_path / "state")] == ["Carry on with part 2."]
+
+
+def test_config_show_without_the_file_named_is_still_one_error(tmp_path):
+    result = invoke("config", "show", "-c", str(tmp_path / "missing.toml"))
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: config file not found")
+    assert result.stderr.count("\n") == 1

@@ -94,6 +94,25 @@ def test_status_of_a_killed_run(tmp_path):
         f"resume --config {config}` continues it" in " ".join(result.output.split())
 
 
+def test_status_its_json_and_logs_agree_on_a_turn_stopped_before_its_reply(tmp_path):
+    config, events = project(tmp_path, ended=False)
+    log = EventLog(events)
+    log.session, log.turn = 2, 3  # session 2's third request is out; SIGTERM before its reply
+    log.emit(ev.StopRequested(signal="SIGTERM"))
+    log.emit(ev.SessionEnd(reason="interrupted"))
+    log.emit(ev.RunEnd(reason="interrupted", exit_code=143, sessions=2, total_turns=8,
+                       restarts=1, resumable=True))
+    log.close()
+
+    shown = " ".join(invoke("status", "-c", str(config)).output.split())
+    health = json.loads(invoke("status", "--json", "-c", str(config)).output)
+    logged = invoke("logs", "-n", "1", "-c", str(config)).output
+
+    assert "turn 2 in this session, 8 in total; turn 3 asked, its reply never came" in shown
+    assert (health["turn"], health["total_turns"], health["unanswered_turn"]) == (2, 8, 3)
+    assert " s2 t3 run ended: interrupted after 8 turns" in logged
+
+
 def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
     config = tmp_path / "ouroboros.toml"
     config.write_text("")
@@ -225,6 +244,38 @@ def test_stats_table_and_chart(tmp_path):
     assert sum("% ┤" in line for line in out.splitlines()) == 10  # the chart's rows
 
 
+def resumed(events: Path) -> None:
+    """The sample run (paused by max_turns) resumed, one turn into its new session."""
+    log = EventLog(events)
+    log.session, log.turn = 3, 0
+    log.emit(ev.RunResumed(total_turns=9, restarts=1, torn_line_dropped=False,
+                           interrupted_tools=[], context_limit=8192, limit_source="config",
+                           budget=6144))
+    log.emit(ev.SessionStart(context_limit=8192, limit_source="config", budget=6144,
+                             carryover_messages=4))
+    log.turn = 1
+    log.emit(ev.Assistant(text="Going on.", finish_reason="stop", tool_calls=[]))
+    log.close()
+
+
+@pytest.mark.parametrize("every", [[], ["--all"]])
+def test_stats_of_a_run_resumed_and_going_on_says_running_not_its_old_end(tmp_path, every):
+    config, events = project(tmp_path)
+    resumed(events)
+    held = hold_state_lock(tmp_path / ".ouroboros", {"pid": os.getpid(), "run_id": RUN_ID,
+                                                      "host": socket.gethostname()})
+    try:
+        going = invoke("stats", *every, "-c", str(config))
+    finally:
+        os.close(held)
+    killed = invoke("stats", *every, "-c", str(config))  # no process runs it any more
+
+    assert going.exit_code == 0, going.output
+    assert f"run {RUN_ID}: 3 sessions, 10 turns, 1 restart, running\n" in going.output
+    assert "ended:" not in going.output
+    assert killed.output.splitlines()[0].endswith("1 restart, stopped (killed?), resumable")
+
+
 def test_stats_of_an_unknown_run(tmp_path):
     config, _ = project(tmp_path)
 
@@ -258,7 +309,7 @@ def test_logs_prints_every_event(tmp_path):
     assert len(lines) == len(read_events(path).events)
     assert lines[0].endswith(f"s1 t0 run {RUN_ID} started (ouroboros 0.1.0)")
     assert any(line.endswith("s1 t6 session_end reason=restart") for line in lines)
-    assert any(f"restart -> session 2 ({RESTART_REASON}" in line for line in lines)
+    assert any(f"restart -> session 2: {RESTART_REASON} (" in line for line in lines)
 
 
 def test_logs_into_a_reader_that_stops_early_ends_quietly(tmp_path):

@@ -8,6 +8,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, write_demo_project
 from ouroboros.loop.runner import RunHooks, run_agent
@@ -78,7 +80,10 @@ def test_memory_and_handoff_carry_a_session_into_the_next(tmp_path):
     assert logged["text"] == handoff
 
 
-def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server):
+@pytest.mark.parametrize("typo", ["", "[context]\nsof_threshold_pct = 0.6\n"])
+def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server, typo):
+    """Also once the config has a typo in it (made while the run goes on): the inbox needs
+    only the state dir."""
     first_asked, told = threading.Event(), threading.Event()
     turns: list[int] = []
 
@@ -99,10 +104,14 @@ def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server
     try:
         assert first_asked.wait(30)
         (tmp_path / "workspace" / "deep").mkdir()
+        with config.open("a") as file:
+            file.write(typo)
         sent = ouroboros_here("tell", "Stop after this: write done.txt",
                               cwd=tmp_path / "workspace" / "deep")
         told.set()
         assert sent.returncode == 0, sent.stderr
+        assert sent.stderr.count("\n") == (1 if typo else 0)
+        assert "`ouroboros tell` delivers the message anyway" in sent.stderr or not typo
         assert sent.stdout.startswith("sent to run ")
         assert run.wait(30) == 0, (tmp_path / "err.txt").read_text()
     finally:
@@ -177,3 +186,18 @@ def test_a_memory_file_huge_binary_or_replaced_changes_nothing_of_a_restart(tmp_
         assert len(messages[0]["content"]) < 20_000  # the huge one cut to its budget
     warned = " ".join(e["message"] for e in of_type(events, "warning"))
     assert "NOTES.md is binary" in warned and "NOTES.md" in warned
+
+
+def test_with_max_idle_turns_0_the_idle_line_says_the_run_never_pauses(tmp_path, scripted_server):
+    replies = [Reply("")] * 4 + [Reply("", [("task_complete", {"summary": "done"})])]
+    server = scripted_server(replies)
+    config = make_project(tmp_path, server.base_url,
+                          agent={"max_idle_turns": 0, "idle_pause_max_secs": 0.01})
+
+    result = ouroboros_here("run", "-c", str(config), "--headless")
+
+    assert result.returncode == 0, result.stderr
+    idle = [line for line in result.stdout.splitlines() if "no tool call in" in line]
+    assert idle and all(line.endswith("(agent.max_idle_turns = 0: the run never pauses)")
+                        for line in idle), idle
+    assert "pauses after 0" not in result.stdout

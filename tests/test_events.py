@@ -139,7 +139,7 @@ def test_the_manuals_event_table_is_the_one_the_models_make():
      "run ended: max_turns after 0 turns, 2 sessions, 0 restarts (exit 0)"),
     (ev.ContextDrop(turns_dropped=1, tokens_after=10), "dropped the oldest turn to fit the window"),
     (ev.SessionRestart(previous_turns=1, carryover_messages=1, reason="r"),
-     "restart -> session 1 (r; previous session ran 1 turn, 1 message carried)"),
+     "restart -> session 1: r (previous session ran 1 turn, 1 message carried)"),
 ])
 def test_a_count_of_one_is_singular(event, line):
     assert describe(event) == line

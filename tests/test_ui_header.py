@@ -109,3 +109,28 @@ def test_the_runs_end_line_wraps_in_the_activity_pane_never_cut(tmp_path: Path, 
                              else line.strip("│ ").split()) for line in activity[1:-1])
     assert then in flat, "\n".join(activity)
     assert len(frame) <= height and max(len(line) for line in frame) <= width
+
+
+def test_the_header_names_the_model_the_server_serves_where_it_is_not_the_one_asked(tmp_path):
+    from ouroboros.testing import Reply, ScriptedServer
+    from tests.helpers import make_project, ouroboros_here, run_events
+
+    served = "qwen2.5-7b-instruct-q4_k_m.gguf"
+    replies = [Reply("", [("task_complete", {"summary": "done"})])]
+    with ScriptedServer(replies, model=served, serves_any_name=True) as server:
+        config = make_project(tmp_path, server.base_url)  # model.name = "scripted"
+        result = ouroboros_here("run", "-c", str(config), "--headless")
+    assert result.returncode == 0, result.stderr
+
+    events = run_events(tmp_path)
+    header = rendered_at(replay(events), 80, 24)[0]
+
+    assert f" · {served} " in header and "scripted" not in header
+    [usage] = [e for e in events if e["type"] == "token_usage"]
+    assert usage["served_model"] == served
+
+
+def test_the_header_names_model_name_when_the_server_serves_that(tmp_path: Path):
+    header = rendered_at(replay(sample_events(tmp_path)), 80, 24)[0]
+
+    assert " · qwen3:8b " in header

@@ -123,10 +123,12 @@ def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -
     return guarded(load)
 
 
-def load_for_reading(config: Path | None, command: str) -> LoadedConfig:
+def load_for_reading(config: Path | None, command: str,
+                     anyway: str = "reads the runs anyway") -> LoadedConfig:
     """The config of the project a read-only command looks at. Such a command needs only the
-    state dir, so a config it cannot fully validate is one warning line, and the values that
-    do hold are used; only a missing project (or an unusable state dir) is an error."""
+    state dir, so a config it cannot fully validate is one warning line (`ouroboros COMMAND`
+    `anyway`), and the values that do hold are used; only a missing project (or an unusable
+    state dir) is an error."""
     from ouroboros.config import load_config
     from ouroboros.config.lenient import load_leniently
 
@@ -136,7 +138,7 @@ def load_for_reading(config: Path | None, command: str) -> LoadedConfig:
     try:
         loaded = load_config(path, {}, flag_names=RUN_FLAGS)
     except ConfigError as error:
-        typer.echo(f"warning: {error.message}; `ouroboros {command}` reads the runs anyway "
+        typer.echo(f"warning: {error.message}; `ouroboros {command}` {anyway} "
                    "(a run or resume would refuse)", err=True)
         loaded = load_leniently(path)
     guarded(loaded.check_state_dir)

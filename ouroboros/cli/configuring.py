@@ -5,11 +5,16 @@ agent."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ouroboros.cli.common import ConfigOption, app, guarded, load_project, project_file
+from ouroboros.cli.common import (ConfigOption, app, fail, guarded, load_for_reading,
+                                  load_project, project_file)
+from ouroboros.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ouroboros.config import LoadedConfig
 
 
 config_app = typer.Typer(help="Show or change the configuration.", no_args_is_help=True)
@@ -35,8 +40,26 @@ def config_show(
 
     for key in keys or []:
         guarded(lambda: check_key(key))
-    loaded = guarded(lambda: load_config(config, {}))
+    try:
+        loaded = load_config(config, {})
+    except ConfigError as error:
+        loaded = despite(error, config)
     Console().print(config_table(loaded, full=full, keys=keys or None))
+
+
+def despite(error: ConfigError, config: Path | None) -> LoadedConfig:
+    """`config show` of a config that does not validate: one warning line naming the problem,
+    and the config as far as it holds (what does not, at its default); a project file that is
+    not there is the error itself, exit 2."""
+    from ouroboros.config import find_project
+    from ouroboros.config.lenient import load_leniently
+
+    path = config if config is not None else find_project(Path.cwd())
+    if path is None or not path.is_file():
+        raise fail(error)
+    typer.echo(f"warning: {error.message}; shown as far as it holds, the rest at its default "
+               "(a run or resume would refuse)", err=True)
+    return load_leniently(path)
 
 
 @config_app.command("get", short_help="One key's effective value, alone on a line.")
@@ -144,8 +167,9 @@ def tell(
     from ouroboros.loop.inbox import checked, post
     from ouroboros.loop.reload import live_holder
 
-    loaded = load_project(config)
     message = guarded(lambda: checked(message_text(text, file)))
+    # the inbox needs only the state dir: a config with a typo still finds it
+    loaded = load_for_reading(config, "tell", anyway="delivers the message anyway")
     guarded(lambda: post(loaded.state_dir, message))
     holder = live_holder(loaded.state_dir)
     if holder is not None:

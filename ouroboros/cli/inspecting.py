@@ -81,6 +81,7 @@ def stats(run_id: Optional[str] = RunIdArgument,
 
     from ouroboros.store.log import read_tail, run_records
     from ouroboros.ui.stats import figures_stats, run_stats, stats_view
+    from ouroboros.ui.status import live_run
 
     loaded = load_for_reading(config, "stats")
     run_dir = guarded(lambda: run_path(loaded, run_id))
@@ -96,7 +97,9 @@ def stats(run_id: Optional[str] = RunIdArgument,
             typer.echo(f"({run_dir} was logged before its figures were kept: reading the whole "
                        "log; a resume keeps them from then on)", err=True)
         stats = guarded(lambda: run_stats(run_records(run_dir, tail=tail), soft, hard))
-    view = stats_view(stats, all_sessions=all_sessions)
+    live = guarded(lambda: live_run(loaded.state_dir))
+    view = stats_view(stats, all_sessions=all_sessions,
+                      running=live is not None and live[0] == run_dir.name)
     guarded(lambda: Console().print(view))
 
 

@@ -227,8 +227,22 @@ def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, A
             metrics.close()
     for end in ended:
         summary = f"task complete: {end.summary}\n" if end.summary else ""
-        typer.echo(f"{summary}{end.next}" if end.next else summary, err=True)
+        typer.echo(terminal_lines(f"{summary}{end.next}" if end.next else summary), err=True)
     return code
+
+
+def terminal_lines(text: str) -> str:
+    """`text` wrapped at spaces to the width of the terminal stderr is (so a command in it is
+    never split inside a word); as it is when stderr is not a terminal."""
+    import shutil
+    import sys
+    import textwrap
+
+    if not sys.stderr.isatty():
+        return text
+    width = shutil.get_terminal_size().columns
+    return "\n".join(textwrap.fill(line, width, break_long_words=False,
+                                    break_on_hyphens=False) for line in text.split("\n"))
 
 
 def serve_metrics(loaded: LoadedConfig, hooks: RunHooks) -> MetricsServer | None:

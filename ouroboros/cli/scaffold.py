@@ -36,7 +36,8 @@ def create_project(directory: Path) -> list[Path]:
         raise UsageError(f"{directory} exists and is not a directory")
     for path in (config, prompt):
         if path.exists():
-            raise UsageError(f"{path} already exists; not overwriting it (nothing was changed)")
+            raise UsageError(f"{path} already exists; not overwriting it (nothing was changed); "
+                             f"to add only what the project lacks: `{complete_command(directory)}`")
     if workspace.exists() and not workspace.is_dir():
         raise UsageError(f"{workspace} exists and is not a directory (nothing was changed)")
     contents = {config: render_template(), prompt: default_system_prompt()}
@@ -51,6 +52,13 @@ def create_project(directory: Path) -> list[Path]:
     except OSError as error:
         raise UsageError(f"cannot create the project in {directory}: {error.strerror}") from None
     return created
+
+
+def complete_command(directory: Path) -> str:
+    """The `init --missing` that completes the project in `directory`, as typed from here."""
+    if directory.resolve() == Path.cwd().resolve():
+        return "ouroboros init --missing"
+    return f"ouroboros init {directory} --missing"
 
 
 def complete_project(config: Path) -> list[Path]:

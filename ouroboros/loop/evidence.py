@@ -169,7 +169,8 @@ class Accounting:
             context_limit=self.context.limit, budget=self.context.budget,
             context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
             source=reading.source, reported=reading.reported, estimated=reading.estimated,
-            cached_tokens=reading.cached_tokens, verdict=reading.verdict))
+            cached_tokens=reading.cached_tokens, verdict=reading.verdict,
+            served_model=reply.served_model))
         self.explain(reading)
         return reading
 

@@ -100,6 +100,7 @@ class StreamAccumulator:
         self._position_of_index: dict[Any, int] = {}
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
+        self.model = ""  # the name the server's chunks give the model that answers
         self.chunks = 0
         self.progress = 0
 
@@ -110,6 +111,9 @@ class StreamAccumulator:
                    enumerate(_typed(chunk.get("choices"), list, "choices") or [])]
         self.chunks += 1
         carried = False
+        model = chunk.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = parse_usage(usage)
@@ -175,6 +179,7 @@ class StreamAccumulator:
             finish_reason=finish_reason,
             usage=self.usage,
             reasoning="".join(self._reasoning),
+            served_model=self.model,
         )
 
 

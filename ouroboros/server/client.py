@@ -161,7 +161,8 @@ class ChatClient(ModelServer):
                 f"{type(exc).__name__}: {exc or 'no details'}"
             ) from exc
         calls = assign_call_ids(result.tool_calls, wire.call_ids)
-        return replace(result, tool_calls=calls)
+        served = result.served_model if result.served_model != self.model else ""
+        return replace(result, tool_calls=calls, served_model=served)
 
     async def _exchange(self, body: bytes, reader: ReplyReader) -> StreamResult:
         headers = {**JSON_CONTENT, "Content-Length": str(len(body))}

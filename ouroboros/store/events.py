@@ -177,6 +177,9 @@ class TokenUsage(EventBase):
     verdict: Verdict | None = Field(
         None, description="what the server's count proved: `whole`, `unknown`, `uncached`, "
                           "`suspect`, `truncated` or `nonsense`")
+    served_model: str = omitted(
+        "", "the model the reply's chunks name, where it is not `model.name` (llama.cpp "
+            "answers with its one model whatever the name asked for); left out when the same")
 
 
 class ContextMask(EventBase):
@@ -254,7 +257,7 @@ class Idle(EventBase):
     type: Literal["idle"] = "idle"
     idle_turns: int = Field(description="in a row without a tool call")
     pause_secs: float = Field(description="before the continue message")
-    max_idle_turns: int = Field(description="the run pauses after this many")
+    max_idle_turns: int = Field(description="the run pauses after this many; 0: never")
 
 
 class Stuck(EventBase):

@@ -82,6 +82,10 @@ class RunFigures:
             self.hard = record.get("new")
         elif kind == "run_end":
             self.end = record.get("reason")
+        elif kind == "run_resumed":  # it goes on again: the end it had is over
+            self.end = None
+            if current is not None:
+                current["end"] = "running"
         elif current is not None:
             self._session_fold(kind, record, current)
 
@@ -106,8 +110,6 @@ class RunFigures:
             self.restart_next = True
         elif kind == "session_end" and record.get("reason") != "restart":
             current["end"] = record.get("reason")
-        elif kind == "run_resumed":
-            current["end"] = "running"
 
     def _reading(self, pct: float) -> None:
         self.readings += 1

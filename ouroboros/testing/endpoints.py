@@ -57,6 +57,12 @@ def tags(settings: ModelSettings) -> list[dict[str, Any]]:
 
 def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
     """Status and body of a GET; `loaded` once a chat request was served (/api/ps)."""
+    if settings.serves_any_name:  # llama.cpp: /props and /v1/models, none of Ollama's own
+        if path == "/props":
+            return 200, {"default_generation_settings": {"n_ctx": settings.window},
+                         "total_slots": 1, "model_path": f"/models/{settings.model}"}
+        if path != "/v1/models":
+            return 404, {"error": {"code": 404, "message": "File Not Found"}}
     if path == "/":
         return 200, "Ollama is running"
     if path == "/api/version":
@@ -88,6 +94,8 @@ def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
 def show(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
     """/api/show: the Modelfile's parameters (num_ctx), the trained window, capabilities."""
     name = str(body.get("model") or body.get("name") or "")
+    if settings.serves_any_name:  # llama.cpp has no /api/show
+        return 404, {"error": {"code": 404, "message": "File Not Found"}}
     if not serves(name, settings.models):
         return 404, {"error": f"model '{name}' not found"}
     parameters = 'stop                           "<|eot_id|>"'

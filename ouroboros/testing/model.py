@@ -195,7 +195,7 @@ class ScriptedModel:
     def _refusal(self, body: dict[str, Any], over: bool, prompt: int) -> Answer | None:
         """Ollama's 404 and 400 answers, and the overflow modes other than truncation."""
         name = str(body.get("model", ""))
-        if not endpoints.serves(name, self.settings.models):
+        if not self.settings.serves_any_name and not endpoints.serves(name, self.settings.models):
             return Answer(404, error_body(f"model '{name}' not found", 404))
         if body.get("tools") and not self.settings.tools_supported:
             return Answer(400, error_body(f"{name} does not support tools", 400))
@@ -252,7 +252,8 @@ class ScriptedModel:
         return prompt
 
     def _reply_answer(self, reply: Reply, body: dict[str, Any], usage: dict[str, Any]) -> Answer:
-        model, number, created = str(body.get("model")), len(self.requests), int(time.time())
+        model = self.settings.model if self.settings.serves_any_name else str(body.get("model"))
+        number, created = len(self.requests), int(time.time())
         if not body.get("stream"):
             return Answer(
                 json=render_completion(

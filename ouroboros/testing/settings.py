@@ -66,6 +66,10 @@ class ModelSettings:
     """Serve the tokenize endpoint of this family of servers (endpoints.TOKENIZE_PATHS)."""
     extra_models: Sequence[str] = ()
     """More names it lists and answers to."""
+    serves_any_name: bool = False
+    """Be llama.cpp: a chat request for any model name is answered by its one model, each
+    chunk's `model` naming that one (`model`), not the name asked for; its window is told by
+    `/props`, and Ollama's own endpoints are not there."""
 
     @property
     def window(self) -> int | None:

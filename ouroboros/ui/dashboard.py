@@ -74,6 +74,8 @@ class Note:
     clock: str
     text: str
     level: Level
+    kind: str = ""  # the event type it says
+    short: str = ""  # what it says in one row where it has only one (a restart: its reason)
 
 
 def parse_ts(ts: str) -> datetime:
@@ -100,7 +102,8 @@ class DashboardState:
     max_notes: int = 20
 
     run_id: str = ""
-    model: str = ""
+    model: str = ""  # model.name, as the run asks for it
+    served_model: str = ""  # the one the server says answered, where that is another
     status: str = "starting"
     ended: bool = False
     session: int = 1
@@ -139,8 +142,14 @@ class DashboardState:
         """(turns of this session, turns in all), both counting the replies received, so the
         two agree: a turn begun but not yet answered (its events carry its number while the
         model is asked) is in neither."""
+        unanswered = self.unanswered_turn()
+        return (self.turn if unanswered is None else self.turn - 1), self.total_turns
+
+    def unanswered_turn(self) -> int | None:
+        """The turn of this session whose request went out with no reply yet (the model still
+        asked, or the run stopped before it came), or None: every turn begun is answered."""
         answered = self.turn == 0 or self._answered == (self.session, self.turn)
-        return (self.turn if answered else self.turn - 1), self.total_turns
+        return None if answered else self.turn
 
     @property
     def zone(self) -> Zone:
@@ -239,6 +248,7 @@ class DashboardState:
 
     def _on_token_usage(self, e: ev.TokenUsage) -> None:
         self._answered = (e.session, e.turn)  # it follows its turn's reply
+        self.served_model = e.served_model
         self.prompt_tokens, self.budget = e.prompt_tokens, e.budget
         self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
         if self._streamed_turn and e.completion_tokens and self._stream_chars:
@@ -253,7 +263,7 @@ class DashboardState:
 
     def _on_warning(self, e: ev.WarningEvent | ev.ErrorEvent) -> None:
         self.alerts += 1
-        self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type])
+        self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type], e.type)
         if isinstance(e, ev.WarningEvent) and e.condition:
             self.conditions.pop(e.condition, None)
             self.conditions[e.condition] = self.alert
@@ -319,7 +329,8 @@ class DashboardState:
         text = describe(e)
         if text is None:
             return
-        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type]))
+        short = f"restart: {e.reason}" if isinstance(e, ev.SessionRestart) else ""
+        self.notes.append(Note(clock(e), text, NOTE_LEVELS[e.type], e.type, short))
         while len(self.notes) > self.max_notes:
             self.notes.popleft()
 

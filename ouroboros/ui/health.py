@@ -105,9 +105,11 @@ def run_health(status: RunStatus | None, *, resumable: bool, heartbeat: dict[str
     if status is None:
         return {"state": state, "run_id": None, "resumable": False}
     s, end = status.state, status.end
+    turn, total_turns = s.counted_turns()  # as `status` and the dashboard count them
     return {
         "state": state, "run_id": status.run_id, "pid": status.owner_pid,
-        "session": s.session, "turn": s.turn, "total_turns": s.total_turns,
+        "session": s.session, "turn": turn, "total_turns": total_turns,
+        "unanswered_turn": s.unanswered_turn(),
         "context_pct": s.context_pct, "context_limit": s.context_limit,
         "last_event": s.last_ts, "last_event_type": s.last_type,
         "last_event_age_secs": age_secs(s.last_ts, now),

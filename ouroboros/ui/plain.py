@@ -94,6 +94,13 @@ def end_text(e: ev.RunEnd) -> str:
             f"(exit {e.exit_code}){then}")
 
 
+def idle_limit_words(max_idle_turns: int) -> str:
+    """When idle turns pause the run: "the run pauses after 3"; at 0, that it never does."""
+    if max_idle_turns <= 0:
+        return "agent.max_idle_turns = 0: the run never pauses"
+    return f"the run pauses after {max_idle_turns}"
+
+
 DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.RunStart: lambda e: (f"run {e.run_id} started (ouroboros {e.version})"
                             + sandbox_note(e.sandbox)),
@@ -115,7 +122,7 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.WindDown: lambda e: (f"wind-down: context at {used(e.context_used_pct)} of the budget, "
                             "agent asked to save state"),
     ev.SessionRestart: lambda e: (
-        f"restart -> session {e.session} ({e.reason}; previous session ran "
+        f"restart -> session {e.session}: {e.reason} (previous session ran "
         f"{plural(e.previous_turns, 'turn')}, {plural(e.carryover_messages, 'message')} "
         "carried)"),
     ev.ContextTruncationDetected: lambda e: (
@@ -130,7 +137,7 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.ErrorEvent: lambda e: f"ERROR {e.message}",
     ev.Idle: lambda e: (
         f"no tool call in {plural(e.idle_turns, 'turn')} in a row: the continue message goes in "
-        f"{e.pause_secs:g}s (the run pauses after {e.max_idle_turns})"),
+        f"{e.pause_secs:g}s ({idle_limit_words(e.max_idle_turns)})"),
     ev.Stuck: lambda e: ((f"STUCK ({e.kind}): " if e.kind != "redoing" else
                           "WARNING work done again: ") + f"{e.detail}; "
                          + ("the run pauses" if e.action == "pause" else "the agent is told")),

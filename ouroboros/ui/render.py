@@ -49,10 +49,12 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
     The alert comes first (it is why a person looks), then one row for each panel, then the
     threshold labels, then what is left, a row at a time: tools, text, activity. Rows nobody
     has anything for are not handed out, so a quiet run leaves the terminal's bottom empty."""
-    alert = len(alert_lines(state, width, 3)) if state.alert else 0
+    alert = alert_rows(state, width, 3)
     if height is None:
         return Plan(TEXT_LINES, TOOL_ROWS, NOTE_ROWS, alert, True)
-    alert = min(alert, 3 if height >= 22 else 2)
+    # as many rows as its fix needs, while every panel keeps one
+    alert = min(alert_rows(state, width, 3 if height >= 22 else 2),
+                max(height - 2 * PANELS - HEADER_ROWS - 3, 1))
     rows = height - 2 * PANELS - HEADER_ROWS - alert
     marks = rows >= 4
     rows -= 3 + marks
@@ -67,14 +69,24 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
     return Plan(got["text"], got["tools"], got["notes"], alert, marks)
 
 
+def alert_rows(state: DashboardState, width: int, lines: int) -> int:
+    """The rows the alert takes: all it needs up to `lines`, and more where what it says to
+    do (see fix_at) needs more to be shown whole."""
+    if state.alert is None:
+        return 0
+    words, room = state.alert.text.split(), alert_room(state.alert, width)
+    whole = len(wrapped(words, room))
+    return min(whole, max(lines, len(wrapped(["…", *words[fix_at(words):]], room))))
+
+
 def note_rows(state: DashboardState, width: int) -> int:
-    """The rows the activity pane could use: a row a note, more for the newest one a person
-    should act on, wrapped."""
+    """The rows the activity pane could use: a row a note, more for a restart (its reason
+    whole) and for the newest note a person should act on, wrapped."""
     notes = list(state.notes)
     room = note_room(state, width)
     newest = next((note for note in reversed(notes) if acted_on(note)), None)
-    extra = len(wrapped(newest.text.split(), room)) - 1 if newest is not None else 0
-    return len(notes) + extra
+    wrapping = [note for note in notes if note is newest or note.kind == "session_restart"]
+    return len(notes) + sum(len(wrapped(note.text.split(), room)) - 1 for note in wrapping)
 
 
 def text_rows(text: str, inner: int) -> int:
@@ -103,12 +115,18 @@ def waited(state: DashboardState, now: datetime | None) -> str | None:
         else f"{what} {seconds}s"
 
 
+def shown_model(state: DashboardState) -> str:
+    """The model that answers: the one the server names where it serves another than
+    model.name (llama.cpp serves its one model under any name), else model.name."""
+    return state.served_model or state.model
+
+
 def header(state: DashboardState, width: int = 100, shares: Plan | None = None,
            now: datetime | None = None) -> Panel:
     shares = shares or plan(state, width, None)
     inner = width - 4  # borders and padding
     title = "ouroboros" + (f" · run {state.run_id}" if state.run_id else "") \
-        + (f" · {state.model}" if state.model else "")
+        + (f" · {shown_model(state)}" if state.model or state.served_model else "")
     status_style = "green" if state.status == "running" else "yellow" if not state.ended \
         else "bold"
     status = waited(state, now) or state.status
@@ -209,11 +227,16 @@ def alert_lines(state: DashboardState, width: int, lines: int) -> list[Text]:
     if alert is None or lines <= 0:
         return []
     indent = " " * (len(alert.clock) + 1)
-    room = max(width - 4 - len(indent), 1)
+    room = alert_room(alert, width)
     rows = wrapped(fitted_words(alert.text.split(), room, lines), room)
     style = ALERT_STYLES[alert.level]
     return [Text((f"{alert.clock} " if not index else indent) + row, style=style,
                  no_wrap=True, overflow="ellipsis") for index, row in enumerate(rows)]
+
+
+def alert_room(alert: Note, width: int) -> int:
+    """The columns the alert's text has in the header, beside its time of day."""
+    return max(width - 4 - len(alert.clock) - 1, 1)
 
 
 def wrapped(words: list[str], room: int) -> list[str]:
@@ -228,14 +251,33 @@ def wrapped(words: list[str], room: int) -> list[str]:
     return rows
 
 
+FIX_MARKERS = [tuple(marker.split()) for marker in (
+    "Fix:", "to go on:", "to give it more to do:", "check its notes, then:", "(did you mean")]
+"""Where a message starts saying what to do."""
+
+
+def fix_at(words: list[str]) -> int:
+    """The index of the word where a message starts saying what to do: its first `Fix:`,
+    `to go on:`, `(did you mean` ...; else its last clause (after the last `;` outside
+    parentheses); else its second half."""
+    for index in range(len(words)):
+        if any(tuple(words[index:index + len(marker)]) == marker for marker in FIX_MARKERS):
+            return index
+    clause, depth = len(words) // 2, 0
+    for index, word in enumerate(words[:-1]):
+        depth += word.count("(") - word.count(")")
+        if word.endswith(";") and depth <= 0:
+            clause = index + 1
+    return clause
+
+
 def fitted_words(words: list[str], room: int, lines: int) -> list[str]:
-    """`words`, or when they take more than `lines` rows, their start and their last clause
-    (after the last `;`) with an ellipsis between; the last clause alone, cut at its end,
-    when even that is too long."""
+    """`words`, or when they take more than `lines` rows, their start and what they say to do
+    (see fix_at) with an ellipsis between; that part alone, cut at its end, when even that is
+    too long."""
     if len(wrapped(words, room)) <= lines:
         return words
-    clause = max((i + 1 for i, word in enumerate(words[:-1]) if word.endswith(";")),
-                 default=len(words) // 2)
+    clause = fix_at(words)
     head, tail = words[:clause], words[clause:]
     while head:
         head = head[:-1]
@@ -353,5 +395,19 @@ def fitted_notes(notes: list[Note], rows: int, room: int) -> list[tuple[Note, st
         text = note.text
         if acted_on(note):
             text = "\n".join(wrapped(fitted_words(text.split(), room, left), room))
+        elif note.kind == "session_restart":  # its reason, which comes first, kept whole
+            words = text.split() if left > 1 or not note.short else note.short.split()
+            text = "\n".join(head_rows(words, room, left))
         shown.append((note, text))
     return shown[::-1]
+
+
+def head_rows(words: list[str], room: int, lines: int) -> list[str]:
+    """`words` wrapped to at most `lines` rows of `room` columns, cut at the end (with an
+    ellipsis) where they take more."""
+    rows = wrapped(words, room)
+    if len(rows) <= lines:
+        return rows
+    kept = rows[:lines]
+    kept[-1] = kept[-1][:room - 1] + "…"
+    return kept

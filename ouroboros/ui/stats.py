@@ -159,8 +159,9 @@ def fold(e: EventBase, stats: RunStats, current: SessionStats,
             current.end = reason
         case ev.RunEnd(reason=reason):
             stats.end = reason
-        case ev.RunResumed():
-            current.end = "running"  # if it was stopped, it is going on again
+        case ev.RunResumed():  # if it was stopped, it is going on again
+            current.end = "running"
+            stats.end = None
 
 
 CHART_MARGIN = LABEL_WIDTH + len("   ↻ restart")  # the row labels and the legend beside it
@@ -183,11 +184,12 @@ class Chart:
                                             turns=stats.readings)), no_wrap=True)
 
 
-def stats_view(stats: RunStats, chart_width: int = 72, *,
-               all_sessions: bool = False) -> RenderableType:
+def stats_view(stats: RunStats, chart_width: int = 72, *, all_sessions: bool = False,
+               running: bool | None = None) -> RenderableType:
     """A summary line, the per-session table (only its first and last sessions for a long
-    run, unless `all_sessions`) with its totals, and the context chart."""
-    ended = f", ended: {stats.end}" if stats.end else ", still going (or stopped without an end)"
+    run, unless `all_sessions`) with its totals, and the context chart. `running`: whether a
+    live process runs it now (None: not known)."""
+    ended = f", ended: {stats.end}" if stats.end else f", {going(running)}"
     totals = stats.session_totals()
     masked = masked_text(totals.masked, totals.mask_rounds)
     count = len(stats.sessions) + stats.hidden
@@ -206,6 +208,13 @@ def stats_view(stats: RunStats, chart_width: int = 72, *,
                           "`ouroboros stats --all` lists every one"))
     table = sessions_table(stats, shown, reasons, hidden)
     return Group(summary, Text(), table, *notes, Text(), title, chart)
+
+
+def going(running: bool | None) -> str:
+    """A run with no end since it last started or resumed: running, or stopped without one."""
+    if running is None:
+        return "still going (or stopped without an end)"
+    return "running" if running else "stopped (killed?), resumable"
 
 
 def shown_sessions(sessions: list[SessionStats],

@@ -156,6 +156,16 @@ def budget_text(s: DashboardState) -> str:
     return f"{budget}soft {threshold(s.soft)}, hard {threshold(s.hard)} of it"
 
 
+def unanswered_words(status: RunStatus) -> str:
+    """What became of a turn asked but not answered (the turn the log's lines name): "";
+    "; turn 11 asked, waiting for its reply"; "; turn 11 asked, its reply never came"."""
+    turn = status.state.unanswered_turn()
+    if turn is None:
+        return ""
+    return f"; turn {turn} asked, " + ("waiting for its reply" if status.running
+                                       else "its reply never came")
+
+
 def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
     """A two-column table: what, and its value. `config`: the `--config` the person gave."""
     s = status.state
@@ -167,7 +177,8 @@ def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
         ("run", status.run_id),
         ("state", describe_state(status, config)),
         ("session", str(s.session)),
-        ("turn", f"{session_turn} in this session, {total_turns} in total"),
+        ("turn", f"{session_turn} in this session, {total_turns} in total"
+                 + unanswered_words(status)),
         ("context", used(s.context_pct) + tokens),
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
         ("budget", budget_text(s)),
@@ -178,6 +189,8 @@ def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
         shown = status.changes[-MAX_CHANGES_SHOWN:]
         rows.append(("config", "\n".join(change_line(e) for e in shown)))
     rows.append(("last event", last))
+    if s.alert is not None:  # the dashboard's alert, wrapped whole: what to do included
+        rows.append(("alert", f"{s.alert.clock} {s.alert.text}"))
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
