@@ -447,6 +447,43 @@ def test_under_systemd_it_says_ready_pings_the_watchdog_and_says_stopping(
     assert any("session 1" in m for m in statuses) and any("stopping" in m for m in statuses)
 
 
+def test_a_stopped_harness_goes_quiet_to_the_watchdog_and_reads_stuck(tmp_path,
+                                                                      scripted_server):
+    """SIGSTOP (a hung harness, as a supervisor sees one): the watchdog pings stop, so
+    systemd's WatchdogSec ends it, and `status --json` calls it stuck once its heartbeat is
+    older than --stale-after."""
+    import os
+
+    from tests.faults.parts_agent import held_pid
+    from tests.helpers import clean_env, ouroboros_forked
+
+    sock = notify_socket(str(tmp_path / "notify.sock"))
+    server = scripted_server(PartsAgent(PARTS, hold_part=2))
+    config = make_project(tmp_path, server.base_url, model={"context_limit": 16384},
+                          metrics={"heartbeat_secs": 0.1})
+    env = clean_env(NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="200000")
+    process = ouroboros_forked("run", "--config", str(config), "--headless",
+                               out=tmp_path / "out.txt", err=tmp_path / "err.txt", env=env)
+    messages: list[str] = []
+    try:
+        wait_for(lambda: "READY=1" in received(sock, messages), "READY=1", process)
+        held_pid(tmp_path, process)
+        wait_for(lambda: received(sock, messages).count("WATCHDOG=1") >= 2, "pings", process)
+        assert status(config, "--stale-after", "5")[1]["state"] == "running"
+        os.kill(process.pid, signal.SIGSTOP)
+        received(sock, messages)  # what was on its way before the stop
+        before = messages.count("WATCHDOG=1")
+        code, health = wait_for(
+            lambda: (found := status(config, "--stale-after", "0.5"))[1]["state"] == "stuck"
+            and found, "status to call the stopped harness stuck")
+        assert code == 1 and health["heartbeat_age_secs"] > 0.5
+        assert received(sock, messages).count("WATCHDOG=1") == before  # no ping since
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+        kill(process)
+        sock.close()
+
+
 def test_without_notify_socket_nothing_is_sent_and_odd_values_are_ignored():
     from ouroboros.loop.systemd import notify_systemd, socket_address, watchdog_interval
 
