@@ -9,11 +9,21 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Container, Sequence
 
+import pytest
 import tomli_w
 
 from ouroboros.store.log import list_runs, run_records
+
+
+def sweep(cases: Sequence[Any], sample: Container[Any], ids: Sequence[str]) -> list[Any]:
+    """Every case of an exhaustive sweep as a pytest parameter: the `sample` runs in the
+    default suite, the rest only with `-m sweep` (CI runs both), so the suite stays cheap and
+    every case is still run before a change lands."""
+    return [pytest.param(*(case if isinstance(case, tuple) else (case,)), id=name,
+                         marks=() if case in sample else pytest.mark.sweep)
+            for case, name in zip(cases, ids)]
 
 
 def make_project(root: Path, base_url: str, *, prompt: str = "You are a test agent.",

@@ -22,10 +22,13 @@ from ouroboros.demo import RecordingAgent, expected_results, \
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import Fault, Reply, ScriptedServer
 from ouroboros.testing.tokenizer import TOKENIZERS
-from tests.helpers import make_project, of_type, ouroboros_here, run_events
+from tests.helpers import make_project, of_type, ouroboros_here, run_events, sweep
 
 WINDOW = 4096
 PARTS = 12
+# The tokenizers every change meets (the rest of the matrix runs with -m sweep, and in CI):
+# the densest estimate's foe, a byte-level BPE, and one that strips reasoning.
+TOKENIZER_SAMPLE = {"cpt-2.5", "bpe-bytes", "strip-reasoning"}
 MAX_RESTARTS = PARTS  # a restart per part at the very worst; storms ran into the hundreds
 
 
@@ -65,7 +68,7 @@ def assert_finished_cleanly(tmp_path, server, code, keys):
     return events
 
 
-@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+@pytest.mark.parametrize("name", sweep(sorted(TOKENIZERS), TOKENIZER_SAMPLE, sorted(TOKENIZERS)))
 def test_the_task_finishes_on_any_tokenizer(tmp_path, name):
     agent = ThinkingAgent(PARTS) if name == "strip-reasoning" else RecordingAgent(PARTS)
     with ScriptedServer(agent, model="scripted-demo", context_length=WINDOW,
@@ -76,8 +79,10 @@ def test_the_task_finishes_on_any_tokenizer(tmp_path, name):
     assert sources.count("estimate") <= 1  # a first count far below the estimate waits a turn
 
 
-@pytest.mark.parametrize("usage", ["zero", "null", "absent", "uncached", "negative", "huge",
-                                   "decreasing"])
+USAGES = ["zero", "null", "absent", "uncached", "negative", "huge", "decreasing"]
+
+
+@pytest.mark.parametrize("usage", sweep(USAGES, {"null", "uncached", "decreasing"}, USAGES))
 def test_the_task_finishes_whatever_the_server_reports(tmp_path, usage):
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=WINDOW,
                         usage=usage) as server:
@@ -109,7 +114,7 @@ def test_cached_tokens_are_read_and_recorded(tmp_path):
     assert cached[0] is None and all(c > 0 for c in cached[1:])
 
 
-@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+@pytest.mark.parametrize("name", sweep(sorted(TOKENIZERS), TOKENIZER_SAMPLE, sorted(TOKENIZERS)))
 def test_real_truncation_is_caught_on_any_tokenizer(tmp_path, name):
     """The config claims 16k but the server holds 2.5k and silently cuts longer prompts, and
     its /api/ps says nothing."""
