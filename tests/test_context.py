@@ -61,6 +61,14 @@ def test_above_the_hard_threshold_masking_comes_before_the_wind_down():
     assert cm.evaluate(9_400, messages) == Mask(["c2"])
 
 
+def test_at_the_hard_threshold_the_oldest_result_acted_on_goes_first_though_few_are_kept():
+    """Fewer results than keep_recent_observations: the ones the agent has acted on are still
+    masked oldest first before a wind-down (the newest, unacted, never)."""
+    cm = manager(keep_recent_observations=5)
+    messages = conversation(cm, 3, size=8_000)
+    assert cm.evaluate(9_500, messages) == Mask(["c0"])
+
+
 def test_a_session_that_masking_cannot_take_far_below_the_hard_threshold_winds_down():
     """Small results at 95%: masking them all would leave it above the middle of the two
     thresholds, so it would mask again every turn, creeping up until old turns were

@@ -419,16 +419,16 @@ class ContextManager:
         tally.tokens(self.chars_per_token, self.per_dense)  # its sizes at today's rates
         starts = tally.starts
         kept_read = self.kept_reads()
-        candidates = [i for i in tally.candidates() if i not in kept_read]
+        gains = {i: self.mask_gain(i, size) for i, size in tally.candidate_sizes().items()
+                 if i not in kept_read}  # oldest first
+        candidates = list(gains)
         unacted = len([i for i in tally.candidates(starts[-1]) if i not in kept_read]) \
             if starts else 0
         kept = max(self.policy.keep_recent_observations, unacted)
-        recent = [(i, self.mask_gain(i, tally.size_of(i)))
-                  for i in candidates[len(candidates) - kept:len(candidates) - unacted]]
-        pending = sum(self.mask_gain(i, tally.size_of(i))
-                      for i in candidates[len(candidates) - unacted:])
-        maskable = sum(self.mask_gain(i, tally.size_of(i))
-                       for i in candidates[:max(len(candidates) - unacted, 0)])
+        acted = len(candidates) - unacted
+        recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0):acted]]
+        pending = sum(gains[i] for i in candidates[acted:])
+        maskable = sum(gains[i] for i in candidates[:max(acted, 0)])
         decision, self.wound_down = decide(self.policy, self.used_pct(tokens), candidates,
                                            self.wound_down, recent, unacted, pending, maskable)
         return decision

@@ -205,6 +205,17 @@ class Tally:
         # Asked of the newest ones: look from the end.
         entry = next(e for e in map(self._entries.__getitem__, reversed(self._candidate_at))
                      if e.candidate == tool_call_id)
+        return self._size(entry)
+
+    def candidate_sizes(self, start: int = 0) -> dict[str, int]:
+        """The tokens each result worth masking among messages[start:] takes now, by
+        tool-call id, oldest first: one pass, where size_of for each would walk them all."""
+        at = self._candidate_at
+        return {e.candidate: self._size(e)
+                for e in map(self._entries.__getitem__, at[bisect_left(at, start):])
+                if e.candidate}
+
+    def _size(self, entry: Entry) -> int:
         measured = tk.measured(entry.message)
         return measured if measured is not None else self._estimate(entry)
 
