@@ -190,7 +190,10 @@ def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: flo
                  "of the budget)")
         warnings.append(f"{memory.name} is over {limit}: only its newest part is pinned")
     content = compose(mission, memory, agents, max_tokens)
-    return mission_message(content, mission), warnings
+    message = mission_message(content, mission)
+    if memory is not None and memory.text is not None:
+        message[MEMORY_KEY] = memory.name
+    return message, warnings
 
 
 def mission_message(content: str, mission: str) -> Message:
@@ -206,6 +209,12 @@ def fingerprint(text: str) -> str:
 
 MISSION_KEY = "_mission"
 MISSION_CHARS_KEY = "_mission_chars"
+MEMORY_KEY = "_memory"  # the memory file's name, when the message pins it
+
+
+def pinned_memory(system: Message) -> str | None:
+    """The memory file's name if this system message pins it."""
+    return system.get(MEMORY_KEY)
 
 
 def mission_changed(before: Message, now: Message) -> tuple[int, int] | None:

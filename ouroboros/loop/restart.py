@@ -129,11 +129,6 @@ def carried_messages(messages: Sequence[Message]) -> int:
     return sum(1 for m in messages[1:] if m.get(NOTE_KEY) != "restart")
 
 
-def pinned_memory(system: Message, name: str) -> str | None:
-    """`name` if the system message pins the memory file (memory.memory_section)."""
-    return name if f"## Your memory: {name} " in str(system.get("content") or "") else None
-
-
 def begin_session(state: RunState, messages: Conversation) -> int:
     """Make `messages` (fitted apart) the conversation of the run's next session; return how
     many turns the previous one ran."""

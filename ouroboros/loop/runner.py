@@ -34,13 +34,13 @@ from ouroboros.loop import systemd
 from ouroboros.loop.budgets import BUDGET, BudgetMeter
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
 from ouroboros.loop.server_wait import WAIT_CONDITION, WAITING, WaitNotices, wait_for_server
-from ouroboros.loop.memory import mission_changed, system_message
+from ouroboros.loop.memory import mission_changed, pinned_memory, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
 from ouroboros.protocols import Message, TextSink
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
 from ouroboros.loop.restart import ConfirmRestart, begin_session, carried_messages, \
-    count_progress, fresh_start, may_restart, pinned_memory
+    count_progress, fresh_start, may_restart
 from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
@@ -334,7 +334,7 @@ class Runner:
         facts = handoff_budget(policy.handoff_max_tokens, context.budget)
         fitted = fresh_start(state, system, toolbox.schemas(), policy, told,
                              facts_chars=int(facts * context.chars_per_token),
-                             memory=pinned_memory(system, self.loaded.config.agent.memory_file),
+                             memory=pinned_memory(system),
                              brief=toolbox.brief_schemas())
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)

@@ -145,28 +145,22 @@ def own_dir_problem(info: os.stat_result, uid: int) -> str | None:
 
 def state_dir_problem(info: os.stat_result, uid: int) -> str | None:
     """Why a state dir may let another user choose what the harness reads and writes there
-    (None: it may not): another user's (other than root's), or writable by every user without
-    the sticky bit. A group may share it (a Kubernetes volume's fsGroup, a umask of 002)."""
-    if not stat.S_ISDIR(info.st_mode):
-        return "it is not a directory"
-    if info.st_uid not in (uid, 0):
-        return f"it is owned by uid {info.st_uid}, not by this user (uid {uid}) or root"
-    if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
-        return (f"every user may write to it (mode {stat.S_IMODE(info.st_mode):o}), so any "
-                "of them may replace what the harness keeps there")
-    return None
+    (None: it may not): as shared_dir_problem, but a group may share it (a Kubernetes
+    volume's fsGroup, a umask of 002); only every user's write is too many."""
+    return shared_dir_problem(info, uid, writers=0o002)
 
 
-def shared_dir_problem(info: os.stat_result, uid: int) -> str | None:
+def shared_dir_problem(info: os.stat_result, uid: int, writers: int = 0o022) -> str | None:
     """Why the directory holding the locks' own may let another user replace them (None: it
-    may not): writable by others without the sticky bit (as /tmp has), or another user's
-    (other than root's)."""
+    may not): writable by others (the `writers` bits: group and other) without the sticky
+    bit (as /tmp has), or another user's (other than root's)."""
     if not stat.S_ISDIR(info.st_mode):
         return "it is not a directory"
     if info.st_uid not in (uid, 0):
         return f"it is owned by uid {info.st_uid}, not by this user (uid {uid}) or root"
-    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-        return (f"others may write to it (mode {stat.S_IMODE(info.st_mode):o}) and it has no "
+    if info.st_mode & writers and not info.st_mode & stat.S_ISVTX:
+        who = "every user" if writers == 0o002 else "others"
+        return (f"{who} may write to it (mode {stat.S_IMODE(info.st_mode):o}) and it has no "
                 "sticky bit, so they may replace what the harness keeps there")
     return None
 
