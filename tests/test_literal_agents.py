@@ -364,3 +364,56 @@ def test_forty_parts_through_restarts_and_two_kills(tmp_path, scripted_server, n
         assert result.returncode == 3 and ended["reason"] == "idle", result.stdout
     else:
         assert result.returncode == 0 and ended["reason"] == "task_complete", result.stdout
+
+
+# --- the harness's own words, read literally ------------------------------------------------
+
+
+def harness_notes() -> dict[str, str]:
+    """Every note the harness writes into a prompt, as it writes it (the real functions,
+    with facts that name files, commands, failures and calls cut short)."""
+    from ouroboros.loop.guards import Loop, loop_note, redo_detail, redo_note
+    from ouroboros.loop.handoff import Digest, restart_note
+    from ouroboros.window.conversation import interrupted_note, mask_notice
+    from ouroboros.loop.restart import carried_from
+
+    digest = Digest(turns=21, calls=30)
+    for _ in range(3):
+        digest.wrote(NOTES)
+    digest.commands.append((RECORD.format(7, "abc123"), 0))
+    digest.count_failure("file_read gone.txt", "error: file not found")
+    digest.count_failure("file_read gone.txt", "error: file not found")
+    digest.interrupted.append((f"shell_exec {RECORD.format(8, 'def456')}", 3))
+    return {
+        "restart": restart_note(digest, session=4, previous_turns=21, carried=True,
+                                facts_chars=4000, memory="NOTES.md"),
+        "carried": carried_from(3, [{"role": "assistant", "content": ""}])[0]["content"],
+        "interrupted": interrupted_note([("shell_exec", RECORD.format(8, "def456"))]),
+        "redoing": redo_note(redo_detail(3, 5, [(f"shell_exec {RECORD.format(2, 'a')}", 1)])),
+        "mask": mask_notice(3, 40.0)["content"],
+        "stuck": loop_note(Loop("repeat", 4, "file_read gone.txt failed 4 times")),
+    }
+
+
+def test_no_note_of_the_harness_reads_as_save_but_the_wind_down():
+    """A literal model saves when it reads 'save', 'wind down', 'wrap up': only the wind-down
+    may say so; a save made at any other moment is made from what it can see, and destroys
+    its notes."""
+    from ouroboros.testing.agents import order_in
+    from ouroboros.window.conversation import WIND_DOWN_TEXT
+
+    orders = {name: order_in(text) for name, text in harness_notes().items()}
+    assert orders["restart"] == "read"  # what to do first, and nothing else
+    assert orders["carried"] is None and orders["mask"] is None
+    assert all(order != "save" for order in orders.values()), orders
+    assert order_in(WIND_DOWN_TEXT.format(pct=0.91)) == "save"
+
+
+@pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
+def test_every_agent_reads_its_notes_first_after_the_real_restart_note(agent):
+    notes = harness_notes()
+    chat = Chat().say(notes["carried"]).read_part(11).recorded(11).say(notes["restart"])
+    reply = agent(40)(chat.messages)
+    assert NOTES in reads(reply) or any("part_008" in json.dumps(args)
+                                        for _, args in calls(reply))  # or checks the cut one
+    assert notes_written(reply) is None  # never a save before it has read them

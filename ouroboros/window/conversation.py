@@ -28,9 +28,10 @@ _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 Note = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "redoing"]
 Truncation = Literal["head", "tail", "both"]
 
+INTERRUPTED_PREFIX = "[interrupted:"  # how the result of a call a stop cut short begins
 INTERRUPTED_TEXT = (
-    "[interrupted: the harness stopped while this {name} call was running, so it may or may "
-    "not have taken effect. Check before repeating it.]"
+    INTERRUPTED_PREFIX + " the harness stopped while this {name} call was running, so it may "
+    "or may not have taken effect. Check before repeating it.]"
 )
 
 
@@ -244,7 +245,7 @@ def cut_short(messages: Sequence[Message]) -> list[ToolCall]:
     if last < 0 or messages[last]["role"] != "assistant" or last == len(messages) - 1:
         return []
     interrupted = {m.get("tool_call_id") for m in messages[last + 1:]
-                   if str(m.get("content") or "").startswith(INTERRUPTED_TEXT[:13])}
+                   if str(m.get("content") or "").startswith(INTERRUPTED_PREFIX)}
     return [ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments", ""))
             for c in messages[last].get("tool_calls") or () if c["id"] in interrupted]
 
