@@ -51,11 +51,18 @@ class NoteTaker(RecordingAgent):
         return super().__call__(messages)
 
 
-def test_memory_and_handoff_carry_a_session_into_the_next(tmp_path):
-    with ScriptedServer(NoteTaker(14), model="scripted-demo", context_length=4096) as server:
-        write_demo_project(tmp_path, server.base_url, 14)
-        loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
+def demo_task(root, agent: RecordingAgent) -> ScriptedServer:
+    """The demo task done to its end by `agent` in a 4k window; the server, for its
+    requests."""
+    with ScriptedServer(agent, model="scripted-demo", context_length=4096) as server:
+        write_demo_project(root, server.base_url, agent.parts)
+        loaded = load_config(root / "ouroboros.toml", {}, env={}, user_file=None)
         assert asyncio.run(run_agent(loaded, RunHooks())) == 0
+    return server
+
+
+def test_memory_and_handoff_carry_a_session_into_the_next(tmp_path):
+    server = demo_task(tmp_path, NoteTaker(14))
     events = run_events(tmp_path)
     assert events[-1]["reason"] == "task_complete"
     restart = of_type(events, "session_restart")[0]
@@ -171,10 +178,7 @@ class NotesVandal(RecordingAgent):
 
 
 def test_a_memory_file_huge_binary_or_replaced_changes_nothing_of_a_restart(tmp_path):
-    with ScriptedServer(NotesVandal(32), model="scripted-demo", context_length=4096) as server:
-        write_demo_project(tmp_path, server.base_url, 32)
-        loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
-        assert asyncio.run(run_agent(loaded, RunHooks())) == 0
+    server = demo_task(tmp_path, NotesVandal(32))
     events = run_events(tmp_path)
     assert events[-1]["reason"] == "task_complete" and len(of_type(events, "session_restart")) >= 3
     firsts = [r["messages"] for r in server.requests
