@@ -359,6 +359,22 @@ def test_the_same_call_in_the_same_session_or_new_work_is_not_work_done_again(tm
     assert not rig.log.of_type("stuck")
 
 
+def test_running_the_same_checks_again_and_again_is_not_work_done_again(tmp_path):
+    """An agent that writes its notes the same way every few turns, as the session before did
+    (its tests, `git status` in a real run), is working, not redoing: each call counts once a
+    session."""
+    same = reply("", call("file_write", path="status.txt", content="tests pass"))
+    model = FakeModel([same, *writes(0, 2), same, same,
+                       reply("", call("task_complete", summary="x"))])
+    rig = Rig(tmp_path, model, agent={"redo_notice_repeats": 2, "redo_pause_repeats": 3})
+    assert rig.run().reason == "task_complete"
+    rig.restart()
+    work = [step for i in range(20) for step in (same, *writes(100 + i, 1))]
+    model.script.extend([*work, reply("", call("task_complete", summary="x"))])
+    assert rig.run().reason == "task_complete"
+    assert not rig.log.of_type("stuck")
+
+
 def test_the_redo_check_is_a_pure_decision():
     from ouroboros.loop.guards import redoing
 

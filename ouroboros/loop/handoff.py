@@ -73,8 +73,9 @@ class Digest:
     failed: int = 0
     failures: Counter[str] = field(default_factory=Counter)  # "tool target" -> times
     last_failure: dict[str, str] = field(default_factory=dict)  # its latest first line
-    side_effects: int = 0  # calls of SIDE_EFFECTS answered
+    side_effects: int = 0  # distinct calls of SIDE_EFFECTS answered (`seen`)
     repeats: int = 0  # of them, the same call as one that succeeded in an earlier session
+    seen: dict[str, None] = field(default_factory=dict)  # their fingerprints, newest kept
     repeated: deque[tuple[str, int]] = field(  # the newest: what, and the session it was done
         default_factory=lambda: deque(maxlen=MAX_REPEATS_SHOWN))
     told_redoing: bool = False
@@ -127,12 +128,18 @@ class Digest:
             self.wrote(target)
 
     def side_effect(self, what: str, print_: str, session: int, *, ok: bool) -> None:
-        """Count a side-effecting call, and whether an earlier session already did it."""
-        self.side_effects += 1
+        """Count a side-effecting call, and whether an earlier session already did it. Each
+        call counts once a session: an agent that runs its tests or `git status` again and
+        again, as earlier sessions did, is not redoing their work."""
         first = self.done.get(print_)
-        if first is not None and first < session:
-            self.repeats += 1
-            self.repeated.append((what, first))
+        if print_ not in self.seen:
+            self.seen[print_] = None
+            if len(self.seen) > MAX_DONE:
+                self.seen.pop(next(iter(self.seen)))
+            self.side_effects += 1
+            if first is not None and first < session:
+                self.repeats += 1
+                self.repeated.append((what, first))
         if ok:
             self.done[print_] = first if first is not None else session
             self.done.move_to_end(print_)
@@ -164,6 +171,7 @@ class Digest:
         """A person chose to go on (a resume): the session's repeats are counted afresh."""
         self.side_effects = self.repeats = 0
         self.repeated.clear()
+        self.seen.clear()
         self.told_redoing = False
 
     def forget_interrupted(self, before: int) -> None:
@@ -192,6 +200,7 @@ class Digest:
             "commands": [list(item) for item in self.commands],
             "interrupted": [list(item) for item in self.interrupted],
             "done": list(self.done.items()),
+            "seen": list(self.seen),
             "pending": {key: list(value) for key, value in self.pending.items()},
         }
 
@@ -212,6 +221,7 @@ class Digest:
                                for c, code in data["commands"])
         digest.interrupted.extend((str(what), int(at)) for what, at in data["interrupted"])
         digest.done = OrderedDict((str(k), int(v)) for k, v in data["done"])
+        digest.seen = dict.fromkeys(str(k) for k in data.get("seen", ()))
         digest.pending = {str(k): (str(n), str(t), str(f))
                           for k, (n, t, f) in data["pending"].items()}
         return digest
@@ -220,7 +230,7 @@ class Digest:
 COUNTS = ("turns", "calls", "failed", "side_effects", "repeats", "told_redoing",
           "sessions_turns", "sessions_calls", "files_dropped")
 SESSION_FIELDS = ("turns", "calls", "failed", "failures", "last_failure", "side_effects",
-                  "repeats", "repeated", "told_redoing")
+                  "repeats", "repeated", "seen", "told_redoing")
 
 
 # -- the restart note ------------------------------------------------------------------------
