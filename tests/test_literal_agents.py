@@ -376,6 +376,8 @@ def harness_notes() -> dict[str, str]:
     from ouroboros.loop.handoff import Digest, restart_note
     from ouroboros.window.conversation import interrupted_note, mask_notice
     from ouroboros.loop.restart import carried_from
+    from ouroboros.protocols import ToolCall
+    from ouroboros.tools import cut_off_result
 
     digest = Digest(turns=21, calls=30)
     for _ in range(3):
@@ -392,6 +394,8 @@ def harness_notes() -> dict[str, str]:
         "redoing": redo_note(redo_detail(3, 5, [(f"shell_exec {RECORD.format(2, 'a')}", 1)])),
         "mask": mask_notice(3, 40.0)["content"],
         "stuck": loop_note(Loop("repeat", 4, "file_read gone.txt failed 4 times")),
+        "cut off": cut_off_result(ToolCall("c1", "file_write",
+                                           '{"path": "notes.md", "content": "DONE: 1-')).content,
     }
 
 
