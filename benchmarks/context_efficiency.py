@@ -145,19 +145,33 @@ class PrefixCache:
 CACHE_HEADER = f"{'again':>9}{'bound':>8}{'hit':>6}"
 
 
+def message_key(message: dict) -> str:
+    """What names a message across requests whatever masking did to its text: a result by its
+    call's id, a reply by its calls' ids (else its text), anything else by its text."""
+    if message.get("tool_call_id"):
+        return "result " + message["tool_call_id"]
+    calls = message.get("tool_calls") or []
+    if calls:
+        return "reply " + " ".join(c.get("id", "") for c in calls)
+    return json.dumps([message.get("role"), message.get("content")])
+
+
 def prefix_cache(requests: list[dict]) -> PrefixCache:
-    """The prefix-cache figures of these chat requests, in order (see PrefixCache)."""
+    """The prefix-cache figures of these chat requests, in order (see PrefixCache). A message
+    is new to a request when the request before did not hold it (by message_key)."""
     again = bound = total = 0
-    before, opening = "", None
+    before, opening, held = "", None, set()
     for request in requests:
         messages = request.get("messages") or []
         text = json.dumps([request.get("tools"), messages], sort_keys=True)
         shared = len(os.path.commonprefix([before, text]))
         started = len(messages) < 2 or messages[1] != opening  # a session's first prompt
         again += len(text) - shared
-        bound += len(text) if started else max(len(text) - len(before), 0)
+        bound += len(text) if started else sum(
+            len(json.dumps(m, sort_keys=True)) for m in messages if message_key(m) not in held)
         total += len(text)
         before, opening = text, messages[1] if len(messages) > 1 else None
+        held = {message_key(m) for m in messages}
     return PrefixCache(again, bound, 1 - again / total if total else 0.0)
 
 

@@ -26,15 +26,24 @@ def test_below_soft_threshold_continues():
     assert cm.evaluate(6_999, messages) == Continue()
 
 
-def test_at_soft_threshold_masks_oldest_batch_keeping_recent():
+def test_above_the_soft_threshold_one_round_masks_the_oldest_down_to_the_low_water_mark():
+    """Each result frees about a quarter of the budget: from 70%, two take it to 40%."""
+    cm = manager(mask_batch_size=1, keep_recent_observations=2, mask_low_water_pct=0.4)
+    messages = conversation(cm, 6, size=8_000)
+    assert cm.evaluate(7_000, messages) == Mask(["c0", "c1"])
+
+
+def test_a_round_too_small_to_reach_the_low_water_mark_waits():
+    """Masking 3% of the budget would make the server process the whole prompt after the
+    first placeholder again, for a turn or two of room: not yet."""
     cm = manager(mask_batch_size=3, keep_recent_observations=2)
-    messages = conversation(cm, 6)
-    assert cm.evaluate(7_000, messages) == Mask(["c0", "c1", "c2"])
+    messages = conversation(cm, 6)  # results of ~1% of the budget each
+    assert cm.evaluate(7_500, messages) == Continue()
 
 
 def test_masking_never_touches_the_newest_observations():
     cm = manager(mask_batch_size=10, keep_recent_observations=2)
-    messages = conversation(cm, 4)
+    messages = conversation(cm, 4, size=8_000)
     assert cm.evaluate(8_000, messages) == Mask(["c0", "c1"])
 
 
@@ -77,16 +86,30 @@ def test_a_session_that_masking_cannot_take_far_below_the_hard_threshold_winds_d
     messages = conversation(cm, 6, size=400)  # ~6% of the budget could be freed
     assert cm.evaluate(9_500, messages) == WindDown()
     assert isinstance(cm.evaluate(9_500, messages), Restart)
-    # Below the hard threshold it masks as ever.
-    assert cm.evaluate(7_500, conversation(manager(mask_batch_size=3), 40, size=400)) == \
-        Mask(["c0", "c1", "c2"])
+    # Below the hard threshold, with enough to mask, one round takes it to the low-water mark.
+    many = manager(mask_batch_size=3, mask_low_water_pct=0.4)
+    decision = many.evaluate(7_500, conversation(many, 40, size=400))
+    assert isinstance(decision, Mask)
+    assert decision.tool_call_ids == [f"c{i}" for i in range(len(decision.tool_call_ids))]
+    assert 20 < len(decision.tool_call_ids) < 38  # the oldest, as many as it takes
 
 
 def test_the_fullness_rule_is_part_of_the_pure_decision():
     policy = ContextConfig(keep_recent_observations=0, mask_batch_size=2)
-    assert decide(policy, 0.95, ["a", "b"], False, maskable=0.3)[0] == Mask(["a", "b"])
-    assert decide(policy, 0.95, ["a", "b"], False, maskable=0.1)[0] == WindDown()
-    assert decide(policy, 0.95, ["a", "b"], False)[0] == Mask(["a", "b"])  # not known
+    candidates = [("a", 0.05), ("b", 0.05)]
+    assert decide(policy, 0.95, candidates, False, maskable=0.3)[0] == Mask(["a", "b"])
+    assert decide(policy, 0.95, candidates, False, maskable=0.1)[0] == WindDown()
+    assert decide(policy, 0.95, candidates, False)[0] == Mask(["a", "b"])  # not known
+
+
+def test_a_full_session_winds_down_even_when_recent_results_could_be_masked():
+    """Full, with the agent's two newest results freeing 12%: before, it went on a turn at a
+    time past the budget, and the save request itself had to be cut down to be sent."""
+    policy = ContextConfig(keep_recent_observations=2)
+    recent = [("c7", 0.06), ("c8", 0.06)]
+    decision, wound = decide(policy, 0.97, [("c7", 0.06), ("c8", 0.06)], False,
+                             recent=recent, maskable=0.12)
+    assert decision == WindDown() and wound
 
 
 def test_dropping_below_hard_after_wind_down_rearms_it():
@@ -134,8 +157,8 @@ def test_mask_replaces_only_the_content_and_keeps_the_chain():
 
 
 def test_masked_observations_are_not_masked_again():
-    cm = manager(mask_batch_size=2, keep_recent_observations=0)
-    messages = conversation(cm, 4)
+    cm = manager(mask_batch_size=2, keep_recent_observations=0, mask_low_water_pct=0.6)
+    messages = conversation(cm, 4, size=8_000)
     messages = cm.mask(messages, ["c0", "c1"])
     # c3, the newest turn's result, is not seen by the agent yet: never masked after a turn.
     assert cm.evaluate(7_500, messages) == Mask(["c2"])
@@ -381,7 +404,8 @@ def test_admit_caps_results_at_a_quarter_of_the_budget():
     (0.85, [], True, Continue(), True),  # under hard but above soft: still wound down
 ])
 def test_decide(used, candidates, wound_down, decision, after):
-    assert decide(ContextConfig(), used, candidates, wound_down) == (decision, after)
+    shares = [(name, 0.15) for name in candidates]
+    assert decide(ContextConfig(), used, shares, wound_down) == (decision, after)
 
 
 def test_a_server_that_never_shows_the_model_its_tools_is_believed():

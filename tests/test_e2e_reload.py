@@ -73,6 +73,8 @@ def run_task(root: Path, brain, parts: int, *, resume: bool = False,
             # one recent result kept: masking comes a read after the soft threshold, so the
             # decisions show which threshold they were taken at
             edit_config(root, "context", "keep_recent_observations", 1)
+            # and rounds that need free only a little, so they come between the thresholds
+            edit_config(root, "context", "mask_low_water_pct", 0.54)
         else:
             edit_config(root, "model", "base_url", server.base_url)
         keys = make_workspace(root / "workspace", parts, chars_per_part=CHARS_PER_PART)
@@ -236,6 +238,7 @@ def test_resume_after_an_edit_uses_the_edited_values(tmp_path):
         failing.server = server
         write_demo_project(tmp_path, server.base_url, 24)
         edit_config(tmp_path, "context", "keep_recent_observations", 1)  # as run_task does
+        edit_config(tmp_path, "context", "mask_low_water_pct", 0.54)
         make_workspace(tmp_path / "workspace", 24, chars_per_part=CHARS_PER_PART)
         loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
         with pytest.raises(RunFailed):

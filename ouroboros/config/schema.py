@@ -348,7 +348,17 @@ class ContextConfig(_Table):
         "there is no one to ask).",
     )
     mask_batch_size: int = Field(
-        3, ge=1, description="Old tool results masked together in one step."
+        3, ge=1, description="Fewest old tool results masked together in one masking round."
+    )
+    mask_low_water_pct: float = Field(
+        0.4,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Fraction of the prompt budget a masking round masks down to, when the "
+        "results it may mask free that much: every round makes a server's prompt cache "
+        "process everything after the first masked result again, so fewer, larger rounds "
+        "cost less. Below soft_threshold_pct.",
     )
     keep_recent_observations: int = Field(
         2, ge=0, description="Most recent tool results that are never masked."
@@ -385,6 +395,12 @@ class ContextConfig(_Table):
                 "threshold_order",
                 "soft_threshold_pct ({soft}) must be less than hard_threshold_pct ({hard})",
                 {"soft": self.soft_threshold_pct, "hard": self.hard_threshold_pct},
+            )
+        if self.mask_low_water_pct >= self.soft_threshold_pct:
+            raise PydanticCustomError(
+                "threshold_order",
+                "mask_low_water_pct ({low}) must be less than soft_threshold_pct ({soft})",
+                {"low": self.mask_low_water_pct, "soft": self.soft_threshold_pct},
             )
         return self
 

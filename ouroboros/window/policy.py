@@ -83,50 +83,68 @@ class Restart:
 Decision = Continue | Mask | WindDown | Restart
 
 
-def decide(policy: ContextConfig, used: float, candidates: list[str],
+def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, float]],
            wound_down: bool, recent: Sequence[tuple[str, float]] = (), unacted: int = 0,
            pending: float = 0.0, maskable: float | None = None) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
-    masking (oldest first), and whether the agent has been told to wind down since.
+    masking (oldest first: id and the share of the budget masking it would free), and
+    whether the agent has been told to wind down since. Returns the decision and whether
+    the agent stands wound down after it.
 
-    Continue below the soft threshold; above it, mask the oldest observations (never the
-    newest `keep_recent_observations`). At the hard threshold with nothing left to mask, wind
-    down; still there a turn later, restart. Masking comes first even above the hard
-    threshold: one large result can jump past both thresholds, and masking is far cheaper
-    than a restart. The newest `unacted` observations (the agent has not seen them yet) are
-    never masked, whatever `keep_recent_observations` says. The wind-down rearms only once use falls below the soft threshold: a
-    conversation hovering about the hard threshold would otherwise wind down forever.
-    At the hard threshold, the recent observations the agent has already acted on (`recent`:
-    id and share of the budget each, oldest first) are masked rather than winding down, when
-    masking them brings use below the hard threshold; and when masking them together with
-    the unacted ones (`pending`: the share of the budget those would free) would, the agent
-    is given the turn to act on what it just got, rather than told to wind down.
-    At the hard threshold a session is *full* when even masking every result it may
-    (`maskable`: the share of the budget that would free; None: unknown, as much as it
-    takes) would leave it above the middle of the two thresholds: masking would buy a turn
-    or two each round, creeping up until old turns are dropped from under the agent (and
-    rewriting the prompt's prefix every turn), so it winds down and restarts instead.
-    Returns the decision and whether the agent stands wound down after it.
+    Every masking round makes a prefix-caching server process everything after its first
+    placeholder again, so rounds are few and large (mask_round):
+    - below the soft threshold: continue (and the wind-down rearms);
+    - between the thresholds: one round, only when it brings use down to
+      `mask_low_water_pct`; a smaller one waits;
+    - at the hard threshold: one round of whatever it may mask. Never masked: the newest
+      `keep_recent_observations` and the `unacted` ones (the agent has not seen them).
+      With nothing there, the `recent` ones the agent has acted on (id and share each) are
+      masked when that brings use below the hard threshold; and when masking them with the
+      unacted ones (`pending`: what those would free) would, the agent gets its turn to
+      act on what it just got;
+    - otherwise, or when the session is *full* (masking every result it may, `maskable`,
+      would leave it above the middle of the thresholds; None: unknown), wind down; still
+      there a turn later, restart. A full session would buy a turn or two a round, creeping
+      up until old turns are dropped from under the agent.
     """
     if used < policy.soft_threshold_pct:
         return Continue(), False
     keep = max(policy.keep_recent_observations, unacted)
-    ids = (candidates[:-keep] if keep else candidates)[: policy.mask_batch_size]
-    full = used >= policy.hard_threshold_pct and maskable is not None and \
+    ids = mask_round(used, candidates[:-keep] if keep else candidates, policy)
+    freed = sum(share for tool_call_id, share in candidates if tool_call_id in ids)
+    if used < policy.hard_threshold_pct:  # a round only when it lasts: to the low-water mark
+        worth_it = ids and used - freed <= policy.mask_low_water_pct
+        return (Mask(ids) if worth_it else Continue()), wound_down
+    full = maskable is not None and \
         used - maskable >= (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
-    if ids and not full:
-        return Mask(ids), wound_down
-    if used < policy.hard_threshold_pct:
-        return Continue(), wound_down
-    spare = [] if full else enough_to_mask(used, recent, policy.hard_threshold_pct)
-    if spare:
-        return Mask(spare), wound_down
-    if used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct \
-            and used < 1:
-        return Continue(), wound_down
+    if not full:
+        if ids:
+            return Mask(ids), wound_down
+        spare = enough_to_mask(used, recent, policy.hard_threshold_pct)
+        if spare:
+            return Mask(spare), wound_down
+        if used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct \
+                and used < 1:
+            return Continue(), wound_down
     if wound_down:
         return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
     return WindDown(), True
+
+
+def mask_round(used: float, candidates: Sequence[tuple[str, float]],
+               policy: ContextConfig) -> list[str]:
+    """The observations one masking round masks, oldest first: at least `mask_batch_size`,
+    and as many more as bring `used` down to `mask_low_water_pct`. Every round makes a
+    prefix-caching server process everything after its first placeholder again, whatever
+    it masks, so a round is made to last: masked down to the low-water mark, the session
+    works a while before the next."""
+    ids: list[str] = []
+    for tool_call_id, share in candidates:
+        if used <= policy.mask_low_water_pct and len(ids) >= policy.mask_batch_size:
+            break
+        ids.append(tool_call_id)
+        used -= share
+    return ids
 
 
 def enough_to_mask(used: float, recent: Sequence[tuple[str, float]],
@@ -429,7 +447,8 @@ class ContextManager:
         recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0):acted]]
         pending = sum(gains[i] for i in candidates[acted:])
         maskable = sum(gains[i] for i in candidates[:max(acted, 0)])
-        decision, self.wound_down = decide(self.policy, self.used_pct(tokens), candidates,
+        decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
+                                           list(gains.items()),
                                            self.wound_down, recent, unacted, pending, maskable)
         return decision
 
