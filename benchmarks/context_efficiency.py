@@ -51,7 +51,8 @@ from ouroboros.demo import (
     write_demo_project,
 )
 from ouroboros.store.log import list_runs, read_events
-from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.loop.runner import run_agent
+from ouroboros.protocols import RunHooks
 from ouroboros.testing import Reply, ScriptedServer
 from ouroboros.testing.agents import (
     CHARS_PER_PART,

@@ -15,7 +15,7 @@ from ouroboros.loop.restart import begin_session, fresh_start
 from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.state import RunState
-from ouroboros.loop.stopping import StopFlag
+from ouroboros.protocols import StopFlag
 from ouroboros.tools import FileRead, FileWrite, TaskComplete, Toolbox
 from tests.fakes import FakeModel, MemoryLog, Waits, call, reply
 

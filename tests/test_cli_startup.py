@@ -1,6 +1,6 @@
 """What a command loads before it answers: `--version` and `--help` start without the
-runner, httpx, pydantic or rich, and the read-only commands without the runner, the HTTP
-client or the config editor."""
+runner, httpx, pydantic or rich, and every read-only command (`watch` included) without the
+runner, the sandbox, the HTTP client or the config editor."""
 
 from __future__ import annotations
 
@@ -15,27 +15,34 @@ from typer.testing import CliRunner
 from ouroboros.cli import app
 from tests.ui_sample import write_sample_run
 
-# Runs the CLI as the `ouroboros` script does, then prints which of these were imported (a
-# command that failed early would load nothing and prove nothing: it fails the probe).
+# Runs the CLI as the `ouroboros` script does, then prints its exit code and which of these
+# were imported (a command that failed early would load nothing and prove nothing: the test
+# checks the exit code too).
 PROBE = """
 import sys
 from ouroboros.cli import main
 try:
     main()
+    code = 0
 except SystemExit as exit:
-    assert not exit.code, f"the command failed: exit {exit.code}"
+    code = exit.code or 0
 watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.loop.runner", "ouroboros.server.client",
-           "ouroboros.loop.session", "tomlkit")
-print("loaded:", " ".join(sorted(m for m in watched if m in sys.modules)))
+           "ouroboros.loop.session", "ouroboros.sandbox", "tomlkit")
+print("loaded:", code, " ".join(sorted(m for m in watched if m in sys.modules)))
 """
+# Never loaded by a command that only looks: the run's machinery, its sandbox, its HTTP client.
+RUN_MACHINERY = {"ouroboros.loop.runner", "ouroboros.loop.session", "ouroboros.sandbox",
+                 "ouroboros.server.client", "httpx"}
 
 
-def loaded_by(*args: str, cwd: Path | None = None) -> set[str]:
+def loaded_by(*args: str, cwd: Path | None = None, exit_code: int = 0) -> set[str]:
     done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
                           text=True, cwd=cwd, timeout=60)
     line = (done.stdout.strip().splitlines() or [""])[-1]
     assert line.startswith("loaded:"), done.stdout + done.stderr
-    return set(line.split()[1:])
+    _, code, *names = line.split()
+    assert int(code) == exit_code, done.stdout + done.stderr
+    return set(names)
 
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"]])
@@ -43,16 +50,44 @@ def test_version_and_help_load_nothing_heavy(args):
     assert loaded_by(*args) == set()
 
 
-@pytest.mark.parametrize("command", ["status", "runs", "logs"])
-def test_read_only_commands_do_not_load_the_runner(tmp_path, command):
+# Every command `ouroboros --help` lists that only looks (with the arguments that take
+# another path through it, and the exit code it gives for the sample run: ended, resumable),
+# and those that change something; a new command must be put in one or the other.
+READ_ONLY = {
+    ("status",): 0, ("status", "--json"): 3, ("runs",): 0, ("stats",): 0, ("stats", "--all"): 0,
+    ("logs",): 0, ("logs", "--follow", "--json"): 0, ("watch",): 0, ("watch", "--json"): 0,
+    ("config", "show"): 0, ("config", "get", "model.name"): 0,
+}
+CHANGING = {"run", "resume", "init", "reload", "tell", "prune", "demo", "config set",
+            "config unset"}
+
+
+def test_every_command_is_read_only_or_changing():
+    from ouroboros.cli import commands
+
+    cli = commands()
+    listed = {info.name or info.callback.__name__ for info in cli.registered_commands}
+    listed |= {f"{group.name} {info.name}" for group in cli.registered_groups
+               for info in group.typer_instance.registered_commands}
+    looking = {" ".join(args[:2]) if args[0] == "config" else args[0] for args in READ_ONLY}
+
+    assert not looking & CHANGING
+    assert listed == looking | CHANGING
+
+
+@pytest.mark.parametrize("args", list(READ_ONLY), ids=" ".join)
+def test_read_only_commands_load_no_runner_no_sandbox_no_httpx(tmp_path, args):
     (tmp_path / "ouroboros.toml").write_text('[model]\nbase_url = "http://127.0.0.1:11434"\n')
-    write_sample_run(tmp_path / ".ouroboros", ended=True)
+    write_sample_run(tmp_path / ".ouroboros", ended=True)  # `watch` ends at its run_end
 
-    loaded = loaded_by(command, cwd=tmp_path)
+    loaded = loaded_by(*args, cwd=tmp_path, exit_code=READ_ONLY[args])
 
-    assert not loaded & {"asyncio", "ouroboros.loop.runner", "ouroboros.server.client",
-                         "ouroboros.loop.session", "httpx", "tomlkit"}
-    if command == "logs":  # plain lines: no rich
+    assert not loaded & RUN_MACHINERY
+    if args[0] != "config":
+        assert "tomlkit" not in loaded  # the config editor
+    if args in (("status",), ("runs",), ("logs",)):
+        assert "asyncio" not in loaded
+    if args[0] == "logs":  # plain lines: no rich
         assert "rich" not in loaded
 
 

@@ -15,8 +15,8 @@ from ouroboros.errors import NothingToResume, StillPaused, UsageError
 
 if TYPE_CHECKING:
     from ouroboros.config import ContextConfig, LoadedConfig
-    from ouroboros.loop.runner import RunHooks
     from ouroboros.metrics import MetricsServer
+    from ouroboros.protocols import RunHooks
 
 
 def interactive(headless: bool, json_lines: bool = False) -> bool:
@@ -30,7 +30,7 @@ def make_hooks(headless: bool, context: ContextConfig | None = None,
     """The live dashboard on a terminal (with the thresholds to mark on its gauge, and for a
     resume the run's log so far), else one plain line per event, or with `json_lines` one
     JSON record per event."""
-    from ouroboros.loop.runner import RunHooks
+    from ouroboros.protocols import RunHooks
     from ouroboros.ui.plain import plain_printer
 
     if json_lines:

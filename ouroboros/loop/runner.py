@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ouroboros.store import events as ev
@@ -25,7 +25,7 @@ from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
 from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
     RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
 from ouroboros.store.owner import claim_state_dir
-from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, utc_now, \
+from ouroboros.store.log import EventLog, find_run, new_run_id, runs_dir, utc_now, \
     write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.guards import StuckGuard
@@ -37,9 +37,9 @@ from ouroboros.loop.server_wait import WAIT_CONDITION, WAITING, WaitNotices, wai
 from ouroboros.loop.memory import mission_changed, pinned_memory, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
-from ouroboros.protocols import Message, TextSink
+from ouroboros.protocols import Interrupted, Listener, Message, RunHooks
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
-from ouroboros.loop.restart import ConfirmRestart, begin_session, carried_messages, \
+from ouroboros.loop.restart import begin_session, carried_messages, \
     count_progress, fresh_start, may_restart
 from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
@@ -56,21 +56,11 @@ from ouroboros.loop.startup import (
     startup_warnings,
     sweep_temporaries,
 )
-from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.loop.state import RunState
 from ouroboros.store.observations import OBSERVATIONS_DIR
-from ouroboros.loop.stopping import Interrupted, stop_signals
+from ouroboros.loop.stopping import stop_signals
 from ouroboros.server.tokenizer import TokenCounter
 from ouroboros.window.belief import reclaimed
-
-
-@dataclass
-class RunHooks:
-    """How the terminal takes part: it watches events and text, and may be asked to confirm."""
-
-    on_event: Listener | None = None
-    on_text: TextSink | None = None
-    confirm_restart: ConfirmRestart | None = None  # None: cannot ask (headless)
-    stop: StopFlag = field(default_factory=StopFlag)
 
 
 async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,

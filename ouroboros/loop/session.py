@@ -31,6 +31,7 @@ from ouroboros.loop.journal import Journal
 from ouroboros.protocols import (
     ModelClient,
     RunLog,
+    StopFlag,
     StreamResult,
     TextSink,
     TokenCounter,
@@ -38,7 +39,7 @@ from ouroboros.protocols import (
     ToolResult,
 )
 from ouroboros.server.retry import RetryPolicy, with_retries
-from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.loop.state import RunState
 from ouroboros.tools import COMPLETE_KEY, Toolbox
 from ouroboros.loop.decisions import Upkeep
 

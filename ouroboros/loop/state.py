@@ -1,5 +1,4 @@
-"""What a run carries from step to step: the state a resume needs back (and the stop flag,
-from stopping.py)."""
+"""What a run carries from step to step: the state a resume needs back."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ from ouroboros.window.conversation import Conversation
 from ouroboros.window.policy import ContextManager
 from ouroboros.store.events import WarningCleared, WarningEvent
 from ouroboros.protocols import EventSink, Message
-from ouroboros.loop.stopping import StopFlag
 
-__all__ = ["RunState", "StopFlag"]
+__all__ = ["RunState"]
 
 
 Reload = Literal["", "requested", "wound_down"]

@@ -19,71 +19,11 @@ from __future__ import annotations
 import asyncio
 import signal
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Iterator, TypeVar
+from typing import Iterator
 
-T = TypeVar("T")
+from ouroboros.protocols import StopFlag
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Interrupted(Exception):
-    """The work was cancelled by a stop signal; `reason` is what the run ends with."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass
-class StopFlag:
-    """Set by a stop signal (or by whoever runs the harness, with `request`).
-
-    `request` stops the run before its next turn; `signal` also ends the current wait."""
-
-    reason: str | None = None
-    signals: int = 0
-    signal_name: str | None = None  # the first signal's: "SIGINT", "SIGTERM", "SIGPIPE"
-    # Called with the signal's name on the first signal (the runner logs `stop_requested`).
-    listeners: list[Callable[[str], None]] = field(default_factory=list)
-    _waiting: asyncio.Future[Any] | None = field(default=None, repr=False)
-
-    def request(self, reason: str) -> None:
-        self.reason = self.reason or reason
-
-    def signal(self, name: str) -> None:
-        """A SIGINT or SIGTERM: the first ends the current wait, the second its clean-up."""
-        self.signals += 1
-        if self.signals == 1:
-            self.reason = self.reason or "interrupted"
-            self.signal_name = name
-            for listener in self.listeners:
-                listener(name)
-        else:
-            self.reason = "interrupted_now"
-        if self._waiting is not None:
-            self._waiting.cancel()
-
-    async def cancellable(self, work: Coroutine[Any, Any, T]) -> T:
-        """Await `work` as a task of its own that a stop signal cancels. Raises Interrupted
-        when a signal cancelled it (at once if one came before it started); any other
-        outcome, exceptions included, is passed on."""
-        task = asyncio.ensure_future(work)
-        self._waiting = task
-        if self.signals:
-            task.cancel()
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError:  # cancelled from outside: take the work down too
-            task.cancel()
-            raise
-        finally:
-            self._waiting = None
-        if task.cancelled():
-            if self.signals:
-                raise Interrupted(self.reason or "interrupted")
-            raise asyncio.CancelledError()
-        return task.result()
 
 
 @contextmanager
