@@ -26,8 +26,8 @@ try:
     code = 0
 except SystemExit as exit:
     code = exit.code or 0
-watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.loop.runner", "ouroboros.server.client",
-           "ouroboros.loop.session", "ouroboros.sandbox", "tomlkit")
+watched = ("httpx", "rich", "pydantic", "asyncio", "ouroboros.loop.runner",
+           "ouroboros.server.client", "ouroboros.loop.session", "ouroboros.sandbox", "tomlkit")
 print("loaded:", code, " ".join(sorted(m for m in watched if m in sys.modules)))
 """
 # Never loaded by a command that only looks: the run's machinery, its sandbox, its HTTP client.

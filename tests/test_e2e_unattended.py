@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 

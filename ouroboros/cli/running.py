@@ -83,8 +83,9 @@ def run(
     keep_going: bool = typer.Option(False, "--continue", help="Continue the project's latest "
                                     "run if it can go on, else start one: the one command for "
                                     "a systemd unit or a pod."),
-    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID", help="With --continue: the run to "
-                                         "continue (default: the latest)."),
+    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID",
+                                         help="With --continue: the run to continue (default: "
+                                         "the latest)."),
     headless: bool = HeadlessOption,
     json_lines: bool = JsonOption,
     metrics_port: Optional[int] = MetricsPortOption,

@@ -97,7 +97,8 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     background: list[asyncio.Future[None]] = []
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
-        guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
+        # before an interrupted call is answered: its processes are gone
+        guard.start(lock.kernel_fds)
         # WATCHDOG=1 from the event loop: a loop that hangs stops the pings
         background.append(asyncio.ensure_future(systemd.keep_watchdog()))
         # Until the run's own heartbeat takes over: a probe sees a process starting, not stuck.

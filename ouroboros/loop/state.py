@@ -10,7 +10,7 @@ from ouroboros.loop.handoff import Digest
 from ouroboros.window.conversation import Conversation
 from ouroboros.window.policy import ContextManager
 from ouroboros.store.events import WarningCleared, WarningEvent
-from ouroboros.protocols import EventSink, Message
+from ouroboros.protocols import EventSink
 
 __all__ = ["RunState"]
 

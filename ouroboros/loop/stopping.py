@@ -4,10 +4,11 @@ The first signal sets the stop flag and cancels the work the run is waiting on, 
 is: a model reply and its retries (backoff, connect, stream), a tool call (its process group
 is killed and its result recorded as interrupted), an idle pause, a restart. The runner then
 records the stop and exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a
-shell reports a process the signal ended, so a supervisor restarts it; the run is resumable. A second signal cancels the clean-up the
-first one started. Work is cancelled only where it awaits, and every step that records
-something does so without awaiting in between, so a stop never leaves half a turn behind: an
-unanswered model request is asked again on resume, a started tool call has its result.
+shell reports a process the signal ended, so a supervisor restarts it; the run is resumable. A
+second signal cancels the clean-up the first one started. Work is cancelled only where it
+awaits, and every step that records something does so without awaiting in between, so a stop
+never leaves half a turn behind: an unanswered model request is asked again on resume, a
+started tool call has its result.
 
     flag = StopFlag()
     with stop_signals(flag):                    # SIGINT and SIGTERM now go to the flag

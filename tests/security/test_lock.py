@@ -123,7 +123,8 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 from ouroboros.sandbox.lock import WorkspaceLock
-WorkspaceLock.acquire(Path(sys.argv[1]), Path(sys.argv[2]), "held", env={"XDG_CACHE_HOME": sys.argv[3]})
+WorkspaceLock.acquire(Path(sys.argv[1]), Path(sys.argv[2]), "held",
+                      env={"XDG_CACHE_HOME": sys.argv[3]})
 print("held", flush=True)
 time.sleep(60)
 """
