@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ouroboros"
@@ -67,13 +68,18 @@ def modules(root: Path = PACKAGE) -> dict[str, Path]:
     return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
 
 
+@cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports_of(path: Path, name: str, known: set[str], deferred: bool = True) -> set[str]:
     """The modules of `known` that `name` imports: every import in the file, those inside
     functions and under TYPE_CHECKING included (a deferred import still points one way or
     the other, and still closes a cycle when its function runs); with `deferred` False only
     the top-level ones. `from package import module` imports the module; `from module
     import name` the module."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree) if deferred else tree.body:
@@ -89,6 +95,7 @@ def imports_of(path: Path, name: str, known: set[str], deferred: bool = True) ->
     return found & known - {name}
 
 
+@cache
 def graph(deferred: bool = True, root: Path = PACKAGE) -> dict[str, set[str]]:
     known = modules(root)
     return {name: imports_of(path, name, set(known), deferred) for name, path in known.items()}
@@ -136,7 +143,7 @@ def packages() -> dict[str, Path]:
 
 
 def docstring(path: Path) -> str:
-    return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return ast.get_docstring(parsed(path)) or ""
 
 
 def may_import(text: str) -> tuple[str, ...] | None:
@@ -256,7 +263,7 @@ def test_no_module_is_too_long_to_take_in() -> None:
 def test_no_function_is_too_long_to_take_in() -> None:
     long = []
     for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
