@@ -15,7 +15,8 @@ Rows at the tails (--rows content,windows,literal or row names): data files of e
 (code, minified JSON, hex, base64, CJK, emoji, one long line) on the "bpe-bytes" tokenizer, and
 servers whose window is not what the config claims (Ollama allocated less, with /api/ps honest
 or silent; a server restarted bigger mid-run; refusals that name the window or not; a 2048
-window; counts that keep falling from a server silent on its window). Those rows are managed runs only (no unmanaged twin, so no cost column).
+window; counts that keep falling from a server silent on its window). Those rows are managed
+runs only (no unmanaged twin, so no cost column).
 
 The literal rows (--rows literal): the same task done by the agents that read literally, as
 small local models do (ouroboros/testing/agents.py), 40 parts in an 8k window with restarts,
@@ -51,7 +52,8 @@ from ouroboros.demo import (
     write_demo_project,
 )
 from ouroboros.store.log import list_runs, read_events
-from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.loop.runner import run_agent
+from ouroboros.protocols import RunHooks
 from ouroboros.testing import Reply, ScriptedServer
 from ouroboros.testing.agents import (
     CHARS_PER_PART,
@@ -335,9 +337,9 @@ def print_comparison(args: argparse.Namespace, size: Sizing, managed: Figures,
         ("parts read more than once", "parts_read_twice", "{:d}"),
         ("wall time, s", "seconds", "{:.1f}"),
     ]
-    for label, field, fmt in rows:
-        print(f"{label:28}{fmt.format(getattr(managed, field)):>18}"
-              f"{fmt.format(getattr(unmanaged, field)):>14}")
+    for label, name, fmt in rows:
+        print(f"{label:28}{fmt.format(getattr(managed, name)):>18}"
+              f"{fmt.format(getattr(unmanaged, name)):>14}")
     per_turn_m = managed.prompt_tokens / managed.turns
     per_turn_u = unmanaged.prompt_tokens / unmanaged.turns
     print(f"{'prompt tokens per turn':28}{per_turn_m:>18,.0f}{per_turn_u:>14,.0f}")
@@ -353,8 +355,9 @@ def print_matrix(args: argparse.Namespace, rows: dict[str, tuple[Figures, Figure
     print(f"\ntokenizer matrix: {args.parts} files, {per_file}, {args.window}-token window "
           f"(server and config); cost = true prompt tokens / unmanaged on the same tokenizer "
           f"and the same files\n")
-    header = (f"{'row':26}{'chars/file':>11}{'tok/file':>9}{'files':>7}{'requests':>10}{'over':>6}{'redone':>8}"
-              f"{'restarts':>10}{'false alarms':>14}{'cost':>7}{CACHE_HEADER}{'s':>6}")
+    header = (f"{'row':26}{'chars/file':>11}{'tok/file':>9}{'files':>7}{'requests':>10}"
+              f"{'over':>6}{'redone':>8}{'restarts':>10}{'false alarms':>14}{'cost':>7}"
+              f"{CACHE_HEADER}{'s':>6}")
     print(header)
     print("-" * len(header))
     for name, (m, u) in rows.items():

@@ -367,8 +367,9 @@ def report(outcomes: list[Outcome]) -> str:
     survived = sum(o.survived for o in measured)
     rows += ["", f"survived {survived}/{len(measured)}, lost {sum(o.lost for o in measured)}, "
              f"duplicated {sum(o.duplicated for o in measured)}, slowest stop "
-             f"{f'{max(stops):.2f} s' if stops else '-'}; floors (100% survived, 0 lost, 0 duplicated, "
-             f"every stop within {STOP_FLOOR_SECS:.0f} s): {'all hold' if holds else 'MISSED'}"]
+             f"{f'{max(stops):.2f} s' if stops else '-'}; floors (100% survived, 0 lost, "
+             f"0 duplicated, every stop within {STOP_FLOOR_SECS:.0f} s): "
+             f"{'all hold' if holds else 'MISSED'}"]
     return "\n".join(rows)
 
 

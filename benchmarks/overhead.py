@@ -153,7 +153,8 @@ def peak_rss_mb() -> float:
 def run_harness(project: Path, budget: float, rss_turns: list[int]) -> dict[str, Any]:
     """One run through `run_agent`; CPU at each turn's start, RSS at `rss_turns`."""
     from ouroboros.config import load_config
-    from ouroboros.loop.runner import RunHooks, run_agent
+    from ouroboros.loop.runner import run_agent
+    from ouroboros.protocols import RunHooks
 
     loaded = load_config(project, {})
     hooks = RunHooks()

@@ -14,16 +14,15 @@ resumed run starts them at 0 again, as Prometheus expects of a restarted target)
 from __future__ import annotations
 
 import errno
-from typing import Any, Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import start_http_server
 
 from ouroboros.errors import ConfigError
 from ouroboros.store import events as ev
+from ouroboros.protocols import Listener
 from ouroboros.store.events import EventBase
-
-Listener = Callable[[EventBase], None]
 
 
 class RunMetrics:

@@ -2,15 +2,32 @@
 
 Messages are plain dicts in the OpenAI chat format, exactly as they go over the wire and into
 the log, so nothing needs converting between the conversation, the request and a snapshot.
+
+How whoever runs the harness takes part (a terminal, a test, the demo) is here too: the run's
+hooks (`RunHooks`: the events and text it is shown, a restart it is asked to confirm) and the
+stop flag it may raise (`StopFlag`), so a view can be handed to a run without importing it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AbstractSet, Any, Awaitable, Callable, Iterable, Literal, Protocol
+from typing import (
+    TYPE_CHECKING,
+    AbstractSet,
+    Any,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Literal,
+    Protocol,
+    TypeVar,
+)
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ouroboros.store.events import EventBase
 
 Message = dict[str, Any]
@@ -179,3 +196,82 @@ class RunLog(EventSink, Protocol):
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+
+# Called with each event as the log writes it.
+Listener = Callable[["EventBase"], None]
+# Asked with the reason before a session restarts (context.auto_restart = false); True: go ahead.
+ConfirmRestart = Callable[[str], bool]
+
+T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    """The work was cancelled by a stop signal; `reason` is what the run ends with."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class StopFlag:
+    """Set by a stop signal (or by whoever runs the harness, with `request`); how the run
+    reacts is in loop/stopping.py.
+
+    `request` stops the run before its next turn; `signal` also ends the current wait."""
+
+    reason: str | None = None
+    signals: int = 0
+    signal_name: str | None = None  # the first signal's: "SIGINT", "SIGTERM", "SIGPIPE"
+    # Called with the signal's name on the first signal (the runner logs `stop_requested`).
+    listeners: list[Callable[[str], None]] = field(default_factory=list)
+    _waiting: asyncio.Future[Any] | None = field(default=None, repr=False)
+
+    def request(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+    def signal(self, name: str) -> None:
+        """A SIGINT or SIGTERM: the first ends the current wait, the second its clean-up."""
+        self.signals += 1
+        if self.signals == 1:
+            self.reason = self.reason or "interrupted"
+            self.signal_name = name
+            for listener in self.listeners:
+                listener(name)
+        else:
+            self.reason = "interrupted_now"
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def cancellable(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await `work` as a task of its own that a stop signal cancels. Raises Interrupted
+        when a signal cancelled it (at once if one came before it started); any other
+        outcome, exceptions included, is passed on."""
+        import asyncio  # here: a view that only hands a run its hooks loads no event loop
+
+        task = asyncio.ensure_future(work)
+        self._waiting = task
+        if self.signals:
+            task.cancel()
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:  # cancelled from outside: take the work down too
+            task.cancel()
+            raise
+        finally:
+            self._waiting = None
+        if task.cancelled():
+            if self.signals:
+                raise Interrupted(self.reason or "interrupted")
+            raise asyncio.CancelledError()
+        return task.result()
+
+
+@dataclass
+class RunHooks:
+    """How the terminal takes part: it watches events and text, and may be asked to confirm."""
+
+    on_event: Listener | None = None
+    on_text: TextSink | None = None
+    confirm_restart: ConfirmRestart | None = None  # None: cannot ask (headless)
+    stop: StopFlag = field(default_factory=StopFlag)

@@ -7,15 +7,16 @@ import asyncio
 from pathlib import Path
 from typing import Any, Coroutine
 
-from ouroboros.config import AgentConfig, Config, ContextConfig
+from ouroboros.config import AgentConfig, Config, ContextConfig, LoadedConfig, ModelConfig
 from ouroboros.store import events as ev
 from ouroboros.window.policy import ContextManager
 from ouroboros.window.conversation import note
+from ouroboros.loop.live_config import LiveConfig
 from ouroboros.loop.restart import begin_session, fresh_start
 from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.state import RunState
-from ouroboros.loop.stopping import StopFlag
+from ouroboros.protocols import StopFlag
 from ouroboros.tools import FileRead, FileWrite, TaskComplete, Toolbox
 from tests.fakes import FakeModel, MemoryLog, Waits, call, reply
 
@@ -44,12 +45,13 @@ class Rig:
             FileWrite(self.workspace, on_security=print), TaskComplete(), self.waits])
         run_dir = tmp_path / "run"
         run_dir.mkdir(exist_ok=True)
+        config = Config(model=ModelConfig(max_retry_secs=1), agent=AgentConfig(
+            max_turns=max_turns, continue_message=CONTINUE, max_idle_turns=max_idle_turns,
+            **(agent or {})))
         self.services = Services(
-            client=model, toolbox=self.toolbox, log=self.log, run_dir=run_dir,
-            retry=RetryPolicy(max_retry_secs=1, base_delay=0.001, max_delay=0.001),
-            stop=StopFlag(), config=Config(agent=AgentConfig(
-                max_turns=max_turns, continue_message=CONTINUE, max_idle_turns=max_idle_turns,
-                **(agent or {}))))
+            client=model, toolbox=self.toolbox, log=self.log, run_dir=run_dir, stop=StopFlag(),
+            live=LiveConfig(LoadedConfig(config, None, tmp_path, {})),
+            backoff=RetryPolicy(base_delay=0.001, max_delay=0.001))
 
     def file(self, name: str, text: str) -> str:
         (self.workspace / name).write_text(text)

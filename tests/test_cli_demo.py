@@ -35,7 +35,8 @@ def test_the_demo_explains_itself_and_leaves_nothing_behind(tmp_path):
     firsts = [next(i for i, text in enumerate(said) if text.startswith(start))
               for start in ("Masked: the context passed the soft threshold",
                             "Wind-down: the context is",
-                            "Restart (", "The new session also ends its first prompt with a handoff",
+                            "Restart (",
+                            "The new session also ends its first prompt with a handoff",
                             "The agent called task_complete")]
     assert firsts == sorted(firsts)  # each explained as it happens, in the order it happens
     assert "NOTES.md" in said[firsts[1]] and "memory file (NOTES.md" in said[firsts[2]]

@@ -133,7 +133,8 @@ def test_plain_text_is_quoted_by_its_first_non_empty_line_capped():
 
 
 def test_error_details_reads_json_messages_and_quotes_one_line_of_anything_else():
-    assert error_details('{"error": {"message": "bad\\n  tool", "code": 400}}') == ("bad tool", "400")
+    assert error_details('{"error": {"message": "bad\\n  tool", "code": 400}}') \
+        == ("bad tool", "400")
     assert error_details(APACHE_400) == ("Bad Request", None)
     assert error_details('{"detail": "x\\ud800y"}') == ("x\ufffdy", None)  # loggable
 

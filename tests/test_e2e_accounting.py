@@ -19,7 +19,8 @@ from ouroboros.config import load_config
 from ouroboros.errors import RunFailed
 from ouroboros.demo import RecordingAgent, expected_results, \
     write_demo_project
-from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.loop.runner import run_agent
+from ouroboros.protocols import RunHooks
 from ouroboros.testing import Fault, Reply, ScriptedServer
 from ouroboros.testing.tokenizer import TOKENIZERS
 from tests.helpers import make_project, of_type, ouroboros_here, run_events, sweep

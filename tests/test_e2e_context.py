@@ -11,7 +11,8 @@ import pytest
 from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, expected_results, \
     write_demo_project
-from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.loop.runner import run_agent
+from ouroboros.protocols import RunHooks
 from ouroboros.testing import Reply, ScriptedServer
 from tests.helpers import of_type, run_events
 

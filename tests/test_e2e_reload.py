@@ -25,7 +25,8 @@ from ouroboros.demo import RecordingAgent, expected_results, make_workspace, \
 from ouroboros.errors import RunFailed
 from ouroboros.protocols import Message
 from ouroboros.loop.reload import RELOAD_REASON
-from ouroboros.loop.runner import RunHooks, run_agent
+from ouroboros.loop.runner import run_agent
+from ouroboros.protocols import RunHooks
 from ouroboros.testing import Fault, Reply, ScriptedServer
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.plain import format_line

@@ -18,7 +18,8 @@ MULTI_STEP = [
                                                 "content": "1. count\n2. report\n"})]),
     Reply("Let me look around.", [("list_dir", {"path": "."})]),
     Reply("Counting with the shell.", [
-        ("shell_exec", {"command": "wc -l < notes/plan.md > notes/count.txt && cat notes/count.txt"}),
+        ("shell_exec",
+         {"command": "wc -l < notes/plan.md > notes/count.txt && cat notes/count.txt"}),
     ]),
     Reply("Reading it back.", [("file_read", {"path": "notes/count.txt"})]),
     Reply("Trying to peek outside.", [("file_read", {"path": "../ouroboros.toml"})]),

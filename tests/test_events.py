@@ -128,7 +128,8 @@ def test_the_manuals_event_table_is_the_one_the_models_make():
     in_docs = text[begin:end + len(TABLE_END) + 1] if begin >= 0 and end >= 0 else "(no table)"
 
     assert in_docs == marked_table(), (
-        "docs/event-log.md's event table differs from the event models (ouroboros/store/events.py): "
+        "docs/event-log.md's event table differs from the event models "
+        "(ouroboros/store/events.py): "
         "replace it, markers included, with the output of `python -m ouroboros.store.event_table`")
 
 

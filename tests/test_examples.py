@@ -163,8 +163,8 @@ def test_the_containerfile_runs_continue_and_is_what_the_job_expects() -> None:
     assert command == agent["args"]
     assert found["STOPSIGNAL"] == "SIGTERM"
     assert found["USER"] == str(pod["securityContext"]["runAsUser"])
-    assert f"XDG_CACHE_HOME={dict((e['name'], e['value']) for e in agent['env'])['XDG_CACHE_HOME']}" \
-        == found["ENV"]
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    assert f"XDG_CACHE_HOME={env['XDG_CACHE_HOME']}" == found["ENV"]
     for source in found["COPY"].split()[:-1]:
         assert (REPO / source).exists(), source
 

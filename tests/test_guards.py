@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from ouroboros.config import AgentConfig
 from ouroboros.loop.guards import (
     Step,
     StuckGuard,
@@ -17,6 +18,8 @@ from ouroboros.loop.guards import (
     step_of,
 )
 from ouroboros.protocols import ToolCall, ToolResult
+
+THRESHOLDS = AgentConfig(stuck_repeats=4, stuck_cycles=3)
 
 
 def step(text: str = "", *outcomes: tuple[str, dict, str, bool]) -> Step:
@@ -83,7 +86,7 @@ def test_zero_turns_a_check_off():
 
 
 def test_the_guard_notes_a_loop_then_pauses_when_it_goes_on():
-    guard = StuckGuard(repeats=4, cycles=3)
+    guard = StuckGuard(lambda: THRESHOLDS)
     alarms = [guard.observe(step("", MISSING)) for _ in range(8)]
 
     assert [a is not None for a in alarms] == [False] * 3 + [True] + [False] * 3 + [True]
@@ -91,7 +94,7 @@ def test_the_guard_notes_a_loop_then_pauses_when_it_goes_on():
 
 
 def test_progress_after_the_note_forgives_the_loop():
-    guard = StuckGuard(repeats=4, cycles=3)
+    guard = StuckGuard(lambda: THRESHOLDS)
     for _ in range(4):
         guard.observe(step("", MISSING))
     assert guard.warned is not None
@@ -104,7 +107,7 @@ def test_progress_after_the_note_forgives_the_loop():
 
 
 def test_a_cycle_is_stopped_within_twelve_calls():
-    guard = StuckGuard(repeats=4, cycles=3)
+    guard = StuckGuard(lambda: THRESHOLDS)
     a, b = step("", LISTING), step("", READ_OK)
     alarms = [guard.observe(s) for s in [a, b] * 6]
     assert alarms[5] is not None and not alarms[5].pause
@@ -112,7 +115,7 @@ def test_a_cycle_is_stopped_within_twelve_calls():
 
 
 def test_new_text_is_told_from_a_repeated_reply():
-    guard = StuckGuard(repeats=4, cycles=3)
+    guard = StuckGuard(lambda: THRESHOLDS)
     assert not guard.new_text("") and not guard.new_text("  \n")
     assert guard.new_text("Chapter one.")
     guard.observe(step("Chapter one."))
@@ -136,7 +139,7 @@ def test_the_restart_storm_names_the_agent_when_the_window_is_not_to_blame():
 
 
 def test_new_text_forgives_an_echo_but_not_a_failing_call_with_new_words():
-    guard = StuckGuard(repeats=4, cycles=3)
+    guard = StuckGuard(lambda: THRESHOLDS)
     for _ in range(4):
         guard.observe(step("The end."))
     guard.observe(step("Chapter two begins."))  # writing again

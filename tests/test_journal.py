@@ -19,7 +19,8 @@ from ouroboros.store import events as ev
 from ouroboros.store.log import EVENTS_FILE, read_events, read_snapshot
 from ouroboros.loop.journal import Journal, apply_delta, replay
 from ouroboros.loop.resume import DIGESTED, fold, observation_reader
-from ouroboros.loop.runner import RunHooks, Runner
+from ouroboros.loop.runner import Runner
+from ouroboros.protocols import RunHooks
 from ouroboros.loop.state import RunState
 from ouroboros.server.tokenizer import TokenCounter
 from tests.crash_helpers import CountingAgent, demo_project

@@ -296,7 +296,7 @@ def test_a_token_budget_pauses_the_run_and_a_raised_one_continues_it(tmp_path, s
 def test_the_budget_meter_keeps_counting_across_resumes():
     from ouroboros.config.schema import AgentConfig
     from ouroboros.loop.budgets import BudgetMeter, budget_reached, tokens_counted
-    from ouroboros.loop.stopping import StopFlag
+    from ouroboros.protocols import StopFlag
     from ouroboros.store import events as ev
 
     class State:

@@ -126,7 +126,8 @@ def test_the_budget_counts_from_the_first_failure_not_the_first_attempt():
             return await slow_then_failing()
         return "ok"
 
-    result, retries, _ = retry(attempt, RetryPolicy(max_retry_secs=10, base_delay=1, jitter=0), time)
+    policy = RetryPolicy(max_retry_secs=10, base_delay=1, jitter=0)
+    result, retries, _ = retry(attempt, policy, time)
     assert result == "ok"
     assert len(retries) == 1
 

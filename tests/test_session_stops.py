@@ -11,7 +11,7 @@ from ouroboros.store.log import read_snapshot
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.journal import SNAPSHOT_EVERY_TURNS
 from ouroboros.loop.session import Session
-from ouroboros.loop.stopping import Interrupted
+from ouroboros.protocols import Interrupted
 from tests.fakes import FakeModel, Hang, call, reply
 from tests.session_rig import CONTINUE, Rig, ended, reads
 

@@ -8,8 +8,10 @@ one function; errors become one line on stderr and an exit code (2 for usage or 
     demo.py         demo
 
 A command imports what it uses inside its body, so `--version`, `--help` and the read-only
-commands start without the runner, httpx or rich; and `main` imports only the module of the
-command it is given, so typer builds that command alone.
+commands start without the runner, httpx or rich (tests/test_cli_startup.py checks each); and
+`main` imports only the module of the command it is given, so typer builds that command alone.
+
+May import `demo`, `ui`, `metrics`, `loop`, `config`, `store` and the base modules.
 """
 
 from __future__ import annotations

@@ -157,8 +157,8 @@ def reload(config: Optional[Path] = ConfigOption) -> None:
 def tell(
     text: Optional[str] = typer.Argument(None, metavar="[TEXT]", show_default=False,
                                          help="The message for the agent."),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", metavar="PATH", help="Read the message from "
-                                        "this file (- for stdin)."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", metavar="PATH",
+                                        help="Read the message from this file (- for stdin)."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """Leave a message for the agent: a running run gives it to the agent as a user message

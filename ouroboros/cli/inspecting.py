@@ -27,7 +27,8 @@ def status(config: Optional[Path] = ConfigOption,
                                             "resumable, heartbeat) and an exit code: 0 running "
                                             "(or waiting for the model server), 1 stuck, 3 "
                                             "stopped (resumable), 4 no run, 5 ended."),
-           stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0, metavar="SECS", help="With "
+           stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0,
+                                                       metavar="SECS", help="With "
                                                        "--json: a running run whose heartbeat is "
                                                        "older than SECS is `stuck` (exit 1); "
                                                        "default: 3 heartbeats "

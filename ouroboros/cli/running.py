@@ -15,8 +15,8 @@ from ouroboros.errors import NothingToResume, StillPaused, UsageError
 
 if TYPE_CHECKING:
     from ouroboros.config import ContextConfig, LoadedConfig
-    from ouroboros.loop.runner import RunHooks
     from ouroboros.metrics import MetricsServer
+    from ouroboros.protocols import RunHooks
 
 
 def interactive(headless: bool, json_lines: bool = False) -> bool:
@@ -30,7 +30,7 @@ def make_hooks(headless: bool, context: ContextConfig | None = None,
     """The live dashboard on a terminal (with the thresholds to mark on its gauge, and for a
     resume the run's log so far), else one plain line per event, or with `json_lines` one
     JSON record per event."""
-    from ouroboros.loop.runner import RunHooks
+    from ouroboros.protocols import RunHooks
     from ouroboros.ui.plain import plain_printer
 
     if json_lines:
@@ -83,8 +83,9 @@ def run(
     keep_going: bool = typer.Option(False, "--continue", help="Continue the project's latest "
                                     "run if it can go on, else start one: the one command for "
                                     "a systemd unit or a pod."),
-    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID", help="With --continue: the run to "
-                                         "continue (default: the latest)."),
+    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID",
+                                         help="With --continue: the run to continue (default: "
+                                         "the latest)."),
     headless: bool = HeadlessOption,
     json_lines: bool = JsonOption,
     metrics_port: Optional[int] = MetricsPortOption,

@@ -16,6 +16,10 @@ and what is allowed. The modules, by concept:
 
 Editing (and tomlkit with it) is imported on first use of its names, so a command that only
 reads the config does not pay for it.
+
+May import `store.atomic` (an edited file replaced whole) and the base modules. The one
+exception, named in tests/test_architecture.py: the schema checks blocked patterns with the
+screening that compiles them.
 """
 
 from typing import TYPE_CHECKING, Any

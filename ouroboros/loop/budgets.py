@@ -17,13 +17,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ouroboros.config import AgentConfig
-from ouroboros.protocols import Clock
+from ouroboros.protocols import Clock, StopFlag
 from ouroboros.store import events as ev
 from ouroboros.store.events import EventBase
 
 if TYPE_CHECKING:  # the read-only commands ask budget_reached without the run's machinery
     from ouroboros.loop.state import RunState
-    from ouroboros.loop.stopping import StopFlag
 
 BUDGET = "budget"  # the run_end reason
 TOKENS_KEY, WALL_KEY = "agent.max_tokens", "agent.max_wall_secs"

@@ -25,7 +25,7 @@ in an earlier session; `redoing` tells the agent once when a session repeats the
 mostly repeats (`agent.redo_pause_repeats`): a model that lost its notes can redo finished
 work for hours, and nothing else would notice.
 
-    guard = StuckGuard(repeats=4, cycles=3)
+    guard = StuckGuard(lambda: config.agent)   # stuck_repeats, stuck_cycles as they are now
     match guard.observe(step_of(reply, outcomes)):
         case Alarm(loop, pause=False): ...  # tell the agent
         case Alarm(loop, pause=True): ...   # pause the run
@@ -37,8 +37,9 @@ import hashlib
 import json
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
+from ouroboros.config import AgentConfig
 from ouroboros.protocols import ToolCall, ToolResult
 
 # The pause before the continue message, after the 2nd idle turn in a row (the 1st gets
@@ -200,20 +201,15 @@ class StuckGuard:
     """Watches the steps of a run (across its sessions) for loops: the first one found gets
     a note; found again before the agent makes progress, the run pauses."""
 
-    def __init__(self, repeats: int, cycles: int) -> None:
-        self.repeats, self.cycles = repeats, cycles
+    def __init__(self, limits: Callable[[], AgentConfig] = AgentConfig) -> None:
+        self.limits = limits  # read at every step: a reload may change the thresholds
         self.steps: deque[Step] = deque(maxlen=self.size())
         self.warned: Loop | None = None
         self.since = 0  # steps since the last alarm: a loop must be seen whole again
 
     def size(self) -> int:
-        return max(self.repeats, 2 * self.cycles, RECENT_REPLIES)
-
-    def configure(self, repeats: int, cycles: int) -> None:
-        """New thresholds (a session start reads the config again)."""
-        self.repeats, self.cycles = repeats, cycles
-        if self.steps.maxlen != self.size():
-            self.steps = deque(self.steps, maxlen=self.size())
+        agent = self.limits()
+        return max(agent.stuck_repeats, 2 * agent.stuck_cycles, RECENT_REPLIES)
 
     def new_text(self, text: str) -> bool:
         """Whether a reply's text says something: not empty, not one of the recent replies."""
@@ -224,9 +220,12 @@ class StuckGuard:
         """Take the turn's step; the alarm it raises, if any."""
         if self.warned is not None and self.progress(step):
             self.warned = None
+        if self.steps.maxlen != self.size():
+            self.steps = deque(self.steps, maxlen=self.size())
         self.steps.append(step)
         self.since += 1
-        loop = find_loop(self.steps, repeats=self.repeats, cycles=self.cycles)
+        agent = self.limits()
+        loop = find_loop(self.steps, repeats=agent.stuck_repeats, cycles=agent.stuck_cycles)
         if loop is None or loop.steps > self.since:
             return None
         pause = self.warned is not None

@@ -1,9 +1,10 @@
 """The run's heartbeat: `<state_dir>/heartbeat`, one small JSON object rewritten at events (at
 most once a second: a turn's events come in bursts) and, while the run waits (a model reply, a
-retry's backoff, a tool call, an idle pause), every `metrics.heartbeat_secs` seconds. A probe reads two ages from it: `beat` (the process is
-alive and its event loop turns) and `last_event` (the run is making progress); `doing` says
-what it waits on, since when. A fresh beat with an old last event is "alive, waiting on
-<doing>"; an old beat is a process that is stuck (or gone).
+retry's backoff, a tool call, an idle pause), every `metrics.heartbeat_secs` seconds. A probe
+reads two ages from it: `beat` (the process is alive and its event loop turns) and `last_event`
+(the run is making progress); `doing` says what it waits on, since when. A fresh beat with an
+old last event is "alive, waiting on <doing>"; an old beat is a process that is stuck (or
+gone).
 
     heartbeat = Heartbeat(state_dir / HEARTBEAT_FILE, run_id)
     log.subscribe(heartbeat.on_event)

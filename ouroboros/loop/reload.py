@@ -26,6 +26,7 @@ from ouroboros.config.schema import is_live
 from ouroboros.errors import UsageError
 from ouroboros.store.events import ConfigChanged, EventBase, RunStart
 from ouroboros.sandbox import lock
+from ouroboros.store import holder as lock_file
 
 RELOAD_REASON: Final = "reload requested"
 RELOAD_WIND_DOWN_TEXT: Final = (
@@ -125,7 +126,7 @@ def effect_note(key: str, session: int | None, turn: int | None) -> str:
 def live_holder(state_dir: Path) -> dict[str, Any] | None:
     """Who holds the state dir's lock, if a process holds its kernel lock now; else None (a
     pid in the file alone proves nothing: the harness may have died, its pid reused)."""
-    return lock.live_holder(state_dir / lock.LOCK_FILE)
+    return lock_file.live_holder(state_dir / lock_file.LOCK_FILE)
 
 
 def request_reload(state_dir: Path, host: str) -> dict[str, Any]:
@@ -137,7 +138,7 @@ def request_reload(state_dir: Path, host: str) -> dict[str, Any]:
     if holder is not None and holder.get("host") != host:
         raise UsageError(f"the run in {state_dir} is on host {holder.get('host')}; run "
                          "`ouroboros reload` there")
-    signalled = lock.signal_holder(state_dir / lock.LOCK_FILE, signal.SIGHUP) \
+    signalled = lock.signal_holder(state_dir / lock_file.LOCK_FILE, signal.SIGHUP) \
         if holder is not None else None
     if signalled is None:
         raise UsageError(f"no run is going on in {state_dir}; a new value is read when a run "

@@ -20,7 +20,7 @@ handoff's facts and what to do first (handoff.py). A small model acts on what it
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ouroboros.config import ContextConfig
 from ouroboros.window.policy import ContextManager, Fitted
@@ -30,15 +30,12 @@ from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.guards import barren_cause
 from ouroboros.loop.handoff import Digest, restart_note
-from ouroboros.protocols import Message
+from ouroboros.protocols import ConfirmRestart, Message
 from ouroboros.loop.state import RunState
 from ouroboros.window.belief import at_session_start, with_allocated
 
 # Sessions in a row that end without one successful tool call before the run is stopped.
 MAX_BARREN_SESSIONS = 3
-
-ConfirmRestart = Callable[[str], bool]  # asked with the reason; True: go ahead
-
 
 def may_restart(state: RunState, policy: ContextConfig, reason: str,
                 confirm: ConfirmRestart | None) -> None:

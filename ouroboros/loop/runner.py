@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ouroboros.store import events as ev
@@ -25,23 +25,22 @@ from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
 from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
     RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
 from ouroboros.store.owner import claim_state_dir
-from ouroboros.store.log import EventLog, Listener, find_run, new_run_id, runs_dir, utc_now, \
+from ouroboros.store.log import EventLog, find_run, new_run_id, runs_dir, utc_now, \
     write_failure
 from ouroboros.loop.endings import RestartSession, StopRun
-from ouroboros.loop.guards import StuckGuard
 from ouroboros.loop.handoff import handoff_budget, tokens_of
 from ouroboros.loop import systemd
 from ouroboros.loop.budgets import BUDGET, BudgetMeter
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
+from ouroboros.loop.live_config import LiveConfig
 from ouroboros.loop.server_wait import WAIT_CONDITION, WAITING, WaitNotices, wait_for_server
 from ouroboros.loop.memory import mission_changed, pinned_memory, system_message
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.sandbox.lock import WorkspaceLock
-from ouroboros.protocols import Message, TextSink
+from ouroboros.protocols import Interrupted, Listener, Message, RunHooks
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
-from ouroboros.loop.restart import ConfirmRestart, begin_session, carried_messages, \
+from ouroboros.loop.restart import begin_session, carried_messages, \
     count_progress, fresh_start, may_restart
-from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
     api_key,
@@ -56,21 +55,11 @@ from ouroboros.loop.startup import (
     startup_warnings,
     sweep_temporaries,
 )
-from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.loop.state import RunState
 from ouroboros.store.observations import OBSERVATIONS_DIR
-from ouroboros.loop.stopping import Interrupted, stop_signals
+from ouroboros.loop.stopping import stop_signals
 from ouroboros.server.tokenizer import TokenCounter
 from ouroboros.window.belief import reclaimed
-
-
-@dataclass
-class RunHooks:
-    """How the terminal takes part: it watches events and text, and may be asked to confirm."""
-
-    on_event: Listener | None = None
-    on_text: TextSink | None = None
-    confirm_restart: ConfirmRestart | None = None  # None: cannot ask (headless)
-    stop: StopFlag = field(default_factory=StopFlag)
 
 
 async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
@@ -108,7 +97,8 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     background: list[asyncio.Future[None]] = []
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
-        guard.start(lock.kernel_fds)  # before an interrupted call is answered: its processes are gone
+        # before an interrupted call is answered: its processes are gone
+        guard.start(lock.kernel_fds)
         # WATCHDOG=1 from the event loop: a loop that hangs stops the pings
         background.append(asyncio.ensure_future(systemd.keep_watchdog()))
         # Until the run's own heartbeat takes over: a probe sees a process starting, not stuck.
@@ -216,15 +206,20 @@ def window_questions(base_url: str, model: str, api_key_env: str) -> WindowQuest
 class Runner:
     guard: RunGuard | None = None  # the sandbox, redaction and tool processes of the run
 
-    def __init__(self, loaded: LoadedConfig, run_dir: Path, state: RunState, log: EventLog,
-                 services: Services, hooks: RunHooks) -> None:
-        self.loaded = loaded
+    def __init__(self, run_dir: Path, state: RunState, log: EventLog, services: Services,
+                 hooks: RunHooks) -> None:
+        self.live = services.live
         self.run_dir = run_dir
         self.state = state
         self.log = log
         self.services = services
         self.hooks = hooks
         self.budgets = BudgetMeter(state, lambda: self.services.config.agent, services.stop)
+
+    @property
+    def loaded(self) -> LoadedConfig:
+        """The run's config as it is now, with where each value came from."""
+        return self.live.loaded
 
     @classmethod
     async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
@@ -256,12 +251,11 @@ class Runner:
         believe_told(state.context, told, lambda key, text: state.warn_once(log, key, text))
         services = Services(
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
-            log=log, run_dir=run_dir, retry=RetryPolicy(max_retry_secs=cfg.model.max_retry_secs),
-            stop=hooks.stop, config=cfg, on_text=hooks.on_text, counter=counter,
-            asker=asker, stuck=StuckGuard(cfg.agent.stuck_repeats, cfg.agent.stuck_cycles),
-            state_dir=loaded.state_dir)
-        runner = cls(loaded, run_dir, state, log, services, hooks)
+            log=log, run_dir=run_dir, stop=hooks.stop, live=LiveConfig(loaded),
+            on_text=hooks.on_text, counter=counter, asker=asker, state_dir=loaded.state_dir)
+        runner = cls(run_dir, state, log, services, hooks)
         runner.guard = guard
+        runner.follow_config()
         client.reply_room = lambda: runner.state.context.limit - runner.state.context.budget
         system = runner.system_message()  # the memory as it is now, on a resume too
         if system["content"] != state.messages[0].get("content"):
@@ -412,21 +406,33 @@ class Runner:
         return applied
 
     async def apply_config(self, loaded: LoadedConfig, *, limit_changed: bool) -> None:
-        """Make `loaded` the run's config: the context policy and reply reserve, the window
-        claim (through the same evidence rules as a resume), the client's settings, retries,
-        limits and the tools."""
-        self.loaded = loaded
-        cfg, context, services = loaded.config, self.state.context, self.services
-        context.policy = cfg.context
-        context.max_output_tokens = cfg.model.max_output_tokens
+        """Make `loaded` the run's config: the one place that holds it takes it whole, and so
+        does every holder of a copy (follow_config); a changed window size is claimed again,
+        through the same evidence rules as a resume."""
+        self.live.replace(loaded)
         if limit_changed:
+            context = self.state.context
             context.window = reclaimed(context.window, *await claim_window(loaded))
-        if isinstance(services.client, ChatClient):
-            services.client.configure(**client_settings(cfg.model))
-        services.retry = RetryPolicy(max_retry_secs=cfg.model.max_retry_secs)
-        services.config = cfg
-        services.stuck.configure(cfg.agent.stuck_repeats, cfg.agent.stuck_cycles)
-        services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log, self.guard)
+
+    def follow_config(self) -> None:
+        """The holders that keep a copy of live keys take each new config whole: the context
+        window (its policy, the reply's reserve), the HTTP client (sampling, reply limits)
+        and the tools, built again from it. The rest read it from `live` as they need it."""
+        context, services = self.state.context, self.services
+
+        def window(loaded: LoadedConfig) -> None:
+            context.policy = loaded.config.context
+            context.max_output_tokens = loaded.config.model.max_output_tokens
+
+        def client(loaded: LoadedConfig) -> None:
+            if isinstance(services.client, ChatClient):
+                services.client.configure(**client_settings(loaded.config.model))
+
+        def tools(loaded: LoadedConfig) -> None:
+            services.toolbox = build_toolbox(loaded, self.run_dir, context, self.log, self.guard)
+
+        for follower in (window, client, tools):
+            self.live.follow(follower)
 
     def warn_once(self, key: str, message: str) -> None:
         self.state.warn_once(self.log, key, message)

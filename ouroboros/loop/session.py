@@ -5,14 +5,14 @@
 The loop never ends by itself: it raises `RestartSession` when the window says so and
 `StopRun` when the run should end (endings.py), an idle or stuck agent included (guards.py);
 a stop signal cancels it wherever it waits (stopping.py). A person's messages (`ouroboros
-tell`, inbox.py) are taken at each turn boundary. The rest of a turn is in actions.py (tool calls), upkeep.py (the window) and
-checkpoints.py (the state, written as it goes).
+tell`, inbox.py) are taken at each turn boundary. The rest of a turn is in actions.py (tool
+calls), upkeep.py (the window) and checkpoints.py (the state, written as it goes).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ouroboros.config import Config
@@ -28,9 +28,11 @@ from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, redo_detail
     redo_note, redoing, step_of
 from ouroboros.loop.inbox import waiting
 from ouroboros.loop.journal import Journal
+from ouroboros.loop.live_config import LiveConfig
 from ouroboros.protocols import (
     ModelClient,
     RunLog,
+    StopFlag,
     StreamResult,
     TextSink,
     TokenCounter,
@@ -38,7 +40,7 @@ from ouroboros.protocols import (
     ToolResult,
 )
 from ouroboros.server.retry import RetryPolicy, with_retries
-from ouroboros.loop.state import RunState, StopFlag
+from ouroboros.loop.state import RunState
 from ouroboros.tools import COMPLETE_KEY, Toolbox
 from ouroboros.loop.decisions import Upkeep
 
@@ -47,21 +49,35 @@ MAX_OVERFLOW_RECOVERIES = 3
 
 @dataclass
 class Services:
-    """What sessions work with: built by the runner, retuned by it at each restart."""
+    """What sessions work with: built by the runner; the config in `live`, replaced whole at
+    a restart, is read from there (and the tools rebuilt from it: live_config.py)."""
 
     client: ModelClient
     toolbox: Toolbox
     log: RunLog
     run_dir: Path
-    retry: RetryPolicy
     stop: StopFlag
-    config: Config = field(default_factory=Config)  # the run's, replaced whole at a restart
-    stuck: StuckGuard = field(default_factory=lambda: StuckGuard(repeats=4, cycles=3))
+    live: LiveConfig
+    backoff: RetryPolicy = field(default_factory=RetryPolicy)  # the waits between retries
+    stuck: StuckGuard = field(init=False)  # its thresholds read from `live`
     state_dir: Path | None = None  # where `ouroboros tell` leaves messages (inbox.py)
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
     journal: Journal = field(default_factory=Journal)  # what the last snapshot holds
     asker: WindowAsker | None = None  # the server's own word on its window, where it gives one
+
+    def __post_init__(self) -> None:
+        self.stuck = StuckGuard(lambda: self.config.agent)
+
+    @property
+    def config(self) -> Config:
+        """The run's config as it is now."""
+        return self.live.config
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retries of a model request: the backoff's waits, for `model.max_retry_secs`."""
+        return replace(self.backoff, max_retry_secs=self.config.model.max_retry_secs)
 
 
 class Session:

@@ -23,14 +23,14 @@ from ouroboros.window.policy import ContextManager, fixed_part_problem, least_to
 from ouroboros.window.conversation import note
 from ouroboros.server.discovery import context_from_name, discover_context_limit
 from ouroboros.loop.deadline import Deadline
-from ouroboros.store.log import SEGMENT_BYTES, EVENTS_FILE, Durability, EventLog, Listener, \
+from ouroboros.store.log import SEGMENT_BYTES, EVENTS_FILE, Durability, EventLog, \
     RunTail
 from ouroboros.store.observations import obs_number
 from ouroboros.store.files import make_private_dir
 from ouroboros.store.retention import Retention
 from ouroboros.store.segments import complete_tally, write_manifest
 from ouroboros.sandbox.guard import RunGuard
-from ouroboros.protocols import EventSink, Message, ToolCall
+from ouroboros.protocols import EventSink, Listener, Message, ToolCall
 from ouroboros.loop.reload import Change, config_diff
 from ouroboros.loop.resume import drop_torn_line, rebuilt_warning, recover
 from ouroboros.loop.state import RunState

@@ -1,5 +1,4 @@
-"""What a run carries from step to step: the state a resume needs back (and the stop flag,
-from stopping.py)."""
+"""What a run carries from step to step: the state a resume needs back."""
 
 from __future__ import annotations
 
@@ -11,10 +10,9 @@ from ouroboros.loop.handoff import Digest
 from ouroboros.window.conversation import Conversation
 from ouroboros.window.policy import ContextManager
 from ouroboros.store.events import WarningCleared, WarningEvent
-from ouroboros.protocols import EventSink, Message
-from ouroboros.loop.stopping import StopFlag
+from ouroboros.protocols import EventSink
 
-__all__ = ["RunState", "StopFlag"]
+__all__ = ["RunState"]
 
 
 Reload = Literal["", "requested", "wound_down"]

@@ -4,10 +4,11 @@ The first signal sets the stop flag and cancels the work the run is waiting on, 
 is: a model reply and its retries (backoff, connect, stream), a tool call (its process group
 is killed and its result recorded as interrupted), an idle pause, a restart. The runner then
 records the stop and exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a
-shell reports a process the signal ended, so a supervisor restarts it; the run is resumable. A second signal cancels the clean-up the
-first one started. Work is cancelled only where it awaits, and every step that records
-something does so without awaiting in between, so a stop never leaves half a turn behind: an
-unanswered model request is asked again on resume, a started tool call has its result.
+shell reports a process the signal ended, so a supervisor restarts it; the run is resumable. A
+second signal cancels the clean-up the first one started. Work is cancelled only where it
+awaits, and every step that records something does so without awaiting in between, so a stop
+never leaves half a turn behind: an unanswered model request is asked again on resume, a
+started tool call has its result.
 
     flag = StopFlag()
     with stop_signals(flag):                    # SIGINT and SIGTERM now go to the flag
@@ -19,71 +20,11 @@ from __future__ import annotations
 import asyncio
 import signal
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Iterator, TypeVar
+from typing import Iterator
 
-T = TypeVar("T")
+from ouroboros.protocols import StopFlag
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Interrupted(Exception):
-    """The work was cancelled by a stop signal; `reason` is what the run ends with."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass
-class StopFlag:
-    """Set by a stop signal (or by whoever runs the harness, with `request`).
-
-    `request` stops the run before its next turn; `signal` also ends the current wait."""
-
-    reason: str | None = None
-    signals: int = 0
-    signal_name: str | None = None  # the first signal's: "SIGINT", "SIGTERM", "SIGPIPE"
-    # Called with the signal's name on the first signal (the runner logs `stop_requested`).
-    listeners: list[Callable[[str], None]] = field(default_factory=list)
-    _waiting: asyncio.Future[Any] | None = field(default=None, repr=False)
-
-    def request(self, reason: str) -> None:
-        self.reason = self.reason or reason
-
-    def signal(self, name: str) -> None:
-        """A SIGINT or SIGTERM: the first ends the current wait, the second its clean-up."""
-        self.signals += 1
-        if self.signals == 1:
-            self.reason = self.reason or "interrupted"
-            self.signal_name = name
-            for listener in self.listeners:
-                listener(name)
-        else:
-            self.reason = "interrupted_now"
-        if self._waiting is not None:
-            self._waiting.cancel()
-
-    async def cancellable(self, work: Coroutine[Any, Any, T]) -> T:
-        """Await `work` as a task of its own that a stop signal cancels. Raises Interrupted
-        when a signal cancelled it (at once if one came before it started); any other
-        outcome, exceptions included, is passed on."""
-        task = asyncio.ensure_future(work)
-        self._waiting = task
-        if self.signals:
-            task.cancel()
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError:  # cancelled from outside: take the work down too
-            task.cancel()
-            raise
-        finally:
-            self._waiting = None
-        if task.cancelled():
-            if self.signals:
-                raise Interrupted(self.reason or "interrupted")
-            raise asyncio.CancelledError()
-        return task.result()
 
 
 @contextmanager

@@ -1,9 +1,9 @@
 """The agent's tool calls: each run in turn and its result recorded, as one step.
 
-A result is recorded three ways: its full text in the session's pack in `observations/`
-(for `recall` and for resume, see store/observations.py), the message the model reads (capped, see context.admit), and a `tool_result`
-event that carries the step's checkpoint. A call cut short by a stop signal gets a result
-that says so, so no call is ever left unanswered.
+A result is recorded three ways: its full text in the session's pack in `observations/` (for
+`recall` and for resume, see store/observations.py), the message the model reads (capped, see
+context.admit), and a `tool_result` event that carries the step's checkpoint. A call cut short
+by a stop signal gets a result that says so, so no call is ever left unanswered.
 """
 
 from __future__ import annotations

@@ -3,5 +3,6 @@
 the harness (`reaper`), the harness's secrets kept from the agent (`secrets`), one harness per
 workspace (`lock`), and the three gathered for a run (`guard`).
 
-May import `config` and the base modules.
+May import `store` (files opened without following links, who holds a lock file), `config`
+and the base modules.
 """

@@ -11,7 +11,7 @@ tool processes are gone, so no other harness starts tools beside them):
   `<temp dir>/ouroboros-<uid>/locks` when that cannot be made; never inside the workspace,
   where the agent could remove it;
 - the state dir's, `<state_dir>/lock`, which `status`, `runs` and `reload` read to find the
-  running harness.
+  running harness (store/holder.py: who holds a lock file, read without taking it).
 
 The kernel releases a flock when its holder dies, however it dies, so a lock left by a dead
 harness is free at once and taking it over is one atomic `flock` call: of any number of
@@ -42,26 +42,19 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.errors import ConfigError, RunLockedError
-from ouroboros.store.files import Refused, make_private_dir, open_regular, read_regular
+from ouroboros.store.files import Refused, make_private_dir, open_regular
+from ouroboros.store.holder import (
+    LOCK_FILE,
+    holder_is_alive,
+    kernel_lock_spans_hosts,
+    live_holder,
+    read_holder,
+)
 
-LOCK_FILE = "lock"
-MAX_LOCK_BYTES = 64 * 1024  # a lock file names its holder in a line
 # How long a process that lost the race waits for the winner to write its name in the file.
 OWNER_WAIT_SECS = 0.5
 # How long a harness waits for a dead one's watchdog to end its tools and let the lock go.
 REAPING_WAIT_SECS = 3.0
-# Filesystems whose flocks other hosts do not see (a prefix of the type: "fuse.sshfs").
-HOST_LOCAL_LOCKS = ("cifs", "smb3", "smbfs", "9p", "fuse", "fuseblk", "virtiofs")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def locks_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -163,41 +156,6 @@ def shared_dir_problem(info: os.stat_result, uid: int, writers: int = 0o022) -> 
         return (f"{who} may write to it (mode {stat.S_IMODE(info.st_mode):o}) and it has no "
                 "sticky bit, so they may replace what the harness keeps there")
     return None
-
-
-def mount_of(path: Path, mountinfo: str) -> tuple[str, str]:
-    """The filesystem type and mount options (`/proc/self/mountinfo` text) of the mount that
-    holds `path`, an absolute resolved path; ("", "") when none is listed."""
-    best, found, target = -1, ("", ""), str(path)
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 6 or not tail:
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= best:  # a later mount on the same point hides the earlier
-            best = len(point)
-            found = (tail[0], ",".join([fields[5], *tail[2:3]]))
-    return found
-
-
-def flocks_span_hosts(fstype: str, options: str) -> bool:
-    """Whether a flock on this filesystem is seen by every host that mounts it: true of local
-    disks (one host at a time) and of NFS with its lock manager; not of SMB, 9p or FUSE."""
-    if fstype.split(".")[0] in HOST_LOCAL_LOCKS:
-        return False
-    if fstype.startswith("nfs"):
-        return not {"nolock", "local_lock=flock", "local_lock=all"} & set(options.split(","))
-    return bool(fstype)
-
-
-def kernel_lock_spans_hosts(path: Path) -> bool:
-    try:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-    except OSError:
-        return False
-    return flocks_span_hosts(*mount_of(path.resolve(), mountinfo))
 
 
 def takeover_note(previous: Mapping[str, Any]) -> str:
@@ -376,54 +334,6 @@ class WorkspaceLock:
         if self.directory_fd >= 0:
             os.close(self.directory_fd)
             self.directory_fd = -1
-
-
-def read_holder(path: Path) -> dict | None:
-    """What the lock file `path` says of its holder; None when there is no such file, it
-    cannot be read, or it is not a lock file (a link, a FIFO, too big)."""
-    try:
-        holder = json.loads(read_regular(path, MAX_LOCK_BYTES))
-    except (OSError, ValueError):
-        return None
-    return holder if isinstance(holder, dict) else None
-
-
-def lock_is_held(path: Path) -> bool | None:
-    """Whether a process holds `path`'s flock now (probed by taking it shared and letting it
-    go at once); None when that cannot be told."""
-    try:
-        fd = open_regular(path)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as error:
-        return True if error.errno in (errno.EWOULDBLOCK, errno.EACCES) else None
-    finally:
-        os.close(fd)  # closing lets a probe's shared lock go
-    return False
-
-
-def holder_is_alive(holder: dict, path: Path | None = None) -> bool:
-    """Whether the process a lock file (`path`, when given) names still runs the harness.
-    With `path`, the kernel lock alone tells: a process holds it, or the harness is gone
-    (a pid alone proves nothing: after a crash it may be another process's). Another host's
-    holder, where the filesystem does not share flocks between hosts, is taken to be alive.
-    Without `path`, the pid is asked (a holder that just took the lock, for a message)."""
-    here = holder.get("host") == socket.gethostname()
-    if path is not None and (here or kernel_lock_spans_hosts(path)):
-        held = lock_is_held(path)
-        return held is True if here else held is not False
-    if not here:
-        return True
-    pid = holder.get("pid")
-    return isinstance(pid, int) and pid_alive(pid)
-
-
-def live_holder(path: Path) -> dict[str, Any] | None:
-    """The holder the lock file `path` names, when a process holds its kernel lock now."""
-    holder = read_holder(path)
-    return holder if holder is not None and holder_is_alive(holder, path) else None
 
 
 def signal_holder(path: Path, signum: int) -> dict[str, Any] | None:

@@ -348,7 +348,8 @@ def _prepare_landlock(setting: Setting, abi: int, workspace: Path, network: bool
 
 
 def _launchers(abi: int, granted: list[tuple[Path, int]], network: bool,
-               hiding: list[tuple[Path, list[Path]]]) -> Generator[tuple[str, Launcher], None, None]:
+               hiding: list[tuple[Path, list[Path]]]
+               ) -> Generator[tuple[str, Launcher], None, None]:
     """Ways to start commands, best first, with how each cuts the network: a network
     namespace cuts every socket family (and Landlock then leaves TCP alone, so loopback
     works); Landlock's TCP rights (ABI 4) are the fallback; last, not cut at all. Unix

@@ -21,6 +21,9 @@ Where things are:
 - tokenizer.py: `ServerTokenizer`, how a server counts tokens, unlike the harness's estimate
 - agents.py: brains that read literally, as small local models do (`LiteralAgent`, ...),
   and the figures of a run of their task (`run_figures`)
+
+May import `store` (the figures of a run, read from its log) and the base modules; it stands
+in for the server, so it shares no code with it.
 """
 
 from ouroboros.testing.agents import (

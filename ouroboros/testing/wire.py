@@ -3,7 +3,7 @@ answer, the non-streamed completion, error bodies and usage objects, the way Oll
 API writes them.
 
     frames = render_stream(Reply("Hi there"), model="m", usage=usage_wire(7, 2))
-    frames[0]     # b'data: {"id":"chatcmpl-1",...,"delta":{"role":"assistant","content":"Hi"},...}\n\n'
+    frames[0]     # b'data: {"id":"chatcmpl-1",...,"delta":{"role":"assistant",...}\n\n'
     frames[-1]    # DONE_FRAME
 """
 

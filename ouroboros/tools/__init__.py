@@ -5,6 +5,9 @@
                                     on_security=print, recall=Recall(run_dir / "observations"),
                                     allow_complete=True))
     result = await toolbox.run(call)  # never raises: every failure is an "error: ..." result
+
+May import `sandbox` (where shell commands run), `store` (files replaced whole, full results
+for recall) and the base modules.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from rich.live import Live
 
 from ouroboros.store.events import Record, parse_event
 from ouroboros.errors import StateError
+from ouroboros.protocols import RunHooks
 from ouroboros.store.log import EVENTS_FILE, read_tail
 from ouroboros.store.segments import Tally, load_manifest
-from ouroboros.loop.runner import RunHooks
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.render import render

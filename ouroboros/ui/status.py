@@ -23,7 +23,7 @@ from rich.text import Text
 from ouroboros.store.log import list_runs, read_tail, runs_dir
 from ouroboros.store.events import ConfigChanged, RunEnd, parse_event
 from ouroboros.store.segments import Tally
-from ouroboros.sandbox.lock import LOCK_FILE, live_holder
+from ouroboros.store.holder import LOCK_FILE, live_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import BOOKKEEPING, masked_text
 from ouroboros.ui.numbers import of_budget, threshold, used

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ouroboros.loop.stopping import Interrupted, StopFlag
+from ouroboros.protocols import Interrupted, StopFlag
 
 
 def test_a_signal_cancels_the_wait_and_a_second_marks_it_now():

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ouroboros.cli import app
-from ouroboros.sandbox.lock import LOCK_FILE
+from ouroboros.store.holder import LOCK_FILE
 from tests.helpers import hold_state_lock
 from tests.ui_sample import RUN_ID, write_sample_run
 

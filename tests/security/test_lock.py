@@ -15,15 +15,8 @@ import pytest
 
 from ouroboros.errors import RunLockedError
 from ouroboros.store.log import list_runs
-from ouroboros.sandbox.lock import (
-    LOCK_FILE,
-    WorkspaceLock,
-    flocks_span_hosts,
-    holder_is_alive,
-    locks_dir,
-    mount_of,
-    workspace_lock_path,
-)
+from ouroboros.sandbox.lock import WorkspaceLock, locks_dir, workspace_lock_path
+from ouroboros.store.holder import LOCK_FILE, flocks_span_hosts, holder_is_alive, mount_of
 from ouroboros.sandbox.reaper import Watchdog, workspace_tag
 from tests.security.accounts import as_probe_user, shared_dir
 from tests.crash_helpers import CountingAgent, demo_project, kill, wait_for
@@ -130,7 +123,8 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 from ouroboros.sandbox.lock import WorkspaceLock
-WorkspaceLock.acquire(Path(sys.argv[1]), Path(sys.argv[2]), "held", env={"XDG_CACHE_HOME": sys.argv[3]})
+WorkspaceLock.acquire(Path(sys.argv[1]), Path(sys.argv[2]), "held",
+                      env={"XDG_CACHE_HOME": sys.argv[3]})
 print("held", flush=True)
 time.sleep(60)
 """

@@ -17,7 +17,8 @@ import pytest
 
 from ouroboros.errors import ConfigError, RunLockedError
 from ouroboros.loop.inbox import post, waiting
-from ouroboros.sandbox.lock import LOCK_FILE, WorkspaceLock, locks_dir, workspace_lock_name
+from ouroboros.sandbox.lock import WorkspaceLock, locks_dir, workspace_lock_name
+from ouroboros.store.holder import LOCK_FILE
 from ouroboros.store.log import DamagedSnapshot, read_snapshot, runs_dir
 from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import clean_env
