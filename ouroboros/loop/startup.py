@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+import httpx
+
 from ouroboros import __version__
 from ouroboros.store import events as ev
 from ouroboros.config import LoadedConfig
@@ -206,14 +208,16 @@ def api_key(env_name: str) -> str | None:
     return os.environ.get(env_name) or None if env_name else None
 
 
-async def claim_window(loaded: LoadedConfig, startup: Deadline | None = None) -> Claim:
-    """The window the config claims (or the server says), and where that came from; guessed
-    from the model's name when the server has not said by the start-up deadline."""
+async def claim_window(loaded: LoadedConfig, http: httpx.AsyncClient | None = None,
+                       startup: Deadline | None = None) -> Claim:
+    """The window the config claims (or the server says, asked through the run's client
+    `http`), and where that came from; guessed from the model's name when the server has not
+    said by the start-up deadline."""
     model = loaded.config.model
     asking = discover_context_limit(
         model.base_url, model.name, model.context_limit,
         configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")),
-        api_key=api_key(model.api_key_env))
+        api_key=api_key(model.api_key_env), http=http)
     if startup is None:
         return await asking
     return await startup.within(asking, lambda: context_from_name(model.name),
