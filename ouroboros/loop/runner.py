@@ -51,6 +51,7 @@ from ouroboros.loop.startup import (
     claim_window,
     live_from,
     log_changes,
+    make_window_real,
     refuse_what_cannot_fit,
     resume_run,
     start_run,
@@ -233,6 +234,7 @@ class Runner:
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
         claim = await claim_window(loaded, client.http, startup)
+        claim = await make_window_real(loaded, client, claim)
         await refuse_what_cannot_fit(loaded, claim, counter, startup)
         if resume:
             state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,

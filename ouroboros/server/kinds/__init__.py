@@ -28,10 +28,10 @@ from ouroboros.server.kinds.family import (
 )
 from ouroboros.server.kinds.generic import Generic
 from ouroboros.server.kinds.llamacpp import LlamaCpp
-from ouroboros.server.kinds.ollama import Ollama
+from ouroboros.server.kinds.ollama import OLLAMA
 from ouroboros.server.kinds.vllm import Vllm
 
-OLLAMA, LLAMA_CPP, VLLM, GENERIC = Ollama(), LlamaCpp(), Vllm(), Generic()
+LLAMA_CPP, VLLM, GENERIC = LlamaCpp(), Vllm(), Generic()
 FAMILIES: tuple[ServerFamily, ...] = (OLLAMA, LLAMA_CPP, VLLM, GENERIC)
 """Every family, in the order the window questions ask them: the generic one last."""
 TOOLS_ORDER: tuple[ServerFamily, ...] = (LLAMA_CPP, OLLAMA, VLLM, GENERIC)

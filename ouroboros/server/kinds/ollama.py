@@ -8,11 +8,15 @@ The trained length can be far above what Ollama allocates for a model that is no
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from ouroboros.server.errors import error_details
 from ouroboros.server.kinds.family import BaseFamily, Endpoint, Situation, Told, get_json, positive, \
     same_model
 
@@ -101,3 +105,101 @@ def tools_from_show(body: dict[str, Any]) -> bool | None:
     when it lists none."""
     capabilities = body.get("capabilities")
     return "tools" in capabilities if isinstance(capabilities, list) else None
+
+
+# -- a window made real: a model derived with the num_ctx the config asks for
+
+CREATE_SECS = 120.0  # a derived model shares its layers: Ollama writes a manifest, not weights
+
+
+@dataclass(frozen=True)
+class SizedModel:
+    """The model a run uses so that Ollama gives it the window asked for."""
+
+    name: str
+    tokens: int
+    created: bool  # False: a model of that name and num_ctx was there from an earlier run
+
+    @property
+    def source(self) -> str:
+        """How the window's source names it, at start and in the event log."""
+        made = "created by /api/create" if self.created else "from an earlier run"
+        return f"Ollama model {self.name} with num_ctx {self.tokens}, {made}"
+
+
+class WindowNotMade(Exception):
+    """Ollama could not make the model: `what` failed, in the server's words."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def sized_name(model: str, tokens: int) -> str:
+    """The derived model's name: `qwen3:8b` at 32768 -> `qwen3:8b-ctx32768`."""
+    return f"{model}-ctx{tokens}"
+
+
+def needs_sizing(reported: int | None, tokens: int) -> bool:
+    """Whether a model Ollama reports `reported` tokens for (None: it does not say) needs a
+    derived model to hold `tokens`."""
+    return reported is None or reported < tokens
+
+
+def create_failure(lines: list[str]) -> str | None:
+    """What went wrong in the JSON lines `/api/create` streamed, or None when the last status
+    is `success`."""
+    status = None
+    for line in filter(None, (line.strip() for line in lines)):
+        try:
+            said = json.loads(line)
+        except ValueError:
+            return f"an answer that is not JSON ({line[:80]})"
+        if isinstance(said, dict) and said.get("error"):
+            return str(said["error"])
+        status = said.get("status") if isinstance(said, dict) else None
+    return None if status == "success" else f"no success at the end (last status: {status})"
+
+
+async def sized_model(http: httpx.AsyncClient, model: str, tokens: int) -> SizedModel | None:
+    """A model like `model` that Ollama gives `tokens` of window, for a server that reports
+    less for `model` (`/api/ps` when loaded, else the Modelfile's `num_ctx` in `/api/show`)
+    or nothing: `<model>-ctx<tokens>`, created from it with `num_ctx` (`/api/create` with
+    `from` and `parameters`), or reused when a model of that name has that `num_ctx`. None
+    when there is nothing to do: not Ollama, or the window is big enough. WindowNotMade when
+    the server cannot make it."""
+    if not OLLAMA.identifies("/api/version", await get_json(http, "GET", "/api/version")):
+        return None
+    show = await get_json(http, "POST", "/api/show", {"model": model})
+    reported = await OLLAMA.allocated(http, model) or (num_ctx_from_show(show) if show else None)
+    if not needs_sizing(reported, tokens):
+        return None
+    name = sized_name(model, tokens)
+    existing = await get_json(http, "POST", "/api/show", {"model": name})
+    if existing is not None and num_ctx_from_show(existing) == tokens:
+        return SizedModel(name, tokens, created=False)
+    await create(http, {"model": name, "from": model, "parameters": {"num_ctx": tokens}})
+    return SizedModel(name, tokens, created=True)
+
+
+async def create(http: httpx.AsyncClient, body: dict[str, Any]) -> None:
+    """POST /api/create, its JSON lines read to the end; WindowNotMade naming what failed."""
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(CREATE_SECS):
+            async with http.stream("POST", "/api/create", json=body,
+                                   timeout=CREATE_SECS) as response:
+                if not response.is_success:
+                    said, _ = error_details((await response.aread()).decode(errors="replace"))
+                    raise WindowNotMade(f"POST /api/create answered {response.status_code}"
+                                        f" ({said})")
+                async for line in response.aiter_lines():
+                    lines.append(line)
+    except (httpx.HTTPError, TimeoutError) as error:
+        raise WindowNotMade(f"POST /api/create failed ({error or type(error).__name__})"
+                            ) from None
+    if (failure := create_failure(lines)) is not None:
+        raise WindowNotMade(f"POST /api/create said: {failure}")
+
+
+OLLAMA = Ollama()
