@@ -40,6 +40,12 @@ def test_each_family_names_its_own_fix_for_a_bigger_window(kind, words):
     assert ("ollama" in fix.lower()) == (kind == "ollama")
 
 
+def test_the_fix_a_message_names_without_knowing_the_server_names_each_one():
+    assert kinds.bigger_window(8192) == (
+        "Ollama: `OLLAMA_CONTEXT_LENGTH=8192 ollama serve`, or `PARAMETER num_ctx 8192` in a "
+        "Modelfile; llama.cpp: `-c 8192`; vLLM: `--max-model-len 8192`")
+
+
 def test_each_family_brings_its_own_tokenize_endpoints_in_the_order_they_are_tried():
     assert [e.name for e in kinds.tokenize_endpoints()] == ["llama-cpp-python", "llama.cpp", "vLLM"]
     assert kinds.family_named("ollama").tokenizers == ()
@@ -71,6 +77,7 @@ class LmStudio(BaseFamily):
     """A family a newcomer might add: its window in `/api/v0/models/<model>`."""
 
     name = "lmstudio"
+    title = "LM Studio"
     default_port = 1234
 
     async def window(self, http: httpx.AsyncClient, model: str) -> Told | None:
@@ -80,6 +87,9 @@ class LmStudio(BaseFamily):
 
     def hint(self, situation: Situation, model: str) -> str:
         return "is LM Studio's server running there?"
+
+    def bigger_window(self, tokens: int) -> str:
+        return f"load the model with a context length of {tokens}"
 
 
 def test_a_new_family_is_one_class_listed_in_families(monkeypatch):
@@ -95,6 +105,8 @@ def test_a_new_family_is_one_class_listed_in_families(monkeypatch):
     assert asyncio.run(go()) == (12288, "max_context_length of LM Studio")
     assert kinds.kind_from_url("http://127.0.0.1:1234") == "lmstudio"
     assert kinds.hint("lmstudio", "unreachable") == "is LM Studio's server running there?"
+    assert kinds.bigger_window(8192).endswith(
+        "; LM Studio: load the model with a context length of 8192")
 
 
 def test_a_run_asks_its_server_everything_over_one_connection(tmp_path, scripted_server):

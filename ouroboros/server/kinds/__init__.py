@@ -42,7 +42,7 @@ ServerKind = str
 """The `name` of a family in FAMILIES: "ollama", "llama.cpp", "vllm" or "other"."""
 
 __all__ = ["FAMILIES", "Endpoint", "ServerFamily", "ServerKind", "Situation", "Told",
-           "family_named", "hint", "kind_from_answers", "kind_from_url", "same_model", "takes_tools",
+           "bigger_window", "family_named", "hint", "kind_from_answers", "kind_from_url", "same_model", "takes_tools",
            "tokenize_endpoints", "window", "window_at_start"]
 
 
@@ -75,6 +75,16 @@ def hint(kind: ServerKind, situation: Situation, model: str = "<model>") -> str:
         hint("ollama", "model_not_found", "llama3.2")  # "run `ollama pull llama3.2` or ..."
     """
     return family_named(kind).hint(situation, model)
+
+
+def bigger_window(tokens: int) -> str:
+    """How each server the harness knows is given a window of `tokens`, for a message that
+    names the fix without knowing which one it is talking to.
+
+        bigger_window(8192)  # "Ollama: `OLLAMA_CONTEXT_LENGTH=8192 ollama serve`, ...; vLLM: ..."
+    """
+    return "; ".join(f"{family.title}: {family.bigger_window(tokens)}"
+                     for family in FAMILIES if family is not GENERIC)
 
 
 def tokenize_endpoints() -> tuple[Endpoint, ...]:

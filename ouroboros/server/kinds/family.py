@@ -38,6 +38,8 @@ class ServerFamily(Protocol):
 
     name: str
     """How the family is named in the code and in `server_kind` ("ollama", "llama.cpp")."""
+    title: str
+    """How messages name it ("Ollama", "vLLM")."""
     default_port: int | None
     """The port it listens on unless told otherwise, for a guess before asking."""
     tokenizers: tuple[Endpoint, ...]
@@ -78,6 +80,7 @@ class BaseFamily:
     (`window` at least, `hint` and `bigger_window` in its own words)."""
 
     name = "other"
+    title = "another server"
     default_port: int | None = None
     tokenizers: tuple[Endpoint, ...] = ()
 

@@ -34,6 +34,7 @@ class LlamaCpp(BaseFamily):
     """The `ServerFamily` of llama.cpp (`llama-server -m <file.gguf>`)."""
 
     name = "llama.cpp"
+    title = "llama.cpp"
     default_port = 8080
     tokenizers = (LLAMA_CPP_PYTHON_TOKENIZE, LLAMA_CPP_TOKENIZE)
 
@@ -61,7 +62,7 @@ class LlamaCpp(BaseFamily):
                 "or choose a model with tool support")
 
     def bigger_window(self, tokens: int) -> str:
-        return f"`llama-server -c {tokens}`"
+        return f"`-c {tokens}`"
 
 
 def context_from_props(body: dict[str, Any]) -> int | None:

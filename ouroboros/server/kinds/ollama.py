@@ -28,6 +28,7 @@ class Ollama(BaseFamily):
     """The `ServerFamily` of Ollama (`ollama serve`)."""
 
     name = "ollama"
+    title = "Ollama"
     default_port = 11434
     tokenizers: tuple[Endpoint, ...] = ()
 

@@ -26,6 +26,7 @@ class Vllm(BaseFamily):
     """The `ServerFamily` of vLLM's OpenAI-compatible server."""
 
     name = "vllm"
+    title = "vLLM"
     default_port = 8000
     tokenizers = (VLLM_TOKENIZE,)
 
@@ -49,7 +50,7 @@ class Vllm(BaseFamily):
                 "or choose a model with tool support")
 
     def bigger_window(self, tokens: int) -> str:
-        return "`vllm serve --max-model-len %d`" % tokens  # whole, as the message check reads it
+        return "`--max-model-len %d`" % tokens  # whole, as the message check reads it
 
 
 def context_from_models(body: dict[str, Any], model: str) -> int | None:
