@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +112,7 @@ def tools_from_show(body: dict[str, Any]) -> bool | None:
 # -- a window made real: a model derived with the num_ctx the config asks for
 
 CREATE_SECS = 120.0  # a derived model shares its layers: Ollama writes a manifest, not weights
+CREATE_LINES_KEPT = 16  # of its progress: the verdict is in the last line
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,9 @@ async def sized_model(http: httpx.AsyncClient, model: str, tokens: int) -> Sized
     the server cannot make it."""
     if not OLLAMA.identifies("/api/version", await get_json(http, "GET", "/api/version")):
         return None
-    show = await get_json(http, "POST", "/api/show", {"model": model})
-    reported = await OLLAMA.allocated(http, model) or (num_ctx_from_show(show) if show else None)
+    reported = await OLLAMA.allocated(http, model)
+    if reported is None and (show := await get_json(http, "POST", "/api/show", {"model": model})):
+        reported = num_ctx_from_show(show)
     if not needs_sizing(reported, tokens):
         return None
     name = sized_name(model, tokens)
@@ -185,7 +188,7 @@ async def sized_model(http: httpx.AsyncClient, model: str, tokens: int) -> Sized
 
 async def create(http: httpx.AsyncClient, body: dict[str, Any]) -> None:
     """POST /api/create, its JSON lines read to the end; WindowNotMade naming what failed."""
-    lines: list[str] = []
+    lines: deque[str] = deque(maxlen=CREATE_LINES_KEPT)
     try:
         async with asyncio.timeout(CREATE_SECS):
             async with http.stream("POST", "/api/create", json=body,
@@ -199,7 +202,7 @@ async def create(http: httpx.AsyncClient, body: dict[str, Any]) -> None:
     except (httpx.HTTPError, TimeoutError) as error:
         raise WindowNotMade(f"POST /api/create failed ({error or type(error).__name__})"
                             ) from None
-    if (failure := create_failure(lines)) is not None:
+    if (failure := create_failure(list(lines))) is not None:
         raise WindowNotMade(f"POST /api/create said: {failure}")
 
 
