@@ -232,7 +232,8 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
                 else make_workspace(root / "workspace", parts, chars_per_part=chars))
         claim = (row.claim or row.window) if row is not None else window
         flags = {"model.context_limit": claim or UNLIMITED, "model.max_output_tokens": 2048,
-                 "agent.max_turns": 20 * parts + 50}  # a cap, should a row run away
+                 "agent.max_turns": 20 * parts + 50,  # a cap, should a row run away
+                 "model.ensure_window": False}  # rows whose server holds less than the claim
         loaded = load_config(root / "ouroboros.toml", flags, env={}, user_file=None)
         started = time.perf_counter()
         try:

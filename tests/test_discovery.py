@@ -6,13 +6,13 @@ import respx
 
 from ouroboros.server.discovery import (
     allocated_context,
-    context_from_models,
     context_from_name,
-    context_from_props,
     discover_context_limit,
     model_supports_tools,
-    same_model,
 )
+from ouroboros.server.kinds import same_model
+from ouroboros.server.kinds.llamacpp import context_from_props
+from ouroboros.server.kinds.vllm import context_from_models
 
 BASE = "http://127.0.0.1:11434"
 

@@ -42,10 +42,16 @@ class ThinkingAgent(RecordingAgent):
         return Reply(f"{thought}{reply.text}", reply.tool_calls)
 
 
+NOT_MADE_REAL = {"model.ensure_window": False}
+"""These runs are about servers that hold less than the claim: the window is not made real
+(tests/test_ensure_window.py makes it)."""
+
+
 def run_task(tmp_path, server, parts=PARTS, **flags):
     keys = write_demo_project(tmp_path, server.base_url, parts)
     loaded = load_config(tmp_path / "ouroboros.toml",
-                         {"model.context_limit": WINDOW, "safety.sandbox": "off", **flags},
+                         {"model.context_limit": WINDOW, "safety.sandbox": "off", **NOT_MADE_REAL,
+                          **flags},
                          env={}, user_file=None)
     code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
@@ -218,7 +224,8 @@ def test_sessions_that_never_get_a_tool_call_through_stop_the_run(tmp_path):
 
     with ScriptedServer(flailing, model="scripted-demo", context_length=WINDOW) as server:
         write_demo_project(tmp_path, server.base_url, 1)
-        loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": WINDOW},
+        loaded = load_config(tmp_path / "ouroboros.toml",
+                             {"model.context_limit": WINDOW, **NOT_MADE_REAL},
                              env={}, user_file=None)
         assert asyncio.run(run_agent(loaded, RunHooks())) == 3  # paused: stuck
     events = run_events(tmp_path)
@@ -249,7 +256,7 @@ def test_resume_uses_the_context_limit_the_user_set(tmp_path):
     with ScriptedServer(FailsAfter(PARTS, 16), model="scripted-demo",
                         context_length=2500, api_ps="silent") as small:
         keys = write_demo_project(tmp_path, small.base_url, PARTS)
-        flags = {"model.context_limit": 16384}
+        flags = {"model.context_limit": 16384, **NOT_MADE_REAL}
         loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
         with pytest.raises(RunFailed):
             asyncio.run(run_agent(loaded, RunHooks()))
@@ -305,7 +312,8 @@ def test_a_server_that_refuses_every_prompt_is_given_up_after_three_shrinks(tmp_
     with ScriptedServer(RecordingAgent(1), model="scripted-demo", context_length=200,
                         overflow="error") as server:
         write_demo_project(tmp_path, server.base_url, 1)
-        loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": WINDOW},
+        loaded = load_config(tmp_path / "ouroboros.toml",
+                             {"model.context_limit": WINDOW, **NOT_MADE_REAL},
                              env={}, user_file=None)
         with pytest.raises(RunFailed, match="kept refusing the prompt as too long after 3 "
                                             "attempts"):

@@ -18,11 +18,15 @@ from tests.helpers import of_type, run_events
 
 CONTEXT = 4096
 PARTS = 14
+NOT_MADE_REAL = {"model.ensure_window": False}
+"""Some runs are about servers that hold less than the claim: the window is not made real
+(tests/test_ensure_window.py makes it)."""
 
 
 def run_task(tmp_path, server: ScriptedServer, parts: int = PARTS, **context):
     keys = write_demo_project(tmp_path, server.base_url, parts)
-    flags = {"safety.sandbox": "off", **{f"context.{k}": v for k, v in context.items()}}
+    flags = {"safety.sandbox": "off", **NOT_MADE_REAL,
+             **{f"context.{k}": v for k, v in context.items()}}
     loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
     code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
@@ -160,7 +164,8 @@ def test_silent_truncation_is_detected_and_the_limit_lowered(tmp_path):
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
                         overflow="truncate", api_ps="silent") as server:
         keys = write_demo_project(tmp_path, server.base_url, PARTS)
-        loaded = load_config(tmp_path / "ouroboros.toml", {"model.context_limit": 16384},
+        loaded = load_config(tmp_path / "ouroboros.toml",
+                             {"model.context_limit": 16384, **NOT_MADE_REAL},
                              env={}, user_file=None)
         asyncio.run(run_agent(loaded, RunHooks()))
     events = run_events(tmp_path)

@@ -33,7 +33,8 @@ NEEDS_A_NEW_RUN = {"model.base_url", "model.name", "model.api_key_env", "agent.w
                    "agent.system_prompt", "logging.state_dir", "logging.durability",
                    "logging.segment_mb", "logging.keep_mb", "logging.keep_sessions",
                    "logging.keep_days", "metrics.port", "metrics.address",
-                   "metrics.heartbeat_secs", "model.wait_for_server_secs"}
+                   "metrics.heartbeat_secs", "model.wait_for_server_secs",
+                   "model.ensure_window"}
 
 
 def data(**changes: object) -> dict:

@@ -8,7 +8,9 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.server.tokenizer import LLAMA_CPP, LLAMA_CPP_PYTHON, VLLM, TokenCounter
+from ouroboros.server.kinds.llamacpp import LLAMA_CPP_PYTHON_TOKENIZE, LLAMA_CPP_TOKENIZE
+from ouroboros.server.kinds.vllm import VLLM_TOKENIZE
+from ouroboros.server.tokenizer import TokenCounter
 
 BASE = "http://127.0.0.1:8080"
 EXTRAS = f"{BASE}/extras/tokenize/count"
@@ -65,7 +67,7 @@ def test_llama_cpp_python_is_found_first_and_asked_alone():
     assert counts == [3, 1, 2]
     assert bodies(extras) == [{"input": text} for text in TEXTS]
     assert tokenize.call_count == 0
-    assert (counter.available, counter.endpoint, counter.window) == (True, LLAMA_CPP_PYTHON, None)
+    assert (counter.available, counter.endpoint, counter.window) == (True, LLAMA_CPP_PYTHON_TOKENIZE, None)
 
 
 def test_llama_cpp_server_is_found_after_a_404_and_the_404_is_not_asked_again():
@@ -76,7 +78,7 @@ def test_llama_cpp_server_is_found_after_a_404_and_the_404_is_not_asked_again():
     assert counts == [3, 1, 2]
     assert extras.call_count == 1
     assert bodies(tokenize) == [{"content": text} for text in TEXTS]
-    assert (counter.available, counter.endpoint) == (True, LLAMA_CPP)
+    assert (counter.available, counter.endpoint) == (True, LLAMA_CPP_TOKENIZE)
 
 
 def test_vllm_is_found_when_it_refuses_the_llama_cpp_body_and_tells_the_window():
@@ -89,7 +91,7 @@ def test_vllm_is_found_when_it_refuses_the_llama_cpp_body_and_tells_the_window()
     assert bodies(tokenize) == [{"content": TEXTS[0]}] + [
         {"model": "qwen3-8b", "prompt": text} for text in TEXTS
     ]
-    assert (counter.available, counter.endpoint, counter.window) == (True, VLLM, 32768)
+    assert (counter.available, counter.endpoint, counter.window) == (True, VLLM_TOKENIZE, 32768)
 
 
 def test_a_broken_first_probe_does_not_hide_a_later_family():
@@ -201,7 +203,7 @@ def test_a_failure_of_the_known_endpoint_is_transient():
         counts, counter = count_all(["a b c", "d", "e", "f", "g"])
     assert counts == [3, None, None, None, 1]
     assert (extras.call_count, tokenize.call_count) == (1, 5)
-    assert (counter.available, counter.endpoint) == (True, LLAMA_CPP)
+    assert (counter.available, counter.endpoint) == (True, LLAMA_CPP_TOKENIZE)
 
 
 # ---- the HTTP client --------------------------------------------------------------------

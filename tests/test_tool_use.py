@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ouroboros.loop.tool_use import no_tools_warning
-from ouroboros.server.discovery import tools_from_props, tools_from_show
+from ouroboros.server.kinds.llamacpp import tools_from_props
+from ouroboros.server.kinds.ollama import tools_from_show
 from ouroboros.testing import Reply
 from tests.helpers import make_project, ouroboros_here
 

@@ -11,7 +11,7 @@ import pytest
 from ouroboros.config import load_config
 from ouroboros.errors import ConfigError
 from ouroboros.loop.continuation import how_to_continue
-from ouroboros.loop.evidence import BIGGER_WINDOW
+from ouroboros.server.kinds import bigger_window
 from ouroboros.loop.reload import bad_edit
 from ouroboros.store import events as ev
 from tests.test_ui_dashboard import rendered_at, replay, sample_events
@@ -38,7 +38,7 @@ def typo_warning(tmp_path: Path) -> tuple[str, str]:
 
 
 def allocated_warning(tmp_path: Path) -> tuple[str, str]:
-    fix = (f"Fix: give the model the bigger window ({BIGGER_WINDOW % {'n': 8192}}), or set "
+    fix = (f"Fix: give the model the bigger window ({bigger_window(8192)}), or set "
            "model.context_limit = 2048 to match")
     return ("the server's window is 2048 tokens (allocated by Ollama (/api/ps)), but "
             f"model.context_limit in ouroboros.toml claims 8192: working within 2048 tokens. "

@@ -74,6 +74,13 @@ class ModelConfig(_Table):
         0, ge=0, description="Context window in tokens; 0 = find out from the server.",
         json_schema_extra=LIVE,
     )
+    ensure_window: bool = Field(
+        True,
+        description="With Ollama, make the window model.context_limit asks for real when "
+        "Ollama reports less for the model (/api/ps, else num_ctx in /api/show) or nothing: "
+        "run on a model `<name>-ctx<N>` made from it with num_ctx N (/api/create; made once, "
+        "reused by later runs); false = use the model as it is.",
+    )
     temperature: float = Field(
         0.7, ge=0, le=2, allow_inf_nan=False, description="Sampling temperature, 0 to 2.",
         json_schema_extra=LIVE,

@@ -28,6 +28,7 @@ from ouroboros.protocols import (
 from ouroboros.window.belief import after_retest, named_window, needs_retest, with_allocated
 from ouroboros.window.conversation import to_wire
 from ouroboros.tools import Toolbox
+from ouroboros.server.kinds import bigger_window
 
 # Filler for a re-test prompt: a word that takes about one token on any vocabulary.
 RETEST_FILLER = "ledger "
@@ -46,17 +47,12 @@ def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Wa
     window = context.window
     context.window = with_allocated(window, tokens, told_by)
     if tokens < window.claimed:
-        fix = BIGGER_WINDOW % {"n": window.claimed}
+        fix = bigger_window(window.claimed)
         warn("allocated", (
             f"the server's window is {tokens} tokens ({told_by}), but "
             f"{window.claimed_source} claims {window.claimed}: working within {tokens} "
             f"tokens. Fix: give the model the bigger window ({fix}), or set "
             f"model.context_limit = {tokens} to match"))
-
-
-BIGGER_WINDOW = ("Ollama: `OLLAMA_CONTEXT_LENGTH=%(n)d ollama serve`, or `PARAMETER num_ctx "
-                 "%(n)d` in a Modelfile; llama.cpp: `-c %(n)d`; vLLM: `--max-model-len %(n)d`")
-"""How each server is given a window of n tokens, for the warning that names the fix."""
 
 
 def choose_tools(context: ContextManager, system: Message, toolbox: Toolbox,

@@ -20,7 +20,8 @@ from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
 from ouroboros.loop.evidence import believe_told
 from ouroboros.loop.continuation import flags_to_remember, how_to_continue
-from ouroboros.server.discovery import WindowQuestions, same_model, tools_word
+from ouroboros.server.discovery import WindowQuestions, tools_word
+from ouroboros.server.kinds import same_model
 from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
 from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
     RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
@@ -49,6 +50,7 @@ from ouroboros.loop.startup import (
     claim_window,
     live_from,
     log_changes,
+    make_window_real,
     refuse_what_cannot_fit,
     resume_run,
     start_run,
@@ -186,21 +188,17 @@ async def check_reachable(client: ChatClient) -> None:
         raise await client.missing_model()
 
 
-async def warn_without_tools(loaded: LoadedConfig, state: RunState, log: EventLog,
-                             startup: Deadline | None) -> None:
+async def warn_without_tools(loaded: LoadedConfig, client: ChatClient, state: RunState,
+                             log: EventLog, startup: Deadline | None) -> None:
     """One warning when the server says the model will not be shown the tools (tool_use.py);
     nothing when it does not say, or not within the start-up deadline."""
     model = loaded.config.model
-    asking = tools_word(model.base_url, model.name, api_key=api_key(model.api_key_env))
+    asking = tools_word(model.base_url, client.model, http=client.http)
     said = await (asking if startup is None else startup.within(asking, lambda: None,
                                                                 "the tools question"))
     warning = no_tools_warning(*said, model.name) if said is not None else None
     if warning is not None:
         state.warn_once(log, "no_tools", warning)
-
-
-def window_questions(base_url: str, model: str, api_key_env: str) -> WindowQuestions:
-    return WindowQuestions(base_url, model, api_key(api_key_env))
 
 
 class Runner:
@@ -230,7 +228,8 @@ class Runner:
         run killed before its first reply resumes."""
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
-        claim = await claim_window(loaded, startup)
+        claim = await claim_window(loaded, client.http, startup)
+        claim = await make_window_real(loaded, client, claim)
         await refuse_what_cannot_fit(loaded, claim, counter, startup)
         if resume:
             state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
@@ -238,7 +237,7 @@ class Runner:
         else:
             state, log = start_run(loaded, run_dir, hooks.on_event, claim, flags, guard)
             interrupted = []
-        asker = window_questions(cfg.model.base_url, cfg.model.name, cfg.model.api_key_env)
+        asker = WindowQuestions(client.base_url, client.model, http=client.http)
         told = await (asker.told() if startup is None else
                       startup.within(asker.told(), lambda: None, "the window it allocated"))
         guarded = guard.warnings() if guard is not None else []
@@ -247,7 +246,7 @@ class Runner:
                     for what in (startup.missed if startup is not None else [])]
         for warning in startup_warnings(loaded, os.environ) + guarded:
             log.emit(ev.WarningEvent(message=warning))
-        await warn_without_tools(loaded, state, log, startup)
+        await warn_without_tools(loaded, client, state, log, startup)
         believe_told(state.context, told, lambda key, text: state.warn_once(log, key, text))
         services = Services(
             client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
@@ -319,10 +318,11 @@ class Runner:
     async def restart(self, reason: str) -> None:
         """Begin the next session with what carries over, under the config as it is now."""
         changes = await self.reread_config()
-        state, policy, model = self.state, self.loaded.config.context, self.loaded.config.model
+        state, policy = self.state, self.loaded.config.context
         may_restart(state, policy, reason, self.hooks.confirm_restart)
         self.brake(count_progress(state, state.digest))
-        told = await window_questions(model.base_url, model.name, model.api_key_env).told()
+        asker = self.services.asker
+        told = await asker.told() if asker is not None else None
         context, previous_prompt, toolbox = state.context, state.messages[0], self.services.toolbox
         system = self.system_message()
         facts = handoff_budget(policy.handoff_max_tokens, context.budget)
@@ -411,8 +411,9 @@ class Runner:
         through the same evidence rules as a resume."""
         self.live.replace(loaded)
         if limit_changed:
-            context = self.state.context
-            context.window = reclaimed(context.window, *await claim_window(loaded))
+            context, client = self.state.context, self.services.client
+            http = client.http if isinstance(client, ChatClient) else None
+            context.window = reclaimed(context.window, *await claim_window(loaded, http))
 
     def follow_config(self) -> None:
         """The holders that keep a copy of live keys take each new config whole: the context

@@ -14,10 +14,14 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+import httpx
+
 from ouroboros import __version__
 from ouroboros.store import events as ev
 from ouroboros.config import LoadedConfig
-from ouroboros.errors import ConfigError, WindowTooSmallError
+from ouroboros.errors import ConfigError, PermanentModelError, WindowTooSmallError
+from ouroboros.server.identity import ModelServer
+from ouroboros.server.kinds.ollama import OLLAMA, WindowNotMade, sized_model
 from ouroboros.server.tokenizer import TokenCounter
 from ouroboros.window.policy import ContextManager, fixed_part_problem, least_tokens
 from ouroboros.window.conversation import note
@@ -206,18 +210,42 @@ def api_key(env_name: str) -> str | None:
     return os.environ.get(env_name) or None if env_name else None
 
 
-async def claim_window(loaded: LoadedConfig, startup: Deadline | None = None) -> Claim:
-    """The window the config claims (or the server says), and where that came from; guessed
-    from the model's name when the server has not said by the start-up deadline."""
+async def claim_window(loaded: LoadedConfig, http: httpx.AsyncClient | None = None,
+                       startup: Deadline | None = None) -> Claim:
+    """The window the config claims (or the server says, asked through the run's client
+    `http`), and where that came from; guessed from the model's name when the server has not
+    said by the start-up deadline."""
     model = loaded.config.model
     asking = discover_context_limit(
         model.base_url, model.name, model.context_limit,
         configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")),
-        api_key=api_key(model.api_key_env))
+        api_key=api_key(model.api_key_env), http=http)
     if startup is None:
         return await asking
     return await startup.within(asking, lambda: context_from_name(model.name),
                                 "the window questions")
+
+
+async def make_window_real(loaded: LoadedConfig, server: ModelServer, claim: Claim) -> Claim:
+    """With `model.ensure_window` and a window the config sets, on Ollama: run on a model that
+    has that window (`server.kinds.ollama.sized_model`), the server's model renamed to it and
+    the claim's source saying so (the session start line and its event). PermanentModelError,
+    in one line naming what failed and what to do, when Ollama cannot make it."""
+    model = loaded.config.model
+    if not model.ensure_window or model.context_limit <= 0:
+        return claim
+    try:
+        sized = await sized_model(server.http, server.model, model.context_limit)
+    except WindowNotMade as failed:
+        raise PermanentModelError(
+            f"cannot give {server.model} the window of {model.context_limit:,} tokens "
+            f"model.context_limit asks for: {failed.what}; set model.ensure_window = false to "
+            "run on the model as it is, or start Ollama with a bigger window "
+            f"({OLLAMA.bigger_window(model.context_limit)})") from None
+    if sized is None:
+        return claim
+    server.model = sized.name
+    return claim[0], f"{claim[1]}; {sized.source}"
 
 
 async def refuse_what_cannot_fit(loaded: LoadedConfig, claim: Claim, counter: TokenCounter,

@@ -8,7 +8,7 @@ template or a model without tools), and the run's first replies after it.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable
 
 from ouroboros.store import events as ev
 
@@ -17,10 +17,10 @@ FIRST_REPLIES = 5  # replies without a tool call, from the run's start, before s
 Warn = Callable[[str, str], None]
 
 
-def no_tools_warning(takes_tools: bool, server: Literal["llama.cpp", "ollama"],
-                     model: str) -> str | None:
+def no_tools_warning(takes_tools: bool, server: str, model: str) -> str | None:
     """The one line for a server that says, before any request, that the model will not be
-    shown the tools; None when it takes them."""
+    shown the tools; None when it takes them. `server` is the family that said so
+    ("llama.cpp" or "ollama")."""
     if takes_tools:
         return None
     if server == "llama.cpp":

@@ -30,6 +30,7 @@ from ouroboros.errors import (
 )
 from ouroboros.server.errors import NOT_AN_API, body_line, classify, error_details
 from ouroboros.server.kinds import ServerKind, hint, kind_from_answers, kind_from_url
+from ouroboros.server.kinds.family import IDENTIFYING_PATHS
 
 CHAT_PATH = "/v1/chat/completions"
 ERROR_BODY_BYTES = 64_000  # of an error body or a web page: one line of it is quoted
@@ -176,8 +177,8 @@ class ModelServer:
         if self.server_kind is None:
             guess = kind_from_url(self.base_url)
             if guess != "ollama":
-                paths = ("/api/version", "/props", "/v1/models")
-                guess = kind_from_answers(*[await self._json(path) for path in paths]) or guess
+                answers = [await self._json(path) for path in IDENTIFYING_PATHS]
+                guess = kind_from_answers(*answers) or guess
             self.server_kind = guess
         return self.server_kind
 

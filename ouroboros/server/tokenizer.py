@@ -3,9 +3,11 @@
     async with TokenCounter("http://127.0.0.1:8080", "qwen3-8b") as counter:
         tokens = await counter.count("How many tokens is this?")  # 7, or None
 
-The first call probes, in order: llama-cpp-python (`POST /extras/tokenize/count`), llama.cpp's
-own server (`POST /tokenize` with `content`) and vLLM (`POST /tokenize` with `model` and
-`prompt`, tried only when the server refuses the llama.cpp body with a 4xx other than 404/405).
+The first call probes each family's tokenize endpoints (`ouroboros.server.kinds`), in order:
+llama-cpp-python (`POST /extras/tokenize/count`), llama.cpp's own server (`POST /tokenize` with
+`content`) and vLLM (`POST /tokenize` with `model` and `prompt`, tried only when the server
+refuses the llama.cpp body with a 4xx other than 404/405: a path that is missing is not asked
+again with another body).
 The endpoint that answers is kept and the others are never asked again. When none answers
 (Ollama has no tokenizer endpoint) the counter returns None from then on without a request,
 so callers fall back to their estimate. A later failure of the kept endpoint is taken as
@@ -15,44 +17,15 @@ transient: that call returns None and the next one asks again.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
-from ouroboros.server.connection import http_client
 from ouroboros.config.urls import normalize_base_url
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One server family's tokenizer: where to ask, what to send, how to read the count."""
-
-    name: str
-    path: str
-    body: Callable[[str, str], dict[str, Any]]  # (text, model) -> request body
-    read: Callable[[Any], int | None]  # parsed answer -> count, None if malformed
-
-
-def _count_field(answer: Any) -> int | None:
-    count = answer.get("count") if isinstance(answer, dict) else None
-    return count if _natural(count) else None
-
-
-def _tokens_length(answer: Any) -> int | None:
-    tokens = answer.get("tokens") if isinstance(answer, dict) else None
-    return len(tokens) if isinstance(tokens, list) else None
-
-
-LLAMA_CPP_PYTHON = Endpoint(
-    "llama-cpp-python", "/extras/tokenize/count", lambda text, model: {"input": text}, _count_field
-)
-LLAMA_CPP = Endpoint(
-    "llama.cpp", "/tokenize", lambda text, model: {"content": text}, _tokens_length
-)
-VLLM = Endpoint(
-    "vLLM", "/tokenize", lambda text, model: {"model": model, "prompt": text}, _count_field
-)
+from ouroboros.server.connection import http_client
+from ouroboros.server.kinds import Endpoint, tokenize_endpoints
+from ouroboros.server.kinds.family import natural
+from ouroboros.server.kinds.llamacpp import LLAMA_CPP_TOKENIZE
 
 
 class _NoCount(Exception):
@@ -127,12 +100,15 @@ class TokenCounter:
         return count
 
     async def _find(self, text: str) -> tuple[Endpoint, int] | None:
-        for endpoint in (LLAMA_CPP_PYTHON, LLAMA_CPP, VLLM):
+        missing: set[str] = set()  # paths that are missing or broken: no body fares better
+        for endpoint in tokenize_endpoints():
+            if endpoint.path in missing:
+                continue
             try:
                 return endpoint, await self._ask(endpoint, text)
             except _NoCount as refused:
-                if endpoint is LLAMA_CPP and not _wrong_body(refused.status):
-                    return None  # /tokenize is missing or broken: the vLLM body fares no better
+                if not _wrong_body(refused.status):
+                    missing.add(endpoint.path)
         return None
 
     async def _ask(self, endpoint: Endpoint, text: str) -> int:
@@ -148,7 +124,7 @@ class TokenCounter:
         if (count := endpoint.read(answer)) is None:
             raise _NoCount(response.status_code)
         window = answer.get("max_model_len") if isinstance(answer, dict) else None
-        if _natural(window) and window > 0:
+        if natural(window) and window > 0:
             self._window = window
         return count
 
@@ -164,7 +140,7 @@ class TokenCounter:
             prompt = rendered.json().get("prompt") if rendered.is_success else None
             if not isinstance(prompt, str):
                 return None
-            return await self._ask(LLAMA_CPP, prompt)
+            return await self._ask(LLAMA_CPP_TOKENIZE, prompt)
         except (httpx.HTTPError, ValueError, AttributeError, _NoCount, TimeoutError):
             return None
 
@@ -183,6 +159,3 @@ def _wrong_body(status: int) -> bool:
     """A 4xx that means "not this body" rather than "no such endpoint"."""
     return 400 <= status < 500 and status not in (404, 405)
 
-
-def _natural(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -55,8 +55,10 @@ def tags(settings: ModelSettings) -> list[dict[str, Any]]:
     ]
 
 
-def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
-    """Status and body of a GET; `loaded` once a chat request was served (/api/ps)."""
+def get(path: str, settings: ModelSettings, *, loaded: bool,
+        loaded_as: str | None = None) -> tuple[int, Any]:
+    """Status and body of a GET; `loaded` once a chat request was served, `loaded_as` the
+    name it was asked for when that is another of its models (/api/ps)."""
     if settings.serves_any_name:  # llama.cpp: /props and /v1/models, none of Ollama's own
         if path == "/props":
             return 200, {"default_generation_settings": {"n_ctx": settings.window},
@@ -79,6 +81,8 @@ def get(path: str, settings: ModelSettings, *, loaded: bool) -> tuple[int, Any]:
         models = []
         if loaded and settings.api_ps == "honest":
             entry = {**tags(settings)[0], "expires_at": "2099-01-01T00:00:00Z", "size_vram": 1}
+            if loaded_as is not None:
+                entry["name"] = entry["model"] = listed_name(loaded_as)
             if settings.window is not None:
                 entry["context_length"] = settings.window
             models.append(entry)
@@ -113,6 +117,30 @@ def show(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
         },
         "capabilities": ["completion", "tools"] if settings.tools_supported else ["completion"],
     }
+
+
+CREATE_FAILURE = ("open /usr/share/ollama/.ollama/models/manifests/registry.ollama.ai/"
+                  "library: permission denied")
+
+
+def create(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
+    """/api/create of a model `from` one it has, with `parameters`: (status, the JSON lines
+    Ollama streams, or an error body)."""
+    if settings.create == "missing" or settings.serves_any_name:
+        return 404, "404 page not found"
+    name, base, parameters = body.get("model"), body.get("from"), body.get("parameters")
+    if not isinstance(name, str) or not name:
+        return 400, {"error": "invalid model name"}
+    if not isinstance(base, str) or not serves(base, settings.models):
+        return 404, {"error": f"model '{base}' not found"}
+    if not isinstance(parameters, dict) or not isinstance(parameters.get("num_ctx", 0), int):
+        return 400, {"error": "invalid parameters"}
+    layer = hashlib.sha256(base.encode()).hexdigest()
+    lines = [{"status": f"using existing layer sha256:{layer}"},
+             {"status": "creating new layer sha256:" + hashlib.sha256(name.encode()).hexdigest()}]
+    if settings.create == "fails":
+        return 200, [*lines, {"error": CREATE_FAILURE}]
+    return 200, [*lines, {"status": "writing manifest"}, {"status": "success"}]
 
 
 def tokenize_family(path: str, settings: ModelSettings) -> TokenizeFamily | None:

@@ -53,7 +53,8 @@ class Answer:
 class ScriptedModel:
     """A model that answers from a script, with the records tests read back: `requests`
     (every chat body), `prompt_tokens` (the true count of each), `over_limit`,
-    `count_requests` and `tokenize_requests`. Thread-safe."""
+    `count_requests`, `tokenize_requests`, `create_requests` (every /api/create body) and
+    `made` (the models those made). Thread-safe."""
 
     def __init__(
         self, script: Brain | Iterable[Reply | Fault], settings: ModelSettings | None = None
@@ -68,6 +69,10 @@ class ScriptedModel:
         self._cached: tuple[list[Message], Any] = ([], None)  # the last prompt the model read
         self._served_chat = False
         self._last_reported = 0  # usage "decreasing": the last prompt count it sent
+        self.create_requests: list[dict[str, Any]] = []  # every /api/create body
+        self.made: dict[str, int] = {}  # models /api/create made: listed name -> num_ctx
+        self._loaded_as: str | None = None  # a made model a request loaded, by its name
+        self._own_allocated: int | None = None  # the window of its own model, meanwhile
         self._lock = threading.Condition()  # guards the script, the records and the outage state
 
     def inject(self, *faults: Fault) -> None:
@@ -102,11 +107,47 @@ class ScriptedModel:
         if path == "/api/ps":  # the only answer that waits for a chat request being decided
             with self._lock:
                 loaded = self._served_chat
-        return endpoints.get(path, self.settings, loaded=loaded)
+        return endpoints.get(path, self.settings, loaded=loaded, loaded_as=self._loaded_as)
 
     def answer_show(self, body: dict[str, Any]) -> tuple[int, Any]:
-        """Status and body of /api/show."""
-        return endpoints.show(body, self.settings)
+        """Status and body of /api/show; a model /api/create made shows its own num_ctx."""
+        with self._lock:
+            made = self.made.get(self._made_key(body.get("model") or body.get("name")))
+            settings = self.settings
+        if made is not None:
+            settings = replace(settings, context_length=made)
+        return endpoints.show(body, settings)
+
+    def answer_create(self, body: dict[str, Any]) -> tuple[int, Any]:
+        """Status and answer of /api/create: the JSON lines Ollama streams (a list), or an
+        error body. A model made is listed and served from then on."""
+        with self._lock:
+            self.create_requests.append(body)
+            status, answer = endpoints.create(body, self.settings)
+            if isinstance(answer, list) and answer[-1] == {"status": "success"}:
+                name = str(body["model"])
+                self.made[self._made_key(name)] = int(body["parameters"].get("num_ctx") or 0)
+                if not endpoints.serves(name, self.settings.models):
+                    self.settings = replace(
+                        self.settings, extra_models=(*self.settings.extra_models, name))
+            return status, answer
+
+    def _made_key(self, name: Any) -> str:
+        return endpoints.listed_name(str(name or "")).casefold()
+
+    def _load(self, name: str) -> None:
+        """What Ollama does for a request naming another model: load it, with its window (a
+        model /api/create made holds its num_ctx). Call with the lock held."""
+        key = self._made_key(name)
+        made = self.made.get(key)
+        if made is not None and self._loaded_as != key:
+            if self._loaded_as is None:
+                self._own_allocated = self.settings.allocated
+            self.settings = replace(self.settings, allocated=made)
+            self._loaded_as = key
+        elif made is None and self._loaded_as is not None:
+            self.settings = replace(self.settings, allocated=self._own_allocated)
+            self._loaded_as = None
 
     def answer_tokenize(self, path: str, body: dict[str, Any]) -> tuple[int, Any] | None:
         """The tokenizer endpoint of the `tokenize` family, or None if `path` is not it."""
@@ -122,6 +163,7 @@ class ScriptedModel:
     def answer_chat(self, body: dict[str, Any]) -> Answer:
         """Record the request and decide its answer: a fault, or what the model does."""
         with self._lock:
+            self._load(str(body.get("model", "")))
             if body.get("max_tokens") == 1 and not body.get("stream"):
                 return self._count_answer(body)
             self.requests.append(body)

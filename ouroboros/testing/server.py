@@ -229,10 +229,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(*tokenized)
         elif path == "/api/show":
             self._send_json(*self.server.owner.answer_show(body))
+        elif path == "/api/create":
+            self._create(body)
         elif path == "/v1/chat/completions":
             self._chat(body)
         else:
             self._send_json(404, "404 page not found")
+
+    def _create(self, body: dict[str, Any]) -> None:
+        """Ollama's progress: one JSON object a line, each line a chunk, as it streams them."""
+        status, answer = self.server.owner.answer_create(body)
+        if not isinstance(answer, list):
+            self._send_json(status, answer)
+            return
+        lines = [json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in answer]
+        self._send_stream(lines, abort=False, content_type="application/x-ndjson")
 
     def _chat(self, body: dict[str, Any]) -> None:
         owner = self.server.owner
@@ -264,9 +275,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._end_headers()
         self.wfile.write(data)
 
-    def _send_stream(self, frames: list[bytes], *, abort: bool) -> None:
+    def _send_stream(self, frames: list[bytes], *, abort: bool,
+                     content_type: str = "text/event-stream") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self._end_headers()

@@ -14,6 +14,7 @@ from ouroboros.testing.wire import UsageMode, Wire
 
 Overflow = Literal["truncate", "error", "empty"]
 TokenizeFamily = Literal["llama.cpp", "llama-cpp-python", "vllm"]
+Create = Literal["works", "missing", "fails"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ class ModelSettings:
     """Serve the tokenize endpoint of this family of servers (endpoints.TOKENIZE_PATHS)."""
     extra_models: Sequence[str] = ()
     """More names it lists and answers to."""
+    create: Create = "works"
+    """How `/api/create` answers a model made `from` one it has with `parameters`: "works"
+    (JSON lines ending in `success`; the new model is listed, served, shown with its
+    `num_ctx`, and holds that window once a request loads it), "missing" (404, as a proxy
+    or an Ollama without the endpoint answers), "fails" (an `error` line in the stream)."""
     serves_any_name: bool = False
     """Be llama.cpp: a chat request for any model name is answered by its one model, each
     chunk's `model` naming that one (`model`), not the name asked for; its window is told by
