@@ -166,6 +166,12 @@ def said_done(text: str) -> str | None:
     return None
 
 
+def done_words(reason: str, last_words: str) -> str | None:
+    """For an idle end, the words in which the agent's last reply said the work is done
+    (run_end's `said_done`), "" when it said no such thing; None for any other end."""
+    return (said_done(last_words) or "") if reason == "idle" else None
+
+
 def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,
                     last_words: str = "", budget: str = "") -> str:
     """The line a stopped run ends with: why it stopped, if it needs saying, and the command
