@@ -8,7 +8,8 @@ full it is), its counters (turns, restarts, masking, alerts, retries, tool calls
 record of each anchor type, and the figures of its sessions (the first FIRST_KEPT and the last
 RECENT_KEPT, the totals of the others) with the context chart's readings folded into at most
 CHART_BUCKETS buckets (each the highest of `span` readings; `span` doubles when they are
-full). Its size does not grow with the records folded into it, unless `keep_all` asks for
+full). A session's peak is the highest share of the budget its events report: its prompts'
+readings, its wind-down's and that of the restart that ended it. Its size does not grow with the records folded into it, unless `keep_all` asks for
 every session and reading (`stats --all`).
 
 Judgements the loop makes are fields of its events (`run_end.said_done`, the context use a
@@ -23,7 +24,7 @@ here.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Final
 
 from ouroboros.store.events import EventBase
@@ -395,6 +396,6 @@ every other type changes only `last`, `session` and `turn`)."""
 
 SESSION_FIELDS = ("sessions", "first", "recent", "earlier", "session_restarts", "readings",
                   "span", "buckets", "restart_next")
-STANDING_FIELDS = tuple(f.name for f in fields(RunSummary) if f.name in (
-    "run_id", "model", "served_model", "soft", "hard", "window", "limit_source", "budget",
-    "prompt_tokens", "context_pct", "prompt_pct", "said_done", "answered"))
+STANDING_FIELDS = ("run_id", "model", "served_model", "soft", "hard", "window", "limit_source",
+                   "budget", "prompt_tokens", "context_pct", "prompt_pct", "said_done",
+                   "answered")
