@@ -1,9 +1,10 @@
 """Prometheus metrics of a run, served at http://<address>:<port>/metrics while it goes on
 (`--metrics-port N` or the `[metrics]` table), with the well-kept prometheus_client.
 
-The numbers come from the events the run's log emits, nothing else: RunMetrics is a log
-listener, so the loop knows nothing of it. Counters count from the start of this process (a
-resumed run starts them at 0 again, as Prometheus expects of a restarted target).
+The numbers are the run's summary (store/summary.py, the fold `status` and `stats` read too),
+folded from the events the run's log emits: RunMetrics is a log listener, so the loop knows
+nothing of it, and a scrape reads the summary as it is. Counters count from the start of this
+process (a resumed run starts them at 0 again, as Prometheus expects of a restarted target).
 
     metrics = serve_metrics(9464, "127.0.0.1")   # raises ConfigError when the port is taken
     hooks.on_event = also(hooks.on_event, metrics.on_event)
@@ -14,71 +15,69 @@ resumed run starts them at 0 again, as Prometheus expects of a restarted target)
 from __future__ import annotations
 
 import errno
-from typing import Any
+import time
+from typing import Any, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 
 from ouroboros.errors import ConfigError
-from ouroboros.store import events as ev
 from ouroboros.protocols import Listener
 from ouroboros.store.events import EventBase
+from ouroboros.store.summary import RunSummary
 
 
 class RunMetrics:
-    """The run's metrics in a registry of their own, kept up to date by `on_event`."""
+    """The run's metrics in a registry of their own: its summary, kept up to date by
+    `on_event`, read at each scrape. The counters are the sessions' figures the summary folded
+    in this process (its turns, tokens and masking), not the run's totals a resume starts
+    from."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.turns = Counter("ouroboros_turns", "Model turns (assistant replies).", registry=r)
-        self.tool_calls = Counter("ouroboros_tool_calls", "Tool calls, by tool and outcome "
-                                  "(ok, error, interrupted).", ["tool", "outcome"], registry=r)
-        self.restarts = Counter("ouroboros_restarts", "Session restarts.", registry=r)
-        self.masked = Counter("ouroboros_masked_observations", "Tool results masked.",
-                              registry=r)
-        self.prompt_tokens = Counter("ouroboros_prompt_tokens", "Prompt tokens sent.",
-                                     registry=r)
-        self.completion_tokens = Counter("ouroboros_completion_tokens",
-                                         "Completion tokens received.", registry=r)
-        self.retries = Counter("ouroboros_retries", "Model requests retried.", registry=r)
-        self.context_used = Gauge("ouroboros_context_used_ratio", "The last prompt's share "
-                                  "of the context budget, as a ratio (0.526 is 52.6%; above 1 "
-                                  "only for a prompt past the budget).", registry=r)
-        self.window = Gauge("ouroboros_context_window_tokens", "The context window believed, "
-                            "in tokens.", registry=r)
-        self.session = Gauge("ouroboros_session", "The session going on (1, 2, ...).",
-                             registry=r)
-        self.last_event = Gauge("ouroboros_last_event_timestamp_seconds", "When the last "
-                                "event was written (Unix time).", registry=r)
-        self.info: dict[str, Any] = {}
+        self.summary = RunSummary()
+        self.last_event: float | None = None  # Unix time
+        self.registry.register(self)
 
     def on_event(self, event: EventBase) -> None:
-        """Count one event of the log."""
-        self.session.set(event.session)
-        self.last_event.set_to_current_time()
-        match event:
-            case ev.Assistant():
-                self.turns.inc()
-            case ev.ToolResultEvent(name=name, ok=ok):
-                outcome = "interrupted" if event.interrupted else "ok" if ok else "error"
-                self.tool_calls.labels(tool=name, outcome=outcome).inc()
-            case ev.SessionRestart():
-                self.restarts.inc()
-            case ev.ContextMask(observations_masked=masked):
-                self.masked.inc(masked)
-            case ev.TokenUsage():
-                self.prompt_tokens.inc(event.prompt_tokens)
-                self.completion_tokens.inc(event.completion_tokens)
-                self.context_used.set(used_ratio(event.context_used_pct))
-                self.window.set(event.context_limit)
-            case ev.Retry():
-                self.retries.inc()
-            case ev.SessionStart(context_limit=limit) | ev.RunResumed(context_limit=limit):
-                self.window.set(limit)
-            case ev.ContextTruncationDetected(new_limit=limit) | \
-                    ev.ContextOverflowRecovered(new_limit=limit):
-                self.window.set(limit)
+        """Fold one event of the log into the summary."""
+        self.summary.add_event(event)
+        self.last_event = time.time()
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics as the summary has them now (prometheus_client's collector protocol)."""
+        summary, totals = self.summary, self.summary.totals()
+        yield counter("ouroboros_turns", "Model turns (assistant replies).", totals["turns"])
+        calls = CounterMetricFamily("ouroboros_tool_calls", "Tool calls, by tool and outcome "
+                                    "(ok, error, interrupted).", labels=["tool", "outcome"])
+        for key, count in summary.tool_calls.items():
+            calls.add_metric(key.rsplit(" ", 1), count)
+        yield calls
+        yield counter("ouroboros_restarts", "Session restarts.", summary.session_restarts)
+        yield counter("ouroboros_masked_observations", "Tool results masked.",
+                      totals["masked"])
+        yield counter("ouroboros_prompt_tokens", "Prompt tokens sent.", totals["prompt_tokens"])
+        yield counter("ouroboros_completion_tokens", "Completion tokens received.",
+                      totals["completion_tokens"])
+        yield counter("ouroboros_retries", "Model requests retried.", summary.retries)
+        yield gauge("ouroboros_context_used_ratio", "The last prompt's share of the context "
+                    "budget, as a ratio (0.526 is 52.6%; above 1 only for a prompt past the "
+                    "budget).", used_ratio(summary.prompt_pct or 0.0))
+        yield gauge("ouroboros_context_window_tokens", "The context window believed, in "
+                    "tokens.", summary.window or 0)
+        yield gauge("ouroboros_session", "The session going on (1, 2, ...).",
+                    summary.session if summary.last else 0)
+        yield gauge("ouroboros_last_event_timestamp_seconds", "When the last event was "
+                    "written (Unix time).", self.last_event or 0)
+
+
+def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
 
 
 def used_ratio(pct: float) -> float:

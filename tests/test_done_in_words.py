@@ -50,6 +50,30 @@ def test_a_run_whose_agent_says_done_in_words_ends_reading_as_done(tmp_path, scr
     assert result.returncode == 3, result.stderr  # paused, as idle is
     end = run_events(tmp_path)[-1]
     assert end["reason"] == "idle" and not end.get("summary")  # not task_complete
+    assert end["said_done"] == "ALL DONE"  # the loop's judgement, which every reader reads
     assert 'the agent said it is done ("ALL DONE") without calling task_complete' in end["next"]
     assert end["next"] in result.stdout
     assert "ended: the agent says it is done; paused (exit 3)" in watched.stdout
+
+
+def ended(*, said_done: str | None, next_line: str = "") -> str:
+    """The dashboard's state words after an agent's "ALL DONE." and an idle run_end."""
+    from ouroboros.store import events as ev
+    from ouroboros.ui.dashboard import DashboardState
+
+    state = DashboardState()
+    reply = ev.Assistant(text="ALL DONE.", finish_reason="stop", tool_calls=[], seq=1, turn=1)
+    end = ev.RunEnd(reason="idle", exit_code=3, sessions=1, total_turns=1, restarts=0,
+                    next=next_line, said_done=said_done, seq=2, turn=1)
+    for event in (reply, end):
+        state.apply(event.record())
+    return state.status
+
+
+def test_the_dashboard_takes_the_loops_word_for_done_and_reads_a_log_from_before_it():
+    assert ended(said_done="ALL DONE") == "ended: the agent says it is done; paused (exit 3)"
+    assert ended(said_done="") == "ended: idle (exit 3)"  # the loop judged: not done
+    old = how_to_continue("idle", last_words="ALL DONE.")  # `next`, before `said_done` was kept
+    assert ended(said_done=None, next_line=old) == \
+        "ended: the agent says it is done; paused (exit 3)"
+    assert ended(said_done=None) == "ended: idle (exit 3)"

@@ -116,7 +116,7 @@ def test_status_from_the_manifest_and_current_segment_equals_a_replay_of_everyth
         assert getattr(s, name) == getattr(full, name), name
     assert s.total_turns == 15 and s.restarts == 4 and s.soft == 0.5
     assert [c.key for c in status.changes] == ["context.soft_threshold_pct"]
-    assert status.end is None and status.started == next(run_records(run))["ts"]
+    assert status.end is None and status.summary.started == next(run_records(run))["ts"]
 
 
 def test_status_reads_no_closed_segment(tmp_path):
@@ -240,7 +240,7 @@ def test_a_rolling_log_applies_retention_by_itself(tmp_path):
     manifest = load_manifest(run)
     assert manifest.pruned["segments"] >= 6
     assert len(manifest.segments) <= 3
-    assert read_tail(run).tally().turns == 30  # the totals survive the history removed
+    assert read_tail(run).summary().turns == 30  # the totals survive the history removed
 
 
 def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(tmp_path,
@@ -271,7 +271,7 @@ def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(
     assert total < 100_000 + 3 * 20_000  # retention, plus the files it never removes
     assert load_manifest(run).pruned["segments"] > 0
     assert ObservationStore(run / "observations").read("obs-1200") is not None
-    assert read_tail(run).tally().assistants == 1200
+    assert read_tail(run).summary().assistants == 1200
 
 
 def stats_text(stats) -> str:
@@ -285,9 +285,9 @@ def stats_text(stats) -> str:
 
 
 def default_stats(run: Path):
-    from ouroboros.ui.stats import figures_stats
+    from ouroboros.ui.stats import summary_stats
 
-    return figures_stats(read_tail(run).tally().figures)
+    return summary_stats(read_tail(run).summary())
 
 
 @pytest.mark.parametrize("sessions,turns", [(5, 3), (40, 6)])
@@ -315,22 +315,27 @@ def test_stats_by_default_shows_from_the_manifest_what_the_whole_log_says(tmp_pa
 
 
 def test_figures_a_manifest_lacks_are_rebuilt_once_from_its_segments(tmp_path):
-    from ouroboros.store.segments import complete_tally
-    from ouroboros.ui.stats import figures_stats, run_stats
+    from ouroboros.store.segments import complete_summary
+    from ouroboros.ui.stats import run_stats, summary_stats
 
     run = tmp_path / "run1"
     write_run(run, sessions=6, end=False)
     manifest = json.loads((run / MANIFEST_FILE).read_text())
-    del manifest["state"]["figures"]  # as an Ouroboros before them wrote it
+    state = manifest["state"]  # as an Ouroboros before the summary (or its figures) wrote it
+    manifest["state"] = {key: state[key] for key in OLD_TALLY}
     (run / MANIFEST_FILE).write_text(json.dumps(manifest))
-    assert read_tail(run).tally().figures is None  # `stats` reads the whole log, and says so
+    assert not read_tail(run).summary().complete  # `stats` reads the whole log, and says so
 
-    tally = complete_tally(run, load_manifest(run))
+    summary = complete_summary(run, load_manifest(run))
     for record in read_tail(run).records:
-        tally.add_record(record)
+        summary.add_record(record)
 
-    assert tally.figures is not None
-    assert stats_text(figures_stats(tally.figures)) == stats_text(run_stats(run_records(run)))
+    assert summary.complete
+    assert stats_text(summary_stats(summary)) == stats_text(run_stats(run_records(run)))
+
+
+OLD_TALLY = ("run_start", "anchors", "config_changes", "flags", "turns", "assistants",
+             "restarts", "masked", "mask_rounds", "alerts", "started", "last")
 
 
 def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(tmp_path):
@@ -340,7 +345,7 @@ def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(t
     damaged = run / SEGMENTS_DIR / "000002.jsonl.gz"
     damaged.write_bytes(b"not gzip at all")
     tail = read_tail(run)  # what a resume reads: the manifest is rebuilt without segment 2
-    log = EventLog(run / EVENTS_FILE, seq=tail.last_seq, session=5, tally=tail.manifest.tally(),
+    log = EventLog(run / EVENTS_FILE, seq=tail.last_seq, session=5, summary=tail.manifest.summary(),
                    current=tail.records, segment_bytes=1)
 
     log.emit(ev.WarningEvent(message="still here"))
@@ -354,7 +359,7 @@ def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(t
     assert warnings[-1] == "and on"
     manifest = load_manifest(run)  # written whole again
     assert manifest.problem is None and 2 not in [s["number"] for s in manifest.segments]
-    assert read_tail(run).tally().assistants == 12  # the turns of segment 2 cannot be read
+    assert read_tail(run).summary().assistants == 12  # the turns of segment 2 cannot be read
 
 
 def test_a_reader_racing_a_rollover_reads_the_segment_compressed_meanwhile(tmp_path):
@@ -385,9 +390,9 @@ def test_runs_started_in_one_second_sort_as_they_started():
 
 
 def test_a_run_changing_its_config_forever_keeps_a_bounded_tally():
-    from ouroboros.store.segments import RECENT_CHANGES, Tally
+    from ouroboros.store.summary import RECENT_CHANGES, RunSummary
 
-    tally = Tally()
+    tally = RunSummary()
     for i in range(1000):
         key = ("context.soft_threshold_pct", "agent.max_turns", "model.name")[i % 3]
         record = {"type": "config_changed", "seq": i + 1, "key": key, "new": i}

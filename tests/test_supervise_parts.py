@@ -15,6 +15,7 @@ from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat, read_heartbeat
 from ouroboros.metrics import RunMetrics, also
 from ouroboros.store import events as ev
 from ouroboros.store.owner import OWNER_FILE, check_state_dir, claim_state_dir
+from ouroboros.store.summary import RunSummary
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.health import HEALTH_EXIT, run_health
 from ouroboros.ui.status import RunStatus
@@ -162,8 +163,7 @@ NOW = datetime(2026, 1, 1, 0, 1, 0, tzinfo=timezone.utc)
 
 
 def status_of(pid: int | None, end: ev.RunEnd | None = None) -> RunStatus:
-    state = DashboardState()
-    state.session, state.turn, state.total_turns = 2, 3, 10
+    state = DashboardState(summary=RunSummary(session=2, turn=3, turns=10))
     state.last_ts, state.last_type = "2026-01-01T00:00:00.000Z", "tool_call"
     return RunStatus("run-1", state, pid, end)
 

@@ -7,7 +7,7 @@ from rich.console import Console
 from ouroboros.store import events as ev
 from ouroboros.store.log import EventLog, read_events, read_tail
 from ouroboros.ui.chart import HARD_LINE, RESTART, SOFT_LINE, context_chart
-from ouroboros.ui.stats import SessionStats, figures_stats, run_stats, shown_sessions, stats_view
+from ouroboros.ui.stats import RunStats, SessionStats, summary_stats, run_stats, shown_sessions, stats_view
 from tests.ui_sample import RESTART_REASON, RUN_ID, SESSION_1, SESSION_2, write_sample_run
 
 
@@ -45,10 +45,10 @@ def test_a_turn_counts_once_its_reply_came_as_status_counts_it(tmp_path):
     log.session, log.turn = 2, 3  # the third request of session 2 is sent, no reply yet
     log.emit(ev.StopRequested(signal="SIGTERM"))
     log.close()
-    tally = read_tail(path.parent).tally()  # what `status` and default `stats` read
+    tally = read_tail(path.parent).summary()  # what `status` and default `stats` read
 
     stats = run_stats(read_events(path).events)  # `stats --all`
-    quick = figures_stats(tally.figures)
+    quick = summary_stats(tally)
 
     assert stats.total_turns == quick.total_turns == tally.turns == 8
     assert [s.turns for s in stats.sessions] == [s.turns for s in quick.sessions] == [6, 2]
@@ -125,7 +125,7 @@ def test_stats_view_renders_the_table_and_the_chart(tmp_path):
 
 def test_stats_names_the_window_the_budget_and_the_thresholds_as_status_does(tmp_path):
     path = write_sample_run(tmp_path / ".ouroboros")
-    quick = figures_stats(read_tail(path.parent).tally().figures)  # default `stats`
+    quick = summary_stats(read_tail(path.parent).summary())  # default `stats`
     whole = run_stats(read_events(path).events)  # `stats --all`
 
     for stats in (quick, whole):
@@ -158,7 +158,7 @@ def test_a_long_run_shows_its_first_and_last_sessions():
 
 
 def test_the_summary_keeps_the_totals_of_every_session():
-    stats = run_stats([])
+    stats = RunStats()
     stats.sessions = [SessionStats(n, turns=n, mask_rounds=1, masked=2, end="restart: full")
                       for n in range(1, 31)]
     console = Console(record=True, width=100)

@@ -77,11 +77,11 @@ def stats(run_id: Optional[str] = RunIdArgument,
           all_sessions: bool = typer.Option(False, "--all", help="List every session (a "
                                             "long run shows its first and last few).")) -> None:
     """Per-session numbers and a chart of context use over the run's turns: by default from
-    the figures the manifest keeps and the current segment; with --all from every record."""
+    the summary the manifest keeps and the current segment; with --all from every record."""
     from rich.console import Console
 
     from ouroboros.store.log import read_tail, run_records
-    from ouroboros.ui.stats import figures_stats, run_stats, stats_view
+    from ouroboros.ui.stats import run_stats, stats_view, summary_stats
     from ouroboros.ui.status import live_run
 
     loaded = load_for_reading(config, "stats")
@@ -90,9 +90,9 @@ def stats(run_id: Optional[str] = RunIdArgument,
     soft, hard = context.soft_threshold_pct, context.hard_threshold_pct
     tail = guarded(lambda: read_tail(run_dir))
     say_problem(tail.manifest.problem)
-    figures = None if all_sessions else tail.tally().figures
-    if figures is not None:
-        stats = figures_stats(figures, soft, hard)
+    summary = None if all_sessions else tail.summary()
+    if summary is not None and summary.complete:
+        stats = summary_stats(summary, soft, hard)
     else:
         if not all_sessions:
             typer.echo(f"({run_dir} was logged before its figures were kept: reading the whole "
@@ -271,16 +271,16 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
     import json
     from datetime import datetime, timezone
 
-    from ouroboros.loop.continuation import tally_plan
+    from ouroboros.loop.continuation import summary_plan
     from ouroboros.loop.heartbeat import read_heartbeat
     from ouroboros.store.log import runs_dir
     from ouroboros.ui.health import HEALTH_EXIT, default_stale_after, run_health
     from ouroboros.ui.status import live_run
 
     resumable = False
-    if found is not None and not found.running:  # from the tally `status` read, not again
+    if found is not None and not found.running:  # from the summary `status` read, not again
         run_dir = runs_dir(loaded.state_dir) / found.run_id
-        plan = guarded(lambda: tally_plan(run_dir, found.tally, {}, None))
+        plan = guarded(lambda: summary_plan(run_dir, found.summary, {}, None))
         max_turns = plan.flags.get("agent.max_turns", loaded.config.agent.max_turns)
         agent = loaded.config.agent
         resumable = plan.stays(max_turns, agent.max_tokens, agent.max_wall_secs) is None

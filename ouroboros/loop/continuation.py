@@ -5,8 +5,8 @@ Every way a run stops leaves it resumable: a stop signal, max_turns (`--max-turn
 more turns), task_complete and an idle pause (`--message "..."` gives the agent a new
 instruction), an error, a crash.
 
-    tally = read_tail(run_dir).tally()  # the remembered flags and turns (store.segments)
-    flags = resume_flags(tally.flags, given, more_turns=5, total_turns=tally.assistants)
+    summary = read_tail(run_dir).summary()  # the remembered flags and turns (store.summary)
+    flags = resume_flags(summary.flags, given, more_turns=5, total_turns=summary.assistants)
     why_not = refusal(run_id, end, total_turns=12, max_turns=10, message="")
     plan = continue_plan(state_dir, None, given)  # `run --continue`; None: start a new run
 """
@@ -22,12 +22,9 @@ from ouroboros.errors import EXIT_DONE, EXIT_PAUSED
 from ouroboros.loop.budgets import BUDGET, budget_reached, budget_words
 from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
 from ouroboros.store.events import RunEnd
-from ouroboros.store.segments import Tally
+from ouroboros.store.summary import REMEMBERED_FLAGS, TURN_LIMIT, RunSummary
 
-# The `run` flags a run remembers (in run_start, then run_resumed) and resume reuses.
-REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
 MESSAGE_HINT: Final = 'ouroboros resume --message "what to do next"'
-TURN_LIMIT: Final = "agent.max_turns"
 
 
 @dataclass(frozen=True)
@@ -90,21 +87,21 @@ def continue_plan(state_dir: Path, run_id: str | None, given: Mapping[str, Any]
 
 def plan_resume(state_dir: Path, run_id: str | None, given: Mapping[str, Any],
                 more_turns: int | None) -> ResumePlan:
-    """Read the run's tally (the latest run unless named; its manifest and current segment):
+    """Read the run's summary (the latest run unless named; its manifest and current segment):
     its remembered flags under those given now, its turns so far and how it ended. Raises
     UsageError as find_run does."""
     run_dir = find_run(state_dir, run_id)
-    return tally_plan(run_dir, read_tail(run_dir).tally(), given, more_turns)
+    return summary_plan(run_dir, read_tail(run_dir).summary(), given, more_turns)
 
 
-def tally_plan(run_dir: Path, tally: Tally, given: Mapping[str, Any],
-               more_turns: int | None) -> ResumePlan:
-    """plan_resume from the run's tally, where the caller has read it already."""
-    last = tally.anchors.get("run_end")
+def summary_plan(run_dir: Path, summary: RunSummary, given: Mapping[str, Any],
+                 more_turns: int | None) -> ResumePlan:
+    """plan_resume from the run's summary, where the caller has read it already."""
+    last = summary.anchors.get("run_end")
     end = parse_logged(last, run_dir / EVENTS_FILE) if last is not None \
-        and last["seq"] == tally.last.get("seq") else None
-    total = tally.assistants  # as turns_taken
-    flags = resume_flags(tally.flags, given, more_turns=more_turns, total_turns=total)
+        and last["seq"] == summary.last.get("seq") else None
+    total = summary.assistants  # as turns_taken
+    flags = resume_flags(summary.flags, given, more_turns=more_turns, total_turns=total)
     return ResumePlan(run_dir.name, flags, total, end if isinstance(end, RunEnd) else None)
 
 
@@ -132,7 +129,7 @@ def resume_flags(remembered: Mapping[str, Any], given: Mapping[str, Any], *,
     """
     flags = {**remembered, **given}
     if more_turns is not None:
-        flags["agent.max_turns"] = total_turns + more_turns if more_turns else 0
+        flags[TURN_LIMIT] = total_turns + more_turns if more_turns else 0
     return flags
 
 
@@ -167,6 +164,12 @@ def said_done(text: str) -> str | None:
         if not re.search(r"\b(?:not|n't|never|almost|nearly)\W*(?:yet\W*)?$", before):
             return match.group(0)
     return None
+
+
+def done_words(reason: str, last_words: str) -> str | None:
+    """For an idle end, the words in which the agent's last reply said the work is done
+    (run_end's `said_done`), "" when it said no such thing; None for any other end."""
+    return (said_done(last_words) or "") if reason == "idle" else None
 
 
 def how_to_continue(reason: str, *, max_turns: int = 0, max_idle_turns: int = 0,

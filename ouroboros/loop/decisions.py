@@ -64,13 +64,14 @@ class Upkeep:
                 state.messages.add_note("wind_down", WIND_DOWN_TEXT.format(pct=pct))
                 self.log.emit(ev.WindDown(context_used_pct=round(100 * pct, 1)))
             case Restart(reason=reason):
-                raise RestartSession(reason)
+                raise RestartSession(reason, round(100 * context.used_pct(tokens), 1))
 
     def reloading(self, tokens: int) -> bool:
         """A reload ends the session early: the agent is told to save its state, and a turn
         later the session restarts."""
         if self.state.reload == "wound_down":
-            raise RestartSession(RELOAD_REASON)
+            raise RestartSession(RELOAD_REASON,
+                                 round(100 * self.context.used_pct(tokens), 1))
         if self.state.reload != "requested":
             return False
         self.state.reload = "wound_down"

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 
 class RestartSession(Exception):
-    """End this session and begin the next; `reason` is logged with the restart."""
+    """End this session and begin the next; `reason` is logged with the restart, and the
+    share of the budget the conversation took when it was decided (`context_used_pct`)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, context_used_pct: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.context_used_pct = context_used_pct
 
 
 class StopRun(Exception):

@@ -29,7 +29,8 @@ from ouroboros.store.log import (
     read_tail,
     run_records,
 )
-from ouroboros.store.segments import Tally, closed_records
+from ouroboros.store.segments import closed_records
+from ouroboros.store.summary import RunSummary
 from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
 from ouroboros.window.conversation import pending_calls
@@ -64,7 +65,7 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     the conversation if it has to be rebuilt from the log. What is read is the manifest, the
     snapshot and the records after it (the current segment, as a rule): not the history."""
     tail = read_tail(run_dir)
-    tally = tail.tally()
+    tally = tail.summary()
     if tally.run_start is None and not tail.last_seq:
         raise UsageError(f"{run_dir} has an empty log; start a new run with `ouroboros run`")
     version = (tally.run_start or {}).get("format_version", 0)
@@ -123,7 +124,7 @@ def records_after(tail: RunTail, seq: int) -> list[dict[str, Any]]:
     return list(closed_records(tail.run_dir, tail.manifest, seq)) + tail.records
 
 
-def config_records(tally: Tally) -> list[dict[str, Any]]:
+def config_records(tally: RunSummary) -> list[dict[str, Any]]:
     """The records that say the config the run last ran with, in order."""
     return [tally.run_start, *tally.config_changes] if tally.run_start else \
         list(tally.config_changes)

@@ -19,7 +19,7 @@ from ouroboros.loop.deadline import Deadline, startup_secs
 from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
 from ouroboros.loop.evidence import believe_told
-from ouroboros.loop.continuation import flags_to_remember, how_to_continue
+from ouroboros.loop.continuation import done_words, flags_to_remember, how_to_continue
 from ouroboros.server.discovery import WindowQuestions, tools_word
 from ouroboros.server.kinds import same_model
 from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
@@ -313,9 +313,9 @@ class Runner:
             try:
                 await Session(self.state, self.services).run()
             except RestartSession as restart:
-                await self.restart(restart.reason)
+                await self.restart(restart.reason, restart.context_used_pct)
 
-    async def restart(self, reason: str) -> None:
+    async def restart(self, reason: str, context_used_pct: float | None = None) -> None:
         """Begin the next session with what carries over, under the config as it is now."""
         changes = await self.reread_config()
         state, policy = self.state, self.loaded.config.context
@@ -340,7 +340,7 @@ class Runner:
         self.log.emit(ev.SessionRestart(
             previous_turns=previous_turns, carryover_messages=carried,
             carryover_masked=len(fitted.masked), carryover_turns_dropped=fitted.dropped_turns,
-            reason=reason))
+            reason=reason, context_used_pct=context_used_pct))
         log_changes(self.log, changes)
         self.log_prompt_change(previous_prompt, fitted.messages[0])
         self.log.emit(ev.SessionStart(context_limit=context.limit,
@@ -468,6 +468,7 @@ class Runner:
                                      last_words=last_reply(self.state.messages),
                                      budget=self.budgets.words()),
                 budget=(self.budgets.reached or "") if reason == BUDGET else "",
+                said_done=done_words(reason, last_reply(self.state.messages)),
                 tokens_used=self.state.tokens_used, wall_secs=self.state.wall_secs))
         self.snapshot()
         self.log.close()

@@ -32,7 +32,7 @@ from ouroboros.store.log import SEGMENT_BYTES, EVENTS_FILE, Durability, EventLog
 from ouroboros.store.observations import obs_number
 from ouroboros.store.files import make_private_dir
 from ouroboros.store.retention import Retention
-from ouroboros.store.segments import complete_tally, write_manifest
+from ouroboros.store.segments import complete_summary, write_manifest
 from ouroboros.sandbox.guard import RunGuard
 from ouroboros.protocols import EventSink, Listener, Message, ToolCall
 from ouroboros.loop.reload import Change, config_diff
@@ -164,7 +164,7 @@ def open_log(run_dir: Path, on_event: Listener | None, *, seq: int, state: RunSt
     redacting the run's secrets."""
     log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
                    turn=state.session_turns, durability=durability,
-                   tally=complete_tally(run_dir, tail.manifest) if tail else None,
+                   summary=complete_summary(run_dir, tail.manifest) if tail else None,
                    current=tail.records if tail else (), segment_bytes=segment_bytes)
     log.retention = retention
     if guard is not None and guard.redact:

@@ -219,6 +219,9 @@ class SessionRestart(EventBase):
     carryover_masked: int = Field(0, description="tool results masked to fit them")
     carryover_turns_dropped: int = Field(0, description="turns dropped to fit them")
     reason: str = Field(description="why the session restarted")
+    context_used_pct: float | None = omitted(
+        None, "the conversation's share of the budget when the restart was decided (the "
+              "session's last figure, above its last prompt's when results came in after it)")
 
 
 class ContextTruncationDetected(EventBase):
@@ -408,6 +411,9 @@ class RunEnd(EventBase):
                               "`agent.max_wall_secs`")
     tokens_used: int = omitted(0, "prompt and completion tokens the run has used, in all")
     wall_secs: float = omitted(0.0, "seconds the run has run, in all, across resumes")
+    said_done: str | None = omitted(
+        None, "for reason `idle`: the words in which the agent's last reply said the work is "
+              "done, though it did not call task_complete")
 
 
 class UnknownEvent(EventBase):

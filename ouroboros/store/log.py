@@ -5,8 +5,8 @@ Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
                       happen; `checkpoint` events hold what each step changed in the run's
                       state (journal.py)
     segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
-    manifest.json     what each closed segment spans, and the run's tally as of the newest
-    totals.json       that tally again, where retention never prunes (segments.py)
+    manifest.json     what each closed segment spans, and the run's summary as of the newest
+    totals.json       that summary again, where retention never prunes (segments.py)
     state.json        a full snapshot: conversation and counters as of an event (atomic
                       replace), written at session boundaries, at the end and now and then
     observations/     the full text of every tool result, packed per session, for `recall`
@@ -48,16 +48,16 @@ from ouroboros.store.segments import (
     MANIFEST_FILE,
     SEGMENTS_DIR,
     Manifest,
-    Tally,
     close_segment,
     closed_records,
     compress_closed,
-    envelope,
     load_manifest,
+    parse_record,
     reached,
     segment_path,
     segment_records,
 )
+from ouroboros.store.summary import RunSummary, envelope
 
 # The snapshot alone is no longer the latest state (the checkpoints after it are part of it),
 # so an Ouroboros that would resume from it alone is told to upgrade; 3: the log is in segments
@@ -98,7 +98,7 @@ class EventLog:
     """
 
     def __init__(self, path: Path, *, seq: int = 0, session: int = 1, turn: int = 0,
-                 durability: Durability = "turn", tally: Tally | None = None,
+                 durability: Durability = "turn", summary: RunSummary | None = None,
                  current: list[dict[str, Any]] = (), segment_bytes: int = SEGMENT_BYTES
                  ) -> None:
         self.path = path
@@ -107,14 +107,14 @@ class EventLog:
         self.session = session
         self.turn = turn
         # What the manifest will say when this segment is closed (segments.py): the run's
-        # tally so far, the current segment's first record, and how big a segment may grow.
-        self.tally = tally or Tally()
+        # summary so far, the current segment's first record, and how big a segment may grow.
+        self.summary = summary or RunSummary()
         self.segment_bytes = segment_bytes
         self.retention: Retention | None = None  # what history to keep; None: all of it
-        self._turns_before = self.tally.assistants
+        self._turns_before = self.summary.assistants
         self.first = envelope(current[0]) if current else None
         for record in current:
-            self.tally.add_record(record)
+            self.summary.add_record(record)
         refuse_links(path.parent.parent, path.parent)
         with cannot_write(path):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,8 +188,8 @@ class EventLog:
                 "turn": event.turn}
         if self.first is None:
             self.first = head
-            self._turns_before = self.tally.assistants
-        self.tally.add(event.type, head, lambda: json.loads(data))
+            self._turns_before = self.summary.assistants
+        self.summary.add(event.type, head, lambda: json.loads(data))
 
     def _append(self, data: bytes) -> None:
         """Write a whole record, or nothing: a record the disk had no room for is cut off
@@ -242,7 +242,7 @@ class EventLog:
         run_dir = self.path.parent
         try:
             with cannot_write(run_dir / MANIFEST_FILE):
-                manifest = close_segment(run_dir, self.path, self.first, self.tally,
+                manifest = close_segment(run_dir, self.path, self.first, self.summary,
                                          self._turns_before)
         finally:
             self._reopen()
@@ -352,22 +352,10 @@ def read_events(path: Path) -> LogContents:
     return LogContents(events, None, offset)
 
 
-def parse_record(raw: bytes) -> dict[str, Any] | None:
-    """One line of the log as an event, or None if it is not one."""
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("type"), str) \
-            or not isinstance(record.get("seq"), int):
-        return None
-    return record
-
-
 @dataclass
 class RunTail:
     """What a reader of a run needs without reading its history: the manifest (the closed
-    segments and the run's tally as of the newest) and the current segment's records."""
+    segments and the run's summary as of the newest) and the current segment's records."""
 
     run_dir: Path
     manifest: Manifest
@@ -385,12 +373,12 @@ class RunTail:
         records = self.current.events
         return max(records[-1]["seq"] if records else 0, self.manifest.last_seq)
 
-    def tally(self) -> Tally:
-        """The run's tally as of its newest record."""
-        tally = self.manifest.tally()
+    def summary(self) -> RunSummary:
+        """The run's summary as of its newest record."""
+        summary = self.manifest.summary()
         for record in self.records:
-            tally.add_record(record)
-        return tally
+            summary.add_record(record)
+        return summary
 
 
 def read_tail(run_dir: Path) -> RunTail:

@@ -6,8 +6,8 @@ Layout of a run's directory (format 3):
                                by a process that died before compressing it stays .jsonl)
     manifest.json              per closed segment: its file, seqs, sessions, turns, time
                                range and last state; and the run's state as of the newest
-                               one (`Tally`), so a reader needs only it and events.jsonl
-    totals.json                that tally and what retention removed, written with each
+                               one (`RunSummary`), so a reader needs only it and events.jsonl
+    totals.json                that summary and what retention removed, written with each
                                manifest and never pruned: a manifest rebuilt after a
                                pruning keeps the run's totals
 
@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from ouroboros.errors import StateError
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.files import read_regular
-from ouroboros.store.figures import NEEDED, RunFigures
+from ouroboros.store.summary import RunSummary, envelope
 from ouroboros.store.shapes import ManifestShape, TotalsShape, check, why_not
 
 MANIFEST_FILE = "manifest.json"
@@ -47,126 +47,7 @@ SEGMENTS_DIR = "segments"
 MANIFEST_FORMAT = 3
 MAX_MANIFEST_BYTES = 256 << 20  # a line per closed segment: far more than any run has
 SEGMENT_NAME = re.compile(r"(\d{6})\.jsonl(\.gz)?$")
-# The records whose newest one a reader starts from (status, watch); see Tally.
-ANCHORS = ("run_resumed", "session_start", "session_restart", "token_usage", "context_mask",
-           "run_end", "stop_requested", "warning", "error", "context_truncation_detected",
-           "context_overflow_recovered", "warning_cleared")
 Record = dict[str, Any]
-
-
-TURN_LIMIT = "agent.max_turns"  # the flag a resume gives for itself alone
-RECENT_CHANGES = 8  # config changes kept whatever their key (`status` shows the newest few)
-
-
-def kept_changes(changes: list[Record]) -> list[Record]:
-    """The config changes worth keeping, in order: the newest RECENT_CHANGES, and the newest
-    change of every key (what the config is now, for a resume)."""
-    newest = {change.get("key"): i for i, change in enumerate(changes)}
-    keep = set(newest.values()) | set(range(len(changes) - RECENT_CHANGES, len(changes)))
-    return [change for i, change in enumerate(changes) if i in keep]
-
-
-@dataclass
-class Tally:
-    """The run's state as a reader needs it, folded from its records: the counters the
-    dashboard keeps (the same rules: `run_resumed` and `run_end` say the totals, other
-    records add to them), the newest record of each anchor type, the first record, and the
-    config changes that still matter (the newest of each key, and the newest few of all).
-    Its size does not grow with the records folded into it."""
-
-    run_start: Record | None = None
-    anchors: dict[str, Record] = field(default_factory=dict)
-    config_changes: list[Record] = field(default_factory=list)
-    flags: dict[str, Any] = field(default_factory=dict)
-    turns: int = 0  # as the dashboard counts them
-    assistants: int = 0  # `assistant` records, as `resume` counts turns taken
-    restarts: int = 0
-    masked: int = 0
-    mask_rounds: int = 0
-    alerts: int = 0
-    started: str | None = None  # the first record's timestamp
-    last: Record = field(default_factory=dict)  # the newest record's envelope
-    # What `stats` shows by default; None in a manifest written before it was kept.
-    figures: RunFigures | None = field(default_factory=RunFigures)
-
-    def add(self, kind: str, envelope: Record, load: Callable[[], Record]) -> None:
-        """Fold in one record: its type, envelope and (read only when needed) the record."""
-        if self.started is None:
-            self.started = envelope.get("ts")
-        self.last = envelope
-        record = load() if kind in ANCHORS or kind in NEEDED else None
-        if kind == "assistant":
-            self.turns += 1
-            self.assistants += 1
-        elif kind in ANCHORS or kind in ("run_start", "config_changed"):
-            assert record is not None
-            self._anchor(kind, record)
-        if self.figures is not None:
-            self.figures.add(kind, envelope, record)
-
-    def _anchor(self, kind: str, record: Record) -> None:
-        if kind == "run_start":
-            self.run_start = record
-        elif kind == "config_changed":
-            self.config_changes = kept_changes([*self.config_changes, record])
-        else:
-            self.anchors[kind] = record
-        if kind in ("run_start", "run_resumed") and "flags" in record:
-            self.flags = self._remembered(record["flags"], first=kind == "run_start")
-        if kind in ("run_resumed", "run_end"):
-            self.turns, self.restarts = record.get("total_turns", 0), record.get("restarts", 0)
-        elif kind == "session_restart":
-            self.restarts += 1
-            self.masked += record.get("carryover_masked", 0)
-        elif kind == "context_mask":
-            self.masked = record.get("total_masked", self.masked)
-            self.mask_rounds += 1
-        elif kind in ("warning", "error"):
-            self.alerts += 1
-
-    def _remembered(self, flags: dict[str, Any], *, first: bool) -> dict[str, Any]:
-        """A record's flags, but the turn limit only as `ouroboros run` was given it: a
-        resume's `--max-turns N` is for that resume only (loop.continuation)."""
-        limit = flags.get(TURN_LIMIT) if first else self.flags.get(TURN_LIMIT)
-        kept = {key: value for key, value in flags.items() if key != TURN_LIMIT}
-        return kept if limit is None else {**kept, TURN_LIMIT: limit}
-
-    def add_record(self, record: Record) -> None:
-        self.add(record.get("type", ""), envelope(record), lambda: record)
-
-    @property
-    def end(self) -> Record | None:
-        """The run_end record, unless the run was resumed (or went on) after it."""
-        end = self.anchors.get("run_end")
-        resumed = self.anchors.get("run_resumed")
-        if end is None or (resumed is not None and resumed["seq"] > end["seq"]):
-            return None
-        return end
-
-    def anchor_records(self) -> list[Record]:
-        """The first record and the newest of each anchor type, in the order written."""
-        records = [self.run_start] if self.run_start else []
-        records += self.config_changes
-        records += self.anchors.values()
-        return sorted(records, key=lambda r: r.get("seq", 0))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Tally:
-        """The tally a manifest holds (a fresh one for an empty state; `figures` None when
-        an older Ouroboros wrote it without them)."""
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        if data:
-            figures = known.get("figures")
-            known["figures"] = RunFigures.from_dict(figures) if isinstance(figures, dict) \
-                else None
-        return cls(**known)
-
-
-def envelope(record: Record) -> Record:
-    return {k: record.get(k) for k in ("type", "ts", "seq", "session", "turn")}
 
 
 @dataclass
@@ -174,7 +55,7 @@ class Manifest:
     """What manifest.json says (or what was rebuilt from the segments, and why)."""
 
     segments: list[dict[str, Any]] = field(default_factory=list)
-    state: dict[str, Any] = field(default_factory=dict)  # Tally as of the newest segment
+    state: dict[str, Any] = field(default_factory=dict)  # the summary as of the newest one
     pruned: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None  # set when it was damaged or missing and was rebuilt
 
@@ -187,30 +68,30 @@ class Manifest:
         numbers = [s["number"] for s in self.segments] + [self.pruned.get("number", 0)]
         return max(numbers) + 1
 
-    def tally(self) -> Tally:
-        return Tally.from_dict(self.state)
+    def summary(self) -> RunSummary:
+        return RunSummary.from_dict(self.state)
 
     def to_json(self) -> str:
         return json.dumps({"format_version": MANIFEST_FORMAT, "segments": self.segments,
                            "state": self.state, "pruned": self.pruned}, ensure_ascii=False)
 
 
-def segment_entry(number: int, file: str, first: Record, tally: Tally, size: int,
+def segment_entry(number: int, file: str, first: Record, summary: RunSummary, size: int,
                   turns_before: int) -> dict[str, Any]:
     """A closed segment as the manifest lists it: where it is, what it spans, its last
     state (session, turn, turns in all, last record's type)."""
-    last = tally.last
+    last = summary.last
     return {"number": number, "file": file, "bytes": size,
             "first_seq": first.get("seq", 0), "last_seq": last.get("seq", 0),
             "sessions": [first.get("session", 1), last.get("session", 1)],
-            "turns": [turns_before, tally.assistants],
+            "turns": [turns_before, summary.assistants],
             "time": [first.get("ts"), last.get("ts")],
             "last_state": {"session": last.get("session"), "turn": last.get("turn"),
-                           "total_turns": tally.turns, "type": last.get("type")}}
+                           "total_turns": summary.turns, "type": last.get("type")}}
 
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:
-    """The manifest, then totals.json: the tally it holds, where retention never prunes."""
+    """The manifest, then totals.json: the summary it holds, where retention never prunes."""
     write_atomically(run_dir / MANIFEST_FILE, manifest.to_json())
     number = manifest.segments[-1]["number"] if manifest.segments \
         else manifest.pruned.get("number", 0)
@@ -294,19 +175,19 @@ def load_manifest(run_dir: Path) -> Manifest:
 
 def rebuilt(run_dir: Path, manifest: Manifest, files: dict[int, Path]) -> Manifest:
     """The manifest rebuilt from the segments on disk, from what totals.json says retention
-    removed and the run's tally as of then: a pruned run keeps its totals."""
+    removed and the run's summary as of then: a pruned run keeps its totals."""
     totals = read_totals(run_dir)
     manifest.pruned = totals["pruned"] if totals else {}
     for number in sorted(n for n in files if n > manifest.pruned.get("number", 0)):
         add_unlisted(run_dir, manifest, number, files[number])
     if totals is None or not manifest.pruned:
         return manifest  # every record is in the segments scanned
-    tally = Tally.from_dict(totals["state"])
+    summary = RunSummary.from_dict(totals["state"])
     for entry in manifest.segments:
         if entry["number"] > totals["number"]:
             for record in segment_records(segment_path(run_dir, entry["file"])):
-                tally.add_record(record)
-    manifest.state = tally.to_dict()
+                summary.add_record(record)
+    manifest.state = summary.to_dict()
     return manifest
 
 
@@ -333,43 +214,53 @@ def scan_unlisted(run_dir: Path, manifest: Manifest, number: int, path: Path) ->
 
 def add_scanned(manifest: Manifest, number: int, path: Path) -> None:
     """List a segment the manifest did not, by reading it through."""
-    tally = manifest.tally()
-    before = tally.assistants
+    summary = manifest.summary()
+    before = summary.assistants
     first: Record | None = None
     for record in segment_records(path):
         first = first or envelope(record)
-        tally.add_record(record)
+        summary.add_record(record)
     if first is None:
         return
     try:
         size = path.stat().st_size
     except OSError as error:  # gone since it was read
         raise StateError(f"cannot read {path}: {error.strerror or error}") from None
-    manifest.segments.append(segment_entry(number, path.name, first, tally, size, before))
-    manifest.state = tally.to_dict()
+    manifest.segments.append(segment_entry(number, path.name, first, summary, size, before))
+    manifest.state = summary.to_dict()
 
 
-def complete_tally(run_dir: Path, manifest: Manifest) -> Tally:
-    """The manifest's tally, with the figures a manifest written before they were kept lacks
-    rebuilt once from its closed segments (streamed); without them if one cannot be read."""
-    tally = manifest.tally()
-    if tally.figures is None:
-        figures = RunFigures()
+def complete_summary(run_dir: Path, manifest: Manifest) -> RunSummary:
+    """The manifest's summary, with the sessions' figures a manifest written before they were
+    kept lacks folded once from its closed segments (streamed); without them if one cannot be
+    read."""
+    summary = manifest.summary()
+    if not summary.complete:
+        again = RunSummary()
         try:
             for record in closed_records(run_dir, manifest):
-                kind = str(record.get("type", ""))
-                figures.add(kind, envelope(record), record if kind in NEEDED else None)
+                again.add_record(record)
         except StateError:
-            return tally
-        tally.figures = figures
-    return tally
+            return summary
+        summary.with_sessions_of(again)
+    return summary
+
+
+def parse_record(raw: bytes) -> Record | None:
+    """One line of the log as an event, or None if it is not one."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str) \
+            or not isinstance(record.get("seq"), int):
+        return None
+    return record
 
 
 def segment_records(path: Path) -> Iterator[Record]:
     """The records of a closed segment, streamed; StateError naming the file when it is
     missing or damaged."""
-    from ouroboros.store.log import parse_record
-
     opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -404,7 +295,7 @@ def reached(step: str) -> None:
         hook(step)
 
 
-def close_segment(run_dir: Path, current: Path, first: Record, tally: Tally,
+def close_segment(run_dir: Path, current: Path, first: Record, summary: RunSummary,
                   turns_before: int) -> Manifest:
     """Make the current segment the next closed one: a manifest written first where there is
     none yet (the run stays listed while events.jsonl is away), renamed into segments/
@@ -424,9 +315,9 @@ def close_segment(run_dir: Path, current: Path, first: Record, tally: Tally,
     sync_directory(run_dir / SEGMENTS_DIR)
     sync_directory(run_dir)
     reached("rollover: moved durably")
-    manifest.segments.append(segment_entry(number, target.name, first, tally, size,
+    manifest.segments.append(segment_entry(number, target.name, first, summary, size,
                                            turns_before))
-    manifest.state = tally.to_dict()
+    manifest.state = summary.to_dict()
     write_manifest(run_dir, manifest)
     reached("rollover: segment listed")
     return manifest

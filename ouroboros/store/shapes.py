@@ -32,8 +32,21 @@ class Session(Shape):
     completion_tokens: int = Field(ge=0)
 
 
-class Figures(Shape):
-    """RunFigures (figures.py)."""
+class Sessions(Shape):
+    """The sessions' figures and the chart's readings (RunSummary, summary.py)."""
+
+    sessions: int = Field(0, ge=0)
+    first: list[Session] = []
+    recent: list[Session] = []
+    earlier: Session | None = None
+    readings: int = Field(0, ge=0)
+    span: int = Field(1, ge=1)
+    buckets: list[list[Any]] = []
+    restart_next: bool = False
+
+
+class Figures(Sessions):
+    """The sessions' figures as a manifest kept them before the summary held them itself."""
 
     run_id: str = ""
     soft: float | None = None
@@ -41,33 +54,37 @@ class Figures(Shape):
     window: int | None = None
     budget: int | None = None
     end: str | None = None
-    sessions: int = Field(0, ge=0)
-    first: list[Session] = []
-    recent: list[Session] = []
-    earlier: Session | None = None
-    readings: int = Field(0, ge=0)
     restarts: int = Field(0, ge=0)
-    span: int = Field(1, ge=1)
-    buckets: list[list[Any]] = []
-    restart_next: bool = False
 
 
-class TallyShape(Shape):
-    """Tally (segments.py): the run's tally as of the newest closed segment."""
+class SummaryShape(Sessions):
+    """RunSummary (summary.py): the run's summary as of the newest closed segment."""
 
     run_start: Record | None = None
+    run_id: str = ""
+    soft: float | None = None
+    hard: float | None = None
     anchors: dict[str, Record] = {}
     config_changes: list[Record] = []
     flags: Record = {}
+    started: str | None = None
+    last: Record = {}
+    session: int = Field(1, ge=0)
+    turn: int = Field(0, ge=0)
+    window: int | None = None
+    budget: int | None = None
+    prompt_tokens: int | None = None
+    context_pct: float | None = None
     turns: int = Field(0, ge=0)
     assistants: int = Field(0, ge=0)
     restarts: int = Field(0, ge=0)
     masked: int = Field(0, ge=0)
     mask_rounds: int = Field(0, ge=0)
     alerts: int = Field(0, ge=0)
-    started: str | None = None
-    last: Record = {}
-    figures: Figures | None = None
+    retries: int = Field(0, ge=0)
+    tool_calls: dict[str, int] = {}
+    session_restarts: int = Field(0, ge=0)
+    figures: Figures | None = None  # where a manifest written before the summary kept them
 
 
 class Segment(Shape):
@@ -97,18 +114,18 @@ class Pruned(Shape):
 class ManifestShape(Shape):
     format_version: int = Field(0, ge=0)
     segments: list[Segment]
-    state: TallyShape = TallyShape()
+    state: SummaryShape = SummaryShape()
     pruned: Pruned = Pruned()
 
 
 class TotalsShape(Shape):
-    """totals.json: the tally as of closed segment `number`, and what retention removed;
+    """totals.json: the summary as of closed segment `number`, and what retention removed;
     written with every manifest, never pruned, so a manifest rebuilt after a pruning keeps
     the run's totals."""
 
     format_version: int = Field(0, ge=0)
     number: int = Field(ge=0)
-    state: TallyShape
+    state: SummaryShape
     pruned: Pruned = Pruned()
 
 

@@ -1,8 +1,11 @@
 """What the live dashboard knows about a run, built from its events.
 
-`DashboardState.apply(event)` is a reducer: it folds one event into the state and does no I/O,
-so the same state serves `ouroboros run` (fed by the event log's listeners), `ouroboros watch`
-(fed by tailing events.jsonl) and `ouroboros status` (fed by reading the log once).
+`DashboardState.apply(event)` is a reducer: it folds one event into the run's summary
+(store/summary.py, the one fold every reader shares: its numbers are the dashboard's) and
+into what only a screen shows (the streamed text, the tool lines, the activity list, the
+alert, the rates), and does no I/O. The same state serves `ouroboros run` (fed by the event
+log's listeners), `ouroboros watch` (fed by tailing events.jsonl) and `ouroboros status`
+(seeded from the summary the manifest keeps).
 
     state = DashboardState()
     for event in read_log(path):
@@ -27,6 +30,7 @@ from typing import Iterable, Literal
 from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
+from ouroboros.store.summary import RunSummary
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
 from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
@@ -93,29 +97,18 @@ def zone(pct: float, soft: float, hard: float) -> Zone:
 
 @dataclass
 class DashboardState:
-    """The dashboard's view of one run. Thresholds are fractions of the prompt budget, as in
-    ouroboros.toml; a run_start event replaces them with the ones the run was started with."""
+    """The dashboard's view of one run: its summary, and what a screen adds. Thresholds are
+    fractions of the prompt budget, as in ouroboros.toml; the run's own (in its summary)
+    replace the ones given."""
 
     soft: float = _DEFAULTS.soft_threshold_pct
     hard: float = _DEFAULTS.hard_threshold_pct
     max_tools: int = 20  # kept; the layout shows as many as the terminal has room for
     max_notes: int = 20
+    summary: RunSummary = field(default_factory=RunSummary)
 
-    run_id: str = ""
-    model: str = ""  # model.name, as the run asks for it
-    served_model: str = ""  # the one the server says answered, where that is another
     status: str = "starting"
     ended: bool = False
-    session: int = 1
-    turn: int = 0
-    total_turns: int = 0
-    restarts: int = 0
-    masked: int = 0
-    context_limit: int | None = None
-    limit_source: str = ""
-    budget: int | None = None
-    prompt_tokens: int | None = None
-    context_pct: float | None = None
     text: str = ""
     streaming: bool = False
     tokens_per_sec: float | None = None
@@ -124,7 +117,6 @@ class DashboardState:
     tools: deque[ToolLine] = field(default_factory=deque)
     notes: deque[Note] = field(default_factory=deque)
     alert: Note | None = None  # the newest warning or error whose cause is not known over
-    alerts: int = 0  # how many there have been, that one included
     conditions: dict[str, Note] = field(default_factory=dict)  # warnings not over, by cause
     _stream_chars: int = field(default=0, init=False, repr=False)
     # (seconds of streaming, characters) per streamed piece: the pauses between replies cut out
@@ -136,7 +128,27 @@ class DashboardState:
                                                init=False, repr=False)
     _streamed_turn: bool = field(default=False, init=False, repr=False)
     _reply_secs: float | None = field(default=None, init=False, repr=False)
-    _answered: tuple[int, int] = field(default=(0, 0), init=False, repr=False)  # session, turn
+
+    def __post_init__(self) -> None:
+        self._thresholds()
+
+    # -- the run's numbers, as its summary has them (its words with control characters made
+    # -- visible, as the screen shows every string of an event)
+
+    run_id = property(lambda self: neutralise(self.summary.run_id))
+    model = property(lambda self: neutralise(self.summary.model))
+    served_model = property(lambda self: neutralise(self.summary.served_model))
+    session = property(lambda self: self.summary.session)
+    turn = property(lambda self: self.summary.turn)
+    total_turns = property(lambda self: self.summary.turns)
+    restarts = property(lambda self: self.summary.restarts)
+    masked = property(lambda self: self.summary.masked)
+    alerts = property(lambda self: self.summary.alerts)
+    context_limit = property(lambda self: self.summary.window)
+    limit_source = property(lambda self: neutralise(self.summary.limit_source))
+    budget = property(lambda self: self.summary.budget)
+    prompt_tokens = property(lambda self: self.summary.prompt_tokens)
+    context_pct = property(lambda self: self.summary.context_pct)
 
     def counted_turns(self) -> tuple[int, int]:
         """(turns of this session, turns in all), both counting the replies received, so the
@@ -148,7 +160,7 @@ class DashboardState:
     def unanswered_turn(self) -> int | None:
         """The turn of this session whose request went out with no reply yet (the model still
         asked, or the run stopped before it came), or None: every turn begun is answered."""
-        answered = self.turn == 0 or self._answered == (self.session, self.turn)
+        answered = self.turn == 0 or self.summary.answered == [self.session, self.turn]
         return None if answered else self.turn
 
     @property
@@ -170,11 +182,20 @@ class DashboardState:
             return "idle pause", self.last_ts
         return "waiting for the model", self.last_ts
 
-    def apply(self, e: Record) -> DashboardState:
-        """Fold one event into the state; returns the state, for chaining. Control
-        characters in it are made visible first (ui/sanitize.py)."""
+    def apply(self, e: Record | EventBase) -> DashboardState:
+        """Fold one event into the summary and the screen's state; returns the state, for
+        chaining."""
         event = parse_event(e)
-        self.session, self.turn = event.session, event.turn
+        if isinstance(e, dict):
+            self.summary.add_record(e)
+        else:
+            self.summary.add_event(event)
+        self._thresholds()
+        return self.show(event)
+
+    def show(self, event: EventBase) -> DashboardState:
+        """Fold one event into what only the screen shows (the summary has it already).
+        Control characters in it are made visible first (ui/sanitize.py)."""
         if event.type in BOOKKEEPING:
             return self
         event = neutralised(event)
@@ -185,6 +206,10 @@ class DashboardState:
             self._note(event)
         self.last_type, self.last_ts = event.type, event.ts or self.last_ts
         return self
+
+    def _thresholds(self) -> None:
+        self.soft = self.summary.soft if self.summary.soft is not None else self.soft
+        self.hard = self.summary.hard if self.summary.hard is not None else self.hard
 
     def add_text(self, piece: str, now: float) -> DashboardState:
         """A piece of the reply as it streams; `now` is a monotonic clock in seconds."""
@@ -207,50 +232,19 @@ class DashboardState:
     # -- one handler per event type that changes more than the clock --
 
     def _on_run_start(self, e: ev.RunStart) -> None:
-        self.run_id, self.status = e.run_id, "running"
-        context, model = e.config.get("context") or {}, e.config.get("model") or {}
-        self.soft = context.get("soft_threshold_pct", self.soft)
-        self.hard = context.get("hard_threshold_pct", self.hard)
-        self.model = model.get("name", self.model)
-
-    def _on_config_changed(self, e: ev.ConfigChanged) -> None:
-        """The thresholds the gauge marks move when the run takes new ones."""
-        if e.key == "context.soft_threshold_pct":
-            self.soft = e.new
-        elif e.key == "context.hard_threshold_pct":
-            self.hard = e.new
+        self.status = "running"
 
     def _on_run_resumed(self, e: ev.RunResumed) -> None:
         self.status, self.ended = "running", False
         if self.alert is not None and self.alert.level == "error":  # what failed the run
             self.alert = self._standing()  # is over: the resumed run goes on
-        self.total_turns, self.restarts = e.total_turns, e.restarts
-        self.context_limit, self.limit_source = e.context_limit, e.limit_source
-
-    def _on_session_start(self, e: ev.SessionStart) -> None:
-        self.context_limit, self.budget = e.context_limit, e.budget
-        self.limit_source = e.limit_source
-        self.prompt_tokens = self.context_pct = None
-
-    def _on_window(self, e: ev.ContextTruncationDetected | ev.ContextOverflowRecovered) -> None:
-        """An event that says which window the run now works within, and why."""
-        self.context_limit, self.limit_source = e.new_limit, e.limit_source
-
-    _on_context_truncation_detected = _on_window
-    _on_context_overflow_recovered = _on_window
 
     def _on_assistant(self, e: ev.Assistant) -> None:
-        self.total_turns += 1
-        self._answered = (e.session, e.turn)
         self.streaming, self.text = False, e.text
         if self.last_ts is not None and e.ts:
             self._reply_secs = (parse_ts(e.ts) - parse_ts(self.last_ts)).total_seconds()
 
     def _on_token_usage(self, e: ev.TokenUsage) -> None:
-        self._answered = (e.session, e.turn)  # it follows its turn's reply
-        self.served_model = e.served_model
-        self.prompt_tokens, self.budget = e.prompt_tokens, e.budget
-        self.context_limit, self.context_pct = e.context_limit, e.context_used_pct
         if self._streamed_turn and e.completion_tokens and self._stream_chars:
             self._chars_per_token = self._stream_chars / e.completion_tokens
         if e.completion_tokens and self._reply_secs is not None \
@@ -262,7 +256,6 @@ class DashboardState:
         self._streamed_turn, self._reply_secs = False, None
 
     def _on_warning(self, e: ev.WarningEvent | ev.ErrorEvent) -> None:
-        self.alerts += 1
         self.alert = Note(clock(e), describe(e) or e.type, NOTE_LEVELS[e.type], e.type)
         if isinstance(e, ev.WarningEvent) and e.condition:
             self.conditions.pop(e.condition, None)
@@ -296,28 +289,14 @@ class DashboardState:
         line.size, line.duration_ms = size(e.bytes), e.duration_ms
         line.truncated = e.truncated
 
-    def _on_context_mask(self, e: ev.ContextMask) -> None:
-        self.masked = e.total_masked
-        self.prompt_tokens = e.tokens_after
-        if self.budget:
-            self.context_pct = round(100 * e.tokens_after / self.budget, 1)
-
-    def _on_session_restart(self, e: ev.SessionRestart) -> None:
-        self.restarts += 1
-        self.masked += e.carryover_masked
-        self.prompt_tokens = self.context_pct = None
-
     def _on_stop_requested(self, e: ev.StopRequested) -> None:
         self.status = "stopping"
 
     def _on_run_end(self, e: ev.RunEnd) -> None:
         self.ended, self.streaming = True, False
         self.status = f"ended: {e.reason} (exit {e.exit_code})"
-        from ouroboros.loop.continuation import said_done  # not for `status`
-
-        if e.reason == "idle" and said_done(self.text):  # done in words, not by task_complete
+        if self.summary.said_done:  # done in words, not by task_complete
             self.status = f"ended: the agent says it is done; paused (exit {e.exit_code})"
-        self.total_turns, self.restarts = e.total_turns, e.restarts
 
     def _add_tool(self, line: ToolLine) -> ToolLine:
         self.tools.append(line)

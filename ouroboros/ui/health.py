@@ -106,11 +106,15 @@ def run_health(status: RunStatus | None, *, resumable: bool, heartbeat: dict[str
         return {"state": state, "run_id": None, "resumable": False}
     s, end = status.state, status.end
     turn, total_turns = s.counted_turns()  # as `status` and the dashboard count them
+    totals = status.summary.totals()
     return {
         "state": state, "run_id": status.run_id, "pid": status.owner_pid,
         "session": s.session, "turn": turn, "total_turns": total_turns,
         "unanswered_turn": s.unanswered_turn(),
         "context_pct": s.context_pct, "context_limit": s.context_limit,
+        "restarts": s.restarts, "masked": s.masked,
+        "prompt_tokens": totals["prompt_tokens"],
+        "completion_tokens": totals["completion_tokens"],
         "last_event": s.last_ts, "last_event_type": s.last_type,
         "last_event_age_secs": age_secs(s.last_ts, now),
         "heartbeat_age_secs": beat_age, "doing": beat.get("doing") if status.running else None,

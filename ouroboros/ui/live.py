@@ -27,7 +27,8 @@ from ouroboros.store.events import Record, parse_event
 from ouroboros.errors import StateError
 from ouroboros.protocols import RunHooks
 from ouroboros.store.log import EVENTS_FILE, read_tail
-from ouroboros.store.segments import Tally, load_manifest
+from ouroboros.store.segments import load_manifest
+from ouroboros.store.summary import RunSummary
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events
 from ouroboros.ui.render import render
@@ -158,7 +159,7 @@ def resumed_state(state: DashboardState, run_dir: Path) -> DashboardState:
         tail = read_tail(run_dir)
     except (StateError, OSError):
         return state
-    tally = tail.manifest.tally()
+    tally = tail.manifest.summary()
     state = seed(state, tally) if tally.last else state
     for record in tail.records:
         state.apply(parse_event(record))
@@ -173,7 +174,7 @@ def log_paths(path: Path) -> tuple[Path, Path]:
 def caught_up(state: DashboardState, run_dir: Path) -> DashboardState:
     """`state` as of the run's closed segments, from its manifest's tally (not its history);
     the current segment is for the caller to replay."""
-    tally = load_manifest(run_dir).tally()
+    tally = load_manifest(run_dir).summary()
     return seed(state, tally) if tally.last else state
 
 
@@ -194,7 +195,7 @@ def watch(path: Path, state: DashboardState, console: Console | None = None,
     return state
 
 
-def seed(state: DashboardState, tally: Tally) -> DashboardState:
+def seed(state: DashboardState, tally: RunSummary) -> DashboardState:
     """`state` as of the records the tally has folded (see status.seeded)."""
     seeded_state = seeded(tally)
     for name in ("max_tools", "max_notes"):

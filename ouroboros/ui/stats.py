@@ -1,12 +1,13 @@
 """What a run did, session by session: `ouroboros stats`.
 
-`run_stats(events)` is a pure fold over the log (`stats --all`); `figures_stats(figures)` the
-same numbers from the figures the manifest keeps (store/figures.py: the default view, O(1) in
-turns run); `stats_view(stats)` draws them as a table and a chart of context use over the
-run's turns. A run of more than SUMMARY_AFTER sessions shows its first and last few sessions
-and the totals, unless asked for all.
+`summary_stats(summary)` takes the numbers from the run's summary (store/summary.py, the fold
+every reader shares; the manifest keeps it, so the default view is O(1) in turns run);
+`run_stats(records)` folds every record into a summary that keeps every session and reading
+(`stats --all`); `stats_view(stats)` draws them as a table and a chart of context use over
+the run's turns. A run of more than SUMMARY_AFTER sessions shows its first and last few
+sessions and the totals, unless asked for all.
 
-    stats = figures_stats(read_tail(run_dir).tally().figures)
+    stats = summary_stats(read_tail(run_dir).summary())
     Console().print(stats_view(stats))
 """
 
@@ -19,10 +20,9 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
-from ouroboros.store.events import EventBase, Record, parse_event
-from ouroboros.store.figures import FIRST_KEPT, RECENT_KEPT, RESTART_PREFIX, RunFigures
+from ouroboros.store.events import EventBase, Record
+from ouroboros.store.summary import FIRST_KEPT, RECENT_KEPT, RESTART_PREFIX, RunSummary
 from ouroboros.ui.chart import LABEL_WIDTH, context_chart
 from ouroboros.ui.numbers import BASE, sizes, used
 from ouroboros.ui.plain import masked_text, plural
@@ -57,8 +57,8 @@ class RunStats:
     restarts_at: list[int] = field(default_factory=list)  # index of each new session's 1st turn
     thresholds: list[tuple[float, float]] = field(default_factory=list)  # (soft, hard) per reading
     end: str | None = None
-    # From the run's figures (store/figures.py): `sessions` are only those shown, the others
-    # are counted in `hidden` and summed in `totals`; the chart's readings are bucketed.
+    # From the run's summary: `sessions` are only those shown, the others are counted in
+    # `hidden` and summed in `totals`; the chart's readings are bucketed.
     hidden: int = 0
     totals: SessionStats | None = None
     readings: int | None = None
@@ -84,22 +84,23 @@ class RunStats:
                             completion_tokens=sum(s.completion_tokens for s in self.sessions))
 
 
-def figures_stats(figures: RunFigures, soft: float | None = None,
+def summary_stats(summary: RunSummary, soft: float | None = None,
                   hard: float | None = None) -> RunStats:
-    """The default view's numbers from the figures the manifest keeps (O(1) in turns run)."""
+    """The numbers `stats` shows, from a run's summary. The thresholds are the run's own,
+    else `soft` and `hard` (the config's), else the defaults."""
     defaults = RunStats()
-    stats = RunStats(run_id=figures.run_id, end=figures.end,
-                     soft=first_set(figures.soft, soft, defaults.soft),
-                     hard=first_set(figures.hard, hard, defaults.hard))
-    shown, stats.hidden = figures.shown()
+    stats = RunStats(run_id=summary.run_id, end=summary.ended_by,
+                     soft=first_set(summary.soft, soft, defaults.soft),
+                     hard=first_set(summary.hard, hard, defaults.hard))
+    shown, stats.hidden = summary.shown()
     stats.sessions = [SessionStats(**s) for s in shown]
-    stats.totals = SessionStats(**figures.totals())
-    stats.readings, stats.restart_count = figures.readings, figures.restarts
-    stats.window, stats.budget = figures.window, figures.budget
-    stats.context_pcts = [b[0] for b in figures.buckets]
+    stats.totals = SessionStats(**summary.totals())
+    stats.readings, stats.restart_count = summary.readings, summary.session_restarts
+    stats.window, stats.budget = summary.window, summary.budget
+    stats.context_pcts = [b[0] for b in summary.buckets]
     stats.thresholds = [(first_set(b[1], stats.soft), first_set(b[2], stats.hard))
-                        for b in figures.buckets]
-    stats.restarts_at = [i for i, b in enumerate(figures.buckets) if b[3]]
+                        for b in summary.buckets]
+    stats.restarts_at = [i for i, b in enumerate(summary.buckets) if b[3]]
     return stats
 
 
@@ -107,61 +108,13 @@ def first_set(*values: float | None) -> float:
     return next(v for v in values if v is not None)
 
 
-def run_stats(events: Iterable[Record], soft: float | None = None,
+def run_stats(records: Iterable[Record | EventBase], soft: float | None = None,
               hard: float | None = None) -> RunStats:
-    """Fold a run's events into per-session numbers and the run's context readings. The
-    thresholds come from the run_start record (the ones the run used), else from the args,
-    and move where a config_changed record changed them; `soft` and `hard` end as the last."""
-    stats = RunStats()
-    stats.soft = soft if soft is not None else stats.soft
-    stats.hard = hard if hard is not None else stats.hard
-    sessions: dict[int, SessionStats] = {}
-    for record in events:
-        e = parse_event(record)
-        if e.session not in sessions:
-            sessions[e.session] = SessionStats(e.session)
-        current = sessions[e.session]
-        current.turns += isinstance(e, ev.Assistant)  # a turn counts once its reply came
-        fold(e, stats, current, sessions)
-    stats.sessions = sorted(sessions.values(), key=lambda s: s.session)
-    return stats
-
-
-def fold(e: EventBase, stats: RunStats, current: SessionStats,
-         sessions: dict[int, SessionStats]) -> None:
-    """One event into the run's numbers and its session's (`current`)."""
-    match e:
-        case ev.RunStart(run_id=run_id, config=config):
-            stats.run_id = run_id
-            context = config.get("context") or {}
-            stats.soft = context.get("soft_threshold_pct", stats.soft)
-            stats.hard = context.get("hard_threshold_pct", stats.hard)
-        case ev.TokenUsage(context_used_pct=pct):
-            current.peak_pct = max(current.peak_pct or 0.0, pct)
-            current.prompt_tokens += e.prompt_tokens
-            current.completion_tokens += e.completion_tokens
-            stats.window, stats.budget = e.context_limit, e.budget
-            stats.context_pcts.append(pct)
-            stats.thresholds.append((stats.soft, stats.hard))
-        case ev.ConfigChanged(key="context.soft_threshold_pct", new=new):
-            stats.soft = new
-        case ev.ConfigChanged(key="context.hard_threshold_pct", new=new):
-            stats.hard = new
-        case ev.ContextMask(observations_masked=masked):
-            current.mask_rounds += 1
-            current.masked += masked
-        case ev.SessionRestart(reason=reason):
-            current.masked += e.carryover_masked
-            if (previous := sessions.get(e.session - 1)) is not None:
-                previous.end = RESTART_PREFIX + reason
-            stats.restarts_at.append(len(stats.context_pcts))
-        case ev.SessionEnd(reason=reason) if reason != "restart":
-            current.end = reason
-        case ev.RunEnd(reason=reason):
-            stats.end = reason
-        case ev.RunResumed():  # if it was stopped, it is going on again
-            current.end = "running"
-            stats.end = None
+    """Every session and every reading of a run, from all its records (`stats --all`)."""
+    summary = RunSummary(keep_all=True)
+    for record in records:
+        summary.add_record(record.record() if isinstance(record, EventBase) else record)
+    return summary_stats(summary, soft, hard)
 
 
 CHART_MARGIN = LABEL_WIDTH + len("   ↻ restart")  # the row labels and the legend beside it

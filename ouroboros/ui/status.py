@@ -1,9 +1,10 @@
 """Where a run stands: `ouroboros status`.
 
 The run is the one holding the workspace lock if its process is alive, else the latest one.
-Its numbers come from its manifest (the run's tally as of its newest closed segment) and
-its current segment, replayed into a DashboardState: what `status` reads does not grow with
-the turns run.
+Its numbers are its summary (store/summary.py): the manifest's, as of its newest closed
+segment, with its current segment folded in; what the dashboard adds (the alert, the state
+words) comes from the newest record of each kind the summary keeps. What `status` reads does
+not grow with the turns run.
 
     status = run_status(state_dir)
     Console().print(status_view(status, now=datetime.now(timezone.utc)))
@@ -22,7 +23,7 @@ from rich.text import Text
 
 from ouroboros.store.log import list_runs, read_tail, runs_dir
 from ouroboros.store.events import ConfigChanged, RunEnd, parse_event
-from ouroboros.store.segments import Tally
+from ouroboros.store.summary import RunSummary
 from ouroboros.store.holder import LOCK_FILE, live_holder
 from ouroboros.ui.dashboard import DashboardState, parse_ts
 from ouroboros.ui.plain import BOOKKEEPING, masked_text
@@ -39,13 +40,14 @@ class RunStatus:
     owner_pid: int | None  # the live process running it, if any
     end: RunEnd | None  # its run_end record, if it has stopped cleanly since resumed
     changes: list[ConfigChanged] = field(default_factory=list)  # its config_changed records
-    mask_rounds: int = 0  # its context_mask records
-    started: str | None = None  # the timestamp of its first record
-    tally: Tally = field(default_factory=Tally)  # what it was read from (store.segments)
 
     @property
     def running(self) -> bool:
         return self.owner_pid is not None
+
+    @property
+    def summary(self) -> RunSummary:
+        return self.state.summary
 
 
 def run_status(state_dir: Path) -> RunStatus | None:
@@ -72,30 +74,25 @@ def replay(state_dir: Path, run_id: str, owner_pid: int | None) -> RunStatus:
     """One run's status from its manifest and its current segment (never its history);
     `owner_pid` is the live process running it, if any."""
     tail = read_tail(runs_dir(state_dir) / run_id)
-    tally = tail.tally()
-    state = seeded(tally)  # what a replay of every record would show, from the newest ones
+    summary = tail.summary()
+    state = seeded(summary)
     shown = next((r for r in reversed(tail.records) if r.get("type") not in BOOKKEEPING), None)
     if shown is not None:  # the newest event `logs` shows (not a checkpoint)
         state.last_type, state.last_ts = shown.get("type"), shown.get("ts") or state.last_ts
-    end = parse_event(tally.end) if tally.end is not None else None
-    changes = [parse_event(r) for r in tally.config_changes]
+    end = parse_event(summary.end) if summary.end is not None else None
+    changes = [parse_event(r) for r in summary.config_changes]
     return RunStatus(run_id, state, owner_pid, end if isinstance(end, RunEnd) else None,
-                     [c for c in changes if isinstance(c, ConfigChanged)], tally.mask_rounds,
-                     tally.started, tally)
+                     [c for c in changes if isinstance(c, ConfigChanged)])
 
 
-def seeded(tally: Tally) -> DashboardState:
-    """A dashboard state as of the records a tally has folded, without them: the newest
-    record of each kind that sets a value, then the totals the tally kept."""
-    state = DashboardState()
-    for record in tally.anchor_records():
-        state.apply(record)
-    if tally.last:
-        state.total_turns, state.restarts, state.masked = tally.turns, tally.restarts, \
-            tally.masked
-        state.alerts = tally.alerts
-        state.session, state.turn = tally.last["session"], tally.last["turn"]
-        state.last_type, state.last_ts = tally.last["type"], tally.last["ts"]
+def seeded(summary: RunSummary) -> DashboardState:
+    """A dashboard state on a run's summary: what the screen adds (the state words, the
+    alert) from the newest record of each kind the summary keeps."""
+    state = DashboardState(summary=summary)
+    for record in summary.anchor_records():
+        state.show(parse_event(record))
+    if summary.last:
+        state.last_type, state.last_ts = summary.last["type"], summary.last["ts"]
     return state
 
 
@@ -183,7 +180,7 @@ def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
         ("budget", budget_text(s)),
         ("restarts", str(s.restarts)),
-        ("masking", masked_text(s.masked, status.mask_rounds)),
+        ("masking", masked_text(s.masked, s.summary.mask_rounds)),
     ]
     if status.changes:
         shown = status.changes[-MAX_CHANGES_SHOWN:]

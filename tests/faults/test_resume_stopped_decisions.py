@@ -13,7 +13,7 @@ from ouroboros.loop.continuation import (
     resume_flags,
 )
 from ouroboros.loop.guards import idle_pause
-from ouroboros.store.segments import Tally
+from ouroboros.store.summary import RunSummary
 
 
 def test_only_flags_are_remembered_and_never_a_password():
@@ -38,9 +38,9 @@ def test_the_latest_start_or_resume_says_what_was_remembered_but_the_limit_is_ru
     assert folded([start, resumed]).flags == {"model.name": "m2"}
 
 
-def folded(events: list[ev.EventBase]) -> Tally:
-    """What a reader of the log knows of these events: their tally, as resume reads it."""
-    tally = Tally()
+def folded(events: list[ev.EventBase]) -> RunSummary:
+    """What a reader of the log knows of these events: their summary, as resume reads it."""
+    tally = RunSummary()
     for seq, event in enumerate(events, 1):
         tally.add_record({**event.record(), "seq": seq})
     return tally

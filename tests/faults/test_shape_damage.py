@@ -137,14 +137,14 @@ def test_a_pruned_run_that_loses_its_manifest_or_snapshot_keeps_its_totals(prune
                                                                           lost):
     root = copy_of(pruned, tmp_path, "-".join(lost))
     run = run_dir(root)
-    before = read_tail(run).tally()
+    before = read_tail(run).summary()
     turns = read_snapshot(run)["state"]["total_turns"]
     state_dir = root / ".ouroboros"
     taken = plan_resume(state_dir, None, {}, None).total_turns
 
     for name in lost:
         (run / name).unlink()
-    after = read_tail(run).tally()
+    after = read_tail(run).summary()
     recovered = recover(run, ContextConfig())
 
     if TOTALS_FILE in lost:  # nothing keeps them: the rebuild says so, and reads on
