@@ -87,6 +87,7 @@ class Row:
     grows: tuple[int, int] | None = None
     tokens_per_file: int | None = None  # None: --tokens-per-file
     usage: str = "whole"  # how the server reports prompt_tokens (testing.wire.UsageMode)
+    miscount: tuple[float, int] | None = None  # (factor, n): counts off from request n on
 
 
 TAIL_ROWS: dict[str, Row] = {
@@ -101,6 +102,18 @@ TAIL_ROWS: dict[str, Row] = {
     "refused unnamed": Row(window=4096, claim=8192, api_ps="silent", overflow="error"),
     "window 2048": Row(window=2048),
     "falling counts ps-silent": Row(api_ps="silent", usage="decreasing"),
+    # issue 36, items 3-7: every ceiling re-tested, truncation caught within two requests
+    "counts 40% low from 2": Row(miscount=(0.6, 2)),
+    "counts 40% low ps-honest": Row(miscount=(0.6, 1)),
+    "counts 40% low ps-silent": Row(api_ps="silent", miscount=(0.6, 1)),
+    "shrinks 8192->4096 ps-honest": Row(grows=(20, 4096)),
+    "shrinks 8192->4096 ps-silent": Row(api_ps="silent", grows=(20, 4096)),
+    "named grows 4096->8192": Row(window=4096, claim=8192, api_ps="silent", overflow="named",
+                                  grows=(12, 8192)),
+    "unnamed grows 4096->8192": Row(window=4096, claim=8192, api_ps="silent",
+                                    overflow="error", grows=(12, 8192)),
+    "ps-silent 2048/8192": Row(window=2048, claim=8192, api_ps="silent"),
+    "ps-silent 4096/16384": Row(window=4096, claim=16384, api_ps="silent"),
 }
 LITERAL_ROWS = {f"literal {name}": name for name in LITERAL_AGENTS}  # "literal b-window" ...
 ROW_GROUPS = {"content": [n for n in TAIL_ROWS if n.startswith("content=")],
@@ -205,7 +218,8 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
     agent = ThinkingAgent(parts) if tokenizer == "strip-reasoning" else RecordingAgent(parts)
     server_settings: dict = {}
     if row is not None:
-        server_settings = {"api_ps": row.api_ps, "overflow": row.overflow, "grows": row.grows}
+        server_settings = {"api_ps": row.api_ps, "overflow": row.overflow, "grows": row.grows,
+                           "miscount": row.miscount}
         window, tokenizer, usage = row.window, row.tokenizer, row.usage
     with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
             agent, model="scripted-demo", context_length=window,
@@ -403,8 +417,9 @@ def print_tail_row(name: str, row: Row, m: Figures, size: Sizing, parts: int) ->
 
 def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) -> bool:
     def cut_allowed(name: str) -> int:  # requests cut or refused before the window is known
-        row = TAIL_ROWS[name]
-        return 2 if (row.claim or row.window) > row.window else 0
+        row = TAIL_ROWS[name]  # (a window smaller than claimed, changed, or counted off)
+        changed = row.grows is not None and row.grows[1] < row.window
+        return 2 if (row.claim or row.window) > row.window or changed or row.miscount else 0
 
     def recovered(name: str, m: Figures) -> bool:
         """Believed within one session of the server growing (if a session began after)."""

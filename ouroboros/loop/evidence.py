@@ -9,6 +9,7 @@ size the server names if it will name one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol, Sequence
 
 from ouroboros.store import events as ev
@@ -25,13 +26,23 @@ from ouroboros.protocols import (
     Usage,
     Warn,
 )
-from ouroboros.window.belief import after_retest, named_window, needs_retest, with_allocated
+from ouroboros.window.belief import EVIDENCE, FALL_TOLERANCE, PROBE_SHARE, PROBE_WHOLE, Count, Probe, Window, after_probe, \
+    hypothesis, named_window, needs_retest, uncut, with_allocated, with_filler_rate
 from ouroboros.window.conversation import to_wire
 from ouroboros.tools import Toolbox
 
-# Filler for a re-test prompt: a word that takes about one token on any vocabulary.
+# Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
+# this many words (a server that cuts the front of long prompts drops whole pieces).
 RETEST_FILLER = "ledger "
-RETEST_PIECES = 16
+FILLER_PIECE_WORDS = 400
+# The tokens per filler word (with its share of the template) a real vocabulary counts.
+MIN_FILLER_RATE, MAX_FILLER_RATE = 0.5, 4.0
+# A count this far below the ledger's figure for a prompt this big (a share of the budget)
+# is doubted even where no earlier count can be compared with (right after masking).
+DOUBTED_SHORTFALL = 0.75
+DOUBTED_FILL = 0.5
+# Requests of a session between probes that doubt alone asks for.
+DOUBT_EVERY = 4
 
 
 ALLOCATED = "allocated by Ollama (/api/ps)"
@@ -98,6 +109,8 @@ class Accounting:
         self.warn_once = warn_once
         self.asker = asker
         self.asked_allocated = False  # this session, after its first reply
+        self.requests = 0  # counts taken in this session
+        self.doubted = -DOUBT_EVERY  # the request of the last probe sent
 
     async def ask_allocated(self, *, again: bool = False) -> None:
         """After the first reply of a session (`again`: after a refusal too), ask what Ollama
@@ -111,33 +124,95 @@ class Accounting:
             believe_told(self.context, (allocated, ALLOCATED), self.warn_once)
 
     async def retest(self, messages: Sequence[Message]) -> None:
-        """At a session start, when the window believed is a ceiling inferred from truncation
-        or refusals and the server said nothing of its window: ask it to count a prompt a
-        little above that ceiling (the conversation and filler; one token asked for). A count
-        above the ceiling proves the window grew."""
+        """At a session start: re-test a ceiling if it is due (belief.needs_retest). A claim
+        nobody vouched for waits for the first count, which a probe's is weighed against."""
+        if self.context.window.ceiling_kind in EVIDENCE:
+            await self.test_window(messages, len(messages))
+
+    async def test_window(self, messages: Sequence[Message], sent: int, *,
+                          doubt: bool = False, whole: int = 0) -> bool | None:
+        """Send a probe when the belief is due one, or when a count gave cause to `doubt` it
+        (at most once every DOUBT_EVERY requests): the first `sent` messages with filler after
+        the system prompt, sized just under the window tested (belief.hypothesis), asked for
+        one token. A count of it below `whole` (what the server just counted of the
+        conversation it extends, whole) is no evidence: a window that held the conversation
+        cuts a longer prompt to about its size, not below. Returns None when none was sent,
+        else whether the window held it whole."""
         window = self.context.window
-        target = needs_retest(window)
-        if not target:
-            return
-        have = self.context.current_tokens(messages, self.tools)
-        words = max(target - have, 0)
-        # The filler goes first, after the system prompt, in pieces: a server that cuts the
-        # front of long prompts drops as many as it must, and counts about its window.
-        wire = to_wire(messages)
-        piece = {"role": "user", "content": RETEST_FILLER * (words // RETEST_PIECES + 1)}
-        probe = [wire[0], *[piece] * RETEST_PIECES, *wire[1:]]
+        size = needs_retest(window)
+        if not size and doubt and not window.distrusted \
+                and self.requests - self.doubted >= DOUBT_EVERY:
+            size = int(PROBE_SHARE * hypothesis(window))
+        if not size:
+            return None
+        self.doubted = self.requests
+        rate = window.filler_rate or await self.filler_rate()
+        if not rate:
+            self.context.window = after_probe(window, Probe(expected=size))
+            return None
+        have = self.context.current_tokens(list(messages[:sent]), self.tools)
+        words = max(int((size - have) / rate), 0)
+        pieces = max(round(words / FILLER_PIECE_WORDS), 1)
+        piece = {"role": "user", "content": RETEST_FILLER * (words // pieces)}
+        wire = to_wire(messages[:sent])
+        expected = have + round(pieces * (words // pieces) * rate)
         try:
-            counted = await self.client.prompt_tokens(probe, self.tools)
+            counted = await self.client.prompt_tokens([wire[0], *[piece] * pieces, *wire[1:]],
+                                                      self.tools)
+            probe = Probe(expected, counted)
+            if counted is not None and counted < whole * (1 - FALL_TOLERANCE):
+                probe = Probe(expected)
+            said = ""
+        except ContextOverflowError as refusal:
+            probe = Probe(expected, refused=True, named=named_window(refusal.message))
+            said = refusal.message
         except ModelError:
-            return
-        self.context.window = after_retest(window, counted)
-        if self.context.window != window:
+            return None
+        self.context.window = after_probe(self.context.window, probe)
+        self.said_probe(window, probe, said)
+        return not probe.refused and probe.reported is not None \
+            and probe.reported >= PROBE_WHOLE * probe.expected
+
+    async def filler_rate(self) -> float:
+        """Measure (once a run) how many tokens the server counts per word of probe filler."""
+        words = FILLER_PIECE_WORDS
+        try:
+            counted = await self.client.prompt_tokens(
+                [{"role": "user", "content": RETEST_FILLER * words}], [])
+        except ModelError:
+            return 0.0
+        rate = (counted or 0) / words
+        if not MIN_FILLER_RATE <= rate <= MAX_FILLER_RATE:
+            return 0.0  # no vocabulary counts a word so: its counts cannot size a probe
+        self.context.window = with_filler_rate(self.context.window, rate)
+        return rate
+
+    def said_probe(self, before: Window, probe: Probe, refusal: str) -> None:
+        """Log what a probe changed of the belief (`refusal`: the server's words, if it
+        refused it), and tell the person once per kind."""
+        after = self.context.window
+        what = (f"refused ({probe.named} named)" if probe.refused and probe.named else
+                "refused" if probe.refused else f"counted {probe.reported} tokens")
+        if after.limit > before.limit:
             self.clear(lambda key: key == "truncation", "the server counts past the window "
                        f"believed: {self.context.limit} tokens again")
             self.log.emit(ev.WarningEvent(message=(
-                f"the server counted {counted} tokens of a prompt above the {window.limit} "
-                f"believed: working within {self.context.limit} tokens again "
-                f"({self.context.limit_source})")))
+                f"a probe of ~{probe.expected} tokens was {what}: working within "
+                f"{self.context.limit} tokens again ({self.context.limit_source})")))
+        elif after.limit < before.limit and probe.refused:
+            self.log.emit(ev.ContextOverflowRecovered(
+                error=refusal, rejected_tokens=probe.expected, new_limit=self.context.limit,
+                limit_source=self.context.limit_source))
+        elif after.limit < before.limit:
+            self.log.emit(ev.ContextTruncationDetected(
+                reported=probe.reported, estimated=probe.expected,
+                new_limit=self.context.limit, limit_source=self.context.limit_source))
+            self.warn_once("truncation", (
+                f"a probe of ~{probe.expected} tokens was {what}: the server holds less than "
+                f"the {before.limit} tokens believed. Working within {self.context.limit} "
+                f"tokens from now on. Fix: give the model a bigger window "
+                f"({BIGGER_WINDOW % {'n': before.claimed}}) and set model.context_limit to "
+                "match"))
 
     async def measure(self, messages: list[Message]) -> None:
         """Count what was never counted with the server's tokenizer, where it has one."""
@@ -159,8 +234,10 @@ class Accounting:
         streamed_count = usage is not None and bool(usage.prompt_tokens)
         if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
             usage = await self.probe(messages, sent, usage)
+        self.requests += 1
         reading = self.context.observe_reply(messages, self.tools, usage, len(reply.text),
                                              sent)
+        reading = await self.weigh(messages, sent, reading)
         if streamed_count and reading.verdict == "whole":
             self.clear(lambda key: key == "estimate", "the server sends token usage again")
         self.log.emit(ev.TokenUsage(
@@ -172,6 +249,25 @@ class Accounting:
             cached_tokens=reading.cached_tokens, verdict=reading.verdict,
             served_model=reply.served_model))
         self.explain(reading)
+        return reading
+
+    async def weigh(self, messages: Sequence[Message], sent: int, reading: Reading) -> Reading:
+        """Test the belief by a probe when it is due, or when this count gives cause to doubt
+        it: it looked cut (ask Ollama's /api/ps again too), or it fell well below what the
+        ledger knows of a large prompt. Truncation a probe disproves is no alarm."""
+        window = self.context.window
+        doubt = (reading.verdict in ("suspect", "truncated") and not uncut(
+            Count(reading.reported, reading.estimated), max(window.told, window.accepted))) or (
+            reading.reported is not None and reading.verdict == "whole"
+            and reading.estimated >= DOUBTED_FILL * self.context.budget
+            and reading.reported < DOUBTED_SHORTFALL * reading.estimated)
+        if doubt:
+            await self.ask_allocated(again=True)
+        whole = await self.test_window(
+            messages, sent, doubt=doubt,
+            whole=reading.reported or 0 if reading.verdict == "whole" else 0)
+        if whole and reading.verdict == "truncated":
+            return replace(reading, verdict="suspect")
         return reading
 
     async def probe(self, messages: Sequence[Message], sent: int,
