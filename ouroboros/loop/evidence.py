@@ -26,7 +26,7 @@ from ouroboros.protocols import (
     Usage,
     Warn,
 )
-from ouroboros.window.belief import EVIDENCE, FALL_TOLERANCE, PROBE_SHARE, PROBE_WHOLE, Count, Probe, Window, after_probe, \
+from ouroboros.window.belief import EVIDENCE, FALL_TOLERANCE, FALL_TOLERANCE_TOKENS, PROBE_SHARE, PROBE_WHOLE, Count, Probe, Window, after_probe, \
     hypothesis, named_window, needs_retest, uncut, with_allocated, with_filler_rate
 from ouroboros.window.conversation import to_wire
 from ouroboros.tools import Toolbox
@@ -34,12 +34,12 @@ from ouroboros.tools import Toolbox
 # Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
 # this many words (a server that cuts the front of long prompts drops whole pieces).
 RETEST_FILLER = "ledger "
-FILLER_PIECE_WORDS = 400
+FILLER_PIECE_WORDS = 100
+FILLER_RATE_PIECES = 4  # pieces in the request that measures the server's rate
 # The tokens per filler word (with its share of the template) a real vocabulary counts.
 MIN_FILLER_RATE, MAX_FILLER_RATE = 0.5, 4.0
-# A count this far below the ledger's figure for a prompt this big (a share of the budget)
-# is doubted even where no earlier count can be compared with (right after masking).
-DOUBTED_SHORTFALL = 0.75
+# A count short of the ledger's figure for a prompt this big (a share of the budget) is
+# doubted even where no earlier count can be compared with (right after masking).
 DOUBTED_FILL = 0.5
 # Requests of a session between probes that doubt alone asks for.
 DOUBT_EVERY = 4
@@ -111,6 +111,7 @@ class Accounting:
         self.asked_allocated = False  # this session, after its first reply
         self.requests = 0  # counts taken in this session
         self.doubted = -DOUBT_EVERY  # the request of the last probe sent
+        self.short_doubted = False  # a count short of the ledger has had its probe
 
     async def ask_allocated(self, *, again: bool = False) -> None:
         """After the first reply of a session (`again`: after a refusal too), ask what Ollama
@@ -175,10 +176,10 @@ class Accounting:
 
     async def filler_rate(self) -> float:
         """Measure (once a run) how many tokens the server counts per word of probe filler."""
-        words = FILLER_PIECE_WORDS
+        piece = {"role": "user", "content": RETEST_FILLER * FILLER_PIECE_WORDS}
+        words = FILLER_PIECE_WORDS * FILLER_RATE_PIECES
         try:
-            counted = await self.client.prompt_tokens(
-                [{"role": "user", "content": RETEST_FILLER * words}], [])
+            counted = await self.client.prompt_tokens([piece] * FILLER_RATE_PIECES, [])
         except ModelError:
             return 0.0
         rate = (counted or 0) / words
@@ -253,16 +254,25 @@ class Accounting:
 
     async def weigh(self, messages: Sequence[Message], sent: int, reading: Reading) -> Reading:
         """Test the belief by a probe when it is due, or when this count gives cause to doubt
-        it: it looked cut (ask Ollama's /api/ps again too), or it fell well below what the
-        ledger knows of a large prompt. Truncation a probe disproves is no alarm."""
+        it (Ollama's /api/ps is asked again too): it looked cut, or it fell short of what the
+        ledger knows of a large prompt (right after masking no earlier count compares with
+        it, and a server reloaded smaller cuts prompts a little over its window by a little).
+        Truncation a probe disproves is no alarm."""
         window = self.context.window
-        doubt = (reading.verdict in ("suspect", "truncated") and not uncut(
-            Count(reading.reported, reading.estimated), max(window.told, window.accepted))) or (
-            reading.reported is not None and reading.verdict == "whole"
-            and reading.estimated >= DOUBTED_FILL * self.context.budget
-            and reading.reported < DOUBTED_SHORTFALL * reading.estimated)
-        if doubt:
+        cut = reading.verdict in ("suspect", "truncated") and not uncut(
+            Count(reading.reported, reading.estimated), max(window.told, window.accepted))
+        short = reading.reported is not None and reading.verdict == "whole" \
+            and reading.estimated >= DOUBTED_FILL * self.context.budget \
+            and reading.reported < reading.estimated * (1 - FALL_TOLERANCE) \
+            - FALL_TOLERANCE_TOKENS
+        if cut or short:
             await self.ask_allocated(again=True)
+        # A count a little short is worth a probe only where the server says nothing and no
+        # probe has found where it cuts, once a session.
+        window = self.context.window
+        doubt = cut or (short and not window.told and window.ceiling_kind not in EVIDENCE
+                        and not self.short_doubted)
+        self.short_doubted = self.short_doubted or (doubt and not cut)
         whole = await self.test_window(
             messages, sent, doubt=doubt,
             whole=reading.reported or 0 if reading.verdict == "whole" else 0)

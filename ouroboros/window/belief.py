@@ -235,12 +235,13 @@ def with_allocated(window: Window, allocated: int | None,
     what the server says stays: the prompt it refused was bigger than the ledger thought."""
     if not allocated:
         return window
+    said_again = allocated == window.told
     window = replace(window, told=allocated)
     if window.ceiling_kind in EVIDENCE and window.ceiling <= min(allocated, window.claimed):
         # Evidence of a smaller window outranks the word until a probe re-tests it (a server
         # may count in other units than it allocates; a refusal within that window means the
-        # ledger fell short): the next session start re-tests it.
-        return replace(window, quiet=0)
+        # ledger fell short): the next session start re-tests it, if that is news.
+        return window if said_again else replace(window, quiet=0)
     if allocated >= window.claimed:
         return replace(window, ceiling=0, ceiling_kind="", told_by="")
     return replace(window, ceiling=allocated, ceiling_kind="allocated", told_by=told_by)
@@ -250,6 +251,8 @@ def with_allocated(window: Window, allocated: int | None,
 PROBE_SHARE = 0.9
 # A probe counted at least this share of what the ledger expects of it was counted whole.
 PROBE_WHOLE = 0.85
+# A probe cut at least this share of the ceiling it re-tests confirms it.
+PROBE_AGAIN = 0.9
 MAX_QUIET_SESSIONS = 7  # at most this many session starts between re-tests of a ceiling
 
 
@@ -302,8 +305,10 @@ def after_probe(window: Window, probe: Probe) -> Window:
         else:
             assert probe.reported is not None
             ceiling, kind = min(probe.reported, window.claimed), "truncation"
-        again = window.ceiling_kind in EVIDENCE and \
-            abs(ceiling - window.ceiling) <= FALL_TOLERANCE * window.ceiling + 64
+        # Cut again about where it was (a probe is cut at a message's edge): the same window.
+        again = window.ceiling_kind in EVIDENCE and ceiling >= PROBE_AGAIN * window.ceiling
+        if again and kind == "truncation":
+            ceiling = max(ceiling, window.ceiling)
         confirmations = window.confirmations + 1 if again else 1
         return replace(window, ceiling=ceiling, ceiling_kind=kind, tested=True,
                        accepted=min(window.accepted, ceiling), confirmations=confirmations,
