@@ -131,9 +131,11 @@ class Accounting:
             await self.test_window(messages, len(messages))
 
     async def test_window(self, messages: Sequence[Message], sent: int, *,
-                          doubt: bool = False, whole: int = 0) -> bool | None:
+                          doubt: bool = False, whole: int = 0,
+                          force: bool = False) -> bool | None:
         """Send a probe when the belief is due one, or when a count gave cause to `doubt` it
-        (at most once every DOUBT_EVERY requests): the first `sent` messages with filler after
+        (at most once every DOUBT_EVERY requests, unless `force`: a ceiling just inferred is
+        tested before it can stop the run): the first `sent` messages with filler after
         the system prompt, sized just under the window tested (belief.hypothesis), asked for
         one token. A count of it below `whole` (what the server just counted of the
         conversation it extends, whole) is no evidence: a window that held the conversation
@@ -142,7 +144,7 @@ class Accounting:
         window = self.context.window
         size = needs_retest(window)
         if not size and doubt and not window.distrusted \
-                and self.requests - self.doubted >= DOUBT_EVERY:
+                and (force or self.requests - self.doubted >= DOUBT_EVERY):
             size = int(PROBE_SHARE * hypothesis(window))
         if not size:
             return None
@@ -267,14 +269,14 @@ class Accounting:
             - FALL_TOLERANCE_TOKENS
         if cut or short:
             await self.ask_allocated(again=True)
-        # A count a little short is worth a probe only where the server says nothing and no
-        # probe has found where it cuts, once a session.
+        # A count a little short is worth a probe once a session, unless a probe lately
+        # found where the server cuts, or that it holds the window believed.
         window = self.context.window
-        doubt = cut or (short and not window.told and window.ceiling_kind not in EVIDENCE
+        doubt = cut or (short and window.ceiling_kind not in EVIDENCE and not window.quiet
                         and not self.short_doubted)
         self.short_doubted = self.short_doubted or (doubt and not cut)
         whole = await self.test_window(
-            messages, sent, doubt=doubt,
+            messages, sent, doubt=doubt, force=reading.verdict == "truncated",
             whole=reading.reported or 0 if reading.verdict == "whole" else 0)
         if whole and reading.verdict == "truncated":
             return replace(reading, verdict="suspect")

@@ -294,7 +294,8 @@ def after_probe(window: Window, probe: Probe) -> Window:
     """The belief after a probe sized under the hypothesis. Counted about whole: the window
     holds it, so the hypothesis is believed and any ceiling goes. Counted short: the server
     cut it, at about its window. Refused: the window is smaller than the probe (exactly the
-    size named, if one is). A ceiling a probe confirms is re-tested less often."""
+    size named, if one is). What a probe confirms (a ceiling, or the window held whole) is
+    doubted less and less often: `quiet` session starts pass before the next re-test."""
     if probe.refused or (probe.reported is not None
                          and probe.reported < PROBE_WHOLE * probe.expected):
         if probe.named:
@@ -318,8 +319,10 @@ def after_probe(window: Window, probe: Probe) -> Window:
     if probe.reported is None:
         return replace(window, tested=True)
     held = hypothesis(window)
+    confirmations = 1 if window.ceiling_kind in EVIDENCE else window.confirmations + 1
     window = replace(window, ceiling=0, ceiling_kind="", refusals=0, tested=True,
-                     confirmations=0, quiet=0,
+                     confirmations=confirmations,
+                     quiet=min(2 ** confirmations - 1, MAX_QUIET_SESSIONS),
                      accepted=max(window.accepted, min(probe.reported, held)))
     if held < window.claimed:
         return replace(window, ceiling=held, ceiling_kind="allocated")
