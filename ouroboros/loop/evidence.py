@@ -5,6 +5,12 @@ has one. After each reply, the server's count is taken in (asking the server to 
 prompt once a session when its stream carried none), and what it proved is logged and, once
 per kind, explained to the person. A refusal as too long makes the window smaller, with the
 size the server names if it will name one.
+
+The belief is tested by probes (belief.after_probe): a count-only request of the
+conversation with filler, sized just under the window tested. One is sent when the claim is
+nobody's word but the config's (at the first reply), when a ceiling is inferred (before it
+can stop the run), when a count looks cut or falls short of the ledger, and at session starts
+while a ceiling is due its re-test (belief.needs_retest).
 """
 
 from __future__ import annotations
@@ -26,8 +32,23 @@ from ouroboros.protocols import (
     Usage,
     Warn,
 )
-from ouroboros.window.belief import EVIDENCE, FALL_TOLERANCE, FALL_TOLERANCE_TOKENS, PROBE_SHARE, PROBE_WHOLE, Count, Probe, Window, after_probe, \
-    hypothesis, named_window, needs_retest, uncut, with_allocated, with_filler_rate
+from ouroboros.window.belief import (
+    EVIDENCE,
+    FALL_TOLERANCE,
+    FALL_TOLERANCE_TOKENS,
+    PROBE_SHARE,
+    PROBE_WHOLE,
+    Count,
+    Probe,
+    Window,
+    after_probe,
+    hypothesis,
+    named_window,
+    needs_retest,
+    uncut,
+    with_allocated,
+    with_filler_rate,
+)
 from ouroboros.window.conversation import to_wire
 from ouroboros.tools import Toolbox
 
@@ -150,8 +171,8 @@ class Accounting:
             return None
         self.doubted = self.requests
         rate = window.filler_rate or await self.filler_rate()
-        if not rate:
-            self.context.window = after_probe(window, Probe(expected=size))
+        if rate <= 0:  # its counts cannot size a probe
+            self.context.window = after_probe(self.context.window, Probe(expected=size))
             return None
         have = self.context.current_tokens(list(messages[:sent]), self.tools)
         words = max(int((size - have) / rate), 0)
@@ -177,16 +198,18 @@ class Accounting:
             and probe.reported >= PROBE_WHOLE * probe.expected
 
     async def filler_rate(self) -> float:
-        """Measure (once a run) how many tokens the server counts per word of probe filler."""
+        """Measure (once a run) how many tokens the server counts per word of probe filler;
+        -1 when its count is none a vocabulary could give (or it gives none): no probe is
+        sent to it this run."""
         piece = {"role": "user", "content": RETEST_FILLER * FILLER_PIECE_WORDS}
         words = FILLER_PIECE_WORDS * FILLER_RATE_PIECES
         try:
             counted = await self.client.prompt_tokens([piece] * FILLER_RATE_PIECES, [])
         except ModelError:
-            return 0.0
+            return 0.0  # a refusal or an error: asked again at the next probe
         rate = (counted or 0) / words
         if not MIN_FILLER_RATE <= rate <= MAX_FILLER_RATE:
-            return 0.0  # no vocabulary counts a word so: its counts cannot size a probe
+            rate = -1.0
         self.context.window = with_filler_rate(self.context.window, rate)
         return rate
 

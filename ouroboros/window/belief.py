@@ -109,7 +109,8 @@ class Window:
     tested: bool = False  # a probe has tested the belief since the run (re)started
     confirmations: int = 0  # probes in a row that found the ceiling where it is
     quiet: int = 0  # session starts to let pass before the ceiling is re-tested
-    filler_rate: float = 0.0  # the server's tokens per word of probe filler (0: not measured)
+    filler_rate: float = 0.0  # the server's tokens per word of probe filler (0: not measured,
+    # -1: its counts cannot size a probe)
 
     @property
     def limit(self) -> int:
