@@ -230,18 +230,16 @@ def at_session_start(window: Window) -> Window:
 def with_allocated(window: Window, allocated: int | None,
                    told_by: str = "allocated by Ollama (/api/ps)") -> Window:
     """What the server says its window is (Ollama's allocation in `/api/ps`, llama.cpp's
-    `n_ctx`, vLLM's `max_model_len`) outranks inferred ceilings, both ways: the belief is
-    min(claim, what it says) at once, and a ceiling inferred before is given up when the
-    server says it has more room (it was restarted bigger). A ceiling from a refusal below
-    what the server says stays: the prompt it refused was bigger than the ledger thought."""
+    `n_ctx`, vLLM's `max_model_len`): the belief is min(claim, what it says) at once. A
+    ceiling from evidence (truncation, a refusal, named or not) below what it says stays
+    until a probe re-tests it (needs_retest, due at once when the word is news): a server
+    may count in other units than it allocates in, and a refusal within that window means
+    the prompt was bigger than the ledger thought."""
     if not allocated:
         return window
     said_again = allocated == window.told
-    window = replace(window, told=allocated)
+    window = replace(window, told=allocated, told_by=told_by)
     if window.ceiling_kind in EVIDENCE and window.ceiling <= min(allocated, window.claimed):
-        # Evidence of a smaller window outranks the word until a probe re-tests it (a server
-        # may count in other units than it allocates; a refusal within that window means the
-        # ledger fell short): the next session start re-tests it, if that is news.
         return window if said_again else replace(window, quiet=0)
     if allocated >= window.claimed:
         return replace(window, ceiling=0, ceiling_kind="", told_by="")
@@ -252,8 +250,8 @@ def with_allocated(window: Window, allocated: int | None,
 PROBE_SHARE = 0.9
 # A probe counted at least this share of what the ledger expects of it was counted whole.
 PROBE_WHOLE = 0.85
-# A probe cut at least this share of the ceiling it re-tests confirms it.
-PROBE_AGAIN = 0.9
+# A probe cut within this share of the ceiling it re-tests (either way) confirms it.
+PROBE_AGAIN_WITHIN = 0.1
 MAX_QUIET_SESSIONS = 7  # at most this many session starts between re-tests of a ceiling
 
 
@@ -308,7 +306,8 @@ def after_probe(window: Window, probe: Probe) -> Window:
             assert probe.reported is not None
             ceiling, kind = min(probe.reported, window.claimed), "truncation"
         # Cut again about where it was (a probe is cut at a message's edge): the same window.
-        again = window.ceiling_kind in EVIDENCE and ceiling >= PROBE_AGAIN * window.ceiling
+        again = window.ceiling_kind in EVIDENCE and \
+            abs(ceiling - window.ceiling) <= PROBE_AGAIN_WITHIN * window.ceiling
         if again and kind == "truncation":
             ceiling = max(ceiling, window.ceiling)
         confirmations = window.confirmations + 1 if again else 1
