@@ -292,11 +292,11 @@ class Accounting:
             - FALL_TOLERANCE_TOKENS
         if cut or short:
             await self.ask_allocated(again=True)
-        # A count a little short is worth a probe once a session, unless a probe lately
-        # found where the server cuts, or that it holds the window believed.
+        # A count a little short is worth a probe once a session, unless a probe has found
+        # where the server cuts, or the server's word and a probe lately agreed.
         window = self.context.window
-        doubt = cut or (short and window.ceiling_kind not in EVIDENCE and not window.quiet
-                        and not self.short_doubted)
+        doubt = cut or (short and window.ceiling_kind not in EVIDENCE
+                        and not (window.told and window.quiet) and not self.short_doubted)
         self.short_doubted = self.short_doubted or (doubt and not cut)
         whole = await self.test_window(
             messages, sent, doubt=doubt, force=reading.verdict == "truncated",
