@@ -107,7 +107,7 @@ TAIL_ROWS: dict[str, Row] = {
     "window 2048": Row(window=2048),
     "falling counts ps-silent": Row(api_ps="silent", usage="decreasing"),
     # issue 36, items 3-7: every ceiling re-tested, truncation caught within two requests
-    "counts 40% low from 2 ps-silent": Row(api_ps="silent", miscount=(0.6, 2)),
+    "40% low after 1st ps-silent": Row(api_ps="silent", miscount=(0.6, 2)),
     "counts 40% low ps-honest": Row(miscount=(0.6, 1)),
     "counts 40% low ps-silent": Row(api_ps="silent", miscount=(0.6, 1)),
     "shrinks 8192->4096 ps-honest": Row(grows=(20, 4096)),
@@ -116,9 +116,8 @@ TAIL_ROWS: dict[str, Row] = {
                                   grows=(12, 8192)),
     "unnamed grows 4096->8192": Row(window=4096, claim=8192, api_ps="silent",
                                     overflow="error", grows=(12, 8192)),
-    "unnamed grows 4096->8192 cpt-2.5": Row(tokenizer="cpt-2.5", window=4096, claim=8192,
-                                            api_ps="silent", overflow="error",
-                                            grows=(12, 8192)),
+    "unnamed grows cpt-2.5": Row(tokenizer="cpt-2.5", window=4096, claim=8192,
+                                 api_ps="silent", overflow="error", grows=(12, 8192)),
     "ps-silent 2048/8192": Row(window=2048, claim=8192, api_ps="silent"),
     "ps-silent 4096/16384": Row(window=4096, claim=16384, api_ps="silent"),
 }
