@@ -92,6 +92,7 @@ class Row:
     tokens_per_file: int | None = None  # None: --tokens-per-file
     usage: str = "whole"  # how the server reports prompt_tokens (testing.wire.UsageMode)
     miscount: tuple[float, int] | None = None  # (factor, n): counts off from request n on
+    mission: int = 0  # words of mission added to the system prompt (a bigger first prompt)
 
 
 TAIL_ROWS: dict[str, Row] = {
@@ -107,7 +108,7 @@ TAIL_ROWS: dict[str, Row] = {
     "window 2048": Row(window=2048),
     "falling counts ps-silent": Row(api_ps="silent", usage="decreasing"),
     # issue 36, items 3-7: every ceiling re-tested, truncation caught within two requests
-    "40% low after 1st ps-silent": Row(api_ps="silent", miscount=(0.6, 2)),
+    "40% low after 1st ps-silent": Row(api_ps="silent", miscount=(0.6, 2), mission=1500),
     "counts 40% low ps-honest": Row(miscount=(0.6, 1)),
     "counts 40% low ps-silent": Row(api_ps="silent", miscount=(0.6, 1)),
     "shrinks 8192->4096 ps-honest": Row(grows=(20, 4096)),
@@ -132,6 +133,7 @@ MAX_LITERAL_REQUESTS_OVER_FEWEST = 1.1
 MAX_REQUESTS_OVER_FEWEST = 1.25
 MAX_COST_VS_UNMANAGED = 0.12
 RECOVERED_SHARE = 0.9  # a grown window is believed once the belief reaches this share of it
+MISSION_WORDS = "Check each result, note it down. " * 2000  # a longer mission, 6 chars a word
 
 
 class ThinkingAgent(RecordingAgent):
@@ -232,6 +234,9 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
             tokenizer=TOKENIZERS[tokenizer], usage=usage, **server_settings) as server:
         root = Path(tmp)
         write_demo_project(root, server.base_url, 0)
+        if row is not None and row.mission:
+            with (root / "SYSTEM_PROMPT.md").open("a") as prompt:
+                prompt.write("\n" + MISSION_WORDS[:row.mission * 6])
         keys = (write_parts(root / "workspace", parts, chars, row.kind) if row is not None
                 else make_workspace(root / "workspace", parts, chars_per_part=chars))
         claim = (row.claim or row.window) if row is not None else window

@@ -37,7 +37,6 @@ from ouroboros.window.belief import (
     FALL_TOLERANCE,
     FALL_TOLERANCE_TOKENS,
     PROBE_SHARE,
-    PROBE_WHOLE,
     Count,
     Probe,
     Window,
@@ -153,15 +152,15 @@ class Accounting:
 
     async def test_window(self, messages: Sequence[Message], sent: int, *,
                           doubt: bool = False, whole: int = 0,
-                          force: bool = False) -> bool | None:
+                          force: bool = False) -> Probe | None:
         """Send a probe when the belief is due one, or when a count gave cause to `doubt` it
         (at most once every DOUBT_EVERY requests, unless `force`: a ceiling just inferred is
         tested before it can stop the run): the first `sent` messages with filler after
         the system prompt, sized just under the window tested (belief.hypothesis), asked for
         one token. A count of it below `whole` (what the server just counted of the
         conversation it extends, whole) is no evidence: a window that held the conversation
-        cuts a longer prompt to about its size, not below. Returns None when none was sent,
-        else whether the window held it whole."""
+        cuts a longer prompt to about its size, not below. Returns the probe (None when none
+        was sent)."""
         window = self.context.window
         size = needs_retest(window)
         if not size and doubt and not window.distrusted \
@@ -194,8 +193,7 @@ class Accounting:
             return None
         self.context.window = after_probe(self.context.window, probe)
         self.said_probe(window, probe, said)
-        return not probe.refused and probe.reported is not None \
-            and probe.reported >= PROBE_WHOLE * probe.expected
+        return probe
 
     async def filler_rate(self) -> float:
         """Measure (once a run) how many tokens the server counts per word of probe filler;
@@ -281,29 +279,58 @@ class Accounting:
         """Test the belief by a probe when it is due, or when this count gives cause to doubt
         it (Ollama's /api/ps is asked again too): it looked cut, or it fell short of what the
         ledger knows of a large prompt (right after masking no earlier count compares with
-        it, and a server reloaded smaller cuts prompts a little over its window by a little).
-        Truncation a probe disproves is no alarm."""
+        it, and a server reloaded smaller cuts prompts a little over its window by a little),
+        or below what the ledger had already measured of it. Truncation a probe disproves is
+        no alarm; counts below the measured part of a prompt the window holds are in other
+        units than before (rescale)."""
         window = self.context.window
-        cut = reading.verdict in ("suspect", "truncated") and not uncut(
+        fell = reading.reported is not None and not uncut(
             Count(reading.reported, reading.estimated), max(window.told, window.accepted))
+        cut = fell and reading.verdict in ("suspect", "truncated")
+        below = fell and reading.verdict in ("whole", "suspect", "truncated") \
+            and reading.reported < self.context.held(messages).tally.measured_sum(sent) \
+            * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
         short = reading.reported is not None and reading.verdict == "whole" \
             and reading.estimated >= DOUBTED_FILL * self.context.budget \
             and reading.reported < reading.estimated * (1 - FALL_TOLERANCE) \
             - FALL_TOLERANCE_TOKENS
-        if cut or short:
+        if cut or short or below:
             await self.ask_allocated(again=True)
         # A count a little short is worth a probe once a session, unless a probe has found
         # where the server cuts, or the server's word and a probe lately agreed.
         window = self.context.window
-        doubt = cut or (short and window.ceiling_kind not in EVIDENCE
-                        and not (window.told and window.quiet) and not self.short_doubted)
-        self.short_doubted = self.short_doubted or (doubt and not cut)
-        whole = await self.test_window(
-            messages, sent, doubt=doubt, force=reading.verdict == "truncated",
-            whole=reading.reported or 0 if reading.verdict == "whole" else 0)
-        if whole and reading.verdict == "truncated":
+        doubt = cut or below or (short and window.ceiling_kind not in EVIDENCE
+                                 and not (window.told and window.quiet)
+                                 and not self.short_doubted)
+        self.short_doubted = self.short_doubted or (doubt and not (cut or below))
+        floor = (reading.reported or 0) if reading.verdict == "whole" else \
+            window.accepted if below else 0
+        probe = await self.test_window(messages, sent, doubt=doubt, whole=floor,
+                                       force=reading.verdict == "truncated" or below)
+        if below and probe is not None and probe.reported is not None \
+                and self.context.limit >= reading.estimated:
+            self.rescale(messages, sent, reading)
+        if probe is not None and probe.held and reading.verdict == "truncated":
             return replace(reading, verdict="suspect")
         return reading
+
+    def rescale(self, messages: Sequence[Message], sent: int, reading: Reading) -> None:
+        """The server counted a prompt the window holds below what the ledger had measured
+        of it: it counts in other units than it did (counts gone 40 % low after the first).
+        The measured sizes are scaled to its count, so the ledger is in the units its window
+        is believed in, and the comparison with earlier counts starts over."""
+        assert reading.reported is not None
+        conversation = self.context.held(messages)
+        scale = reading.reported / max(reading.estimated, 1)
+        for index in range(sent):
+            tokens = tk.measured(conversation[index])
+            if tokens is not None:
+                conversation.measure(index, max(round(tokens * scale), 1))
+        self.context.last_count = None  # counts before were in the old units
+        self.log.emit(ev.WarningEvent(message=(
+            f"the server counted {reading.reported} tokens of a prompt the ledger knew as "
+            f"~{reading.estimated}, inside the {self.context.limit}-token window a probe "
+            "confirmed: it counts in other units than before, and the ledger follows it")))
 
     async def probe(self, messages: Sequence[Message], sent: int,
                     usage: Usage | None) -> Usage | None:

@@ -265,6 +265,12 @@ class Probe:
     refused: bool = False
     named: int | None = None
 
+    @property
+    def held(self) -> bool:
+        """Counted about whole: the window holds it."""
+        return not self.refused and self.reported is not None \
+            and self.reported >= PROBE_WHOLE * self.expected
+
 
 def hypothesis(window: Window) -> int:
     """The window a probe tests: the most the evidence could allow, the claim, or what the
@@ -295,8 +301,7 @@ def after_probe(window: Window, probe: Probe) -> Window:
     cut it, at about its window. Refused: the window is smaller than the probe (exactly the
     size named, if one is). What a probe confirms (a ceiling, or the window held whole) is
     doubted less and less often: `quiet` session starts pass before the next re-test."""
-    if probe.refused or (probe.reported is not None
-                         and probe.reported < PROBE_WHOLE * probe.expected):
+    if probe.refused or (probe.reported is not None and not probe.held):
         if probe.named:
             ceiling, kind = probe.named, "named"
         elif probe.refused:
