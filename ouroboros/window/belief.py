@@ -17,8 +17,9 @@ nothing. What counts can prove:
   then on the server's counts are not believed.
 
 The belief is a frozen value; every function here returns a new one. It never goes below
-what the server has already counted whole, it rises again when later counts show more room,
-and a ceiling guessed from a single refusal lasts only until the next session.
+what the server has already counted whole unless the server now cuts below that (it was
+reloaded smaller), it rises again when later counts show more room, and a ceiling guessed
+from a single refusal lasts only until the next session.
 
 Every ceiling is a belief with an expiry, whatever it came from (truncation, a refusal naming
 the window or not, the server's own word): a *probe*, a count-only request sized just under
@@ -71,6 +72,13 @@ REFUSAL_SHRINK = 0.85
 STICKY_REFUSALS = 2
 
 EVIDENCE = ("truncation", "refused", "named")  # ceilings the server's own word does not lift
+# A probe is sized this share of the window it tests: what it holds is partly estimated.
+PROBE_SHARE = 0.9
+# A probe counted at least this share of what the ledger expects of it was counted whole.
+PROBE_WHOLE = 0.85
+# A probe cut within this share of the ceiling it re-tests (either way) confirms it.
+PROBE_AGAIN_WITHIN = 0.1
+MAX_QUIET_SESSIONS = 7  # at most this many session starts between re-tests of a ceiling
 
 _NAMED_WINDOW = re.compile(
     r"(?:maximum context length|context length|context window|context size|n_ctx)"
@@ -244,15 +252,6 @@ def with_allocated(window: Window, allocated: int | None,
     if allocated >= window.claimed:
         return replace(window, ceiling=0, ceiling_kind="", told_by="")
     return replace(window, ceiling=allocated, ceiling_kind="allocated", told_by=told_by)
-
-
-# A probe is sized this share of the window it tests: what it holds is partly estimated.
-PROBE_SHARE = 0.9
-# A probe counted at least this share of what the ledger expects of it was counted whole.
-PROBE_WHOLE = 0.85
-# A probe cut within this share of the ceiling it re-tests (either way) confirms it.
-PROBE_AGAIN_WITHIN = 0.1
-MAX_QUIET_SESSIONS = 7  # at most this many session starts between re-tests of a ceiling
 
 
 @dataclass(frozen=True)
