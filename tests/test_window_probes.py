@@ -16,23 +16,29 @@ from collections import Counter
 import pytest
 
 from ouroboros.config import load_config
-from ouroboros.demo import RecordingAgent, expected_results, write_demo_project
+from ouroboros.demo import RecordingAgent, expected_results, make_workspace, \
+    write_demo_project
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import ScriptedServer
 from ouroboros.testing.tokenizer import TOKENIZERS
 from tests.helpers import of_type, run_events
 
 PARTS = 8
-# What a longer mission adds to the system prompt: a first prompt of ~2,000 tokens.
-MISSION = "Keep careful notes of every step, and check each result before going on. " * 120
+# What a longer mission adds to the system prompt (~2,500 tokens): with the data files of
+# the benchmark (~2,300 tokens each) a fresh session fits the window only in the units the
+# server counts in, not in those it counted the system prompt in before.
+MISSION = "Check each result, note it down. " * 283
+BENCHMARK_FILE_CHARS = 10110
 
 
-def run_task(tmp_path, server, claim, parts=PARTS, mission=""):
+def run_task(tmp_path, server, claim, parts=PARTS, mission="", chars=0, **flags):
     keys = write_demo_project(tmp_path, server.base_url, parts)
+    if chars:  # data files of this many characters each
+        keys = make_workspace(tmp_path / "workspace", parts, chars_per_part=chars)
     prompt = tmp_path / "SYSTEM_PROMPT.md"
     prompt.write_text(prompt.read_text() + mission)
     loaded = load_config(tmp_path / "ouroboros.toml",
-                         {"model.context_limit": claim, "safety.sandbox": "off"},
+                         {"model.context_limit": claim, "safety.sandbox": "off", **flags},
                          env={}, user_file=None)
     code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
@@ -54,12 +60,15 @@ def limits(tmp_path):
 def test_counts_gone_low_after_the_first_do_not_stop_the_run(tmp_path):
     """Item 3: from the second request on the server counts 40 % low, so the counts fall
     while the prompt grows, as if it cut at the first count. Today the belief came down to
-    that count and the run stopped (exit 2) after four requests; a probe under the claim is
-    counted far above it, so the run goes on."""
+    that count and the run stopped (exit 2) after four requests. A probe under the claim is
+    counted far above it, where the server really cuts in its units; the ledger, which
+    measured the system prompt in the old units, follows the new ones, so the fresh
+    sessions fit."""
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=8192,
                         tokenizer=TOKENIZERS["bpe-bytes"], api_ps="silent",
                         miscount=(0.6, 2)) as server:
-        code, keys = run_task(tmp_path, server, 8192, mission=MISSION)
+        code, keys = run_task(tmp_path, server, 8192, mission=MISSION,
+                              chars=BENCHMARK_FILE_CHARS, **{"model.max_output_tokens": 2048})
     assert_done(tmp_path, code, keys)
     assert server.over_limit == 0
     assert min(limits(tmp_path)) > 4000  # 0.6 x 8192 = 4915 tokens as it counts them
