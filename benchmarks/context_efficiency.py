@@ -15,8 +15,11 @@ Rows at the tails (--rows content,windows,literal or row names): data files of e
 (code, minified JSON, hex, base64, CJK, emoji, one long line) on the "bpe-bytes" tokenizer, and
 servers whose window is not what the config claims (Ollama allocated less, with /api/ps honest
 or silent; a server restarted bigger mid-run; refusals that name the window or not; a 2048
-window; counts that keep falling from a server silent on its window). Those rows are managed
-runs only (no unmanaged twin, so no cost column).
+window; counts that keep falling from a server silent on its window), and issue 36's: counts
+40% low (from the start, or from the second request), a server reloaded with half the window
+mid-session, refusals (named or not) from a server that then grew, silent truncation from the
+start. Those rows are managed runs only (no unmanaged twin, so no cost column); where the
+window is smaller than claimed, changes, or is counted off, two prompts may go over it.
 
 The literal rows (--rows literal): the same task done by the agents that read literally, as
 small local models do (ouroboros/testing/agents.py), 40 parts in an 8k window with restarts,
@@ -89,6 +92,8 @@ class Row:
     grows: tuple[int, int] | None = None
     tokens_per_file: int | None = None  # None: --tokens-per-file
     usage: str = "whole"  # how the server reports prompt_tokens (testing.wire.UsageMode)
+    miscount: tuple[float, int] | None = None  # (factor, n): counts off from request n on
+    mission: int = 0  # words of mission added to the system prompt (a bigger first prompt)
 
 
 TAIL_ROWS: dict[str, Row] = {
@@ -103,6 +108,20 @@ TAIL_ROWS: dict[str, Row] = {
     "refused unnamed": Row(window=4096, claim=8192, api_ps="silent", overflow="error"),
     "window 2048": Row(window=2048),
     "falling counts ps-silent": Row(api_ps="silent", usage="decreasing"),
+    # issue 36, items 3-7: every ceiling re-tested, truncation caught within two requests
+    "40% low after 1st ps-silent": Row(api_ps="silent", miscount=(0.6, 2), mission=1500),
+    "counts 40% low ps-honest": Row(miscount=(0.6, 1)),
+    "counts 40% low ps-silent": Row(api_ps="silent", miscount=(0.6, 1)),
+    "shrinks 8192->4096 ps-honest": Row(grows=(20, 4096)),
+    "shrinks 8192->4096 ps-silent": Row(api_ps="silent", grows=(20, 4096)),
+    "named grows 4096->8192": Row(window=4096, claim=8192, api_ps="silent", overflow="named",
+                                  grows=(12, 8192)),
+    "unnamed grows 4096->8192": Row(window=4096, claim=8192, api_ps="silent",
+                                    overflow="error", grows=(12, 8192)),
+    "unnamed grows cpt-2.5": Row(tokenizer="cpt-2.5", window=4096, claim=8192,
+                                 api_ps="silent", overflow="error", grows=(12, 8192)),
+    "ps-silent 2048/8192": Row(window=2048, claim=8192, api_ps="silent"),
+    "ps-silent 4096/16384": Row(window=4096, claim=16384, api_ps="silent"),
 }
 LITERAL_ROWS = {f"literal {name}": name for name in LITERAL_AGENTS}  # "literal b-window" ...
 ROW_GROUPS = {"content": [n for n in TAIL_ROWS if n.startswith("content=")],
@@ -115,6 +134,7 @@ MAX_LITERAL_REQUESTS_OVER_FEWEST = 1.1
 MAX_REQUESTS_OVER_FEWEST = 1.25
 MAX_COST_VS_UNMANAGED = 0.12
 RECOVERED_SHARE = 0.9  # a grown window is believed once the belief reaches this share of it
+MISSION_WORDS = "Check each result, note it down. " * 2000  # a longer mission, 6 chars a word
 
 
 class ThinkingAgent(RecordingAgent):
@@ -221,13 +241,17 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
     agent = ThinkingAgent(parts) if tokenizer == "strip-reasoning" else RecordingAgent(parts)
     server_settings: dict = {}
     if row is not None:
-        server_settings = {"api_ps": row.api_ps, "overflow": row.overflow, "grows": row.grows}
+        server_settings = {"api_ps": row.api_ps, "overflow": row.overflow, "grows": row.grows,
+                           "miscount": row.miscount}
         window, tokenizer, usage = row.window, row.tokenizer, row.usage
     with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
             agent, model="scripted-demo", context_length=window,
             tokenizer=TOKENIZERS[tokenizer], usage=usage, **server_settings) as server:
         root = Path(tmp)
         write_demo_project(root, server.base_url, 0)
+        if row is not None and row.mission:
+            with (root / "SYSTEM_PROMPT.md").open("a") as prompt:
+                prompt.write("\n" + MISSION_WORDS[:row.mission * 6])
         keys = (write_parts(root / "workspace", parts, chars, row.kind) if row is not None
                 else make_workspace(root / "workspace", parts, chars_per_part=chars))
         claim = (row.claim or row.window) if row is not None else window
@@ -421,8 +445,9 @@ def print_tail_row(name: str, row: Row, m: Figures, size: Sizing, parts: int) ->
 
 def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) -> bool:
     def cut_allowed(name: str) -> int:  # requests cut or refused before the window is known
-        row = TAIL_ROWS[name]
-        return 2 if (row.claim or row.window) > row.window else 0
+        row = TAIL_ROWS[name]  # (a window smaller than claimed, changed, or counted off)
+        changed = row.grows is not None and row.grows[1] < row.window
+        return 2 if (row.claim or row.window) > row.window or changed or row.miscount else 0
 
     def recovered(name: str, m: Figures) -> bool:
         """Believed within one session of the server growing (if a session began after)."""
@@ -439,8 +464,8 @@ def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) ->
 
     fewest = min((m.turns for name, (m, _) in results.items() if plain(name)), default=0)
 
-    def efficient(name: str, m: Figures) -> bool:
-        return not plain(name) or m.turns <= MAX_REQUESTS_OVER_FEWEST * fewest
+    def efficient(name: str, m: Figures) -> bool:  # every row, small windows included
+        return m.turns <= MAX_REQUESTS_OVER_FEWEST * fewest
 
     floors = [
         (f"every file done ({parts}/{parts})", lambda n, m: m.files_done == parts and m.completed),
@@ -449,8 +474,9 @@ def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) ->
         ("no part redone", lambda n, m: m.parts_read_twice == 0),
         ("no false truncation alarm", lambda n, m: m.false_alarms == 0 or cut_allowed(n) > 0),
         ("a server restarted bigger is believed within one session", recovered),
-    ] + ([(f"content rows within {MAX_REQUESTS_OVER_FEWEST}x the fewest requests ({fewest})",
-           efficient)] if fewest else [])
+    ] + ([(f"every row within {MAX_REQUESTS_OVER_FEWEST}x the fewest requests of a content row "
+           f"({fewest} -> {int(MAX_REQUESTS_OVER_FEWEST * fewest)})", efficient)]
+         if fewest else [])
     print("\nfloors (rows at the tails)")
     return print_floors([(label, [name for name, (m, _) in results.items() if not holds(name, m)])
                          for label, holds in floors])

@@ -281,7 +281,8 @@ def test_resume_uses_the_context_limit_the_user_set(tmp_path):
 
 def test_a_llama_cpp_server_that_only_says_empty_is_asked_for_its_window(tmp_path):
     """No usage in streams, an empty 200 for a prompt over its window (the claim says 16k,
-    the server holds 2.5k): asked again without streaming, it names its window."""
+    the server holds 2.5k, and says nothing of it): the probe that tests the claim at the
+    first reply is refused with the window named, before any prompt goes over it."""
     with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
                         send_usage=False, overflow="empty", tokenize="llama-cpp-python",
                         tokenizer=TOKENIZERS["by-content"], api_ps="silent") as server:
@@ -292,7 +293,7 @@ def test_a_llama_cpp_server_that_only_says_empty_is_asked_for_its_window(tmp_pat
     assert len(recovered) == 1  # found at the first refusal, and kept
     assert recovered[0]["new_limit"] == 2500
     assert "named this window" in recovered[0]["limit_source"]
-    assert server.over_limit == 1
+    assert server.over_limit == 0
 
 
 def test_the_limit_says_where_it_was_set(tmp_path):

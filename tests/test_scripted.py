@@ -264,6 +264,29 @@ def test_overflow_empty_is_llama_cpps_empty_200_and_400_when_not_streaming(scrip
     assert server.over_limit == 2
 
 
+def test_overflow_named_is_vllms_400_naming_the_window_streaming_or_not(scripted_server):
+    server = scripted_server([Reply("x")], context_length=60, overflow="named")
+    for stream in (True, False):
+        response = chat(server, long_conversation(), stream=stream)
+        assert response.status_code == 400
+        assert "maximum context length is 60 tokens" in response.json()["error"]["message"]
+
+
+def test_miscount_reports_counts_off_from_the_nth_request_on(scripted_server):
+    """A server counting 40 % low from its second request: its counts, streamed or asked
+    for, are 0.6 of the true ones, which `prompt_tokens` keeps."""
+    server = scripted_server([Reply("a"), Reply("b")], miscount=(0.6, 2))
+    first = streamed(chat(server, long_conversation()))[-1]["usage"]["prompt_tokens"]
+    body = {"model": "scripted", "messages": long_conversation(), "stream": False,
+            "max_tokens": 1}
+    asked = httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=30)
+    second = chat(server, long_conversation(), stream=False, include_usage=False)
+    assert first == 154
+    assert asked.json()["usage"]["prompt_tokens"] == round(0.6 * 154)  # for request 2
+    assert second.json()["usage"]["prompt_tokens"] == round(0.6 * 154)
+    assert server.prompt_tokens == [154, 154]
+
+
 def test_unknown_model_and_tools_refusals(scripted_server):
     server = scripted_server([Reply("x")], tools_supported=False)
     missing = chat(server, USER, model="nope")

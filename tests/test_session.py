@@ -5,6 +5,8 @@ HTTP, no subprocess, each test in milliseconds (tests/session_rig.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ouroboros.window.conversation import to_wire
@@ -282,3 +284,22 @@ def test_a_newest_turn_too_big_for_the_window_is_sent_with_a_warning(tmp_path):
     warnings = [w.message for w in rig.log.of_type("warning")]
     assert any("does not fit the 1000-token budget; sending it anyway" in w for w in warnings)
     assert model.requests[0][-1]["content"] == "y" * 4000
+
+
+def test_a_tool_call_too_big_to_carry_over_is_named_as_the_cause(tmp_path):
+    """Issue 36, item 8: one ~6,300-token file_write in the newest turn (carried into the next
+    session whole) leaves a fresh session no room; the stop names that call and its size,
+    not the system prompt."""
+    rig = Rig(tmp_path, FakeModel(), limit=8192)
+    content = " ".join(f"line{i}" for i in range(2200))
+    rig.state.messages.append(
+        reply("", call("file_write", path="big.txt", content=content)).to_message())
+    rig.state.messages.add_result(rig.state.messages[-1]["tool_calls"][0]["id"], "ok")
+
+    with pytest.raises(WindowTooSmallError) as raised:
+        fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None)
+
+    message = raised.value.message
+    assert "The largest part is one file_write call of the newest turn" in message
+    assert re.search(r"~\d{4,} tokens", message)
+    assert "shorten SYSTEM_PROMPT.md" not in message

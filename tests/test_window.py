@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ouroboros.window.belief import (
     Count,
     Window,
+    Probe,
+    after_probe,
     after_refusal,
-    after_retest,
     at_session_start,
     classify,
     judge,
@@ -129,10 +132,12 @@ def test_a_single_refusal_is_forgotten_at_the_next_session_two_are_kept():
 
 @pytest.mark.parametrize("allocated,limit,kind", [
     (None, 3000, "truncation"),  # not Ollama, or not loaded: evidence stands
-    (4096, 4096, "allocated"),  # Ollama says what it allocated: that is the window
-    (16384, 8192, ""),  # more than claimed: the truncation evidence is superseded
+    (2048, 2048, "allocated"),  # Ollama says it allocated less: that is the window
+    (4096, 3000, "truncation"),  # more: evidence of truncation stands until a probe
+    (16384, 3000, "truncation"),
 ])
-def test_ollama_allocation_outranks_inferred_ceilings(allocated, limit, kind):
+def test_evidence_of_truncation_outranks_what_the_server_says_until_re_tested(allocated,
+                                                                            limit, kind):
     window = Window(8192, "c", accepted=2000, ceiling=3000, ceiling_kind="truncation")
     after = with_allocated(window, allocated)
     assert (after.limit, after.ceiling_kind) == (limit, kind)
@@ -195,23 +200,71 @@ def test_a_refusal_within_the_allocated_window_is_kept():
     assert (after.limit, after.ceiling_kind) == (refused.limit, "refused")
 
 
-# --- an inferred ceiling is re-tested ---------------------------------------------------------
+# --- every ceiling is re-tested by a probe -----------------------------------------------------
 
 
-def test_an_inferred_ceiling_is_re_tested_with_a_prompt_the_size_of_the_claim():
-    cut = Window(8192, "c", accepted=3000, ceiling=4000, ceiling_kind="truncation")
-    assert needs_retest(cut) == 8192
-    assert needs_retest(with_allocated(W, 4096)) == 0  # the server said so: nothing to test
-    assert needs_retest(W) == 0
+CUT = Window(8192, "c", accepted=3000, ceiling=4000, ceiling_kind="truncation")
 
 
-@pytest.mark.parametrize("reported,limit,kind", [
-    (None, 4000, "truncation"),  # no count: nothing learned
-    (3990, 4000, "truncation"),  # still cut at the ceiling
-    (5200, 5200, "truncation"),  # counted whole above it: the window is at least that
-    (8192, 8192, ""),  # the whole claim: the ceiling is gone
+@pytest.mark.parametrize("window,size", [
+    (CUT, 7372),  # inferred: tested under the claim
+    (Window(8192, "c", ceiling=4096, ceiling_kind="named"), 7372),  # named by a refusal too
+    (Window(8192, "c", ceiling=3000, ceiling_kind="refused", refusals=1), 7372),
+    (with_allocated(CUT, 6000), 5400),  # under what the server says, when that is less
+    (W, 7372),  # a claim nobody vouched for is tested once
+    (with_allocated(W, 4096), 0),  # the server said so, and nothing contradicts it
+    (with_allocated(W, 8192), 0),
+    (Window(8192, "c", tested=True), 0),
+    (Window(8192, "c", ceiling=4000, ceiling_kind="truncation", tested=True, quiet=1), 0),
+    (Window(8192, "c", tested=True, distrusted=True), 0),  # its counts mean nothing
 ])
-def test_a_count_above_the_ceiling_raises_it(reported, limit, kind):
-    cut = Window(8192, "c", accepted=3000, ceiling=4000, ceiling_kind="truncation")
-    after = after_retest(cut, reported)
-    assert (after.limit, after.ceiling_kind) == (limit, kind)
+def test_what_a_probe_tests_and_how_big_it_is(window, size):
+    """Sized under the window tested, never at it: what it holds is partly estimated, and
+    a probe over a window that grew would be refused again."""
+    assert needs_retest(window) == size
+
+
+@pytest.mark.parametrize("probe,limit,kind", [
+    (Probe(7372), 4000, "truncation"),  # no count: nothing learned
+    (Probe(7372, 4010), 4010, "truncation"),  # still cut at the ceiling
+    (Probe(7372, 5200), 5200, "truncation"),  # cut higher up: the window grew that far
+    (Probe(7372, 7000), 8192, ""),  # counted about whole: the claim holds
+    (Probe(7372, refused=True, named=6000), 6000, "named"),
+    (Probe(7372, refused=True), 4000, "truncation"),
+])
+def test_a_probe_proves_or_moves_the_ceiling(probe, limit, kind):
+    after = after_probe(CUT, probe)
+    assert (after.limit, after.ceiling_kind, after.tested) == (limit, kind, True)
+
+
+def test_a_ceiling_the_probes_confirm_is_re_tested_less_and_less_often():
+    window, waits = CUT, []
+    for _ in range(5):
+        window = after_probe(window, Probe(7372, 4000))
+        waits.append(window.quiet)
+        while window.quiet:
+            window = at_session_start(window)
+        assert needs_retest(window)
+    assert waits == sorted(waits) and waits[0] < waits[-1]
+
+
+def test_a_ceiling_inferred_from_counts_gone_low_is_lifted_by_a_probe():
+    """Issue 36, item 3: a server whose counts go 40 % low from the second request looks
+    like one that cuts at the first count; a probe under the claim is counted far above it,
+    so the run goes on instead of stopping as if the window were 1,243 tokens."""
+    first = judge(W, Count(1243, 1300))[1]
+    low = Count(1000, 2500, previous=1243, added=1200)
+    _, once = judge(first, low)
+    verdict, cut = judge(once, replace(low, suspects=1, largest_suspect=1000))
+    assert verdict == "truncated" and cut.limit < 1300
+    after = after_probe(cut, Probe(7372, 4400))
+    assert after.limit >= 4400
+
+
+def test_a_server_reloaded_smaller_is_believed_at_where_it_cuts_now():
+    """Issue 36, item 5: counts taken whole before a reload to a smaller window do not hold
+    the belief up at the largest of them."""
+    before = Window(8192, "c", accepted=5758)
+    count = Count(3900, 4500, previous=4000, added=500, suspects=1, largest_suspect=3950)
+    verdict, after = judge(before, count)
+    assert verdict == "truncated" and after.limit == 3950

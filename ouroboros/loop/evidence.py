@@ -5,10 +5,17 @@ has one. After each reply, the server's count is taken in (asking the server to 
 prompt once a session when its stream carried none), and what it proved is logged and, once
 per kind, explained to the person. A refusal as too long makes the window smaller, with the
 size the server names if it will name one.
+
+The belief is tested by probes (belief.after_probe): a count-only request of the
+conversation with filler, sized just under the window tested. One is sent when the claim is
+nobody's word but the config's (at the first reply), when a ceiling is inferred (before it
+can stop the run), when a count looks cut or falls short of the ledger, and at session starts
+while a ceiling is due its re-test (belief.needs_retest).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol, Sequence
 
 from ouroboros.store import events as ev
@@ -25,14 +32,38 @@ from ouroboros.protocols import (
     Usage,
     Warn,
 )
-from ouroboros.window.belief import after_retest, named_window, needs_retest, with_allocated
+from ouroboros.window.belief import (
+    EVIDENCE,
+    FALL_TOLERANCE,
+    FALL_TOLERANCE_TOKENS,
+    PROBE_SHARE,
+    Count,
+    Probe,
+    Window,
+    after_probe,
+    hypothesis,
+    named_window,
+    needs_retest,
+    uncut,
+    with_allocated,
+    with_filler_rate,
+)
 from ouroboros.window.conversation import to_wire
 from ouroboros.tools import Toolbox
 from ouroboros.server.kinds import bigger_window
 
-# Filler for a re-test prompt: a word that takes about one token on any vocabulary.
+# Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
+# this many words (a server that cuts the front of long prompts drops whole pieces).
 RETEST_FILLER = "ledger "
-RETEST_PIECES = 16
+FILLER_PIECE_WORDS = 100
+FILLER_RATE_PIECES = 4  # pieces in the request that measures the server's rate
+# The tokens per filler word (with its share of the template) a real vocabulary counts.
+MIN_FILLER_RATE, MAX_FILLER_RATE = 0.5, 4.0
+# A count short of the ledger's figure for a prompt this big (a share of the budget) is
+# doubted even where no earlier count can be compared with (right after masking).
+DOUBTED_FILL = 0.5
+# Requests of a session between probes that doubt alone asks for.
+DOUBT_EVERY = 4
 
 
 ALLOCATED = "allocated by Ollama (/api/ps)"
@@ -94,6 +125,9 @@ class Accounting:
         self.warn_once = warn_once
         self.asker = asker
         self.asked_allocated = False  # this session, after its first reply
+        self.requests = 0  # counts taken in this session
+        self.doubted = -DOUBT_EVERY  # the request of the last probe sent
+        self.short_doubted = False  # a count short of the ledger has had its probe
 
     async def ask_allocated(self, *, again: bool = False) -> None:
         """After the first reply of a session (`again`: after a refusal too), ask what Ollama
@@ -107,33 +141,98 @@ class Accounting:
             believe_told(self.context, (allocated, ALLOCATED), self.warn_once)
 
     async def retest(self, messages: Sequence[Message]) -> None:
-        """At a session start, when the window believed is a ceiling inferred from truncation
-        or refusals and the server said nothing of its window: ask it to count a prompt a
-        little above that ceiling (the conversation and filler; one token asked for). A count
-        above the ceiling proves the window grew."""
+        """At a session start: re-test a ceiling if it is due (belief.needs_retest). A claim
+        nobody vouched for waits for the first count, which a probe's is weighed against."""
+        if self.context.window.ceiling_kind in EVIDENCE:
+            await self.test_window(messages, len(messages))
+
+    async def test_window(self, messages: Sequence[Message], sent: int, *,
+                          doubt: bool = False, whole: int = 0,
+                          force: bool = False) -> Probe | None:
+        """Send a probe when the belief is due one, or when a count gave cause to `doubt` it
+        (at most once every DOUBT_EVERY requests, unless `force`: a ceiling just inferred is
+        tested before it can stop the run): the first `sent` messages with filler after
+        the system prompt, sized just under the window tested (belief.hypothesis), asked for
+        one token. A count of it below `whole` (what the server just counted of the
+        conversation it extends, whole) is no evidence: a window that held the conversation
+        cuts a longer prompt to about its size, not below. Returns the probe (None when none
+        was sent)."""
         window = self.context.window
-        target = needs_retest(window)
-        if not target:
-            return
-        have = self.context.current_tokens(messages, self.tools)
-        words = max(target - have, 0)
-        # The filler goes first, after the system prompt, in pieces: a server that cuts the
-        # front of long prompts drops as many as it must, and counts about its window.
-        wire = to_wire(messages)
-        piece = {"role": "user", "content": RETEST_FILLER * (words // RETEST_PIECES + 1)}
-        probe = [wire[0], *[piece] * RETEST_PIECES, *wire[1:]]
+        size = needs_retest(window)
+        if not size and doubt and not window.distrusted \
+                and (force or self.requests - self.doubted >= DOUBT_EVERY):
+            size = int(PROBE_SHARE * hypothesis(window))
+        if not size:
+            return None
+        self.doubted = self.requests
+        rate = window.filler_rate or await self.filler_rate()
+        if rate <= 0:  # its counts cannot size a probe
+            self.context.window = after_probe(self.context.window, Probe(expected=size))
+            return None
+        have = self.context.current_tokens(list(messages[:sent]), self.tools)
+        words = max(int((size - have) / rate), 0)
+        pieces = max(round(words / FILLER_PIECE_WORDS), 1)
+        piece = {"role": "user", "content": RETEST_FILLER * (words // pieces)}
+        wire = to_wire(messages[:sent])
+        expected = have + round(pieces * (words // pieces) * rate)
         try:
-            counted = await self.client.prompt_tokens(probe, self.tools)
+            counted = await self.client.prompt_tokens([wire[0], *[piece] * pieces, *wire[1:]],
+                                                      self.tools)
+            probe = Probe(expected, counted)
+            if counted is not None and counted < whole * (1 - FALL_TOLERANCE):
+                probe = Probe(expected)
+            said = ""
+        except ContextOverflowError as refusal:
+            probe = Probe(expected, refused=True, named=named_window(refusal.message))
+            said = refusal.message
         except ModelError:
-            return
-        self.context.window = after_retest(window, counted)
-        if self.context.window != window:
+            return None
+        self.context.window = after_probe(self.context.window, probe)
+        self.said_probe(window, probe, said)
+        return probe
+
+    async def filler_rate(self) -> float:
+        """Measure (once a run) how many tokens the server counts per word of probe filler;
+        -1 when its count is none a vocabulary could give (or it gives none): no probe is
+        sent to it this run."""
+        piece = {"role": "user", "content": RETEST_FILLER * FILLER_PIECE_WORDS}
+        words = FILLER_PIECE_WORDS * FILLER_RATE_PIECES
+        try:
+            counted = await self.client.prompt_tokens([piece] * FILLER_RATE_PIECES, [])
+        except ModelError:
+            return 0.0  # a refusal or an error: asked again at the next probe
+        rate = (counted or 0) / words
+        if not MIN_FILLER_RATE <= rate <= MAX_FILLER_RATE:
+            rate = -1.0
+        self.context.window = with_filler_rate(self.context.window, rate)
+        return rate
+
+    def said_probe(self, before: Window, probe: Probe, refusal: str) -> None:
+        """Log what a probe changed of the belief (`refusal`: the server's words, if it
+        refused it), and tell the person once per kind."""
+        after = self.context.window
+        what = (f"refused ({probe.named} named)" if probe.refused and probe.named else
+                "refused" if probe.refused else f"counted {probe.reported} tokens")
+        if after.limit > before.limit:
             self.clear(lambda key: key == "truncation", "the server counts past the window "
                        f"believed: {self.context.limit} tokens again")
             self.log.emit(ev.WarningEvent(message=(
-                f"the server counted {counted} tokens of a prompt above the {window.limit} "
-                f"believed: working within {self.context.limit} tokens again "
-                f"({self.context.limit_source})")))
+                f"a probe of ~{probe.expected} tokens was {what}: working within "
+                f"{self.context.limit} tokens again ({self.context.limit_source})")))
+        elif after.limit < before.limit and probe.refused:
+            self.log.emit(ev.ContextOverflowRecovered(
+                error=refusal, rejected_tokens=probe.expected, new_limit=self.context.limit,
+                limit_source=self.context.limit_source))
+        elif after.limit < before.limit:
+            self.log.emit(ev.ContextTruncationDetected(
+                reported=probe.reported, estimated=probe.expected,
+                new_limit=self.context.limit, limit_source=self.context.limit_source))
+            self.warn_once("truncation", (
+                f"a probe of ~{probe.expected} tokens was {what}: the server holds less than "
+                f"the {before.limit} tokens believed. Working within {self.context.limit} "
+                f"tokens from now on. Fix: give the model a bigger window "
+                f"({bigger_window(before.claimed)}) and set model.context_limit to "
+                "match"))
 
     async def measure(self, messages: list[Message]) -> None:
         """Count what was never counted with the server's tokenizer, where it has one."""
@@ -155,8 +254,10 @@ class Accounting:
         streamed_count = usage is not None and bool(usage.prompt_tokens)
         if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
             usage = await self.probe(messages, sent, usage)
+        self.requests += 1
         reading = self.context.observe_reply(messages, self.tools, usage, len(reply.text),
                                              sent)
+        reading = await self.weigh(messages, sent, reading)
         if streamed_count and reading.verdict == "whole":
             self.clear(lambda key: key == "estimate", "the server sends token usage again")
         self.log.emit(ev.TokenUsage(
@@ -169,6 +270,62 @@ class Accounting:
             served_model=reply.served_model))
         self.explain(reading)
         return reading
+
+    async def weigh(self, messages: Sequence[Message], sent: int, reading: Reading) -> Reading:
+        """Test the belief by a probe when it is due, or when this count gives cause to doubt
+        it (Ollama's /api/ps is asked again too): it looked cut, or it fell short of what the
+        ledger knows of a large prompt (right after masking no earlier count compares with
+        it, and a server reloaded smaller cuts prompts a little over its window by a little),
+        or below what the ledger had already measured of it. Truncation a probe disproves is
+        no alarm; counts below the measured part of a prompt the window holds are in other
+        units than before (rescale)."""
+        window = self.context.window
+        fell = reading.reported is not None and not uncut(
+            Count(reading.reported, reading.estimated), max(window.told, window.accepted))
+        cut = fell and reading.verdict in ("suspect", "truncated")
+        below = fell and reading.verdict in ("whole", "suspect", "truncated") \
+            and reading.reported < self.context.held(messages).tally.measured_sum(sent) \
+            * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
+        short = reading.reported is not None and reading.verdict == "whole" \
+            and reading.estimated >= DOUBTED_FILL * self.context.budget \
+            and reading.reported < reading.estimated * (1 - FALL_TOLERANCE) \
+            - FALL_TOLERANCE_TOKENS
+        if cut or short or below:
+            await self.ask_allocated(again=True)
+        # A count a little short is worth a probe once a session, unless a probe has found
+        # where the server cuts, or the server's word and a probe lately agreed.
+        window = self.context.window
+        doubt = cut or below or (short and window.ceiling_kind not in EVIDENCE
+                                 and not (window.told and window.quiet)
+                                 and not self.short_doubted)
+        self.short_doubted = self.short_doubted or (doubt and not (cut or below))
+        floor = (reading.reported or 0) if reading.verdict == "whole" else 0
+        probe = await self.test_window(messages, sent, doubt=doubt, whole=floor,
+                                       force=reading.verdict == "truncated" or below)
+        if below and probe is not None and probe.reported is not None \
+                and self.context.limit >= reading.estimated:
+            self.rescale(messages, sent, reading)
+        if probe is not None and probe.held and reading.verdict == "truncated":
+            return replace(reading, verdict="suspect")
+        return reading
+
+    def rescale(self, messages: Sequence[Message], sent: int, reading: Reading) -> None:
+        """The server counted a prompt the window holds below what the ledger had measured
+        of it: it counts in other units than it did (counts gone 40 % low after the first).
+        The measured sizes are scaled to its count, so the ledger is in the units its window
+        is believed in, and the comparison with earlier counts starts over."""
+        assert reading.reported is not None
+        conversation = self.context.held(messages)
+        scale = reading.reported / max(reading.estimated, 1)
+        for index in range(sent):
+            tokens = tk.measured(conversation[index])
+            if tokens is not None:
+                conversation.measure(index, max(round(tokens * scale), 1))
+        self.context.last_count = None  # counts before were in the old units
+        self.log.emit(ev.WarningEvent(message=(
+            f"the server counted {reading.reported} tokens of a prompt the ledger knew as "
+            f"~{reading.estimated}, inside the {self.context.limit}-token window a probe "
+            "confirmed: it counts in other units than before, and the ledger follows it")))
 
     async def probe(self, messages: Sequence[Message], sent: int,
                     usage: Usage | None) -> Usage | None:

@@ -20,9 +20,11 @@ handoff's facts and what to do first (handoff.py). A small model acts on what it
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from ouroboros.config import ContextConfig
+from ouroboros.window import ledger as tk
 from ouroboros.window.policy import ContextManager, Fitted
 from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, \
     unacted_turns
@@ -106,7 +108,8 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
             f"a fresh session would start {context.used_pct(fitted.tokens):.0%} full "
             f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
             f"newest turn), leaving {max(room, 0)} tokens of the {context.budget}-token "
-            f"budget where one tool result may take {context.result_tokens()}")))
+            f"budget where one tool result may take {context.result_tokens()}"),
+            largest_part(context, fitted.messages, tools)))
     context.masked(fitted.masked)
     return fitted
 
@@ -139,9 +142,52 @@ def begin_session(state: RunState, messages: Conversation) -> int:
     return previous_turns
 
 
-def cannot_progress(context: ContextManager, why: str) -> str:
-    """The one line for a run that cannot make progress in the window it believes."""
+@dataclass(frozen=True)
+class Part:
+    """One part of a fresh session's first prompt: what it is, its size, and what makes it
+    smaller."""
+
+    what: str
+    tokens: int
+    fix: str
+
+
+def largest_part(context: ContextManager, messages: Sequence[Message],
+                 tools: list[dict[str, Any]]) -> Part:
+    """The largest part of a fresh session's first prompt (`messages`, sent with `tools`):
+    the system prompt, the tool definitions, one tool call of the turns carried over (its
+    arguments), or one tool result."""
+    cpt, per_dense = context.chars_per_token, context.per_dense
+    parts = [Part("the system prompt", tk.message_tokens(messages[0], cpt, per_dense),
+                  "shorten SYSTEM_PROMPT.md"),
+             Part("the tool definitions", tk.estimate_chars(tk.tools_chars(tools), cpt),
+                  "give the model fewer or shorter tools")]
+    names = {}
+    for message in messages[1:]:
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", {})
+            name = function.get("name", "")
+            names[call.get("id")] = name
+            size = tk.estimate_text(function.get("arguments", ""), cpt, per_dense)
+            parts.append(Part(f"one {name} call of the newest turn (its arguments)", size,
+                              f"tell the agent in SYSTEM_PROMPT.md to keep each {name} call "
+                              "small (a big file in several parts): a turn is carried into "
+                              "the next session whole"))
+        if message["role"] == "tool":
+            name = names.get(message.get("tool_call_id"), "tool")
+            parts.append(Part(f"the result of one {name} call",
+                              tk.message_tokens(message, cpt, per_dense),
+                              "lower context.max_tool_result_tokens"))
+    return max(parts, key=lambda part: part.tokens)
+
+
+def cannot_progress(context: ContextManager, why: str, largest: Part | None = None) -> str:
+    """The one line for a run that cannot make progress in the window it believes; with
+    the `largest` part of the prompt named, with its size and its own fix."""
+    named = (f" The largest part is {largest.what}, ~{largest.tokens} tokens."
+             if largest is not None else "")
+    fix = largest.fix if largest is not None else "shorten SYSTEM_PROMPT.md"
     return (f"the run cannot make progress: {why}, in a {context.limit}-token window "
-            f"({context.limit_source}). Give the model a bigger window "
+            f"({context.limit_source}).{named} Give the model a bigger window "
             "(Ollama: OLLAMA_CONTEXT_LENGTH or num_ctx; llama.cpp: -c) and set "
-            "model.context_limit to match, or shorten SYSTEM_PROMPT.md")
+            f"model.context_limit to match, or {fix}")

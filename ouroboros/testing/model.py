@@ -205,6 +205,7 @@ class ScriptedModel:
         if over:
             prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt,
                          self.settings.window or prompt)
+        prompt = self._miscounted(prompt, ahead=1)
         mode = self.settings.usage
         if mode == "decreasing":
             prompt = self._decreasing(prompt)
@@ -248,7 +249,7 @@ class ScriptedModel:
             return None
         if self.settings.overflow == "error":
             return Answer(400, error_body(OVERFLOW_MESSAGE, 400))
-        if body.get("stream"):  # llama.cpp: a 200 with nothing in it
+        if body.get("stream") and self.settings.overflow == "empty":  # llama.cpp: a 200 with nothing in it
             return Answer(frames=[])
         return Answer(400, overflow_error_body(self.settings.window, prompt))
 
@@ -281,9 +282,18 @@ class ScriptedModel:
             prompt = min(prompt, max(1, self.count_tokens(messages[common:], None)))
         if mode == "decreasing":
             prompt = self._decreasing(prompt)
+        prompt = self._miscounted(prompt)
         report_cached = self.settings.report_cached and mode == "whole"
         cached_tokens = min(cached, prompt) if report_cached else None
         return usage_wire(prompt, completion, mode, cached_tokens)
+
+    def _miscounted(self, prompt: int, ahead: int = 0) -> int:
+        """The count as a server whose counts are off reports it (ModelSettings.miscount); a
+        count asked for between chat requests is counted as the next one would be (`ahead`)."""
+        miscount = self.settings.miscount
+        if miscount is None or len(self.requests) + ahead < miscount[1]:
+            return prompt
+        return max(1, round(prompt * miscount[0]))
 
     def _decreasing(self, prompt: int) -> int:
         """Usage "decreasing": the first count true, each later one a twentieth below the last

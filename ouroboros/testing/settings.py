@@ -12,7 +12,7 @@ from typing import Literal, Sequence
 from ouroboros.testing.tokenizer import TOKENIZERS, ServerTokenizer
 from ouroboros.testing.wire import UsageMode, Wire
 
-Overflow = Literal["truncate", "error", "empty"]
+Overflow = Literal["truncate", "error", "empty", "named"]
 TokenizeFamily = Literal["llama.cpp", "llama-cpp-python", "vllm"]
 Create = Literal["works", "missing", "fails"]
 
@@ -46,7 +46,8 @@ class ModelSettings:
     who fixed OLLAMA_CONTEXT_LENGTH mid-run)."""
     overflow: Overflow = "truncate"
     """A prompt over the window: "truncate" (Ollama: whole messages dropped from the front),
-    "error" (Ollama's 400), "empty" (llama.cpp: an empty 200 when streaming, else a 400)."""
+    "error" (Ollama's 400), "empty" (llama.cpp: an empty 200 when streaming, else a 400),
+    "named" (vLLM: a 400 naming the window, streaming or not)."""
     rejects_unparsed_arguments: bool = False
     """Answer 500 to a request whose history holds a tool call with arguments that are not a
     JSON object, every time, as llama.cpp's server does ("Failed to parse tool call arguments
@@ -60,6 +61,10 @@ class ModelSettings:
     """How it counts prompts and replies."""
     usage: UsageMode = "whole"
     """How it reports `prompt_tokens` (see wire.UsageMode)."""
+    miscount: tuple[float, int] | None = None
+    """(factor, n): from the nth chat request on, every prompt count it reports (streamed,
+    or asked for in a one-token request) is the true count times `factor`: a server whose
+    counts are off (0.6: 40 % low) while it cuts or refuses at its true window."""
     report_cached: bool = False
     """With usage "whole": add `prompt_tokens_details.cached_tokens`, the part of the prompt
     it shares with the previous one."""

@@ -17,8 +17,17 @@ nothing. What counts can prove:
   then on the server's counts are not believed.
 
 The belief is a frozen value; every function here returns a new one. It never goes below
-what the server has already counted whole, it rises again when later counts show more room,
-and a ceiling guessed from a single refusal lasts only until the next session.
+what the server has already counted whole unless the server now cuts below that (it was
+reloaded smaller), it rises again when later counts show more room, and a ceiling guessed
+from a single refusal lasts only until the next session.
+
+Every ceiling is a belief with an expiry, whatever it came from (truncation, a refusal naming
+the window or not, the server's own word): a *probe*, a count-only request sized just under
+the window it tests (PROBE_SHARE of it), re-tests it when it is inferred, at session starts
+(less often each time it is confirmed) and, when the server says nothing of its window, the
+claim itself at the run's first reply. A truncating server counts a probe at most at its
+window, a refusing one refuses it: so a probe counted about whole proves the window, one
+counted short shows where the server cuts (after_probe).
 
     window = Window(8192, "model.context_limit in config", accepted=2100)
     verdict, window = judge(window, Count(reported=2038, estimate=2900, previous=2100,
@@ -62,6 +71,15 @@ REFUSAL_SHRINK = 0.85
 # Refusals without a named window that make their ceiling outlive the session.
 STICKY_REFUSALS = 2
 
+EVIDENCE = ("truncation", "refused", "named")  # ceilings the server's own word does not lift
+# A probe is sized this share of the window it tests: what it holds is partly estimated.
+PROBE_SHARE = 0.9
+# A probe counted at least this share of what the ledger expects of it was counted whole.
+PROBE_WHOLE = 0.85
+# A probe cut within this share of the ceiling it re-tests (either way) confirms it.
+PROBE_AGAIN_WITHIN = 0.1
+MAX_QUIET_SESSIONS = 7  # at most this many session starts between re-tests of a ceiling
+
 _NAMED_WINDOW = re.compile(
     r"(?:maximum context length|context length|context window|context size|n_ctx)"
     r"(?: of| is|:|=)?\s*(?:is\s+)?(\d{3,9})\b",
@@ -96,6 +114,11 @@ class Window:
     told_by: str = ""  # for an "allocated" ceiling: which of the server's answers said it
     told: int = 0  # the window the server last said it holds (0: it has not said)
     distrusted: bool = False  # its counts kept falling inside a window it is known to hold
+    tested: bool = False  # a probe has tested the belief since the run (re)started
+    confirmations: int = 0  # probes in a row that found the ceiling where it is
+    quiet: int = 0  # session starts to let pass before the ceiling is re-tested
+    filler_rate: float = 0.0  # the server's tokens per word of probe filler (0: not measured,
+    # -1: its counts cannot size a probe)
 
     @property
     def limit(self) -> int:
@@ -135,9 +158,10 @@ def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict,
         assert count.reported is not None
         if uncut(count, max(window.told, window.accepted)):
             return "nonsense", replace(window, distrusted=True)
-        cut_at = max(window.accepted, count.reported, count.largest_suspect)
-        return "truncated", replace(window, ceiling=min(cut_at, window.claimed),
-                                    ceiling_kind="truncation")
+        # Where the counts stall: a window counted whole before may be gone (a reload).
+        cut_at = min(max(count.reported, count.largest_suspect), window.claimed)
+        return "truncated", replace(window, ceiling=cut_at, ceiling_kind="truncation",
+                                    accepted=min(window.accepted, cut_at))
     return verdict, window
 
 
@@ -203,7 +227,9 @@ def after_refusal(window: Window, rejected: int, named: int | None) -> Window:
 
 
 def at_session_start(window: Window) -> Window:
-    """A ceiling guessed from one refusal is given up: it may have been a stray error."""
+    """A ceiling guessed from one refusal is given up: it may have been a stray error. One
+    session start less to wait before the ceiling is re-tested."""
+    window = replace(window, quiet=max(window.quiet - 1, 0))
     if window.ceiling_kind == "refused" and window.refusals < STICKY_REFUSALS:
         return replace(window, ceiling=0, ceiling_kind="")
     return window
@@ -212,39 +238,99 @@ def at_session_start(window: Window) -> Window:
 def with_allocated(window: Window, allocated: int | None,
                    told_by: str = "allocated by Ollama (/api/ps)") -> Window:
     """What the server says its window is (Ollama's allocation in `/api/ps`, llama.cpp's
-    `n_ctx`, vLLM's `max_model_len`) outranks inferred ceilings, both ways: the belief is
-    min(claim, what it says) at once, and a ceiling inferred before is given up when the
-    server says it has more room (it was restarted bigger). A ceiling from a refusal below
-    what the server says stays: the prompt it refused was bigger than the ledger thought."""
+    `n_ctx`, vLLM's `max_model_len`): the belief is min(claim, what it says) at once. A
+    ceiling from evidence (truncation, a refusal, named or not) below what it says stays
+    until a probe re-tests it (needs_retest, due at once when the word is news): a server
+    may count in other units than it allocates in, and a refusal within that window means
+    the prompt was bigger than the ledger thought."""
     if not allocated:
         return window
-    window = replace(window, told=allocated)
-    if window.ceiling_kind == "refused" and window.ceiling <= min(allocated, window.claimed):
-        return window  # a refusal within that window: the ledger fell short, not the window
+    said_again = allocated == window.told
+    window = replace(window, told=allocated, told_by=told_by)
+    if window.ceiling_kind in EVIDENCE and window.ceiling <= min(allocated, window.claimed):
+        return window if said_again else replace(window, quiet=0)
     if allocated >= window.claimed:
         return replace(window, ceiling=0, ceiling_kind="", told_by="")
     return replace(window, ceiling=allocated, ceiling_kind="allocated", told_by=told_by)
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What the server did with a probe: the ledger expected it to count `expected` tokens;
+    it counted `reported` (None: it did not say), or refused it (naming its window or not)."""
+
+    expected: int
+    reported: int | None = None
+    refused: bool = False
+    named: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Counted about whole: the window holds it."""
+        return not self.refused and self.reported is not None \
+            and self.reported >= PROBE_WHOLE * self.expected
+
+
+def hypothesis(window: Window) -> int:
+    """The window a probe tests: the most the evidence could allow, the claim, or what the
+    server says it holds when that is less."""
+    return window.told if 0 < window.told < window.claimed else window.claimed
+
+
 def needs_retest(window: Window) -> int:
-    """The size of prompt that re-tests an inferred ceiling: the claim (0: nothing to
-    re-test). A ceiling from truncation or refusals is a hypothesis: the server may have been
-    restarted with a bigger window, and says nothing of it."""
-    if window.ceiling_kind not in ("truncation", "refused") or window.limit >= window.claimed:
+    """How big a probe to send now (0: none). A claim nobody vouched for (the server said
+    nothing of its window) is tested once; a ceiling below the hypothesis from truncation or a
+    refusal (named or not) is re-tested when its quiet time is over: the server may have been
+    restarted with a bigger window and says nothing of it. Not for a server whose counts
+    are not believed."""
+    if window.distrusted:
         return 0
-    return window.claimed
+    size = int(PROBE_SHARE * hypothesis(window))
+    if not window.tested and not window.told:
+        return size
+    if window.ceiling_kind in EVIDENCE and window.limit < hypothesis(window) \
+            and not window.quiet:
+        return size
+    return 0
 
 
-def after_retest(window: Window, reported: int | None) -> Window:
-    """The server counted a prompt sent above the ceiling: a count above the ceiling is a
-    window at least that big (a truncating server's count stays under its window)."""
-    if reported is None or reported <= window.limit * (1 + FALL_TOLERANCE):
-        return window
-    if reported >= window.claimed * (1 - FALL_TOLERANCE):
-        return replace(window, ceiling=0, ceiling_kind="", refusals=0,
-                       accepted=max(window.accepted, min(reported, window.claimed)))
-    return replace(window, ceiling=reported, accepted=max(window.accepted, reported),
-                   refusals=0)
+def after_probe(window: Window, probe: Probe) -> Window:
+    """The belief after a probe sized under the hypothesis. Counted about whole: the window
+    holds it, so the hypothesis is believed and any ceiling goes. Counted short: the server
+    cut it, at about its window. Refused: the window is smaller than the probe (exactly the
+    size named, if one is). What a probe confirms (a ceiling, or the window held whole) is
+    doubted less and less often: `quiet` session starts pass before the next re-test."""
+    if probe.refused or (probe.reported is not None and not probe.held):
+        if probe.named:
+            ceiling, kind = probe.named, "named"
+        elif probe.refused:
+            ceiling = min(window.limit, max(int(probe.expected * REFUSAL_SHRINK), 1))
+            kind = window.ceiling_kind if window.ceiling_kind in EVIDENCE else "refused"
+        else:
+            assert probe.reported is not None
+            ceiling, kind = min(probe.reported, window.claimed), "truncation"
+        # Cut again about where it was (a probe is cut at a message's edge): the same window.
+        again = window.ceiling_kind in EVIDENCE and \
+            abs(ceiling - window.ceiling) <= PROBE_AGAIN_WITHIN * window.ceiling
+        if again and kind == "truncation":
+            ceiling = max(ceiling, window.ceiling)
+        confirmations = window.confirmations + 1 if again else 1
+        return replace(window, ceiling=ceiling, ceiling_kind=kind, tested=True,
+                       accepted=min(window.accepted, ceiling), confirmations=confirmations,
+                       quiet=min(2 ** confirmations - 1, MAX_QUIET_SESSIONS),
+                       refusals=max(window.refusals, STICKY_REFUSALS) if kind == "refused"
+                       else window.refusals)
+    if probe.reported is None:
+        return replace(window, tested=True)
+    held = hypothesis(window)
+    confirmations = 1 if window.ceiling_kind in EVIDENCE else window.confirmations + 1
+    window = replace(window, ceiling=0, ceiling_kind="", refusals=0, tested=True,
+                     confirmations=confirmations,
+                     quiet=min(2 ** confirmations - 1, MAX_QUIET_SESSIONS),
+                     accepted=max(window.accepted, min(probe.reported, held)))
+    if held < window.claimed:
+        return replace(window, ceiling=held, ceiling_kind="allocated")
+    return window
 
 
 def reclaimed(window: Window, claimed: int, source: str) -> Window:
@@ -253,6 +339,11 @@ def reclaimed(window: Window, claimed: int, source: str) -> Window:
     is derived again (the server's answers at the session start, then its counts)."""
     del window
     return Window(claimed, source)
+
+
+def with_filler_rate(window: Window, rate: float) -> Window:
+    """The server's tokens per word of probe filler, as measured."""
+    return replace(window, filler_rate=rate)
 
 
 def named_window(message: str) -> int | None:
