@@ -47,16 +47,16 @@ from pathlib import Path
 import tomli_w
 
 from ouroboros.config import load_config
-from ouroboros.errors import RunFailed
 from ouroboros.demo import (
     RecordingAgent,
     expected_results,
     make_workspace,
     write_demo_project,
 )
-from ouroboros.store.log import list_runs, read_events
+from ouroboros.errors import RunFailed
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import RunHooks
+from ouroboros.store.log import list_runs, read_events
 from ouroboros.testing import Reply, ScriptedServer
 from ouroboros.testing.agents import (
     CHARS_PER_PART,

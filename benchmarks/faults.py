@@ -35,8 +35,8 @@ from typing import Any, Callable
 import tomli_w
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs
 from ouroboros.protocols import Message
+from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs
 from ouroboros.testing import Fault, Reply, ScriptedServer
 
 MAX_RESUMES = 3
@@ -378,7 +378,8 @@ def server_faults() -> list[str]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     try:
         from ouroboros.errors import EXIT_NEEDS_FIX, EXIT_PAUSED
-        from tests.faults.servers import FAULTS, run_against, start as start_fault
+        from tests.faults.servers import FAULTS, run_against
+        from tests.faults.servers import start as start_fault
     except ImportError as error:
         return [f"(no fault servers: {error})"]
     rows = [f"{'server fault':<58} {'should':>10} {'ok':>4}", "-" * 74]

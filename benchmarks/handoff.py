@@ -23,8 +23,7 @@ from pathlib import Path
 from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, expected_results, write_demo_project
 from ouroboros.loop.runner import run_agent
-from ouroboros.protocols import RunHooks
-from ouroboros.protocols import Message
+from ouroboros.protocols import Message, RunHooks
 from ouroboros.store.log import list_runs, read_events
 from ouroboros.testing import Reply, ScriptedServer
 

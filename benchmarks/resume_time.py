@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 from ouroboros.config import ContextConfig
-from ouroboros.window.policy import ContextManager
-from ouroboros.store import events as ev
-from ouroboros.store.log import EVENTS_FILE, EventLog, write_snapshot
 from ouroboros.loop.resume import recover
 from ouroboros.loop.state import RunState
+from ouroboros.store import events as ev
+from ouroboros.store.log import EVENTS_FILE, EventLog, write_snapshot
+from ouroboros.window.policy import ContextManager
 
 
 def make_run(run_dir: Path, events: int) -> None:

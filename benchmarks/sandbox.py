@@ -21,8 +21,8 @@ from typing import Awaitable, Callable
 
 import ouroboros.cli
 from ouroboros.protocols import ToolCall
-from ouroboros.sandbox.secrets import Redactor
 from ouroboros.sandbox.policy import Sandbox
+from ouroboros.sandbox.secrets import Redactor
 from ouroboros.tools import ShellExec, Toolbox, default_tools
 
 FLOOR_MS = 5.0

@@ -28,10 +28,9 @@ import tomli_w
 
 from ouroboros.config import load_config
 from ouroboros.errors import UsageError, signal_exit_code
-from ouroboros.store.events import EventBase, RunEnd
-from ouroboros.protocols import Message
 from ouroboros.loop.runner import run_agent
-from ouroboros.protocols import RunHooks
+from ouroboros.protocols import Message, RunHooks
+from ouroboros.store.events import EventBase, RunEnd
 from ouroboros.testing import Reply, ScriptedServer
 from ouroboros.ui.captions import Voice, caption, closing, opening
 from ouroboros.ui.status import with_config

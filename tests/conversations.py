@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from ouroboros.window import conversation as conv
 from ouroboros.config import ContextConfig
-from ouroboros.window.policy import ContextManager
 from ouroboros.protocols import ToolResult
+from ouroboros.window import conversation as conv
+from ouroboros.window.policy import ContextManager
 
 
 def assistant(*call_ids: str, text: str = "") -> dict:

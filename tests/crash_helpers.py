@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
 from ouroboros.loop.journal import replay
 from ouroboros.loop.resume import observation_reader
 from ouroboros.protocols import Message
+from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
 from ouroboros.testing import Fault, Reply
 from tests.helpers import Forked, clean_env, make_project, ouroboros_forked, run_events
 

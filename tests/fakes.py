@@ -17,7 +17,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Union
 
-from ouroboros.store.events import EventBase
 from ouroboros.protocols import (
     Message,
     StreamResult,
@@ -27,6 +26,7 @@ from ouroboros.protocols import (
     Usage,
     WireMessages,
 )
+from ouroboros.store.events import EventBase
 
 _ids = itertools.count(1)
 

@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any, Coroutine
 
 from ouroboros.config import AgentConfig, Config, ContextConfig, LoadedConfig, ModelConfig
-from ouroboros.store import events as ev
-from ouroboros.window.policy import ContextManager
-from ouroboros.window.conversation import note
 from ouroboros.loop.live_config import LiveConfig
 from ouroboros.loop.restart import begin_session, fresh_start
-from ouroboros.server.retry import RetryPolicy
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import StopFlag
+from ouroboros.server.retry import RetryPolicy
+from ouroboros.store import events as ev
 from ouroboros.tools import FileRead, FileWrite, TaskComplete, Toolbox
+from ouroboros.window.conversation import note
+from ouroboros.window.policy import ContextManager
 from tests.fakes import FakeModel, MemoryLog, Waits, call, reply
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from ouroboros.protocols import ToolCall, Usage, call_ids_in
 from ouroboros.server.chunks import (
     MalformedChunk,
     StreamAccumulator,
@@ -9,8 +10,6 @@ from ouroboros.server.chunks import (
     parse_data,
     without_surrogates,
 )
-from ouroboros.protocols import ToolCall, Usage, call_ids_in
-
 
 # ---- payloads -----------------------------------------------------------------------------
 

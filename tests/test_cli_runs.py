@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from ouroboros.cli import app
 from ouroboros.store import events as ev
-from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.store.holder import LOCK_FILE
+from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
 from tests.helpers import clean_env, hold_state_lock, ouroboros_here

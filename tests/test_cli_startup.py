@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
 from ouroboros.cli import app

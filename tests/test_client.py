@@ -8,8 +8,6 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.server.client import ChatClient
-from ouroboros.server.errors import error_details
 from ouroboros.config.urls import normalize_base_url
 from ouroboros.errors import (
     AuthError,
@@ -22,6 +20,8 @@ from ouroboros.errors import (
     TransientModelError,
 )
 from ouroboros.protocols import ToolCall, Usage
+from ouroboros.server.client import ChatClient
+from ouroboros.server.errors import error_details
 
 BASE = "http://127.0.0.1:11434"
 CHAT = f"{BASE}/v1/chat/completions"

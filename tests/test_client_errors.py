@@ -9,7 +9,6 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.server.client import ChatClient
 from ouroboros.errors import (
     ContextOverflowError,
     NotAnLLMServerError,
@@ -17,6 +16,7 @@ from ouroboros.errors import (
     ServerUnreachableError,
     TransientModelError,
 )
+from ouroboros.server.client import ChatClient
 from ouroboros.server.errors import (
     MAX_QUOTE,
     body_line,

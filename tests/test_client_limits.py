@@ -9,8 +9,8 @@ import httpx
 import pytest
 import respx
 
-from ouroboros.server.client import ChatClient
 from ouroboros.errors import TransientModelError
+from ouroboros.server.client import ChatClient
 from ouroboros.server.limits import ReplyLimits, ReplyWatch, describe_bytes, max_reply_bytes
 from ouroboros.testing import frame
 

@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from ouroboros.server.client import ChatClient
 from ouroboros.errors import (
     ContextOverflowError,
     EmptyStreamError,
@@ -15,6 +14,7 @@ from ouroboros.errors import (
     ToolsNotSupportedError,
     TransientModelError,
 )
+from ouroboros.server.client import ChatClient
 from ouroboros.server.retry import RetryPolicy, with_retries
 from ouroboros.testing import Fault, Reply
 

@@ -7,15 +7,21 @@ import math
 
 import pytest
 
+from ouroboros.config import ContextConfig
+from ouroboros.protocols import ToolResult, Usage
 from ouroboros.window import conversation as conv
 from ouroboros.window import ledger as tk
-from ouroboros.config import ContextConfig
-from ouroboros.window.policy import Continue, ContextManager, Mask, Restart, WindDown, decide, \
-    brief_tools
-from ouroboros.protocols import ToolResult, Usage
 from ouroboros.window.belief import named_window
+from ouroboros.window.policy import (
+    ContextManager,
+    Continue,
+    Mask,
+    Restart,
+    WindDown,
+    brief_tools,
+    decide,
+)
 from tests.conversations import assistant, conversation, manager, tool
-
 
 # --- zones ----------------------------------------------------------------------------------
 

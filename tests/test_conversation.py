@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros.window import conversation as conv
 from ouroboros.protocols import ToolResult
+from ouroboros.window import conversation as conv
 from tests.conversations import assistant, conversation, manager, tool
 
 

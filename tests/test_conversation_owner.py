@@ -10,10 +10,10 @@ import random
 
 import pytest
 
+from ouroboros.loop.journal import apply_delta, logged, tool_result_ref
 from ouroboros.window import conversation as ctx
 from ouroboros.window import ledger as tk
 from ouroboros.window.conversation import Conversation
-from ouroboros.loop.journal import apply_delta, logged, tool_result_ref
 
 CPT = 3.0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+
 import pytest
 
 from ouroboros.demo import DemoAgent, Pacer, parse_speed, reading_secs

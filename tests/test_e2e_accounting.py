@@ -16,9 +16,8 @@ from collections import Counter
 import pytest
 
 from ouroboros.config import load_config
+from ouroboros.demo import RecordingAgent, expected_results, write_demo_project
 from ouroboros.errors import RunFailed
-from ouroboros.demo import RecordingAgent, expected_results, \
-    write_demo_project
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import RunHooks
 from ouroboros.testing import Fault, Reply, ScriptedServer

@@ -10,8 +10,7 @@ import re
 import pytest
 
 from ouroboros.config import load_config
-from ouroboros.demo import RecordingAgent, expected_results, \
-    write_demo_project
+from ouroboros.demo import RecordingAgent, expected_results, write_demo_project
 from ouroboros.loop.evidence import RETEST_FILLER
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import RunHooks

@@ -20,13 +20,11 @@ import tomli_w
 from rich.console import Console
 
 from ouroboros.config import load_config
-from ouroboros.demo import RecordingAgent, expected_results, make_workspace, \
-    write_demo_project
+from ouroboros.demo import RecordingAgent, expected_results, make_workspace, write_demo_project
 from ouroboros.errors import RunFailed
-from ouroboros.protocols import Message
 from ouroboros.loop.reload import RELOAD_REASON
 from ouroboros.loop.runner import run_agent
-from ouroboros.protocols import RunHooks
+from ouroboros.protocols import Message, RunHooks
 from ouroboros.testing import Fault, Reply, ScriptedServer
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.plain import format_line

@@ -10,8 +10,14 @@ import json
 import pytest
 
 from ouroboros.testing import Fault, Reply
-from tests.helpers import make_project, of_type, ouroboros, ouroboros_child, ouroboros_here, \
-    run_events
+from tests.helpers import (
+    make_project,
+    of_type,
+    ouroboros,
+    ouroboros_child,
+    ouroboros_here,
+    run_events,
+)
 
 MULTI_STEP = [
     Reply("Writing the plan.", [("file_write", {"path": "notes/plan.md",

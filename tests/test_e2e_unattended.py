@@ -12,8 +12,7 @@ import pytest
 from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, write_demo_project
 from ouroboros.loop.runner import run_agent
-from ouroboros.protocols import RunHooks
-from ouroboros.protocols import Message
+from ouroboros.protocols import Message, RunHooks
 from ouroboros.testing import Reply, ScriptedServer
 from tests.helpers import make_project, of_type, ouroboros_forked, ouroboros_here, run_events
 

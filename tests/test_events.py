@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.store import events as ev
 from ouroboros.errors import StateError
+from ouroboros.store import events as ev
 from ouroboros.store.event_table import TABLE_BEGIN, TABLE_END, marked_table
 from ouroboros.store.log import EventLog, read_events, read_log
 from ouroboros.ui.dashboard import DashboardState

@@ -19,8 +19,7 @@ import yaml
 
 from ouroboros.cli import app
 from ouroboros.config import load_config
-from ouroboros.errors import EXIT_NEEDS_FIX, EXIT_NOTHING_TO_RESUME, EXIT_PAUSED, \
-    signal_exit_code
+from ouroboros.errors import EXIT_NEEDS_FIX, EXIT_NOTHING_TO_RESUME, EXIT_PAUSED, signal_exit_code
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from ouroboros.server.client import ChatClient
 from ouroboros.config import ContextConfig, load_config
-from ouroboros.window.policy import ContextManager
-from ouroboros.store import events as ev
-from ouroboros.store.log import EVENTS_FILE, read_events, read_snapshot
 from ouroboros.loop.journal import Journal, apply_delta, replay
 from ouroboros.loop.resume import DIGESTED, fold, observation_reader
 from ouroboros.loop.runner import Runner
-from ouroboros.protocols import RunHooks
 from ouroboros.loop.state import RunState
+from ouroboros.protocols import RunHooks
+from ouroboros.server.client import ChatClient
 from ouroboros.server.tokenizer import TokenCounter
+from ouroboros.store import events as ev
+from ouroboros.store.log import EVENTS_FILE, read_events, read_snapshot
+from ouroboros.window.policy import ContextManager
 from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import of_type
 

@@ -374,10 +374,10 @@ def harness_notes() -> dict[str, str]:
     with facts that name files, commands, failures and calls cut short)."""
     from ouroboros.loop.guards import Loop, loop_note, redo_detail, redo_note
     from ouroboros.loop.handoff import Digest, restart_note
-    from ouroboros.window.conversation import interrupted_note, mask_notice
     from ouroboros.loop.restart import carried_from
     from ouroboros.protocols import ToolCall
     from ouroboros.tools import cut_off_result
+    from ouroboros.window.conversation import interrupted_note, mask_notice
 
     digest = Digest(turns=21, calls=30)
     for _ in range(3):

@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 
 import ouroboros
 from ouroboros.cli import app
-from ouroboros.server.client import ChatClient
 from ouroboros.config import load_config
 from ouroboros.errors import ModelNotFoundError, ToolsNotSupportedError
 from ouroboros.loop.runner import startup_warnings
-from ouroboros.testing import Reply
+from ouroboros.server.client import ChatClient
 from ouroboros.server.kinds import hint, kind_from_answers, kind_from_url
-from tests.helpers import make_project, of_type, ouroboros as run_command, run_events
+from ouroboros.testing import Reply
+from tests.helpers import make_project, of_type, run_events
+from tests.helpers import ouroboros as run_command
 from tests.ui_sample import write_sample_run
 
 PACKAGE = Path(ouroboros.__file__).parent

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from ouroboros.cli import app
 from ouroboros.config import KEYS, Config, LoadedConfig, load_config
-from ouroboros.store import events as ev
 from ouroboros.config.schema import is_live
 from ouroboros.loop.reload import (
     Change,
@@ -22,6 +21,7 @@ from ouroboros.loop.reload import (
     recorded_config,
     with_live,
 )
+from ouroboros.store import events as ev
 from ouroboros.ui.chart import HARD_LINE, SOFT_LINE, context_chart
 from ouroboros.ui.plain import format_line
 from ouroboros.ui.stats import run_stats

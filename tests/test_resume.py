@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.window.conversation import to_wire
 from ouroboros.store.log import list_runs, read_events
+from ouroboros.window.conversation import to_wire
 from tests.crash_helpers import (
     CountingAgent,
     check_conversation,

@@ -9,9 +9,10 @@ import time
 import httpx
 import pytest
 
+from ouroboros.protocols import Usage
 from ouroboros.server.chunks import StreamAccumulator, parse_data
 from ouroboros.server.discovery import discover_context_limit, model_supports_tools
-from ouroboros.protocols import Usage
+from ouroboros.server.sse import SSEDecoder
 from ouroboros.testing import (
     DONE_FRAME,
     SCRIPT_FINISHED,
@@ -23,7 +24,6 @@ from ouroboros.testing import (
     split_text,
     usage_wire,
 )
-from ouroboros.server.sse import SSEDecoder
 
 
 def chunks_of(frames: list[bytes]) -> list[dict]:

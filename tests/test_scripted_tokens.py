@@ -407,6 +407,7 @@ def test_bpe_bytes_splits_what_is_not_ascii_by_its_bytes():
 
 def test_content_kinds_differ_in_density_as_real_files_do():
     import random
+
     from ouroboros.testing.content import CONTENT_KINDS
     bpe = TOKENIZERS["bpe-bytes"]
     per_char = {kind: bpe.count_text(make(6000, random.Random(1))) / 6000

@@ -26,7 +26,8 @@ def asking(routes: dict[str, httpx.Response]) -> tuple[httpx.AsyncClient, list[s
         sent.append(f"{request.method} {request.url.path}")
         return routes.get(sent[-1], httpx.Response(404))
 
-    return httpx.AsyncClient(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(answer)), sent
+    transport = httpx.MockTransport(answer)
+    return httpx.AsyncClient(base_url="http://127.0.0.1:9", transport=transport), sent
 
 
 @pytest.mark.parametrize("kind, words", [

@@ -9,7 +9,6 @@ import re
 
 import pytest
 
-from ouroboros.window.conversation import to_wire
 from ouroboros.errors import (
     ContextOverflowError,
     EmptyStreamError,
@@ -21,9 +20,9 @@ from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
 from ouroboros.loop.restart import count_progress, fresh_start, may_restart
 from ouroboros.loop.session import MAX_OVERFLOW_RECOVERIES
+from ouroboros.window.conversation import to_wire
 from tests.fakes import FakeModel, call, reply
 from tests.session_rig import SYSTEM, Rig, contents, reads
-
 
 # --- the window: restart, wind-down, masking ------------------------------------------------
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ouroboros.store.log import read_snapshot
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.journal import SNAPSHOT_EVERY_TURNS
 from ouroboros.loop.session import Session
 from ouroboros.protocols import Interrupted
+from ouroboros.store.log import read_snapshot
 from tests.fakes import FakeModel, Hang, call, reply
 from tests.session_rig import CONTINUE, Rig, ended, reads
-
 
 # --- how a run stops ------------------------------------------------------------------------
 

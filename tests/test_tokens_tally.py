@@ -10,12 +10,12 @@ import json
 import httpx
 import respx
 
+from ouroboros.config import ContextConfig
+from ouroboros.protocols import ToolResult, Usage
+from ouroboros.server.client import ChatClient
 from ouroboros.window import conversation as ctx
 from ouroboros.window import ledger as tk
-from ouroboros.server.client import ChatClient
-from ouroboros.config import ContextConfig
 from ouroboros.window.policy import ContextManager, Mask
-from ouroboros.protocols import ToolResult, Usage
 
 CHAT = "http://127.0.0.1:11434/v1/chat/completions"
 TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]

@@ -11,8 +11,8 @@ import pytest
 from ouroboros.config import load_config
 from ouroboros.errors import ConfigError
 from ouroboros.loop.continuation import how_to_continue
-from ouroboros.server.kinds import bigger_window
 from ouroboros.loop.reload import bad_edit
+from ouroboros.server.kinds import bigger_window
 from ouroboros.store import events as ev
 from tests.test_ui_dashboard import rendered_at, replay, sample_events
 from tests.ui_sample import RESTART_REASON

@@ -5,17 +5,15 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
-from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
 from ouroboros.store import events as ev
 from ouroboros.store.log import read_events
-import pytest
-
-from ouroboros.ui.dashboard import RATE_WINDOW_SECS, DashboardState, call_summary, \
-    window_rate, zone
+from ouroboros.ui.dashboard import RATE_WINDOW_SECS, DashboardState, call_summary, window_rate, zone
 from ouroboros.ui.live import LiveDashboard, watch
 from ouroboros.ui.render import gauge, render
+from ouroboros.window.ledger import DEFAULT_CHARS_PER_TOKEN
 from tests.helpers import whole_panels
 from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.store import events as ev
 from ouroboros.errors import StateError
+from ouroboros.store import events as ev
 from ouroboros.store.log import last_records
 from ouroboros.ui.follow import follow_events, follow_run
-
 
 WINDOW = {"context_limit": 8192, "limit_source": "config", "budget": 6144}
 EVENTS = {

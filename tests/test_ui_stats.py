@@ -7,7 +7,14 @@ from rich.console import Console
 from ouroboros.store import events as ev
 from ouroboros.store.log import EventLog, read_events, read_tail
 from ouroboros.ui.chart import HARD_LINE, RESTART, SOFT_LINE, context_chart
-from ouroboros.ui.stats import RunStats, SessionStats, summary_stats, run_stats, shown_sessions, stats_view
+from ouroboros.ui.stats import (
+    RunStats,
+    SessionStats,
+    run_stats,
+    shown_sessions,
+    stats_view,
+    summary_stats,
+)
 from tests.ui_sample import RESTART_REASON, RUN_ID, SESSION_1, SESSION_2, write_sample_run
 
 

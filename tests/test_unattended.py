@@ -234,7 +234,7 @@ def test_a_restart_reads_in_the_order_things_happened_and_ends_with_what_to_do_f
                               call("file_write", path="chapter1.md", content="more")))
     rig.run()
 
-    from ouroboros.loop.restart import fresh_start, begin_session
+    from ouroboros.loop.restart import begin_session, fresh_start
     from tests.session_rig import SYSTEM
     fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
                          facts_chars=800)
@@ -410,8 +410,8 @@ def test_the_newest_read_of_the_agents_notes_is_never_masked_nor_dropped():
     """A fit that must mask and drop: the newest read of a file the agent writes (its
     notes) stays whole in the oldest turn while the turns after it go; an older read of the
     same file may go."""
-    from ouroboros.window import conversation as conv
     from ouroboros.protocols import ToolResult
+    from ouroboros.window import conversation as conv
     from tests.conversations import assistant, manager, tool
 
     cm = manager(limit=6_000, keep_recent_observations=1)

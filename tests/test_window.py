@@ -8,8 +8,8 @@ import pytest
 
 from ouroboros.window.belief import (
     Count,
-    Window,
     Probe,
+    Window,
     after_probe,
     after_refusal,
     at_session_start,

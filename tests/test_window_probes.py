@@ -16,8 +16,7 @@ from collections import Counter
 import pytest
 
 from ouroboros.config import load_config
-from ouroboros.demo import RecordingAgent, expected_results, make_workspace, \
-    write_demo_project
+from ouroboros.demo import RecordingAgent, expected_results, make_workspace, write_demo_project
 from ouroboros.loop.runner import RunHooks, run_agent
 from ouroboros.testing import ScriptedServer
 from ouroboros.testing.tokenizer import TOKENIZERS

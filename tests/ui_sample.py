@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ouroboros.store import events as ev
 from ouroboros.config import Config
+from ouroboros.store import events as ev
 from ouroboros.store.log import EVENTS_FILE, EventLog, runs_dir
 
 RUN_ID = "20250301-101500-ab12"

@@ -9,8 +9,15 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ouroboros.cli.common import (ConfigOption, app, fail, guarded, load_for_reading,
-                                  load_project, project_file)
+from ouroboros.cli.common import (
+    ConfigOption,
+    app,
+    fail,
+    guarded,
+    load_for_reading,
+    load_project,
+    project_file,
+)
 from ouroboros.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -93,8 +100,8 @@ def config_set(
     """Set one key in ouroboros.toml, validated first; every comment and other line of the
     file is kept (a commented-out default is uncommented where it is)."""
     from ouroboros.config import load_config, set_config_value
-    from ouroboros.loop.reload import effect_note, live_holder
     from ouroboros.config.values import toml_value
+    from ouroboros.loop.reload import effect_note, live_holder
     from ouroboros.ui.config_view import override_note, shown_value
     from ouroboros.ui.status import run_status
 

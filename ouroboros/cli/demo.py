@@ -48,9 +48,9 @@ def demo_directory(keep: Path | None) -> Path:
     """Where the demo project goes: DIR, unless it holds a project other than a demo's."""
     import tempfile
 
+    from ouroboros.cli.scaffold import PROMPT_FILENAME
     from ouroboros.config import CONFIG_FILENAME
     from ouroboros.demo import DEMO_PROMPT
-    from ouroboros.cli.scaffold import PROMPT_FILENAME
 
     if keep is None:
         return Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))

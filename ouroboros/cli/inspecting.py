@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ouroboros.cli.common import (ConfigOption, JsonOption, RunIdArgument, app, fail,
-                                  guarded, load_for_reading, load_project, run_path)
+from ouroboros.cli.common import (
+    ConfigOption,
+    JsonOption,
+    RunIdArgument,
+    app,
+    fail,
+    guarded,
+    load_for_reading,
+    load_project,
+    run_path,
+)
 
 if TYPE_CHECKING:
     from datetime import datetime

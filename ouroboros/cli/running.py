@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional
 
 import typer
 
-from ouroboros.cli.common import ConfigOption, HeadlessOption, JsonOption, MetricsPortOption, \
-    app, fail, guarded, load_project, run_path
+from ouroboros.cli.common import (
+    ConfigOption,
+    HeadlessOption,
+    JsonOption,
+    MetricsPortOption,
+    app,
+    fail,
+    guarded,
+    load_project,
+    run_path,
+)
 from ouroboros.errors import NothingToResume, StillPaused, UsageError
 
 if TYPE_CHECKING:
@@ -205,8 +214,8 @@ def run_to_end(hooks: RunHooks, live: bool, start: Callable[[], Coroutine[Any, A
     With `loaded`, its [metrics] port (when set) serves the run's metrics meanwhile."""
     import asyncio
 
-    from ouroboros.store.events import EventBase, RunEnd
     from ouroboros.loop.stopping import ignore_late_signals
+    from ouroboros.store.events import EventBase, RunEnd
 
     ended: list[RunEnd] = []
     shown = hooks.on_event
@@ -252,7 +261,8 @@ def serve_metrics(loaded: LoadedConfig, hooks: RunHooks) -> MetricsServer | None
     settings = loaded.config.metrics
     if not settings.port:
         return None
-    from ouroboros.metrics import also, serve_metrics as serve
+    from ouroboros.metrics import also
+    from ouroboros.metrics import serve_metrics as serve
 
     server = guarded(lambda: serve(settings.port, settings.address))
     hooks.on_event = also(hooks.on_event, server.on_event)

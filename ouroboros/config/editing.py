@@ -17,11 +17,10 @@ from typing import Any, Final
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from ouroboros.store.atomic import write_atomically
 from ouroboros.config.layering import (
     DEFAULT_USER_FILE,
-    init_hint,
     file_layer,
+    init_hint,
     merge_layers,
     read_toml,
 )
@@ -29,6 +28,7 @@ from ouroboros.config.schema import FIELDS, KEYS
 from ouroboros.config.values import parse_toml_value, toml_value
 from ouroboros.config.wording import did_you_mean
 from ouroboros.errors import ConfigError
+from ouroboros.store.atomic import write_atomically
 
 
 def set_config_value(

@@ -31,10 +31,10 @@ from ouroboros.config.schema import (
     default_flag_name,
     env_var_for,
 )
+from ouroboros.config.urls import BadURL, normalize_base_url
 from ouroboros.config.values import parse_toml_value, show_value
 from ouroboros.config.wording import describe_validation_error, did_you_mean, problem_line
 from ouroboros.errors import ConfigError
-from ouroboros.config.urls import BadURL, normalize_base_url
 
 MAX_NESTING = 32  # levels of arrays and tables in a config file; the schema needs 3
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from ouroboros.config.values import show_value
 from ouroboros.config.urls import URL_RULE, is_server_url, normalize_base_url
+from ouroboros.config.values import show_value
 
 ENV_PREFIX: Final = "OUROBOROS_"
 

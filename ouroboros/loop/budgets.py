@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
-
 from typing import TYPE_CHECKING
 
 from ouroboros.config import AgentConfig

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ouroboros.store.log import write_snapshot
-from ouroboros.store.events import Checkpoint
 from ouroboros.loop.journal import CHECKPOINT, Journal
-from ouroboros.protocols import RunLog
 from ouroboros.loop.state import RunState
+from ouroboros.protocols import RunLog
+from ouroboros.store.events import Checkpoint
+from ouroboros.store.log import write_snapshot
 
 
 class Checkpoints:

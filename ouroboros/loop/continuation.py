@@ -20,8 +20,8 @@ from typing import Any, Final, Mapping
 
 from ouroboros.errors import EXIT_DONE, EXIT_PAUSED
 from ouroboros.loop.budgets import BUDGET, budget_reached, budget_words
-from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
 from ouroboros.store.events import RunEnd
+from ouroboros.store.log import EVENTS_FILE, find_run, list_runs, parse_logged, read_tail
 from ouroboros.store.summary import REMEMBERED_FLAGS, TURN_LIMIT, RunSummary
 
 MESSAGE_HINT: Final = 'ouroboros resume --message "what to do next"'

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ouroboros.store import events as ev
-from ouroboros.window.policy import Mask, Restart, WindDown
-from ouroboros.window.conversation import WIND_DOWN_TEXT, mask_notice
 from ouroboros.loop.endings import RestartSession
-from ouroboros.protocols import EventSink, Warn
 from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
 from ouroboros.loop.state import RunState
+from ouroboros.protocols import EventSink, Warn
+from ouroboros.store import events as ev
+from ouroboros.window.conversation import WIND_DOWN_TEXT, mask_notice
+from ouroboros.window.policy import Mask, Restart, WindDown
 
 
 class Upkeep:

@@ -18,9 +18,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol, Sequence
 
-from ouroboros.store import events as ev
-from ouroboros.window import ledger as tk
-from ouroboros.window.policy import ContextManager, Reading
 from ouroboros.errors import ContextOverflowError, EmptyStreamError, ModelError
 from ouroboros.protocols import (
     Clear,
@@ -32,6 +29,10 @@ from ouroboros.protocols import (
     Usage,
     Warn,
 )
+from ouroboros.server.kinds import bigger_window
+from ouroboros.store import events as ev
+from ouroboros.tools import Toolbox
+from ouroboros.window import ledger as tk
 from ouroboros.window.belief import (
     EVIDENCE,
     FALL_TOLERANCE,
@@ -49,8 +50,7 @@ from ouroboros.window.belief import (
     with_filler_rate,
 )
 from ouroboros.window.conversation import to_wire
-from ouroboros.tools import Toolbox
-from ouroboros.server.kinds import bigger_window
+from ouroboros.window.policy import ContextManager, Reading
 
 # Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
 # this many words (a server that cuts the front of long prompts drops whole pieces).

@@ -27,11 +27,11 @@ from functools import cache
 from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
-from ouroboros.window.policy import ContextManager
-from ouroboros.window.conversation import cap_text
-from ouroboros.protocols import Message
 from ouroboros.loop.state import RunState
+from ouroboros.protocols import Message
+from ouroboros.window.conversation import cap_text
 from ouroboros.window.ledger import TOKENS_KEY
+from ouroboros.window.policy import ContextManager
 
 # A full snapshot at least this many turns apart ...
 SNAPSHOT_EVERY_TURNS = 50

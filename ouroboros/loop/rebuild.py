@@ -20,16 +20,16 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from ouroboros.window import conversation as ctx
-from ouroboros.store import events as ev
 from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
-from ouroboros.store.events import EventBase, Record, parse_event
-from ouroboros.window.policy import ContextManager
-from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros.loop.budgets import spent_in
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
-from ouroboros.loop.budgets import spent_in
 from ouroboros.loop.state import RunState
+from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros.store import events as ev
+from ouroboros.store.events import EventBase, Record, parse_event
+from ouroboros.window import conversation as ctx
+from ouroboros.window.policy import ContextManager
 
 ObservationReader = Callable[[str], str | None]  # obs id -> its full text, None if gone
 UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one anyway)

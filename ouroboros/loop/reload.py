@@ -24,9 +24,9 @@ from typing import Any, Final, Mapping
 from ouroboros.config import KEYS, Config, LoadedConfig
 from ouroboros.config.schema import is_live
 from ouroboros.errors import UsageError
-from ouroboros.store.events import ConfigChanged, EventBase, RunStart
 from ouroboros.sandbox import lock
 from ouroboros.store import holder as lock_file
+from ouroboros.store.events import ConfigChanged, EventBase, RunStart
 
 RELOAD_REASON: Final = "reload requested"
 RELOAD_WIND_DOWN_TEXT: Final = (

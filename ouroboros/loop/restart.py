@@ -21,20 +21,19 @@ handoff's facts and what to do first (handoff.py). A small model acts on what it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ouroboros.config import ContextConfig
-from ouroboros.window import ledger as tk
-from ouroboros.window.policy import ContextManager, Fitted
-from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, \
-    unacted_turns
 from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.guards import barren_cause
 from ouroboros.loop.handoff import Digest, restart_note
-from ouroboros.protocols import ConfirmRestart, Message
 from ouroboros.loop.state import RunState
+from ouroboros.protocols import ConfirmRestart, Message
+from ouroboros.window import ledger as tk
 from ouroboros.window.belief import at_session_start, with_allocated
+from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, unacted_turns
+from ouroboros.window.policy import ContextManager, Fitted
 
 # Sessions in a row that end without one successful tool call before the run is stopped.
 MAX_BARREN_SESSIONS = 3

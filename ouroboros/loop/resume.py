@@ -19,6 +19,13 @@ from typing import Any, Callable
 
 from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
+from ouroboros.loop.handoff import Digest
+from ouroboros.loop.journal import replay
+from ouroboros.loop.rebuild import rebuild_state, restore_results
+from ouroboros.loop.reload import recorded_config
+from ouroboros.loop.state import RunState
+from ouroboros.protocols import ToolCall
+from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
 from ouroboros.store.log import (
     EVENTS_FILE,
     SNAPSHOT_FILE,
@@ -29,17 +36,10 @@ from ouroboros.store.log import (
     read_tail,
     run_records,
 )
+from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.segments import closed_records
 from ouroboros.store.summary import RunSummary
-from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
-from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
 from ouroboros.window.conversation import pending_calls
-from ouroboros.loop.handoff import Digest
-from ouroboros.loop.journal import replay
-from ouroboros.protocols import ToolCall
-from ouroboros.loop.rebuild import rebuild_state, restore_results
-from ouroboros.loop.reload import recorded_config
-from ouroboros.loop.state import RunState
 
 
 @dataclass

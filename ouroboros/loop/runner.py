@@ -13,35 +13,39 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
-from ouroboros.store import events as ev
-from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.loop.deadline import Deadline, startup_secs
-from ouroboros.server.client import ChatClient, client_settings
 from ouroboros.config import LoadedConfig
-from ouroboros.loop.evidence import believe_told
-from ouroboros.loop.continuation import done_words, flags_to_remember, how_to_continue
-from ouroboros.server.discovery import WindowQuestions, tools_word
-from ouroboros.server.kinds import same_model
-from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
-from ouroboros.errors import ConfigError, ModelError, OuroborosError, PermanentModelError, \
-    RunFailed, StateError, end_exit_code, signal_exit_code, EXIT_FAILED_RESUMABLE, EXIT_NEEDS_FIX
-from ouroboros.store.owner import claim_state_dir
-from ouroboros.store.log import EventLog, find_run, new_run_id, runs_dir, utc_now, \
-    write_failure
-from ouroboros.loop.endings import RestartSession, StopRun
-from ouroboros.loop.handoff import handoff_budget, tokens_of
+from ouroboros.errors import (
+    EXIT_FAILED_RESUMABLE,
+    EXIT_NEEDS_FIX,
+    ConfigError,
+    ModelError,
+    OuroborosError,
+    PermanentModelError,
+    RunFailed,
+    StateError,
+    end_exit_code,
+    signal_exit_code,
+)
 from ouroboros.loop import systemd
 from ouroboros.loop.budgets import BUDGET, BudgetMeter
+from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.loop.continuation import done_words, flags_to_remember, how_to_continue
+from ouroboros.loop.deadline import Deadline, startup_secs
+from ouroboros.loop.endings import RestartSession, StopRun
+from ouroboros.loop.evidence import believe_told
+from ouroboros.loop.handoff import handoff_budget, tokens_of
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
 from ouroboros.loop.live_config import LiveConfig
-from ouroboros.loop.server_wait import WAIT_CONDITION, WAITING, WaitNotices, wait_for_server
 from ouroboros.loop.memory import mission_changed, pinned_memory, system_message
-from ouroboros.sandbox.guard import RunGuard
-from ouroboros.sandbox.lock import WorkspaceLock
-from ouroboros.protocols import Interrupted, Listener, Message, RunHooks
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
-from ouroboros.loop.restart import begin_session, carried_messages, \
-    count_progress, fresh_start, may_restart
+from ouroboros.loop.restart import (
+    begin_session,
+    carried_messages,
+    count_progress,
+    fresh_start,
+    may_restart,
+)
+from ouroboros.loop.server_wait import WAIT_CONDITION, WAITING, WaitNotices, wait_for_server
 from ouroboros.loop.session import Services, Session
 from ouroboros.loop.startup import (
     api_key,
@@ -58,9 +62,19 @@ from ouroboros.loop.startup import (
     sweep_temporaries,
 )
 from ouroboros.loop.state import RunState
-from ouroboros.store.observations import OBSERVATIONS_DIR
 from ouroboros.loop.stopping import stop_signals
+from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
+from ouroboros.protocols import Interrupted, Listener, Message, RunHooks
+from ouroboros.sandbox.guard import RunGuard
+from ouroboros.sandbox.lock import WorkspaceLock
+from ouroboros.server.client import ChatClient, client_settings
+from ouroboros.server.discovery import WindowQuestions, tools_word
+from ouroboros.server.kinds import same_model
 from ouroboros.server.tokenizer import TokenCounter
+from ouroboros.store import events as ev
+from ouroboros.store.log import EventLog, find_run, new_run_id, runs_dir, utc_now, write_failure
+from ouroboros.store.observations import OBSERVATIONS_DIR
+from ouroboros.store.owner import claim_state_dir
 from ouroboros.window.belief import reclaimed
 
 

@@ -16,19 +16,25 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ouroboros.config import Config
-from ouroboros.store import events as ev
-from ouroboros.loop.evidence import Accounting, WindowAsker, choose_tools
-from ouroboros.loop.tool_calls import Actions
-from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.window.conversation import Conversation, cut_short, interrupted_note, \
-    pending_calls, without_reasoning
 from ouroboros.errors import ContextOverflowError, ModelError
+from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.loop.decisions import Upkeep
 from ouroboros.loop.endings import StopRun
-from ouroboros.loop.guards import StuckGuard, idle_pause, loop_note, redo_detail, \
-    redo_note, redoing, step_of
+from ouroboros.loop.evidence import Accounting, WindowAsker, choose_tools
+from ouroboros.loop.guards import (
+    StuckGuard,
+    idle_pause,
+    loop_note,
+    redo_detail,
+    redo_note,
+    redoing,
+    step_of,
+)
 from ouroboros.loop.inbox import waiting
 from ouroboros.loop.journal import Journal
 from ouroboros.loop.live_config import LiveConfig
+from ouroboros.loop.state import RunState
+from ouroboros.loop.tool_calls import Actions
 from ouroboros.protocols import (
     ModelClient,
     RunLog,
@@ -40,9 +46,15 @@ from ouroboros.protocols import (
     ToolResult,
 )
 from ouroboros.server.retry import RetryPolicy, with_retries
-from ouroboros.loop.state import RunState
+from ouroboros.store import events as ev
 from ouroboros.tools import COMPLETE_KEY, Toolbox
-from ouroboros.loop.decisions import Upkeep
+from ouroboros.window.conversation import (
+    Conversation,
+    cut_short,
+    interrupted_note,
+    pending_calls,
+    without_reasoning,
+)
 
 MAX_OVERFLOW_RECOVERIES = 3
 

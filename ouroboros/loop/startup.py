@@ -17,29 +17,28 @@ from typing import Any, Mapping
 import httpx
 
 from ouroboros import __version__
-from ouroboros.store import events as ev
 from ouroboros.config import LoadedConfig
 from ouroboros.errors import ConfigError, PermanentModelError, WindowTooSmallError
-from ouroboros.server.identity import ModelServer
-from ouroboros.server.kinds.ollama import OLLAMA, WindowNotMade, sized_model
-from ouroboros.server.tokenizer import TokenCounter
-from ouroboros.window.policy import ContextManager, fixed_part_problem, least_tokens
-from ouroboros.window.conversation import note
-from ouroboros.server.discovery import context_from_name, discover_context_limit
 from ouroboros.loop.deadline import Deadline
-from ouroboros.store.log import SEGMENT_BYTES, EVENTS_FILE, Durability, EventLog, \
-    RunTail
-from ouroboros.store.observations import obs_number
-from ouroboros.store.files import make_private_dir
-from ouroboros.store.retention import Retention
-from ouroboros.store.segments import complete_summary, write_manifest
-from ouroboros.sandbox.guard import RunGuard
-from ouroboros.protocols import EventSink, Listener, Message, ToolCall
 from ouroboros.loop.reload import Change, config_diff
 from ouroboros.loop.resume import drop_torn_line, rebuilt_warning, recover
 from ouroboros.loop.state import RunState
+from ouroboros.protocols import EventSink, Listener, Message, ToolCall
+from ouroboros.sandbox.guard import RunGuard
+from ouroboros.server.discovery import context_from_name, discover_context_limit
+from ouroboros.server.identity import ModelServer
+from ouroboros.server.kinds.ollama import OLLAMA, WindowNotMade, sized_model
+from ouroboros.server.tokenizer import TokenCounter
+from ouroboros.store import events as ev
+from ouroboros.store.files import make_private_dir
+from ouroboros.store.log import EVENTS_FILE, SEGMENT_BYTES, Durability, EventLog, RunTail
+from ouroboros.store.observations import obs_number
+from ouroboros.store.retention import Retention
+from ouroboros.store.segments import complete_summary, write_manifest
 from ouroboros.tools import Recall, Toolbox, default_tools
 from ouroboros.window.belief import reclaimed
+from ouroboros.window.conversation import note
+from ouroboros.window.policy import ContextManager, fixed_part_problem, least_tokens
 
 Claim = tuple[int, str]  # the window the config claims (or the server says), and from where
 

@@ -7,10 +7,10 @@ from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.loop.handoff import Digest
+from ouroboros.protocols import EventSink
+from ouroboros.store.events import WarningCleared, WarningEvent
 from ouroboros.window.conversation import Conversation
 from ouroboros.window.policy import ContextManager
-from ouroboros.store.events import WarningCleared, WarningEvent
-from ouroboros.protocols import EventSink
 
 __all__ = ["RunState"]
 

@@ -12,14 +12,14 @@ import asyncio
 import time
 from pathlib import Path
 
+from ouroboros.loop.checkpoints import Checkpoints
+from ouroboros.loop.journal import tool_result_ref
+from ouroboros.loop.state import RunState
+from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.store import events as ev
 from ouroboros.store.observations import ObservationStore
-from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.window.conversation import describe, interrupted_text
-from ouroboros.loop.journal import tool_result_ref
-from ouroboros.protocols import RunLog, ToolCall, ToolResult
-from ouroboros.loop.state import RunState
 from ouroboros.tools import Toolbox
+from ouroboros.window.conversation import describe, interrupted_text
 
 
 class Actions:

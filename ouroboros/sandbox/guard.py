@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ouroboros.config import LoadedConfig, SafetyConfig
 from ouroboros.errors import ConfigError
 from ouroboros.sandbox.cgroup import ToolCgroup
 from ouroboros.sandbox.orphans import Orphans
+from ouroboros.sandbox.policy import Sandbox
 from ouroboros.sandbox.reaper import Watchdog, reap, remove_temp_dirs, workspace_tag
 from ouroboros.sandbox.secrets import (
     Redactor,
@@ -31,7 +32,6 @@ from ouroboros.sandbox.secrets import (
     short_secret_warning,
     short_secrets,
 )
-from ouroboros.sandbox.policy import Sandbox
 
 
 def protected_paths(loaded: LoadedConfig) -> dict[str, Path]:

@@ -32,19 +32,19 @@ import subprocess
 import sys
 import tempfile
 import weakref
-from contextlib import nullcontext
 from collections.abc import Generator, Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ouroboros.sandbox import landlock, mounts, seccomp
 from ouroboros.errors import ConfigError
+from ouroboros.sandbox import landlock, mounts, seccomp
 from ouroboros.sandbox.cgroup import ToolCgroup
-from ouroboros.sandbox.orphans import Orphans
 from ouroboros.sandbox.isolation import Confiner, last_capability, private_network
-from ouroboros.sandbox.userns import Entering, Namespaces
+from ouroboros.sandbox.orphans import Orphans
 from ouroboros.sandbox.reaper import temp_prefix, workspace_tag
+from ouroboros.sandbox.userns import Entering, Namespaces
 
 Setting = Literal["auto", "required", "off"]
 Mechanism = Literal["landlock", "none", "off"]

@@ -20,7 +20,7 @@ import math
 import re
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import AbstractSet, Any, Callable, Iterable
+from typing import AbstractSet, Any, Callable
 
 from ouroboros.protocols import StreamResult, ToolCall, Usage, is_json_object
 

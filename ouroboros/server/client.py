@@ -22,11 +22,18 @@ from typing import Any, Callable
 
 import httpx
 
-from ouroboros.server.chunks import assign_call_ids, parse_usage
 from ouroboros.config import ModelConfig
+from ouroboros.config.urls import normalize_base_url
+from ouroboros.errors import (
+    ContextOverflowError,
+    ModelError,
+    PermanentModelError,
+    TransientModelError,
+)
+from ouroboros.protocols import Message, StreamResult, TextSink, WireMessages
+from ouroboros.server.chunks import assign_call_ids, parse_usage
 from ouroboros.server.connection import http_client
-from ouroboros.errors import ContextOverflowError, ModelError, PermanentModelError, \
-    TransientModelError
+from ouroboros.server.errors import answered_for_good, parse_retry_after
 from ouroboros.server.identity import (
     CHAT_PATH,
     ERROR_BODY_BYTES,
@@ -35,14 +42,11 @@ from ouroboros.server.identity import (
     is_html,
     read_capped,
 )
-from ouroboros.protocols import Message, StreamResult, TextSink, WireMessages
+from ouroboros.server.kinds import ServerKind
 from ouroboros.server.limits import ReplyLimits, ReplyWatch
 from ouroboros.server.limits import max_reply_bytes as reply_byte_limit
 from ouroboros.server.reader import ReplyReader
-from ouroboros.server.errors import answered_for_good, parse_retry_after
-from ouroboros.server.kinds import ServerKind
 from ouroboros.window.sizes import encode_json, wire_messages
-from ouroboros.config.urls import normalize_base_url
 
 JSON_CONTENT = {"Content-Type": "application/json"}
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 
-from ouroboros.server.chunks import DONE, MalformedChunk, StreamAccumulator, parse_data
 from ouroboros.errors import EmptyStreamError, TransientModelError
-from ouroboros.server.identity import ModelServer
 from ouroboros.protocols import StreamResult, TextSink
+from ouroboros.server.chunks import DONE, MalformedChunk, StreamAccumulator, parse_data
+from ouroboros.server.identity import ModelServer
 from ouroboros.server.limits import ReplyWatch
 from ouroboros.server.sse import SSEDecoder
 

@@ -1,6 +1,6 @@
 """The manual's event table (docs/event-log.md), generated from the event models (events.py):
-each type, when it is written, and its fields with their descriptions. A test checks the page holds exactly
-this table between the markers; after changing a model, paste the output of
+each type, when it is written, and its fields with their descriptions. A test checks the page
+holds exactly this table between the markers; after changing a model, paste the output of
 
     python -m ouroboros.store.event_table
 

@@ -427,8 +427,8 @@ MODELS = (
     RunStart, RunResumed, SessionStart, Assistant, ToolCallEvent, ToolResultEvent,
     TokenUsage, ContextMask, ContextDrop, WindDown, SessionRestart, ContextTruncationDetected,
     ContextOverflowRecovered, Retry, Idle, Stuck, UserMessage, Handoff, Security, WarningEvent,
-    WarningCleared, ErrorEvent, StopRequested, ReloadRequested, ConfigChanged, PromptChanged, Checkpoint,
-    SessionEnd, RunEnd,
+    WarningCleared, ErrorEvent, StopRequested, ReloadRequested, ConfigChanged, PromptChanged,
+    Checkpoint, SessionEnd, RunEnd,
 )
 """Every event the harness writes, in roughly the order a run meets them."""
 

@@ -30,20 +30,19 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from pydantic import ValidationError
 
-from ouroboros.store.atomic import write_atomically
-from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
 from ouroboros.errors import StateError, UsageError
+from ouroboros.store.atomic import write_atomically
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
+from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
 from ouroboros.store.observations import obs_number
 from ouroboros.store.retention import Freed, Retention, apply_retention
-from ouroboros.store.shapes import check_snapshot, why_not
 from ouroboros.store.segments import (
     MANIFEST_FILE,
     SEGMENTS_DIR,
@@ -57,6 +56,7 @@ from ouroboros.store.segments import (
     segment_path,
     segment_records,
 )
+from ouroboros.store.shapes import check_snapshot, why_not
 from ouroboros.store.summary import RunSummary, envelope
 
 # The snapshot alone is no longer the latest state (the checkpoints after it are part of it),

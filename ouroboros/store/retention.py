@@ -4,9 +4,10 @@ while the two together take more than `keep_bytes` (the `[logging]` keep_* keys)
 
 Never removed: the current segment, the newest closed one, any a resume still needs (after
 the snapshot), the pack being written and any result the live conversation refers to (a
-session that never ends has its full packs removed as its old segments are). The manifest (and observations/pruned.json) are rewritten before files are unlinked, so
-a crash in between leaves only files nothing lists, removed at the next pruning; `recall`
-of a removed result says after which session retention removed it.
+session that never ends has its full packs removed as its old segments are). The manifest
+(and observations/pruned.json) are rewritten before files are unlinked, so a crash in
+between leaves only files nothing lists, removed at the next pruning; `recall` of a removed
+result says after which session retention removed it.
 
     freed = apply_retention(run_dir, Retention(keep_bytes=256 << 20), session=40,
                             keep_seq=snapshot_seq, keep_obs_from=345)

@@ -29,7 +29,7 @@ import gzip
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -38,8 +38,8 @@ from pydantic import ValidationError
 from ouroboros.errors import StateError
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.files import read_regular
-from ouroboros.store.summary import RunSummary, envelope
 from ouroboros.store.shapes import ManifestShape, TotalsShape, check, why_not
+from ouroboros.store.summary import RunSummary, envelope
 
 MANIFEST_FILE = "manifest.json"
 TOTALS_FILE = "totals.json"

@@ -2,15 +2,16 @@
 (`run`, `watch`), `stats`, the metrics and the manifest all read, so a figure a person sees for
 one event is the same on every screen.
 
-One method per event type (`FOLDS`) folds a record in. The summary holds what the run is (its
-id, model, thresholds, remembered flags), where it stands (session, turn, the window and how
-full it is), its counters (turns, restarts, masking, alerts, retries, tool calls), the newest
-record of each anchor type, and the figures of its sessions (the first FIRST_KEPT and the last
-RECENT_KEPT, the totals of the others) with the context chart's readings folded into at most
-CHART_BUCKETS buckets (each the highest of `span` readings; `span` doubles when they are
-full). A session's peak is the highest share of the budget its events report: its prompts'
-readings, its wind-down's and that of the restart that ended it. Its size does not grow with the records folded into it, unless `keep_all` asks for
-every session and reading (`stats --all`).
+One method per event type (`FOLDS`) folds a record in. The summary holds what the run is
+(its id, model, thresholds, remembered flags), where it stands (session, turn, the window
+and how full it is), its counters (turns, restarts, masking, alerts, retries, tool calls),
+the newest record of each anchor type, and the figures of its sessions (the first FIRST_KEPT
+and the last RECENT_KEPT, the totals of the others) with the context chart's readings folded
+into at most CHART_BUCKETS buckets (each the highest of `span` readings; `span` doubles when
+they are full). A session's peak is the highest share of the budget its events report: its
+prompts' readings, its wind-down's and that of the restart that ended it. Its size does not
+grow with the records folded into it, unless `keep_all` asks for every session and reading
+(`stats --all`).
 
 Judgements the loop makes are fields of its events (`run_end.said_done`, the context use a
 `session_restart` was decided at); a log written before a field was kept falls back once,

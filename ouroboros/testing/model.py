@@ -249,7 +249,8 @@ class ScriptedModel:
             return None
         if self.settings.overflow == "error":
             return Answer(400, error_body(OVERFLOW_MESSAGE, 400))
-        if body.get("stream") and self.settings.overflow == "empty":  # llama.cpp: a 200 with nothing in it
+        # llama.cpp: a 200 with nothing in it
+        if body.get("stream") and self.settings.overflow == "empty":
             return Answer(frames=[])
         return Answer(400, overflow_error_body(self.settings.window, prompt))
 

@@ -24,8 +24,8 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import Field
 
-from ouroboros.store.atomic import replace_in
 from ouroboros.protocols import ToolResult
+from ouroboros.store.atomic import replace_in
 from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.excerpt import Excerpt, LineScanner, excerpt_note
 from ouroboros.tools.safety import PathEscape, SecurityHook

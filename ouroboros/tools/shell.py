@@ -29,8 +29,8 @@ from typing import Any, Callable
 from pydantic import Field
 
 from ouroboros.protocols import ToolResult
-from ouroboros.sandbox.reaper import MARKER, group_left, workspace_tag
 from ouroboros.sandbox.policy import Sandbox
+from ouroboros.sandbox.reaper import MARKER, group_left, workspace_tag
 from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.safety import SecurityHook, blocked_by, shell_environment
 

@@ -12,7 +12,6 @@ from ouroboros.config import KEYS, Config, LoadedConfig, effective_items
 from ouroboros.config.urls import shown_url
 from ouroboros.config.values import toml_value
 
-
 FILE_LAYERS = ("project file", "user file")
 LIST_PREVIEW = 2
 """Items of a long list (safety.blocked_patterns) that `config show` prints without --full."""

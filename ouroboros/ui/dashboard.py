@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable, Literal
 
-from ouroboros.store import events as ev
 from ouroboros.config import ContextConfig
+from ouroboros.store import events as ev
 from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
 from ouroboros.store.summary import RunSummary
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line

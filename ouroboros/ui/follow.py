@@ -9,9 +9,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
 
-from ouroboros.store.log import EVENTS_FILE, last_records, parse_logged, parse_record, \
-    run_records
 from ouroboros.store.events import EventBase
+from ouroboros.store.log import EVENTS_FILE, last_records, parse_logged, parse_record, run_records
 
 POLL_SECS = 0.25
 

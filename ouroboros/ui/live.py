@@ -23,9 +23,9 @@ from typing import Callable, Iterator, TextIO
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from ouroboros.store.events import Record, parse_event
 from ouroboros.errors import StateError
 from ouroboros.protocols import RunHooks
+from ouroboros.store.events import Record, parse_event
 from ouroboros.store.log import EVENTS_FILE, read_tail
 from ouroboros.store.segments import load_manifest
 from ouroboros.store.summary import RunSummary

@@ -9,8 +9,8 @@ import os
 import sys
 from typing import Any, Callable, Iterable, TextIO
 
-from ouroboros.store import events as ev
 from ouroboros.errors import UsageError
+from ouroboros.store import events as ev
 from ouroboros.store.events import EVENT_TYPES, EventBase, Record, parse_event
 from ouroboros.ui.numbers import of_budget, used
 from ouroboros.ui.sanitize import neutralise

@@ -54,7 +54,8 @@ def runs_rows(runs: list[RunStatus], now: datetime, *, short: bool, when: bool,
     for status in runs:
         s = status.state
         last = last_event(s, now) if when else (ago(s.last_ts, now) if s.last_ts else "--")
-        rows.append([status.run_id, ago(status.summary.started, now) if status.summary.started else "--",
+        began = status.summary.started
+        rows.append([status.run_id, ago(began, now) if began else "--",
                      run_state(status, short=short), f"{s.session:,}", f"{s.total_turns:,}",
                      last])
     return [row[:1] + row[2:] for row in rows] if not started else rows

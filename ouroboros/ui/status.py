@@ -21,13 +21,13 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.store.log import list_runs, read_tail, runs_dir
 from ouroboros.store.events import ConfigChanged, RunEnd, parse_event
-from ouroboros.store.summary import RunSummary
 from ouroboros.store.holder import LOCK_FILE, live_holder
+from ouroboros.store.log import list_runs, read_tail, runs_dir
+from ouroboros.store.summary import RunSummary
 from ouroboros.ui.dashboard import DashboardState, parse_ts
-from ouroboros.ui.plain import BOOKKEEPING, masked_text
 from ouroboros.ui.numbers import of_budget, threshold, used
+from ouroboros.ui.plain import BOOKKEEPING, masked_text
 
 MAX_CHANGES_SHOWN = 4  # the newest config changes `status` lists
 SHORT_KEYS = {"context.soft_threshold_pct": "soft", "context.hard_threshold_pct": "hard"}

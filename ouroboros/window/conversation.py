@@ -17,8 +17,8 @@ from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, overload
 
-from ouroboros.window import ledger as tk
 from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros.window import ledger as tk
 from ouroboros.window.sizes import Tally, WorthMasking
 
 NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending

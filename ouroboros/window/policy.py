@@ -18,7 +18,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
+from ouroboros.protocols import Message, Usage, WireMessages
 from ouroboros.window import ledger as tk
+from ouroboros.window.belief import Count, Verdict, Window, after_refusal, judge
 from ouroboros.window.conversation import (
     WRITING_TOOLS,
     Conversation,
@@ -30,8 +32,6 @@ from ouroboros.window.conversation import (
     unacted_turns,
     worth_masking,
 )
-from ouroboros.protocols import Message, Usage, WireMessages
-from ouroboros.window.belief import Count, Verdict, Window, after_refusal, judge
 
 if TYPE_CHECKING:
     from ouroboros.config import ContextConfig

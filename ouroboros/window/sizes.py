@@ -21,9 +21,8 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ouroboros.protocols import Message, WireMessages, call_ids_in
 from ouroboros.window import ledger as tk
-from ouroboros.protocols import Message, WireMessages
-from ouroboros.protocols import call_ids_in
 
 # The tool-call id of a result worth masking, else None; asked once per message.
 WorthMasking = Callable[[Message], "str | None"]

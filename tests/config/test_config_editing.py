@@ -20,7 +20,6 @@ from ouroboros.config import (
 from ouroboros.errors import ConfigError
 from tests.config.files import write
 
-
 # --- config set ----------------------------------------------------------------------------
 
 

@@ -17,11 +17,14 @@ from ouroboros.config import (
     env_var_for,
     load_config,
 )
+from ouroboros.config.urls import (
+    client_accepts,
+    client_normal_form,
+    is_server_url,
+    normalize_base_url,
+)
 from ouroboros.errors import ConfigError
-from ouroboros.config.urls import (client_accepts, client_normal_form, is_server_url,
-                                   normalize_base_url)
 from tests.config.files import config_error, write
-
 
 # --- defaults and layers -------------------------------------------------------------------
 

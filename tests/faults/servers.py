@@ -33,7 +33,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
-from ouroboros.testing import DONE_FRAME as DONE, Reply, frame, render_stream
+from ouroboros.testing import DONE_FRAME as DONE
+from ouroboros.testing import Reply, frame, render_stream
 from ouroboros.testing.tokenizer import TOKENIZERS
 from tests.helpers import make_project, ouroboros_here
 

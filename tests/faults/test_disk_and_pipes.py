@@ -27,8 +27,14 @@ import pytest
 from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, read_events
 from ouroboros.testing import Fault
 from tests.crash_helpers import WAIT_SECS, CountingAgent, check_conversation, demo_project
-from tests.helpers import clean_env, of_type, ouroboros_child, ouroboros_here, parts_recorded, \
-    run_dir
+from tests.helpers import (
+    clean_env,
+    of_type,
+    ouroboros_child,
+    ouroboros_here,
+    parts_recorded,
+    run_dir,
+)
 
 PARTS = 3
 MAX_TURNS = 12  # the task takes 2 + 2 * PARTS turns

@@ -22,8 +22,10 @@ import ouroboros.store.segments as segments
 from ouroboros.store.log import RESERVE_FILE, list_runs, run_records
 from tests.crash_helpers import WAIT_SECS, kill_held_tool
 from tests.faults.test_disk_and_pipes import one_line_error, tmpfs
-from tests.faults.test_segment_crashes import assert_nothing_lost_nothing_twice, \
-    tiny_segments_project
+from tests.faults.test_segment_crashes import (
+    assert_nothing_lost_nothing_twice,
+    tiny_segments_project,
+)
 from tests.helpers import ouroboros_child, sweep
 
 PARTS = 4

@@ -21,8 +21,11 @@ import ouroboros.store.retention as retention
 from ouroboros.store.log import SNAPSHOT_FILE, read_snapshot
 from ouroboros.store.segments import load_manifest, segment_files
 from tests.crash_helpers import WAIT_SECS, kill_held_tool
-from tests.faults.test_segment_crashes import assert_nothing_lost_nothing_twice, the_run, \
-    tiny_segments_project
+from tests.faults.test_segment_crashes import (
+    assert_nothing_lost_nothing_twice,
+    the_run,
+    tiny_segments_project,
+)
 from tests.helpers import ouroboros_child, ouroboros_here
 
 PARTS = 26  # enough for three restarts, and prunes after each

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros.store import events as ev
 from ouroboros.loop.continuation import (
     flags_to_remember,
     how_to_continue,
@@ -13,6 +12,7 @@ from ouroboros.loop.continuation import (
     resume_flags,
 )
 from ouroboros.loop.guards import idle_pause
+from ouroboros.store import events as ev
 from ouroboros.store.summary import RunSummary
 
 

@@ -19,8 +19,10 @@ import pytest
 import ouroboros.store.segments as segments
 from ouroboros.store.log import list_runs
 from tests.crash_helpers import WAIT_SECS, kill_held_tool
-from tests.faults.test_segment_crashes import assert_nothing_lost_nothing_twice, \
-    tiny_segments_project
+from tests.faults.test_segment_crashes import (
+    assert_nothing_lost_nothing_twice,
+    tiny_segments_project,
+)
 from tests.helpers import ouroboros_child, ouroboros_here, sweep
 
 PARTS = 4

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from ouroboros.server.client import ChatClient
 from ouroboros.errors import TransientModelError
+from ouroboros.server.client import ChatClient
 from ouroboros.store.log import SNAPSHOT_FILE
 from ouroboros.testing import Reply
 from tests.faults.servers import Good, Malformed, run_against, start_server

@@ -20,9 +20,11 @@ from typing import Callable, Iterator
 import pytest
 
 from ouroboros.config import ContextConfig
-from ouroboros.window.policy import ContextManager
-from ouroboros.window.conversation import to_wire
 from ouroboros.errors import StateError
+from ouroboros.loop.rebuild import rebuild_state
+from ouroboros.loop.resume import observation_reader, recover
+from ouroboros.loop.state import RunState
+from ouroboros.protocols import ToolCall
 from ouroboros.store import events as ev
 from ouroboros.store.log import (
     EVENTS_FILE,
@@ -31,11 +33,9 @@ from ouroboros.store.log import (
     read_events,
     write_snapshot,
 )
-from ouroboros.protocols import ToolCall
-from ouroboros.loop.rebuild import rebuild_state
-from ouroboros.loop.resume import observation_reader, recover
-from ouroboros.loop.state import RunState
 from ouroboros.testing import Fault, ScriptedServer
+from ouroboros.window.conversation import to_wire
+from ouroboros.window.policy import ContextManager
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
 from tests.helpers import of_type, ouroboros_here, parts_recorded, run_dir
 

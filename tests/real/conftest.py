@@ -14,8 +14,15 @@ from typing import Iterator
 
 import pytest
 
-from tests.real.llama import NO_SERVER, TOOLS_TEMPLATE, LlamaServer, cache_dir, fetch_model, \
-    find_binary, runnable
+from tests.real.llama import (
+    NO_SERVER,
+    TOOLS_TEMPLATE,
+    LlamaServer,
+    cache_dir,
+    fetch_model,
+    find_binary,
+    runnable,
+)
 
 
 @functools.cache

@@ -17,8 +17,14 @@ from typing import Any
 import pytest
 
 from tests.crash_helpers import kill, wait_for
-from tests.helpers import make_project, of_type, ouroboros_forked, ouroboros_here, run_dir, \
-    run_events
+from tests.helpers import (
+    make_project,
+    of_type,
+    ouroboros_forked,
+    ouroboros_here,
+    run_dir,
+    run_events,
+)
 from tests.real.llama import LlamaServer
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(240)]

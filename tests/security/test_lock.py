@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from ouroboros.errors import RunLockedError
-from ouroboros.store.log import list_runs
 from ouroboros.sandbox.lock import WorkspaceLock, locks_dir, workspace_lock_path
-from ouroboros.store.holder import LOCK_FILE, flocks_span_hosts, holder_is_alive, mount_of
 from ouroboros.sandbox.reaper import Watchdog, workspace_tag
-from tests.security.accounts import as_probe_user, shared_dir
+from ouroboros.store.holder import LOCK_FILE, flocks_span_hosts, holder_is_alive, mount_of
+from ouroboros.store.log import list_runs
 from tests.crash_helpers import CountingAgent, demo_project, kill, wait_for
 from tests.helpers import clean_env, make_project, ouroboros
+from tests.security.accounts import as_probe_user, shared_dir
 
 ROUNDS = 1000
 RACERS = 4

@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.sandbox import landlock
-from ouroboros.testing import Reply
 from ouroboros.errors import ConfigError
+from ouroboros.sandbox import landlock
 from ouroboros.sandbox.isolation import Confiner
-from ouroboros.sandbox.userns import Entering, Namespaces
 from ouroboros.sandbox.policy import (
     Sandbox,
     exposed,
@@ -28,6 +26,8 @@ from ouroboros.sandbox.policy import (
     summary,
     world_readable_rules,
 )
+from ouroboros.sandbox.userns import Entering, Namespaces
+from ouroboros.testing import Reply
 from ouroboros.tools import ShellExec
 from tests.helpers import clean_env, make_project, of_type, ouroboros, ouroboros_here, run_events
 

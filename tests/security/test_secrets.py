@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ouroboros.store import events as ev
-from ouroboros.store.log import EventLog
 from ouroboros.sandbox.secrets import (
     REDACTED,
     Redactor,
@@ -16,6 +14,8 @@ from ouroboros.sandbox.secrets import (
     held_back,
     secret_values,
 )
+from ouroboros.store import events as ev
+from ouroboros.store.log import EventLog
 from ouroboros.testing import Reply
 from tests.helpers import clean_env, make_project, ouroboros, ouroboros_child, run_events
 

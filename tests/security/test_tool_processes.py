@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
-
-import subprocess
 
 import pytest
 
@@ -22,8 +21,15 @@ from ouroboros.sandbox.orphans import own_children
 from ouroboros.sandbox.reaper import Process, kill_exactly, temp_prefix, victims, workspace_tag
 from ouroboros.testing import Reply
 from tests.crash_helpers import kill, start_forked, wait_for
-from tests.helpers import clean_env, make_project, of_type, ouroboros_child, ouroboros_forked, \
-    run_events, running
+from tests.helpers import (
+    clean_env,
+    make_project,
+    of_type,
+    ouroboros_child,
+    ouroboros_forked,
+    run_events,
+    running,
+)
 
 # The job writes only once the test lets it go (a file named `go`), so a busy machine cannot
 # make it write before the harness had its chance to kill it.

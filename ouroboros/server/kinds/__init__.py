@@ -42,7 +42,8 @@ ServerKind = str
 """The `name` of a family in FAMILIES: "ollama", "llama.cpp", "vllm" or "other"."""
 
 __all__ = ["FAMILIES", "Endpoint", "ServerFamily", "ServerKind", "Situation", "Told",
-           "bigger_window", "family_named", "hint", "kind_from_answers", "kind_from_url", "same_model", "takes_tools",
+           "bigger_window", "family_named", "hint", "kind_from_answers", "kind_from_url",
+           "same_model", "takes_tools",
            "tokenize_endpoints", "window", "window_at_start"]
 
 

@@ -33,7 +33,7 @@ class ServerFamily(Protocol):
 
         family = OLLAMA
         await family.window(http, "llama3.2")       # (8192, "allocated by Ollama (/api/ps)")
-        family.bigger_window(32768)                 # "`OLLAMA_CONTEXT_LENGTH=32768 ollama serve` ..."
+        family.bigger_window(32768)  # "`OLLAMA_CONTEXT_LENGTH=32768 ollama serve` ..."
     """
 
     name: str

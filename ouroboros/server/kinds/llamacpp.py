@@ -9,7 +9,15 @@ from typing import Any
 
 import httpx
 
-from ouroboros.server.kinds.family import BaseFamily, Endpoint, Situation, Told, get_json, natural, positive
+from ouroboros.server.kinds.family import (
+    BaseFamily,
+    Endpoint,
+    Situation,
+    Told,
+    get_json,
+    natural,
+    positive,
+)
 
 
 def _count_field(answer: Any) -> int | None:

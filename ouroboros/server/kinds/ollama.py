@@ -18,8 +18,15 @@ from typing import Any
 import httpx
 
 from ouroboros.server.errors import error_details
-from ouroboros.server.kinds.family import BaseFamily, Endpoint, Situation, Told, get_json, positive, \
-    same_model
+from ouroboros.server.kinds.family import (
+    BaseFamily,
+    Endpoint,
+    Situation,
+    Told,
+    get_json,
+    positive,
+    same_model,
+)
 
 ALLOCATED = "allocated by Ollama (/api/ps)"
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)

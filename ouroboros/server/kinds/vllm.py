@@ -8,8 +8,16 @@ from typing import Any
 
 import httpx
 
-from ouroboros.server.kinds.family import BaseFamily, Endpoint, Situation, Told, get_json, natural, \
-    positive, same_model
+from ouroboros.server.kinds.family import (
+    BaseFamily,
+    Endpoint,
+    Situation,
+    Told,
+    get_json,
+    natural,
+    positive,
+    same_model,
+)
 
 
 def _count_field(answer: Any) -> int | None:
