@@ -10,7 +10,7 @@ import pytest
 from ouroboros.config import ContextConfig
 from ouroboros.protocols import ToolResult, Usage
 from ouroboros.window import conversation as conv
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 from ouroboros.window.belief import named_window
 from ouroboros.window.policy import (
     ContextManager,
@@ -182,7 +182,7 @@ def test_without_any_count_the_window_is_estimated_on_the_high_side():
     sent = [{"role": "user", "content": "y" * 900}]
     reading = cm.observe_reply(sent, [], None, reply_chars=30)
     assert reading.source == "estimate" and reading.verdict == "unknown"
-    assert reading.prompt_tokens == 900 // 3 + tk.MESSAGE_OVERHEAD_TOKENS
+    assert reading.prompt_tokens == 900 // 3 + ledger.MESSAGE_OVERHEAD_TOKENS
     assert reading.completion_tokens == 10
 
 
@@ -203,7 +203,7 @@ def test_a_whole_count_is_attributed_to_the_messages_never_counted():
     cm.observe_reply(later, [], usage(1120), 10)
     assert cm.current_tokens(later, []) == 1120
     # The new tool result took most of the 1,000 new tokens: its share follows its size.
-    assert later[3][tk.TOKENS_KEY] > 900
+    assert later[3][ledger.TOKENS_KEY] > 900
     # What comes after is estimated at the ratio the counts taught: ~4 chars per token here.
     newest = later + [tool("c2", "n" * 4000)]
     assert cm.current_tokens(newest, []) == pytest.approx(1120 + 1000, rel=0.1)
@@ -242,7 +242,7 @@ def test_a_nonsense_count_leaves_the_ledger_as_it_was(reported):
     reading = cm.observe_reply(later, [], usage(reported), 10)
     assert reading.verdict == "nonsense" and reading.source == "estimate"
     assert (cm.current_tokens(later, []), cm.base_tokens, cm.window) == before
-    assert all(tk.TOKENS_KEY not in m for m in later[2:])
+    assert all(ledger.TOKENS_KEY not in m for m in later[2:])
 
 
 def test_masking_forgets_the_measured_size_of_what_it_replaced():
@@ -250,7 +250,7 @@ def test_masking_forgets_the_measured_size_of_what_it_replaced():
     messages = conversation(cm, 3, size=4000)
     cm.observe_reply(messages, [], usage(3200), 10)
     masked = cm.mask(messages, ["c0"])
-    assert tk.TOKENS_KEY not in masked[3]
+    assert ledger.TOKENS_KEY not in masked[3]
     assert cm.current_tokens(masked, []) < 3200 - 900
 
 
@@ -419,8 +419,8 @@ def test_a_server_that_never_shows_the_model_its_tools_is_believed():
     estimate of messages plus schemas, but not below the messages alone."""
     cm = manager()
     tools = [{"type": "function", "function": {"name": "x" * 2300}}]
-    sent = [{"role": "system", "content": "s" * 600, tk.TOKENS_KEY: 201},
-            {"role": "user", "content": "u" * 400, tk.TOKENS_KEY: 131}]
+    sent = [{"role": "system", "content": "s" * 600, ledger.TOKENS_KEY: 201},
+            {"role": "user", "content": "u" * 400, ledger.TOKENS_KEY: 131}]
     reading = cm.observe_reply(sent, tools, usage(338), 10)
     assert reading.verdict == "whole"
     assert cm.current_tokens(sent, tools) == 338
@@ -436,8 +436,8 @@ CJK = "上下文窗口的管理在密集的内容中必须以词元计算而不�
 def test_dense_scripts_are_estimated_per_character_with_a_margin():
     """A vocabulary trained on Latin text spends about a token or more on each CJK
     character: 3 characters per token (the default ratio) would be 3x short."""
-    assert tk.estimate_text(CJK, 3.0) >= len(CJK)
-    assert tk.estimate_text("plain words " * 100, 3.0) == math.ceil(1200 / 3.0)
+    assert ledger.estimate_text(CJK, 3.0) >= len(CJK)
+    assert ledger.estimate_text("plain words " * 100, 3.0) == math.ceil(1200 / 3.0)
 
 
 def test_a_dense_tool_result_is_capped_in_tokens_not_characters():
@@ -452,7 +452,7 @@ def test_a_dense_tool_result_is_capped_in_tokens_not_characters():
 
 
 def test_counts_of_dense_text_teach_a_rate_of_their_own():
-    calibration = tk.Calibration()
+    calibration = ledger.Calibration()
     calibration.observe(4000, 1000)  # English: 4 characters a token
     calibration.observe(1000, 1300, dense=1000)  # CJK: 1.3 tokens a character
     assert calibration.chars_per_token == pytest.approx(4.0)

@@ -11,15 +11,15 @@ import random
 import pytest
 
 from ouroboros.loop.journal import apply_delta, logged, tool_result_ref
-from ouroboros.window import conversation as ctx
-from ouroboros.window import ledger as tk
+from ouroboros.window import conversation as conv
+from ouroboros.window import ledger
 from ouroboros.window.conversation import Conversation
 
 CPT = 3.0
 
 
 def walked(conversation: Conversation) -> int:
-    return sum(tk.message_tokens(m, CPT) for m in conversation)
+    return sum(ledger.message_tokens(m, CPT) for m in conversation)
 
 
 def worth(message: dict) -> str | None:
@@ -39,7 +39,7 @@ def turn(i: int, size: int = 100) -> tuple[dict, str, str]:
 
 def held(turns: int, size: int = 100) -> Conversation:
     conversation = Conversation([{"role": "system", "content": "mission"},
-                                 ctx.note("continue", "go")], worth)
+                                 conv.note("continue", "go")], worth)
     for i in range(turns):
         assistant, call_id, text = turn(i, size)
         conversation.append(assistant)
@@ -68,7 +68,7 @@ def test_the_running_sums_follow_every_change_it_carries_out():
     conversation.add_note("continue", "go on")
     assert conversation.tally.tokens(CPT) == walked(conversation)
     assert conversation.tally.wire().json == tuple(
-        json.dumps(m, separators=(",", ":")).encode() for m in ctx.to_wire(conversation))
+        json.dumps(m, separators=(",", ":")).encode() for m in conv.to_wire(conversation))
     conversation.check()
 
 
@@ -132,7 +132,7 @@ def test_counts_written_on_kept_messages_are_logged_by_position():
     conversation.measure(6, 7)  # new: the count travels with the message
     ops, tokens = conversation.checkpoint(logged)
     assert tokens == [[3, 40]]
-    assert ops[-1][tk.TOKENS_KEY] == 7
+    assert ops[-1][ledger.TOKENS_KEY] == 7
 
 
 OPERATIONS = ("append", "result", "note", "mask", "drop_turn", "cut", "system", "measure",
@@ -195,7 +195,7 @@ def test_the_check_finds_a_broken_record():
 
 def test_a_fresh_start_fitted_apart_is_adopted_whole():
     conversation = held(3)
-    fresh = Conversation([conversation[0], ctx.note("restart", "restarted"), *conversation[-2:]],
+    fresh = Conversation([conversation[0], conv.note("restart", "restarted"), *conversation[-2:]],
                          worth)
     conversation.adopt(fresh)
     assert conversation == fresh.messages

@@ -11,7 +11,7 @@ import pytest
 
 from ouroboros.testing import Reply
 from ouroboros.testing.tokenizer import ServerTokenizer
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 from tests.helpers import make_project, of_type, ouroboros_here, run_events
 
 WRAPPED = ServerTokenizer("wrapped", per_message=30)
@@ -54,13 +54,13 @@ def test_each_estimate_after_the_first_count_is_within_a_tenth_of_the_servers(
 
 
 def test_what_a_prompt_grew_by_is_shared_among_the_messages_that_grew_it():
-    assert tk.grown_shares(80, [24, 16]) == [48, 32]
-    assert tk.grown_shares(6, [24, 16]) is None  # less than two messages can cost
-    assert tk.grown_shares(10, []) is None
+    assert ledger.grown_shares(80, [24, 16]) == [48, 32]
+    assert ledger.grown_shares(6, [24, 16]) is None  # less than two messages can cost
+    assert ledger.grown_shares(10, []) is None
 
 
 @pytest.mark.parametrize("believed,missed,messages,learned", [
     (4, 36, 2, 13.0), (4, 0, 2, 4.0), (13, 18, 2, 17.5), (4, -20, 2, 4.0), (60, 400, 2, 64.0)])
 def test_the_template_overhead_is_learned_half_way_within_bounds(believed, missed, messages,
                                                                  learned):
-    assert tk.learned_overhead(believed, missed, messages) == learned
+    assert ledger.learned_overhead(believed, missed, messages) == learned

@@ -13,8 +13,8 @@ import respx
 from ouroboros.config import ContextConfig
 from ouroboros.protocols import ToolResult, Usage
 from ouroboros.server.client import ChatClient
-from ouroboros.window import conversation as ctx
-from ouroboros.window import ledger as tk
+from ouroboros.window import conversation as conv
+from ouroboros.window import ledger
 from ouroboros.window.policy import ContextManager, Mask
 
 CHAT = "http://127.0.0.1:11434/v1/chat/completions"
@@ -26,7 +26,7 @@ def manager(limit: int = 100_000_000, **settings) -> ContextManager:
     return ContextManager.create(limit, "test", 1000, ContextConfig(**settings))
 
 
-def add_turn(cm: ContextManager, messages: ctx.Conversation | list[dict], i: int,
+def add_turn(cm: ContextManager, messages: conv.Conversation | list[dict], i: int,
              size: int = 120) -> None:
     """An assistant call and its result, registered with the manager as the session does."""
     call_id = f"c{i}"
@@ -34,23 +34,23 @@ def add_turn(cm: ContextManager, messages: ctx.Conversation | list[dict], i: int
         {"id": call_id, "type": "function",
          "function": {"name": "shell", "arguments": '{"command": "ls"}'}}]})
     text = f"result {i}\n" + "x" * size
-    obs = ctx.describe("shell", {"command": "ls"}, ToolResult(text), cm.new_observation_id(),
+    obs = conv.describe("shell", {"command": "ls"}, ToolResult(text), cm.new_observation_id(),
                        call_id)
     messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
 
 
 def start(cm: ContextManager, turns: int, size: int = 120,
-          wrap=lambda m: m) -> ctx.Conversation:
-    messages = [{"role": "system", "content": "mission"}, ctx.note("continue", "go")]
+          wrap=lambda m: m) -> conv.Conversation:
+    messages = [{"role": "system", "content": "mission"}, conv.note("continue", "go")]
     for i in range(turns):
         add_turn(cm, messages, i, size)
-    return ctx.Conversation([wrap(m) for m in messages], cm.worth_masking)
+    return conv.Conversation([wrap(m) for m in messages], cm.worth_masking)
 
 
 def walked(cm: ContextManager, messages: list[dict]) -> int:
     """The figure every turn used to walk the whole conversation for."""
     cpt = cm.chars_per_token
-    return cm.base(TOOLS) + sum(tk.message_tokens(m, cpt) for m in messages)
+    return cm.base(TOOLS) + sum(ledger.message_tokens(m, cpt) for m in messages)
 
 
 def body(cm: ContextManager, messages: list[dict]) -> dict:
@@ -76,7 +76,7 @@ class Watched(dict):
         return super().items()
 
 
-def bookkeeping(cm: ContextManager, messages: ctx.Conversation, i: int) -> None:
+def bookkeeping(cm: ContextManager, messages: conv.Conversation, i: int) -> None:
     """One turn's context and request work, as the session does it."""
     cm.fit(messages, TOOLS)
     sent = len(messages)
@@ -106,7 +106,7 @@ def test_masking_at_20000_messages_reads_the_results_it_masks_not_what_is_held()
     cm.mask(messages, ["c10", "c20"])
     assert Watched.reads < 100, f"{Watched.reads} message reads to mask two results"
     assert [m["content"] for m in messages if m.get("tool_call_id") in ("c10", "c20")] == [
-        ctx.placeholder(cm.observations["c10"]), ctx.placeholder(cm.observations["c20"])]
+        conv.placeholder(cm.observations["c10"]), conv.placeholder(cm.observations["c20"])]
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
 
 
@@ -117,8 +117,8 @@ def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
     sent = len(messages)
     add_turn(cm, messages, 4, size=2000)
     cm.observe_reply(messages, TOOLS, Usage(4000, 5), 2, sent)  # measured sizes written
-    assert all(tk.TOKENS_KEY in m for m in messages[:sent])
-    assert not any(tk.TOKENS_KEY in m for m in messages[sent:])  # not sent, not counted
+    assert all(ledger.TOKENS_KEY in m for m in messages[:sent])
+    assert not any(ledger.TOKENS_KEY in m for m in messages[sent:])  # not sent, not counted
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     decision = cm.evaluate(cm.current_tokens(messages, TOOLS), messages)
     assert decision == Mask(["c0", "c1", "c2", "c3"])  # down to the low-water mark
@@ -128,17 +128,17 @@ def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
     # Asked again: what was masked is not offered twice.
     again = cm.evaluate(cm.budget, messages)
     assert not isinstance(again, Mask) or not set(again.tool_call_ids) & set(decision.tool_call_ids)
-    assert body(cm, messages)["messages"] == ctx.to_wire(messages)
+    assert body(cm, messages)["messages"] == conv.to_wire(messages)
     messages.drop(len(messages) - 2)  # cut short (as a replay does), then grown anew
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     add_turn(cm, messages, 5, size=10)
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
-    assert body(cm, messages)["messages"] == ctx.to_wire(messages)
+    assert body(cm, messages)["messages"] == conv.to_wire(messages)
     taken = set(cm.wire(messages).call_ids)
     assert messages.drop_oldest_turn()  # a turn from the middle: the sums are rebuilt
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     assert taken <= set(cm.wire(messages).call_ids)  # a dropped turn's ids stay taken
-    assert body(cm, messages)["messages"] == ctx.to_wire(messages)
+    assert body(cm, messages)["messages"] == conv.to_wire(messages)
 
 
 def test_fitting_masks_and_drops_as_a_walk_would():
@@ -147,15 +147,15 @@ def test_fitting_masks_and_drops_as_a_walk_would():
     fitted = cm.fit(messages, TOOLS)
     assert fitted.masked[:2] == ["c0", "c1"] and "c5" not in fitted.masked[:5]
     assert fitted.tokens == walked(cm, fitted.messages) <= cm.budget
-    assert body(cm, fitted.messages)["messages"] == ctx.to_wire(fitted.messages)
+    assert body(cm, fitted.messages)["messages"] == conv.to_wire(fitted.messages)
 
 
 def test_the_request_is_the_conversation_without_private_keys_in_one_json_body():
     cm = manager()
     messages = start(cm, 2)
-    messages.append(ctx.note("continue", "go on: ünïcode and \"quotes\"\n"))
+    messages.append(conv.note("continue", "go on: ünïcode and \"quotes\"\n"))
     # Byte for byte what encoding the whole request at once gives (httpx's `json=`).
-    whole = {"model": "m", "messages": ctx.to_wire(messages), "tools": TOOLS, "stream": True,
+    whole = {"model": "m", "messages": conv.to_wire(messages), "tools": TOOLS, "stream": True,
              "stream_options": {"include_usage": True}, "temperature": 0.7, "max_tokens": 2048}
     assert CLIENT.request_body(cm.wire(messages), TOOLS) == json.dumps(
         whole, ensure_ascii=False, separators=(",", ":")).encode()
@@ -179,5 +179,5 @@ def test_a_reply_gets_call_ids_the_encoded_conversation_does_not_use():
     reply = asyncio.run(go())
     request = route.calls.last.request
     assert request.headers["content-type"] == "application/json"
-    assert json.loads(request.content)["messages"] == ctx.to_wire(messages)
+    assert json.loads(request.content)["messages"] == conv.to_wire(messages)
     assert reply.tool_calls[0].id not in {"c0", "c1"}

@@ -32,7 +32,7 @@ from ouroboros.protocols import (
 from ouroboros.server.kinds import bigger_window
 from ouroboros.store import events as ev
 from ouroboros.tools import Toolbox
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 from ouroboros.window.belief import (
     EVIDENCE,
     FALL_TOLERANCE,
@@ -111,7 +111,7 @@ class WindowAsker(Protocol):
     async def told(self) -> tuple[int, str] | None: ...
 
 
-class Accounting:
+class Evidence:
     def __init__(self, context: ContextManager, client: ModelClient,
                  counter: TokenCounter | None, tools: list[dict[str, Any]], log: EventSink,
                  warn_once: Warn, asker: WindowAsker | None = None,
@@ -241,7 +241,7 @@ class Accounting:
             return
         conversation = self.context.held(messages)
         for index in conversation.tally.unmeasured():
-            tokens = await counter.count(tk.message_text(conversation[index]))
+            tokens = await counter.count(ledger.message_text(conversation[index]))
             if tokens is None:
                 return
             conversation.measure(index, tokens + round(self.context.message_overhead))
@@ -318,7 +318,7 @@ class Accounting:
         conversation = self.context.held(messages)
         scale = reading.reported / max(reading.estimated, 1)
         for index in range(sent):
-            tokens = tk.measured(conversation[index])
+            tokens = ledger.measured(conversation[index])
             if tokens is not None:
                 conversation.measure(index, max(round(tokens * scale), 1))
         self.context.last_count = None  # counts before were in the old units

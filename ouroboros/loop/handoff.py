@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ouroboros.store import events as ev
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 
 MAX_FILES = 30
 MAX_COMMANDS = 5
@@ -306,4 +306,4 @@ def handoff_budget(max_tokens: int, prompt_budget: int) -> int:
 
 
 def tokens_of(text: str, chars_per_token: float) -> int:
-    return tk.estimate_chars(len(text), chars_per_token)
+    return ledger.estimate_chars(len(text), chars_per_token)

@@ -23,7 +23,7 @@ from ouroboros.config import LoadedConfig
 from ouroboros.protocols import Message
 from ouroboros.tools.safety import PathEscape
 from ouroboros.tools.workspace import FINAL_FILE, Missing, NotADirectory, Workspace
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 
 AGENTS_FILE = "AGENTS.md"
 # Bytes read per character kept: the most UTF-8 takes, so a budget's worth of text is read
@@ -108,7 +108,7 @@ def decoded(name: str, data: bytes, *, partial: bool) -> str:
 def newest_part(name: str, text: str, max_chars: int, chars_per_token: float, *,
                 cut: bool = False) -> Pinned:
     """The newest `max_chars` of `text`, from a line's start where one is in reach."""
-    tokens = tk.estimate_chars(len(text), chars_per_token)
+    tokens = ledger.estimate_chars(len(text), chars_per_token)
     if len(text) <= max_chars and not cut:
         return Pinned(name, text, tokens)
     kept = text[-max_chars:]

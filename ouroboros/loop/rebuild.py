@@ -28,7 +28,7 @@ from ouroboros.loop.state import RunState
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.store import events as ev
 from ouroboros.store.events import EventBase, Record, parse_event
-from ouroboros.window import conversation as ctx
+from ouroboros.window import conversation as conv
 from ouroboros.window.policy import ContextManager
 
 ObservationReader = Callable[[str], str | None]  # obs id -> its full text, None if gone
@@ -47,7 +47,7 @@ def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
                                     setting(config, "model", "max_output_tokens"), policy)
     context.next_observation = next_observation(events)
     replay = Replay(context, read_observation, setting(config, "agent", "continue_message"))
-    messages = ctx.Conversation([{"role": "system", "content": system_prompt},
+    messages = conv.Conversation([{"role": "system", "content": system_prompt},
                                  opening(events, session, config)], context.worth_masking)
     seq = 0
     for event in events:
@@ -74,7 +74,7 @@ class Replay:
         self.subjects: dict[str, str] = {}  # call id -> what the call was about
         self.wound_down = False
 
-    def apply(self, event: EventBase, messages: ctx.Conversation) -> bool:
+    def apply(self, event: EventBase, messages: conv.Conversation) -> bool:
         """True when the event added to the conversation."""
         match event:
             case ev.Assistant():
@@ -87,13 +87,13 @@ class Replay:
             case ev.WindDown(reason=reason, context_used_pct=pct):
                 self.wound_down = True
                 text = RELOAD_WIND_DOWN_TEXT if reason == "reload" else \
-                    ctx.WIND_DOWN_TEXT.format(pct=pct / 100)
+                    conv.WIND_DOWN_TEXT.format(pct=pct / 100)
                 messages.add_note("wind_down", text)
             case _:
                 return False
         return True
 
-    def reply(self, event: ev.Assistant, messages: ctx.Conversation, *,
+    def reply(self, event: ev.Assistant, messages: conv.Conversation, *,
               note: bool = True) -> None:
         turn = event.turn
         if turn in self.turns:  # asked again after a crash: the later answer is the one kept
@@ -101,7 +101,7 @@ class Replay:
         self.turns[turn] = len(messages)
         calls = [ToolCall(c.id, c.name, c.arguments) for c in event.tool_calls]
         self.calls.update({call.id: call for call in calls})
-        message: Message = {"role": "assistant", "content": ctx.without_reasoning(event.text)}
+        message: Message = {"role": "assistant", "content": conv.without_reasoning(event.text)}
         if calls:
             message["tool_calls"] = [call.to_wire() for call in calls]
         messages.append(message)
@@ -113,11 +113,11 @@ class Replay:
         obs_id = event.observation or self.context.new_observation_id()
         text = self.read_observation(obs_id)
         if event.interrupted:  # made up by a resume; never saved
-            text = ctx.interrupted_text(call.name)
+            text = conv.interrupted_text(call.name)
         elif text is None:
             text = f"[the full result is no longer on disk; its first line was: {event.summary}]"
         result = ToolResult(text, ok=event.ok)
-        obs = ctx.describe(call.name, self.subjects.get(call.id, ""), result, obs_id, call.id)
+        obs = conv.describe(call.name, self.subjects.get(call.id, ""), result, obs_id, call.id)
         return {"role": "tool", "tool_call_id": call.id,
                 "content": self.context.admit(obs, text)}
 
@@ -131,12 +131,12 @@ def restore_results(state: RunState, events: list[EventBase], seq: int,
     reply = next((e for e in events if isinstance(e, ev.Assistant) and e.seq > seq
                   and e.session == state.session and e.turn == state.session_turns + 1), None)
     if reply is not None and state.messages[-1]["role"] != "assistant" \
-            and not ctx.pending_calls(state.messages):
+            and not conv.pending_calls(state.messages):
         replay.reply(reply, state.messages, note=False)  # the session adds what follows
         state.session_turns += 1
         state.total_turns += 1
         seq = reply.seq
-    pending = ctx.pending_calls(state.messages)
+    pending = conv.pending_calls(state.messages)
     replay.calls = {call.id: call for call in pending}
     logged = {e.id: e for e in events if isinstance(e, ev.ToolResultEvent) and e.seq > seq
               and not e.interrupted}
@@ -156,10 +156,10 @@ def opening(events: list[EventBase], session: int, config: dict[str, Any]) -> Me
     """The note a session starts with: the kickoff, or the restart marker."""
     restarts = [e for e in events if isinstance(e, ev.SessionRestart) and e.session == session]
     if restarts:
-        return ctx.note("restart", restart_note(Digest(), session=session,
+        return conv.note("restart", restart_note(Digest(), session=session,
                                                 previous_turns=restarts[-1].previous_turns,
                                                 carried=False, facts_chars=0, memory=None))
-    return ctx.note("continue", setting(config, "agent", "continue_message"))
+    return conv.note("continue", setting(config, "agent", "continue_message"))
 
 
 def last_window(events: list[EventBase]) -> tuple[int, str]:

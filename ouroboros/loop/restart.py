@@ -30,7 +30,7 @@ from ouroboros.loop.guards import barren_cause
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ConfirmRestart, Message
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 from ouroboros.window.belief import at_session_start, with_allocated
 from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, unacted_turns
 from ouroboros.window.policy import ContextManager, Fitted
@@ -157,9 +157,9 @@ def largest_part(context: ContextManager, messages: Sequence[Message],
     the system prompt, the tool definitions, one tool call of the turns carried over (its
     arguments), or one tool result."""
     cpt, per_dense = context.chars_per_token, context.per_dense
-    parts = [Part("the system prompt", tk.message_tokens(messages[0], cpt, per_dense),
+    parts = [Part("the system prompt", ledger.message_tokens(messages[0], cpt, per_dense),
                   "shorten SYSTEM_PROMPT.md"),
-             Part("the tool definitions", tk.estimate_chars(tk.tools_chars(tools), cpt),
+             Part("the tool definitions", ledger.estimate_chars(ledger.tools_chars(tools), cpt),
                   "give the model fewer or shorter tools")]
     names = {}
     for message in messages[1:]:
@@ -167,7 +167,7 @@ def largest_part(context: ContextManager, messages: Sequence[Message],
             function = call.get("function", {})
             name = function.get("name", "")
             names[call.get("id")] = name
-            size = tk.estimate_text(function.get("arguments", ""), cpt, per_dense)
+            size = ledger.estimate_text(function.get("arguments", ""), cpt, per_dense)
             parts.append(Part(f"one {name} call of the newest turn (its arguments)", size,
                               f"tell the agent in SYSTEM_PROMPT.md to keep each {name} call "
                               "small (a big file in several parts): a turn is carried into "
@@ -175,7 +175,7 @@ def largest_part(context: ContextManager, messages: Sequence[Message],
         if message["role"] == "tool":
             name = names.get(message.get("tool_call_id"), "tool")
             parts.append(Part(f"the result of one {name} call",
-                              tk.message_tokens(message, cpt, per_dense),
+                              ledger.message_tokens(message, cpt, per_dense),
                               "lower context.max_tool_result_tokens"))
     return max(parts, key=lambda part: part.tokens)
 

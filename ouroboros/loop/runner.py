@@ -276,7 +276,7 @@ class Runner:
             state.context.revision += 1  # changed other than by appending
         session = Session(state, services)
         for call in interrupted:
-            session.actions.answer_interrupted(call)
+            session.tool_calls.answer_interrupted(call)
         runner.snapshot()
         log.subscribe(ToolUseWatch(runner.warn_once).take)  # last: it may emit
         return runner

@@ -18,9 +18,8 @@ from pathlib import Path
 from ouroboros.config import Config
 from ouroboros.errors import ContextOverflowError, ModelError
 from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.loop.decisions import Upkeep
 from ouroboros.loop.endings import StopRun
-from ouroboros.loop.evidence import Accounting, WindowAsker, choose_tools
+from ouroboros.loop.evidence import Evidence, WindowAsker, choose_tools
 from ouroboros.loop.guards import (
     StuckGuard,
     idle_pause,
@@ -34,7 +33,8 @@ from ouroboros.loop.inbox import waiting
 from ouroboros.loop.journal import Journal
 from ouroboros.loop.live_config import LiveConfig
 from ouroboros.loop.state import RunState
-from ouroboros.loop.tool_calls import Actions
+from ouroboros.loop.tool_calls import ToolCalls
+from ouroboros.loop.upkeep import Upkeep
 from ouroboros.protocols import (
     ModelClient,
     RunLog,
@@ -103,10 +103,10 @@ class Session:
         self.tools = choose_tools(self.context, self.messages[0], services.toolbox,
                                   self.warn_once)
         self.checkpoints = Checkpoints(state, self.log, services.run_dir, services.journal)
-        self.actions = Actions(state, services.toolbox, self.log, self.checkpoints,
+        self.tool_calls = ToolCalls(state, services.toolbox, self.log, self.checkpoints,
                                services.run_dir)
         self.upkeep = Upkeep(state, self.tools, self.log, self.warn_once)
-        self.accounting = Accounting(self.context, services.client, services.counter,
+        self.evidence = Evidence(self.context, services.client, services.counter,
                                      self.tools, self.log, self.warn_once, services.asker,
                                      lambda keys, text: state.clear_warnings(self.log, keys, text))
 
@@ -133,7 +133,7 @@ class Session:
         a crash came first), then give the agent the instruction a resume brought
         (`--message`), or the continue message a reply without tool calls was due, and last
         a note naming the calls a stop cut short."""
-        await self.accounting.retest(self.messages)
+        await self.evidence.retest(self.messages)
         pending = pending_calls(self.messages)
         due = not pending and self.messages[-1]["role"] == "assistant"
         instruction = self.state.instruction
@@ -165,7 +165,7 @@ class Session:
         """The model's reply to the conversation, fitted to the window first. A refusal as too
         long shrinks the window believed and asks again, up to MAX_OVERFLOW_RECOVERIES."""
         for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
-            await self.accounting.measure(self.messages)
+            await self.evidence.measure(self.messages)
             sent_tokens = self.upkeep.fit()
             sent = len(self.messages)
             wire = self.context.wire(self.messages)
@@ -175,8 +175,8 @@ class Session:
                                                           self.services.on_text),
                     self.services.retry, on_retry=self.on_retry)
             except ContextOverflowError as error:  # an empty stream too
-                await self.accounting.refused(error, self.messages, sent_tokens)
-                await self.accounting.ask_allocated(again=True)
+                await self.evidence.refused(error, self.messages, sent_tokens)
+                await self.evidence.ask_allocated(again=True)
                 continue
             await self.record(sent, reply)
             self.checkpoints.step()
@@ -197,8 +197,8 @@ class Session:
         self.messages.append(message)
         self.log.emit(ev.Assistant(text=reply.text, finish_reason=reply.finish_reason,
                                    tool_calls=[asdict(call) for call in reply.tool_calls]))
-        await self.accounting.ask_allocated()  # the model is loaded now: /api/ps knows
-        await self.accounting.take_in(self.messages, sent, reply)
+        await self.evidence.ask_allocated()  # the model is loaded now: /api/ps knows
+        await self.evidence.take_in(self.messages, sent, reply)
 
     async def act(self, reply: StreamResult) -> list[tuple[ToolCall, ToolResult]]:
         """Run the reply's tool calls; a reply without any is an idle turn."""
@@ -210,7 +210,7 @@ class Session:
 
     async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
         """Run the calls in order; a task_complete among them ends the run once all ran."""
-        outcomes = await self.actions.execute(calls)
+        outcomes = await self.tool_calls.execute(calls)
         summaries = [result.meta[COMPLETE_KEY] for _, result in outcomes
                      if COMPLETE_KEY in result.meta]
         if summaries:

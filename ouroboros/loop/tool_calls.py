@@ -22,7 +22,7 @@ from ouroboros.tools import Toolbox
 from ouroboros.window.conversation import describe, interrupted_text
 
 
-class Actions:
+class ToolCalls:
     """Runs tool calls with `toolbox` and records their results in `state`."""
 
     def __init__(self, state: RunState, toolbox: Toolbox, log: RunLog,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, overload
 
 from ouroboros.protocols import Message, ToolCall, ToolResult
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 from ouroboros.window.sizes import Tally, WorthMasking
 
 NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
@@ -204,8 +204,8 @@ def worth_masking(message: Message, observations: dict[str, Observation]) -> str
     obs = observations.get(message.get("tool_call_id", ""))
     if obs is None or obs.masked:
         return None
-    size = tk.estimate_text(message.get("content") or "", tk.DEFAULT_CHARS_PER_TOKEN)
-    if size < MASK_MIN_GAIN * tk.estimate_text(placeholder(obs), tk.DEFAULT_CHARS_PER_TOKEN):
+    size = ledger.estimate_text(message.get("content") or "", ledger.DEFAULT_CHARS_PER_TOKEN)
+    if size < MASK_MIN_GAIN * ledger.estimate_text(placeholder(obs), ledger.DEFAULT_CHARS_PER_TOKEN):
         return None
     return obs.tool_call_id
 
@@ -379,7 +379,7 @@ class Conversation(Sequence[Message]):
                   if m["role"] == "tool" and m.get("tool_call_id") in placeholders]
         for index in at:
             message = self._messages[index]
-            self.replace_at(index, {**tk.forget(message),
+            self.replace_at(index, {**ledger.forget(message),
                                     "content": placeholders[message["tool_call_id"]]})
 
     def replace_at(self, index: int, message: Message) -> None:
@@ -529,5 +529,5 @@ class Record:
         for seq in sorted(kept):
             index = bisect_left(seqs, seq)
             if index < len(seqs) and seqs[index] == seq:
-                written.append([index, messages[index][tk.TOKENS_KEY]])
+                written.append([index, messages[index][ledger.TOKENS_KEY]])
         return written

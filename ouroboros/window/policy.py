@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from ouroboros.protocols import Message, Usage, WireMessages
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 from ouroboros.window.belief import Count, Verdict, Window, after_refusal, judge
 from ouroboros.window.conversation import (
     WRITING_TOOLS,
@@ -190,9 +190,9 @@ def least_tokens(messages: Sequence[Message], tools: list[dict[str, Any]]) -> in
     """The fewest tokens these messages and tools can take on any vocabulary we know (the
     densest text at MAX_CHARS_PER_TOKEN, the least a template adds): an estimate that refuses
     only what cannot fit."""
-    chars = sum(tk.message_chars(m) for m in messages) + tk.tools_chars(tools)
-    return (math.floor(chars / tk.MAX_CHARS_PER_TOKEN)
-            + tk.MESSAGE_OVERHEAD_TOKENS * len(messages))
+    chars = sum(ledger.message_chars(m) for m in messages) + ledger.tools_chars(tools)
+    return (math.floor(chars / ledger.MAX_CHARS_PER_TOKEN)
+            + ledger.MESSAGE_OVERHEAD_TOKENS * len(messages))
 
 
 def brief_tools(fixed_tokens: int, budget: int) -> bool:
@@ -203,7 +203,7 @@ def brief_tools(fixed_tokens: int, budget: int) -> bool:
 
 
 def placeholder_tokens(obs: Observation, chars_per_token: float) -> int:
-    return tk.estimate_text(placeholder(obs), chars_per_token) + tk.MESSAGE_OVERHEAD_TOKENS
+    return ledger.estimate_text(placeholder(obs), chars_per_token) + ledger.MESSAGE_OVERHEAD_TOKENS
 
 
 # --- the manager ----------------------------------------------------------------------------
@@ -254,10 +254,10 @@ class ContextManager:
     window: Window
     max_output_tokens: int
     policy: ContextConfig
-    calibration: tk.Calibration = field(default_factory=tk.Calibration)
+    calibration: ledger.Calibration = field(default_factory=ledger.Calibration)
     base_tokens: int | None = None  # tool schemas and template tokens, learned from counts
-    # the chat template's tokens around a message, beyond its text (learned, tk.learned_overhead)
-    message_overhead: float = tk.MESSAGE_OVERHEAD_TOKENS
+    # the chat template's tokens around a message, beyond its text (learned, ledger.learned_overhead)
+    message_overhead: float = ledger.MESSAGE_OVERHEAD_TOKENS
     observations: dict[str, Observation] = field(default_factory=dict)
     total_masked: int = 0
     mask_rounds: int = 0
@@ -303,7 +303,7 @@ class ContextManager:
     def base(self, tools: list[dict[str, Any]]) -> int:
         if self.base_tokens is not None:
             return self.base_tokens
-        return tk.estimate_chars(tk.tools_chars(tools), self.chars_per_token)
+        return ledger.estimate_chars(ledger.tools_chars(tools), self.chars_per_token)
 
     def current_tokens(self, messages: Sequence[Message], tools: list[dict[str, Any]]) -> int:
         """The window a request of these messages would take: measured sizes where counts
@@ -358,7 +358,7 @@ class ContextManager:
         distrusted = self.window.distrusted
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
         if self.window.distrusted and not distrusted:  # what its counts taught is suspect too:
-            self.calibration = tk.Calibration()  # estimate at the default rate, which errs high
+            self.calibration = ledger.Calibration()  # estimate at the default rate, which errs high
         if verdict == "whole":
             assert reported is not None
             if previous is None or not self._take_growth(held, previous, sent, reported):
@@ -372,7 +372,7 @@ class ContextManager:
                 if previous else LastCount(self.revision, sent, reported, 1, reported))
         elif verdict == "truncated":
             self.last_count = None
-        guess = tk.estimate_chars(reply_chars, cpt)
+        guess = ledger.estimate_chars(reply_chars, cpt)
         completion = (usage.completion_tokens if usage else None) or min(
             guess, self.max_output_tokens or guess)
         whole = verdict == "whole"
@@ -383,10 +383,10 @@ class ContextManager:
     def _take_count(self, held: Conversation, tools: list[dict[str, Any]], sent: int,
                     reported: int) -> None:
         """A whole count: what the measured messages do not explain is shared among the
-        uncounted ones, the base taking the rest (tk.attribute)."""
+        uncounted ones, the base taking the rest (ledger.attribute)."""
         tally = held.tally
         fresh = tally.unmeasured(sent)
-        self.base_tokens, shares, chars, attributed = tk.attribute(
+        self.base_tokens, shares, chars, attributed = ledger.attribute(
             [held[i] for i in fresh], tally.measured_sum(sent), reported,
             self.base(tools), self.chars_per_token, self.per_dense)
         dense = sum(tally.entries[i].dense for i in fresh) if shares else 0
@@ -400,24 +400,24 @@ class ContextManager:
         what the messages added since cost, the chat template's wrapping of each included.
         It is shared among them (measured before or not) and the base stays as it was: a
         base that took in each turn's wrapping would count it again in every fresh session
-        (tk.grown_shares). False when the growth cannot be shared so (the caller attributes
+        (ledger.grown_shares). False when the growth cannot be shared so (the caller attributes
         the count as a first one)."""
         cpt, per_dense = self.chars_per_token, self.per_dense
         new = list(range(previous.messages, sent))
-        sizes = [tk.message_tokens(held[i], cpt, per_dense) for i in new]
-        shares = tk.grown_shares(reported - previous.reported, sizes)
+        sizes = [ledger.message_tokens(held[i], cpt, per_dense) for i in new]
+        shares = ledger.grown_shares(reported - previous.reported, sizes)
         if shares is None or self.base_tokens is None:
             return False
         tally = held.tally
         fresh = set(tally.unmeasured(sent))
         if fresh:
-            chars = sum(tk.message_chars(held[i]) for i in new if i in fresh)
+            chars = sum(ledger.message_chars(held[i]) for i in new if i in fresh)
             tokens = sum(t for i, t in zip(new, shares) if i in fresh)
             dense = sum(tally.entries[i].dense for i in new if i in fresh)
-            self.calibration.observe(chars, tokens - tk.MESSAGE_OVERHEAD_TOKENS * len(fresh),
+            self.calibration.observe(chars, tokens - ledger.MESSAGE_OVERHEAD_TOKENS * len(fresh),
                                      dense)
         else:  # all counted by the tokenizer, each with the overhead believed: learn it
-            self.message_overhead = tk.learned_overhead(
+            self.message_overhead = ledger.learned_overhead(
                 self.message_overhead, sum(shares) - sum(sizes), len(new))
         for index, tokens in zip(new, shares):
             held.measure(index, tokens)
@@ -533,8 +533,8 @@ class ContextManager:
         """What every prompt of a session holds before any work: the system prompt and the
         tool definitions, by the estimate (JSON at its own density)."""
         cpt = min(self.chars_per_token, SCHEMA_CHARS_PER_TOKEN)
-        return (tk.message_tokens(system, self.chars_per_token, self.per_dense)
-                + tk.estimate_chars(tk.tools_chars(tools), cpt))
+        return (ledger.message_tokens(system, self.chars_per_token, self.per_dense)
+                + ledger.estimate_chars(ledger.tools_chars(tools), cpt))
 
     def session_tools(self, system: Message, full: list[dict[str, Any]],
                       brief: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -568,14 +568,14 @@ class ContextManager:
         by the estimate (dense scripts at their own rate, see ledger.py); for a text that
         fits, its length. Without a text: the cap for text of the usual density."""
         tokens, cpt, per_dense = self.result_tokens(), self.chars_per_token, self.per_dense
-        estimate = tk.estimate_text(text, cpt, per_dense) if text else 0
+        estimate = ledger.estimate_text(text, cpt, per_dense) if text else 0
         if estimate <= tokens:
             return max(len(text), int(tokens * cpt), MIN_RESULT_CHARS) if text else \
                 max(int(tokens * cpt), MIN_RESULT_CHARS)
         chars = int(len(text) * tokens / estimate)
         for _ in range(4):  # head and tail may be denser than the whole: check, shrink
             kept, _cut = cap_text(text, chars, self.policy.tool_result_truncation, "obs-0")
-            over = tk.estimate_text(kept, cpt, per_dense) - tokens - CAP_MARKER_TOKENS
+            over = ledger.estimate_text(kept, cpt, per_dense) - tokens - CAP_MARKER_TOKENS
             if over <= 0:
                 break
             chars = int(chars * tokens / (tokens + over))
@@ -631,7 +631,7 @@ class ContextManager:
     def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> ContextManager:
         data = dict(data)
         data["window"] = Window(**data["window"])
-        data["calibration"] = tk.Calibration(**data["calibration"])
+        data["calibration"] = ledger.Calibration(**data["calibration"])
         data["observations"] = {k: Observation(**v) for k, v in data["observations"].items()}
         if data.get("last_count") is not None:
             data["last_count"] = LastCount(**data["last_count"])

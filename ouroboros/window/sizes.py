@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ouroboros.protocols import Message, WireMessages, call_ids_in
-from ouroboros.window import ledger as tk
+from ouroboros.window import ledger
 
 # The tool-call id of a result worth masking, else None; asked once per message.
 WorthMasking = Callable[[Message], "str | None"]
@@ -54,7 +54,7 @@ class Entry:
 
 
 def make_entry(message: Message, worth_masking: WorthMasking) -> Entry:
-    return Entry(message, tk.message_chars(message), tk.message_dense(message), encode(message),
+    return Entry(message, ledger.message_chars(message), ledger.message_dense(message), encode(message),
                  worth_masking(message))
 
 
@@ -70,7 +70,7 @@ class Tally:
         self._measured_sum = 0
         self._unmeasured: dict[int, Entry] = {}  # position -> entry, of the never counted
         self._cpt = 0.0  # the chars per token the estimates below were made at (0: none)
-        self._per_dense = tk.DEFAULT_TOKENS_PER_DENSE_CHAR  # and the tokens per dense char
+        self._per_dense = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR  # and the tokens per dense char
         self._estimated = 0
         self._candidate_at: list[int] = []  # positions of the results worth masking
         self._starts: list[int] = []  # positions of the assistant messages
@@ -135,14 +135,14 @@ class Tally:
         entry = self._unmeasured.pop(index, None)
         if entry is None:
             entry = self._entries[index]
-            self._measured_sum -= tk.measured(entry.message) or 0
+            self._measured_sum -= ledger.measured(entry.message) or 0
         else:
             self._estimated -= self._estimate(entry)
-        entry.message[tk.TOKENS_KEY] = tokens
+        entry.message[ledger.TOKENS_KEY] = tokens
         self._measured_sum += tokens
 
     def _count_in(self, entry: Entry) -> None:
-        measured = tk.measured(entry.message)
+        measured = ledger.measured(entry.message)
         if measured is None:
             self._unmeasured[entry.index] = entry
             self._estimated += self._estimate(entry)
@@ -151,20 +151,20 @@ class Tally:
 
     def _count_out(self, entry: Entry) -> None:
         if self._unmeasured.pop(entry.index, None) is None:
-            self._measured_sum -= tk.measured(entry.message) or 0
+            self._measured_sum -= ledger.measured(entry.message) or 0
         else:
             self._estimated -= self._estimate(entry)
 
     def _estimate(self, entry: Entry) -> int:
         if not self._cpt:
             return 0
-        return (tk.estimate_chars(entry.chars, self._cpt, entry.dense, self._per_dense)
-                + tk.MESSAGE_OVERHEAD_TOKENS)
+        return (ledger.estimate_chars(entry.chars, self._cpt, entry.dense, self._per_dense)
+                + ledger.MESSAGE_OVERHEAD_TOKENS)
 
     # -- what it adds up to --
 
     def tokens(self, chars_per_token: float,
-               per_dense: float = tk.DEFAULT_TOKENS_PER_DENSE_CHAR,
+               per_dense: float = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR,
                upto: int | None = None) -> int:
         """The messages' measured tokens, and estimates for the rest (of the first `upto`
         messages: the ones at the end are taken off, so asking costs what they are)."""
@@ -173,14 +173,14 @@ class Tally:
             self._estimated = sum(self._estimate(e) for e in self._unmeasured.values())
         tokens = self._measured_sum + self._estimated
         for entry in self._entries[len(self._entries) if upto is None else upto:]:
-            measured = tk.measured(entry.message)
+            measured = ledger.measured(entry.message)
             tokens -= measured if measured is not None else self._estimate(entry)
         return tokens
 
     def measured_sum(self, upto: int | None = None) -> int:
         """The measured tokens of the first `upto` messages (all by default)."""
         tail = self._entries[len(self._entries) if upto is None else upto:]
-        return self._measured_sum - sum(tk.measured(e.message) or 0 for e in tail)
+        return self._measured_sum - sum(ledger.measured(e.message) or 0 for e in tail)
 
     def unmeasured(self, upto: int | None = None) -> list[int]:
         """The positions of the messages never counted, oldest first (among the first
@@ -215,7 +215,7 @@ class Tally:
                 if e.candidate}
 
     def _size(self, entry: Entry) -> int:
-        measured = tk.measured(entry.message)
+        measured = ledger.measured(entry.message)
         return measured if measured is not None else self._estimate(entry)
 
     @property
