@@ -205,7 +205,8 @@ def worth_masking(message: Message, observations: dict[str, Observation]) -> str
     if obs is None or obs.masked:
         return None
     size = ledger.estimate_text(message.get("content") or "", ledger.DEFAULT_CHARS_PER_TOKEN)
-    if size < MASK_MIN_GAIN * ledger.estimate_text(placeholder(obs), ledger.DEFAULT_CHARS_PER_TOKEN):
+    replaced_by = ledger.estimate_text(placeholder(obs), ledger.DEFAULT_CHARS_PER_TOKEN)
+    if size < MASK_MIN_GAIN * replaced_by:
         return None
     return obs.tool_call_id
 

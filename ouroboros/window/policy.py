@@ -256,7 +256,7 @@ class ContextManager:
     policy: ContextConfig
     calibration: ledger.Calibration = field(default_factory=ledger.Calibration)
     base_tokens: int | None = None  # tool schemas and template tokens, learned from counts
-    # the chat template's tokens around a message, beyond its text (learned, ledger.learned_overhead)
+    # the chat template's tokens around a message, beyond its text (ledger.learned_overhead)
     message_overhead: float = ledger.MESSAGE_OVERHEAD_TOKENS
     observations: dict[str, Observation] = field(default_factory=dict)
     total_masked: int = 0

@@ -54,8 +54,8 @@ class Entry:
 
 
 def make_entry(message: Message, worth_masking: WorthMasking) -> Entry:
-    return Entry(message, ledger.message_chars(message), ledger.message_dense(message), encode(message),
-                 worth_masking(message))
+    return Entry(message, ledger.message_chars(message), ledger.message_dense(message),
+                 encode(message), worth_masking(message))
 
 
 class Tally:
