@@ -224,15 +224,19 @@ class Evidence:
                 error=refusal, rejected_tokens=probe.expected, new_limit=self.context.limit,
                 limit_source=self.context.limit_source))
         elif after.limit < before.limit:
-            self.log.emit(ev.ContextTruncationDetected(
-                reported=probe.reported, estimated=probe.expected,
-                new_limit=self.context.limit, limit_source=self.context.limit_source))
-            self.warn_once("truncation", (
+            self.truncation_found(probe.reported, probe.expected, (
                 f"a probe of ~{probe.expected} tokens was {what}: the server holds less than "
                 f"the {before.limit} tokens believed. Working within {self.context.limit} "
                 f"tokens from now on. Fix: give the model a bigger window "
                 f"({bigger_window(before.claimed)}) and set model.context_limit to "
                 "match"))
+
+    def truncation_found(self, reported: int | None, estimated: int, warning: str) -> None:
+        """Log that the server was found to cut prompts, and warn once."""
+        self.log.emit(ev.ContextTruncationDetected(
+            reported=reported, estimated=estimated,
+            new_limit=self.context.limit, limit_source=self.context.limit_source))
+        self.warn_once("truncation", warning)
 
     async def measure(self, messages: list[Message]) -> None:
         """Count what was never counted with the server's tokenizer, where it has one."""
@@ -367,10 +371,7 @@ class Evidence:
                 "the newest messages (Ollama's uncached-tokens bug, ollama#16414; upgrade "
                 "Ollama): estimating instead"))
         elif reading.verdict == "truncated":
-            self.log.emit(ev.ContextTruncationDetected(
-                reported=reading.reported, estimated=reading.estimated,
-                new_limit=self.context.limit, limit_source=self.context.limit_source))
-            self.warn_once("truncation", (
+            self.truncation_found(reading.reported, reading.estimated, (
                 f"the server cut the front of the conversation: its counts stayed near "
                 f"{reading.reported} tokens while the conversation grew. Working within "
                 f"{self.context.limit} tokens from now on. Fix: give the model a bigger window "

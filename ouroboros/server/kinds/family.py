@@ -138,6 +138,12 @@ def natural(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def count_field(answer: Any) -> int | None:
+    """The `count` of a tokenize endpoint's answer (llama-cpp-python's, vLLM's)."""
+    count = answer.get("count") if isinstance(answer, dict) else None
+    return count if natural(count) else None
+
+
 def same_model(a: str, b: str) -> bool:
     """`llama3.2` and `llama3.2:latest` name the same model, and so does `Llama3.2`: Ollama
     matches names without regard to case."""

@@ -14,15 +14,10 @@ from ouroboros.server.kinds.family import (
     Endpoint,
     Situation,
     Told,
+    count_field,
     get_json,
-    natural,
     positive,
 )
-
-
-def _count_field(answer: Any) -> int | None:
-    count = answer.get("count") if isinstance(answer, dict) else None
-    return count if natural(count) else None
 
 
 def _tokens_length(answer: Any) -> int | None:
@@ -31,7 +26,7 @@ def _tokens_length(answer: Any) -> int | None:
 
 
 LLAMA_CPP_PYTHON_TOKENIZE = Endpoint(
-    "llama-cpp-python", "/extras/tokenize/count", lambda text, model: {"input": text}, _count_field
+    "llama-cpp-python", "/extras/tokenize/count", lambda text, model: {"input": text}, count_field
 )
 LLAMA_CPP_TOKENIZE = Endpoint(
     "llama.cpp", "/tokenize", lambda text, model: {"content": text}, _tokens_length

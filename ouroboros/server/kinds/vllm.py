@@ -13,20 +13,14 @@ from ouroboros.server.kinds.family import (
     Endpoint,
     Situation,
     Told,
+    count_field,
     get_json,
-    natural,
     positive,
     same_model,
 )
 
-
-def _count_field(answer: Any) -> int | None:
-    count = answer.get("count") if isinstance(answer, dict) else None
-    return count if natural(count) else None
-
-
 VLLM_TOKENIZE = Endpoint(
-    "vLLM", "/tokenize", lambda text, model: {"model": model, "prompt": text}, _count_field
+    "vLLM", "/tokenize", lambda text, model: {"model": model, "prompt": text}, count_field
 )
 
 
