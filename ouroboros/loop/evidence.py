@@ -41,13 +41,10 @@ from ouroboros.window.belief import (
     Count,
     Probe,
     Window,
-    after_probe,
     hypothesis,
     named_window,
     needs_retest,
     uncut,
-    with_allocated,
-    with_filler_rate,
 )
 from ouroboros.window.conversation import to_wire
 from ouroboros.window.policy import ContextManager, Reading
@@ -76,7 +73,7 @@ def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Wa
         return
     tokens, told_by = told
     window = context.window
-    context.window = with_allocated(window, tokens, told_by)
+    context.told(tokens, told_by)
     if tokens < window.claimed:
         fix = bigger_window(window.claimed)
         warn("allocated", (
@@ -167,7 +164,7 @@ class Evidence:
         self.doubted = self.requests
         rate = window.filler_rate or await self.filler_rate()
         if rate <= 0:  # its counts cannot size a probe
-            self.context.window = after_probe(self.context.window, Probe(expected=size))
+            self.context.probed_with(Probe(expected=size))
             return None
         have = self.context.current_tokens(list(messages[:sent]), self.tools)
         words = max(int((size - have) / rate), 0)
@@ -187,7 +184,7 @@ class Evidence:
             said = refusal.message
         except ModelError:
             return None
-        self.context.window = after_probe(self.context.window, probe)
+        self.context.probed_with(probe)
         self.said_probe(window, probe, said)
         return probe
 
@@ -204,7 +201,7 @@ class Evidence:
         rate = (counted or 0) / words
         if not MIN_FILLER_RATE <= rate <= MAX_FILLER_RATE:
             rate = -1.0
-        self.context.window = with_filler_rate(self.context.window, rate)
+        self.context.filler_measured(rate)
         return rate
 
     def said_probe(self, before: Window, probe: Probe, refusal: str) -> None:
@@ -325,7 +322,7 @@ class Evidence:
             tokens = ledger.measured(conversation[index])
             if tokens is not None:
                 conversation.measure(index, max(round(tokens * scale), 1))
-        self.context.last_count = None  # counts before were in the old units
+        self.context.units_changed()
         self.log.emit(ev.WarningEvent(message=(
             f"the server counted {reading.reported} tokens of a prompt the ledger knew as "
             f"~{reading.estimated}, inside the {self.context.limit}-token window a probe "
@@ -336,7 +333,7 @@ class Evidence:
         """Once a session, when the stream carried no count: ask the server to count the
         prompt (the first `sent` messages), so the ledger learns what only it knows (tool
         schemas, template tokens)."""
-        self.context.probed = True
+        self.context.count_asked()
         try:
             counted = await self.client.prompt_tokens(self.context.wire(messages, sent),
                                                       self.tools)

@@ -45,7 +45,7 @@ def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
     session = max((e.session for e in events), default=1)
     context = ContextManager.create(*last_window(events),
                                     setting(config, "model", "max_output_tokens"), policy)
-    context.next_observation = next_observation(events)
+    context.restored(next_observation(events), wound_down=False)
     replay = Replay(context, read_observation, setting(config, "agent", "continue_message"))
     messages = conv.Conversation([{"role": "system", "content": system_prompt},
                                  opening(events, session, config)], context.worth_masking)
@@ -57,7 +57,7 @@ def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
                      session_turns=len(replay.turns), total_turns=count_turns(events),
                      restarts=sum(isinstance(e, ev.SessionRestart) for e in events))
     state.tokens_used, state.wall_secs = spent_in(events)
-    context.wound_down = replay.wound_down
+    context.restored(context.next_observation, replay.wound_down)
     return state, seq
 
 
@@ -146,8 +146,7 @@ def restore_results(state: RunState, events: list[EventBase], seq: int,
             break  # the calls after an unanswered one never ran
         state.messages.append(replay.result(event))
         state.session_successes += int(event.ok)
-        state.context.next_observation = max(state.context.next_observation,
-                                             next_observation([event]))
+        state.context.restored(next_observation([event]), state.context.wound_down)
         seq = event.seq
     return seq
 

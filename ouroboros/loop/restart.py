@@ -31,7 +31,6 @@ from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ConfirmRestart, Message
 from ouroboros.window import ledger
-from ouroboros.window.belief import at_session_start, with_allocated
 from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, unacted_turns
 from ouroboros.window.policy import ContextManager, Fitted
 
@@ -84,10 +83,7 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
     starts = state.messages.tally.starts  # the turns, without a walk through the messages
     unacted = unacted_turns(state.messages, starts)
     carried = carryover(state.messages, max(policy.carryover_turns, unacted), starts)
-    context.window = at_session_start(context.window)
-    if told is not None:
-        context.window = with_allocated(context.window, *told)
-    context.new_session()
+    context.new_session(told)
     if brief is not None:
         tools = context.session_tools(system, tools, brief)
     session, target = state.session + 1, context.fresh_start_target()

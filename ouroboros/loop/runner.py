@@ -75,7 +75,6 @@ from ouroboros.store import events as ev
 from ouroboros.store.log import EventLog, find_run, new_run_id, runs_dir, utc_now, write_failure
 from ouroboros.store.observations import OBSERVATIONS_DIR
 from ouroboros.store.owner import claim_state_dir
-from ouroboros.window.belief import reclaimed
 
 
 async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
@@ -273,7 +272,7 @@ class Runner:
         system = runner.system_message()  # the memory as it is now, on a resume too
         if system["content"] != state.messages[0].get("content"):
             state.messages.replace_system(system)
-            state.context.revision += 1  # changed other than by appending
+            state.context.changed()
         session = Session(state, services)
         for call in interrupted:
             session.tool_calls.answer_interrupted(call)
@@ -427,7 +426,7 @@ class Runner:
         if limit_changed:
             context, client = self.state.context, self.services.client
             http = client.http if isinstance(client, ChatClient) else None
-            context.window = reclaimed(context.window, *await claim_window(loaded, http))
+            context.reclaim(*await claim_window(loaded, http))
 
     def follow_config(self) -> None:
         """The holders that keep a copy of live keys take each new config whole: the context
@@ -436,8 +435,7 @@ class Runner:
         context, services = self.state.context, self.services
 
         def window(loaded: LoadedConfig) -> None:
-            context.policy = loaded.config.context
-            context.max_output_tokens = loaded.config.model.max_output_tokens
+            context.configure(loaded.config.context, loaded.config.model.max_output_tokens)
 
         def client(loaded: LoadedConfig) -> None:
             if isinstance(services.client, ChatClient):

@@ -36,7 +36,6 @@ from ouroboros.store.observations import obs_number
 from ouroboros.store.retention import Retention
 from ouroboros.store.segments import complete_summary, write_manifest
 from ouroboros.tools import Recall, Toolbox, default_tools
-from ouroboros.window.belief import reclaimed
 from ouroboros.window.conversation import note
 from ouroboros.window.policy import ContextManager, fixed_part_problem, least_tokens
 
@@ -71,8 +70,8 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
     state = recovered.state
     context = state.context
     context.forget_unreferenced(state.messages)  # a run saved before records were dropped
-    context.window = reclaimed(context.window, *claim)
-    context.max_output_tokens = cfg.model.max_output_tokens
+    context.reclaim(*claim)
+    context.configure(context.policy, cfg.model.max_output_tokens)
     state.barren_sessions = 0
     state.reload = ""  # a resume reads the config anyway
     state.idle_turns = 0  # the person chose to go on

@@ -20,7 +20,19 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from ouroboros.protocols import Message, Usage, WireMessages
 from ouroboros.window import ledger
-from ouroboros.window.belief import Count, Verdict, Window, after_refusal, judge
+from ouroboros.window.belief import (
+    Count,
+    Probe,
+    Verdict,
+    Window,
+    after_probe,
+    after_refusal,
+    at_session_start,
+    judge,
+    reclaimed,
+    with_allocated,
+    with_filler_rate,
+)
 from ouroboros.window.conversation import (
     WRITING_TOOLS,
     Conversation,
@@ -550,10 +562,54 @@ class ContextManager:
         """How full a restarted session may begin."""
         return int(self.budget * min(self.policy.soft_threshold_pct, FRESH_START_MAX_FILL))
 
-    def new_session(self) -> None:
+    def new_session(self, told: tuple[int, str] | None = None) -> None:
+        """A session begins: the belief as a session start holds it (belief.at_session_start),
+        then what the server says of its window now (`told`: tokens and who said so)."""
+        self.window = at_session_start(self.window)
+        if told is not None:
+            self.told(*told)
         self.wound_down = self.probed = False
-        self.revision += 1
+        self.changed()
         self.last_count = None
+
+    # -- what the loop learns of the window (belief.py decides what to make of it) --
+
+    def configure(self, policy: ContextConfig, max_output_tokens: int) -> None:
+        """The `[context]` policy and the reply's reserve as configured now."""
+        self.policy, self.max_output_tokens = policy, max_output_tokens
+
+    def reclaim(self, limit: int, source: str) -> None:
+        """The window the config claims (or the server says) at a start or a reload."""
+        self.window = reclaimed(self.window, limit, source)
+
+    def told(self, tokens: int, told_by: str) -> None:
+        """The server says it allocated this window (belief.with_allocated)."""
+        self.window = with_allocated(self.window, tokens, told_by)
+
+    def probed_with(self, probe: Probe) -> None:
+        """What a probe of the window found (belief.after_probe)."""
+        self.window = after_probe(self.window, probe)
+
+    def filler_measured(self, rate: float) -> None:
+        """How many tokens the server counts per word of probe filler."""
+        self.window = with_filler_rate(self.window, rate)
+
+    def count_asked(self) -> None:
+        """The server was asked to count a prompt this session."""
+        self.probed = True
+
+    def units_changed(self) -> None:
+        """The server counts in other units than before: earlier counts compare with none."""
+        self.last_count = None
+
+    def changed(self) -> None:
+        """The conversation changed other than by appending (its system prompt replaced)."""
+        self.revision += 1
+
+    def restored(self, next_observation: int, wound_down: bool) -> None:
+        """What a rebuild from the log found of the counters a snapshot would have held."""
+        self.next_observation = max(self.next_observation, next_observation)
+        self.wound_down = wound_down
 
     # -- observations --
 
