@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 from pydantic import ValidationError
 
 from ouroboros.errors import StateError, UsageError
+from ouroboros.protocols import Listener
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
@@ -74,7 +75,6 @@ SEGMENT_BYTES = 2 << 20
 BOUNDARY_FRACTION = 2
 RESERVE_FILE = "end-reserve"
 RESERVE_BYTES = 16 << 10  # error, session_end, run_end (a summary of 2,000 characters at most)
-Listener = Callable[[EventBase], None]
 Durability = Literal["turn", "event"]
 
 
