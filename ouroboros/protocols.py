@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ouroboros.store.events import EventBase
 
 Message = dict[str, Any]
+JsonObject = dict[str, Any]  # a JSON object as read from a file or the log, or to be written
 
 
 def call_ids_in(messages: Iterable[dict[str, Any]]) -> set[str]:

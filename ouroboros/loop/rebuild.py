@@ -27,7 +27,7 @@ from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.store import events as ev
-from ouroboros.store.events import EventBase, Record, parse_event
+from ouroboros.store.events import EventBase, EventLike, parse_event
 from ouroboros.window import conversation as conv
 from ouroboros.window.policy import ContextManager
 
@@ -36,7 +36,7 @@ UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one 
 OBS_NUMBER = re.compile(r"obs-(\d+)$")
 
 
-def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
+def rebuild_state(records: list[EventLike], run_id: str, policy: ContextConfig,
                   system_prompt: str, read_observation: ObservationReader) -> tuple[RunState, int]:
     """The state as of the log's last reply or tool result, and that event's `seq`: tool
     calls logged after it as started have no result, so a resume reports them interrupted."""
