@@ -18,11 +18,12 @@ tool that did run is not reported interrupted and run again.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
 from ouroboros.loop.budgets import spent_in
 from ouroboros.loop.handoff import Digest, restart_note
+from ouroboros.loop.journal import ObservationReader
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import Message, ToolCall, ToolResult
@@ -31,7 +32,6 @@ from ouroboros.store.events import EventBase, EventLike, parse_event
 from ouroboros.window import conversation as conv
 from ouroboros.window.policy import ContextManager
 
-ObservationReader = Callable[[str], str | None]  # obs id -> its full text, None if gone
 UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one anyway)
 OBS_NUMBER = re.compile(r"obs-(\d+)$")
 

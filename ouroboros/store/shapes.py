@@ -21,7 +21,7 @@ class Shape(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
-class Session(Shape):
+class SessionShape(Shape):
     session: int
     turns: int = Field(ge=0)
     peak_pct: float | None
@@ -36,9 +36,9 @@ class Sessions(Shape):
     """The sessions' figures and the chart's readings (RunSummary, summary.py)."""
 
     sessions: int = Field(0, ge=0)
-    first: list[Session] = []
-    recent: list[Session] = []
-    earlier: Session | None = None
+    first: list[SessionShape] = []
+    recent: list[SessionShape] = []
+    earlier: SessionShape | None = None
     readings: int = Field(0, ge=0)
     span: int = Field(1, ge=1)
     buckets: list[list[Any]] = []

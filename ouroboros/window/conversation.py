@@ -25,7 +25,7 @@ NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
-Note = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "redoing"]
+NoteKind = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "redoing"]
 Truncation = Literal["head", "tail", "both"]
 
 INTERRUPTED_PREFIX = "[interrupted:"  # how the result of a call a stop cut short begins
@@ -59,7 +59,7 @@ WIND_DOWN_TEXT = (
 # --- notes ----------------------------------------------------------------------------------
 
 
-def note(kind: Note, text: str) -> Message:
+def note(kind: NoteKind, text: str) -> Message:
     """A message the harness adds to the conversation (sent to the model as a user turn)."""
     return {"role": "user", "content": text, NOTE_KEY: kind}
 
@@ -361,7 +361,7 @@ class Conversation(Sequence[Message]):
             self._changes.refs[seq] = ref
         return seq
 
-    def add_note(self, kind: Note, text: str) -> None:
+    def add_note(self, kind: NoteKind, text: str) -> None:
         """Add a note of the harness's (see `note`)."""
         self.append(note(kind, text))
 
