@@ -178,7 +178,7 @@ class EventSink(Protocol):
 
 
 class RunLog(EventSink, Protocol):
-    """The run's event log as a session writes it: events.EventLog, or a list in tests."""
+    """The run's event log as a session writes it: store.log.EventLog, or a list in tests."""
 
     seq: int  # the number of the last event written
     session: int  # stamped on every event, with `turn`

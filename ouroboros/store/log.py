@@ -3,7 +3,7 @@
 Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
     events.jsonl      the current segment: one JSON object per line, written as things
                       happen; `checkpoint` events hold what each step changed in the run's
-                      state (journal.py)
+                      state (loop/journal.py)
     segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
     manifest.json     what each closed segment spans, and the run's summary as of the newest
     totals.json       that summary again, where retention never prunes (segments.py)
@@ -124,7 +124,8 @@ class EventLog:
         keep_reserve(self.reserve)
         self._listeners: list[Listener] = []
         self._held: list[tuple[bytes, EventBase]] | None = None  # see together()
-        # Known secrets replaced in every record, in the file and for listeners (redact.py).
+        # Known secrets replaced in every record, in the file and for listeners
+        # (sandbox/secrets.py).
         self.redact: Callable[[str], str] | None = None
 
     def subscribe(self, listener: Listener) -> None:

@@ -3,7 +3,7 @@ carries out what the ContextManager in policy.py decides), and the data it is ma
 notes the harness writes into it, tool results as observations (their placeholders and
 caps), turns, masking and what a restart carries over, as pure functions. No I/O.
 
-Vocabulary (see context.py for the window's): a *turn* is an assistant message and everything
+Vocabulary (see policy.py for the window's): a *turn* is an assistant message and everything
 after it up to the next assistant message (its tool results and any notes); turns are never
 split. An *observation* is a tool result; masking replaces its content with a placeholder
 that says what was there, while the message itself (and the call it answers) stays.
