@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ouroboros.store.events import EventBase
 
 Message = dict[str, Any]
+JsonObject = dict[str, Any]  # a JSON object as read from a file or the log, or to be written
 
 
 def call_ids_in(messages: Iterable[dict[str, Any]]) -> set[str]:
@@ -177,7 +178,7 @@ class EventSink(Protocol):
 
 
 class RunLog(EventSink, Protocol):
-    """The run's event log as a session writes it: events.EventLog, or a list in tests."""
+    """The run's event log as a session writes it: store.log.EventLog, or a list in tests."""
 
     seq: int  # the number of the last event written
     session: int  # stamped on every event, with `turn`

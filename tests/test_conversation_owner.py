@@ -1,5 +1,5 @@
 """The conversation's one owner: other code asks it to append, mask, drop or replace, and the
-bookkeeping that must follow each change (the running sums, the record of what changed since
+bookkeeping that must follow each change (the running sums, the Changes since
 the last checkpoint) follows it there, keyed by position and sequence number."""
 
 from __future__ import annotations

@@ -389,18 +389,18 @@ def test_runs_started_in_one_second_sort_as_they_started():
     assert ids[-1] == "20261126-170541-f423"
 
 
-def test_a_run_changing_its_config_forever_keeps_a_bounded_tally():
+def test_a_run_changing_its_config_forever_keeps_a_bounded_summary():
     from ouroboros.store.summary import RECENT_CHANGES, RunSummary
 
-    tally = RunSummary()
+    summary = RunSummary()
     for i in range(1000):
         key = ("context.soft_threshold_pct", "agent.max_turns", "model.name")[i % 3]
         record = {"type": "config_changed", "seq": i + 1, "key": key, "new": i}
-        tally.add("config_changed", record, lambda record=record: record)
+        summary.add("config_changed", record, lambda record=record: record)
 
-    newest = {r["key"]: r["new"] for r in tally.config_changes}
-    assert len(tally.config_changes) <= RECENT_CHANGES + 3
+    newest = {r["key"]: r["new"] for r in summary.config_changes}
+    assert len(summary.config_changes) <= RECENT_CHANGES + 3
     assert newest == {"context.soft_threshold_pct": 999, "agent.max_turns": 997,
                       "model.name": 998}  # what the config is now, for a resume
-    assert [r["new"] for r in tally.config_changes][-RECENT_CHANGES:] == \
+    assert [r["new"] for r in summary.config_changes][-RECENT_CHANGES:] == \
         list(range(1000 - RECENT_CHANGES, 1000))  # what status lists

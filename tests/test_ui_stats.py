@@ -52,12 +52,12 @@ def test_a_turn_counts_once_its_reply_came_as_status_counts_it(tmp_path):
     log.session, log.turn = 2, 3  # the third request of session 2 is sent, no reply yet
     log.emit(ev.StopRequested(signal="SIGTERM"))
     log.close()
-    tally = read_tail(path.parent).summary()  # what `status` and default `stats` read
+    summary = read_tail(path.parent).summary()  # what `status` and default `stats` read
 
     stats = run_stats(read_events(path).events)  # `stats --all`
-    quick = summary_stats(tally)
+    quick = summary_stats(summary)
 
-    assert stats.total_turns == quick.total_turns == tally.turns == 8
+    assert stats.total_turns == quick.total_turns == summary.turns == 8
     assert [s.turns for s in stats.sessions] == [s.turns for s in quick.sessions] == [6, 2]
 
 

@@ -5,7 +5,7 @@
     StopRun         the run ends, resumable: max_turns, task_complete, an idle agent, a stop
                     asked for between turns, max_restarts, a declined restart
 
-A stop signal ends any wait at once instead (stopping.Interrupted); a model that fails for
+A stop signal ends any wait at once instead (protocols.Interrupted); a model that fails for
 good raises errors.ModelError.
 """
 

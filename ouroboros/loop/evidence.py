@@ -30,6 +30,7 @@ from ouroboros.protocols import (
     Warn,
 )
 from ouroboros.server.kinds import bigger_window
+from ouroboros.server.kinds.ollama import ALLOCATED
 from ouroboros.store import events as ev
 from ouroboros.tools import Toolbox
 from ouroboros.window import ledger
@@ -61,9 +62,6 @@ MIN_FILLER_RATE, MAX_FILLER_RATE = 0.5, 4.0
 DOUBTED_FILL = 0.5
 # Requests of a session between probes that doubt alone asks for.
 DOUBT_EVERY = 4
-
-
-ALLOCATED = "allocated by Ollama (/api/ps)"
 
 
 def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Warn) -> None:

@@ -15,9 +15,9 @@ snapshot's seq); a resume applies the checkpoints logged after the snapshot, in 
     state_dict, seq = replay(snapshot, events, read_observation)
 
 Which messages are kept, new or measured since the last checkpoint is recorded by the
-conversation itself, as it carries out each change (window.conversation.Conversation, whose
-docstring states the record's invariants and whose `check` asserts them); the journal keeps
-the rest: the observations and the counters, compared with what it last logged.
+conversation itself, as it carries out each change (window.conversation.Changes states the
+invariants, Conversation.check asserts them); the journal keeps the rest: the observations
+and the counters, compared with what it last logged.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ class Journal:
     Invariants: the state as of the last snapshot, with every delta since applied in order
     (`apply_delta`), is the state now (tests/test_journal.py checks it at every step of a
     real run, tests/test_conversation_owner.py for the messages under any mix of changes).
-    It rests on the conversation's record (see Conversation) and on observations being only
-    added at the end of `context.observations` or marked masked between two checkpoints
-    (unreferenced ones are dropped only at a session boundary, which a snapshot follows).
+    It rests on the conversation's Changes (see window.conversation) and on observations
+    being only added at the end of `context.observations` or marked masked between two
+    checkpoints (unreferenced ones are dropped only at a session boundary, which a snapshot
+    follows).
     """
 
     base: int = 0  # the seq of the snapshot the checkpoints build on

@@ -18,25 +18,25 @@ tool that did run is not reported interrupted and run again.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
 from ouroboros.loop.budgets import spent_in
 from ouroboros.loop.handoff import Digest, restart_note
+from ouroboros.loop.journal import ObservationReader
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.store import events as ev
-from ouroboros.store.events import EventBase, Record, parse_event
+from ouroboros.store.events import EventBase, EventLike, parse_event
 from ouroboros.window import conversation as conv
 from ouroboros.window.policy import ContextManager
 
-ObservationReader = Callable[[str], str | None]  # obs id -> its full text, None if gone
 UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one anyway)
 OBS_NUMBER = re.compile(r"obs-(\d+)$")
 
 
-def rebuild_state(records: list[Record], run_id: str, policy: ContextConfig,
+def rebuild_state(records: list[EventLike], run_id: str, policy: ContextConfig,
                   system_prompt: str, read_observation: ObservationReader) -> tuple[RunState, int]:
     """The state as of the log's last reply or tool result, and that event's `seq`: tool
     calls logged after it as started have no result, so a resume reports them interrupted."""

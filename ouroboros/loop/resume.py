@@ -65,10 +65,10 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     the conversation if it has to be rebuilt from the log. What is read is the manifest, the
     snapshot and the records after it (the current segment, as a rule): not the history."""
     tail = read_tail(run_dir)
-    tally = tail.summary()
-    if tally.run_start is None and not tail.last_seq:
+    summary = tail.summary()
+    if summary.run_start is None and not tail.last_seq:
         raise UsageError(f"{run_dir} has an empty log; start a new run with `ouroboros run`")
-    version = (tally.run_start or {}).get("format_version", 0)
+    version = (summary.run_start or {}).get("format_version", 0)
     if version > FORMAT_VERSION:
         raise UsageError(f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
                          f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it")
@@ -79,13 +79,13 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
         events = parse_records(list(run_records(run_dir, tail=tail)), run_dir / EVENTS_FILE)
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
         if tail.manifest.pruned:  # the records before the kept ones count too
-            state.total_turns = max(state.total_turns, tally.turns)
-            state.restarts = max(state.restarts, tally.restarts)
+            state.total_turns = max(state.total_turns, summary.turns)
+            state.restarts = max(state.restarts, summary.restarts)
         fold(state.digest, events)
     else:
         fold(state.digest, parse_records([r for r in after if r["type"] in DIGESTED],
                                          run_dir / EVENTS_FILE))
-        needed = {r["seq"]: r for r in config_records(tally) + after if r["seq"] > seq
+        needed = {r["seq"]: r for r in config_records(summary) + after if r["seq"] > seq
                   or r["type"] in ("run_start", "config_changed")}
         events = parse_records(sorted(needed.values(), key=lambda r: r["seq"]),
                                run_dir / EVENTS_FILE)
@@ -124,10 +124,10 @@ def records_after(tail: RunTail, seq: int) -> list[dict[str, Any]]:
     return list(closed_records(tail.run_dir, tail.manifest, seq)) + tail.records
 
 
-def config_records(tally: RunSummary) -> list[dict[str, Any]]:
+def config_records(summary: RunSummary) -> list[dict[str, Any]]:
     """The records that say the config the run last ran with, in order."""
-    return [tally.run_start, *tally.config_changes] if tally.run_start else \
-        list(tally.config_changes)
+    return [summary.run_start, *summary.config_changes] if summary.run_start else \
+        list(summary.config_changes)
 
 
 def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any]],

@@ -5,8 +5,8 @@
 The loop never ends by itself: it raises `RestartSession` when the window says so and
 `StopRun` when the run should end (endings.py), an idle or stuck agent included (guards.py);
 a stop signal cancels it wherever it waits (stopping.py). A person's messages (`ouroboros
-tell`, inbox.py) are taken at each turn boundary. The rest of a turn is in actions.py (tool
-calls), upkeep.py (the window) and checkpoints.py (the state, written as it goes).
+tell`, inbox.py) are taken at each turn boundary. The rest of a turn is in tool_calls.py
+(tool calls), upkeep.py (the window) and checkpoints.py (the state, written as it goes).
 """
 
 from __future__ import annotations

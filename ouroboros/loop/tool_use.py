@@ -8,13 +8,10 @@ template or a model without tools), and the run's first replies after it.
 
 from __future__ import annotations
 
-from typing import Callable
-
+from ouroboros.protocols import Warn
 from ouroboros.store import events as ev
 
 FIRST_REPLIES = 5  # replies without a tool call, from the run's start, before saying so
-
-Warn = Callable[[str, str], None]
 
 
 def no_tools_warning(takes_tools: bool, server: str, model: str) -> str | None:

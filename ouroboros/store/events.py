@@ -439,7 +439,7 @@ EVENT_MODELS: dict[str, type[EventBase]] = {
     model.model_fields["type"].default: model for model in MODELS}
 EVENT_TYPES = tuple(EVENT_MODELS)
 
-Record = Union[Mapping[str, Any], EventBase]
+EventLike = Union[Mapping[str, Any], EventBase]
 """An event as a reader may be given it: a record as read from the log, or its model."""
 
 
@@ -447,7 +447,7 @@ class EventError(StateError):
     """A record of a known type whose fields do not fit it (a damaged or edited log)."""
 
 
-def parse_event(record: Record) -> EventBase:
+def parse_event(record: EventLike) -> EventBase:
     """A record as read from the log, as its model; an UnknownEvent for a type this version
     does not know. Raises EventError when a known type's fields do not fit it."""
     if isinstance(record, EventBase):

@@ -3,7 +3,7 @@
 Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
     events.jsonl      the current segment: one JSON object per line, written as things
                       happen; `checkpoint` events hold what each step changed in the run's
-                      state (journal.py)
+                      state (loop/journal.py)
     segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
     manifest.json     what each closed segment spans, and the run's summary as of the newest
     totals.json       that summary again, where retention never prunes (segments.py)
@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 from pydantic import ValidationError
 
 from ouroboros.errors import StateError, UsageError
+from ouroboros.protocols import Listener
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
 from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
@@ -74,7 +75,6 @@ SEGMENT_BYTES = 2 << 20
 BOUNDARY_FRACTION = 2
 RESERVE_FILE = "end-reserve"
 RESERVE_BYTES = 16 << 10  # error, session_end, run_end (a summary of 2,000 characters at most)
-Listener = Callable[[EventBase], None]
 Durability = Literal["turn", "event"]
 
 
@@ -124,7 +124,8 @@ class EventLog:
         keep_reserve(self.reserve)
         self._listeners: list[Listener] = []
         self._held: list[tuple[bytes, EventBase]] | None = None  # see together()
-        # Known secrets replaced in every record, in the file and for listeners (redact.py).
+        # Known secrets replaced in every record, in the file and for listeners
+        # (sandbox/secrets.py).
         self.redact: Callable[[str], str] | None = None
 
     def subscribe(self, listener: Listener) -> None:

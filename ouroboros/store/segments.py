@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator
 from pydantic import ValidationError
 
 from ouroboros.errors import StateError
+from ouroboros.protocols import JsonObject
 from ouroboros.store.atomic import write_atomically
 from ouroboros.store.files import read_regular
 from ouroboros.store.shapes import ManifestShape, TotalsShape, check, why_not
@@ -47,7 +48,6 @@ SEGMENTS_DIR = "segments"
 MANIFEST_FORMAT = 3
 MAX_MANIFEST_BYTES = 256 << 20  # a line per closed segment: far more than any run has
 SEGMENT_NAME = re.compile(r"(\d{6})\.jsonl(\.gz)?$")
-Record = dict[str, Any]
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Manifest:
                            "state": self.state, "pruned": self.pruned}, ensure_ascii=False)
 
 
-def segment_entry(number: int, file: str, first: Record, summary: RunSummary, size: int,
+def segment_entry(number: int, file: str, first: JsonObject, summary: RunSummary, size: int,
                   turns_before: int) -> dict[str, Any]:
     """A closed segment as the manifest lists it: where it is, what it spans, its last
     state (session, turn, turns in all, last record's type)."""
@@ -216,7 +216,7 @@ def add_scanned(manifest: Manifest, number: int, path: Path) -> None:
     """List a segment the manifest did not, by reading it through."""
     summary = manifest.summary()
     before = summary.assistants
-    first: Record | None = None
+    first: JsonObject | None = None
     for record in segment_records(path):
         first = first or envelope(record)
         summary.add_record(record)
@@ -246,7 +246,7 @@ def complete_summary(run_dir: Path, manifest: Manifest) -> RunSummary:
     return summary
 
 
-def parse_record(raw: bytes) -> Record | None:
+def parse_record(raw: bytes) -> JsonObject | None:
     """One line of the log as an event, or None if it is not one."""
     try:
         record = json.loads(raw)
@@ -258,7 +258,7 @@ def parse_record(raw: bytes) -> Record | None:
     return record
 
 
-def segment_records(path: Path) -> Iterator[Record]:
+def segment_records(path: Path) -> Iterator[JsonObject]:
     """The records of a closed segment, streamed; StateError naming the file when it is
     missing or damaged."""
     opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
@@ -275,7 +275,7 @@ def segment_records(path: Path) -> Iterator[Record]:
         raise StateError(f"cannot read {path}: {why}") from None
 
 
-def closed_records(run_dir: Path, manifest: Manifest, after_seq: int = 0) -> Iterator[Record]:
+def closed_records(run_dir: Path, manifest: Manifest, after_seq: int = 0) -> Iterator[JsonObject]:
     """The records of the closed segments after `after_seq`, oldest first."""
     for segment in manifest.segments:
         if segment["last_seq"] <= after_seq:
@@ -295,7 +295,7 @@ def reached(step: str) -> None:
         hook(step)
 
 
-def close_segment(run_dir: Path, current: Path, first: Record, summary: RunSummary,
+def close_segment(run_dir: Path, current: Path, first: JsonObject, summary: RunSummary,
                   turns_before: int) -> Manifest:
     """Make the current segment the next closed one: a manifest written first where there is
     none yet (the run stays listed while events.jsonl is away), renamed into segments/

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Record = dict[str, Any]
+from ouroboros.protocols import JsonObject
 
 
 class Shape(BaseModel):
@@ -21,7 +21,7 @@ class Shape(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
-class Session(Shape):
+class SessionShape(Shape):
     session: int
     turns: int = Field(ge=0)
     peak_pct: float | None
@@ -36,9 +36,9 @@ class Sessions(Shape):
     """The sessions' figures and the chart's readings (RunSummary, summary.py)."""
 
     sessions: int = Field(0, ge=0)
-    first: list[Session] = []
-    recent: list[Session] = []
-    earlier: Session | None = None
+    first: list[SessionShape] = []
+    recent: list[SessionShape] = []
+    earlier: SessionShape | None = None
     readings: int = Field(0, ge=0)
     span: int = Field(1, ge=1)
     buckets: list[list[Any]] = []
@@ -60,15 +60,15 @@ class Figures(Sessions):
 class SummaryShape(Sessions):
     """RunSummary (summary.py): the run's summary as of the newest closed segment."""
 
-    run_start: Record | None = None
+    run_start: JsonObject | None = None
     run_id: str = ""
     soft: float | None = None
     hard: float | None = None
-    anchors: dict[str, Record] = {}
-    config_changes: list[Record] = []
-    flags: Record = {}
+    anchors: dict[str, JsonObject] = {}
+    config_changes: list[JsonObject] = []
+    flags: JsonObject = {}
     started: str | None = None
-    last: Record = {}
+    last: JsonObject = {}
     session: int = Field(1, ge=0)
     turn: int = Field(0, ge=0)
     window: int | None = None
@@ -98,7 +98,7 @@ class Segment(Shape):
     sessions: list[int] = Field(min_length=2, max_length=2)
     turns: list[int] = Field(min_length=2, max_length=2)
     time: list[str | None] = Field(min_length=2, max_length=2)
-    last_state: Record
+    last_state: JsonObject
 
 
 class Pruned(Shape):
@@ -133,8 +133,8 @@ class StateShape(Shape):
     """RunState (loop/state.py) as the snapshot holds it."""
 
     run_id: str
-    messages: list[Record]
-    context: Record
+    messages: list[JsonObject]
+    context: JsonObject
     session: int = Field(1, ge=1)
     session_turns: int = Field(0, ge=0)
     total_turns: int = Field(0, ge=0)
@@ -147,13 +147,13 @@ class StateShape(Shape):
     instruction: str = ""
     tokens_used: int = Field(0, ge=0)
     wall_secs: float = Field(0.0, ge=0)
-    digest: Record | None = None
+    digest: JsonObject | None = None
 
 
 class ContextShape(Shape):
     """The parts of the context manager's state that are read without it (prune_run)."""
 
-    observations: dict[str, Record] = {}
+    observations: dict[str, JsonObject] = {}
     next_observation: int = Field(0, ge=0)
 
 

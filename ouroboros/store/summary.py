@@ -28,9 +28,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Final
 
+from ouroboros.protocols import JsonObject
 from ouroboros.store.events import EventBase
 
-Record = dict[str, Any]
 FIRST_KEPT = 3
 RECENT_KEPT = 12  # a run of at most this many sessions is shown whole
 CHART_BUCKETS = 144  # twice the chart's width: a run of up to this many readings is exact
@@ -48,12 +48,12 @@ ANCHORS = ("run_resumed", "session_start", "session_restart", "token_usage", "co
 SAID_DONE_BEFORE: Final = re.compile(r'^the agent said it is done \("(.*?)"\)')
 
 
-def new_session(number: int) -> Record:
+def new_session(number: int) -> JsonObject:
     return {"session": number, "turns": 0, "peak_pct": None, "mask_rounds": 0, "masked": 0,
             "end": "running", "prompt_tokens": 0, "completion_tokens": 0}
 
 
-def kept_changes(changes: list[Record]) -> list[Record]:
+def kept_changes(changes: list[JsonObject]) -> list[JsonObject]:
     """The config changes worth keeping, in order: the newest RECENT_CHANGES, and the newest
     change of every key (what the config is now, for a resume)."""
     newest = {change.get("key"): i for i, change in enumerate(changes)}
@@ -61,7 +61,7 @@ def kept_changes(changes: list[Record]) -> list[Record]:
     return [change for i, change in enumerate(changes) if i in keep]
 
 
-def remembered(flags: Record, before: Record, *, first: bool) -> Record:
+def remembered(flags: JsonObject, before: JsonObject, *, first: bool) -> JsonObject:
     """A record's flags as the run remembers them: the turn limit only as `ouroboros run`
     gave it (`first`), else as remembered `before`."""
     limit = flags.get(TURN_LIMIT) if first else before.get(TURN_LIMIT)
@@ -69,7 +69,7 @@ def remembered(flags: Record, before: Record, *, first: bool) -> Record:
     return kept if limit is None else {**kept, TURN_LIMIT: limit}
 
 
-def envelope(record: Record) -> Record:
+def envelope(record: JsonObject) -> JsonObject:
     return {k: record.get(k) for k in ("type", "ts", "seq", "session", "turn")}
 
 
@@ -78,17 +78,17 @@ class RunSummary:
     """A run as its events tell it, folded one record at a time (see the module)."""
 
     # what the run is
-    run_start: Record | None = None
+    run_start: JsonObject | None = None
     run_id: str = ""
     model: str = ""  # model.name, as the run asks for it
     served_model: str = ""  # the one the server says answered, where that is another
     soft: float | None = None  # the thresholds the run uses (None: not said yet)
     hard: float | None = None
-    flags: Record = field(default_factory=dict)
-    config_changes: list[Record] = field(default_factory=list)
-    anchors: dict[str, Record] = field(default_factory=dict)
+    flags: JsonObject = field(default_factory=dict)
+    config_changes: list[JsonObject] = field(default_factory=list)
+    anchors: dict[str, JsonObject] = field(default_factory=dict)
     started: str | None = None  # the first record's timestamp
-    last: Record = field(default_factory=dict)  # the newest record's envelope
+    last: JsonObject = field(default_factory=dict)  # the newest record's envelope
     # where it stands
     session: int = 1
     turn: int = 0
@@ -112,9 +112,9 @@ class RunSummary:
     tool_calls: dict[str, int] = field(default_factory=dict)  # by "tool outcome"
     # its sessions (`stats`)
     sessions: int = 0  # how many in all
-    first: list[Record] = field(default_factory=list)  # those that left `recent` first
-    recent: list[Record] = field(default_factory=list)
-    earlier: Record = field(default_factory=lambda: new_session(0))  # totals of the rest
+    first: list[JsonObject] = field(default_factory=list)  # those that left `recent` first
+    recent: list[JsonObject] = field(default_factory=list)
+    earlier: JsonObject = field(default_factory=lambda: new_session(0))  # totals of the rest
     session_restarts: int = 0  # `session_restart` records folded
     readings: int = 0
     span: int = 1
@@ -123,7 +123,7 @@ class RunSummary:
     keep_all: bool = False  # every session and reading (`stats --all`)
     complete: bool = True  # False: read from a manifest kept before the sessions' figures
 
-    def add(self, kind: str, head: Record, load: Callable[[], Record]) -> None:
+    def add(self, kind: str, head: JsonObject, load: Callable[[], JsonObject]) -> None:
         """Fold in one record: its type, envelope and (read only when needed) the record."""
         if self.started is None:
             self.started = head.get("ts")
@@ -142,7 +142,7 @@ class RunSummary:
                 self.anchors[kind] = record
             fold(self, record, current)
 
-    def add_record(self, record: Record) -> None:
+    def add_record(self, record: JsonObject) -> None:
         self.add(str(record.get("type", "")), envelope(record), lambda: record)
 
     def add_event(self, event: EventBase) -> None:
@@ -154,7 +154,7 @@ class RunSummary:
 
     # -- one fold per event type --
 
-    def _run_start(self, r: Record, current: Record | None) -> None:
+    def _run_start(self, r: JsonObject, current: JsonObject | None) -> None:
         self.run_start, self.run_id = r, r.get("run_id", "")
         config = r.get("config") or {}
         context, model = config.get("context") or {}, config.get("model") or {}
@@ -164,7 +164,7 @@ class RunSummary:
         if "flags" in r:
             self.flags = remembered(r["flags"], self.flags, first=True)
 
-    def _run_resumed(self, r: Record, current: Record | None) -> None:
+    def _run_resumed(self, r: JsonObject, current: JsonObject | None) -> None:
         if "flags" in r:
             self.flags = remembered(r["flags"], self.flags, first=False)
         self.turns, self.restarts = r.get("total_turns", 0), r.get("restarts", 0)
@@ -174,23 +174,23 @@ class RunSummary:
         if current is not None:
             current["end"] = "running"
 
-    def _config_changed(self, r: Record, current: Record | None) -> None:
+    def _config_changed(self, r: JsonObject, current: JsonObject | None) -> None:
         self.config_changes = kept_changes([*self.config_changes, r])
         if r.get("key") == "context.soft_threshold_pct":
             self.soft = r.get("new")
         elif r.get("key") == "context.hard_threshold_pct":
             self.hard = r.get("new")
 
-    def _session_start(self, r: Record, current: Record | None) -> None:
+    def _session_start(self, r: JsonObject, current: JsonObject | None) -> None:
         self.window, self.budget = r.get("context_limit"), r.get("budget")
         self.limit_source = r.get("limit_source", "")
         self.prompt_tokens = self.context_pct = None
 
-    def _new_window(self, r: Record, current: Record | None) -> None:
+    def _new_window(self, r: JsonObject, current: JsonObject | None) -> None:
         """A smaller window is believed from now on, and why."""
         self.window, self.limit_source = r.get("new_limit"), r.get("limit_source", "")
 
-    def _token_usage(self, r: Record, current: Record | None) -> None:
+    def _token_usage(self, r: JsonObject, current: JsonObject | None) -> None:
         pct = float(r.get("context_used_pct", 0.0))
         self.answered = [self.session, self.turn]  # it follows its turn's reply
         self.served_model = r.get("served_model", "")
@@ -203,7 +203,7 @@ class RunSummary:
             current["completion_tokens"] += r.get("completion_tokens", 0)
         self._reading(pct)
 
-    def _context_mask(self, r: Record, current: Record | None) -> None:
+    def _context_mask(self, r: JsonObject, current: JsonObject | None) -> None:
         self.masked = r.get("total_masked", self.masked)
         self.mask_rounds += 1
         self.prompt_tokens = r.get("tokens_after")
@@ -213,11 +213,11 @@ class RunSummary:
             current["mask_rounds"] += 1
             current["masked"] += r.get("observations_masked", 0)
 
-    def _wind_down(self, r: Record, current: Record | None) -> None:
+    def _wind_down(self, r: JsonObject, current: JsonObject | None) -> None:
         if current is not None:
             peak(current, r.get("context_used_pct"))
 
-    def _session_restart(self, r: Record, current: Record | None) -> None:
+    def _session_restart(self, r: JsonObject, current: JsonObject | None) -> None:
         self.restarts += 1
         self.session_restarts += 1
         self.masked += r.get("carryover_masked", 0)
@@ -230,11 +230,11 @@ class RunSummary:
             previous[0]["end"] = RESTART_PREFIX + str(r.get("reason", ""))
             peak(previous[0], r.get("context_used_pct"))  # None in a log from before it
 
-    def _session_end(self, r: Record, current: Record | None) -> None:
+    def _session_end(self, r: JsonObject, current: JsonObject | None) -> None:
         if current is not None and r.get("reason") != "restart":
             current["end"] = r.get("reason")
 
-    def _run_end(self, r: Record, current: Record | None) -> None:
+    def _run_end(self, r: JsonObject, current: JsonObject | None) -> None:
         self.turns, self.restarts = r.get("total_turns", 0), r.get("restarts", 0)
         self.ended_by = r.get("reason")
         said = r.get("said_done")
@@ -242,23 +242,23 @@ class RunSummary:
             said = m.group(1) if (m := SAID_DONE_BEFORE.match(r.get("next", ""))) else ""
         self.said_done = said
 
-    def _alert(self, r: Record, current: Record | None) -> None:
+    def _alert(self, r: JsonObject, current: JsonObject | None) -> None:
         self.alerts += 1
 
-    def _tool_result(self, r: Record, current: Record | None) -> None:
+    def _tool_result(self, r: JsonObject, current: JsonObject | None) -> None:
         outcome = "interrupted" if r.get("interrupted") else "ok" if r.get("ok") else "error"
         key = f"{r.get('name', '')} {outcome}"
         self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
 
-    def _retry(self, r: Record, current: Record | None) -> None:
+    def _retry(self, r: JsonObject, current: JsonObject | None) -> None:
         self.retries += 1
 
-    def _kept(self, r: Record, current: Record | None) -> None:
+    def _kept(self, r: JsonObject, current: JsonObject | None) -> None:
         """An anchor kept as it is, for the reader to show."""
 
     # -- the sessions and the chart --
 
-    def _session(self, number: int) -> Record | None:
+    def _session(self, number: int) -> JsonObject | None:
         for session in reversed(self.recent):
             if session["session"] == number:
                 return session
@@ -290,7 +290,7 @@ class RunSummary:
     # -- what readers ask --
 
     @property
-    def end(self) -> Record | None:
+    def end(self) -> JsonObject | None:
         """The run_end record, unless the run was resumed (or went on) after it."""
         end = self.anchors.get("run_end")
         resumed = self.anchors.get("run_resumed")
@@ -298,7 +298,7 @@ class RunSummary:
             return None
         return end
 
-    def anchor_records(self) -> list[Record]:
+    def anchor_records(self) -> list[JsonObject]:
         """The first record, the config changes kept and the newest of each anchor type, in
         the order written."""
         records = [self.run_start] if self.run_start else []
@@ -306,14 +306,14 @@ class RunSummary:
         records += self.anchors.values()
         return sorted(records, key=lambda r: r.get("seq", 0))
 
-    def shown(self) -> tuple[list[Record], int]:
+    def shown(self) -> tuple[list[JsonObject], int]:
         """The sessions the default view lists, and how many it leaves out."""
         if self.keep_all or self.sessions <= RECENT_KEPT:
             return self.recent, 0
         return (self.first + self.recent)[:FIRST_KEPT] + self.recent[-FIRST_KEPT:], \
             self.sessions - 2 * FIRST_KEPT
 
-    def totals(self) -> Record:
+    def totals(self) -> JsonObject:
         """Every session's figures added up (turns, masking, tokens; the highest peak)."""
         total = dict(self.earlier)
         for session in self.recent:
@@ -353,12 +353,12 @@ class RunSummary:
         return summary
 
 
-def peak(session: Record, pct: float | None) -> None:
+def peak(session: JsonObject, pct: float | None) -> None:
     if pct is not None:
         session["peak_pct"] = max(session["peak_pct"] or 0.0, float(pct))
 
 
-def add_totals(total: Record, session: Record) -> None:
+def add_totals(total: JsonObject, session: JsonObject) -> None:
     for key in ("turns", "mask_rounds", "masked", "prompt_tokens", "completion_tokens"):
         total[key] += session[key]
     if session["peak_pct"] is not None:
@@ -371,7 +371,7 @@ def merged(a: list[Any], b: list[Any] | None) -> list[Any]:
     return [max(a[0], b[0]), b[1], b[2], a[3] or b[3], a[4] + b[4]]
 
 
-Fold = Callable[[RunSummary, Record, Any], None]
+Fold = Callable[[RunSummary, JsonObject, Any], None]
 FOLDS: dict[str, Fold] = {
     "run_start": RunSummary._run_start,
     "run_resumed": RunSummary._run_resumed,

@@ -148,7 +148,7 @@ class ReadArguments(PathArguments):
 class FileRead(_WorkspaceTool[ReadArguments]):
     """Read a text file, or a range of its lines, capped at `max_read_bytes`.
 
-    FileRead(workspace, max_read_bytes=50_000, on_security=log.security)
+    FileRead(workspace, max_read_bytes=50_000, on_security=print)
     """
 
     name = "file_read"
@@ -229,7 +229,7 @@ class WriteArguments(PathArguments):
 class FileWrite(_WorkspaceTool[WriteArguments]):
     """Create or replace a UTF-8 text file, creating missing parent directories.
 
-    FileWrite(workspace, on_security=log.security)
+    FileWrite(workspace, on_security=print)
     """
 
     name = "file_write"
@@ -275,7 +275,7 @@ class ListArguments(PathArguments):
 class ListDir(_WorkspaceTool[ListArguments]):
     """List a directory: sorted names, `name/` for directories, sizes for files.
 
-    ListDir(workspace, on_security=log.security, max_entries=500)
+    ListDir(workspace, on_security=print, max_entries=500)
     """
 
     name = "list_dir"

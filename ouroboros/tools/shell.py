@@ -1,9 +1,9 @@
 """The shell_exec tool: one `/bin/sh -c` command in the workspace.
 
-The command runs in the run's sandbox (see sandbox.py: on Linux with Landlock it reads the
+The command runs in the run's sandbox (see sandbox/policy.py: on Linux with Landlock it reads the
 system and writes only the workspace and a private temp dir), in its own session and process
 group, with the harness's secrets removed from its environment and a marker naming its
-workspace added (see reaper.py: tool processes die with the harness). On timeout the whole
+workspace added (see sandbox/reaper.py: tool processes die with the harness). On timeout the whole
 group is killed, so background children die too. Output beyond the cap is read and discarded
 so the command never blocks on a full pipe.
 
@@ -254,7 +254,7 @@ class ShellExec(ModelTool[ShellArguments]):
     """Run a shell command in the workspace.
 
     ShellExec(workspace, timeout_secs=120, max_output_bytes=50_000, blocked_patterns=[],
-              secret_env_names=["OPENAI_API_KEY"], on_security=log.security, sandbox=sandbox)
+              secret_env_names=["OPENAI_API_KEY"], on_security=print, sandbox=sandbox)
 
     Without a sandbox given, the first command prepares the best one this machine offers
     (`safety.sandbox = "auto"`, network allowed) for this tool alone.

@@ -16,14 +16,14 @@ from typing import Any
 from rich.console import Console, ConsoleDimensions
 
 from ouroboros.store import events as ev
-from ouroboros.store.events import Record, parse_event
+from ouroboros.store.events import EventLike, parse_event
 from ouroboros.ui.numbers import used
 from ouroboros.ui.plain import plural
 
 CAPTION_ROWS = 6  # the terminal lines left above the live dashboard for the captions
 
 
-def caption(e: Record) -> str | None:
+def caption(e: EventLike) -> str | None:
     """What one event means, in a sentence or two; None when it speaks for itself."""
     match event := parse_event(e):
         case ev.SessionStart(session=1, carryover_messages=0):

@@ -29,7 +29,7 @@ from typing import Iterable, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.store import events as ev
-from ouroboros.store.events import EventBase, Record, UnknownEvent, parse_event
+from ouroboros.store.events import EventBase, EventLike, UnknownEvent, parse_event
 from ouroboros.store.summary import RunSummary
 from ouroboros.ui.plain import BOOKKEEPING, describe, one_line
 from ouroboros.ui.sanitize import neutralise, neutralise_all
@@ -182,7 +182,7 @@ class DashboardState:
             return "idle pause", self.last_ts
         return "waiting for the model", self.last_ts
 
-    def apply(self, e: Record | EventBase) -> DashboardState:
+    def apply(self, e: EventLike | EventBase) -> DashboardState:
         """Fold one event into the summary and the screen's state; returns the state, for
         chaining."""
         event = parse_event(e)

@@ -25,7 +25,7 @@ from rich.live import Live
 
 from ouroboros.errors import StateError
 from ouroboros.protocols import RunHooks
-from ouroboros.store.events import Record, parse_event
+from ouroboros.store.events import EventLike, parse_event
 from ouroboros.store.log import EVENTS_FILE, read_tail
 from ouroboros.store.segments import load_manifest
 from ouroboros.store.summary import RunSummary
@@ -69,7 +69,7 @@ class LiveDashboard:
         """The second a waiting run's frame counts its wait in (a new one redraws it)."""
         return int(self.clock()) if self.state.waiting() is not None else None
 
-    def on_event(self, record: Record) -> None:
+    def on_event(self, record: EventLike) -> None:
         event = parse_event(record)
         with self._lock:
             self.state.apply(event)
@@ -152,15 +152,15 @@ def live_hooks(soft: float | None = None, hard: float | None = None,
 
 
 def resumed_state(state: DashboardState, run_dir: Path) -> DashboardState:
-    """`state` caught up with a run a resume continues: its manifest's tally and its current
+    """`state` caught up with a run a resume continues: its manifest's summary and its current
     segment (none, after a crash at a rollover). A log that cannot be read shows as a new
     run: the resume itself says what is wrong with it."""
     try:
         tail = read_tail(run_dir)
     except (StateError, OSError):
         return state
-    tally = tail.manifest.summary()
-    state = seed(state, tally) if tally.last else state
+    summary = tail.manifest.summary()
+    state = seed(state, summary) if summary.last else state
     for record in tail.records:
         state.apply(parse_event(record))
     return state
@@ -172,16 +172,16 @@ def log_paths(path: Path) -> tuple[Path, Path]:
 
 
 def caught_up(state: DashboardState, run_dir: Path) -> DashboardState:
-    """`state` as of the run's closed segments, from its manifest's tally (not its history);
+    """`state` as of the run's closed segments, from its manifest's summary (not its history);
     the current segment is for the caller to replay."""
-    tally = load_manifest(run_dir).summary()
-    return seed(state, tally) if tally.last else state
+    summary = load_manifest(run_dir).summary()
+    return seed(state, summary) if summary.last else state
 
 
 def watch(path: Path, state: DashboardState, console: Console | None = None,
           wait: Callable[[], None] | None = None) -> DashboardState:
     """Show a run that another process is writing (`path`: its directory, or its
-    events.jsonl): start from its manifest's tally (not its history), replay its current
+    events.jsonl): start from its manifest's summary (not its history), replay its current
     segment, then follow it until its run_end (Ctrl+C raises KeyboardInterrupt as usual).
     Returns the final state."""
     run_dir, current = log_paths(path)
@@ -195,9 +195,9 @@ def watch(path: Path, state: DashboardState, console: Console | None = None,
     return state
 
 
-def seed(state: DashboardState, tally: RunSummary) -> DashboardState:
-    """`state` as of the records the tally has folded (see status.seeded)."""
-    seeded_state = seeded(tally)
+def seed(state: DashboardState, summary: RunSummary) -> DashboardState:
+    """`state` as of the records the summary has folded (see status.seeded)."""
+    seeded_state = seeded(summary)
     for name in ("max_tools", "max_notes"):
         setattr(seeded_state, name, getattr(state, name))
     return seeded_state

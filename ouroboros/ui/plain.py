@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, TextIO
 
 from ouroboros.errors import UsageError
 from ouroboros.store import events as ev
-from ouroboros.store.events import EVENT_TYPES, EventBase, Record, parse_event
+from ouroboros.store.events import EVENT_TYPES, EventBase, EventLike, parse_event
 from ouroboros.ui.numbers import of_budget, used
 from ouroboros.ui.sanitize import neutralise
 
@@ -157,7 +157,7 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
 none of its own."""
 
 
-def describe(e: Record) -> str | None:
+def describe(e: EventLike) -> str | None:
     """The text of one event, or None for events not worth a line of their own."""
     event = parse_event(e)
     describer = DESCRIBERS.get(type(event))
@@ -175,7 +175,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
-def format_line(e: Record) -> str | None:
+def format_line(e: EventLike) -> str | None:
     """The event's line: its time, session, turn and text; None for a quiet event."""
     event = parse_event(e)
     text = describe(event)
@@ -184,7 +184,7 @@ def format_line(e: Record) -> str | None:
     return neutralise(f"{event.ts[11:19]} s{event.session} t{event.turn} {text}")
 
 
-def format_any(e: Record) -> str:
+def format_any(e: EventLike) -> str:
     """Like format_line, but every event gets a line: the quiet ones show their fields."""
     event = parse_event(e)
     line = format_line(event)
@@ -197,7 +197,7 @@ def format_any(e: Record) -> str:
 
 
 def plain_printer(out: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
-                  ) -> Callable[[Record], None]:
+                  ) -> Callable[[EventLike], None]:
     """A listener printing format_line to `out` (default: sys.stdout at the time of printing).
     When the reader goes away (a broken pipe), printing stops and `on_closed` is called once."""
     return line_printer(format_line, out, on_closed=on_closed)

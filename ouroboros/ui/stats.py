@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.config import ContextConfig
-from ouroboros.store.events import EventBase, Record
+from ouroboros.store.events import EventBase, EventLike
 from ouroboros.store.summary import FIRST_KEPT, RECENT_KEPT, RESTART_PREFIX, RunSummary
 from ouroboros.ui.chart import LABEL_WIDTH, context_chart
 from ouroboros.ui.numbers import BASE, sizes, used
@@ -108,7 +108,7 @@ def first_set(*values: float | None) -> float:
     return next(v for v in values if v is not None)
 
 
-def run_stats(records: Iterable[Record | EventBase], soft: float | None = None,
+def run_stats(records: Iterable[EventLike | EventBase], soft: float | None = None,
               hard: float | None = None) -> RunStats:
     """Every session and every reading of a run, from all its records (`stats --all`)."""
     summary = RunSummary(keep_all=True)

@@ -3,7 +3,7 @@ carries out what the ContextManager in policy.py decides), and the data it is ma
 notes the harness writes into it, tool results as observations (their placeholders and
 caps), turns, masking and what a restart carries over, as pure functions. No I/O.
 
-Vocabulary (see context.py for the window's): a *turn* is an assistant message and everything
+Vocabulary (see policy.py for the window's): a *turn* is an assistant message and everything
 after it up to the next assistant message (its tool results and any notes); turns are never
 split. An *observation* is a tool result; masking replaces its content with a placeholder
 that says what was there, while the message itself (and the call it answers) stays.
@@ -25,7 +25,7 @@ NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
-Note = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "redoing"]
+NoteKind = Literal["continue", "mask", "wind_down", "restart", "interrupted", "stuck", "redoing"]
 Truncation = Literal["head", "tail", "both"]
 
 INTERRUPTED_PREFIX = "[interrupted:"  # how the result of a call a stop cut short begins
@@ -59,7 +59,7 @@ WIND_DOWN_TEXT = (
 # --- notes ----------------------------------------------------------------------------------
 
 
-def note(kind: Note, text: str) -> Message:
+def note(kind: NoteKind, text: str) -> Message:
     """A message the harness adds to the conversation (sent to the model as a user turn)."""
     return {"role": "user", "content": text, NOTE_KEY: kind}
 
@@ -292,7 +292,7 @@ def never_worth_masking(message: Message) -> str | None:
 class Conversation(Sequence[Message]):
     """The one owner of the messages: other code reads it as a sequence and asks it to
     change (append, mask, drop, replace); it keeps in step what must follow every change,
-    the running sums (sizes.Tally, by position) and the Record of what changed since the
+    the running sums (sizes.Tally, by position) and the Changes since the
     last checkpoint (by sequence number), which loop/journal.py writes into the log.
 
         conversation.append(message)            # -> its sequence number
@@ -301,7 +301,7 @@ class Conversation(Sequence[Message]):
         ops, tokens = conversation.checkpoint(logged)
 
     Each message gets a sequence number when it comes in, one per message, strictly
-    increasing along the conversation (`check` asserts it, with the Record's invariants).
+    increasing along the conversation (`check` asserts it, with the Changes' invariants).
     """
 
     def __init__(self, messages: Iterable[Message] = (),
@@ -358,10 +358,10 @@ class Conversation(Sequence[Message]):
         text (a tool result whose text is in observations/). Returns its sequence number."""
         seq = self._push(message)
         if ref is not None:
-            self._record.refs[seq] = ref
+            self._changes.refs[seq] = ref
         return seq
 
-    def add_note(self, kind: Note, text: str) -> None:
+    def add_note(self, kind: NoteKind, text: str) -> None:
         """Add a note of the harness's (see `note`)."""
         self.append(note(kind, text))
 
@@ -386,8 +386,8 @@ class Conversation(Sequence[Message]):
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is
         now, a placeholder)."""
-        self._record.revise(self._seqs)
-        self._record.replaced.add(self._seqs[index])
+        self._changes.revise(self._seqs)
+        self._changes.replaced.add(self._seqs[index])
         self._messages[index] = message
         self.tally.replace(index, message, self._worth)
 
@@ -409,7 +409,7 @@ class Conversation(Sequence[Message]):
 
     def drop(self, start: int, end: int | None = None) -> None:
         """Drop the messages at positions [start, end) (to the end by default)."""
-        self._record.revise(self._seqs)
+        self._changes.revise(self._seqs)
         end = len(self) if end is None else end
         if end == len(self):
             self.tally.cut(start)
@@ -421,7 +421,7 @@ class Conversation(Sequence[Message]):
     def adopt(self, other: Conversation) -> None:
         """Begin anew with the messages `other` holds (a fresh start fitted apart), and its
         running sums: nothing is sized again."""
-        self._record.revise(self._seqs)
+        self._changes.revise(self._seqs)
         self._messages, self.tally = list(other._messages), other.tally
         self._seqs = list(range(self._next_seq, self._next_seq + len(other)))
         self._next_seq += len(other)
@@ -429,7 +429,7 @@ class Conversation(Sequence[Message]):
     def measure(self, index: int, tokens: int) -> None:
         """Write what the server's tokenizer counted for the message at `index`."""
         self.tally.measure(index, tokens)
-        self._record.measured.append(self._seqs[index])
+        self._changes.measured.append(self._seqs[index])
 
     def _push(self, message: Message) -> int:
         seq = self._next_seq
@@ -439,37 +439,37 @@ class Conversation(Sequence[Message]):
         self.tally.add(message, self._worth)
         return seq
 
-    # -- the record of what changed since the last checkpoint --
+    # -- the changes since the last checkpoint --
 
     def mark(self) -> None:
         """The messages as they are now are in the log (a snapshot or a checkpoint)."""
-        self._record = Record(len(self._messages), self._next_seq)
+        self._changes = Changes(len(self._messages), self._next_seq)
 
     def checkpoint(self, logged: Logged) -> tuple[list[Op] | None, list[list[int]]]:
         """What changed since the last mark, and mark now: the messages as ops (None: only
         `_tokens` written, if anything) and the `_tokens` written on messages kept, as
         [position, tokens]. A new message is given as `logged(message, its ref)` says."""
-        record = self._record
+        changes = self._changes
         assert len(self._seqs) == len(self._messages), "one seq each"
-        ops, tokens = record.ops(self._messages, self._seqs, logged), \
-            record.tokens(self._messages, self._seqs)
+        ops, tokens = changes.ops(self._messages, self._seqs, logged), \
+            changes.tokens(self._messages, self._seqs)
         self.mark()
         return ops, tokens
 
     def check(self) -> None:
-        """Assert the invariants (see the class's docstring and Record's); O(messages)."""
-        seqs, record = self._seqs, self._record
+        """Assert the invariants (see the class's docstring and Changes'); O(messages)."""
+        seqs, changes = self._seqs, self._changes
         assert len(seqs) == len(self._messages) == len(self.tally.entries), "one seq each"
         assert all(a < b for a, b in zip(seqs, seqs[1:])), "seqs strictly increasing"
         assert all(s < self._next_seq for s in seqs[-1:]), "seqs below the next"
-        if record.before is None:
-            assert record.length <= len(seqs) and not record.replaced, "appends only"
-        before = set(seqs[:record.length] if record.before is None else record.before)
-        assert all(s < record.next for s in before), "the checkpoint's came before"
-        assert all(s >= record.next for s in seqs if s not in before), "the rest is new"
+        if changes.before is None:
+            assert changes.length <= len(seqs) and not changes.replaced, "appends only"
+        before = set(seqs[:changes.length] if changes.before is None else changes.before)
+        assert all(s < changes.next for s in before), "the checkpoint's came before"
+        assert all(s >= changes.next for s in seqs if s not in before), "the rest is new"
 
 
-class Record:
+class Changes:
     """What changed in a conversation since its last checkpoint, by sequence number (the
     Conversation tells it; loop/journal.py logs what `ops` and `tokens` say).
 

@@ -40,10 +40,10 @@ def test_the_latest_start_or_resume_says_what_was_remembered_but_the_limit_is_ru
 
 def folded(events: list[ev.EventBase]) -> RunSummary:
     """What a reader of the log knows of these events: their summary, as resume reads it."""
-    tally = RunSummary()
+    summary = RunSummary()
     for seq, event in enumerate(events, 1):
-        tally.add_record({**event.record(), "seq": seq})
-    return tally
+        summary.add_record({**event.record(), "seq": seq})
+    return summary
 
 
 @pytest.mark.parametrize("remembered,given,more,expected", [
