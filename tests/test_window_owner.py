@@ -39,5 +39,6 @@ def test_no_module_outside_window_writes_window_state() -> None:
 
 
 def test_a_write_to_the_window_from_outside_is_found() -> None:
-    code = "def f(state):\n    x = 1\n    state.context.window = 2\n    self.context.revision += 1\n"
+    code = ("def f(state):\n    x = 1\n    state.context.window = 2\n"
+            "    self.context.revision += 1\n")
     assert writes(ast.parse(code)) == [3, 4]
