@@ -83,11 +83,15 @@ def is_json_object(text: str) -> bool:
 @dataclass(frozen=True)
 class Usage:
     """What the server said the request cost. A count that is absent, null or 0 is None:
-    unknown, not zero (Ollama reports 0 for prompts served from its cache)."""
+    unknown, not zero (Ollama reports 0 for prompts served from its cache); of the two parts
+    of the prompt, 0 is a count and None means not reported."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
-    cached_tokens: int | None = None  # `prompt_tokens_details.cached_tokens`, where sent
+    # The prompt's tokens taken from the server's prefix cache: OpenAI-style
+    # `prompt_tokens_details.cached_tokens` (vLLM, hosted APIs), or llama.cpp's `timings.cache_n`
+    cached_tokens: int | None = None
+    processed_tokens: int | None = None  # evaluated for this request: llama.cpp's `prompt_n`
 
 
 @dataclass(frozen=True)

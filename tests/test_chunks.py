@@ -198,7 +198,7 @@ def test_counts_chunks_and_survives_chunks_without_choices():
     ({"prompt_tokens": 40, "completion_tokens": 2,
       "prompt_tokens_details": {"cached_tokens": 32}}, Usage(40, 2, cached_tokens=32)),
     ({"prompt_tokens": 40, "completion_tokens": 2,
-      "prompt_tokens_details": {"cached_tokens": 0}}, Usage(40, 2)),
+      "prompt_tokens_details": {"cached_tokens": 0}}, Usage(40, 2, cached_tokens=0)),
 ])
 def test_usage_counts_that_say_nothing_are_unknown(usage, expected):
     result, _ = accumulate([chunk({"content": "ok"}, "stop"),

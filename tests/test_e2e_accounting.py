@@ -117,7 +117,7 @@ def test_cached_tokens_are_read_and_recorded(tmp_path):
                         report_cached=True) as server:
         run_task(tmp_path, server, parts=3)
     cached = [e["cached_tokens"] for e in of_type(run_events(tmp_path), "token_usage")]
-    assert cached[0] is None and all(c > 0 for c in cached[1:])
+    assert cached[0] == 0 and all(c > 0 for c in cached[1:])  # the first found nothing
 
 
 @pytest.mark.parametrize("name", sweep(sorted(TOKENIZERS), TOKENIZER_SAMPLE, sorted(TOKENIZERS)))

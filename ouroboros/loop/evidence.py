@@ -265,7 +265,9 @@ class Evidence:
             context_limit=self.context.limit, budget=self.context.budget,
             context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
             source=reading.source, reported=reading.reported, estimated=reading.estimated,
-            cached_tokens=reading.cached_tokens, verdict=reading.verdict,
+            cached_tokens=reading.cached_tokens,
+            processed_tokens=reply.usage.processed_tokens if reply.usage else None,
+            verdict=reading.verdict,
             served_model=reply.served_model))
         self.explain(reading)
         return reading

@@ -99,7 +99,8 @@ class StreamAccumulator:
         self._calls: list[_PartialCall] = []
         self._position_of_index: dict[Any, int] = {}
         self.finish_reason: str | None = None
-        self.usage: Usage | None = None
+        self._usage: dict[str, Any] | None = None  # the last `usage` object sent
+        self._timings: dict[str, Any] | None = None  # the last `timings` (llama.cpp)
         self.model = ""  # the name the server's chunks give the model that answers
         self.chunks = 0
         self.progress = 0
@@ -116,8 +117,11 @@ class StreamAccumulator:
             self.model = model
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self.usage = parse_usage(usage)
+            self._usage = usage
             carried = True
+        timings = chunk.get("timings")
+        if isinstance(timings, dict):
+            self._timings = timings
         added = []
         for content, reasoning, fragments, finish_reason in choices:
             if content:
@@ -157,6 +161,14 @@ class StreamAccumulator:
         self._calls.append(_PartialCall())
         self._position_of_index[index] = len(self._calls) - 1
         return len(self._calls) - 1
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the server said the request cost: its last `usage` object, with llama.cpp's
+        last `timings` (which may come in another chunk); None if it sent neither."""
+        if self._usage is None and self._timings is None:
+            return None
+        return parse_usage(self._usage or {}, self._timings)
 
     def result(self) -> StreamResult:
         """The turn so far. A call the server sent without an id has id "" (see
@@ -263,16 +275,35 @@ def assign_call_ids(calls: list[ToolCall], taken: AbstractSet[str],
     return unique
 
 
-def parse_usage(usage: dict[str, Any]) -> Usage:
-    """A usage object as the server sent it; counts that are missing, null, 0 or not numbers
-    become None, and so do negative ones, except a negative prompt count: that is kept for the
-    window's judge to call nonsense (and warn of) rather than take as unknown in silence."""
+def parse_usage(usage: dict[str, Any], timings: dict[str, Any] | None = None) -> Usage:
+    """A usage object as the server sent it, with llama.cpp's `timings` if it sent them.
+
+    Counts that are missing, null, 0 or not numbers become None, and so do negative ones,
+    except a negative prompt count: that is kept for the window's judge to call nonsense (and
+    warn of) rather than take as unknown in silence. The prompt's cached part
+    (`prompt_tokens_details.cached_tokens`, else `timings.cache_n`) and processed part
+    (`timings.prompt_n`) are believed only as whole numbers from 0 to the prompt's count; 0
+    cached is a count (the cache served nothing).
+
+        parse_usage({"prompt_tokens": 90}, {"prompt_n": 12, "cache_n": 78})
+        -> Usage(prompt_tokens=90, completion_tokens=None, cached_tokens=78,
+                 processed_tokens=12)
+    """
+    prompt = _count(usage.get("prompt_tokens"), negative=True)
+    timings = timings or {}
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    # llama.cpp: prompt_n + cache_n is the whole prompt, whatever `usage` says of it
+    processed, cache_n = _part(timings.get("prompt_n")), _part(timings.get("cache_n"))
+    whole = prompt if prompt and prompt > 0 else None
+    if whole is None and processed is not None and cache_n is not None:
+        whole = processed + cache_n
+    cached = _part(cached, whole)
     return Usage(
-        prompt_tokens=_count(usage.get("prompt_tokens"), negative=True),
+        prompt_tokens=prompt,
         completion_tokens=_count(usage.get("completion_tokens")),
-        cached_tokens=_count(cached),
+        cached_tokens=cached if cached is not None else _part(cache_n, whole),
+        processed_tokens=_part(processed, whole),
     )
 
 
@@ -280,3 +311,15 @@ def _count(value: Any, *, negative: bool = False) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return int(value) if value >= 1 or (negative and value <= -1) else None
+
+
+def _part(value: Any, whole: int | None = None) -> int | None:
+    """`value` if it is a whole number from 0 to `whole` (to any size without one), else
+    None: a part of the prompt that is negative, fractional or larger than it is no count."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    if value < 0 or (whole is not None and value > whole):
+        return None
+    return int(value)

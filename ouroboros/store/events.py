@@ -173,7 +173,10 @@ class TokenUsage(EventBase):
     reported: int | None = Field(None, description="what the server said")
     estimated: int | None = omitted(
         None, "the harness's estimate of the prompt, made before the count")
-    cached_tokens: int | None = Field(None, description="prompt tokens served from a cache")
+    cached_tokens: int | None = Field(
+        None, description="prompt tokens the server took from its prefix cache, where it says")
+    processed_tokens: int | None = omitted(
+        None, "prompt tokens the server processed for this request, where it says (llama.cpp)")
     verdict: Verdict | None = Field(
         None, description="what the server's count proved: `whole`, `unknown`, `uncached`, "
                           "`suspect`, `truncated` or `nonsense`")

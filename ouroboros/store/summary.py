@@ -50,7 +50,38 @@ SAID_DONE_BEFORE: Final = re.compile(r'^the agent said it is done \("(.*?)"\)')
 
 def new_session(number: int) -> JsonObject:
     return {"session": number, "turns": 0, "peak_pct": None, "mask_rounds": 0, "masked": 0,
-            "end": "running", "prompt_tokens": 0, "completion_tokens": 0}
+            "end": "running", "prompt_tokens": 0, "completion_tokens": 0,
+            "cached_tokens": 0, "cache_prompt_tokens": 0}
+
+
+# A session's figures that add up (`totals`); the cache's two are missing from sessions folded
+# before they were kept.
+ADDED = ("turns", "mask_rounds", "masked", "prompt_tokens", "completion_tokens",
+         "cached_tokens", "cache_prompt_tokens")
+
+
+def cache_reading(r: JsonObject) -> tuple[int, int] | None:
+    """(cached, prompt) of a `token_usage` record whose server said how much of the prompt its
+    cache served, both in the server's tokens: the prompt is the cached and processed parts
+    where both are given (llama.cpp), else the server's own count; None when it said nothing
+    of its cache, or nothing to weigh it against.
+
+        cache_reading({"cached_tokens": 78, "processed_tokens": 12})   # (78, 90)
+    """
+    cached, processed = r.get("cached_tokens"), r.get("processed_tokens")
+    if cached is None:
+        return None
+    prompt = cached + processed if processed is not None else r.get("reported")
+    if not prompt or prompt < cached:
+        return None
+    return cached, prompt
+
+
+def cache_hit_pct(figures: JsonObject) -> float | None:
+    """The share of the prompt tokens the server took from its cache, of the requests it said
+    that of, as a percentage; None when it never said."""
+    prompt = figures.get("cache_prompt_tokens") or 0
+    return round(100 * figures.get("cached_tokens", 0) / prompt, 1) if prompt else None
 
 
 def kept_changes(changes: list[JsonObject]) -> list[JsonObject]:
@@ -201,6 +232,9 @@ class RunSummary:
             current["peak_pct"] = max(current["peak_pct"] or 0.0, pct)
             current["prompt_tokens"] += r.get("prompt_tokens", 0)
             current["completion_tokens"] += r.get("completion_tokens", 0)
+            if (cache := cache_reading(r)) is not None:
+                current["cached_tokens"] = current.get("cached_tokens", 0) + cache[0]
+                current["cache_prompt_tokens"] = current.get("cache_prompt_tokens", 0) + cache[1]
         self._reading(pct)
 
     def _context_mask(self, r: JsonObject, current: JsonObject | None) -> None:
@@ -315,10 +349,15 @@ class RunSummary:
 
     def totals(self) -> JsonObject:
         """Every session's figures added up (turns, masking, tokens; the highest peak)."""
-        total = dict(self.earlier)
+        total = new_session(0) | self.earlier
         for session in self.recent:
             add_totals(total, session)
         return total
+
+    @property
+    def cache_hit_pct(self) -> float | None:
+        """The run's share of prompt tokens served from the server's cache (`cache_hit_pct`)."""
+        return cache_hit_pct(self.totals())
 
     def with_sessions_of(self, other: RunSummary) -> None:
         """Take the sessions' figures of `other`, a fold of the same records."""
@@ -359,8 +398,8 @@ def peak(session: JsonObject, pct: float | None) -> None:
 
 
 def add_totals(total: JsonObject, session: JsonObject) -> None:
-    for key in ("turns", "mask_rounds", "masked", "prompt_tokens", "completion_tokens"):
-        total[key] += session[key]
+    for key in ADDED:
+        total[key] = total.get(key, 0) + session.get(key, 0)
     if session["peak_pct"] is not None:
         total["peak_pct"] = max(total["peak_pct"] or 0.0, session["peak_pct"])
 

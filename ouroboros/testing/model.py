@@ -23,6 +23,7 @@ from ouroboros.protocols import Message
 from ouroboros.testing import endpoints
 from ouroboros.testing.script import Brain, Fault, Reply, Script
 from ouroboros.testing.settings import ModelSettings
+from ouroboros.testing.tokenizer import Pieces
 from ouroboros.testing.wire import (
     DONE_FRAME,
     GARBAGE_FRAME,
@@ -67,6 +68,7 @@ class ScriptedModel:
         self.tokenize_requests = 0
         self._script = Script(script)
         self._cached: tuple[list[Message], Any] = ([], None)  # the last prompt the model read
+        self._pieces: Pieces = []  # and its tokens, as its one cache slot holds them
         self._served_chat = False
         self._last_reported = 0  # usage "decreasing": the last prompt count it sent
         self.create_requests: list[dict[str, Any]] = []  # every /api/create body
@@ -222,6 +224,7 @@ class ScriptedModel:
             messages = self.truncate(messages, tools)
             prompt = min(self.count_tokens(messages, tools), self.settings.window or prompt)
         common = self._read_prompt(messages, tools)
+        cache = self._read_tokens(messages, tools)
         delay = 0.0
         item = self._script.next_item(messages)
         while isinstance(item, Fault) and item.kind == "slow":
@@ -230,8 +233,8 @@ class ScriptedModel:
         if isinstance(item, Fault):
             answer = self._fault_answer(item, body)
         else:
-            usage = self._usage(item, prompt, messages, tools, common)
-            answer = self._reply_answer(item, body, usage)
+            usage = self._usage(item, prompt, messages, tools, common, cache)
+            answer = self._reply_answer(item, body, usage, self._timings(*cache))
         answer.delay = delay
         return answer
 
@@ -268,17 +271,38 @@ class ScriptedModel:
             common += 1
         return common
 
+    def _read_tokens(self, messages: list[Message], tools: Any) -> tuple[int, int]:
+        """Put this prompt's tokens in the one cache slot; return (the tokens it shares with
+        the previous prompt's, all its tokens), as llama.cpp's server finds them."""
+        pieces = self.settings.tokenizer.pieces(messages, tools)
+        common = self.settings.tokenizer.common_tokens(pieces, self._pieces)
+        self._pieces = pieces
+        return common, sum(tokens for _, tokens in pieces)
+
+    def _timings(self, common: int, whole: int) -> dict[str, Any] | None:
+        """llama.cpp's `timings` for a prompt of `whole` tokens `common` of which its cache
+        holds (it evaluates the last token again, however much is cached); None unless
+        `settings.timings`. `bad_timings` replaces the counts with what it names."""
+        if not self.settings.timings:
+            return None
+        cache_n = min(common, whole - 1) if whole else 0
+        timings: dict[str, Any] = {"cache_n": cache_n, "prompt_n": whole - cache_n,
+                                   "prompt_ms": 1.0, "predicted_n": 1, "predicted_ms": 1.0}
+        return {**timings, **(self.settings.bad_timings or {})}
+
     def _usage(
-        self, reply: Reply, prompt: int, messages: list[Message], tools: Any, common: int
+        self, reply: Reply, prompt: int, messages: list[Message], tools: Any, common: int,
+        cache: tuple[int, int],
     ) -> dict[str, Any]:
         """The usage object to send: `prompt` (the count of what the model read) as the
-        usage mode reports it, and the completion counted by the tokenizer."""
+        usage mode reports it, and the completion counted by the tokenizer; with
+        `report_cached`, the tokens its cache held as `prompt_tokens_details.cached_tokens`."""
         mode = self.settings.usage
         texts = [reply.text]
         for name, arguments in reply.tool_calls:
             texts += [name, arguments_text(arguments)]
         completion = max(1, sum(self.settings.tokenizer.count_text(text) for text in texts))
-        cached = self.count_tokens(messages[:common], tools) if common else 0
+        cached = cache[0]
         if mode == "uncached" and common:  # Ollama evaluates at least one token
             prompt = min(prompt, max(1, self.count_tokens(messages[common:], None)))
         if mode == "decreasing":
@@ -304,13 +328,15 @@ class ScriptedModel:
         self._last_reported = prompt
         return prompt
 
-    def _reply_answer(self, reply: Reply, body: dict[str, Any], usage: dict[str, Any]) -> Answer:
+    def _reply_answer(self, reply: Reply, body: dict[str, Any], usage: dict[str, Any],
+                      timings: dict[str, Any] | None = None) -> Answer:
         model = self.settings.model if self.settings.serves_any_name else str(body.get("model"))
         number, created = len(self.requests), int(time.time())
         if not body.get("stream"):
             return Answer(
                 json=render_completion(
-                    reply, model=model, usage=usage, request_number=number, created=created
+                    reply, model=model, usage=usage, request_number=number, created=created,
+                    timings=timings,
                 )
             )
         wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -322,6 +348,7 @@ class ScriptedModel:
             usage=usage if self.settings.send_usage and wants_usage else None,
             request_number=number,
             created=created,
+            timings=timings,
         )
         return Answer(frames=frames)
 

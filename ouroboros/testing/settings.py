@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from ouroboros.testing.tokenizer import TOKENIZERS, ServerTokenizer
 from ouroboros.testing.wire import UsageMode, Wire
@@ -66,8 +66,15 @@ class ModelSettings:
     or asked for in a one-token request) is the true count times `factor`: a server whose
     counts are off (0.6: 40 % low) while it cuts or refuses at its true window."""
     report_cached: bool = False
-    """With usage "whole": add `prompt_tokens_details.cached_tokens`, the part of the prompt
-    it shares with the previous one."""
+    """With usage "whole": add `prompt_tokens_details.cached_tokens` (vLLM with prefix
+    caching, hosted APIs), the tokens the prompt shares with the previous one."""
+    timings: bool = False
+    """Send llama.cpp's `timings` (in the usage chunk, else in the finish chunk; at the top of
+    a non-streamed answer): `cache_n`, the tokens the prompt shares with the previous one in
+    the tokenizer's tokens (all but the last), and `prompt_n`, the rest."""
+    bad_timings: dict[str, Any] | None = None
+    """Fields that replace the counts of `timings` (`{"cache_n": -3}`): a server that says
+    nonsense of its cache."""
     tokenize: TokenizeFamily | None = None
     """Serve the tokenize endpoint of this family of servers (endpoints.TOKENIZE_PATHS)."""
     extra_models: Sequence[str] = ()

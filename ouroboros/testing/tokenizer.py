@@ -8,6 +8,7 @@ whether it counts the tool schemas. A `ServerTokenizer` names one such combinati
     tokenizer = TOKENIZERS["by-content"]
     tokenizer.count(messages, tools)     # the prompt_tokens a server would report
     tokenizer.count_text("some text")    # what a /tokenize endpoint answers
+    tokenizer.common_tokens(tokenizer.pieces(messages, tools), before)   # a prefix cache's hit
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -22,6 +24,7 @@ from typing import Any, Callable
 from ouroboros.protocols import Message
 
 TextCounter = Callable[[str], int]
+Pieces = list[tuple[str, int]]  # a prompt as a template lays it out: (text, its tokens)
 
 LONGEST_WORD = 12
 """words_and_punctuation: a longer run of word characters (a digest, base64, "xxxx...")
@@ -135,6 +138,35 @@ class ServerTokenizer:
         """Tokens of bare text, as a tokenize endpoint answers: no template."""
         return _tokens(self.text, text)
 
+    def pieces(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> Pieces:
+        """The prompt in the order a template lays it out, as (piece, tokens): the tools'
+        JSON first where counted, then each message's template tokens and texts. Their tokens
+        add up to `count`; a prefix cache compares them (`common_tokens`)."""
+        pieces: Pieces = []
+        if tools and self.count_tools:
+            text = json.dumps(tools)
+            pieces.append((text, _tokens(self.text, text)))
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
+                        default=-1)
+        for index, message in enumerate(messages):
+            strip = self.strip_reasoning and index < last_user
+            pieces.append((f"<|{message.get('role')}|>", self.per_message))
+            pieces += [(text, _tokens(self.text, text))
+                       for text in _texts_of(message, strip_reasoning=strip)]
+        return pieces
+
+    def common_tokens(self, pieces: Pieces, before: Pieces) -> int:
+        """The tokens at the start of `pieces` that `before` has too, as a one-slot prefix
+        cache finds them: every piece alike, then of the first that differs, the tokens of the
+        text both begin with but its last (where a word may have been cut)."""
+        common = 0
+        for (piece, tokens), (old, _) in zip(pieces, before):
+            if piece != old:
+                shared = os.path.commonprefix([piece, old])
+                return common + max(0, min(self.count_text(shared) - 1, tokens))
+            common += tokens
+        return common
+
 
 @functools.lru_cache(maxsize=4096)
 def _tokens(counter: TextCounter, text: str) -> int:
@@ -145,15 +177,20 @@ def _tokens(counter: TextCounter, text: str) -> int:
 def _message_texts(messages: list[Message], *, strip_reasoning: bool = False) -> list[str]:
     """The pieces of text a template renders: contents, tool-call names and arguments."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    texts = []
-    for index, message in enumerate(messages):
-        content = _content_text(message.get("content"))
-        if strip_reasoning and message.get("role") == "assistant" and index < last_user:
-            content = _THINK.sub("", content)
-        texts.append(content)
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            texts += [str(function.get("name") or ""), _as_text(function.get("arguments"))]
+    return [text for index, message in enumerate(messages)
+            for text in _texts_of(message, strip_reasoning=strip_reasoning and index < last_user)]
+
+
+def _texts_of(message: Message, *, strip_reasoning: bool = False) -> list[str]:
+    """One message's texts: its content (reasoning stripped from an assistant's, if asked),
+    then each tool call's name and arguments."""
+    content = _content_text(message.get("content"))
+    if strip_reasoning and message.get("role") == "assistant":
+        content = _THINK.sub("", content)
+    texts = [content]
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        texts += [str(function.get("name") or ""), _as_text(function.get("arguments"))]
     return texts
 
 

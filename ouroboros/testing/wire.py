@@ -135,9 +135,11 @@ def render_stream(
     request_number: int = 1,
     created: int = 0,
     done: bool = True,
+    timings: dict[str, Any] | None = None,
 ) -> list[bytes]:
     """Every SSE frame of one streamed answer in the `wire` dialect, `[DONE]` last unless
-    `done` is False; a chunk with `usage` (a usage_wire object) before `[DONE]` if given."""
+    `done` is False; a chunk with `usage` (a usage_wire object) before `[DONE]` if given;
+    llama.cpp's `timings`, if given, in the usage chunk, else in the finish chunk."""
     deltas = render_deltas(
         reply, request_number=request_number, fragment_tool_calls=fragment_tool_calls
     )
@@ -157,12 +159,13 @@ def render_stream(
         "model": model,
         "system_fingerprint": "fp_ollama",
     }
-    frames = [
-        frame({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        for delta, finish in zip(deltas, finishes)
-    ]
+    chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+              for delta, finish in zip(deltas, finishes)]
     if usage is not None:
-        frames.append(frame({**head, "choices": [], "usage": usage}))
+        chunks.append({**head, "choices": [], "usage": usage})
+    if timings is not None:
+        chunks[-1]["timings"] = timings
+    frames = [frame(chunk) for chunk in chunks]
     return frames + [DONE_FRAME] if done else frames
 
 
@@ -178,8 +181,10 @@ def render_completion(
     usage: dict[str, Any],
     request_number: int = 1,
     created: int = 0,
+    timings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The non-streaming `chat.completion` object; `usage` is a usage_wire object."""
+    """The non-streaming `chat.completion` object; `usage` is a usage_wire object, `timings`
+    llama.cpp's, if given."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.text}
     if reply.reasoning:
         message["reasoning"] = reply.reasoning
@@ -202,4 +207,5 @@ def render_completion(
             }
         ],
         "usage": usage,
+        **({"timings": timings} if timings is not None else {}),
     }

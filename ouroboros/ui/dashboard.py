@@ -145,6 +145,7 @@ class DashboardState:
     masked = property(lambda self: self.summary.masked)
     alerts = property(lambda self: self.summary.alerts)
     context_limit = property(lambda self: self.summary.window)
+    cache_hit_pct = property(lambda self: self.summary.cache_hit_pct)
     limit_source = property(lambda self: neutralise(self.summary.limit_source))
     budget = property(lambda self: self.summary.budget)
     prompt_tokens = property(lambda self: self.summary.prompt_tokens)

@@ -115,6 +115,8 @@ def run_health(status: RunStatus | None, *, resumable: bool, heartbeat: dict[str
         "restarts": s.restarts, "masked": s.masked,
         "prompt_tokens": totals["prompt_tokens"],
         "completion_tokens": totals["completion_tokens"],
+        "cached_tokens": totals["cached_tokens"],
+        "cache_hit_pct": status.summary.cache_hit_pct,
         "last_event": s.last_ts, "last_event_type": s.last_type,
         "last_event_age_secs": age_secs(s.last_ts, now),
         "heartbeat_age_secs": beat_age, "doing": beat.get("doing") if status.running else None,

@@ -158,16 +158,20 @@ def counters(state: DashboardState, inner: int = 96) -> Text:
 
 
 def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
-    """`context ███░░│░│ 2,918/6,144 tokens  47.5%` in one line of `inner` columns, the gauge
-    as wide as fits, and the row of threshold labels that goes under it."""
+    """`context ███░░│░│ 2,918/6,144 tokens  47.5%  cache 84%` in one line of `inner` columns,
+    the gauge as wide as fits, and the row of threshold labels that goes under it. The cache
+    figure (the run's share of prompt tokens the server took from its prefix cache) is there
+    only when the server reports it, and only while the line has room for it."""
     pct = used(state.context_pct)
     reading = state.prompt_tokens is not None and state.budget
     used_forms = ([of_budget(state.prompt_tokens or 0, state.budget or 0),
                    f"{state.prompt_tokens:,}/{state.budget:,}"] if reading
                   else ["no reading yet", "--"])
+    hit = state.cache_hit_pct
+    caches = [f"  cache {hit:.0f}%", ""] if hit is not None else [""]
     prefix = "context "
-    for shown in used_forms:
-        suffix = f"  {shown}  {pct}"
+    for shown, cache in [(shown, cache) for cache in caches for shown in used_forms]:
+        suffix = f"  {shown}  {pct}{cache}"
         bar_width = min(GAUGE_WIDTH, inner - len(prefix) - len(suffix))
         if bar_width >= MIN_GAUGE_WIDTH:
             break
@@ -175,6 +179,8 @@ def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
     line = Text(prefix, no_wrap=True, overflow="ellipsis").append_text(bar)
     line.append(f"  {shown}  ")
     line.append(pct, style=f"bold {state.zone}" if state.context_pct is not None else "dim")
+    if cache:
+        line.append(cache, style="dim")
     labels = Text(" " * len(prefix), no_wrap=True, overflow="ellipsis").append_text(marks)
     window = window_label(state, inner - len(labels) - 2)
     if window:

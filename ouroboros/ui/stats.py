@@ -17,12 +17,19 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from ouroboros.config import ContextConfig
 from ouroboros.store.events import EventBase, EventLike
-from ouroboros.store.summary import FIRST_KEPT, RECENT_KEPT, RESTART_PREFIX, RunSummary
+from ouroboros.store.summary import (
+    FIRST_KEPT,
+    RECENT_KEPT,
+    RESTART_PREFIX,
+    RunSummary,
+    cache_hit_pct,
+)
 from ouroboros.ui.chart import LABEL_WIDTH, context_chart
 from ouroboros.ui.numbers import BASE, sizes, used
 from ouroboros.ui.plain import masked_text, plural
@@ -43,6 +50,14 @@ class SessionStats:
     end: str = "running"  # "restart: <why>", a stop reason, or "running" while it goes on
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of the prompts whose server said what its cache served
+    cache_prompt_tokens: int = 0  # those prompts, in the server's tokens
+
+    @property
+    def cache_hit_pct(self) -> float | None:
+        """The share of those prompts the server took from its prefix cache (None: not said)."""
+        return cache_hit_pct({"cached_tokens": self.cached_tokens,
+                              "cache_prompt_tokens": self.cache_prompt_tokens})
 
 
 @dataclass
@@ -81,7 +96,10 @@ class RunStats:
                             mask_rounds=sum(s.mask_rounds for s in self.sessions),
                             masked=sum(s.masked for s in self.sessions),
                             prompt_tokens=sum(s.prompt_tokens for s in self.sessions),
-                            completion_tokens=sum(s.completion_tokens for s in self.sessions))
+                            completion_tokens=sum(s.completion_tokens for s in self.sessions),
+                            cached_tokens=sum(s.cached_tokens for s in self.sessions),
+                            cache_prompt_tokens=sum(s.cache_prompt_tokens
+                                                    for s in self.sessions))
 
 
 def summary_stats(summary: RunSummary, soft: float | None = None,
@@ -117,6 +135,7 @@ def run_stats(records: Iterable[EventLike | EventBase], soft: float | None = Non
     return summary_stats(summary, soft, hard)
 
 
+UNBOUNDED = 10_000  # columns: wider than any table, to measure one uncut
 CHART_MARGIN = LABEL_WIDTH + len("   ↻ restart")  # the row labels and the legend beside it
 
 
@@ -148,7 +167,7 @@ def stats_view(stats: RunStats, chart_width: int = 72, *, all_sessions: bool = F
     count = len(stats.sessions) + stats.hidden
     summary = Text(f"run {stats.run_id}: {plural(count, 'session')}, "
                    f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
-                   f"{ended}\nmasking: {masked}\n"
+                   f"{ended}\nmasking: {masked}{cache_text(totals)}\n"
                    f"{sizes(stats.window, stats.budget, stats.soft, stats.hard)}", style="bold")
     chart = Chart(stats, chart_width)
     title = Text(f"context use per turn ({BASE})", style="bold")
@@ -159,8 +178,36 @@ def stats_view(stats: RunStats, chart_width: int = 72, *, all_sessions: bool = F
     if hidden:
         notes.append(Text(f"{plural(hidden, 'session')} not shown: "
                           "`ouroboros stats --all` lists every one"))
-    table = sessions_table(stats, shown, reasons, hidden)
+    table = SessionsTable(stats, shown, reasons, hidden)
     return Group(summary, Text(), table, *notes, Text(), title, chart)
+
+
+@dataclass
+class SessionsTable:
+    """The sessions' table, with a column of each one's cache hit where the server said it
+    and the terminal has room for it without cutting a word of the table short."""
+
+    stats: RunStats
+    shown: list[SessionStats]
+    reasons: dict[str, int]
+    hidden: int = 0
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        table = sessions_table(self.stats, self.shown, self.reasons, self.hidden, cache=True)
+        unbounded = options.update_width(UNBOUNDED)  # its width with nothing cut
+        if Measurement.get(console, unbounded, table).maximum > options.max_width:
+            table = sessions_table(self.stats, self.shown, self.reasons, self.hidden)
+        yield table
+
+
+def cache_text(totals: SessionStats) -> str:
+    """A line `prompt cache: 84% of 120,400 prompt tokens served from the server's cache`
+    where the server said what its prefix cache served, else ""."""
+    hit = totals.cache_hit_pct
+    if hit is None:
+        return ""
+    return f"\nprompt cache: {hit:.0f}% of {totals.cache_prompt_tokens:,} prompt tokens " \
+        "served from the server's cache"
 
 
 def going(running: bool | None) -> str:
@@ -190,9 +237,9 @@ def restart_reasons(sessions: list[SessionStats]) -> dict[str, int]:
 
 
 def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str, int],
-                   hidden: int = 0) -> Table:
+                   hidden: int = 0, *, cache: bool = False) -> Table:
     """One row per shown session (a "..." row where `hidden` ones were left out) and a
-    totals row over every session."""
+    totals row over every session; with `cache`, a column of the cache hit, if any was said."""
     table = Table(show_footer=len(stats.sessions) + stats.hidden > 1)
     total = stats.session_totals()
     # Two-line headers keep the table within 80 columns.
@@ -202,16 +249,25 @@ def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str
                ("masked\nresults", f"{total.masked:,}"),
                ("prompt\ntokens", f"{total.prompt_tokens:,}"),
                ("compl.\ntokens", f"{total.completion_tokens:,}")]
+    cached = cache and total.cache_hit_pct is not None  # only where the server said it
+    if cached:
+        columns.append(("cache\nhit", hit_text(total.cache_hit_pct)))
     for header, footer in columns:
         table.add_column(header, footer, justify="right", no_wrap=True)
     table.add_column("ended by", ratio=1)
     for index, s in enumerate(shown):
         if hidden and index == FIRST_SHOWN:
-            table.add_row("...", *[""] * 6, Text(f"({hidden:,} more)"))
-        table.add_row(str(s.session), f"{s.turns:,}", used(s.peak_pct), f"{s.mask_rounds:,}",
-                      f"{s.masked:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}",
-                      Text(ended_by(s.end, reasons)))
+            table.add_row("...", *[""] * (len(columns) - 1), Text(f"({hidden:,} more)"))
+        cells = [str(s.session), f"{s.turns:,}", used(s.peak_pct), f"{s.mask_rounds:,}",
+                 f"{s.masked:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}"]
+        if cached:
+            cells.append(hit_text(s.cache_hit_pct))
+        table.add_row(*cells, Text(ended_by(s.end, reasons)))
     return table
+
+
+def hit_text(pct: float | None) -> str:
+    return "--" if pct is None else f"{pct:.0f}%"
 
 
 def ended_by(end: str, reasons: dict[str, int]) -> str:

@@ -86,6 +86,10 @@ def test_a_small_file_task_through_three_restarts(tmp_path, llama_server):
     assert all(u["source"] == "server" and u["verdict"] == "whole" for u in usage)
     assert shown["over_budget"] == 0
     assert shown["worst_estimate_error"] <= 0.10
+    # the server's timings: the cached and the processed parts make its whole count, and
+    # within a session, a prompt that extends the one before is mostly cached
+    assert all(u["cached_tokens"] + u["processed_tokens"] == u["reported"] for u in usage)
+    assert sum(u["cached_tokens"] for u in usage) > sum(u["processed_tokens"] for u in usage)
 
 
 def test_a_call_cut_at_max_tokens_is_answered_and_the_run_goes_on(tmp_path, llama_server):
