@@ -29,7 +29,9 @@ from ouroboros.window.conversation import (
     newest_reads,
     notes_written,
     placeholder,
+    save_results,
     unacted_turns,
+    unsaved_work,
     worth_masking,
 )
 
@@ -85,7 +87,8 @@ Decision = Continue | Mask | WindDown | Restart
 
 def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, float]],
            wound_down: bool, recent: Sequence[tuple[str, float]] = (), unacted: int = 0,
-           pending: float = 0.0, maskable: float | None = None) -> tuple[Decision, bool]:
+           pending: float = 0.0, maskable: float | None = None,
+           unsaved: bool = False) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first: id and the share of the budget masking it would free), and
     whether the agent has been told to wind down since. Returns the decision and whether
@@ -103,9 +106,13 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
       unacted ones (`pending`: what those would free) would, the agent gets its turn to
       act on what it just got;
     - otherwise, or when the session is *full* (masking every result it may, `maskable`,
-      would leave it above the middle of the thresholds; None: unknown), wind down; still
+      and those it may once it acted on them, `pending`, would leave it above the middle
+      of the thresholds; None: unknown), wind down; still
       there a turn later, restart. A full session would buy a turn or two a round, creeping
-      up until old turns are dropped from under the agent.
+      up until old turns are dropped from under the agent;
+    - but the save is the last thing before a restart: when the agent did work since its
+      save and was not asked again since (`unsaved`: conversation.unsaved_work), it is told
+      to wind down once more, and the restart waits for the turn after.
     """
     if used < policy.soft_threshold_pct:
         return Continue(), False
@@ -115,8 +122,8 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
     if used < policy.hard_threshold_pct:  # a round only when it lasts: to the low-water mark
         worth_it = ids and used - freed <= policy.mask_low_water_pct
         return (Mask(ids) if worth_it else Continue()), wound_down
-    full = maskable is not None and \
-        used - maskable >= (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
+    full = maskable is not None and used - maskable - pending >= \
+        (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
     if not full:
         if ids:
             return Mask(ids), wound_down
@@ -126,7 +133,7 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
         if used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct \
                 and used < 1:
             return Continue(), wound_down
-    if wound_down:
+    if wound_down and not unsaved:
         return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
     return WindDown(), True
 
@@ -447,9 +454,10 @@ class ContextManager:
         recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0):acted]]
         pending = sum(gains[i] for i in candidates[acted:])
         maskable = sum(gains[i] for i in candidates[:max(acted, 0)])
+        unsaved = self.wound_down and unsaved_work(messages, self.observations)
         decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
-                                           list(gains.items()),
-                                           self.wound_down, recent, unacted, pending, maskable)
+                                           list(gains.items()), self.wound_down, recent,
+                                           unacted, pending, maskable, unsaved)
         return decision
 
     def mask_gain(self, tool_call_id: str, size: int) -> float:
@@ -482,10 +490,12 @@ class ContextManager:
     def fit(self, messages: Sequence[Message], tools: list[dict[str, Any]],
             target: int | None = None, keep: int | None = None) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
-        oldest-first, then drop the oldest complete turns, and only then mask the results
-        the agent has not acted on yet (conversation.unacted_turns, or the newest `keep`
-        turns), which are never dropped. The masks are counted only when the caller keeps
-        the result (`masked(fitted.masked)`)."""
+        oldest-first, then drop the oldest complete turns that hold nothing a save needs
+        (the newest read of the agent's notes and the results since: kept_reads,
+        conversation.save_results), then mask the results the agent has not acted on yet
+        (conversation.unacted_turns, or the newest `keep` turns), which are never dropped,
+        and only then drop turns since the notes read, and the read itself last. The masks
+        are counted only when the caller keeps the result (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
         tokens = self.current_tokens(conversation, tools)
@@ -500,8 +510,11 @@ class ContextManager:
         kept_read = self.kept_reads()
         self._mask_until(fitted, [i for i in tally.candidates(0, newest_turn)
                                   if i not in kept_read], tools, target)
-        self._drop_until(fitted, tools, target, keep, kept_read)
+        since = save_results(conversation, self.notes, self.observations)
+        self._drop_until(fitted, tools, target, keep, kept_read | since, strict=True)
         self._mask_until(fitted, newest, tools, target)
+        self._drop_until(fitted, tools, target, keep, kept_read, strict=True)
+        self._drop_until(fitted, tools, target, keep)
         if keep > 1:  # the last resort: the turn a wind-down interrupted goes too
             self._drop_until(fitted, tools, target, 1)
         return fitted
@@ -512,9 +525,10 @@ class ContextManager:
         return newest_reads(self.notes, self.observations)
 
     def _drop_until(self, fitted: Fitted, tools: list[dict[str, Any]], target: int,
-                    keep: int, spared: set[str] | frozenset[str] = frozenset()) -> None:
+                    keep: int, spared: set[str] | frozenset[str] = frozenset(),
+                    strict: bool = False) -> None:
         while fitted.tokens > target:
-            if not fitted.messages.drop_oldest_turn(keep, spared):
+            if not fitted.messages.drop_oldest_turn(keep, spared, strict):
                 return
             fitted.dropped_turns += 1
             self.revision += 1
