@@ -9,7 +9,7 @@ import json
 from ouroboros.config import ContextConfig
 from ouroboros.protocols import ToolResult
 from ouroboros.window import conversation as conv
-from ouroboros.window.policy import Continue, Restart, WindDown, decide
+from ouroboros.window.policy import Restart, WindDown, decide
 from tests.conversations import manager
 
 
@@ -50,6 +50,7 @@ def session_at_the_wind_down(cm):
         record(cm, messages, call_id, part)
     read(cm, messages, "p5", "data/part_005.txt", "KEY: 5\n" + "x" * 1600)
     messages.append(conv.note("wind_down", "Save your progress now."))
+    cm.wound_down = True
     return messages
 
 
@@ -102,16 +103,6 @@ def test_after_a_wind_down_work_since_the_save_is_saved_again_before_the_restart
     assert decide(policy, 0.95, [], True, unsaved=True) == (WindDown(), True)
     decision, wound = decide(policy, 0.95, [], True, unsaved=False)
     assert isinstance(decision, Restart) and wound
-
-
-def test_the_agent_may_act_on_a_result_it_just_got_when_masking_it_then_makes_room():
-    """A small window whose newest result is most of what fills it is not full: the agent
-    records what it just read, and the result is masked after, instead of a wind-down that
-    makes it save before it could do any work."""
-    policy = ContextConfig(keep_recent_observations=2)
-    decision, wound = decide(policy, 0.95, [("p1", 0.3)], False, recent=[], unacted=1,
-                             pending=0.3, maskable=0.0)
-    assert decision == Continue() and not wound
 
 
 def test_the_manager_asks_for_the_save_again_when_work_followed_it():

@@ -106,8 +106,7 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
       unacted ones (`pending`: what those would free) would, the agent gets its turn to
       act on what it just got;
     - otherwise, or when the session is *full* (masking every result it may, `maskable`,
-      and those it may once it acted on them, `pending`, would leave it above the middle
-      of the thresholds; None: unknown), wind down; still
+      would leave it above the middle of the thresholds; None: unknown), wind down; still
       there a turn later, restart. A full session would buy a turn or two a round, creeping
       up until old turns are dropped from under the agent;
     - but the save is the last thing before a restart: when the agent did work since its
@@ -122,8 +121,8 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
     if used < policy.hard_threshold_pct:  # a round only when it lasts: to the low-water mark
         worth_it = ids and used - freed <= policy.mask_low_water_pct
         return (Mask(ids) if worth_it else Continue()), wound_down
-    full = maskable is not None and used - maskable - pending >= \
-        (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
+    full = maskable is not None and \
+        used - maskable >= (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
     if not full:
         if ids:
             return Mask(ids), wound_down
@@ -490,12 +489,14 @@ class ContextManager:
     def fit(self, messages: Sequence[Message], tools: list[dict[str, Any]],
             target: int | None = None, keep: int | None = None) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
-        oldest-first, then drop the oldest complete turns that hold nothing a save needs
-        (the newest read of the agent's notes and the results since: kept_reads,
-        conversation.save_results), then mask the results the agent has not acted on yet
-        (conversation.unacted_turns, or the newest `keep` turns), which are never dropped,
-        and only then drop turns since the notes read, and the read itself last. The masks
-        are counted only when the caller keeps the result (`masked(fitted.masked)`)."""
+        oldest-first, then drop the oldest complete turns (the newest read of each notes
+        file last, kept_reads), and only then mask the results the agent has not acted on
+        yet (conversation.unacted_turns, or the newest `keep` turns), which are never
+        dropped. Wound down, the agent saves next from what it sees: the turns that hold
+        nothing the save needs (the notes read and the work since,
+        conversation.save_results) go first, then the newest results are masked, then the
+        work since the read, and the read itself last. The masks are counted only when the
+        caller keeps the result (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
         tokens = self.current_tokens(conversation, tools)
@@ -510,11 +511,13 @@ class ContextManager:
         kept_read = self.kept_reads()
         self._mask_until(fitted, [i for i in tally.candidates(0, newest_turn)
                                   if i not in kept_read], tools, target)
-        since = save_results(conversation, self.notes, self.observations)
-        self._drop_until(fitted, tools, target, keep, kept_read | since, strict=True)
+        if self.wound_down:  # the agent saves next: what it saves from goes last
+            since = save_results(conversation, self.notes, self.observations)
+            self._drop_until(fitted, tools, target, keep, kept_read | since, strict=True)
+            self._mask_until(fitted, newest, tools, target)
+            self._drop_until(fitted, tools, target, keep, kept_read, strict=True)
+        self._drop_until(fitted, tools, target, keep, kept_read)
         self._mask_until(fitted, newest, tools, target)
-        self._drop_until(fitted, tools, target, keep, kept_read, strict=True)
-        self._drop_until(fitted, tools, target, keep)
         if keep > 1:  # the last resort: the turn a wind-down interrupted goes too
             self._drop_until(fitted, tools, target, 1)
         return fitted
