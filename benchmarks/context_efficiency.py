@@ -142,8 +142,8 @@ class LiteralRow:
 LITERAL_ROWS: dict[str, LiteralRow] = {
     **{f"literal {name}": LiteralRow(name) for name in LITERAL_AGENTS},  # "literal b-window"
     # issue 36, items 1-2: the save before a restart is never stale
-    # a 2,048 window holds the notes, one part and a reply only when the reply is short: one
-    # MUSING a reply (at three, ~120 tokens each, no session can record a part)
+    # a 2,048 window: the fixed part takes half the budget, one part a quarter; one MUSING a
+    # reply (at three, ~120 tokens each, the notes, a part and a reply cannot fit at all)
     **{f"literal {name} 2048": LiteralRow(name, window=2048, musing=1)
        for name in ("a-newest-order", "b-window")},
     **{f"literal {name} 4096": LiteralRow(name, window=4096)
