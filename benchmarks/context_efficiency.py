@@ -23,8 +23,11 @@ window is smaller than claimed, changes, or is counted off, two prompts may go o
 
 The literal rows (--rows literal): the same task done by the agents that read literally, as
 small local models do (ouroboros/testing/agents.py), 40 parts in an 8k window with restarts,
-on the default config (handoff on). Their floors: every part done, none redone, and requests
-within 1.1x the fewest any literal row takes.
+on the default config (handoff on); and issue 36's, for the save before a restart: 2,048 and
+4,096 windows, a server reloaded with half the window mid-session, +500 words of chatter in
+tool arguments. Their floors: every part done, none redone (a reloaded row: one read again
+for each prompt the server cut), at most 2 prompts over the real window, and requests within
+1.1x the fewest of the 8k rows (1.25x the fewest of the same window for the others).
 
     python benchmarks/context_efficiency.py [--parts 40] [--tokens-per-file 2300 | --chars N]
                                             [--quick] [--keep DIR] [--rows GROUPS|NAMES]
