@@ -421,3 +421,30 @@ def test_every_agent_reads_its_notes_first_after_the_real_restart_note(agent):
     assert NOTES in reads(reply) or any("part_008" in json.dumps(args)
                                         for _, args in calls(reply))  # or checks the cut one
     assert notes_written(reply) is None  # never a save before it has read them
+
+
+# --- the save before a restart (issue 36, items 1-2) -----------------------------------------
+
+
+def test_the_save_before_a_restart_never_goes_backwards(tmp_path, scripted_server):
+    """A server reloaded with half the window mid-session: at the wind-down the pre-flight
+    must make room, and never by dropping what the agent did since it last read its notes
+    (here: all it did, it never read them); work after the save is saved again before the
+    restart. Every part is done once (it redid 1-6 when the records went first)."""
+    name, window, grows = "a-newest-order", WINDOW, (18, 4096)
+    agent = LITERAL_AGENTS[name](PARTS, musing=MUSINGS)
+    server = scripted_server(agent, model="scripted", context_length=window, grows=grows)
+    config = make_project(
+        tmp_path, server.base_url, prompt=PROMPT, model={"context_limit": window},
+        agent={"max_turns": 10 * PARTS}, safety={"sandbox": "off"})
+    keys = make_parts(tmp_path / "workspace", PARTS, CHARS_PER_PART)
+
+    result = ouroboros_here("run", "--config", str(config), "--headless")
+
+    figures = run_figures(tmp_path, keys)
+    assert (figures.done, figures.complete) == (PARTS, True), figures.line()
+    # a prompt the reloaded server cut shows the agent a window without its records: the
+    # one part it reads again there is the only one
+    assert server.over_limit <= 1 and figures.redone <= server.over_limit, \
+        f"{name}: {figures.line()}; redone {list(figures.redone_parts)}"
+    assert result.returncode == 0, result.stdout

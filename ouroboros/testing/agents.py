@@ -85,6 +85,9 @@ MUSINGS = 3
 # What a chatty small model says around each step (neutral words: the handoff may quote it).
 MUSING = ("Each part has one key line at the top and a long body after it; the body does not "
           "matter for the results file, only the key does, and the order of the parts. ")
+# What a model that thinks in its tool arguments says there (neutral words, like MUSING).
+CHATTER = ("the ledger lists each cargo by weight and berth, and the key line sits at the top "
+           "of the file, so the body after it can be left as it is for now")
 
 # The words a literal model takes as orders, strongest first within one message.
 Order = Literal["save", "read", "continue"]
@@ -270,8 +273,11 @@ class WindowAgent:
     with no progress in sight it reads its notes, because the system prompt says to."""
 
     def __init__(self, parts: int, *, notes: str = NOTES, hold_part: int | None = None,
-                 musing: int = 0) -> None:
+                 musing: int = 0, chatter: int = 0) -> None:
         self.parts = parts
+        # `chatter` words said in the arguments of each record command and notes write
+        words = CHATTER.split()
+        self.chatter = " ".join((words * (chatter // len(words) + 1))[:chatter])
         self.notes = notes
         self.hold_part = hold_part
         self.held = False
@@ -332,6 +338,8 @@ class WindowAgent:
     def record(self, part: int, key: str) -> tuple[str, dict[str, Any]]:
         line = shlex.quote(f"part_{part:03d}: {key}")
         command = f"grep -qxF {line} results.txt 2>/dev/null || echo {line} >> results.txt"
+        if self.chatter:
+            command += f"  # {self.chatter}"
         if part == self.hold_part and not self.held:
             self.held = True
             command += HOLD
@@ -340,6 +348,8 @@ class WindowAgent:
     def notes_write(self, done: set[int]) -> tuple[str, dict[str, Any]]:
         following = next(n for n in range(1, self.parts + 2) if n not in done)
         content = f"DONE: {ranges(done)}\nNEXT: {following}\n"
+        if self.chatter:
+            content += f"Thoughts: {self.chatter}\n"
         return "file_write", {"path": self.notes, "content": content}
 
     def save(self, view: View, saying: str) -> Reply:

@@ -189,6 +189,53 @@ def newest_reads(notes: Sequence[str], observations: dict[str, Observation]) -> 
     return {obs.tool_call_id for obs in newest.values() if not obs.masked}
 
 
+def save_results(messages: Sequence[Message], notes: Sequence[str],
+                 observations: dict[str, Observation]) -> set[str]:
+    """The tool-call ids of the results a save needs besides the notes read: what the agent
+    did since the newest read of a file in `notes`, or in all of `messages` when no notes
+    read is there: the results of its commands (its records among them) and of its newest
+    write of each file; not what it read, nor a write a newer one of the file replaced."""
+    wanted = set(notes)
+    ids = [m.get("tool_call_id", "") for m in messages if m["role"] == "tool"]
+    since = 0
+    for at in range(len(ids) - 1, -1, -1):
+        obs = observations.get(ids[at])
+        if obs is not None and obs.tool in READING_TOOLS and obs.target in wanted:
+            since = at + 1
+            break
+    kept: set[str] = set()
+    written: set[str] = set()
+    for call_id in reversed(ids[since:]):
+        done = observations.get(call_id)
+        if done is None or done.tool in READING_TOOLS:
+            continue
+        if done.tool in WRITING_TOOLS:
+            if done.target in written:
+                continue
+            written.add(done.target)
+        kept.add(call_id)
+    return kept
+
+
+def unsaved_work(messages: Sequence[Message], observations: dict[str, Observation]) -> bool:
+    """Whether the agent did work (a command that succeeded) after its newest save (a write
+    of a file) with no wind-down note since that save: a restart now would lose it, so it
+    is asked to save once more. False when no save is in `messages`."""
+    worked = False
+    for message in reversed(messages):
+        if message.get(NOTE_KEY) == "wind_down":
+            return False
+        obs = observations.get(message.get("tool_call_id", "")) \
+            if message["role"] == "tool" else None
+        if obs is None:
+            continue
+        if obs.tool in WRITING_TOOLS and not str(message.get("content") or "").startswith(
+                ("error", "[interrupted")):
+            return worked
+        worked = worked or (obs.tool not in READING_TOOLS and obs.exit_code == 0)
+    return False
+
+
 # Masking is worth it only for a result at least this many times its placeholder's size: a
 # short result (a progress file, a one-line answer) is what the agent goes on, and hiding it
 # frees next to nothing.
@@ -266,17 +313,18 @@ def carryover(messages: Sequence[Message], turns: int,
 
 
 def oldest_turn(starts: list[int], keep: int = 1,
-                held: Callable[[int, int], bool] | None = None) -> tuple[int, int] | None:
+                held: Callable[[int, int], bool] | None = None,
+                strict: bool = False) -> tuple[int, int] | None:
     """The positions [start, end) of the oldest complete turn that may go (`starts`: the
     assistant messages'), never the preamble before it nor the newest `keep` turns, nor one
-    that `held(start, end)` says holds what must stay while another may go; None when
-    there is none."""
+    that `held(start, end)` says holds what must stay while another may go (`strict`: even
+    when none other may); None when there is none."""
     if len(starts) <= max(keep, 1):
         return None
     for start, end in zip(starts, starts[1:len(starts) - max(keep, 1) + 1]):
         if held is None or not held(start, end):
             return start, end
-    return starts[0], starts[1]
+    return None if strict else (starts[0], starts[1])
 
 
 # --- the owner ------------------------------------------------------------------------------
@@ -395,13 +443,15 @@ class Conversation(Sequence[Message]):
         """The system prompt as it is now."""
         self.replace_at(0, message)
 
-    def drop_oldest_turn(self, keep: int = 1, spared: Container[str] = ()) -> bool:
+    def drop_oldest_turn(self, keep: int = 1, spared: Container[str] = (),
+                         strict: bool = False) -> bool:
         """Drop the oldest complete turn (see `oldest_turn`), one without a result named in
-        `spared` (tool-call ids) if there is one; False if none may go."""
+        `spared` (tool-call ids) if there is one (`strict`: only such a one); False if none
+        may go."""
         def held(start: int, end: int) -> bool:
             return any(m.get("tool_call_id") in spared for m in self._messages[start:end])
 
-        turn = oldest_turn(self.tally.starts, keep, held if spared else None)
+        turn = oldest_turn(self.tally.starts, keep, held if spared else None, strict)
         if turn is None:
             return False
         self.drop(*turn)

@@ -41,7 +41,9 @@ from ouroboros.window.conversation import (
     newest_reads,
     notes_written,
     placeholder,
+    save_results,
     unacted_turns,
+    unsaved_work,
     worth_masking,
 )
 
@@ -97,7 +99,8 @@ Decision = Continue | Mask | WindDown | Restart
 
 def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, float]],
            wound_down: bool, recent: Sequence[tuple[str, float]] = (), unacted: int = 0,
-           pending: float = 0.0, maskable: float | None = None) -> tuple[Decision, bool]:
+           pending: float = 0.0, maskable: float | None = None,
+           unsaved: bool = False) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first: id and the share of the budget masking it would free), and
     whether the agent has been told to wind down since. Returns the decision and whether
@@ -117,7 +120,10 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
     - otherwise, or when the session is *full* (masking every result it may, `maskable`,
       would leave it above the middle of the thresholds; None: unknown), wind down; still
       there a turn later, restart. A full session would buy a turn or two a round, creeping
-      up until old turns are dropped from under the agent.
+      up until old turns are dropped from under the agent;
+    - but the save is the last thing before a restart: when the agent did work since its
+      save and was not asked again since (`unsaved`: conversation.unsaved_work), it is told
+      to wind down once more, and the restart waits for the turn after.
     """
     if used < policy.soft_threshold_pct:
         return Continue(), False
@@ -138,7 +144,7 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
         if used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct \
                 and used < 1:
             return Continue(), wound_down
-    if wound_down:
+    if wound_down and not unsaved:
         return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
     return WindDown(), True
 
@@ -459,9 +465,10 @@ class ContextManager:
         recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0):acted]]
         pending = sum(gains[i] for i in candidates[acted:])
         maskable = sum(gains[i] for i in candidates[:max(acted, 0)])
+        unsaved = self.wound_down and unsaved_work(messages, self.observations)
         decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
-                                           list(gains.items()),
-                                           self.wound_down, recent, unacted, pending, maskable)
+                                           list(gains.items()), self.wound_down, recent,
+                                           unacted, pending, maskable, unsaved)
         return decision
 
     def mask_gain(self, tool_call_id: str, size: int) -> float:
@@ -494,10 +501,14 @@ class ContextManager:
     def fit(self, messages: Sequence[Message], tools: list[dict[str, Any]],
             target: int | None = None, keep: int | None = None) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
-        oldest-first, then drop the oldest complete turns, and only then mask the results
-        the agent has not acted on yet (conversation.unacted_turns, or the newest `keep`
-        turns), which are never dropped. The masks are counted only when the caller keeps
-        the result (`masked(fitted.masked)`)."""
+        oldest-first, then drop the oldest complete turns (the newest read of each notes
+        file last, kept_reads), and only then mask the results the agent has not acted on
+        yet (conversation.unacted_turns, or the newest `keep` turns), which are never
+        dropped. Wound down, the agent saves next from what it sees: the turns that hold
+        nothing the save needs (the notes read and the work since,
+        conversation.save_results) go first, then the newest results are masked, then the
+        work since the read, and the read itself last. The masks are counted only when the
+        caller keeps the result (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
         tokens = self.current_tokens(conversation, tools)
@@ -512,6 +523,11 @@ class ContextManager:
         kept_read = self.kept_reads()
         self._mask_until(fitted, [i for i in tally.candidates(0, newest_turn)
                                   if i not in kept_read], tools, target)
+        if self.wound_down:  # the agent saves next: what it saves from goes last
+            since = save_results(conversation, self.notes, self.observations)
+            self._drop_until(fitted, tools, target, keep, kept_read | since, strict=True)
+            self._mask_until(fitted, newest, tools, target)
+            self._drop_until(fitted, tools, target, keep, kept_read, strict=True)
         self._drop_until(fitted, tools, target, keep, kept_read)
         self._mask_until(fitted, newest, tools, target)
         if keep > 1:  # the last resort: the turn a wind-down interrupted goes too
@@ -524,9 +540,10 @@ class ContextManager:
         return newest_reads(self.notes, self.observations)
 
     def _drop_until(self, fitted: Fitted, tools: list[dict[str, Any]], target: int,
-                    keep: int, spared: set[str] | frozenset[str] = frozenset()) -> None:
+                    keep: int, spared: set[str] | frozenset[str] = frozenset(),
+                    strict: bool = False) -> None:
         while fitted.tokens > target:
-            if not fitted.messages.drop_oldest_turn(keep, spared):
+            if not fitted.messages.drop_oldest_turn(keep, spared, strict):
                 return
             fitted.dropped_turns += 1
             self.revision += 1
