@@ -81,7 +81,6 @@ DEFAULT_TOKENS_PER_FILE = 2300
 USAGE_MODES = ["zero", "null", "uncached", "negative", "huge", "decreasing"]
 
 
-
 @dataclass(frozen=True)
 class Row:
     """One managed run at the tails: what the data files hold and how the server behaves."""
@@ -105,8 +104,7 @@ TAIL_ROWS: dict[str, Row] = {
     "ps-honest 4096/8192": Row(window=4096, claim=8192),
     "ps-silent 4096/8192": Row(window=4096, claim=8192, api_ps="silent"),
     "grows 4096->8192 ps-honest": Row(window=4096, claim=8192, grows=(12, 8192)),
-    "grows 4096->8192 ps-silent": Row(window=4096, claim=8192, api_ps="silent",
-                                       grows=(12, 8192)),
+    "grows 4096->8192 ps-silent": Row(window=4096, claim=8192, api_ps="silent", grows=(12, 8192)),
     "refused named": Row(window=4096, claim=8192, api_ps="silent", overflow="empty"),
     "refused unnamed": Row(window=4096, claim=8192, api_ps="silent", overflow="error"),
     "window 2048": Row(window=2048),
@@ -117,12 +115,20 @@ TAIL_ROWS: dict[str, Row] = {
     "counts 40% low ps-silent": Row(api_ps="silent", miscount=(0.6, 1)),
     "shrinks 8192->4096 ps-honest": Row(grows=(20, 4096)),
     "shrinks 8192->4096 ps-silent": Row(api_ps="silent", grows=(20, 4096)),
-    "named grows 4096->8192": Row(window=4096, claim=8192, api_ps="silent", overflow="named",
-                                  grows=(12, 8192)),
-    "unnamed grows 4096->8192": Row(window=4096, claim=8192, api_ps="silent",
-                                    overflow="error", grows=(12, 8192)),
-    "unnamed grows cpt-2.5": Row(tokenizer="cpt-2.5", window=4096, claim=8192,
-                                 api_ps="silent", overflow="error", grows=(12, 8192)),
+    "named grows 4096->8192": Row(
+        window=4096, claim=8192, api_ps="silent", overflow="named", grows=(12, 8192)
+    ),
+    "unnamed grows 4096->8192": Row(
+        window=4096, claim=8192, api_ps="silent", overflow="error", grows=(12, 8192)
+    ),
+    "unnamed grows cpt-2.5": Row(
+        tokenizer="cpt-2.5",
+        window=4096,
+        claim=8192,
+        api_ps="silent",
+        overflow="error",
+        grows=(12, 8192),
+    ),
     "ps-silent 2048/8192": Row(window=2048, claim=8192, api_ps="silent"),
     "ps-silent 4096/16384": Row(window=4096, claim=16384, api_ps="silent"),
 }
@@ -147,19 +153,27 @@ LITERAL_ROWS: dict[str, LiteralRow] = {
     # issue 36, items 1-2: the save before a restart is never stale
     # a 2,048 window: the fixed part takes half the budget, one part a quarter; one MUSING a
     # reply (at three, ~120 tokens each, the notes, a part and a reply cannot fit at all)
-    **{f"literal {name} 2048": LiteralRow(name, window=2048, musing=1)
-       for name in ("a-newest-order", "b-window")},
-    **{f"literal {name} 4096": LiteralRow(name, window=4096)
-       for name in ("a-newest-order", "b-window")},
+    **{
+        f"literal {name} 2048": LiteralRow(name, window=2048, musing=1)
+        for name in ("a-newest-order", "b-window")
+    },
+    **{
+        f"literal {name} 4096": LiteralRow(name, window=4096)
+        for name in ("a-newest-order", "b-window")
+    },
     # reloaded with half the window mid-session (compared with the 4096 rows)
-    **{f"literal {name} reload 8192->4096": LiteralRow(name, grows=(18, 4096))
-       for name in ("a-newest-order", "b-window")},
+    **{
+        f"literal {name} reload 8192->4096": LiteralRow(name, grows=(18, 4096))
+        for name in ("a-newest-order", "b-window")
+    },
     "literal b-window chatter+500": LiteralRow("b-window", chatter=500),
     "literal b-window bpe 4096": LiteralRow("b-window", window=4096, tokenizer="bpe-bytes"),
 }
-ROW_GROUPS = {"content": [n for n in TAIL_ROWS if n.startswith("content=")],
-              "windows": [n for n in TAIL_ROWS if not n.startswith("content=")],
-              "literal": list(LITERAL_ROWS)}
+ROW_GROUPS = {
+    "content": [n for n in TAIL_ROWS if n.startswith("content=")],
+    "windows": [n for n in TAIL_ROWS if not n.startswith("content=")],
+    "literal": list(LITERAL_ROWS),
+}
 MAX_LITERAL_REQUESTS_OVER_FEWEST = 1.1  # on the 8k window, as claimed
 MAX_LITERAL_OVER_WINDOW = 2  # prompts over the server's real window (a reload's turn: 2)
 
@@ -222,8 +236,13 @@ def prefix_cache(requests: list[dict]) -> PrefixCache:
         shared = len(os.path.commonprefix([before, text]))
         started = len(messages) < 2 or messages[1] != opening  # a session's first prompt
         again += len(text) - shared
-        bound += len(text) if started else sum(
-            len(json.dumps(m, sort_keys=True)) for m in messages if message_key(m) not in held)
+        bound += (
+            len(text)
+            if started
+            else sum(
+                len(json.dumps(m, sort_keys=True)) for m in messages if message_key(m) not in held
+            )
+        )
         total += len(text)
         before, opening = text, messages[1] if len(messages) > 1 else None
         held = {message_key(m) for m in messages}
@@ -262,35 +281,65 @@ def session_starts(events: list[dict]) -> list[int]:
 
 def parts_read(events: list[dict]) -> Counter:
     """How many times file_read read each data part."""
-    return Counter(m.group(1) for e in events
-                   if e["type"] == "tool_call" and e["name"] == "file_read"
-                   and (m := re.search(r"part_(\d+)", e.get("arguments", ""))))
+    return Counter(
+        m.group(1)
+        for e in events
+        if e["type"] == "tool_call"
+        and e["name"] == "file_read"
+        and (m := re.search(r"part_(\d+)", e.get("arguments", "")))
+    )
 
 
-def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEFAULT_TOKENIZER,
-             usage: str = "whole", keep: Path | None = None, row: Row | None = None) -> Figures:
+def run_once(
+    parts: int,
+    chars: int,
+    window: int | None,
+    *,
+    tokenizer: str = DEFAULT_TOKENIZER,
+    usage: str = "whole",
+    keep: Path | None = None,
+    row: Row | None = None,
+) -> Figures:
     """One run of the task; `window` None is the unmanaged run. `keep` copies the project
     (events.jsonl included) there afterwards. A `row` sets the content and the server."""
     agent = ThinkingAgent(parts) if tokenizer == "strip-reasoning" else RecordingAgent(parts)
     server_settings: dict = {}
     if row is not None:
-        server_settings = {"api_ps": row.api_ps, "overflow": row.overflow, "grows": row.grows,
-                           "miscount": row.miscount}
+        server_settings = {
+            "api_ps": row.api_ps,
+            "overflow": row.overflow,
+            "grows": row.grows,
+            "miscount": row.miscount,
+        }
         window, tokenizer, usage = row.window, row.tokenizer, row.usage
-    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
-            agent, model="scripted-demo", context_length=window,
-            tokenizer=TOKENIZERS[tokenizer], usage=usage, **server_settings) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedServer(
+            agent,
+            model="scripted-demo",
+            context_length=window,
+            tokenizer=TOKENIZERS[tokenizer],
+            usage=usage,
+            **server_settings,
+        ) as server,
+    ):
         root = Path(tmp)
         write_demo_project(root, server.base_url, 0)
         if row is not None and row.mission:
             with (root / "SYSTEM_PROMPT.md").open("a") as prompt:
-                prompt.write("\n" + MISSION_WORDS[:row.mission * 6])
-        keys = (write_parts(root / "workspace", parts, chars, row.kind) if row is not None
-                else make_workspace(root / "workspace", parts, chars_per_part=chars))
+                prompt.write("\n" + MISSION_WORDS[: row.mission * 6])
+        keys = (
+            write_parts(root / "workspace", parts, chars, row.kind)
+            if row is not None
+            else make_workspace(root / "workspace", parts, chars_per_part=chars)
+        )
         claim = (row.claim or row.window) if row is not None else window
-        flags = {"model.context_limit": claim or UNLIMITED, "model.max_output_tokens": 2048,
-                 "agent.max_turns": 20 * parts + 50,  # a cap, should a row run away
-                 "model.ensure_window": False}  # rows whose server holds less than the claim
+        flags = {
+            "model.context_limit": claim or UNLIMITED,
+            "model.max_output_tokens": 2048,
+            "agent.max_turns": 20 * parts + 50,  # a cap, should a row run away
+            "model.ensure_window": False,
+        }  # rows whose server holds less than the claim
         loaded = load_config(root / "ouroboros.toml", flags, env={}, user_file=None)
         started = time.perf_counter()
         try:
@@ -313,8 +362,9 @@ def run_once(parts: int, chars: int, window: int | None, *, tokenizer: str = DEF
             largest_prompt=max(server.prompt_tokens),
             over_limit=server.over_limit,
             restarts=sum(e["type"] == "session_restart" for e in events),
-            masked=max((e["total_masked"] for e in events if e["type"] == "context_mask"),
-                       default=0),
+            masked=max(
+                (e["total_masked"] for e in events if e["type"] == "context_mask"), default=0
+            ),
             completed=results.is_file() and results.read_text() == expected,
             files_done=len(set(expected.splitlines()) & set(written)),
             parts_read_twice=sum(1 for n in parts_read(events).values() if n > 1),
@@ -368,20 +418,27 @@ def sizing(args: argparse.Namespace, tokenizer: str) -> Sizing:
 
 def print_intro(args: argparse.Namespace) -> None:
     if args.chars is None:
-        print(f"Files are sized in tokens, per row: each row's data files hold as many "
-              f"characters as make one file count about {args.tokens_per_file:,} tokens on "
-              f"that row's server tokenizer, so every row does the same token workload "
-              f"({args.parts} files x ~{args.tokens_per_file:,} tokens).\n")
+        print(
+            f"Files are sized in tokens, per row: each row's data files hold as many "
+            f"characters as make one file count about {args.tokens_per_file:,} tokens on "
+            f"that row's server tokenizer, so every row does the same token workload "
+            f"({args.parts} files x ~{args.tokens_per_file:,} tokens).\n"
+        )
     else:
-        print(f"Files are sized in characters (--chars {args.chars}): every row reads the "
-              f"same text, so the token workload differs from row to row with the tokenizer, "
-              f"and so does the unmanaged baseline the cost is measured against.\n")
+        print(
+            f"Files are sized in characters (--chars {args.chars}): every row reads the "
+            f"same text, so the token workload differs from row to row with the tokenizer, "
+            f"and so does the unmanaged baseline the cost is measured against.\n"
+        )
 
 
-def print_comparison(args: argparse.Namespace, size: Sizing, managed: Figures,
-                     unmanaged: Figures) -> None:
-    print(f"workload: {args.parts} files of {size.chars:,} characters "
-          f"({size.tokens:,} tokens each on the '{DEFAULT_TOKENIZER}' tokenizer)\n")
+def print_comparison(
+    args: argparse.Namespace, size: Sizing, managed: Figures, unmanaged: Figures
+) -> None:
+    print(
+        f"workload: {args.parts} files of {size.chars:,} characters "
+        f"({size.tokens:,} tokens each on the '{DEFAULT_TOKENIZER}' tokenizer)\n"
+    )
     print(f"{'':28}{'managed (' + str(args.window) + ')':>18}{'unmanaged':>14}")
     rows = [
         ("turns", "turns", "{:d}"),
@@ -396,54 +453,80 @@ def print_comparison(args: argparse.Namespace, size: Sizing, managed: Figures,
         ("wall time, s", "seconds", "{:.1f}"),
     ]
     for label, name, fmt in rows:
-        print(f"{label:28}{fmt.format(getattr(managed, name)):>18}"
-              f"{fmt.format(getattr(unmanaged, name)):>14}")
+        print(
+            f"{label:28}{fmt.format(getattr(managed, name)):>18}"
+            f"{fmt.format(getattr(unmanaged, name)):>14}"
+        )
     per_turn_m = managed.prompt_tokens / managed.turns
     per_turn_u = unmanaged.prompt_tokens / unmanaged.turns
     print(f"{'prompt tokens per turn':28}{per_turn_m:>18,.0f}{per_turn_u:>14,.0f}")
-    print(f"\nmanaged total prompt tokens = "
-          f"{100 * managed.prompt_tokens / unmanaged.prompt_tokens:.1f}% of unmanaged")
+    print(
+        f"\nmanaged total prompt tokens = "
+        f"{100 * managed.prompt_tokens / unmanaged.prompt_tokens:.1f}% of unmanaged"
+    )
 
 
-def print_matrix(args: argparse.Namespace, rows: dict[str, tuple[Figures, Figures]],
-                 sizes: dict[str, Sizing]) -> bool:
+def print_matrix(
+    args: argparse.Namespace, rows: dict[str, tuple[Figures, Figures]], sizes: dict[str, Sizing]
+) -> bool:
     """The tokenizer matrix and the floors; True if every floor holds."""
-    per_file = (f"files sized to ~{args.tokens_per_file:,} tokens on each row's tokenizer"
-                if args.chars is None else f"files of {args.chars:,} characters on every row")
-    print(f"\ntokenizer matrix: {args.parts} files, {per_file}, {args.window}-token window "
-          f"(server and config); cost = true prompt tokens / unmanaged on the same tokenizer "
-          f"and the same files\n")
-    header = (f"{'row':26}{'chars/file':>11}{'tok/file':>9}{'files':>7}{'requests':>10}"
-              f"{'over':>6}{'redone':>8}{'restarts':>10}{'false alarms':>14}{'cost':>7}"
-              f"{CACHE_HEADER}{'s':>6}")
+    per_file = (
+        f"files sized to ~{args.tokens_per_file:,} tokens on each row's tokenizer"
+        if args.chars is None
+        else f"files of {args.chars:,} characters on every row"
+    )
+    print(
+        f"\ntokenizer matrix: {args.parts} files, {per_file}, {args.window}-token window "
+        f"(server and config); cost = true prompt tokens / unmanaged on the same tokenizer "
+        f"and the same files\n"
+    )
+    header = (
+        f"{'row':26}{'chars/file':>11}{'tok/file':>9}{'files':>7}{'requests':>10}"
+        f"{'over':>6}{'redone':>8}{'restarts':>10}{'false alarms':>14}{'cost':>7}"
+        f"{CACHE_HEADER}{'s':>6}"
+    )
     print(header)
     print("-" * len(header))
     for name, (m, u) in rows.items():
         size = sizes[name]
-        print(f"{name:26}{size.chars:>11,}{size.tokens:>9,}"
-              f"{f'{m.files_done}/{args.parts}':>7}{m.turns:>10}{m.over_limit:>6}"
-              f"{m.parts_read_twice:>8}{m.restarts:>10}{m.false_alarms:>14}"
-              f"{m.prompt_tokens / u.prompt_tokens:>7.3f}{m.cache.cells()}{m.seconds:>6.1f}")
+        print(
+            f"{name:26}{size.chars:>11,}{size.tokens:>9,}"
+            f"{f'{m.files_done}/{args.parts}':>7}{m.turns:>10}{m.over_limit:>6}"
+            f"{m.parts_read_twice:>8}{m.restarts:>10}{m.false_alarms:>14}"
+            f"{m.prompt_tokens / u.prompt_tokens:>7.3f}{m.cache.cells()}{m.seconds:>6.1f}"
+        )
 
     fewest = min(m.turns for m, _ in rows.values())
     floors = [
-        (f"every file done ({args.parts}/{args.parts})",
-         lambda m, u: m.files_done == args.parts and m.completed),
+        (
+            f"every file done ({args.parts}/{args.parts})",
+            lambda m, u: m.files_done == args.parts and m.completed,
+        ),
         ("no request over the window", lambda m, u: m.over_limit == 0),
         ("no part redone", lambda m, u: m.parts_read_twice == 0),
         ("no false truncation alarm", lambda m, u: m.false_alarms == 0),
-        (f"requests <= {MAX_REQUESTS_OVER_FEWEST}x the fewest ({fewest} -> "
-         f"{int(MAX_REQUESTS_OVER_FEWEST * fewest)})",
-         lambda m, u: m.turns <= MAX_REQUESTS_OVER_FEWEST * fewest),
-        (f"cost <= {MAX_COST_VS_UNMANAGED} of unmanaged",
-         lambda m, u: m.prompt_tokens <= MAX_COST_VS_UNMANAGED * u.prompt_tokens),
+        (
+            f"requests <= {MAX_REQUESTS_OVER_FEWEST}x the fewest ({fewest} -> "
+            f"{int(MAX_REQUESTS_OVER_FEWEST * fewest)})",
+            lambda m, u: m.turns <= MAX_REQUESTS_OVER_FEWEST * fewest,
+        ),
+        (
+            f"cost <= {MAX_COST_VS_UNMANAGED} of unmanaged",
+            lambda m, u: m.prompt_tokens <= MAX_COST_VS_UNMANAGED * u.prompt_tokens,
+        ),
     ]
     print("\nfloors")
-    every = print_floors([(label, [name for name, (m, u) in rows.items() if not holds(m, u)])
-                          for label, holds in floors])
+    every = print_floors(
+        [
+            (label, [name for name, (m, u) in rows.items() if not holds(m, u)])
+            for label, holds in floors
+        ]
+    )
     if args.parts < 40:
-        print("  (the cost floor is set for 40 files: unmanaged cost grows with the square of "
-              "the task's length, so a shorter task cannot meet it)")
+        print(
+            "  (the cost floor is set for 40 files: unmanaged cost grows with the square of "
+            "the task's length, so a shorter task cannot meet it)"
+        )
     print(f"\n{'all floors hold' if every else 'SOME FLOORS FAIL'}")
     return every
 
@@ -461,8 +544,10 @@ def run_tails(args: argparse.Namespace, names: list[str]) -> bool:
     return print_tail_floors(results, args.parts)
 
 
-TAIL_HEADER = (f"{'row':30}{'window':>13}{'chars':>7}{'tok':>6}{'files':>7}{'requests':>9}"
-               f"{'over':>6}{'redone':>7}{'restarts':>9}{'alarms':>7}{'believed':>16}{'s':>6}")
+TAIL_HEADER = (
+    f"{'row':30}{'window':>13}{'chars':>7}{'tok':>6}{'files':>7}{'requests':>9}"
+    f"{'over':>6}{'redone':>7}{'restarts':>9}{'alarms':>7}{'believed':>16}{'s':>6}"
+)
 
 
 def print_tail_row(name: str, row: Row, m: Figures, size: Sizing, parts: int) -> None:
@@ -471,9 +556,12 @@ def print_tail_row(name: str, row: Row, m: Figures, size: Sizing, parts: int) ->
         print_tail_row.shown = True  # type: ignore[attr-defined]
     window = f"{row.window}/{row.claim or row.window}"
     believed = f"{m.believed[0]}->{m.believed[-1]}" if m.believed else "-"
-    print(f"{name:30}{window:>13}{size.chars:>7,}{size.tokens:>6,}"
-          f"{f'{m.files_done}/{parts}':>7}{m.turns:>9}{m.over_limit:>6}{m.parts_read_twice:>7}"
-          f"{m.restarts:>9}{m.false_alarms:>7}{believed:>16}{m.seconds:>6.1f}", flush=True)
+    print(
+        f"{name:30}{window:>13}{size.chars:>7,}{size.tokens:>6,}"
+        f"{f'{m.files_done}/{parts}':>7}{m.turns:>9}{m.over_limit:>6}{m.parts_read_twice:>7}"
+        f"{m.restarts:>9}{m.false_alarms:>7}{believed:>16}{m.seconds:>6.1f}",
+        flush=True,
+    )
 
 
 def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) -> bool:
@@ -502,42 +590,75 @@ def print_tail_floors(results: dict[str, tuple[Figures, Sizing]], parts: int) ->
 
     floors = [
         (f"every file done ({parts}/{parts})", lambda n, m: m.files_done == parts and m.completed),
-        ("no request over the window (2 where the window is smaller than the claim)",
-         lambda n, m: m.over_limit <= cut_allowed(n)),
+        (
+            "no request over the window (2 where the window is smaller than the claim)",
+            lambda n, m: m.over_limit <= cut_allowed(n),
+        ),
         ("no part redone", lambda n, m: m.parts_read_twice == 0),
         ("no false truncation alarm", lambda n, m: m.false_alarms == 0 or cut_allowed(n) > 0),
         ("a server restarted bigger is believed within one session", recovered),
-    ] + ([(f"every row within {MAX_REQUESTS_OVER_FEWEST}x the fewest requests of a content row "
-           f"({fewest} -> {int(MAX_REQUESTS_OVER_FEWEST * fewest)})", efficient)]
-         if fewest else [])
+    ] + (
+        [
+            (
+                f"every row within {MAX_REQUESTS_OVER_FEWEST}x the fewest requests "
+                "of a content row "
+                f"({fewest} -> {int(MAX_REQUESTS_OVER_FEWEST * fewest)})",
+                efficient,
+            )
+        ]
+        if fewest
+        else []
+    )
     print("\nfloors (rows at the tails)")
-    return print_floors([(label, [name for name, (m, _) in results.items() if not holds(name, m)])
-                         for label, holds in floors])
+    return print_floors(
+        [
+            (label, [name for name, (m, _) in results.items() if not holds(name, m)])
+            for label, holds in floors
+        ]
+    )
 
 
 def print_floors(checks: list[tuple[str, list[str]]]) -> bool:
     """One PASS/FAIL line per floor (its label and the rows failing it); whether all hold."""
     for label, failing in checks:
-        print(f"  {'PASS' if not failing else 'FAIL'}  {label}"
-              + (f": {', '.join(failing)}" if failing else ""))
+        print(
+            f"  {'PASS' if not failing else 'FAIL'}  {label}"
+            + (f": {', '.join(failing)}" if failing else "")
+        )
     return not any(failing for _, failing in checks)
 
 
-def run_literal(row: LiteralRow, parts: int, keep: Path | None = None,
-                handoff: bool = True) -> tuple[RunFigures, PrefixCache, int, float]:
+def run_literal(
+    row: LiteralRow, parts: int, keep: Path | None = None, handoff: bool = True
+) -> tuple[RunFigures, PrefixCache, int, float]:
     """One run of the task by a literal agent on the default config (the row's window
     claimed), or with the handoff's facts off; its figures, the prompts over the server's
     real window, and wall seconds. `keep` copies the project there afterwards."""
     agent = LITERAL_AGENTS[row.agent](parts, musing=row.musing, chatter=row.chatter)
-    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
-            agent, model="scripted", context_length=row.window, grows=row.grows,
-            tokenizer=TOKENIZERS[row.tokenizer]) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedServer(
+            agent,
+            model="scripted",
+            context_length=row.window,
+            grows=row.grows,
+            tokenizer=TOKENIZERS[row.tokenizer],
+        ) as server,
+    ):
         root = Path(tmp)
         (root / "workspace").mkdir()
         (root / "SYSTEM_PROMPT.md").write_text(LITERAL_PROMPT.format(notes=NOTES))
-        (root / "ouroboros.toml").write_text(tomli_w.dumps({"model": {
-            "base_url": server.base_url, "name": "scripted",
-            "context_limit": row.window}}))
+        (root / "ouroboros.toml").write_text(
+            tomli_w.dumps(
+                {
+                    "model": {
+                        "base_url": server.base_url,
+                        "name": "scripted",
+                        "context_limit": row.window,
+                    }
+                }
+            )
+        )
         keys = make_parts(root / "workspace", parts, CHARS_PER_PART)
         flags: dict = {"agent.max_turns": 5 * parts + 50}  # a cap, should a row redo its work
         if row.window < 4096:  # small windows take more turns a part: restarts, re-reads
@@ -554,42 +675,54 @@ def run_literal(row: LiteralRow, parts: int, keep: Path | None = None,
         if keep is not None:
             shutil.rmtree(keep, ignore_errors=True)
             shutil.copytree(root, keep)
-        return (run_figures(root, keys), prefix_cache(server.requests), server.over_limit,
-                seconds)
+        return (run_figures(root, keys), prefix_cache(server.requests), server.over_limit, seconds)
 
 
 def run_literals(args: argparse.Namespace, names: list[str]) -> bool:
     """The literal rows, each on the default config and with the handoff's facts off; their
     table and floors (requests against the fewest any row of the same window takes); True
     if every floor holds."""
-    print(f"literal agents: {args.parts} parts of {CHARS_PER_PART:,} characters, "
-          "the row's window claimed; each on the default config (handoff on) and with "
-          "context.handoff_max_tokens = 0 (off); over: prompts over the server's real window; "
-          "again/bound/hit: characters a one-slot prefix cache would process again, the "
-          "appended-only lower bound, the cache's hit\n")
-    header = (f"{'row':36}{'handoff':>8}{'files':>7}{'requests':>10}{'redone':>8}"
-              f"{'restarts':>10}{'over':>6}{CACHE_HEADER}{'s':>6}")
+    print(
+        f"literal agents: {args.parts} parts of {CHARS_PER_PART:,} characters, "
+        "the row's window claimed; each on the default config (handoff on) and with "
+        "context.handoff_max_tokens = 0 (off); over: prompts over the server's real window; "
+        "again/bound/hit: characters a one-slot prefix cache would process again, the "
+        "appended-only lower bound, the cache's hit\n"
+    )
+    header = (
+        f"{'row':36}{'handoff':>8}{'files':>7}{'requests':>10}{'redone':>8}"
+        f"{'restarts':>10}{'over':>6}{CACHE_HEADER}{'s':>6}"
+    )
     print(header + "\n" + "-" * len(header))
     rows: dict[tuple[str, bool], RunFigures] = {}
     over: dict[tuple[str, bool], int] = {}
     for name in names:
         for handoff in (True, False):
-            keep = (args.keep / f"{name.replace(' ', '_')}{'' if handoff else '_off'}"
-                    if args.keep else None)
-            figures, cache, cut, seconds = run_literal(LITERAL_ROWS[name], args.parts, keep,
-                                                       handoff)
+            keep = (
+                args.keep / f"{name.replace(' ', '_')}{'' if handoff else '_off'}"
+                if args.keep
+                else None
+            )
+            figures, cache, cut, seconds = run_literal(
+                LITERAL_ROWS[name], args.parts, keep, handoff
+            )
             rows[name, handoff], over[name, handoff] = figures, cut
-            print(f"{name:36}{'on' if handoff else 'off':>8}"
-                  f"{f'{figures.done}/{figures.parts}':>7}{figures.requests:>10}"
-                  f"{figures.redone:>8}{figures.restarts:>10}{cut:>6}{cache.cells()}"
-                  f"{seconds:>6.1f}", flush=True)
+            print(
+                f"{name:36}{'on' if handoff else 'off':>8}"
+                f"{f'{figures.done}/{figures.parts}':>7}{figures.requests:>10}"
+                f"{figures.redone:>8}{figures.restarts:>10}{cut:>6}{cache.cells()}"
+                f"{seconds:>6.1f}",
+                flush=True,
+            )
 
     def like(name: str) -> tuple[int, str]:  # rows compared for requests: one window, one count
         row = LITERAL_ROWS[name]
         return (row.grows[1] if row.grows else row.window), row.tokenizer
 
-    fewest = {like(k[0]): min(f.requests for j, f in rows.items() if like(j[0]) == like(k[0]))
-              for k in rows}
+    fewest = {
+        like(k[0]): min(f.requests for j, f in rows.items() if like(j[0]) == like(k[0]))
+        for k in rows
+    }
 
     def share(key: tuple[str, bool]) -> float:  # the 8k rows as before; the tails at 1.25x
         plain = LITERAL_ROWS[key[0]] == LiteralRow(LITERAL_ROWS[key[0]].agent)
@@ -599,47 +732,82 @@ def run_literals(args: argparse.Namespace, names: list[str]) -> bool:
         return f"{key[0]} ({'on' if key[1] else 'off'})"
 
     print("\nfloors (literal rows)")
-    return print_floors([
-        (f"every file done ({args.parts}/{args.parts})",
-         [label(k) for k, f in rows.items() if not (f.done == args.parts and f.complete)]),
-        ("no part redone (a reloaded row: one read again for each prompt the server cut)",
-         [label(k) for k, f in rows.items()
-          if f.redone > (over[k] if LITERAL_ROWS[k[0]].grows else 0)]),
-        (f"<= {MAX_LITERAL_OVER_WINDOW} prompts over the server's real window",
-         [label(k) for k, n in over.items() if n > MAX_LITERAL_OVER_WINDOW]),
-        (f"the default config's requests <= {MAX_LITERAL_REQUESTS_OVER_FEWEST}x the fewest any "
-         f"row of its window takes ({MAX_REQUESTS_OVER_FEWEST}x for a row at the tails: "
-         f"{', '.join(f'{w} {t}: {n}' for (w, t), n in sorted(fewest.items()))})",
-         [label(k) for k, f in rows.items()
-          if k[1] and f.requests > share(k) * fewest[like(k[0])]]),
-    ])
+    return print_floors(
+        [
+            (
+                f"every file done ({args.parts}/{args.parts})",
+                [label(k) for k, f in rows.items() if not (f.done == args.parts and f.complete)],
+            ),
+            (
+                "no part redone (a reloaded row: one read again for each prompt the server cut)",
+                [
+                    label(k)
+                    for k, f in rows.items()
+                    if f.redone > (over[k] if LITERAL_ROWS[k[0]].grows else 0)
+                ],
+            ),
+            (
+                f"<= {MAX_LITERAL_OVER_WINDOW} prompts over the server's real window",
+                [label(k) for k, n in over.items() if n > MAX_LITERAL_OVER_WINDOW],
+            ),
+            (
+                f"the default config's requests <= {MAX_LITERAL_REQUESTS_OVER_FEWEST}x "
+                "the fewest any "
+                f"row of its window takes ({MAX_REQUESTS_OVER_FEWEST}x for a row at the tails: "
+                f"{', '.join(f'{w} {t}: {n}' for (w, t), n in sorted(fewest.items()))})",
+                [
+                    label(k)
+                    for k, f in rows.items()
+                    if k[1] and f.requests > share(k) * fewest[like(k[0])]
+                ],
+            ),
+        ]
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", type=int, default=None, help="files to read (default 40)")
-    parser.add_argument("--tokens-per-file", type=int, default=DEFAULT_TOKENS_PER_FILE,
-                        help="size each data file to about this many tokens on each row's "
-                             f"server tokenizer (default {DEFAULT_TOKENS_PER_FILE})")
-    parser.add_argument("--chars", type=int, default=None,
-                        help="fix the characters per file instead, the same on every row "
-                             "(the token workload then varies with the tokenizer)")
+    parser.add_argument(
+        "--tokens-per-file",
+        type=int,
+        default=DEFAULT_TOKENS_PER_FILE,
+        help="size each data file to about this many tokens on each row's "
+        f"server tokenizer (default {DEFAULT_TOKENS_PER_FILE})",
+    )
+    parser.add_argument(
+        "--chars",
+        type=int,
+        default=None,
+        help="fix the characters per file instead, the same on every row "
+        "(the token workload then varies with the tokenizer)",
+    )
     parser.add_argument("--window", type=int, default=8192)
     parser.add_argument("--quick", action="store_true", help="a fast look: 12 files")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="keep each managed run's project (events.jsonl) under DIR/<row>")
-    parser.add_argument("--rows", default=None,
-                        help="run only these rows at the tails, comma-separated: groups "
-                             f"({', '.join(ROW_GROUPS)}) or names ({', '.join(TAIL_ROWS)})")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep each managed run's project (events.jsonl) under DIR/<row>",
+    )
+    parser.add_argument(
+        "--rows",
+        default=None,
+        help="run only these rows at the tails, comma-separated: groups "
+        f"({', '.join(ROW_GROUPS)}) or names ({', '.join(TAIL_ROWS)})",
+    )
     args = parser.parse_args()
     args.parts = args.parts or (12 if args.quick else 40)
     if args.rows:
-        names = [n for part in args.rows.split(",") for n in ROW_GROUPS.get(part.strip(),
-                                                                          [part.strip()])]
+        names = [
+            n for part in args.rows.split(",") for n in ROW_GROUPS.get(part.strip(), [part.strip()])
+        ]
         unknown = [n for n in names if n not in TAIL_ROWS and n not in LITERAL_ROWS]
         if unknown:
-            parser.error(f"unknown rows {unknown}; allowed: {list(ROW_GROUPS)} or "
-                         f"{list(TAIL_ROWS) + list(LITERAL_ROWS)}")
+            parser.error(
+                f"unknown rows {unknown}; allowed: {list(ROW_GROUPS)} or "
+                f"{list(TAIL_ROWS) + list(LITERAL_ROWS)}"
+            )
         tails = [n for n in names if n in TAIL_ROWS]
         literals = [n for n in names if n in LITERAL_ROWS]
         held = [run_tails(args, tails)] if tails else []
@@ -651,18 +819,22 @@ def main() -> None:
 
     by_tokenizer = {name: sizing(args, name) for name in TOKENIZERS}
     print_intro(args)
-    unmanaged = {name: run_once(args.parts, by_tokenizer[name].chars, None, tokenizer=name)
-                 for name in TOKENIZERS}
+    unmanaged = {
+        name: run_once(args.parts, by_tokenizer[name].chars, None, tokenizer=name)
+        for name in TOKENIZERS
+    }
     rows: dict[str, tuple[Figures, Figures]] = {}
     sizes: dict[str, Sizing] = {}
     for name in TOKENIZERS:
-        managed = run_once(args.parts, by_tokenizer[name].chars, args.window, tokenizer=name,
-                           keep=keep(name))
+        managed = run_once(
+            args.parts, by_tokenizer[name].chars, args.window, tokenizer=name, keep=keep(name)
+        )
         rows[name], sizes[name] = (managed, unmanaged[name]), by_tokenizer[name]
     for usage in USAGE_MODES:
         size = by_tokenizer[DEFAULT_TOKENIZER]
-        managed = run_once(args.parts, size.chars, args.window, usage=usage,
-                           keep=keep(f"usage-{usage}"))
+        managed = run_once(
+            args.parts, size.chars, args.window, usage=usage, keep=keep(f"usage-{usage}")
+        )
         row = f"usage={usage} ({DEFAULT_TOKENIZER})"
         rows[row], sizes[row] = (managed, unmanaged[DEFAULT_TOKENIZER]), size
 

@@ -55,8 +55,15 @@ def brain(messages: list[dict[str, Any]]) -> Any:
     turn = sum(1 for m in messages if m["role"] == "assistant")
     done = sum(1 for m in messages if m["role"] == "tool")
     if turn % 5 == 4:
-        return Reply("Saving progress.", [("file_write", {
-            "path": "progress.md", "content": f"read {done} files this session\n"})])
+        return Reply(
+            "Saving progress.",
+            [
+                (
+                    "file_write",
+                    {"path": "progress.md", "content": f"read {done} files this session\n"},
+                )
+            ],
+        )
     return Reply("Reading on.", [("file_read", {"path": f"data/{done % FILES:02d}.txt"})])
 
 
@@ -68,12 +75,15 @@ def make_project(root: Path, base_url: str, turns: int) -> Path:
         line = f"file {i}: " + "lorem ipsum dolor sit amet " * 3
         text = "\n".join(line for _ in range(FILE_CHARS // len(line) + 1))
         (root / "workspace" / "data" / f"{i:02d}.txt").write_text(text[:FILE_CHARS])
-    (root / "SYSTEM_PROMPT.md").write_text("Read the files in data/, one a turn, forever; "
-                                           "keep a progress note in progress.md.\n")
-    config = {"model": {"base_url": base_url, "name": "scripted", "context_limit": WINDOW},
-              "agent": {"max_turns": turns},
-              "context": {"keep_recent_observations": 1000, "carryover_turns": 2},
-              "safety": {"sandbox": "off"}}
+    (root / "SYSTEM_PROMPT.md").write_text(
+        "Read the files in data/, one a turn, forever; keep a progress note in progress.md.\n"
+    )
+    config = {
+        "model": {"base_url": base_url, "name": "scripted", "context_limit": WINDOW},
+        "agent": {"max_turns": turns},
+        "context": {"keep_recent_observations": 1000, "carryover_turns": 2},
+        "safety": {"sandbox": "off"},
+    }
     (root / "ouroboros.toml").write_text(tomli_w.dumps(config))
     return root / "ouroboros.toml"
 
@@ -127,9 +137,12 @@ def seconds(ts: str) -> float:
 
 
 def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[dict[str, Any]]:
-    process = subprocess.Popen([sys.executable, "-m", "ouroboros", "run", "--config",
-                                str(config), "--headless"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     samples: list[dict[str, Any]] = []
     last_cpu, last_turns, next_at = 0.0, 0, every
     pauses: dict[str, float] = {}  # every restart since the last sample, polled before a rollover
@@ -147,9 +160,17 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
         if turns >= next_at:
             size, files = dir_usage(state_dir)
             pause = middle_mean(list(pauses.values()))
-            samples.append({"turns": turns, "cpu_ms": 1000 * (cpu - last_cpu) / max(
-                turns - last_turns, 1), "pause_ms": 1000 * pause, "restarts": len(pauses),
-                "rss_mb": rss, "mb": size / 1e6, "files": files})
+            samples.append(
+                {
+                    "turns": turns,
+                    "cpu_ms": 1000 * (cpu - last_cpu) / max(turns - last_turns, 1),
+                    "pause_ms": 1000 * pause,
+                    "restarts": len(pauses),
+                    "rss_mb": rss,
+                    "mb": size / 1e6,
+                    "files": files,
+                }
+            )
             print(table_row(samples[-1]), flush=True)
             last_cpu, last_turns, next_at = cpu, turns, (turns // every + 1) * every
             pauses = {}
@@ -158,8 +179,7 @@ def run_sampled(config: Path, state_dir: Path, server: Any, every: int) -> list[
     return samples
 
 
-def least_of(command: list[str], server: Any | None = None, times: int = 3
-             ) -> tuple[float, float]:
+def least_of(command: list[str], server: Any | None = None, times: int = 3) -> tuple[float, float]:
     """The least CPU of `times` processes of `ouroboros COMMAND` (the first may compile the
     bytecode) and the most peak RSS of them."""
     measured = [cpu_and_rss(command, server, ENV) for _ in range(times)]
@@ -171,26 +191,34 @@ def middle_mean(values: list[float]) -> float:
     restart, and finer than the whole milliseconds each value is made of."""
     ordered = sorted(values)
     quarter = len(ordered) // 4
-    middle = ordered[quarter:len(ordered) - quarter]
+    middle = ordered[quarter : len(ordered) - quarter]
     return statistics.mean(middle) if middle else 0.0
 
 
 def table_row(s: dict[str, Any]) -> str:
-    return (f"| {s['turns']:>6,} | {s['cpu_ms']:>6.1f} | {s['pause_ms']:>6.1f} | "
-            f"{s['rss_mb']:>6.1f} | {s['mb']:>7.2f} | {s['files']:>6,} |")
+    return (
+        f"| {s['turns']:>6,} | {s['cpu_ms']:>6.1f} | {s['pause_ms']:>6.1f} | "
+        f"{s['rss_mb']:>6.1f} | {s['mb']:>7.2f} | {s['files']:>6,} |"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20_000)
     parser.add_argument("--every", type=int, default=1_000)
-    parser.add_argument("--keep", type=Path, help="make the project here and keep it "
-                        "(an empty or new directory), to time readers on it afterwards")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="make the project here and keep it "
+        "(an empty or new directory), to time readers on it afterwards",
+    )
     args = parser.parse_args()
     from ouroboros.testing import ScriptedServer
 
-    with tempfile.TemporaryDirectory() as tmp, \
-            ScriptedServer(brain, context_length=WINDOW) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedServer(brain, context_length=WINDOW) as server,
+    ):
         root = args.keep or Path(tmp)
         keep_bytecode()
         config = make_project(root, server.base_url, args.turns)
@@ -201,23 +229,35 @@ def main() -> None:
         turns, logged = REPLIES[0], turns_run(root / ".ouroboros")[0]
         if logged != turns:
             print(f"the log counts {logged:,} turns; the server gave {turns:,} replies")
-        print(f"\nstate dir: {size / 1e6:.1f} MB after {turns:,} turns "
-              f"({size / max(turns, 1):.0f} B a turn; "
-              f"{verdict(size / max(turns, 1), STATE_BYTES_PER_TURN)})")
-        readers = {"status": ["status"], "runs": ["runs"], "stats": ["stats"],
-                   "logs -n 20": ["logs", "-n", "20"]}
+        print(
+            f"\nstate dir: {size / 1e6:.1f} MB after {turns:,} turns "
+            f"({size / max(turns, 1):.0f} B a turn; "
+            f"{verdict(size / max(turns, 1), STATE_BYTES_PER_TURN)})"
+        )
+        readers = {
+            "status": ["status"],
+            "runs": ["runs"],
+            "stats": ["stats"],
+            "logs -n 20": ["logs", "-n", "20"],
+        }
         for name, command in readers.items():
             cpu, rss = least_of([*command, "--config", str(config)])
             floor = f"; {verdict(cpu, FLOORS[name])}" if name in FLOORS else ""
             print(f"{name:>12}: {cpu:.2f} s CPU, {rss:.0f} MB peak RSS{floor}")
-        cpu, rss = least_of(["resume", "--config", str(config), "--headless", "--max-turns",
-                             str(args.turns + 10)], server)
-        print(f"{'resume':>12}: {cpu:.2f} s CPU to its first request, {rss:.0f} MB peak RSS; "
-              f"{verdict(cpu, FLOORS['resume (to its first request)'])}")
+        cpu, rss = least_of(
+            ["resume", "--config", str(config), "--headless", "--max-turns", str(args.turns + 10)],
+            server,
+        )
+        print(
+            f"{'resume':>12}: {cpu:.2f} s CPU to its first request, {rss:.0f} MB peak RSS; "
+            f"{verdict(cpu, FLOORS['resume (to its first request)'])}"
+        )
         if samples:
             running = max(s["rss_mb"] for s in samples)
-            print(f"resume peak RSS / running harness RSS: {rss:.0f} / {running:.0f} MB = "
-                  f"{rss / running:.2f}x ({verdict(rss / running, RESUME_RSS_RATIO)})")
+            print(
+                f"resume peak RSS / running harness RSS: {rss:.0f} / {running:.0f} MB = "
+                f"{rss / running:.2f}x ({verdict(rss / running, RESUME_RSS_RATIO)})"
+            )
         print(json.dumps({"samples": samples}))
         floors(samples)
 
@@ -230,8 +270,10 @@ def floors(samples: list[dict[str, Any]]) -> None:
     base, last = samples[1], samples[-1]
     for key, limit in (("cpu_ms", 1.25), ("pause_ms", 1.25), ("rss_mb", 1.1)):
         ratio = last[key] / base[key] if base[key] else float("nan")
-        print(f"{key}: last {last[key]:.1f} / second sample {base[key]:.1f} = {ratio:.2f}x "
-              f"({verdict(ratio, limit)})")
+        print(
+            f"{key}: last {last[key]:.1f} / second sample {base[key]:.1f} = {ratio:.2f}x "
+            f"({verdict(ratio, limit)})"
+        )
 
 
 def verdict(value: float, floor: float) -> str:

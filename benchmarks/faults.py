@@ -52,8 +52,14 @@ class BenchAgent(RecordingAgent):
     the Nth record command (sleeping before it records) or the Nth model request, and inject
     faults into the server when called for the Nth time."""
 
-    def __init__(self, parts: int, *, hold_tool_at: int = 0, hold_request_at: int = 0,
-                 inject_at: dict[int, list[Fault]] | None = None) -> None:
+    def __init__(
+        self,
+        parts: int,
+        *,
+        hold_tool_at: int = 0,
+        hold_request_at: int = 0,
+        inject_at: dict[int, list[Fault]] | None = None,
+    ) -> None:
         super().__init__(parts)
         self.hold_tool_at, self.hold_request_at = hold_tool_at, hold_request_at
         self.inject_at = inject_at or {}
@@ -94,9 +100,16 @@ class Outcome:
 
 
 def make_project(root: Path, base_url: str, parts: int, **model: Any) -> tuple[Path, str]:
-    config = {"model": {"base_url": base_url, "name": "scripted", "max_retry_secs": 60,
-                        "request_timeout_secs": 30, **model},
-              "agent": {"max_turns": 2 + 2 * parts + 2}}
+    config = {
+        "model": {
+            "base_url": base_url,
+            "name": "scripted",
+            "max_retry_secs": 60,
+            "request_timeout_secs": 30,
+            **model,
+        },
+        "agent": {"max_turns": 2 + 2 * parts + 2},
+    }
     root.mkdir(parents=True, exist_ok=True)
     (root / "ouroboros.toml").write_text(tomli_w.dumps(config))
     (root / "SYSTEM_PROMPT.md").write_text(DEMO_PROMPT)
@@ -105,18 +118,33 @@ def make_project(root: Path, base_url: str, parts: int, **model: Any) -> tuple[P
 
 
 def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith("OUROBOROS_") and k != "OLLAMA_HOST"}
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith("OUROBOROS_") and k != "OLLAMA_HOST"
+    }
     clean["XDG_CONFIG_HOME"] = "/nonexistent-ouroboros-benchmark"
     return clean
 
 
-def start(root: Path, command: str, preexec: Callable[[], None] | None = None
-          ) -> subprocess.Popen[str]:
+def start(
+    root: Path, command: str, preexec: Callable[[], None] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ouroboros", command, "--config", str(root / "ouroboros.toml"),
-         "--headless"], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True, preexec_fn=preexec)
+        [
+            sys.executable,
+            "-m",
+            "ouroboros",
+            command,
+            "--config",
+            str(root / "ouroboros.toml"),
+            "--headless",
+        ],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=preexec,
+    )
 
 
 def finish(process: subprocess.Popen[str]) -> int:
@@ -183,9 +211,10 @@ def finished(root: Path, expected: str) -> bool:
     return path.exists() and path.read_text() == expected
 
 
-def outcome(name: str, root: Path, expected: str, stop_secs: float | None, resumes: int,
-            note: str = "") -> Outcome:
-    recorded = (root / "workspace" / "results.txt")
+def outcome(
+    name: str, root: Path, expected: str, stop_secs: float | None, resumes: int, note: str = ""
+) -> Outcome:
+    recorded = root / "workspace" / "results.txt"
     lines = set(recorded.read_text().splitlines()) if recorded.exists() else set()
     lost = len(set(expected.splitlines()) - lines)
     records_log = root / "workspace" / "records.log"
@@ -208,16 +237,20 @@ def server_fault(name: str, faults: list[Fault], at: int = 3) -> Scenario:
             code = finish(start(root, "run"))
             resumes = resume_until_done(root, expected)
         return outcome(name, root, expected, None, resumes, f"run exit {code}")
+
     return scenario
 
 
-def sigterm(name: str, *, hold_tool_at: int = 0, hold_request_at: int = 0,
-            outage_at: int = 0) -> Scenario:
+def sigterm(
+    name: str, *, hold_tool_at: int = 0, hold_request_at: int = 0, outage_at: int = 0
+) -> Scenario:
     """SIGTERM once the run waits where asked: in a tool, for a reply, or in a backoff."""
+
     def scenario(root: Path, parts: int) -> Outcome:
         inject = {outage_at: [Fault("outage", seconds=OUTAGE_SECS)]} if outage_at else {}
-        agent = BenchAgent(parts, hold_tool_at=hold_tool_at, hold_request_at=hold_request_at,
-                           inject_at=inject)
+        agent = BenchAgent(
+            parts, hold_tool_at=hold_tool_at, hold_request_at=hold_request_at, inject_at=inject
+        )
         with ScriptedServer(agent) as server:
             agent.server = server
             config, expected = make_project(root, server.base_url, parts)
@@ -233,6 +266,7 @@ def sigterm(name: str, *, hold_tool_at: int = 0, hold_request_at: int = 0,
             wait_until_up(server.port)  # the outage ends by itself
             resumes = resume_until_done(root, expected)
         return outcome(name, root, expected, stop, resumes, f"exit {code}")
+
     return scenario
 
 
@@ -246,8 +280,13 @@ def wait_until_up(port: int) -> None:
             time.sleep(0.05)
 
 
-def kill_9(name: str, *, hold_tool_at: int = 0, hold_request_at: int = 0,
-           damage: Callable[[Path], None] | None = None) -> Scenario:
+def kill_9(
+    name: str,
+    *,
+    hold_tool_at: int = 0,
+    hold_request_at: int = 0,
+    damage: Callable[[Path], None] | None = None,
+) -> Scenario:
     def scenario(root: Path, parts: int) -> Outcome:
         agent = BenchAgent(parts, hold_tool_at=hold_tool_at, hold_request_at=hold_request_at)
         with ScriptedServer(agent) as server:
@@ -262,6 +301,7 @@ def kill_9(name: str, *, hold_tool_at: int = 0, hold_request_at: int = 0,
                 damage(run_dir(root))
             resumes = resume_until_done(root, expected)
         return outcome(name, root, expected, None, resumes)
+
     return scenario
 
 
@@ -291,11 +331,21 @@ def file_size_limit(root: Path, parts: int) -> Outcome:
 def full_disk(root: Path, parts: int) -> Outcome:
     state_dir = root / ".ouroboros"
     state_dir.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs",
-                              str(state_dir)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(state_dir)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
-        return Outcome("full disk (tmpfs 24 kB)", False, None, 0, 0, 0,
-                       "skipped: cannot mount a tmpfs (needs root)")
+        return Outcome(
+            "full disk (tmpfs 24 kB)",
+            False,
+            None,
+            0,
+            0,
+            0,
+            "skipped: cannot mount a tmpfs (needs root)",
+        )
     try:
         agent = BenchAgent(parts)
         with ScriptedServer(agent) as server:
@@ -304,8 +354,7 @@ def full_disk(root: Path, parts: int) -> Outcome:
             code = finish(start(root, "run"))
             subprocess.run(["mount", "-o", "remount,size=4m", str(state_dir)], check=True)
             resumes = resume_until_done(root, expected)
-        return outcome("full disk (tmpfs 24 kB)", root, expected, None, resumes,
-                       f"run exit {code}")
+        return outcome("full disk (tmpfs 24 kB)", root, expected, None, resumes, f"run exit {code}")
     finally:
         subprocess.run(["umount", "-l", str(state_dir)], capture_output=True)
 
@@ -315,34 +364,42 @@ def broken_pipe(root: Path, parts: int) -> Outcome:
     with ScriptedServer(agent) as server:
         agent.server = server
         config, expected = make_project(root, server.base_url, parts)
-        command = (f"{sys.executable} -m ouroboros run --config {config} --headless "
-                   "| head -2 >/dev/null; exit ${PIPESTATUS[0]}")
-        ran = subprocess.run(["bash", "-c", command], env=env(), capture_output=True,
-                             text=True, timeout=120)
+        command = (
+            f"{sys.executable} -m ouroboros run --config {config} --headless "
+            "| head -2 >/dev/null; exit ${PIPESTATUS[0]}"
+        )
+        ran = subprocess.run(
+            ["bash", "-c", command], env=env(), capture_output=True, text=True, timeout=120
+        )
         code = -1 if "Traceback" in ran.stderr else ran.returncode
         resumes = resume_until_done(root, expected)
-    return outcome("broken pipe (run | head -2)", root, expected, None, resumes,
-                   f"run exit {code}")
+    return outcome("broken pipe (run | head -2)", root, expected, None, resumes, f"run exit {code}")
 
 
 SCENARIOS: dict[str, Scenario] = {
     "none": server_fault("none", []),
     "dropped stream": server_fault("dropped stream", [Fault("drop")]),
-    "HTTP 500, 503, 429": server_fault("HTTP 500, 503, 429", [
-        Fault("status", 500), Fault("status", 503), Fault("status", 429)]),
+    "HTTP 500, 503, 429": server_fault(
+        "HTTP 500, 503, 429", [Fault("status", 500), Fault("status", 503), Fault("status", 429)]
+    ),
     "garbage frame": server_fault("garbage frame", [Fault("garbage")]),
     "no [DONE]": server_fault("no [DONE]", [Fault("no_done")]),
     "empty 200": server_fault("empty 200", [Fault("empty")]),
     "slow first byte (2 s)": server_fault("slow first byte (2 s)", [Fault("slow", seconds=2)]),
     "outage (3 s)": server_fault("outage (3 s)", [Fault("outage", seconds=3)]),
-    "HTTP 401 (stops; resume)": server_fault("HTTP 401 (stops; resume)",
-                                             [Fault("status", 401, "unauthorized")]),
+    "HTTP 401 (stops; resume)": server_fault(
+        "HTTP 401 (stops; resume)", [Fault("status", 401, "unauthorized")]
+    ),
     "kill -9 mid-tool": kill_9("kill -9 mid-tool", hold_tool_at=2),
     "kill -9 mid-request": kill_9("kill -9 mid-request", hold_request_at=5),
-    "kill -9, state.json cut": kill_9("kill -9, state.json cut", hold_tool_at=2,
-                                      damage=truncate_snapshot),
-    "kill -9, state.json gone": kill_9("kill -9, state.json gone", hold_request_at=6,
-                                       damage=lambda run: (run / SNAPSHOT_FILE).unlink()),
+    "kill -9, state.json cut": kill_9(
+        "kill -9, state.json cut", hold_tool_at=2, damage=truncate_snapshot
+    ),
+    "kill -9, state.json gone": kill_9(
+        "kill -9, state.json gone",
+        hold_request_at=6,
+        damage=lambda run: (run / SNAPSHOT_FILE).unlink(),
+    ),
     "SIGTERM awaiting a reply": sigterm("SIGTERM awaiting a reply", hold_request_at=5),
     "SIGTERM mid-tool": sigterm("SIGTERM mid-tool", hold_tool_at=2),
     "SIGTERM mid-backoff": sigterm("SIGTERM mid-backoff", outage_at=4),
@@ -353,23 +410,33 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def report(outcomes: list[Outcome]) -> str:
-    rows = [f"{'fault':<30} {'survived':>8} {'stop (s)':>9} {'lost':>5} {'dup':>4} "
-            f"{'resumes':>8}  note", "-" * 88]
+    rows = [
+        f"{'fault':<30} {'survived':>8} {'stop (s)':>9} {'lost':>5} {'dup':>4} "
+        f"{'resumes':>8}  note",
+        "-" * 88,
+    ]
     for o in outcomes:
         stop = f"{o.stop_secs:.2f}" if o.stop_secs is not None else "-"
-        rows.append(f"{o.name:<30} {'yes' if o.survived else 'NO':>8} {stop:>9} {o.lost:>5} "
-                    f"{o.duplicated:>4} {o.resumes:>8}  {o.note}")
+        rows.append(
+            f"{o.name:<30} {'yes' if o.survived else 'NO':>8} {stop:>9} {o.lost:>5} "
+            f"{o.duplicated:>4} {o.resumes:>8}  {o.note}"
+        )
     measured = [o for o in outcomes if not o.note.startswith("skipped")]
     stops = [o.stop_secs for o in measured if o.stop_secs is not None]
-    holds = (all(o.survived for o in measured) and not any(o.lost or o.duplicated
-                                                            for o in measured)
-             and all(s <= STOP_FLOOR_SECS for s in stops))
+    holds = (
+        all(o.survived for o in measured)
+        and not any(o.lost or o.duplicated for o in measured)
+        and all(s <= STOP_FLOOR_SECS for s in stops)
+    )
     survived = sum(o.survived for o in measured)
-    rows += ["", f"survived {survived}/{len(measured)}, lost {sum(o.lost for o in measured)}, "
-             f"duplicated {sum(o.duplicated for o in measured)}, slowest stop "
-             f"{f'{max(stops):.2f} s' if stops else '-'}; floors (100% survived, 0 lost, "
-             f"0 duplicated, every stop within {STOP_FLOOR_SECS:.0f} s): "
-             f"{'all hold' if holds else 'MISSED'}"]
+    rows += [
+        "",
+        f"survived {survived}/{len(measured)}, lost {sum(o.lost for o in measured)}, "
+        f"duplicated {sum(o.duplicated for o in measured)}, slowest stop "
+        f"{f'{max(stops):.2f} s' if stops else '-'}; floors (100% survived, 0 lost, "
+        f"0 duplicated, every stop within {STOP_FLOOR_SECS:.0f} s): "
+        f"{'all hold' if holds else 'MISSED'}",
+    ]
     return "\n".join(rows)
 
 
@@ -388,24 +455,31 @@ def server_faults() -> list[str]:
         for index, (name, fault) in enumerate(FAULTS.items()):
             server = start_fault(name)
             try:
-                result = run_against(Path(tmp) / f"s{index}", server, fault.model,
-                                     max_turns=2, timeout=60)
+                result = run_against(
+                    Path(tmp) / f"s{index}", server, fault.model, max_turns=2, timeout=60
+                )
             finally:
                 server.stop()
             retried = any(e["type"] == "retry" for e in events(Path(tmp) / f"s{index}"))
             # a permanent failure needs a fix (exit 2); a run that went on stops paused at
             # its two turns (exit 3)
             ok = "Traceback" not in result.stderr and (
-                result.returncode == EXIT_NEEDS_FIX and len(result.stderr.splitlines()) == 1
-                and not retried if fault.outcome == "fails_fast"
-                else result.returncode == EXIT_PAUSED
-                and retried == (fault.outcome == "retried"))
+                result.returncode == EXIT_NEEDS_FIX
+                and len(result.stderr.splitlines()) == 1
+                and not retried
+                if fault.outcome == "fails_fast"
+                else result.returncode == EXIT_PAUSED and retried == (fault.outcome == "retried")
+            )
             held += ok
-            rows.append(f"{fault.description[:58]:<58} {fault.outcome:>10} "
-                        f"{'yes' if ok else 'NO':>4}")
+            rows.append(
+                f"{fault.description[:58]:<58} {fault.outcome:>10} {'yes' if ok else 'NO':>4}"
+            )
             print(f"  server {name}: done", file=sys.stderr, flush=True)
-    return rows + ["", f"{held}/{len(FAULTS)} ended as they should (went on, retried once, or "
-                   "stopped at once with one line and no retry), no traceback"]
+    return rows + [
+        "",
+        f"{held}/{len(FAULTS)} ended as they should (went on, retried once, or "
+        "stopped at once with one line and no retry), no traceback",
+    ]
 
 
 def main() -> None:

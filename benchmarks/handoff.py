@@ -35,8 +35,11 @@ class NoNotesAgent(RecordingAgent):
 
     def __call__(self, messages: list[Message]) -> Reply:
         reply = super().__call__(messages)
-        calls = [(name, args) for name, args in reply.tool_calls
-                 if not (name == "file_write" and args.get("path") == "progress.md")]
+        calls = [
+            (name, args)
+            for name, args in reply.tool_calls
+            if not (name == "file_write" and args.get("path") == "progress.md")
+        ]
         return Reply(reply.text, calls)
 
     def save(self, messages: list[Message]) -> Reply:
@@ -46,8 +49,12 @@ class NoNotesAgent(RecordingAgent):
         return self.read_next(messages)
 
     def read_next(self, messages: list[Message]) -> Reply:
-        done = [int(n) for m in messages if m["role"] in ("user", "assistant")
-                for n in RECORDED.findall(m.get("content") or "")]
+        done = [
+            int(n)
+            for m in messages
+            if m["role"] in ("user", "assistant")
+            for n in RECORDED.findall(m.get("content") or "")
+        ]
         for m in messages:  # the record commands of the turns in context
             for call in m.get("tool_calls") or ():
                 done += [int(n) for n in RECORDED.findall(call["function"]["arguments"])]
@@ -55,24 +62,33 @@ class NoNotesAgent(RecordingAgent):
             summary = f"all {self.parts} parts are recorded in results.txt"
             return Reply(f"Done: {summary}.", [("task_complete", {"summary": summary})])
         part = max(done, default=0) + 1
-        return Reply(f"Reading part {part}.", [("file_read", {"path":
-                                                              f"data/part_{part:03d}.txt"})])
+        return Reply(
+            f"Reading part {part}.", [("file_read", {"path": f"data/part_{part:03d}.txt"})]
+        )
 
 
 def run(parts: int, handoff_tokens: int) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(
-            NoNotesAgent(parts), model="scripted-demo", context_length=4096) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedServer(NoNotesAgent(parts), model="scripted-demo", context_length=4096) as server,
+    ):
         root = Path(tmp)
         keys = write_demo_project(root, server.base_url, parts)
-        flags = {"context.carryover_turns": 0, "context.handoff_max_tokens": handoff_tokens,
-                 "agent.max_turns": 12 * parts}
+        flags = {
+            "context.carryover_turns": 0,
+            "context.handoff_max_tokens": handoff_tokens,
+            "agent.max_turns": 12 * parts,
+        }
         loaded = load_config(root / "ouroboros.toml", flags, env={}, user_file=None)
         asyncio.run(run_agent(loaded, RunHooks()))
         state_dir = root / ".ouroboros"
-        events = read_events(state_dir / "runs" / list_runs(state_dir)[-1]
-                             / "events.jsonl").events
-        reads = Counter(m.group(1) for e in events if e["type"] == "tool_call"
-                        and (m := re.search(r"part_(\d+)\.txt", e.get("arguments", ""))))
+        events = read_events(state_dir / "runs" / list_runs(state_dir)[-1] / "events.jsonl").events
+        reads = Counter(
+            m.group(1)
+            for e in events
+            if e["type"] == "tool_call"
+            and (m := re.search(r"part_(\d+)\.txt", e.get("arguments", "")))
+        )
         results = root / "workspace/results.txt"
         return {
             "turns": sum(e["type"] == "assistant" for e in events),

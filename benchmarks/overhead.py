@@ -64,8 +64,10 @@ def workload_script(parts: int) -> Iterator[Any]:
         yield Reply(f"Reading part {i}.", [("file_read", {"path": f"data/part_{i:03d}.txt"})])
         yield Reply(f"Noting part {i}.", [("shell_exec", {"command": f"echo {i} >> seen.txt"})])
         if i % 5 == 0:
-            yield Reply("Saving progress.",
-                        [("file_write", {"path": "progress.md", "content": f"next: {i + 1}\n"})])
+            yield Reply(
+                "Saving progress.",
+                [("file_write", {"path": "progress.md", "content": f"next: {i + 1}\n"})],
+            )
     yield Reply("Done.", [("task_complete", {"summary": f"{parts} parts noted"})])
 
 
@@ -136,7 +138,8 @@ def make_project(root: Path, base_url: str) -> Path:
     (root / "SYSTEM_PROMPT.md").write_text(SYSTEM_PROMPT)
     (root / "ouroboros.toml").write_text(
         f'[model]\nbase_url = "{base_url}"\nname = "scripted"\ncontext_limit = {WINDOW}\n'
-        f'[agent]\nworkspace = "workspace"\nmax_idle_turns = 0\n')
+        f'[agent]\nworkspace = "workspace"\nmax_idle_turns = 0\n'
+    )
     return root / "ouroboros.toml"
 
 
@@ -179,9 +182,15 @@ def run_harness(project: Path, budget: float, rss_turns: list[int]) -> dict[str,
     hooks.on_event = on_event
     started = time.process_time()
     code = asyncio.run(run_agent(loaded, hooks))
-    return {"cpu": time.process_time() - started, "code": code, "turns": len(turn_cpu),
-            "turn_cpu": turn_cpu, "rss": rss, "peak_rss": peak_rss_mb(),
-            "masked": masked[0]}
+    return {
+        "cpu": time.process_time() - started,
+        "code": code,
+        "turns": len(turn_cpu),
+        "turn_cpu": turn_cpu,
+        "rss": rss,
+        "peak_rss": peak_rss_mb(),
+        "masked": masked[0],
+    }
 
 
 async def bare_loop(base_url: str, workspace: Path) -> int:
@@ -193,12 +202,22 @@ async def bare_loop(base_url: str, workspace: Path) -> int:
     from ouroboros.tools import TaskComplete, Toolbox, default_tools
 
     sandbox = Sandbox.prepare("auto", workspace=workspace)
-    toolbox = Toolbox(default_tools(workspace, shell_timeout_secs=30, max_output_bytes=65536,
-                                    blocked_patterns=[], secret_env_names=[],
-                                    on_security=lambda *_: None, sandbox=sandbox))
+    toolbox = Toolbox(
+        default_tools(
+            workspace,
+            shell_timeout_secs=30,
+            max_output_bytes=65536,
+            blocked_patterns=[],
+            secret_env_names=[],
+            on_security=lambda *_: None,
+            sandbox=sandbox,
+        )
+    )
     tools = toolbox.schemas() + [TaskComplete().schema()]
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
-                                      {"role": "user", "content": FIRST_MESSAGE}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": FIRST_MESSAGE},
+    ]
     requests = 0
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
         while True:
@@ -209,18 +228,27 @@ async def bare_loop(base_url: str, workspace: Path) -> int:
             if any(c["function"]["name"] == "task_complete" for c in calls) or not calls:
                 break
             for c in calls:
-                result = await toolbox.run(ToolCall(c["id"], c["function"]["name"],
-                                                    c["function"]["arguments"]))
-                messages.append({"role": "tool", "tool_call_id": c["id"],
-                                 "content": result.content})
+                result = await toolbox.run(
+                    ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                )
+                messages.append(
+                    {"role": "tool", "tool_call_id": c["id"], "content": result.content}
+                )
     sandbox.close()
     return requests
 
 
-async def stream_reply(http: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-                       ) -> tuple[str, list[dict[str, Any]]]:
-    body = {"model": "scripted", "messages": messages, "tools": tools, "stream": True,
-            "stream_options": {"include_usage": True}, "max_tokens": 2048}
+async def stream_reply(
+    http: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[str, list[dict[str, Any]]]:
+    body = {
+        "model": "scripted",
+        "messages": messages,
+        "tools": tools,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 2048,
+    }
     text, calls = "", {}
     async with http.stream("POST", "/v1/chat/completions", json=body) as response:
         async for line in response.aiter_lines():
@@ -230,8 +258,9 @@ async def stream_reply(http: Any, messages: list[dict[str, Any]], tools: list[di
                 delta = choice.get("delta") or {}
                 text += delta.get("content") or ""
                 for call in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(call.get("index", 0), {
-                        "id": "", "function": {"name": "", "arguments": ""}})
+                    slot = calls.setdefault(
+                        call.get("index", 0), {"id": "", "function": {"name": "", "arguments": ""}}
+                    )
                     slot["id"] = call.get("id") or slot["id"]
                     function = call.get("function") or {}
                     slot["function"]["name"] += function.get("name") or ""
@@ -239,8 +268,9 @@ async def stream_reply(http: Any, messages: list[dict[str, Any]], tools: list[di
     return text, [calls[index] for index in sorted(calls)]
 
 
-def worker(side: str, base_url: str, root: Path, budget: float, rss_turns: list[int],
-           profile: bool) -> None:
+def worker(
+    side: str, base_url: str, root: Path, budget: float, rss_turns: list[int], profile: bool
+) -> None:
     """One side in this process; prints its figures as one JSON line."""
     import cProfile
     import pstats
@@ -253,8 +283,7 @@ def worker(side: str, base_url: str, root: Path, budget: float, rss_turns: list[
     else:
         started = time.process_time()
         turns = asyncio.run(bare_loop(base_url, root / "workspace"))
-        figures = {"cpu": time.process_time() - started, "turns": turns,
-                   "peak_rss": peak_rss_mb()}
+        figures = {"cpu": time.process_time() - started, "turns": turns, "peak_rss": peak_rss_mb()}
     if profiler is not None:
         profiler.disable()
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(15)
@@ -264,21 +293,38 @@ def worker(side: str, base_url: str, root: Path, budget: float, rss_turns: list[
 # ---- the driver ----------------------------------------------------------------------------
 
 
-def run_side(side: str, mode: str, size: int, budget: float, rss_turns: list[int],
-             profile: bool) -> dict[str, Any]:
+def run_side(
+    side: str, mode: str, size: int, budget: float, rss_turns: list[int], profile: bool
+) -> dict[str, Any]:
     """A fresh server and project for one side; that side's figures."""
     me = [sys.executable, str(Path(__file__).resolve())]
     with tempfile.TemporaryDirectory(prefix="ouroboros-overhead-") as tmp:
         root = Path(tmp)
         make_workspace(root / "workspace")
-        server = subprocess.Popen([*me, "_serve", mode, str(size)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [*me, "_serve", mode, str(size)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert server.stdout is not None
             base_url = server.stdout.readline().strip()
-            done = subprocess.run([*me, "_work", side, base_url, str(root), str(budget),
-                                   ",".join(map(str, rss_turns)), str(int(profile))],
-                                  capture_output=True, text=True, cwd=root)
+            done = subprocess.run(
+                [
+                    *me,
+                    "_work",
+                    side,
+                    base_url,
+                    str(root),
+                    str(budget),
+                    ",".join(map(str, rss_turns)),
+                    str(int(profile)),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=root,
+            )
         finally:
             server.communicate(timeout=30)
     if done.returncode != 0 or not done.stdout.strip():
@@ -294,8 +340,9 @@ def version_secs() -> float:
     times = []
     for _ in range(5):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "ouroboros", "--version"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "ouroboros", "--version"], check=True, capture_output=True
+        )
         times.append(time.perf_counter() - started)
     return min(times)
 
@@ -306,21 +353,27 @@ def verdict(holds: bool) -> str:
 
 def workload(args: argparse.Namespace) -> list[tuple[str, bool]]:
     parts = 40 if args.quick else 200
-    harness = best_of(args.repeat, lambda: run_side("harness", "workload", parts, args.budget,
-                                                    [], args.profile))
-    bare = best_of(args.repeat, lambda: run_side("bare", "workload", parts, args.budget, [],
-                                                 False))
-    print(f"workload: {parts} file reads, {parts} shell commands, window {WINDOW:,} tokens, "
-          f"best of {args.repeat} runs each")
+    harness = best_of(
+        args.repeat, lambda: run_side("harness", "workload", parts, args.budget, [], args.profile)
+    )
+    bare = best_of(args.repeat, lambda: run_side("bare", "workload", parts, args.budget, [], False))
+    print(
+        f"workload: {parts} file reads, {parts} shell commands, window {WINDOW:,} tokens, "
+        f"best of {args.repeat} runs each"
+    )
     print(f"{'':8} {'requests':>8} {'CPU s':>7} {'ms/turn':>8} {'peak RSS':>9}")
     for name, figures in (("harness", harness), ("bare", bare)):
-        print(f"{name:8} {figures['turns']:>8} {figures['cpu']:>7.2f} "
-              f"{1000 * figures['cpu'] / figures['turns']:>8.2f} {figures['peak_rss']:>6.1f} MB")
+        print(
+            f"{name:8} {figures['turns']:>8} {figures['cpu']:>7.2f} "
+            f"{1000 * figures['cpu'] / figures['turns']:>8.2f} {figures['peak_rss']:>6.1f} MB"
+        )
     ratio = harness["cpu"] / bare["cpu"]
     if harness["masked"]:
         print(f"(the harness masked, wound down or restarted {harness['masked']} times)")
-    print(f"ratio harness/bare: {ratio:.2f}x CPU, "
-          f"{harness['peak_rss'] / bare['peak_rss']:.2f}x peak RSS")
+    print(
+        f"ratio harness/bare: {ratio:.2f}x CPU, "
+        f"{harness['peak_rss'] / bare['peak_rss']:.2f}x peak RSS"
+    )
     return [(f"CPU ratio {ratio:.2f}x <= {MAX_RATIO}x", ratio <= MAX_RATIO)]
 
 
@@ -343,9 +396,11 @@ def grow(args: argparse.Namespace) -> list[tuple[str, bool]]:
     rss_turns = [100, 1000] if args.quick else [500, 5000]
     turns = sizes[-1] // 2 + 1
     harness = run_side("harness", "grow", turns, args.budget, rss_turns, args.profile)
-    print(f"grow: {harness['turns']} turns of short reads (of {turns}; budget "
-          f"{args.budget:.0f} s), window {WINDOW:,} tokens, {harness['masked']} masking or "
-          f"restart events")
+    print(
+        f"grow: {harness['turns']} turns of short reads (of {turns}; budget "
+        f"{args.budget:.0f} s), window {WINDOW:,} tokens, {harness['masked']} masking or "
+        f"restart events"
+    )
     per_turn = {size: ms_per_turn(harness["turn_cpu"], size // 2) for size in sizes}
     for size, ms in per_turn.items():
         shown = f"{ms:.2f} ms/turn" if ms is not None else "not reached in the budget"
@@ -355,18 +410,26 @@ def grow(args: argparse.Namespace) -> list[tuple[str, bool]]:
         print(f"  at {2 * reached:>6,} messages (the last turn reached): {ms:.2f} ms/turn")
     rss = {int(turn): mb for turn, mb in harness["rss"].items()}
     for turn in rss_turns:
-        print(f"  RSS at turn {turn:,}: " + (f"{rss[turn]:.1f} MB" if turn in rss else "not "
-                                            "reached"))
+        print(
+            f"  RSS at turn {turn:,}: " + (f"{rss[turn]:.1f} MB" if turn in rss else "not reached")
+        )
     if -1 in rss:
         print(f"  RSS at turn {rss_turns[-1]:,} after a full gc.collect(): {rss[-1]:.1f} MB")
     first, last = per_turn[sizes[0]], per_turn[sizes[-1]]
     growth = last / first if first and last else None
-    rss_growth = (rss[rss_turns[1]] / rss[rss_turns[0]] if all(t in rss for t in rss_turns)
-                  else None)
-    return [(f"ms/turn at {sizes[-1]:,} msgs = {times(growth)} the figure at {sizes[0]:,} "
-             f"<= {MAX_GROWTH}x", growth is not None and growth <= MAX_GROWTH),
-            (f"RSS at turn {rss_turns[1]:,} = {times(rss_growth)} turn {rss_turns[0]:,} "
-             f"<= {MAX_RSS_GROWTH}x", rss_growth is not None and rss_growth <= MAX_RSS_GROWTH)]
+    rss_growth = rss[rss_turns[1]] / rss[rss_turns[0]] if all(t in rss for t in rss_turns) else None
+    return [
+        (
+            f"ms/turn at {sizes[-1]:,} msgs = {times(growth)} the figure at {sizes[0]:,} "
+            f"<= {MAX_GROWTH}x",
+            growth is not None and growth <= MAX_GROWTH,
+        ),
+        (
+            f"RSS at turn {rss_turns[1]:,} = {times(rss_growth)} turn {rss_turns[0]:,} "
+            f"<= {MAX_RSS_GROWTH}x",
+            rss_growth is not None and rss_growth <= MAX_RSS_GROWTH,
+        ),
+    ]
 
 
 def times(ratio: float | None) -> str:
@@ -379,18 +442,35 @@ def main() -> None:
         return
     if len(sys.argv) > 1 and sys.argv[1] == "_work":
         side, base_url, root, budget, turns, profile = sys.argv[2:8]
-        worker(side, base_url, Path(root), float(budget),
-               [int(t) for t in turns.split(",") if t], profile == "1")
+        worker(
+            side,
+            base_url,
+            Path(root),
+            float(budget),
+            [int(t) for t in turns.split(",") if t],
+            profile == "1",
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grow", action="store_true", help="the growing-conversation mode")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--profile", action="store_true",
-                        help="print the harness's cProfile, top 15 by cumulative time")
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="runs of each side in the workload mode; the best counts")
-    parser.add_argument("--budget", type=float, default=170.0,
-                        help="most seconds for the harness's run (it stops there)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print the harness's cProfile, top 15 by cumulative time",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="runs of each side in the workload mode; the best counts",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=170.0,
+        help="most seconds for the harness's run (it stops there)",
+    )
     args = parser.parse_args()
     floors = grow(args) if args.grow else workload(args)
     secs = version_secs()

@@ -106,12 +106,18 @@ class Proxy:
                     status, data, kind = proxy.chat(body)
                     self.send(status, data, kind)
                 else:
-                    self.relay(proxy.client.post(self.path, content=raw,
-                                                 headers={"content-type": "application/json"}))
+                    self.relay(
+                        proxy.client.post(
+                            self.path, content=raw, headers={"content-type": "application/json"}
+                        )
+                    )
 
             def relay(self, response: httpx.Response) -> None:
-                self.send(response.status_code, response.content,
-                          response.headers.get("content-type", "application/json"))
+                self.send(
+                    response.status_code,
+                    response.content,
+                    response.headers.get("content-type", "application/json"),
+                )
 
             def send(self, status: int, data: bytes, kind: str) -> None:
                 self.send_response(status)
@@ -126,8 +132,9 @@ class Proxy:
 
     def chat(self, body: dict[str, Any]) -> tuple[int, bytes, str]:
         """The server reads the prompt (one token of reply); the agent answers it."""
-        asked = {key: value for key, value in body.items()
-                 if key not in ("stream", "stream_options")}
+        asked = {
+            key: value for key, value in body.items() if key not in ("stream", "stream_options")
+        }
         response = self.client.post(CHAT, json={**asked, "max_tokens": 1})
         if response.status_code != 200:
             self.errors.append(f"{response.status_code}: {response.text[:200]}")
@@ -136,8 +143,13 @@ class Proxy:
         exchange = Exchange(body, answer.get("timings") or {}, answer.get("usage") or {})
         self.exchanges.append(exchange)
         reply: Reply = self.agent(body.get("messages") or [])
-        frames = render_stream(reply, model=str(answer.get("model", "")), usage=exchange.usage,
-                               timings=exchange.timings, request_number=len(self.exchanges))
+        frames = render_stream(
+            reply,
+            model=str(answer.get("model", "")),
+            usage=exchange.usage,
+            timings=exchange.timings,
+            request_number=len(self.exchanges),
+        )
         return 200, b"".join(frames), "text/event-stream"
 
     def close(self) -> None:
@@ -182,10 +194,17 @@ def run(args: argparse.Namespace, binary: Path, model: Path, root: Path) -> Outc
             project = root / "project"
             project.mkdir()
             write_demo_project(project, proxy.url, 0)
-            keys = make_workspace(project / "workspace", args.parts,
-                                  chars_per_part=args.tokens_per_file * CHARS_PER_TOKEN_GUESS)
-            flags = {"model.context_limit": args.window, "model.max_output_tokens": 256,
-                     "agent.max_turns": 20 * args.parts + 50, "model.ensure_window": False}
+            keys = make_workspace(
+                project / "workspace",
+                args.parts,
+                chars_per_part=args.tokens_per_file * CHARS_PER_TOKEN_GUESS,
+            )
+            flags = {
+                "model.context_limit": args.window,
+                "model.max_output_tokens": 256,
+                "agent.max_turns": 20 * args.parts + 50,
+                "model.ensure_window": False,
+            }
             loaded = load_config(project / "ouroboros.toml", flags, env={}, user_file=None)
             started = time.perf_counter()
             asyncio.run(run_agent(loaded, RunHooks()))
@@ -210,8 +229,9 @@ def run(args: argparse.Namespace, binary: Path, model: Path, root: Path) -> Outc
         masks=sum(e["type"] == "context_mask" for e in events),
         prompt_n=sum(int(x.timings.get("prompt_n", 0)) for x in exchanges),
         cache_n=sum(int(x.timings.get("cache_n", 0)) for x in exchanges),
-        prompt_chars=sum(len(json.dumps([r.get("tools"), r.get("messages")], sort_keys=True))
-                         for r in requests),
+        prompt_chars=sum(
+            len(json.dumps([r.get("tools"), r.get("messages")], sort_keys=True)) for r in requests
+        ),
         estimate=prefix_cache(requests),
         logged_cached=sum(u.get("cached_tokens") or 0 for u in usages),
         logged_processed=sum(u.get("processed_tokens") or 0 for u in usages),
@@ -228,23 +248,35 @@ def run(args: argparse.Namespace, binary: Path, model: Path, root: Path) -> Outc
 
 def report(o: Outcome, args: argparse.Namespace) -> None:
     cpt = o.chars_per_token
-    print(f"demo task, {o.parts} parts of ~{args.tokens_per_file} tokens, {args.window}-token "
-          f"window, llama-server + SmolLM2-135M (one slot), replies by the demo agent\n")
-    print(f"files done {o.files_done}/{o.parts}, {o.requests} requests, {o.restarts} restarts, "
-          f"{o.masks} masking rounds, {o.seconds:.0f} s\n")
+    print(
+        f"demo task, {o.parts} parts of ~{args.tokens_per_file} tokens, {args.window}-token "
+        f"window, llama-server + SmolLM2-135M (one slot), replies by the demo agent\n"
+    )
+    print(
+        f"files done {o.files_done}/{o.parts}, {o.requests} requests, {o.restarts} restarts, "
+        f"{o.masks} masking rounds, {o.seconds:.0f} s\n"
+    )
     print(f"{'':44}{'processed':>12}{'cached':>10}{'hit':>7}")
-    print(f"{'the server (sum of timings.prompt_n/cache_n)':44}{o.prompt_n:>12,}"
-          f"{o.cache_n:>10,}{o.server_hit:>7.2f}")
+    print(
+        f"{'the server (sum of timings.prompt_n/cache_n)':44}{o.prompt_n:>12,}"
+        f"{o.cache_n:>10,}{o.server_hit:>7.2f}"
+    )
     again = o.estimate.again / cpt
-    print(f"{'the estimate from the requests (chars/' + format(cpt, '.2f') + ')':44}"
-          f"{again:>12,.0f}{o.prompt_chars / cpt - again:>10,.0f}{o.estimate.hit:>7.2f}")
+    print(
+        f"{'the estimate from the requests (chars/' + format(cpt, '.2f') + ')':44}"
+        f"{again:>12,.0f}{o.prompt_chars / cpt - again:>10,.0f}{o.estimate.hit:>7.2f}"
+    )
     print(f"{'appended-only lower bound (estimate)':44}{o.estimate.bound / cpt:>12,.0f}")
     logged = o.logged_processed + o.logged_cached
-    print(f"{'the harness logged (token_usage)':44}{o.logged_processed:>12,}"
-          f"{o.logged_cached:>10,}{o.logged_cached / logged if logged else 0:>7.2f}")
+    print(
+        f"{'the harness logged (token_usage)':44}{o.logged_processed:>12,}"
+        f"{o.logged_cached:>10,}{o.logged_cached / logged if logged else 0:>7.2f}"
+    )
     print(f"\nstats / status --json cache hit: {o.summary_hit}%")
-    print(f"estimate in characters: again {o.estimate.again:,}, bound {o.estimate.bound:,}, "
-          f"all prompts {o.prompt_chars:,}")
+    print(
+        f"estimate in characters: again {o.estimate.again:,}, bound {o.estimate.bound:,}, "
+        f"all prompts {o.prompt_chars:,}"
+    )
     if o.errors:
         print(f"\nthe server refused {len(o.errors)} request(s); first: {o.errors[0]}")
 

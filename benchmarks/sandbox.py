@@ -31,8 +31,15 @@ COMMAND = "echo hello > out.txt && cat out.txt"
 
 
 def shell(workspace: Path, sandbox: Sandbox) -> ShellExec:
-    return ShellExec(workspace, timeout_secs=30, max_output_bytes=65536, blocked_patterns=[],
-                     secret_env_names=[], on_security=lambda e: None, sandbox=sandbox)
+    return ShellExec(
+        workspace,
+        timeout_secs=30,
+        max_output_bytes=65536,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=lambda e: None,
+        sandbox=sandbox,
+    )
 
 
 async def timed(call: Callable[[], Awaitable[object]]) -> float:
@@ -46,8 +53,9 @@ def figures(times: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(0.95 * (len(ordered) - 1))]
 
 
-async def measure(setups: dict[str, Callable[[], Awaitable[object]]],
-                  rounds: int) -> dict[str, list[float]]:
+async def measure(
+    setups: dict[str, Callable[[], Awaitable[object]]], rounds: int
+) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in setups}
     for call in setups.values():  # warm up
         await call()
@@ -70,16 +78,18 @@ def report(title: str, times: dict[str, list[float]], baseline: str) -> dict[str
 
 
 async def shell_costs(workspace: Path, rounds: int) -> dict[str, float]:
-    sandboxes = {"off": Sandbox.prepare("off", workspace=workspace),
-                 "landlock": Sandbox.prepare("auto", workspace=workspace),
-                 "landlock, network cut": Sandbox.prepare("auto", workspace=workspace,
-                                                          network=False)}
+    sandboxes = {
+        "off": Sandbox.prepare("off", workspace=workspace),
+        "landlock": Sandbox.prepare("auto", workspace=workspace),
+        "landlock, network cut": Sandbox.prepare("auto", workspace=workspace, network=False),
+    }
     try:
         for name, sandbox in sandboxes.items():
             print(f"  {name}: {sandbox.summary}")
         tools = {name: shell(workspace, sandbox) for name, sandbox in sandboxes.items()}
-        setups = {name: (lambda t=tool: t.run({"command": COMMAND}))
-                  for name, tool in tools.items()}
+        setups = {
+            name: (lambda t=tool: t.run({"command": COMMAND})) for name, tool in tools.items()
+        }
         times = await measure(setups, rounds)
         return report(f"shell_exec `{COMMAND}`, {rounds} commands each:", times, "off")
     finally:
@@ -89,24 +99,44 @@ async def shell_costs(workspace: Path, rounds: int) -> dict[str, float]:
 
 async def file_costs(workspace: Path, rounds: int) -> dict[str, float]:
     (workspace / "notes.md").write_text("a line of notes\n" * 400)
-    plain = Toolbox(default_tools(workspace, shell_timeout_secs=30, max_output_bytes=65536,
-                                  blocked_patterns=[], secret_env_names=[],
-                                  on_security=lambda e: None))
-    redacted = Toolbox(default_tools(workspace, shell_timeout_secs=30, max_output_bytes=65536,
-                                     blocked_patterns=[], secret_env_names=[],
-                                     on_security=lambda e: None),
-                       redact=Redactor.of(["sk-benchmark-0123456789abcdef"]))
+    plain = Toolbox(
+        default_tools(
+            workspace,
+            shell_timeout_secs=30,
+            max_output_bytes=65536,
+            blocked_patterns=[],
+            secret_env_names=[],
+            on_security=lambda e: None,
+        )
+    )
+    redacted = Toolbox(
+        default_tools(
+            workspace,
+            shell_timeout_secs=30,
+            max_output_bytes=65536,
+            blocked_patterns=[],
+            secret_env_names=[],
+            on_security=lambda e: None,
+        ),
+        redact=Redactor.of(["sk-benchmark-0123456789abcdef"]),
+    )
     read = ToolCall("r", "file_read", json.dumps({"path": "notes.md"}))
     write = ToolCall("w", "file_write", json.dumps({"path": "out.md", "content": "x" * 6000}))
-    setups = {"file_read": lambda: plain.run(read),
-              "file_read, redacted": lambda: redacted.run(read),
-              "file_write": lambda: plain.run(write),
-              "file_write, redacted": lambda: redacted.run(write)}
+    setups = {
+        "file_read": lambda: plain.run(read),
+        "file_read, redacted": lambda: redacted.run(read),
+        "file_write": lambda: plain.run(write),
+        "file_write, redacted": lambda: redacted.run(write),
+    }
     times = await measure(setups, rounds)
-    added = report(f"file tools (6 kB), {rounds} calls each:", {k: times[k] for k in
-                   ("file_read", "file_read, redacted")}, "file_read")
-    added.update(report("", {k: times[k] for k in ("file_write", "file_write, redacted")},
-                        "file_write"))
+    added = report(
+        f"file tools (6 kB), {rounds} calls each:",
+        {k: times[k] for k in ("file_read", "file_read, redacted")},
+        "file_read",
+    )
+    added.update(
+        report("", {k: times[k] for k in ("file_write", "file_write, redacted")}, "file_write")
+    )
     return added
 
 
@@ -120,8 +150,10 @@ async def main() -> None:
         await file_costs(workspace, args.commands)
     worst = max(v for k, v in added.items() if k != "off")
     verdict = "holds" if worst <= FLOOR_MS else "FAILS"
-    print(f"\nfloor: the sandbox adds at most {FLOOR_MS:g} ms per command at the median "
-          f"(worst here {worst:+.2f} ms): {verdict}")
+    print(
+        f"\nfloor: the sandbox adds at most {FLOOR_MS:g} ms per command at the median "
+        f"(worst here {worst:+.2f} ms): {verdict}"
+    )
 
 
 if __name__ == "__main__":

@@ -46,9 +46,11 @@ def make_project(root: Path, base_url: str) -> Path:
     for i in range(20):
         (root / "workspace" / "data" / f"{i:02d}.txt").write_text(f"file {i}\n" * 100)
     (root / "SYSTEM_PROMPT.md").write_text("Read the files in data/, one a turn, forever.\n")
-    config = {"model": {"base_url": base_url, "name": "scripted", "context_limit": WINDOW},
-              "context": {"keep_recent_observations": 1000, "carryover_turns": 2},
-              "safety": {"sandbox": "off"}}
+    config = {
+        "model": {"base_url": base_url, "name": "scripted", "context_limit": WINDOW},
+        "context": {"keep_recent_observations": 1000, "carryover_turns": 2},
+        "safety": {"sandbox": "off"},
+    }
     (root / "ouroboros.toml").write_text(tomli_w.dumps(config))
     return root / "ouroboros.toml"
 
@@ -68,18 +70,26 @@ def cpu_of(args: list[str], server: Any | None = None) -> float:
     return cpu_and_rss(args, server, ENV)[0]
 
 
-def cpu_and_rss(args: list[str], server: Any | None = None,
-                env: dict[str, str] | None = None) -> tuple[float, float]:
+def cpu_and_rss(
+    args: list[str], server: Any | None = None, env: dict[str, str] | None = None
+) -> tuple[float, float]:
     """CPU seconds and peak RSS (MB) of one `ouroboros ARGS` process (and its children); with
     `server`, it is killed at its first chat request (resume: its cost to its first request)."""
     before = len(server.requests) if server is not None else 0
-    process = subprocess.Popen([sys.executable, "-m", "ouroboros", *args],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               stdin=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     if server is not None:
         deadline = time.monotonic() + 120
-        while len(server.requests) == before and time.monotonic() < deadline \
-                and process.poll() is None:
+        while (
+            len(server.requests) == before
+            and time.monotonic() < deadline
+            and process.poll() is None
+        ):
             time.sleep(0.005)
         process.kill()
     _, _, usage = os.wait4(process.pid, 0)
@@ -93,27 +103,40 @@ def before_the_run(config: Path) -> dict[str, str]:
     """What `status` pays before it reads a byte of the run, as Python programs: the
     interpreter, the libraries (typer 0.29 coerces parameters with pydantic, so imports it),
     and then the config read and validated as `status` reads it."""
-    return {"python alone": "pass",
-            "python + typer, pydantic, rich": LIBRARIES,
-            "... + ouroboros.toml read": f"{LIBRARIES}\nfrom pathlib import Path\n"
-            "from ouroboros.cli.common import load_for_reading\n"
-            f"load_for_reading(Path({str(config)!r}), 'status')"}
+    return {
+        "python alone": "pass",
+        "python + typer, pydantic, rich": LIBRARIES,
+        "... + ouroboros.toml read": f"{LIBRARIES}\nfrom pathlib import Path\n"
+        "from ouroboros.cli.common import load_for_reading\n"
+        f"load_for_reading(Path({str(config)!r}), 'status')",
+    }
 
 
 def python_cpu(code: str) -> float:
     """CPU seconds of one `python -c CODE` process."""
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=ENV)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=ENV,
+    )
     _, _, usage = os.wait4(process.pid, 0)
     return usage.ru_utime + usage.ru_stime
 
 
 def commands(config: Path) -> dict[str, list[str]]:
     c = ["--config", str(config)]
-    return {"--version": ["--version"], "--help": ["--help"], "status": ["status", *c],
-            "status --json": ["status", "--json", *c], "runs": ["runs", *c],
-            "stats": ["stats", *c], "logs -n 20": ["logs", "-n", "20", *c],
-            "config show": ["config", "show", *c]}
+    return {
+        "--version": ["--version"],
+        "--help": ["--help"],
+        "status": ["status", *c],
+        "status --json": ["status", "--json", *c],
+        "runs": ["runs", *c],
+        "stats": ["stats", *c],
+        "logs -n 20": ["logs", "-n", "20", *c],
+        "config show": ["config", "show", *c],
+    }
 
 
 def main() -> None:
@@ -124,14 +147,29 @@ def main() -> None:
     args = parser.parse_args()
     from ouroboros.testing import ScriptedServer
 
-    with tempfile.TemporaryDirectory() as tmp, \
-            ScriptedServer(brain, context_length=WINDOW) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedServer(brain, context_length=WINDOW) as server,
+    ):
         keep_bytecode()
         config = args.config or make_project(Path(tmp), server.base_url)
         if args.config is None:
-            subprocess.run([sys.executable, "-m", "ouroboros", "run", "--config", str(config),
-                            "--headless", "--max-turns", str(args.turns)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ouroboros",
+                    "run",
+                    "--config",
+                    str(config),
+                    "--headless",
+                    "--max-turns",
+                    str(args.turns),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=ENV,
+            )
             server.requests.clear()
         print(f"| command | least CPU s of {args.repeat} | floor |")
         print("|---|---:|---:|")
@@ -141,8 +179,10 @@ def main() -> None:
             row(name, min(python_cpu(code) for _ in range(args.repeat)))
         if args.config is None:
             resume = ["resume", "--config", str(config), "--headless", "--max-turns", "0"]
-            row("resume (to its first request)",
-                min(cpu_of(resume, server) for _ in range(args.repeat)))
+            row(
+                "resume (to its first request)",
+                min(cpu_of(resume, server) for _ in range(args.repeat)),
+            )
             one = Path(tmp) / "one"
             one_config = make_project(one, server.base_url)
             run = ["run", "--config", str(one_config), "--headless", "--max-turns", "1"]

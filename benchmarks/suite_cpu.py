@@ -21,18 +21,24 @@ FLOOR_CPU_SECS = 150.0
 
 
 def main(argv: list[str]) -> int:
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     root = Path(__file__).resolve().parent.parent
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             *extra], cwd=root, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime
     summary = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(f"pytest: {summary}")
-    print(f"CPU {cpu:.0f} s (user {usage.ru_utime:.0f} s + sys {usage.ru_stime:.0f} s), "
-          f"wall {wall:.0f} s, peak RSS of one process {usage.ru_maxrss / 1024:.0f} MB")
+    print(
+        f"CPU {cpu:.0f} s (user {usage.ru_utime:.0f} s + sys {usage.ru_stime:.0f} s), "
+        f"wall {wall:.0f} s, peak RSS of one process {usage.ru_maxrss / 1024:.0f} MB"
+    )
     verdict = "holds" if cpu <= FLOOR_CPU_SECS else "does not hold"
     print(f"floor: at most {FLOOR_CPU_SECS:.0f} CPU-seconds: {verdict}")
     return result.returncode

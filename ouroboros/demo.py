@@ -52,16 +52,19 @@ PROGRESS_LISTED = re.compile(r"^progress\.md ", re.MULTILINE)
 PART_RE = re.compile(r"data/part_(\d+)\.txt")
 KEY_RE = re.compile(r"^KEY: (\S+)", re.MULTILINE)
 NEXT_RE = re.compile(r"next: (\d+)")
-FILLER = ("The archive holds ledgers, letters and inventories from the old harbour office; "
-          "each record was copied by hand and checked twice before filing. ")
+FILLER = (
+    "The archive holds ledgers, letters and inventories from the old harbour office; "
+    "each record was copied by hand and checked twice before filing. "
+)
 
 
 def part_name(index: int) -> str:
     return f"data/part_{index:03d}.txt"
 
 
-def make_workspace(workspace: Path, parts: int, chars_per_part: int = 6000,
-                   seed: int = 7) -> dict[int, str]:
+def make_workspace(
+    workspace: Path, parts: int, chars_per_part: int = 6000, seed: int = 7
+) -> dict[int, str]:
     """Write the data files; return each part's key (what results.txt must end up holding)."""
     rng = random.Random(seed)
     (workspace / "data").mkdir(parents=True, exist_ok=True)
@@ -70,7 +73,7 @@ def make_workspace(workspace: Path, parts: int, chars_per_part: int = 6000,
         key = f"{rng.getrandbits(48):012x}"
         keys[index] = key
         body = (FILLER * (chars_per_part // len(FILLER) + 1))[:chars_per_part]
-        lines = [body[i:i + 100] for i in range(0, len(body), 100)]
+        lines = [body[i : i + 100] for i in range(0, len(body), 100)]
         (workspace / part_name(index)).write_text(f"KEY: {key}\n" + "\n".join(lines) + "\n")
     return keys
 
@@ -91,9 +94,11 @@ def last_action(messages: list[Message]) -> Action | None:
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
         if m["role"] == "assistant" and m.get("tool_calls"):
-            calls = [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
-                     for c in m["tool_calls"]]
-            results = [r.get("content") or "" for r in messages[i + 1:] if r["role"] == "tool"]
+            calls = [
+                (c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
+                for c in m["tool_calls"]
+            ]
+            results = [r.get("content") or "" for r in messages[i + 1 :] if r["role"] == "tool"]
             return Action(calls, results)
     return None
 
@@ -113,8 +118,14 @@ def known_next_part(messages: list[Message]) -> int | None:
 def part_of_observation(messages: list[Message], obs_id: str) -> int | None:
     """The part whose file_read produced observation `obs_id` (named in its placeholder)."""
     marker = f'"{obs_id}"'
-    call_id = next((m["tool_call_id"] for m in messages
-                    if m["role"] == "tool" and marker in (m.get("content") or "")), None)
+    call_id = next(
+        (
+            m["tool_call_id"]
+            for m in messages
+            if m["role"] == "tool" and marker in (m.get("content") or "")
+        ),
+        None,
+    )
     for m in messages:
         for call in m.get("tool_calls") or ():
             if call["id"] == call_id and (match := PART_RE.search(call["function"]["arguments"])):
@@ -134,10 +145,13 @@ def part_read(action: Action, messages: list[Message]) -> int | None:
 def record(index: int, key: str) -> Reply:
     line = shlex.quote(f"part_{index:03d}: {key}")
     command = f"grep -qxF {line} results.txt 2>/dev/null || echo {line} >> results.txt"
-    return Reply(f"Recording part {index}.", [
-        ("shell_exec", {"command": command}),
-        ("file_write", {"path": "progress.md", "content": f"next: {index + 1}\n"}),
-    ])
+    return Reply(
+        f"Recording part {index}.",
+        [
+            ("shell_exec", {"command": command}),
+            ("file_write", {"path": "progress.md", "content": f"next: {index + 1}\n"}),
+        ],
+    )
 
 
 class RecordingAgent:
@@ -155,8 +169,9 @@ class RecordingAgent:
         if action is None:
             return Reply("Starting: let me look around.", [("list_dir", {"path": "."})])
         if any(r.startswith("[interrupted:") for r in action.results):
-            return Reply("The last step was interrupted; redoing it (it is idempotent).",
-                         list(action.calls))
+            return Reply(
+                "The last step was interrupted; redoing it (it is idempotent).", list(action.calls)
+            )
         name, _ = action.calls[0]
         result = action.results[0] if action.results else ""
         if name == "list_dir":
@@ -165,8 +180,9 @@ class RecordingAgent:
             if key := KEY_RE.search(result):
                 return record(part, key.group(1))
             if obs := re.search(r'recall\(id="(obs-\d+)"', result):
-                return Reply("That output was masked; recalling it.",
-                             [("recall", {"id": obs.group(1)})])
+                return Reply(
+                    "That output was masked; recalling it.", [("recall", {"id": obs.group(1)})]
+                )
             return Reply(f"Re-reading part {part}.", [("file_read", {"path": part_name(part)})])
         return self.read_next(messages)
 
@@ -183,8 +199,10 @@ class RecordingAgent:
 
     def save(self, messages: list[Message]) -> Reply:
         next_part = known_next_part(messages) or 1
-        return Reply("Saving progress before the restart.", [
-            ("file_write", {"path": "progress.md", "content": f"next: {next_part}\n"})])
+        return Reply(
+            "Saving progress before the restart.",
+            [("file_write", {"path": "progress.md", "content": f"next: {next_part}\n"})],
+        )
 
 
 STEP_SECS = 0.2  # each reply of the demo agent, at --speed 1
@@ -209,8 +227,9 @@ def parse_speed(text: str | None, *, interactive: bool) -> float:
     except ValueError:
         speed = math.nan
     if not speed > 0:
-        raise UsageError(f"--speed takes a positive number (2 is twice as fast) or max, "
-                         f"not {text!r}")
+        raise UsageError(
+            f"--speed takes a positive number (2 is twice as fast) or max, not {text!r}"
+        )
     return speed
 
 
@@ -256,21 +275,28 @@ class DemoAgent(RecordingAgent):
         harness pins in the next session's system message."""
         saved = super().save(messages)
         note = "- Each part's key is its KEY line; results.txt takes `part_NNN: <key>` once.\n"
-        return Reply("Saving progress, and a note to my memory file, before the restart.",
-                     [*saved.tool_calls, ("file_write", {"path": "NOTES.md", "content": note})])
+        return Reply(
+            "Saving progress, and a note to my memory file, before the restart.",
+            [*saved.tool_calls, ("file_write", {"path": "NOTES.md", "content": note})],
+        )
 
     def after_listing(self, listing: str, messages: list[Message]) -> Reply:
         if PROGRESS_LISTED.search(listing):
             return super().after_listing(listing, messages)
         first = self.read_next(messages)
-        return Reply(f"No progress.md yet, so this is a fresh start. {first.text}",
-                     first.tool_calls)
+        return Reply(
+            f"No progress.md yet, so this is a fresh start. {first.text}", first.tool_calls
+        )
 
 
 DEMO_WINDOW = 4096
 DEMO_CONFIG = {
-    "model": {"name": "scripted-demo", "context_limit": DEMO_WINDOW, "max_output_tokens": 512,
-              "max_retry_secs": 10},
+    "model": {
+        "name": "scripted-demo",
+        "context_limit": DEMO_WINDOW,
+        "max_output_tokens": 512,
+        "max_retry_secs": 10,
+    },
     "agent": {"workspace": "workspace", "system_prompt": "SYSTEM_PROMPT.md"},
     "context": {"carryover_turns": 3},
 }
@@ -326,12 +352,14 @@ def ended_here(hooks: RunHooks, directory: Path, keep: bool) -> RunHooks:
     return replace(hooks, on_event=on_event)
 
 
-async def run_demo(hooks: RunHooks, directory: Path, *, parts: int = 12,
-                   pacer: Pacer | None = None) -> int:
+async def run_demo(
+    hooks: RunHooks, directory: Path, *, parts: int = 12, pacer: Pacer | None = None
+) -> int:
     """Run the real harness on the demo task against the scripted model on loopback."""
     pacer = pacer or Pacer()
-    with ScriptedServer(DemoAgent(parts, pacer), model="scripted-demo",
-                        context_length=DEMO_WINDOW) as server:
+    with ScriptedServer(
+        DemoAgent(parts, pacer), model="scripted-demo", context_length=DEMO_WINDOW
+    ) as server:
         try:
             write_demo_project(directory, server.base_url, parts)
             loaded = load_config(directory / "ouroboros.toml", {}, env={}, user_file=None)
@@ -340,8 +368,15 @@ async def run_demo(hooks: RunHooks, directory: Path, *, parts: int = 12,
             pacer.stop()  # a reply still waiting must not hold the server up
 
 
-def show_demo(hooks: RunHooks, directory: Path, voice: Voice, *, parts: int = 12,
-              speed: float = math.inf, keep: bool = False) -> int:
+def show_demo(
+    hooks: RunHooks,
+    directory: Path,
+    voice: Voice,
+    *,
+    parts: int = 12,
+    speed: float = math.inf,
+    keep: bool = False,
+) -> int:
     """The demo as `ouroboros demo` shows it: what it is about to show, the run at `speed`
     with a caption for each event, and where to go next. The project in `directory` is
     removed afterwards (on Ctrl+C and errors too) unless `keep`. Returns the exit code."""
@@ -350,8 +385,14 @@ def show_demo(hooks: RunHooks, directory: Path, voice: Voice, *, parts: int = 12
     voice.announce(intro)
     pacer.hold(reading_secs(intro))
     try:
-        code = asyncio.run(run_demo(narrated(ended_here(hooks, directory, keep), voice, pacer),
-                                    directory, parts=parts, pacer=pacer))
+        code = asyncio.run(
+            run_demo(
+                narrated(ended_here(hooks, directory, keep), voice, pacer),
+                directory,
+                parts=parts,
+                pacer=pacer,
+            )
+        )
     except KeyboardInterrupt:  # outside the run's own Ctrl+C handling: starting or ending
         code = signal_exit_code("SIGINT")  # 130, as a run stopped by Ctrl+C exits
     finally:

@@ -73,10 +73,16 @@ EXIT_CODES = {
     "nothing_to_resume": EXIT_NOTHING_TO_RESUME,
 }
 # How each way a run can end (a `run_end` reason) exits; a stop signal is 128 + its number.
-END_EXIT_CODES = {"task_complete": EXIT_DONE, "idle": EXIT_PAUSED, "stuck": EXIT_PAUSED,
-                  "redoing": EXIT_PAUSED,
-                  "max_turns": EXIT_PAUSED, "max_restarts": EXIT_PAUSED, "budget": EXIT_PAUSED,
-                  "restart_declined": EXIT_PAUSED}
+END_EXIT_CODES = {
+    "task_complete": EXIT_DONE,
+    "idle": EXIT_PAUSED,
+    "stuck": EXIT_PAUSED,
+    "redoing": EXIT_PAUSED,
+    "max_turns": EXIT_PAUSED,
+    "max_restarts": EXIT_PAUSED,
+    "budget": EXIT_PAUSED,
+    "restart_declined": EXIT_PAUSED,
+}
 
 
 def signal_exit_code(name: str) -> int:

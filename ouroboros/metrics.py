@@ -49,27 +49,45 @@ class RunMetrics:
         """The metrics as the summary has them now (prometheus_client's collector protocol)."""
         summary, totals = self.summary, self.summary.totals()
         yield counter("ouroboros_turns", "Model turns (assistant replies).", totals["turns"])
-        calls = CounterMetricFamily("ouroboros_tool_calls", "Tool calls, by tool and outcome "
-                                    "(ok, error, interrupted).", labels=["tool", "outcome"])
+        calls = CounterMetricFamily(
+            "ouroboros_tool_calls",
+            "Tool calls, by tool and outcome (ok, error, interrupted).",
+            labels=["tool", "outcome"],
+        )
         for key, count in summary.tool_calls.items():
             calls.add_metric(key.rsplit(" ", 1), count)
         yield calls
         yield counter("ouroboros_restarts", "Session restarts.", summary.session_restarts)
-        yield counter("ouroboros_masked_observations", "Tool results masked.",
-                      totals["masked"])
+        yield counter("ouroboros_masked_observations", "Tool results masked.", totals["masked"])
         yield counter("ouroboros_prompt_tokens", "Prompt tokens sent.", totals["prompt_tokens"])
-        yield counter("ouroboros_completion_tokens", "Completion tokens received.",
-                      totals["completion_tokens"])
+        yield counter(
+            "ouroboros_completion_tokens",
+            "Completion tokens received.",
+            totals["completion_tokens"],
+        )
         yield counter("ouroboros_retries", "Model requests retried.", summary.retries)
-        yield gauge("ouroboros_context_used_ratio", "The last prompt's share of the context "
-                    "budget, as a ratio (0.526 is 52.6%; above 1 only for a prompt past the "
-                    "budget).", used_ratio(summary.prompt_pct or 0.0))
-        yield gauge("ouroboros_context_window_tokens", "The context window believed, in "
-                    "tokens.", summary.window or 0)
-        yield gauge("ouroboros_session", "The session going on (1, 2, ...).",
-                    summary.session if summary.last else 0)
-        yield gauge("ouroboros_last_event_timestamp_seconds", "When the last event was "
-                    "written (Unix time).", self.last_event or 0)
+        yield gauge(
+            "ouroboros_context_used_ratio",
+            "The last prompt's share of the context "
+            "budget, as a ratio (0.526 is 52.6%; above 1 only for a prompt past the "
+            "budget).",
+            used_ratio(summary.prompt_pct or 0.0),
+        )
+        yield gauge(
+            "ouroboros_context_window_tokens",
+            "The context window believed, in tokens.",
+            summary.window or 0,
+        )
+        yield gauge(
+            "ouroboros_session",
+            "The session going on (1, 2, ...).",
+            summary.session if summary.last else 0,
+        )
+        yield gauge(
+            "ouroboros_last_event_timestamp_seconds",
+            "When the last event was written (Unix time).",
+            self.last_event or 0,
+        )
 
 
 def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
@@ -109,10 +127,15 @@ def serve_metrics(port: int, address: str = "127.0.0.1") -> MetricsServer:
     try:
         server, _ = start_http_server(port, addr=address, registry=metrics.registry)
     except OSError as error:
-        why = "is in use" if error.errno == errno.EADDRINUSE else \
-            f"cannot be used ({error.strerror or error})"
-        raise ConfigError(f"metrics port {address}:{port} {why}; choose another with "
-                          "--metrics-port N or metrics.port (0 turns metrics off)") from None
+        why = (
+            "is in use"
+            if error.errno == errno.EADDRINUSE
+            else f"cannot be used ({error.strerror or error})"
+        )
+        raise ConfigError(
+            f"metrics port {address}:{port} {why}; choose another with "
+            "--metrics-port N or metrics.port (0 turns metrics off)"
+        ) from None
     return MetricsServer(metrics, server, address, server.server_address[1])
 
 

@@ -67,8 +67,8 @@ class ToolCall:
 def wire_arguments(arguments: str) -> str:
     """`arguments` when they are a JSON object, else "{}".
 
-        wire_arguments('{"path": "a"}')   # '{"path": "a"}'
-        wire_arguments('{"path": "no')    # '{}'
+    wire_arguments('{"path": "a"}')   # '{"path": "a"}'
+    wire_arguments('{"path": "no')    # '{}'
     """
     return arguments if is_json_object(arguments) else "{}"
 
@@ -154,12 +154,15 @@ Clear = Callable[[Callable[[str], bool], str], None]
 
 class ModelClient(Protocol):
     async def complete(
-        self, messages: list[Message] | WireMessages, tools: list[dict[str, Any]],
-        on_text: TextSink | None = None
+        self,
+        messages: list[Message] | WireMessages,
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None = None,
     ) -> StreamResult: ...
 
-    async def prompt_tokens(self, messages: list[Message] | WireMessages,
-                            tools: list[dict[str, Any]]) -> int | None:
+    async def prompt_tokens(
+        self, messages: list[Message] | WireMessages, tools: list[dict[str, Any]]
+    ) -> int | None:
         """The server's own count of a prompt, where it can give one."""
         ...
 

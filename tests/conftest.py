@@ -24,6 +24,7 @@ if sys.dont_write_bytecode:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
 
+
 # typer's CliRunner builds the click command from the app again at every invoke (every
 # command's signature and type hints read again: ~15 ms of CPU each time, a few hundred
 # times in the suite); the suite builds it once per app and set of commands.
@@ -35,6 +36,7 @@ def _built_once(get_command: Callable[[Any], Any]) -> Callable[[Any], Any]:
         if key not in built:  # the app is kept with its command: its id is given to no other
             built[key] = (app, get_command(app))
         return built[key][1]
+
     return command
 
 
@@ -82,4 +84,3 @@ def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
     yield start
     for server in servers:
         server.stop()
-

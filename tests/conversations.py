@@ -14,8 +14,11 @@ def assistant(*call_ids: str, text: str = "") -> dict:
     message = {"role": "assistant", "content": text}
     if call_ids:
         message["tool_calls"] = [
-            {"id": i, "type": "function",
-             "function": {"name": "file_read", "arguments": json.dumps({"path": f"{i}.txt"})}}
+            {
+                "id": i,
+                "type": "function",
+                "function": {"name": "file_read", "arguments": json.dumps({"path": f"{i}.txt"})},
+            }
             for i in call_ids
         ]
     return message
@@ -37,7 +40,8 @@ def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict
         messages.append(assistant(call_id))
         content = f"KEY: {i:04d}\n" + "x" * size
         result = ToolResult(content, meta={"path": f"data/{i}.txt"})
-        obs = conv.describe("file_read", {"path": f"data/{i}.txt"}, result,
-                           cm.new_observation_id(), call_id)
+        obs = conv.describe(
+            "file_read", {"path": f"data/{i}.txt"}, result, cm.new_observation_id(), call_id
+        )
         messages.append(tool(call_id, cm.admit(obs, content)))
     return messages

@@ -22,8 +22,12 @@ import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--cpu-report", metavar="PATH", default=None,
-                     help="Append `test<TAB>cpu seconds<TAB>wall-free pid` per test to PATH.")
+    parser.addoption(
+        "--cpu-report",
+        metavar="PATH",
+        default=None,
+        help="Append `test<TAB>cpu seconds<TAB>wall-free pid` per test to PATH.",
+    )
 
 
 def cpu_seconds() -> float:

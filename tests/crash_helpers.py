@@ -42,9 +42,14 @@ class CountingAgent(RecordingAgent):
     inject_at: {call number: faults} injected into the server when the brain is called.
     """
 
-    def __init__(self, parts: int, *, hold_tool_at: int | None = None,
-                 hold_request_at: int | None = None,
-                 inject_at: dict[int, list[Fault]] | None = None) -> None:
+    def __init__(
+        self,
+        parts: int,
+        *,
+        hold_tool_at: int | None = None,
+        hold_request_at: int | None = None,
+        inject_at: dict[int, list[Fault]] | None = None,
+    ) -> None:
         super().__init__(parts)
         self.hold_tool_at = hold_tool_at
         self.hold_request_at = hold_request_at
@@ -68,14 +73,22 @@ class CountingAgent(RecordingAgent):
         if name != "shell_exec":
             return name, args
         self.shell_commands += 1
-        hold = "echo $$ > ../held_tool; sleep 30; " if self.shell_commands == self.hold_tool_at \
-            else ""
+        hold = (
+            "echo $$ > ../held_tool; sleep 30; " if self.shell_commands == self.hold_tool_at else ""
+        )
         raw = TAG.sub("", args["command"])  # a redo of an interrupted call gets a new tag
         return name, {"command": f"echo T{self.shell_commands} >> ../executions.log; {hold}{raw}"}
 
 
-def demo_project(root: Path, base_url: str, parts: int, *, max_turns: int,
-                 chars_per_part: int = 300, **tables: dict[str, Any]) -> tuple[Path, str]:
+def demo_project(
+    root: Path,
+    base_url: str,
+    parts: int,
+    *,
+    max_turns: int,
+    chars_per_part: int = 300,
+    **tables: dict[str, Any],
+) -> tuple[Path, str]:
     """A project for the demo task; returns its config and the results.txt it must produce."""
     agent = {"max_turns": max_turns, **tables.pop("agent", {})}
     # The bookkeeping (executions.log, held_tool) is written beside the workspace, where the
@@ -90,8 +103,14 @@ def start(*args: str, root: Path) -> subprocess.Popen[str]:
     """`ouroboros ARGS` in the background, its output appended to out.txt and err.txt in
     `root` (files: a held command may outlive it), as start_forked appends it."""
     with (root / "out.txt").open("a") as out, (root / "err.txt").open("a") as err:
-        return subprocess.Popen([sys.executable, "-m", "ouroboros", *args], env=clean_env(),
-                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", *args],
+            env=clean_env(),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
 
 
 def start_forked(*args: str, root: Path) -> Forked:
@@ -100,8 +119,12 @@ def start_forked(*args: str, root: Path) -> Forked:
     return ouroboros_forked(*args, out=root / "out.txt", err=root / "err.txt")
 
 
-def wait_for(condition: Callable[[], Any], what: str, process: subprocess.Popen | None = None,
-              timeout: float = WAIT_SECS) -> Any:
+def wait_for(
+    condition: Callable[[], Any],
+    what: str,
+    process: subprocess.Popen | None = None,
+    timeout: float = WAIT_SECS,
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := condition():
@@ -163,10 +186,11 @@ def check_conversation(messages: list[Message]) -> None:
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        assert messages[i + 1:i + 2] == [] or messages[i + 1]["role"] != "assistant", \
+        assert messages[i + 1 : i + 2] == [] or messages[i + 1]["role"] != "assistant", (
             f"two assistant messages in a row at {i}"
+        )
         ids = [c["id"] for c in message.get("tool_calls") or []]
-        answers = [m.get("tool_call_id") for m in messages[i + 1:i + 1 + len(ids)]]
+        answers = [m.get("tool_call_id") for m in messages[i + 1 : i + 1 + len(ids)]]
         assert answers == ids, f"tool calls {ids} answered by {answers}"
     answered = Counter(m["tool_call_id"] for m in messages if m["role"] == "tool")
     assert all(n == 1 for n in answered.values()), answered.most_common(3)

@@ -36,11 +36,18 @@ def call(name: str, **arguments: Any) -> ToolCall:
     return ToolCall(f"call-{next(_ids)}", name, json.dumps(arguments))
 
 
-def reply(text: str = "", *calls: ToolCall, prompt_tokens: int | None = None,
-          completion_tokens: int | None = None) -> StreamResult:
+def reply(
+    text: str = "",
+    *calls: ToolCall,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+) -> StreamResult:
     """A whole model turn; usage only where a count is given (a server that sends none)."""
-    usage = None if prompt_tokens is None and completion_tokens is None else \
-        Usage(prompt_tokens, completion_tokens)
+    usage = (
+        None
+        if prompt_tokens is None and completion_tokens is None
+        else Usage(prompt_tokens, completion_tokens)
+    )
     return StreamResult(text, list(calls), "tool_calls" if calls else "stop", usage)
 
 
@@ -57,9 +64,12 @@ class FakeModel:
     """A ModelClient that takes its replies from `script`, one per request, and records each
     request. When the script runs out, `then` (a function of the request) answers."""
 
-    def __init__(self, script: Iterable[Step] = (),
-                 then: Callable[[list[Message]], Step] | None = None,
-                 prompt_count: int | None = None) -> None:
+    def __init__(
+        self,
+        script: Iterable[Step] = (),
+        then: Callable[[list[Message]], Step] | None = None,
+        prompt_count: int | None = None,
+    ) -> None:
         self.script: deque[Step] = deque(script)
         self.then = then
         self.prompt_count = prompt_count  # what `prompt_tokens` answers
@@ -67,9 +77,12 @@ class FakeModel:
         self.tools: list[list[dict[str, Any]]] = []
         self.waiting = asyncio.Event()  # set while a Hang step waits
 
-    async def complete(self, messages: list[Message] | WireMessages,
-                       tools: list[dict[str, Any]], on_text: TextSink | None = None
-                       ) -> StreamResult:
+    async def complete(
+        self,
+        messages: list[Message] | WireMessages,
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None = None,
+    ) -> StreamResult:
         sent = decoded(messages)
         self.requests.append(sent)
         self.tools.append(tools)
@@ -91,8 +104,9 @@ class FakeModel:
             raise AssertionError(f"the script ran out at request {len(self.requests)}")
         return self.then(sent)
 
-    async def prompt_tokens(self, messages: list[Message] | WireMessages,
-                            tools: list[dict[str, Any]]) -> int | None:
+    async def prompt_tokens(
+        self, messages: list[Message] | WireMessages, tools: list[dict[str, Any]]
+    ) -> int | None:
         return self.prompt_count
 
 

@@ -21,17 +21,27 @@ def sweep(cases: Sequence[Any], sample: Container[Any], ids: Sequence[str]) -> l
     """Every case of an exhaustive sweep as a pytest parameter: the `sample` runs in the
     default suite, the rest only with `-m sweep` (CI runs both), so the suite stays cheap and
     every case is still run before a change lands."""
-    return [pytest.param(*(case if isinstance(case, tuple) else (case,)), id=name,
-                         marks=() if case in sample else pytest.mark.sweep)
-            for case, name in zip(cases, ids)]
+    return [
+        pytest.param(
+            *(case if isinstance(case, tuple) else (case,)),
+            id=name,
+            marks=() if case in sample else pytest.mark.sweep,
+        )
+        for case, name in zip(cases, ids)
+    ]
 
 
-def make_project(root: Path, base_url: str, *, prompt: str = "You are a test agent.",
-                 **tables: dict[str, Any]) -> Path:
+def make_project(
+    root: Path, base_url: str, *, prompt: str = "You are a test agent.", **tables: dict[str, Any]
+) -> Path:
     """A project directory: ouroboros.toml, SYSTEM_PROMPT.md and an empty workspace."""
     config: dict[str, Any] = {
-        "model": {"base_url": base_url, "name": "scripted", "max_retry_secs": 2,
-                  "wait_for_server_secs": 0},  # a test about waiting says how long
+        "model": {
+            "base_url": base_url,
+            "name": "scripted",
+            "max_retry_secs": 2,
+            "wait_for_server_secs": 0,
+        },  # a test about waiting says how long
     }
     for table, values in tables.items():
         config[table] = {**config.get(table, {}), **values}
@@ -44,23 +54,32 @@ def make_project(root: Path, base_url: str, *, prompt: str = "You are a test age
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment a user's shell would give, minus anything that would steer the test."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("OUROBOROS_") and k != "OLLAMA_HOST"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OUROBOROS_") and k != "OLLAMA_HOST"
+    }
     env["XDG_CONFIG_HOME"] = "/nonexistent-ouroboros-test"
     env.update(extra)
     return env
 
 
-def ouroboros(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-              timeout: float = 50) -> subprocess.CompletedProcess[str]:
+def ouroboros(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 50
+) -> subprocess.CompletedProcess[str]:
     """Run the installed command as a user would, in its own process."""
     return subprocess.run(
-        [sys.executable, "-m", "ouroboros", *args], cwd=cwd, env=env or clean_env(),
-        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        [sys.executable, "-m", "ouroboros", *args],
+        cwd=cwd,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
-def ouroboros_here(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-                   ) -> subprocess.CompletedProcess[str]:
+def ouroboros_here(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`ouroboros ARGS` run in this process, as `ouroboros` runs it (the same app, the same
     environment as `ouroboros()` gives it): its exit code, stdout and stderr. For a test about
     what a command says or does, not about its process: the real process's exit codes are
@@ -90,8 +109,9 @@ def ouroboros_here(*args: str, cwd: Path | None = None, env: dict[str, str] | No
         os.environ.update(environ)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    return subprocess.CompletedProcess(["ouroboros", *args], result.exit_code, result.stdout,
-                                       result.stderr)
+    return subprocess.CompletedProcess(
+        ["ouroboros", *args], result.exit_code, result.stdout, result.stderr
+    )
 
 
 class Forked:
@@ -128,9 +148,14 @@ class Forked:
         self.send_signal(signal.SIGTERM)
 
 
-def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
-                     env: dict[str, str] | None = None,
-                     prepare: Callable[[], None] | None = None) -> Forked:
+def ouroboros_forked(
+    *args: str,
+    out: Path,
+    err: Path,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    prepare: Callable[[], None] | None = None,
+) -> Forked:
     """`ouroboros ARGS` in the background in a real process of its own, forked from this one:
     the `ouroboros` command's own entry point (ouroboros.cli.main) with its exit code, its
     signals and `kill -9` those of a process, but without an interpreter to start and the
@@ -153,8 +178,14 @@ def ouroboros_forked(*args: str, out: Path, err: Path, cwd: Path | None = None,
     return Forked(pid)
 
 
-def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
-           environment: dict[str, str], prepare: Callable[[], None] | None) -> None:
+def _child(
+    main: Any,
+    args: list[str],
+    streams: list[int],
+    cwd: Path,
+    environment: dict[str, str],
+    prepare: Callable[[], None] | None,
+) -> None:
     """The forked child: `ouroboros ARGS` as its process would run it, then _exit with its
     code; never back into pytest, whatever happens."""
     code = 1
@@ -165,7 +196,7 @@ def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
         os.dup2(streams[1], 2)
         for fd in map(int, os.listdir("/proc/self/fd")):
             if fd > 2 and fd != null:  # none of this process's sockets, pipes and files: a
-                try:                   # server the test stops must refuse, not wait on us
+                try:  # server the test stops must refuse, not wait on us
                     os.dup2(null, fd)  # (in place, not closed: no number is given again)
                 except OSError:
                     pass
@@ -198,9 +229,13 @@ def _child(main: Any, args: list[str], streams: list[int], cwd: Path,
             os._exit(code)
 
 
-def ouroboros_child(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                    timeout: float = 50, prepare: Callable[[], None] | None = None
-                    ) -> subprocess.CompletedProcess[str]:
+def ouroboros_child(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 50,
+    prepare: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """As `ouroboros()`, in a process forked from this one (ouroboros_forked): for a test about
     what a run does in a process of its own (its environment, what its tools inherit), not
     about how the interpreter starts."""
@@ -214,8 +249,9 @@ def ouroboros_child(*args: str, cwd: Path | None = None, env: dict[str, str] | N
         finally:
             process.kill()
             process.wait()
-        return subprocess.CompletedProcess(["ouroboros", *args], process.returncode,
-                                           out.read_text(), err.read_text())
+        return subprocess.CompletedProcess(
+            ["ouroboros", *args], process.returncode, out.read_text(), err.read_text()
+        )
 
 
 RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
@@ -310,9 +346,11 @@ def harness_holding(state_dir: Path, run_id: str) -> subprocess.Popen[str]:
 
     path = state_dir / "lock"
     path.write_text("")
-    process = subprocess.Popen([sys.executable, "-c", HOLDING, str(path)],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDING, str(path)], stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout is not None and process.stdout.readline() == "held\n"
-    path.write_text(json.dumps({"pid": process.pid, "host": socket.gethostname(),
-                                "run_id": run_id}))
+    path.write_text(
+        json.dumps({"pid": process.pid, "host": socket.gethostname(), "run_id": run_id})
+    )
     return process

@@ -28,9 +28,17 @@ class Rig:
     """A session's world: the fake model, real file tools in `workspace`, the run's state,
     the events in memory."""
 
-    def __init__(self, tmp_path: Path, model: FakeModel, *, limit: int = 4000,
-                 max_turns: int = 0, max_idle_turns: int = 3, agent: dict[str, Any] | None = None,
-                 **policy: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        model: FakeModel,
+        *,
+        limit: int = 4000,
+        max_turns: int = 0,
+        max_idle_turns: int = 3,
+        agent: dict[str, Any] | None = None,
+        **policy: Any,
+    ) -> None:
         self.workspace = tmp_path / "ws"
         self.workspace.mkdir(exist_ok=True)
         self.model = model
@@ -40,18 +48,34 @@ class Rig:
         self.state = RunState("run", [dict(SYSTEM), note("continue", "Begin.")], context)
         self.log.listeners.append(self.state.digest.take)  # as the runner's log feeds it
         self.waits = Waits()
-        self.toolbox = Toolbox([
-            FileRead(self.workspace, max_read_bytes=100_000, on_security=print),
-            FileWrite(self.workspace, on_security=print), TaskComplete(), self.waits])
+        self.toolbox = Toolbox(
+            [
+                FileRead(self.workspace, max_read_bytes=100_000, on_security=print),
+                FileWrite(self.workspace, on_security=print),
+                TaskComplete(),
+                self.waits,
+            ]
+        )
         run_dir = tmp_path / "run"
         run_dir.mkdir(exist_ok=True)
-        config = Config(model=ModelConfig(max_retry_secs=1), agent=AgentConfig(
-            max_turns=max_turns, continue_message=CONTINUE, max_idle_turns=max_idle_turns,
-            **(agent or {})))
+        config = Config(
+            model=ModelConfig(max_retry_secs=1),
+            agent=AgentConfig(
+                max_turns=max_turns,
+                continue_message=CONTINUE,
+                max_idle_turns=max_idle_turns,
+                **(agent or {}),
+            ),
+        )
         self.services = Services(
-            client=model, toolbox=self.toolbox, log=self.log, run_dir=run_dir, stop=StopFlag(),
+            client=model,
+            toolbox=self.toolbox,
+            log=self.log,
+            run_dir=run_dir,
+            stop=StopFlag(),
             live=LiveConfig(LoadedConfig(config, None, tmp_path, {})),
-            backoff=RetryPolicy(base_delay=0.001, max_delay=0.001))
+            backoff=RetryPolicy(base_delay=0.001, max_delay=0.001),
+        )
 
     def file(self, name: str, text: str) -> str:
         (self.workspace / name).write_text(text)
@@ -63,12 +87,19 @@ class Rig:
 
     def restart(self, facts_chars: int = 0) -> Any:
         """What the runner does after RestartSession (without reading a config)."""
-        fitted = fresh_start(self.state, dict(SYSTEM), self.toolbox.schemas(), self.policy,
-                             None, facts_chars=facts_chars)
+        fitted = fresh_start(
+            self.state,
+            dict(SYSTEM),
+            self.toolbox.schemas(),
+            self.policy,
+            None,
+            facts_chars=facts_chars,
+        )
         previous = begin_session(self.state, fitted.messages)
         self.log.session, self.log.turn = self.state.session, 0
-        self.log.emit(ev.SessionRestart(previous_turns=previous, carryover_messages=0,
-                                        reason="test"))
+        self.log.emit(
+            ev.SessionRestart(previous_turns=previous, carryover_messages=0, reason="test")
+        )
         return fitted
 
 

@@ -43,13 +43,19 @@ LAYERS = (
 BASE_MODULES = ("ouroboros", "ouroboros.errors", "ouroboros.protocols")
 # Imports that break a rule, each with why it is there and what would remove it.
 EXCEPTIONS = {
-    ("ouroboros.config.schema", "ouroboros.tools.screening"):
-        "config validates blocked patterns as screening compiles them (inside the validator)",
-    ("ouroboros.protocols", "ouroboros.store.events"):
-        "the seams name the event type for type checkers only (under TYPE_CHECKING)",
-    ("ouroboros.ui.dashboard", "ouroboros.window.ledger"):
-        "the dashboard sizes a handoff whose event gives no count with the window's "
-        "characters-per-token estimate; goes when the handoff event carries its count",
+    (
+        "ouroboros.config.schema",
+        "ouroboros.tools.screening",
+    ): "config validates blocked patterns as screening compiles them (inside the validator)",
+    (
+        "ouroboros.protocols",
+        "ouroboros.store.events",
+    ): "the seams name the event type for type checkers only (under TYPE_CHECKING)",
+    (
+        "ouroboros.ui.dashboard",
+        "ouroboros.window.ledger",
+    ): "the dashboard sizes a handoff whose event gives no count with the window's "
+    "characters-per-token estimate; goes when the handoff event carries its count",
 }
 # Import cycles known today, as the modules in each: none.
 KNOWN_CYCLES: set[frozenset[str]] = set()
@@ -115,8 +121,8 @@ def cycles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
             elif dep in stack:
                 low[node] = min(low[node], order[dep])
         if low[node] == order[node]:
-            component = stack[stack.index(node):]
-            del stack[stack.index(node):]
+            component = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
             if len(component) > 1:
                 found.add(frozenset(component))
 
@@ -157,8 +163,9 @@ def may_import(text: str) -> tuple[str, ...] | None:
 def allowed(dep: str, permitted: tuple[str, ...]) -> bool:
     """Whether `dep` is one of the modules or packages `permitted` names (the top package
     only as itself: its version, not everything under it)."""
-    return any(dep == name or name != "ouroboros" and dep.startswith(f"{name}.")
-               for name in permitted)
+    return any(
+        dep == name or name != "ouroboros" and dep.startswith(f"{name}.") for name in permitted
+    )
 
 
 def outside_its_package(module: str, dep: str) -> bool:
@@ -182,8 +189,11 @@ def test_the_store_has_no_cycle_even_through_a_deferred_import() -> None:
     """Data flows one way in the store (events -> summary -> segments -> retention -> log):
     an import inside a function would only hide a circle."""
     edges = graph(deferred=True)
-    store = {module: {dep for dep in deps if dep.startswith("ouroboros.store.")}
-             for module, deps in edges.items() if module.startswith("ouroboros.store.")}
+    store = {
+        module: {dep for dep in deps if dep.startswith("ouroboros.store.")}
+        for module, deps in edges.items()
+        if module.startswith("ouroboros.store.")
+    }
     assert "ouroboros.store.segments" in store["ouroboros.store.log"]  # not vacuous
     assert not cycles(store)
 
@@ -202,16 +212,20 @@ def test_imports_point_one_way_from_the_cli_down() -> None:
 
 def test_every_package_imports_only_what_its_docstring_allows() -> None:
     permitted = {name: may_import(docstring(init)) for name, init in packages().items()}
-    assert not [name for name, names in permitted.items() if names is None], \
+    assert not [name for name, names in permitted.items() if names is None], (
         "a package's docstring says nothing of what it may import"
+    )
     wrong = []
     for module, deps in graph().items():
         package = module.split(".")[1] if module.count(".") else ""
         if package not in permitted:
             continue
         for dep in sorted(deps):
-            if outside_its_package(module, dep) and (module, dep) not in EXCEPTIONS \
-                    and not allowed(dep, permitted[package] or ()):
+            if (
+                outside_its_package(module, dep)
+                and (module, dep) not in EXCEPTIONS
+                and not allowed(dep, permitted[package] or ())
+            ):
                 wrong.append(f"{module} imports {dep}")
     assert not wrong
 
@@ -235,7 +249,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == {frozenset({"a", "b", "c"})}
     assert cycles({"a": {"b"}, "b": set()}) == set()
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c", "a"}}) == {
-        frozenset({"a", "b"}), frozenset({"c", "d"})}
+        frozenset({"a", "b"}),
+        frozenset({"c", "d"}),
+    }
 
 
 def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path: Path) -> None:
@@ -243,17 +259,16 @@ def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path: Path) ->
     root.mkdir()
     (root / "__init__.py").write_text("")
     (root / "log.py").write_text("from pkg.segments import manifest\n")
-    (root / "segments.py").write_text("def manifest():\n    from pkg import log\n"
-                                      "    return log\n")
+    (root / "segments.py").write_text("def manifest():\n    from pkg import log\n    return log\n")
 
     assert cycles(graph(root=root)) == {frozenset({"pkg.log", "pkg.segments"})}
     assert cycles(graph(deferred=False, root=root)) == set()
 
 
 def test_a_docstring_says_what_a_package_may_import() -> None:
-    assert may_import("The run.\n\nMay import `window`, `store.files` and the base modules; "
-                      "never `ui`.") == ("ouroboros.window", "ouroboros.store.files",
-                                         *BASE_MODULES)
+    assert may_import(
+        "The run.\n\nMay import `window`, `store.files` and the base modules; never `ui`."
+    ) == ("ouroboros.window", "ouroboros.store.files", *BASE_MODULES)
     assert may_import("The house. No imports said.") is None
 
 
@@ -265,8 +280,11 @@ def statements(node: ast.AST) -> int:
 
 
 def test_no_module_is_too_long_to_take_in() -> None:
-    long = [f"{name}: {count} statements" for name, path in modules().items()
-            if (count := statements(parsed(path))) > MAX_MODULE_STATEMENTS]
+    long = [
+        f"{name}: {count} statements"
+        for name, path in modules().items()
+        if (count := statements(parsed(path))) > MAX_MODULE_STATEMENTS
+    ]
     assert not long
 
 
@@ -282,18 +300,22 @@ def test_no_function_is_too_long_to_take_in() -> None:
 
 def test_length_is_the_same_however_the_code_is_wrapped() -> None:
     one_line = "def f(a, b):\n    return g(a, b, c=1)\n"
-    wrapped = ("def f(\n    a,\n    b,\n):\n"
-               "    return g(\n        a,\n        b,\n        c=1,\n    )\n")
+    wrapped = (
+        "def f(\n    a,\n    b,\n):\n    return g(\n        a,\n        b,\n        c=1,\n    )\n"
+    )
     assert statements(ast.parse(one_line).body[0]) == statements(ast.parse(wrapped).body[0]) == 1
-    nested = "def f():\n    \"\"\"Doc.\"\"\"\n    if x:\n        y = 1\n    return y\n"
+    nested = 'def f():\n    """Doc."""\n    if x:\n        y = 1\n    return y\n'
     assert statements(ast.parse(nested).body[0]) == 4
 
 
 def test_every_module_has_a_package_named_for_its_concept() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
-    unplaced = [name for name in modules() if name != "ouroboros" and layer_of(name) is None
-                and name not in ("ouroboros.__main__",)]
+    unplaced = [
+        name
+        for name in modules()
+        if name != "ouroboros" and layer_of(name) is None and name not in ("ouroboros.__main__",)
+    ]
     assert not unplaced
 
 

@@ -14,8 +14,9 @@ from tests.helpers import clean_env, ouroboros
 
 
 def invoke(tmp_path: Path, *args: str, **env: str) -> object:
-    clean: dict[str, str | None] = {name: None for name in os.environ
-                                    if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    clean: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"
+    }
     clean.update(COLUMNS="200", XDG_CONFIG_HOME=str(tmp_path / "no-user-config"), **env)
     return CliRunner(env=clean).invoke(app, list(args))
 
@@ -31,8 +32,9 @@ def test_get_prints_the_effective_value_alone_for_scripts(tmp_path):
     invoke(tmp_path, "config", "set", "context.soft_threshold_pct", "0.6", "-c", str(config))
 
     soft = invoke(tmp_path, "config", "get", "context.soft_threshold_pct", "-c", str(config))
-    name = invoke(tmp_path, "config", "get", "model.name", "-c", str(config),
-                  OUROBOROS_MODEL_NAME="qwen3:8b")
+    name = invoke(
+        tmp_path, "config", "get", "model.name", "-c", str(config), OUROBOROS_MODEL_NAME="qwen3:8b"
+    )
 
     assert (soft.exit_code, soft.stdout) == (0, "0.6\n")
     assert (name.exit_code, name.stdout) == (0, "qwen3:8b\n")
@@ -45,11 +47,14 @@ def test_get_of_an_unknown_key_names_the_nearest(tmp_path):
     assert result.stderr == "error: unknown key model.nam (did you mean model.name?)\n"
 
 
-@pytest.mark.parametrize("key,value", [
-    ("model.temperature", "0.25"),
-    ("model.name", "qwen3:8b"),
-    ("safety.blocked_patterns", '["rm -rf /"]'),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("model.temperature", "0.25"),
+        ("model.name", "qwen3:8b"),
+        ("safety.blocked_patterns", '["rm -rf /"]'),
+    ],
+)
 def test_unset_after_set_gives_back_the_file_init_wrote(tmp_path, key, value):
     config = project(tmp_path)
     before = config.read_text()
@@ -83,8 +88,9 @@ def test_unset_keeps_the_rest_of_a_hand_written_file(tmp_path):
     result = invoke(tmp_path, "config", "unset", "model.name", "-c", str(config))
 
     assert result.exit_code == 0, result.output
-    assert config.read_text() == ("# mine\n[model]\ntemperature = 0.1  # cool\n"
-                                  '# name = "llama3.2"\n')
+    assert config.read_text() == (
+        '# mine\n[model]\ntemperature = 0.1  # cool\n# name = "llama3.2"\n'
+    )
 
 
 def test_unset_that_would_leave_a_bad_config_is_refused_and_changes_nothing(tmp_path):
@@ -102,23 +108,29 @@ def test_unset_that_would_leave_a_bad_config_is_refused_and_changes_nothing(tmp_
 def test_show_with_keys_shows_only_their_rows(tmp_path):
     config = project(tmp_path)
 
-    result = invoke(tmp_path, "config", "show", "model.name", "context.soft_threshold_pct",
-                    "-c", str(config))
+    result = invoke(
+        tmp_path, "config", "show", "model.name", "context.soft_threshold_pct", "-c", str(config)
+    )
 
     assert result.exit_code == 0, result.output
     rows = [line for line in result.stdout.splitlines() if "." in line and "│" in line]
-    assert [row.split("│")[2].strip() for row in rows] == ["model.name",
-                                                          "context.soft_threshold_pct"]
+    assert [row.split("│")[2].strip() for row in rows] == [
+        "model.name",
+        "context.soft_threshold_pct",
+    ]
     bad = invoke(tmp_path, "config", "show", "model.nme", "-c", str(config))
     assert bad.exit_code == 2 and "did you mean model.name?" in bad.stderr
 
 
-@pytest.mark.parametrize("args,help_command", [
-    (["config", "gett"], "ouroboros config --help"),
-    (["config", "set", "model.name"], "ouroboros config set --help"),
-    (["logs", "--bogus"], "ouroboros logs --help"),
-    (["bogus"], "ouroboros --help"),
-])
+@pytest.mark.parametrize(
+    "args,help_command",
+    [
+        (["config", "gett"], "ouroboros config --help"),
+        (["config", "set", "model.name"], "ouroboros config set --help"),
+        (["logs", "--bogus"], "ouroboros logs --help"),
+        (["bogus"], "ouroboros --help"),
+    ],
+)
 def test_a_usage_error_points_at_the_help_of_its_own_command(args, help_command):
     result = ouroboros(*args, env=clean_env())
 

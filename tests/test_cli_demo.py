@@ -18,7 +18,7 @@ CAPTION = "  » "
 
 
 def captions(output: str) -> list[str]:
-    return [line[len(CAPTION):] for line in output.splitlines() if line.startswith(CAPTION)]
+    return [line[len(CAPTION) :] for line in output.splitlines() if line.startswith(CAPTION)]
 
 
 def test_the_demo_explains_itself_and_leaves_nothing_behind(tmp_path):
@@ -29,15 +29,21 @@ def test_the_demo_explains_itself_and_leaves_nothing_behind(tmp_path):
 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("Ouroboros demo: a scripted agent (no model server needed) must "
-                               "copy the KEY line of 12 files into results.txt")
+    assert lines[0].startswith(
+        "Ouroboros demo: a scripted agent (no model server needed) must "
+        "copy the KEY line of 12 files into results.txt"
+    )
     said = captions(result.stdout)
-    firsts = [next(i for i, text in enumerate(said) if text.startswith(start))
-              for start in ("Masked: the context passed the soft threshold",
-                            "Wind-down: the context is",
-                            "Restart (",
-                            "The new session also ends its first prompt with a handoff",
-                            "The agent called task_complete")]
+    firsts = [
+        next(i for i, text in enumerate(said) if text.startswith(start))
+        for start in (
+            "Masked: the context passed the soft threshold",
+            "Wind-down: the context is",
+            "Restart (",
+            "The new session also ends its first prompt with a handoff",
+            "The agent called task_complete",
+        )
+    ]
     assert firsts == sorted(firsts)  # each explained as it happens, in the order it happens
     assert "NOTES.md" in said[firsts[1]] and "memory file (NOTES.md" in said[firsts[2]]
     first_result = next(line for line in lines if re.search(r" -> \w+ (ok|FAILED)", line))
@@ -48,7 +54,8 @@ def test_the_demo_explains_itself_and_leaves_nothing_behind(tmp_path):
         "`ouroboros demo --keep DIR`, then `ouroboros stats --config DIR/ouroboros.toml` and "
         "`ouroboros logs --config DIR/ouroboros.toml` show what happened.",
         "Start your own agent: `ouroboros init my-agent`, write its mission in "
-        "my-agent/SYSTEM_PROMPT.md, then `cd my-agent && ouroboros run`."]
+        "my-agent/SYSTEM_PROMPT.md, then `cd my-agent && ouroboros run`.",
+    ]
     assert list(temp.glob("ouroboros-demo-*")) == []
 
 
@@ -56,7 +63,8 @@ def test_keep_keeps_the_project_and_the_closing_points_to_it(tmp_path):
     directory = tmp_path / "demo"
 
     result = CliRunner(env={"COLUMNS": "100"}).invoke(
-        app, ["demo", "--headless", "--parts", "3", "--keep", str(directory)])
+        app, ["demo", "--headless", "--parts", "3", "--keep", str(directory)]
+    )
 
     assert result.exit_code == 0, result.output
     assert "run ended: task_complete" in result.output
@@ -66,7 +74,8 @@ def test_keep_keeps_the_project_and_the_closing_points_to_it(tmp_path):
         f"See what happened: ouroboros stats --config {config}\n"
         f"Every event: ouroboros logs --config {config}\n"
         "Start your own agent: `ouroboros init my-agent`, write its mission in "
-        "my-agent/SYSTEM_PROMPT.md, then `cd my-agent && ouroboros run`.\n")
+        "my-agent/SYSTEM_PROMPT.md, then `cd my-agent && ouroboros run`.\n"
+    )
     results = (directory / "workspace" / "results.txt").read_text().splitlines()
     assert [line.split(":")[0] for line in results] == ["part_001", "part_002", "part_003"]
 
@@ -81,8 +90,12 @@ def test_ctrl_c_stops_the_paced_demo_and_removes_its_project(tmp_path):
     temp.mkdir()
     demo = subprocess.Popen(
         [sys.executable, "-m", "ouroboros", "demo", "--headless", "--speed", "1"],
-        env=clean_env(TMPDIR=str(temp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True)
+        env=clean_env(TMPDIR=str(temp)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         seen = []
         for line in demo.stdout:  # the agent's first reply: the run is under way, and paced
@@ -105,8 +118,9 @@ def test_a_speed_that_is_not_a_number_is_refused(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--speed", "fast", "--keep", str(tmp_path)])
 
     assert result.exit_code == 2
-    assert result.stderr.strip() == ("error: --speed takes a positive number (2 is twice as "
-                                     "fast) or max, not 'fast'")
+    assert result.stderr.strip() == (
+        "error: --speed takes a positive number (2 is twice as fast) or max, not 'fast'"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -116,15 +130,16 @@ def test_demo_will_not_take_over_a_real_project(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--headless", "--keep", str(tmp_path)])
 
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"error: {tmp_path} holds a project that is not a demo; "
-                                     "pick another directory")
+    assert result.stderr.strip() == (
+        f"error: {tmp_path} holds a project that is not a demo; pick another directory"
+    )
     assert (tmp_path / "ouroboros.toml").read_text() == "[model]\nname = 'mine'\n"
 
 
 def screenshot(page: Path, after: str) -> list[str]:
     text = page.read_text(encoding="utf-8")
     start = text.index("```\n", text.index(after)) + 4
-    return text[start:text.index("```", start)].splitlines()
+    return text[start : text.index("```", start)].splitlines()
 
 
 def test_the_demo_screenshots_in_the_readme_and_the_manual_are_the_demos(tmp_path):
@@ -142,8 +157,10 @@ def test_the_demo_screenshots_in_the_readme_and_the_manual_are_the_demos(tmp_pat
     shown_counters = counters(state, 96).plain.split("~tok/s")[0]
     figures = context_line(state, 96)[0].plain.split("  ", 1)[1].strip()
     root = Path(__file__).parent.parent
-    pages = [(root / "README.md", "Here is `ouroboros demo --speed max` at its end"),
-             (root / "docs" / "what-you-see.md", "so its dashboard has the header the run had:")]
+    pages = [
+        (root / "README.md", "Here is `ouroboros demo --speed max` at its end"),
+        (root / "docs" / "what-you-see.md", "so its dashboard has the header the run had:"),
+    ]
     for page, after in pages:
         frame = screenshot(page, after)
         assert frame[1][2:].startswith(shown_counters), page

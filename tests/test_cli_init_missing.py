@@ -17,8 +17,10 @@ def broken_project(tmp_path: Path, remove: str, **agent: str) -> Path:
     return config
 
 
-@pytest.mark.parametrize("remove,what", [("SYSTEM_PROMPT.md", "system prompt file"),
-                                         ("workspace", "workspace directory")])
+@pytest.mark.parametrize(
+    "remove,what",
+    [("SYSTEM_PROMPT.md", "system prompt file"), ("workspace", "workspace directory")],
+)
 def test_the_fix_a_missing_file_suggests_is_one_that_works(tmp_path, remove, what):
     config = broken_project(tmp_path, remove)
     kept = config.read_text()
@@ -60,7 +62,10 @@ def test_a_missing_config_file_suggests_init_missing_with_that_file(tmp_path):
     assert f"(create it with `ouroboros init --missing --config {config}`)" in refused.stderr
     assert fixed.returncode == 0, fixed.stderr
     assert sorted(p.name for p in config.parent.iterdir()) == [
-        "SYSTEM_PROMPT.md", "agent.toml", "workspace"]
+        "SYSTEM_PROMPT.md",
+        "agent.toml",
+        "workspace",
+    ]
 
 
 def test_init_missing_refuses_a_path_of_the_wrong_kind(tmp_path):

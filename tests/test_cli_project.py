@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def runner(tmp_path: Path, **env: str) -> CliRunner:
     """A runner whose environment has none of the user's Ouroboros settings."""
-    clean: dict[str, str | None] = {name: None for name in os.environ
-                                    if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    clean: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"
+    }
     clean.update(COLUMNS="200", XDG_CONFIG_HOME=str(tmp_path / "no-user-config"), **env)
     return CliRunner(env=clean)
 
@@ -69,10 +70,12 @@ def test_init_refuses_to_overwrite(tmp_path, existing):
     result = runner(tmp_path).invoke(app, ["init", str(tmp_path)])
 
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"error: {tmp_path / existing} already exists; "
-                                     "not overwriting it (nothing was changed); to add only "
-                                     "what the project lacks: "
-                                     f"`ouroboros init {tmp_path} --missing`")
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / existing} already exists; "
+        "not overwriting it (nothing was changed); to add only "
+        "what the project lacks: "
+        f"`ouroboros init {tmp_path} --missing`"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == [existing]
     assert (tmp_path / existing).read_text() == "mine\n"
 
@@ -85,7 +88,8 @@ def test_config_show_names_every_source(tmp_path):
     config.write_text('[model]\nname = "qwen3:8b"\n')
 
     result = runner(tmp_path, OUROBOROS_CONTEXT_CARRYOVER_TURNS="9").invoke(
-        app, ["config", "show", "--config", str(config)])
+        app, ["config", "show", "--config", str(config)]
+    )
 
     assert result.exit_code == 0, result.output
     assert f"project file: {config}" in result.output
@@ -131,28 +135,39 @@ def test_config_set_says_when_the_environment_still_wins(tmp_path):
     config.write_text("")
 
     result = runner(tmp_path, OUROBOROS_MODEL_NAME="llama3.1").invoke(
-        app, ["config", "set", "model.name", "qwen3:8b", "--config", str(config)])
+        app, ["config", "set", "model.name", "qwen3:8b", "--config", str(config)]
+    )
 
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         f'model.name = "qwen3:8b" (in {config})',
-        'note: environment OUROBOROS_MODEL_NAME still overrides it (effective value: '
-        '"llama3.1")',
+        'note: environment OUROBOROS_MODEL_NAME still overrides it (effective value: "llama3.1")',
     ]
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("context.soft_threshold_pct", "2",
-     "error: context.soft_threshold_pct in {config} must be greater than 0 and less than 1, "
-     "got 2"),
-    ("context.soft_threshold", "0.5",
-     "error: unknown key context.soft_threshold (did you mean context.soft_threshold_pct?)"),
-    ("context.hard_threshold_pct", "0.5",
-     "error: context.soft_threshold_pct (0.7 by default) must be less than "
-     "context.hard_threshold_pct (0.5 in {config})"),
-])
-def test_config_set_refuses_a_bad_value_and_leaves_the_file_alone(tmp_path, key, value,
-                                                                  message):
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        (
+            "context.soft_threshold_pct",
+            "2",
+            "error: context.soft_threshold_pct in {config} must be greater than 0 and less than 1, "
+            "got 2",
+        ),
+        (
+            "context.soft_threshold",
+            "0.5",
+            "error: unknown key context.soft_threshold (did you mean context.soft_threshold_pct?)",
+        ),
+        (
+            "context.hard_threshold_pct",
+            "0.5",
+            "error: context.soft_threshold_pct (0.7 by default) must be less than "
+            "context.hard_threshold_pct (0.5 in {config})",
+        ),
+    ],
+)
+def test_config_set_refuses_a_bad_value_and_leaves_the_file_alone(tmp_path, key, value, message):
     config = tmp_path / "ouroboros.toml"
     config.write_text("# my settings\n[model]\nname = 'qwen3:8b'\n")
     before = config.read_bytes()
@@ -166,7 +181,8 @@ def test_config_set_refuses_a_bad_value_and_leaves_the_file_alone(tmp_path, key,
 
 def test_config_set_needs_a_file(tmp_path):
     result = runner(tmp_path).invoke(
-        app, ["config", "set", "model.name", "x", "-c", str(tmp_path / "missing.toml")])
+        app, ["config", "set", "model.name", "x", "-c", str(tmp_path / "missing.toml")]
+    )
 
     assert result.exit_code == 2
     assert "config file not found" in result.stderr and "ouroboros init" in result.stderr
@@ -187,18 +203,28 @@ def commented_patterns(text: str) -> str:
     return text[start : text.index("# ]\n", start) + len("# ]\n")]
 
 
-@pytest.mark.parametrize("key,value,old,new", [
-    ("model.temperature", "0.25", "# temperature = 0.7\n", "temperature = 0.25\n"),
-    ("context.carryover_turns", "8", "# carryover_turns = 5\n", "carryover_turns = 8\n"),
-    ("context.truncation_guard", "false", "# truncation_guard = true\n",
-     "truncation_guard = false\n"),
-    ("model.name", "qwen3:8b", '# name = "llama3.2"\n', 'name = "qwen3:8b"\n'),
-    ("model.name", "-1", '# name = "llama3.2"\n', 'name = "-1"\n'),  # a value, not an option
-    ("safety.blocked_patterns", r"['\bsudo\b', 'rm -rf /']", None,
-     "blocked_patterns = [\n    '\\bsudo\\b',\n    \"rm -rf /\",\n]\n"),
-])
-def test_config_set_changes_only_its_line_of_the_file_init_wrote(tmp_path, key, value, old,
-                                                                 new):
+@pytest.mark.parametrize(
+    "key,value,old,new",
+    [
+        ("model.temperature", "0.25", "# temperature = 0.7\n", "temperature = 0.25\n"),
+        ("context.carryover_turns", "8", "# carryover_turns = 5\n", "carryover_turns = 8\n"),
+        (
+            "context.truncation_guard",
+            "false",
+            "# truncation_guard = true\n",
+            "truncation_guard = false\n",
+        ),
+        ("model.name", "qwen3:8b", '# name = "llama3.2"\n', 'name = "qwen3:8b"\n'),
+        ("model.name", "-1", '# name = "llama3.2"\n', 'name = "-1"\n'),  # a value, not an option
+        (
+            "safety.blocked_patterns",
+            r"['\bsudo\b', 'rm -rf /']",
+            None,
+            "blocked_patterns = [\n    '\\bsudo\\b',\n    \"rm -rf /\",\n]\n",
+        ),
+    ],
+)
+def test_config_set_changes_only_its_line_of_the_file_init_wrote(tmp_path, key, value, old, new):
     config = init_project(tmp_path)
     before = config.read_text()
     old = old or commented_patterns(before)
@@ -216,7 +242,8 @@ def test_config_set_again_changes_the_same_line(tmp_path):
 
     for value in ("0.3", "1.5"):
         result = runner(tmp_path).invoke(
-            app, ["config", "set", "model.temperature", value, "-c", str(config)])
+            app, ["config", "set", "model.temperature", value, "-c", str(config)]
+        )
         assert result.exit_code == 0, result.output
 
     assert config.read_text() == before.replace("# temperature = 0.7\n", "temperature = 1.5\n")
@@ -226,11 +253,17 @@ def test_comments_and_regex_literals_survive_edits(tmp_path):
     config = init_project(tmp_path)
     before = config.read_text()
     patterns = r"""['''rm\s+-rf\s+["']?/''', '\bsudo\b']"""
-    descriptions = [line for line in before.splitlines()  # not the commented-out defaults
-                    if line.startswith("#") and not re.match(r"# (\w+ = |    |\]$)", line)]
+    descriptions = [
+        line
+        for line in before.splitlines()  # not the commented-out defaults
+        if line.startswith("#") and not re.match(r"# (\w+ = |    |\]$)", line)
+    ]
 
-    for key, value in [("safety.blocked_patterns", patterns), ("model.temperature", "0.3"),
-                       ("safety.shell_timeout_secs", "12.5")]:
+    for key, value in [
+        ("safety.blocked_patterns", patterns),
+        ("model.temperature", "0.3"),
+        ("safety.shell_timeout_secs", "12.5"),
+    ]:
         result = runner(tmp_path).invoke(app, ["config", "set", key, value, "-c", str(config)])
         assert result.exit_code == 0, result.output
 
@@ -246,28 +279,53 @@ def test_comments_and_regex_literals_survive_edits(tmp_path):
 def test_config_set_keeps_a_list_the_user_uncommented_by_hand(tmp_path):
     config = init_project(tmp_path)
     block = commented_patterns(config.read_text())
-    mine = config.read_text().replace(block, block.replace("# ", "", 1).replace("#     ", "    ")
-                                      .replace("# ]", "]"))
+    mine = config.read_text().replace(
+        block, block.replace("# ", "", 1).replace("#     ", "    ").replace("# ]", "]")
+    )
     config.write_text(mine)
 
-    result = runner(tmp_path).invoke(app, ["config", "set", "context.max_restarts", "4",
-                                           "-c", str(config)])
+    result = runner(tmp_path).invoke(
+        app, ["config", "set", "context.max_restarts", "4", "-c", str(config)]
+    )
 
     assert result.exit_code == 0, result.output
     assert "\n    '''\\brm\\s+(?:-\\S+\\s+)*" in mine
     assert config.read_text() == mine.replace("# max_restarts = 0\n", "max_restarts = 4\n")
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("model.temperature", "-1", "model.temperature in {config} must be between 0 and 2, got -1"),
-    ("context.max_restarts", "-3", "context.max_restarts in {config} must be at least 0, got -3"),
-    ("context.auto_restart", "maybe",
-     'context.auto_restart in {config} must be true or false, got "maybe"'),
-    ("safety.blocked_patterns", "['(']", "safety.blocked_patterns in {config} has a pattern "
-     'that is not a valid Python regex: "(" (missing ), unterminated subpattern at position 0)'),
-    ("context.soft_threshold_pct", "0.95", "context.soft_threshold_pct (0.95 in {config}) must "
-     "be less than context.hard_threshold_pct (0.9 by default)"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        (
+            "model.temperature",
+            "-1",
+            "model.temperature in {config} must be between 0 and 2, got -1",
+        ),
+        (
+            "context.max_restarts",
+            "-3",
+            "context.max_restarts in {config} must be at least 0, got -3",
+        ),
+        (
+            "context.auto_restart",
+            "maybe",
+            'context.auto_restart in {config} must be true or false, got "maybe"',
+        ),
+        (
+            "safety.blocked_patterns",
+            "['(']",
+            "safety.blocked_patterns in {config} has a pattern "
+            'that is not a valid Python regex: "(" (missing ), unterminated subpattern '
+            "at position 0)",
+        ),
+        (
+            "context.soft_threshold_pct",
+            "0.95",
+            "context.soft_threshold_pct (0.95 in {config}) must "
+            "be less than context.hard_threshold_pct (0.9 by default)",
+        ),
+    ],
+)
 def test_config_set_refuses_a_bad_value_in_the_file_init_wrote(tmp_path, key, value, message):
     config = init_project(tmp_path)
     before = config.read_bytes()
@@ -278,13 +336,15 @@ def test_config_set_refuses_a_bad_value_in_the_file_init_wrote(tmp_path, key, va
     assert result.stderr == f"error: {message.format(config=config)}\n"
     assert config.read_bytes() == before
     assert sorted(p.name for p in config.parent.iterdir()) == [
-        "SYSTEM_PROMPT.md", "ouroboros.toml", "workspace"]
+        "SYSTEM_PROMPT.md",
+        "ouroboros.toml",
+        "workspace",
+    ]
 
 
 def changed_marks(output: str) -> list[str]:
     """The keys of the rows `config show` marks with a * (changed from the default)."""
-    return [line.split("│")[2].strip() for line in output.splitlines()
-            if line.startswith("│ * │")]
+    return [line.split("│")[2].strip() for line in output.splitlines() if line.startswith("│ * │")]
 
 
 def test_config_show_after_init_says_every_value_is_a_default(tmp_path):

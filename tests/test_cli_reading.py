@@ -17,8 +17,9 @@ from tests.ui_sample import RUN_ID, write_sample_run
 
 
 def invoke(*args: str, cwd: Path | None = None) -> object:
-    clean: dict[str, str | None] = {name: None for name in os.environ
-                                    if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    clean: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"
+    }
     clean.update(COLUMNS="100", XDG_CONFIG_HOME="/nonexistent-ouroboros-test")
     return CliRunner(env=clean).invoke(app, list(args))
 
@@ -48,9 +49,12 @@ def test_a_typo_in_the_config_is_one_warning_and_the_run_is_still_shown(tmp_path
 
 
 def test_the_values_that_hold_are_still_used(tmp_path):
-    config = typo_project(tmp_path, TYPO.replace("[context]\n", "[context]\n"
-                                                 "soft_threshold_pct = 0.55\n"
-                                                 "hard_threshold_pct = 1.5\n"))
+    config = typo_project(
+        tmp_path,
+        TYPO.replace(
+            "[context]\n", "[context]\nsoft_threshold_pct = 0.55\nhard_threshold_pct = 1.5\n"
+        ),
+    )
 
     loaded = load_leniently(config, env={}, user_file=None)
 
@@ -60,12 +64,15 @@ def test_the_values_that_hold_are_still_used(tmp_path):
     assert loaded.sources["context.soft_threshold_pct"].startswith("project file")
 
 
-@pytest.mark.parametrize("body", [
-    '[logging]\nstate_dir = "state"\n[context]\nsoft_threshold_pct = "high"\n',
-    '[logging]\nstate_dir = "state"\n[contxt]\nsoft_threshold_pct = 0.6\n',
-    '[logging]\nstate_dir = "state"\n[context]\nsoft_threshold_pct = 0.95\n'
-    'hard_threshold_pct = 0.9\n',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '[logging]\nstate_dir = "state"\n[context]\nsoft_threshold_pct = "high"\n',
+        '[logging]\nstate_dir = "state"\n[contxt]\nsoft_threshold_pct = 0.6\n',
+        '[logging]\nstate_dir = "state"\n[context]\nsoft_threshold_pct = 0.95\n'
+        "hard_threshold_pct = 0.9\n",
+    ],
+)
 def test_a_bad_value_or_table_leaves_only_that_at_its_default(tmp_path, body):
     config = typo_project(tmp_path, body)
 
@@ -143,17 +150,23 @@ def test_logs_follow_with_n_starts_that_far_back(tmp_path):
     assert result.stdout.splitlines() == everything[-2:]
 
 
-@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["runs"], ["stats"],
-                                     ["watch"]])
+@pytest.mark.parametrize(
+    "command", [["status"], ["status", "--json"], ["runs"], ["stats"], ["watch"]]
+)
 def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path, command):
     import subprocess
     import sys
 
     config = sample(tmp_path)
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "ouroboros", *command, "-c", str(config)],
-                                stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                                env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        result = subprocess.run(
+            [sys.executable, "-m", "ouroboros", *command, "-c", str(config)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        )
 
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == ["error: No space left on device"]
@@ -163,8 +176,10 @@ def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path, com
 
 
 def test_config_show_of_a_config_with_a_typo_shows_what_holds_and_names_the_problem(tmp_path):
-    config = typo_project(tmp_path, TYPO.replace("[context]\n", '[model]\nname = "mine"\n'
-                                                 "temperature = \"hot\"\n[context]\n"))
+    config = typo_project(
+        tmp_path,
+        TYPO.replace("[context]\n", '[model]\nname = "mine"\ntemperature = "hot"\n[context]\n'),
+    )
 
     result = invoke("config", "show", "-c", str(config))
 

@@ -30,8 +30,9 @@ def project(tmp_path: Path, *, ended: bool = True) -> tuple[Path, Path]:
 
 
 def invoke(*args: str) -> object:
-    clean: dict[str, str | None] = {name: None for name in os.environ
-                                    if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    clean: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"
+    }
     clean.update(COLUMNS="100", XDG_CONFIG_HOME="/nonexistent-ouroboros-test")
     return CliRunner(env=clean).invoke(app, list(args))
 
@@ -73,8 +74,10 @@ def test_status_of_a_finished_run(tmp_path):
 
 def test_status_of_a_run_going_on(tmp_path):
     config, _ = project(tmp_path, ended=False)
-    held = hold_state_lock(tmp_path / ".ouroboros",
-                           {"pid": os.getpid(), "host": socket.gethostname(), "run_id": RUN_ID})
+    held = hold_state_lock(
+        tmp_path / ".ouroboros",
+        {"pid": os.getpid(), "host": socket.gethostname(), "run_id": RUN_ID},
+    )
     try:
         result = invoke("status", "-c", str(config))
     finally:
@@ -90,8 +93,10 @@ def test_status_of_a_killed_run(tmp_path):
 
     result = invoke("status", "-c", str(config))
 
-    assert "not running: stopped without an end record (killed or crashed); `ouroboros " \
+    assert (
+        "not running: stopped without an end record (killed or crashed); `ouroboros "
         f"resume --config {config}` continues it" in " ".join(result.output.split())
+    )
 
 
 def test_status_its_json_and_logs_agree_on_a_turn_stopped_before_its_reply(tmp_path):
@@ -100,8 +105,16 @@ def test_status_its_json_and_logs_agree_on_a_turn_stopped_before_its_reply(tmp_p
     log.session, log.turn = 2, 3  # session 2's third request is out; SIGTERM before its reply
     log.emit(ev.StopRequested(signal="SIGTERM"))
     log.emit(ev.SessionEnd(reason="interrupted"))
-    log.emit(ev.RunEnd(reason="interrupted", exit_code=143, sessions=2, total_turns=8,
-                       restarts=1, resumable=True))
+    log.emit(
+        ev.RunEnd(
+            reason="interrupted",
+            exit_code=143,
+            sessions=2,
+            total_turns=8,
+            restarts=1,
+            resumable=True,
+        )
+    )
     log.close()
 
     shown = " ".join(invoke("status", "-c", str(config)).output.split())
@@ -118,23 +131,33 @@ def test_status_of_a_completed_run_says_how_to_give_it_more_to_do(tmp_path):
     config.write_text("")
     (tmp_path / "SYSTEM_PROMPT.md").write_text("mission")
     (tmp_path / "workspace").mkdir()
-    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 1, end={
-        "reason": "task_complete", "resumable": True,
-        "next": 'the agent says the task is done; to give it more to do: '
-                'ouroboros resume --message "what to do next"'})
+    write_run(
+        tmp_path / ".ouroboros",
+        "20250302-090000-cd34",
+        1,
+        end={
+            "reason": "task_complete",
+            "resumable": True,
+            "next": "the agent says the task is done; to give it more to do: "
+            'ouroboros resume --message "what to do next"',
+        },
+    )
 
     result = invoke("status", "-c", str(config))
 
-    assert 'ended (task_complete, exit 0); the agent says the task is done; to give it more ' \
-        f'to do: ouroboros resume --config {config} --message "what to do next"' in \
-        " ".join(result.output.split())
+    assert (
+        "ended (task_complete, exit 0); the agent says the task is done; to give it more "
+        f'to do: ouroboros resume --config {config} --message "what to do next"'
+        in " ".join(result.output.split())
+    )
 
 
 # -- runs --
 
 
-def write_run(state_dir: Path, run_id: str, sessions: int, *, turns: int = 2,
-              end: dict | None = None) -> Path:
+def write_run(
+    state_dir: Path, run_id: str, sessions: int, *, turns: int = 2, end: dict | None = None
+) -> Path:
     """A run of `sessions` sessions of `turns` turns each, ended by `end` (a run_end record's
     fields) or cut off as a killed run's log is; returns its events.jsonl."""
     path = runs_dir(state_dir) / run_id / EVENTS_FILE
@@ -143,23 +166,52 @@ def write_run(state_dir: Path, run_id: str, sessions: int, *, turns: int = 2,
     for session in range(1, sessions + 1):
         log.session, log.turn = session, 0
         if session > 1:
-            log.emit(ev.SessionRestart(previous_turns=turns, carryover_messages=2,
-                                       carryover_masked=0, carryover_turns_dropped=0,
-                                       reason="context full"))
+            log.emit(
+                ev.SessionRestart(
+                    previous_turns=turns,
+                    carryover_messages=2,
+                    carryover_masked=0,
+                    carryover_turns_dropped=0,
+                    reason="context full",
+                )
+            )
         for number in range(1, turns + 1):
             log.turn = number
             log.emit(ev.Assistant(text="Working.", finish_reason="stop", tool_calls=[]))
-            log.emit(ev.TokenUsage(prompt_tokens=100 * number, completion_tokens=10,
-                                   total_tokens=100 * number + 10, context_limit=1000,
-                                   budget=800, context_used_pct=40.0 + 10 * number,
-                                   source="server"))
-            log.emit(ev.ContextMask(observations_masked=1, total_masked=session,
-                                    tokens_before=500, tokens_after=400, reclaimed_pct=20.0,
-                                    preflight=False))
+            log.emit(
+                ev.TokenUsage(
+                    prompt_tokens=100 * number,
+                    completion_tokens=10,
+                    total_tokens=100 * number + 10,
+                    context_limit=1000,
+                    budget=800,
+                    context_used_pct=40.0 + 10 * number,
+                    source="server",
+                )
+            )
+            log.emit(
+                ev.ContextMask(
+                    observations_masked=1,
+                    total_masked=session,
+                    tokens_before=500,
+                    tokens_after=400,
+                    reclaimed_pct=20.0,
+                    preflight=False,
+                )
+            )
     if end is not None:
         log.emit(ev.SessionEnd(reason=end["reason"]))
-        log.emit(ev.RunEnd(**{"exit_code": 0, "sessions": sessions, "restarts": sessions - 1,
-                              "total_turns": sessions * turns, **end}))
+        log.emit(
+            ev.RunEnd(
+                **{
+                    "exit_code": 0,
+                    "sessions": sessions,
+                    "restarts": sessions - 1,
+                    "total_turns": sessions * turns,
+                    **end,
+                }
+            )
+        )
     log.close()
     return path
 
@@ -167,12 +219,18 @@ def write_run(state_dir: Path, run_id: str, sessions: int, *, turns: int = 2,
 def test_runs_lists_every_run_oldest_first_with_its_state(tmp_path):
     config, _ = project(tmp_path)
     state_dir = tmp_path / ".ouroboros"
-    write_run(state_dir, "20250302-090000-cd34", 3, end={"reason": "error", "exit_code": 1,
-                                                         "resumable": True})
+    write_run(
+        state_dir,
+        "20250302-090000-cd34",
+        3,
+        end={"reason": "error", "exit_code": 1, "resumable": True},
+    )
     write_run(state_dir, "20250303-090000-ef56", 1)  # killed: no end record
     write_run(state_dir, "20250304-090000-gh78", 2)
-    held = hold_state_lock(state_dir, {"pid": os.getpid(), "host": socket.gethostname(),
-                                       "run_id": "20250304-090000-gh78"})
+    held = hold_state_lock(
+        state_dir,
+        {"pid": os.getpid(), "host": socket.gethostname(), "run_id": "20250304-090000-gh78"},
+    )
     try:
         result = invoke("runs", "-c", str(config))
     finally:
@@ -182,8 +240,12 @@ def test_runs_lists_every_run_oldest_first_with_its_state(tmp_path):
     rows = [line.split("  ") for line in result.output.splitlines()]
     rows = [[cell.strip() for cell in row if cell.strip()] for row in rows]
     assert rows[0] == ["run", "started", "state", "sessions", "turns", "last event"]
-    assert [row[0] for row in rows[1:]] == [RUN_ID, "20250302-090000-cd34",
-                                           "20250303-090000-ef56", "20250304-090000-gh78"]
+    assert [row[0] for row in rows[1:]] == [
+        RUN_ID,
+        "20250302-090000-cd34",
+        "20250303-090000-ef56",
+        "20250304-090000-gh78",
+    ]
     assert [row[2:5] for row in rows[1:]] == [
         ["ended: max_turns", "2", "9"],
         ["ended: error, resumable", "3", "6"],
@@ -200,25 +262,29 @@ def test_runs_lists_every_run_oldest_first_with_its_state(tmp_path):
 def test_stats_of_a_long_run_shows_its_ends_and_totals(tmp_path):
     config = tmp_path / "ouroboros.toml"
     config.write_text("")
-    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 40,
-              end={"reason": "max_turns"})
+    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 40, end={"reason": "max_turns"})
 
     short = invoke("stats", "-c", str(config))
     full = invoke("stats", "--all", "-c", str(config))
 
     assert short.exit_code == 0 and full.exit_code == 0, short.output + full.output
-    listed = [int(line.split("│")[1]) for line in short.output.splitlines()
-              if line.startswith("│") and line.split("│")[1].strip().isdigit()]
+    listed = [
+        int(line.split("│")[1])
+        for line in short.output.splitlines()
+        if line.startswith("│") and line.split("│")[1].strip().isdigit()
+    ]
     assert listed == [1, 2, 3, 38, 39, 40]
     assert "│     ... │" in short.output and "(34 more)" in short.output
     assert "34 sessions not shown: `ouroboros stats --all` lists every one" in short.output
     totals = next(line for line in short.output.splitlines() if line.startswith("│     all"))
-    assert [cell.strip() for cell in totals.split("│")[1:6]] == ["all", "80", "60.0%", "80",
-                                                                "80"]
+    assert [cell.strip() for cell in totals.split("│")[1:6]] == ["all", "80", "60.0%", "80", "80"]
     assert sum("% ┤" in line for line in short.output.splitlines()) == 10  # the chart
     assert len(short.output.splitlines()) < 50
-    listed_all = [int(line.split("│")[1]) for line in full.output.splitlines()
-                  if line.startswith("│") and line.split("│")[1].strip().isdigit()]
+    listed_all = [
+        int(line.split("│")[1])
+        for line in full.output.splitlines()
+        if line.startswith("│") and line.split("│")[1].strip().isdigit()
+    ]
     assert listed_all == list(range(1, 41))
     assert "not shown" not in full.output
 
@@ -230,10 +296,13 @@ def test_stats_table_and_chart(tmp_path):
 
     assert result.exit_code == 0, result.output
     out = result.output
-    assert (f"run {RUN_ID}: 2 sessions, 9 turns, 1 restart, ended: max_turns\n"
-            "masking: 5 tool results masked (2 masking rounds)") in out
-    session_rows = [line for line in out.splitlines() if line.startswith(("│       1 ",
-                                                                          "│       2 "))]
+    assert (
+        f"run {RUN_ID}: 2 sessions, 9 turns, 1 restart, ended: max_turns\n"
+        "masking: 5 tool results masked (2 masking rounds)"
+    ) in out
+    session_rows = [
+        line for line in out.splitlines() if line.startswith(("│       1 ", "│       2 "))
+    ]
     assert [[cell.strip() for cell in row.split("│")[1:8]] for row in session_rows] == [
         ["1", "6", "93.5%", "2", "4", "22,837", "261"],
         ["2", "3", "61.8%", "0", "1", "8,804", "126"],
@@ -248,11 +317,22 @@ def resumed(events: Path) -> None:
     """The sample run (paused by max_turns) resumed, one turn into its new session."""
     log = EventLog(events)
     log.session, log.turn = 3, 0
-    log.emit(ev.RunResumed(total_turns=9, restarts=1, torn_line_dropped=False,
-                           interrupted_tools=[], context_limit=8192, limit_source="config",
-                           budget=6144))
-    log.emit(ev.SessionStart(context_limit=8192, limit_source="config", budget=6144,
-                             carryover_messages=4))
+    log.emit(
+        ev.RunResumed(
+            total_turns=9,
+            restarts=1,
+            torn_line_dropped=False,
+            interrupted_tools=[],
+            context_limit=8192,
+            limit_source="config",
+            budget=6144,
+        )
+    )
+    log.emit(
+        ev.SessionStart(
+            context_limit=8192, limit_source="config", budget=6144, carryover_messages=4
+        )
+    )
     log.turn = 1
     log.emit(ev.Assistant(text="Going on.", finish_reason="stop", tool_calls=[]))
     log.close()
@@ -262,8 +342,10 @@ def resumed(events: Path) -> None:
 def test_stats_of_a_run_resumed_and_going_on_says_running_not_its_old_end(tmp_path, every):
     config, events = project(tmp_path)
     resumed(events)
-    held = hold_state_lock(tmp_path / ".ouroboros", {"pid": os.getpid(), "run_id": RUN_ID,
-                                                      "host": socket.gethostname()})
+    held = hold_state_lock(
+        tmp_path / ".ouroboros",
+        {"pid": os.getpid(), "run_id": RUN_ID, "host": socket.gethostname()},
+    )
     try:
         going = invoke("stats", *every, "-c", str(config))
     finally:
@@ -282,8 +364,10 @@ def test_stats_of_an_unknown_run(tmp_path):
     result = invoke("stats", "20990101-000000-0000", "-c", str(config))
 
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"error: no run '20990101-000000-0000' in "
-                                     f"{tmp_path / '.ouroboros' / 'runs'} (latest: {RUN_ID})")
+    assert result.stderr.strip() == (
+        f"error: no run '20990101-000000-0000' in "
+        f"{tmp_path / '.ouroboros' / 'runs'} (latest: {RUN_ID})"
+    )
 
 
 def test_stats_with_no_runs(tmp_path):
@@ -320,8 +404,12 @@ def test_logs_into_a_reader_that_stops_early_ends_quietly(tmp_path):
     log.close()
 
     # a whole `python -m ouroboros`: its stdout a real pipe that its reader closes
-    reader = subprocess.Popen([sys.executable, "-m", "ouroboros", "logs", "-c", str(config)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "logs", "-c", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+    )
     assert reader.stdout is not None and reader.stderr is not None
     first = reader.stdout.readline()
     reader.stdout.close()  # `| head -1`
@@ -349,8 +437,7 @@ def test_logs_leaves_out_checkpoints_unless_asked_for_them(tmp_path):
 def test_logs_filters_by_type(tmp_path):
     config, _ = project(tmp_path)
 
-    result = invoke("logs", RUN_ID, "--type", "context_mask", "-t", "wind_down", "-c",
-                    str(config))
+    result = invoke("logs", RUN_ID, "--type", "context_mask", "-t", "wind_down", "-c", str(config))
 
     assert result.exit_code == 0, result.output
     texts = [line.split(" ", 3)[3] for line in result.output.splitlines()]
@@ -381,7 +468,8 @@ def test_logs_follow_starts_at_the_tail_and_reads_to_the_run_end(tmp_path):
     assert followed.exit_code == 0, followed.output
     assert followed.output.splitlines() == plain.output.splitlines()[-10:]
     assert followed.output.splitlines()[-1].endswith(
-        "run ended: max_turns after 9 turns, 2 sessions, 1 restart (exit 0)")
+        "run ended: max_turns after 9 turns, 2 sessions, 1 restart (exit 0)"
+    )
 
 
 # -- watch --
@@ -423,12 +511,16 @@ def at_columns(columns: int, *args: str) -> list[str]:
 def test_runs_fits_the_terminal_one_line_a_run(tmp_path, columns):
     config, _ = project(tmp_path)
     state_dir = tmp_path / ".ouroboros"
-    write_run(state_dir, "20250302-090000-cd34", 3, end={"reason": "task_complete",
-                                                         "resumable": True})
+    write_run(
+        state_dir, "20250302-090000-cd34", 3, end={"reason": "task_complete", "resumable": True}
+    )
     write_run(state_dir, "20250303-090000-ef56", 1)  # killed: no end record
     write_run(state_dir, "20250304-090000-gh78", 2)
-    (state_dir / LOCK_FILE).write_text(json.dumps(
-        {"pid": 4_194_304, "host": socket.gethostname(), "run_id": "20250304-090000-gh78"}))
+    (state_dir / LOCK_FILE).write_text(
+        json.dumps(
+            {"pid": 4_194_304, "host": socket.gethostname(), "run_id": "20250304-090000-gh78"}
+        )
+    )
 
     lines = at_columns(columns, "runs", "-c", str(config))
 
@@ -444,8 +536,9 @@ def test_runs_fits_the_terminal_one_line_a_run(tmp_path, columns):
 def test_stats_chart_fits_with_its_threshold_labels_beside_it(tmp_path, columns):
     config = tmp_path / "ouroboros.toml"
     config.write_text("")
-    write_run(tmp_path / ".ouroboros", "20250302-090000-cd34", 4, turns=6,
-              end={"reason": "max_turns"})  # 24 turns: 3 columns each at full width
+    write_run(
+        tmp_path / ".ouroboros", "20250302-090000-cd34", 4, turns=6, end={"reason": "max_turns"}
+    )  # 24 turns: 3 columns each at full width
 
     lines = at_columns(columns, "stats", "-c", str(config))
 
@@ -463,13 +556,23 @@ def test_status_named_with_config_says_how_to_go_on_with_that_config(tmp_path):
     config = tmp_path / "elsewhere" / "ouroboros.toml"
     config.parent.mkdir()
     config.write_text("")
-    write_run(config.parent / ".ouroboros", "20250302-090000-cd34", 1,
-              end={"reason": "max_turns", "exit_code": 3, "resumable": True,
-                   "next": 'ouroboros resume --message "what to do next"'})
+    write_run(
+        config.parent / ".ouroboros",
+        "20250302-090000-cd34",
+        1,
+        end={
+            "reason": "max_turns",
+            "exit_code": 3,
+            "resumable": True,
+            "next": 'ouroboros resume --message "what to do next"',
+        },
+    )
 
-    result = ouroboros_here("status", "--config", str(config), cwd=tmp_path,
-                            env=clean_env(COLUMNS="200"))
+    result = ouroboros_here(
+        "status", "--config", str(config), cwd=tmp_path, env=clean_env(COLUMNS="200")
+    )
 
     assert result.returncode == 0, result.stderr
-    assert f'ouroboros resume --config {config} --message "what to do next"' in \
-        " ".join(result.stdout.split())
+    assert f'ouroboros resume --config {config} --message "what to do next"' in " ".join(
+        result.stdout.split()
+    )

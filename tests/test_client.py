@@ -38,14 +38,22 @@ def delta(content=None, finish=None, **fields):
     d = dict(fields)
     if content is not None:
         d["content"] = content
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": d, "finish_reason": finish}],
+    }
 
 
 HELLO = sse(
     delta("Hello", role="assistant"),
     delta(" world"),
     delta(finish="stop"),
-    {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}},
+    {
+        "id": "chatcmpl-1",
+        "choices": [],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    },
 )
 
 
@@ -130,7 +138,8 @@ def test_credentials_in_the_base_url_are_sent_as_basic_auth():
     route = respx.post(CHAT).mock(return_value=stream_response(HELLO))
     complete(ChatClient(BASE.replace("://", "://proxy:s3cret@") + "/v1", "llama3.2"))
     assert route.calls.last.request.headers["authorization"] == (
-        "Basic " + base64.b64encode(b"proxy:s3cret").decode())
+        "Basic " + base64.b64encode(b"proxy:s3cret").decode()
+    )
 
 
 @respx.mock
@@ -155,8 +164,17 @@ def test_text_streams_to_on_text_and_the_result_has_text_usage_and_finish():
 
 @respx.mock
 def test_tool_calls_come_back_raw():
-    call = {"id": "call_x", "index": 0, "type": "function", "function": {"name": "file_read", "arguments": "{bad"}}
-    respx.post(CHAT).mock(return_value=stream_response(sse(delta(role="assistant", tool_calls=[call]), delta(finish="tool_calls"))))
+    call = {
+        "id": "call_x",
+        "index": 0,
+        "type": "function",
+        "function": {"name": "file_read", "arguments": "{bad"},
+    }
+    respx.post(CHAT).mock(
+        return_value=stream_response(
+            sse(delta(role="assistant", tool_calls=[call]), delta(finish="tool_calls"))
+        )
+    )
     result = complete(ChatClient(BASE, "llama3.2"), tools=TOOLS)
     assert result.tool_calls == [ToolCall("call_x", "file_read", "{bad")]
 
@@ -200,7 +218,13 @@ def test_a_chunk_spread_over_several_data_lines_is_read_as_one():
 @respx.mock
 def test_a_server_that_ignores_stream_true_is_read_as_one_completion():
     body = {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "whole"},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
     }
     respx.post(CHAT).mock(return_value=httpx.Response(200, json=body))
@@ -220,10 +244,15 @@ def test_connection_refused_names_the_server_and_how_to_point_elsewhere():
 
 
 def test_model_not_found_lists_the_models_the_server_has():
-    models = httpx.Response(200, json={"object": "list", "data": [{"id": "qwen3:8b"}, {"id": "llama3.1:latest"}]})
+    models = httpx.Response(
+        200, json={"object": "list", "data": [{"id": "qwen3:8b"}, {"id": "llama3.1:latest"}]}
+    )
     message = fails_with(
         ModelNotFoundError,
-        httpx.Response(404, json={"error": {"message": "model 'llama3.2' not found", "type": "not_found_error"}}),
+        httpx.Response(
+            404,
+            json={"error": {"message": "model 'llama3.2' not found", "type": "not_found_error"}},
+        ),
         listing={"/v1/models": models},
     )
     assert "'llama3.2'" in message
@@ -265,7 +294,14 @@ def test_model_not_found_on_a_server_with_no_models():
 def test_model_without_tool_support():
     message = fails_with(
         ToolsNotSupportedError,
-        httpx.Response(400, json={"error": {"message": "registry.ollama.ai/library/gemma:latest does not support tools"}}),
+        httpx.Response(
+            400,
+            json={
+                "error": {
+                    "message": "registry.ollama.ai/library/gemma:latest does not support tools"
+                }
+            },
+        ),
         model="gemma",
     )
     assert "gemma does not support tools" in message
@@ -275,8 +311,17 @@ def test_model_without_tool_support():
 @pytest.mark.parametrize(
     "body",
     [
-        {"error": {"message": "the prompt is longer than the context length currently available to the model"}},
-        {"error": {"message": "This model's maximum context length is 2048 tokens.", "code": "context_length_exceeded"}},
+        {
+            "error": {
+                "message": "the prompt is longer than the context length currently available to the model"
+            }
+        },
+        {
+            "error": {
+                "message": "This model's maximum context length is 2048 tokens.",
+                "code": "context_length_exceeded",
+            }
+        },
         {"error": {"message": "request too large", "code": "context_length_exceeded"}},
         {"error": "prompt is too long"},
     ],
@@ -288,7 +333,9 @@ def test_prompt_too_long_is_a_context_overflow(body):
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_auth_failures_point_at_the_api_key_setting(status):
-    message = fails_with(AuthError, httpx.Response(status, json={"error": {"message": "invalid api key"}}))
+    message = fails_with(
+        AuthError, httpx.Response(status, json={"error": {"message": "invalid api key"}})
+    )
     assert "model.api_key_env" in message
     assert "invalid api key" in message
 
@@ -303,7 +350,12 @@ def test_rate_limits_and_server_errors_are_transient(status):
 def test_other_client_errors_are_permanent_and_carry_the_servers_message():
     message = fails_with(
         PermanentModelError,
-        httpx.Response(400, json={"error": {"message": "invalid tool call arguments", "type": "invalid_request_error"}}),
+        httpx.Response(
+            400,
+            json={
+                "error": {"message": "invalid tool call arguments", "type": "invalid_request_error"}
+            },
+        ),
     )
     assert "400: invalid tool call arguments" in message
 
@@ -325,7 +377,9 @@ def test_connection_reset_mid_stream_is_transient():
 
 
 def test_a_stream_that_ends_without_done_is_transient():
-    message = fails_with(TransientModelError, stream_response(HELLO.replace(b"data: [DONE]\n\n", b"")))
+    message = fails_with(
+        TransientModelError, stream_response(HELLO.replace(b"data: [DONE]\n\n", b""))
+    )
     assert "without [DONE]" in message
 
 
@@ -336,20 +390,30 @@ def test_a_stream_cut_in_the_middle_of_a_chunk_failed_mid_answer():
 
 
 def test_an_unparseable_chunk_is_transient():
-    body = sse(delta("Hi", role="assistant"), done=False) + b"data: {not json\n\n" + sse(delta(finish="stop"))
+    body = (
+        sse(delta("Hi", role="assistant"), done=False)
+        + b"data: {not json\n\n"
+        + sse(delta(finish="stop"))
+    )
     message = fails_with(TransientModelError, stream_response(body))
     assert "{not json" in message
 
 
 def test_an_error_event_inside_the_stream_is_classified():
-    body = sse({"error": {"code": 400, "message": "the request exceeds the available context size"}}, done=False)
+    body = sse(
+        {"error": {"code": 400, "message": "the request exceeds the available context size"}},
+        done=False,
+    )
     fails_with(ContextOverflowError, stream_response(body))
     body = sse({"error": {"message": "model crashed"}}, done=False)
     assert "model crashed" in fails_with(TransientModelError, stream_response(body))
 
 
-@pytest.mark.parametrize("body", [b"", b": ping\n\n", b"data:\n\n", b"data: [DONE]\n\n"],
-                         ids=["nothing", "ping", "empty-data", "done-only"])
+@pytest.mark.parametrize(
+    "body",
+    [b"", b": ping\n\n", b"data:\n\n", b"data: [DONE]\n\n"],
+    ids=["nothing", "ping", "empty-data", "done-only"],
+)
 def test_200_with_no_data_is_an_empty_stream(body):
     message = fails_with(EmptyStreamError, stream_response(body))
     assert "empty stream" in message
@@ -374,23 +438,37 @@ def count_prompt(client: ChatClient):
 
 @respx.mock
 def test_prompt_tokens_asks_for_one_token_without_streaming():
-    route = respx.post(CHAT).mock(return_value=httpx.Response(200, json={
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "a"},
-                     "finish_reason": "length"}],
-        "usage": {"prompt_tokens": 221, "completion_tokens": 1, "total_tokens": 222}}))
+    route = respx.post(CHAT).mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "a"},
+                        "finish_reason": "length",
+                    }
+                ],
+                "usage": {"prompt_tokens": 221, "completion_tokens": 1, "total_tokens": 222},
+            },
+        )
+    )
     assert count_prompt(ChatClient(BASE, "m")) == 221
     sent = json.loads(route.calls[0].request.content)
     assert sent["stream"] is False and sent["max_tokens"] == 1 and "stream_options" not in sent
     assert sent["messages"] == MESSAGES and sent["tools"] == TOOLS
 
 
-@pytest.mark.parametrize("response", [
-    httpx.Response(200, json={"choices": []}),  # no usage
-    httpx.Response(200, json={"usage": {"prompt_tokens": 0}}),
-    httpx.Response(200, text="not json"),
-    httpx.Response(500, json={"error": {"message": "boom"}}),
-    httpx.Response(404, json={"error": {"message": "model 'm' not found"}}),
-])
+@pytest.mark.parametrize(
+    "response",
+    [
+        httpx.Response(200, json={"choices": []}),  # no usage
+        httpx.Response(200, json={"usage": {"prompt_tokens": 0}}),
+        httpx.Response(200, text="not json"),
+        httpx.Response(500, json={"error": {"message": "boom"}}),
+        httpx.Response(404, json={"error": {"message": "model 'm' not found"}}),
+    ],
+)
 @respx.mock
 def test_prompt_tokens_is_none_when_the_server_does_not_say(response):
     respx.post(CHAT).mock(return_value=response)
@@ -400,9 +478,18 @@ def test_prompt_tokens_is_none_when_the_server_does_not_say(response):
 
 @respx.mock
 def test_prompt_tokens_passes_on_the_servers_words_when_the_prompt_does_not_fit():
-    respx.post(CHAT).mock(return_value=httpx.Response(400, json={"error": {
-        "message": "This model's maximum context length is 2048 tokens. However, you "
-                   "requested 2914 tokens.", "code": "context_length_exceeded"}}))
+    respx.post(CHAT).mock(
+        return_value=httpx.Response(
+            400,
+            json={
+                "error": {
+                    "message": "This model's maximum context length is 2048 tokens. However, you "
+                    "requested 2914 tokens.",
+                    "code": "context_length_exceeded",
+                }
+            },
+        )
+    )
     with pytest.raises(ContextOverflowError, match="maximum context length is 2048 tokens"):
         count_prompt(ChatClient(BASE, "m"))
 
@@ -410,10 +497,19 @@ def test_prompt_tokens_passes_on_the_servers_words_when_the_prompt_does_not_fit(
 @respx.mock
 def test_prompt_tokens_tries_a_fresh_connection_once():
     """llama.cpp closes the kept-alive connection after an empty stream."""
-    respx.post(CHAT).mock(side_effect=[
-        httpx.ReadError("connection reset"),
-        httpx.Response(400, json={"error": {
-            "message": "This model's maximum context length is 2048 tokens.",
-            "code": "context_length_exceeded"}})])
+    respx.post(CHAT).mock(
+        side_effect=[
+            httpx.ReadError("connection reset"),
+            httpx.Response(
+                400,
+                json={
+                    "error": {
+                        "message": "This model's maximum context length is 2048 tokens.",
+                        "code": "context_length_exceeded",
+                    }
+                },
+            ),
+        ]
+    )
     with pytest.raises(ContextOverflowError, match="2048 tokens"):
         count_prompt(ChatClient(BASE, "m"))

@@ -72,34 +72,40 @@ def test_everything_else_is_permanent_501_and_505_included(status):
 # ---- Retry-After ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status, message, code, failure", [
-    (503, "server busy", None, "transient"),
-    (429, "slow down", None, "transient"),
-    (500, "the request exceeds the available context size", None, "overflow"),
-    (400, "bad", "context_length_exceeded", "overflow"),
-    (400, "the prompt is longer than the context length", None, "overflow"),
-    (401, "the prompt is too long", None, "auth"),
-    (405, "method not allowed", None, "not_an_api"),
-    (501, "not implemented", None, "not_an_api"),
-    (400, "llama2 does not support tools", None, "no_tools"),
-    (404, "page not found", None, "model_not_found"),
-    (400, "model 'x' not found, try pulling it first", None, "model_not_found"),
-    (422, "bad request", None, "rejected"),
-    (505, "http version", None, "rejected"),
-])
+@pytest.mark.parametrize(
+    "status, message, code, failure",
+    [
+        (503, "server busy", None, "transient"),
+        (429, "slow down", None, "transient"),
+        (500, "the request exceeds the available context size", None, "overflow"),
+        (400, "bad", "context_length_exceeded", "overflow"),
+        (400, "the prompt is longer than the context length", None, "overflow"),
+        (401, "the prompt is too long", None, "auth"),
+        (405, "method not allowed", None, "not_an_api"),
+        (501, "not implemented", None, "not_an_api"),
+        (400, "llama2 does not support tools", None, "no_tools"),
+        (404, "page not found", None, "model_not_found"),
+        (400, "model 'x' not found, try pulling it first", None, "model_not_found"),
+        (422, "bad request", None, "rejected"),
+        (505, "http version", None, "rejected"),
+    ],
+)
 def test_each_failure_has_one_classification(status, message, code, failure):
     assert classify(status, message, code) == failure
 
 
-@pytest.mark.parametrize("value, seconds", [
-    ("7", 7.0),
-    (" 120 ", 120.0),
-    ("0", 0.0),
-    ("1.5", 1.5),
-    ("Thu, 26 Nov 2026 08:00:09 GMT", 9.0),
-    ("Thursday, 26-Nov-26 08:00:30 GMT", 30.0),  # RFC 850, still allowed
-    ("Thu, 26 Nov 2026 07:59:00 GMT", 0.0),  # already past: go now
-])
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        ("7", 7.0),
+        (" 120 ", 120.0),
+        ("0", 0.0),
+        ("1.5", 1.5),
+        ("Thu, 26 Nov 2026 08:00:09 GMT", 9.0),
+        ("Thursday, 26-Nov-26 08:00:30 GMT", 30.0),  # RFC 850, still allowed
+        ("Thu, 26 Nov 2026 07:59:00 GMT", 0.0),  # already past: go now
+    ],
+)
 def test_retry_after_is_seconds_or_an_http_date(value, seconds):
     assert parse_retry_after(value, NOW) == pytest.approx(seconds)
 
@@ -115,14 +121,20 @@ def test_a_missing_or_unreadable_retry_after_says_nothing(value):
 def test_an_html_page_is_quoted_by_its_first_line_of_text_without_tags_or_styles():
     assert body_line(APACHE_400) == "Bad Request"
     assert body_line(PYTHON_501) == "Error response"
-    assert body_line("<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 "
-                     "Bad Gateway</h1></center><hr><center>nginx</center></body></html>"
-                     ) == "502 Bad Gateway"
+    assert (
+        body_line(
+            "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 "
+            "Bad Gateway</h1></center><hr><center>nginx</center></body></html>"
+        )
+        == "502 Bad Gateway"
+    )
 
 
 def test_a_page_with_only_a_title_is_quoted_by_its_title():
-    assert body_line("<html><head><title>Gone &amp; done</title></head><body></body></html>"
-                     ) == "Gone & done"
+    assert (
+        body_line("<html><head><title>Gone &amp; done</title></head><body></body></html>")
+        == "Gone & done"
+    )
 
 
 def test_plain_text_is_quoted_by_its_first_non_empty_line_capped():
@@ -133,8 +145,10 @@ def test_plain_text_is_quoted_by_its_first_non_empty_line_capped():
 
 
 def test_error_details_reads_json_messages_and_quotes_one_line_of_anything_else():
-    assert error_details('{"error": {"message": "bad\\n  tool", "code": 400}}') \
-        == ("bad tool", "400")
+    assert error_details('{"error": {"message": "bad\\n  tool", "code": 400}}') == (
+        "bad tool",
+        "400",
+    )
     assert error_details(APACHE_400) == ("Bad Request", None)
     assert error_details('{"detail": "x\\ud800y"}') == ("x\ufffdy", None)  # loggable
 
@@ -145,6 +159,7 @@ def test_error_details_reads_json_messages_and_quotes_one_line_of_anything_else(
 def complete(respond):
     """One completion against a chat endpoint answering `respond` (a Response, or a list of
     them for the listing requests too); the error it raised."""
+
     async def go():
         async with ChatClient(BASE, "m") as client:
             return await client.complete([{"role": "user", "content": "hi"}], [])
@@ -170,10 +185,13 @@ def test_a_503_with_a_date_carries_the_seconds_until_it():
     assert isinstance(error, TransientModelError) and error.retry_after > 10**8
 
 
-@pytest.mark.parametrize("status, kind, said", [
-    (501, NotAnLLMServerError, "POST /v1/chat/completions answered 501 (nope)"),
-    (505, PermanentModelError, "rejected the request (505: nope)"),
-])
+@pytest.mark.parametrize(
+    "status, kind, said",
+    [
+        (501, NotAnLLMServerError, "POST /v1/chat/completions answered 501 (nope)"),
+        (505, PermanentModelError, "rejected the request (505: nope)"),
+    ],
+)
 def test_501_and_505_are_not_retried(status, kind, said):
     error = complete(httpx.Response(status, text="nope"))
     assert type(error) is kind and said in error.message
@@ -182,9 +200,11 @@ def test_501_and_505_are_not_retried(status, kind, said):
 def test_a_501_page_names_a_server_that_is_not_an_llm_server_in_one_line():
     error = complete(httpx.Response(501, html=PYTHON_501))
     assert isinstance(error, NotAnLLMServerError)
-    assert error.message.startswith(f"{BASE} answers HTTP but is not an OpenAI-compatible LLM "
-                                    "server: POST /v1/chat/completions answered 501 (Error "
-                                    "response)")
+    assert error.message.startswith(
+        f"{BASE} answers HTTP but is not an OpenAI-compatible LLM "
+        "server: POST /v1/chat/completions answered 501 (Error "
+        "response)"
+    )
     assert "<" not in error.message and "\n" not in error.message
 
 
@@ -202,8 +222,12 @@ def test_a_200_html_page_is_not_a_stream():
 
 def test_an_overflow_in_a_500_is_still_a_context_overflow_and_400_too():
     for status in (400, 500):
-        error = complete(httpx.Response(status, json={"error": {
-            "message": "the request exceeds the available context size"}}))
+        error = complete(
+            httpx.Response(
+                status,
+                json={"error": {"message": "the request exceeds the available context size"}},
+            )
+        )
         assert isinstance(error, ContextOverflowError)
 
 
@@ -230,37 +254,65 @@ NOT_FOUND = httpx.Response(404, html=PYTHON_501.replace("501", "404"))
 
 def test_404_on_both_lists_and_501_on_post_is_not_an_llm_server():
     with pytest.raises(NotAnLLMServerError) as info:
-        listed({("GET", "/v1/models"): NOT_FOUND, ("GET", "/api/tags"): NOT_FOUND,
-                ("POST", "/v1/chat/completions"): httpx.Response(501, html=PYTHON_501)})
+        listed(
+            {
+                ("GET", "/v1/models"): NOT_FOUND,
+                ("GET", "/api/tags"): NOT_FOUND,
+                ("POST", "/v1/chat/completions"): httpx.Response(501, html=PYTHON_501),
+            }
+        )
     assert info.value.message.startswith(
         f"{BASE} answers HTTP but is not an OpenAI-compatible LLM server: GET /v1/models "
         "answered 404 (Error response), GET /api/tags answered 404 (Error response), POST "
-        "/v1/chat/completions answered 501 (Error response); set model.base_url")
+        "/v1/chat/completions answered 501 (Error response); set model.base_url"
+    )
 
 
 def test_a_catch_all_web_page_is_not_an_llm_server():
     page = httpx.Response(200, html="<html><body>My blog</body></html>")
     with pytest.raises(NotAnLLMServerError, match="answered 200 with an HTML page"):
-        listed({("GET", "/v1/models"): page, ("GET", "/api/tags"): page,
-                ("POST", "/v1/chat/completions"): page})
+        listed(
+            {
+                ("GET", "/v1/models"): page,
+                ("GET", "/api/tags"): page,
+                ("POST", "/v1/chat/completions"): page,
+            }
+        )
 
 
-@pytest.mark.parametrize("chat", [
-    httpx.Response(422, json={"detail": "field required"}),  # an LLM server without lists
-    httpx.Response(400, json={"error": "messages is required"}),
-    httpx.Response(401, json={"error": "no key"}),
-    httpx.ReadTimeout("slow"),
-])
+@pytest.mark.parametrize(
+    "chat",
+    [
+        httpx.Response(422, json={"detail": "field required"}),  # an LLM server without lists
+        httpx.Response(400, json={"error": "messages is required"}),
+        httpx.Response(401, json={"error": "no key"}),
+        httpx.ReadTimeout("slow"),
+    ],
+)
 def test_a_server_whose_chat_endpoint_exists_is_given_the_benefit_of_the_doubt(chat):
-    assert listed({("GET", "/v1/models"): NOT_FOUND, ("GET", "/api/tags"): NOT_FOUND,
-                   ("POST", "/v1/chat/completions"): chat}) is None
+    assert (
+        listed(
+            {
+                ("GET", "/v1/models"): NOT_FOUND,
+                ("GET", "/api/tags"): NOT_FOUND,
+                ("POST", "/v1/chat/completions"): chat,
+            }
+        )
+        is None
+    )
 
 
 def test_lists_that_fail_otherwise_are_no_verdict_and_a_list_is_the_answer():
-    assert listed({("GET", "/v1/models"): httpx.Response(503),
-                   ("GET", "/api/tags"): NOT_FOUND}) is None
-    assert listed({("GET", "/v1/models"): NOT_FOUND, ("GET", "/api/tags"): httpx.Response(
-        200, json={"models": [{"name": "qwen3:8b"}]})}) == ["qwen3:8b"]
+    assert (
+        listed({("GET", "/v1/models"): httpx.Response(503), ("GET", "/api/tags"): NOT_FOUND})
+        is None
+    )
+    assert listed(
+        {
+            ("GET", "/v1/models"): NOT_FOUND,
+            ("GET", "/api/tags"): httpx.Response(200, json={"models": [{"name": "qwen3:8b"}]}),
+        }
+    ) == ["qwen3:8b"]
 
 
 def test_nothing_listening_is_unreachable():

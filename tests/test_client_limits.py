@@ -34,8 +34,9 @@ def test_the_reply_size_limit_is_derived_from_max_output_tokens_unless_set():
 def test_before_any_data_the_first_token_bound_applies():
     watch = ReplyWatch(LIMITS, started=1000)
     assert watch.deadline == 1030
-    assert "no data for 30 s after the request (model.first_token_timeout_secs" in \
-        watch.broken_bound()
+    assert (
+        "no data for 30 s after the request (model.first_token_timeout_secs" in watch.broken_bound()
+    )
 
 
 def test_after_data_the_idle_bound_runs_from_the_last_progress():
@@ -44,16 +45,17 @@ def test_after_data_the_idle_bound_runs_from_the_last_progress():
     assert watch.deadline == 1015
     watch.progressed(1012)
     assert watch.deadline == 1022
-    assert "no data for 10 s in the middle of the reply (model.idle_timeout_secs" in \
-        watch.broken_bound()
+    assert (
+        "no data for 10 s in the middle of the reply (model.idle_timeout_secs"
+        in watch.broken_bound()
+    )
 
 
 def test_the_total_bound_caps_every_other():
     watch = ReplyWatch(LIMITS, started=1000)
     watch.progressed(1095)
     assert watch.deadline == 1100
-    assert watch.broken_bound() == ("the reply took longer than 100 s "
-                                    "(model.request_timeout_secs)")
+    assert watch.broken_bound() == ("the reply took longer than 100 s (model.request_timeout_secs)")
     short = ReplyWatch(ReplyLimits(first_token_secs=30, idle_secs=10, total_secs=5), 0)
     assert short.deadline == 5 and "took longer than 5 s" in short.broken_bound()
 
@@ -94,13 +96,17 @@ class Paced(httpx.AsyncByteStream):
 def paced_complete(steps, **limits):
     """The reply the client makes of a stream paced by `steps`, or the error it gives: the
     error names the bound that cut the reply, so no test here needs a clock."""
+
     async def go():
         async with ChatClient(BASE, "m", **limits) as client:
             return await client.complete([{"role": "user", "content": "hi"}], [])
 
     with respx.mock() as router:
-        router.post(CHAT).mock(return_value=httpx.Response(
-            200, stream=Paced(steps), headers={"content-type": "text/event-stream"}))
+        router.post(CHAT).mock(
+            return_value=httpx.Response(
+                200, stream=Paced(steps), headers={"content-type": "text/event-stream"}
+            )
+        )
         try:
             return asyncio.run(go())
         except TransientModelError as error:
@@ -111,8 +117,9 @@ FAST = {"first_token_secs": 0.3, "idle_secs": 0.3, "timeout_secs": 5}
 
 
 def test_keep_alives_and_blank_lines_do_not_reset_the_idle_bound():
-    steps = [(0, frame(text_chunk("Hi")))] + [(0.05, b": ping\n\n" if n % 2 else b"\n")
-                                              for n in range(60)]
+    steps = [(0, frame(text_chunk("Hi")))] + [
+        (0.05, b": ping\n\n" if n % 2 else b"\n") for n in range(60)
+    ]
     error = paced_complete(steps, **FAST)
     assert isinstance(error, TransientModelError)
     assert "no data for 0.3 s in the middle of the reply" in error.message
@@ -152,8 +159,9 @@ def test_a_reply_over_the_size_limit_is_cut_off():
 def test_one_endless_line_without_a_newline_is_cut_at_the_size_limit():
     start = (0, b'data: {"choices":[{"index":0,"delta":{"content":"')
     endless = itertools.chain([start], itertools.repeat((0.001, b"x" * 10_000)))
-    error = paced_complete(endless, max_reply_bytes=50_000, first_token_secs=3,
-                                    idle_secs=3, timeout_secs=5)
+    error = paced_complete(
+        endless, max_reply_bytes=50_000, first_token_secs=3, idle_secs=3, timeout_secs=5
+    )
     assert "sent too much: the reply exceeded 50 kB (model.max_reply_bytes)" in error.message
 
 

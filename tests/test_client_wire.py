@@ -45,8 +45,10 @@ def run(server, calls, *, model="scripted", **options):
 def test_every_wire_shape_reads_the_same(scripted_server, wire, fragment, usage):
     server = scripted_server(
         [
-            Reply("Let me look. Ünïcode 🐍 too.",
-                  [("file_read", {"path": "a.txt"}), ("shell", '{"command": "ls')]),
+            Reply(
+                "Let me look. Ünïcode 🐍 too.",
+                [("file_read", {"path": "a.txt"}), ("shell", '{"command": "ls')],
+            ),
             Reply("All done."),
         ],
         wire=wire,

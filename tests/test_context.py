@@ -113,8 +113,9 @@ def test_a_full_session_winds_down_even_when_recent_results_could_be_masked():
     time past the budget, and the save request itself had to be cut down to be sent."""
     policy = ContextConfig(keep_recent_observations=2)
     recent = [("c7", 0.06), ("c8", 0.06)]
-    decision, wound = decide(policy, 0.97, [("c7", 0.06), ("c8", 0.06)], False,
-                             recent=recent, maskable=0.12)
+    decision, wound = decide(
+        policy, 0.97, [("c7", 0.06), ("c8", 0.06)], False, recent=recent, maskable=0.12
+    )
     assert decision == WindDown() and wound
 
 
@@ -259,8 +260,9 @@ def test_masking_forgets_the_measured_size_of_what_it_replaced():
 
 def grow(messages, n, size=4000):
     start = len([m for m in messages if m["role"] == "tool"])
-    return messages + [m for i in range(start, start + n)
-                       for m in (assistant(f"g{i}"), tool(f"g{i}", "w" * size))]
+    return messages + [
+        m for i in range(start, start + n) for m in (assistant(f"g{i}"), tool(f"g{i}", "w" * size))
+    ]
 
 
 def test_a_count_far_below_the_estimate_is_not_truncation():
@@ -323,8 +325,13 @@ def test_the_guard_can_be_turned_off_for_servers_that_misreport():
 
 def test_a_refusal_that_names_the_window_sets_it():
     cm = manager(limit=16_384)
-    cm.refused(5000, named_window("This model's maximum context length is 2048 tokens. "
-                                  "However, you requested 5000 tokens."))
+    cm.refused(
+        5000,
+        named_window(
+            "This model's maximum context length is 2048 tokens. "
+            "However, you requested 5000 tokens."
+        ),
+    )
     assert cm.limit == 2048
     assert "named" in cm.limit_source
 
@@ -399,16 +406,25 @@ def test_admit_caps_results_at_a_quarter_of_the_budget():
     assert obs.truncated
 
 
-@pytest.mark.parametrize("used,candidates,wound_down,decision,after", [
-    (0.50, ["a", "b", "c"], False, Continue(), False),
-    (0.50, ["a", "b", "c"], True, Continue(), False),  # back below hard: the wind-down rearms
-    (0.75, ["a", "b", "c", "d", "e"], False, Mask(["a", "b", "c"]), False),
-    (0.75, ["a", "b"], False, Continue(), False),  # only the newest two: kept
-    (0.95, ["a", "b", "c"], False, Mask(["a"]), False),  # masking before winding down
-    (0.95, ["a", "b"], False, WindDown(), True),
-    (0.95, ["a", "b"], True, Restart("context at 95.0% of the budget after the wind-down"), True),
-    (0.85, [], True, Continue(), True),  # under hard but above soft: still wound down
-])
+@pytest.mark.parametrize(
+    "used,candidates,wound_down,decision,after",
+    [
+        (0.50, ["a", "b", "c"], False, Continue(), False),
+        (0.50, ["a", "b", "c"], True, Continue(), False),  # back below hard: the wind-down rearms
+        (0.75, ["a", "b", "c", "d", "e"], False, Mask(["a", "b", "c"]), False),
+        (0.75, ["a", "b"], False, Continue(), False),  # only the newest two: kept
+        (0.95, ["a", "b", "c"], False, Mask(["a"]), False),  # masking before winding down
+        (0.95, ["a", "b"], False, WindDown(), True),
+        (
+            0.95,
+            ["a", "b"],
+            True,
+            Restart("context at 95.0% of the budget after the wind-down"),
+            True,
+        ),
+        (0.85, [], True, Continue(), True),  # under hard but above soft: still wound down
+    ],
+)
 def test_decide(used, candidates, wound_down, decision, after):
     shares = [(name, 0.15) for name in candidates]
     assert decide(ContextConfig(), used, shares, wound_down) == (decision, after)
@@ -419,13 +435,13 @@ def test_a_server_that_never_shows_the_model_its_tools_is_believed():
     estimate of messages plus schemas, but not below the messages alone."""
     cm = manager()
     tools = [{"type": "function", "function": {"name": "x" * 2300}}]
-    sent = [{"role": "system", "content": "s" * 600, ledger.TOKENS_KEY: 201},
-            {"role": "user", "content": "u" * 400, ledger.TOKENS_KEY: 131}]
+    sent = [
+        {"role": "system", "content": "s" * 600, ledger.TOKENS_KEY: 201},
+        {"role": "user", "content": "u" * 400, ledger.TOKENS_KEY: 131},
+    ]
     reading = cm.observe_reply(sent, tools, usage(338), 10)
     assert reading.verdict == "whole"
     assert cm.current_tokens(sent, tools) == 338
-
-
 
 
 # --- dense content: estimates and caps in tokens ---------------------------------------------
@@ -473,8 +489,7 @@ def test_a_short_result_is_not_worth_masking_its_placeholder_is_no_smaller():
 
 def test_at_the_hard_threshold_acted_on_results_are_masked_rather_than_winding_down():
     policy = ContextConfig(keep_recent_observations=2)
-    decision, wound = decide(policy, 0.95, ["c7", "c8"], False,
-                             recent=[("c7", 0.20)], unacted=1)
+    decision, wound = decide(policy, 0.95, ["c7", "c8"], False, recent=[("c7", 0.20)], unacted=1)
     assert decision == Mask(["c7"]) and not wound
 
 
@@ -503,11 +518,16 @@ def test_the_turn_a_wind_down_interrupted_is_never_dropped_before_others():
 # --- small windows: the tools in short -------------------------------------------------------
 
 
-@pytest.mark.parametrize("fixed,budget,short", [
-    (1061, 1536, True),  # a 2048 window: the system prompt and full tools take 69%
-    (615, 1536, True), (614, 1536, False),  # the threshold: 40% of the budget
-    (1100, 3072, False), (1100, 6144, False),  # 4096 and 8192 windows: the full form
-])
+@pytest.mark.parametrize(
+    "fixed,budget,short",
+    [
+        (1061, 1536, True),  # a 2048 window: the system prompt and full tools take 69%
+        (615, 1536, True),
+        (614, 1536, False),  # the threshold: 40% of the budget
+        (1100, 3072, False),
+        (1100, 6144, False),  # 4096 and 8192 windows: the full form
+    ],
+)
 def test_the_tools_go_short_when_the_fixed_part_is_large_for_the_window(fixed, budget, short):
     assert brief_tools(fixed, budget) is short
 

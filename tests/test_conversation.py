@@ -20,8 +20,9 @@ def test_placeholder_says_what_was_there():
 
 
 def test_placeholder_for_a_shell_command_names_command_and_exit_code():
-    result = ToolResult("boom\n[exit code 2]", ok=False,
-                        meta={"command": "make test", "exit_code": 2})
+    result = ToolResult(
+        "boom\n[exit code 2]", ok=False, meta={"command": "make test", "exit_code": 2}
+    )
     obs = conv.describe("shell_exec", {"command": "make test"}, result, "obs-1", "c1")
     text = conv.placeholder(obs)
     assert "shell_exec result masked: make test" in text
@@ -37,10 +38,17 @@ def test_carryover_keeps_the_last_complete_turns():
 
 
 def test_carryover_never_splits_a_call_from_its_results():
-    messages = [{"role": "system", "content": "s"}, conv.note("continue", "go"),
-                assistant("a", "b"), tool("a", "1"), tool("b", "2"),
-                assistant(text="done"), conv.note("continue", "go on"),
-                assistant("c"), tool("c", "3")]
+    messages = [
+        {"role": "system", "content": "s"},
+        conv.note("continue", "go"),
+        assistant("a", "b"),
+        tool("a", "1"),
+        tool("b", "2"),
+        assistant(text="done"),
+        conv.note("continue", "go on"),
+        assistant("c"),
+        tool("c", "3"),
+    ]
     carried = conv.carryover(messages, 2)
     assert carried == [messages[5], *messages[7:]]  # the harness's note stays behind
     carried = conv.carryover(messages, 3)
@@ -53,10 +61,17 @@ def test_carryover_drops_every_note_of_the_old_session():
     """An instruction of the old session's would read as if it still applied (a literal
     model saves again, before reading its notes): none is carried; a person's message is."""
     person = {"role": "user", "content": "Skip part 7."}
-    messages = [{"role": "system", "content": "s"}, assistant("a"), tool("a", "1"),
-                conv.mask_notice(3, 40), conv.note("wind_down", "save now"), person,
-                conv.note("stuck", "loop"), conv.note("interrupted", "check it"),
-                conv.note("restart", "re-read your notes")]
+    messages = [
+        {"role": "system", "content": "s"},
+        assistant("a"),
+        tool("a", "1"),
+        conv.mask_notice(3, 40),
+        conv.note("wind_down", "save now"),
+        person,
+        conv.note("stuck", "loop"),
+        conv.note("interrupted", "check it"),
+        conv.note("restart", "re-read your notes"),
+    ]
     assert conv.carryover(messages, 5) == [*messages[1:3], person]
 
 

@@ -32,14 +32,20 @@ def worth(message: dict) -> str | None:
 
 def turn(i: int, size: int = 100) -> tuple[dict, str, str]:
     call_id = f"c{i}"
-    assistant = {"role": "assistant", "content": f"turn {i}", "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": "shell", "arguments": "{}"}}]}
+    assistant = {
+        "role": "assistant",
+        "content": f"turn {i}",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+        ],
+    }
     return assistant, call_id, f"out {i} " + "x" * size
 
 
 def held(turns: int, size: int = 100) -> Conversation:
-    conversation = Conversation([{"role": "system", "content": "mission"},
-                                 conv.note("continue", "go")], worth)
+    conversation = Conversation(
+        [{"role": "system", "content": "mission"}, conv.note("continue", "go")], worth
+    )
     for i in range(turns):
         assistant, call_id, text = turn(i, size)
         conversation.append(assistant)
@@ -60,7 +66,11 @@ def test_the_running_sums_follow_every_change_it_carries_out():
     assert conversation.tally.tokens(CPT) == walked(conversation)
     assert conversation.drop_oldest_turn(keep=2)
     assert [m["content"] for m in conversation if m["role"] == "assistant"] == [
-        "turn 1", "turn 2", "turn 3", "turn 4"]
+        "turn 1",
+        "turn 2",
+        "turn 3",
+        "turn 4",
+    ]
     assert conversation.tally.tokens(CPT) == walked(conversation)
     assert conversation.tally.starts == [2, 4, 6, 8]
     conversation.replace_system({"role": "system", "content": "a new mission " * 20})
@@ -68,7 +78,8 @@ def test_the_running_sums_follow_every_change_it_carries_out():
     conversation.add_note("continue", "go on")
     assert conversation.tally.tokens(CPT) == walked(conversation)
     assert conversation.tally.wire().json == tuple(
-        json.dumps(m, separators=(",", ":")).encode() for m in conv.to_wire(conversation))
+        json.dumps(m, separators=(",", ":")).encode() for m in conv.to_wire(conversation)
+    )
     conversation.check()
 
 
@@ -108,8 +119,11 @@ def test_appends_are_logged_as_the_range_kept_and_the_new_messages():
 
     ops, tokens = conversation.checkpoint(logged)
 
-    assert ops == [[0, 4], assistant, {"obs": "obs-2", "tool_call_id": call_id,
-                                       "limit": 500, "keep": "head"}]
+    assert ops == [
+        [0, 4],
+        assistant,
+        {"obs": "obs-2", "tool_call_id": call_id, "limit": 500, "keep": "head"},
+    ]
     assert tokens == []
     assert conversation.checkpoint(logged) == (None, [])  # nothing since
 
@@ -120,8 +134,11 @@ def test_a_result_masked_before_it_was_logged_is_logged_as_it_is_now():
 
     ops, _ = conversation.checkpoint(logged)
 
-    assert ops == [[0, 4], assistant, {"role": "tool", "tool_call_id": call_id,
-                                       "content": "[masked]"}]
+    assert ops == [
+        [0, 4],
+        assistant,
+        {"role": "tool", "tool_call_id": call_id, "content": "[masked]"},
+    ]
 
 
 def test_counts_written_on_kept_messages_are_logged_by_position():
@@ -135,8 +152,17 @@ def test_counts_written_on_kept_messages_are_logged_by_position():
     assert ops[-1][ledger.TOKENS_KEY] == 7
 
 
-OPERATIONS = ("append", "result", "note", "mask", "drop_turn", "cut", "system", "measure",
-              "checkpoint")
+OPERATIONS = (
+    "append",
+    "result",
+    "note",
+    "mask",
+    "drop_turn",
+    "cut",
+    "system",
+    "measure",
+    "checkpoint",
+)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -157,8 +183,7 @@ def test_the_logged_changes_rebuild_the_conversation_at_every_checkpoint(seed):
         elif operation == "result" and texts:
             call_id, text = texts.popitem()
             results[call_id] = text
-            conversation.add_result(call_id, text, tool_result_ref(call_id, call_id, 10**6,
-                                                                   "head"))
+            conversation.add_result(call_id, text, tool_result_ref(call_id, call_id, 10**6, "head"))
         elif operation == "note":
             conversation.add_note("continue", f"note {step}")
         elif operation == "mask" and conversation.tally.candidates():
@@ -173,8 +198,9 @@ def test_the_logged_changes_rebuild_the_conversation_at_every_checkpoint(seed):
             conversation.measure(rng.choice(conversation.tally.unmeasured()), step)
         elif operation == "checkpoint":
             ops, tokens = conversation.checkpoint(logged)
-            delta = plain({"messages": ops, "tokens": tokens} if ops is not None
-                          else {"tokens": tokens})
+            delta = plain(
+                {"messages": ops, "tokens": tokens} if ops is not None else {"tokens": tokens}
+            )
             apply_delta(saved, delta, read_observation=results.get)
             assert saved["messages"] == plain(conversation.messages), f"step {step}"
         conversation.check()
@@ -195,8 +221,9 @@ def test_the_check_finds_a_broken_record():
 
 def test_a_fresh_start_fitted_apart_is_adopted_whole():
     conversation = held(3)
-    fresh = Conversation([conversation[0], conv.note("restart", "restarted"), *conversation[-2:]],
-                         worth)
+    fresh = Conversation(
+        [conversation[0], conv.note("restart", "restarted"), *conversation[-2:]], worth
+    )
     conversation.adopt(fresh)
     assert conversation == fresh.messages
     assert conversation.tally.tokens(CPT) == walked(conversation)

@@ -20,12 +20,18 @@ CUT = '{"path": "notes/a.txt", "content": "the start of a long no'
 
 
 @pytest.mark.parametrize("fragment", [True, False])
-def test_a_call_cut_at_max_tokens_is_answered_as_cut_off_and_not_run(tmp_path, scripted_server,
-                                                                     fragment):
+def test_a_call_cut_at_max_tokens_is_answered_as_cut_off_and_not_run(
+    tmp_path, scripted_server, fragment
+):
     server = scripted_server(
-        [Reply("", [("file_write", CUT)], finish_reason="length"),
-         Reply("", [("list_dir", {"path": "."})]), Reply("Done.")],
-        rejects_unparsed_arguments=True, fragment_tool_calls=fragment)
+        [
+            Reply("", [("file_write", CUT)], finish_reason="length"),
+            Reply("", [("list_dir", {"path": "."})]),
+            Reply("Done."),
+        ],
+        rejects_unparsed_arguments=True,
+        fragment_tool_calls=fragment,
+    )
     config = make_project(tmp_path, server.base_url)
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "3")
 
@@ -44,9 +50,11 @@ def test_a_call_cut_at_max_tokens_is_answered_as_cut_off_and_not_run(tmp_path, s
 
 
 def test_broken_arguments_not_cut_off_are_answered_as_broken_and_sent_back_well_formed(
-        tmp_path, scripted_server):
-    server = scripted_server([Reply("", [("list_dir", '{"path": .}')]), Reply("Done.")],
-                             rejects_unparsed_arguments=True)
+    tmp_path, scripted_server
+):
+    server = scripted_server(
+        [Reply("", [("list_dir", '{"path": .}')]), Reply("Done.")], rejects_unparsed_arguments=True
+    )
     config = make_project(tmp_path, server.base_url)
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "2")
 
@@ -57,7 +65,8 @@ def test_broken_arguments_not_cut_off_are_answered_as_broken_and_sent_back_well_
 
 
 def test_a_server_error_repeated_for_the_same_request_stops_the_run_after_two_tries(
-        tmp_path, scripted_server):
+    tmp_path, scripted_server
+):
     server = scripted_server([Reply("Thinking.")])
     for _ in range(3):
         server.inject(Fault("status", 500, "Failed to parse tool call arguments as JSON"))
@@ -71,17 +80,35 @@ def test_a_server_error_repeated_for_the_same_request_stops_the_run_after_two_tr
     assert "Traceback" not in ran.stderr
 
 
-@pytest.mark.parametrize("status,repeated,for_good", [
-    (500, True, True), (500, False, False), (502, True, True), (503, True, False)])
+@pytest.mark.parametrize(
+    "status,repeated,for_good",
+    [(500, True, True), (500, False, False), (502, True, True), (503, True, False)],
+)
 def test_which_server_errors_are_the_answer_for_good(status, repeated, for_good):
     assert answered_for_good(status, repeated) is for_good
 
 
 def stream_of(arguments: str, finish: str) -> ToolCall:
     accumulator = StreamAccumulator()
-    accumulator.feed({"choices": [{"index": 0, "delta": {"tool_calls": [
-        {"index": 0, "id": "c1", "type": "function",
-         "function": {"name": "file_write", "arguments": arguments}}]}}]})
+    accumulator.feed(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "file_write", "arguments": arguments},
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+    )
     accumulator.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     return accumulator.result().tool_calls[0]
 

@@ -37,7 +37,13 @@ def discover(model="llama3.2", configured=0, **answers):
 
 
 def discover_asking(
-    model="llama3.2", configured=0, *, ps_answer=None, show_answer=None, props_answer=None, models_answer=None
+    model="llama3.2",
+    configured=0,
+    *,
+    ps_answer=None,
+    show_answer=None,
+    props_answer=None,
+    models_answer=None,
 ):
     """(what discovery found, every (path, body) it sent, in order)."""
     with respx.mock(assert_all_called=False) as router:
@@ -51,7 +57,13 @@ def discover_asking(
 
 def props(n_ctx=8192):
     body = {
-        "default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": n_ctx, "is_processing": False, "params": {}},
+        "default_generation_settings": {
+            "id": 0,
+            "id_task": -1,
+            "n_ctx": n_ctx,
+            "is_processing": False,
+            "params": {},
+        },
         "total_slots": 1,
         "model_path": "/models/Qwen3-8B-Q4_K_M.gguf",
         "chat_template": "{{ messages }}",
@@ -64,8 +76,14 @@ def models(*entries):
 
 
 def vllm_model(model_id, max_model_len=32768):
-    return {"id": model_id, "object": "model", "owned_by": "vllm", "root": model_id, "parent": None,
-            "max_model_len": max_model_len}
+    return {
+        "id": model_id,
+        "object": "model",
+        "owned_by": "vllm",
+        "root": model_id,
+        "parent": None,
+        "max_model_len": max_model_len,
+    }
 
 
 def test_configured_limit_wins_without_asking_the_server():
@@ -91,8 +109,9 @@ def test_the_model_named_in_another_case_is_found_in_api_ps():
     # llama3.2:latest, and /api/ps lists it in lower case.
     found, _ = discover(
         model="Llama3.2",
-        ps_answer=ps({"name": "llama3.2:latest", "model": "llama3.2:latest",
-                      "context_length": 8192}),
+        ps_answer=ps(
+            {"name": "llama3.2:latest", "model": "llama3.2:latest", "context_length": 8192}
+        ),
     )
     assert found == (8192, "allocated by Ollama (/api/ps)")
 
@@ -100,7 +119,9 @@ def test_the_model_named_in_another_case_is_found_in_api_ps():
 def test_api_ps_without_the_model_falls_through_to_the_modelfile_num_ctx():
     found, asked = discover(
         ps_answer=ps({"name": "qwen3:8b", "model": "qwen3:8b", "context_length": 40960}),
-        show_answer=show('num_ctx                        16384\nstop                           "<|eot_id|>"'),
+        show_answer=show(
+            'num_ctx                        16384\nstop                           "<|eot_id|>"'
+        ),
     )
     assert found == (16384, "num_ctx in the model's Modelfile (/api/show)")
     assert asked == [b'{"model":"llama3.2"}']
@@ -115,7 +136,13 @@ def test_api_ps_entry_without_context_length_is_skipped():
 
 
 def test_trained_length_uses_the_named_architecture():
-    body = {"model_info": {"general.architecture": "qwen3", "qwen3.context_length": 40960, "llama.context_length": 1}}
+    body = {
+        "model_info": {
+            "general.architecture": "qwen3",
+            "qwen3.context_length": 40960,
+            "llama.context_length": 1,
+        }
+    }
     found, _ = discover(show_answer=httpx.Response(200, json=body))
     assert found == (40960, "trained context length (/api/show)")
 
@@ -136,7 +163,10 @@ def test_broken_answers_move_on_to_the_next_source():
         ps_answer=httpx.Response(200, text="not json"),
         show_answer=httpx.Response(200, json={"model_info": None, "parameters": 5}),
     )
-    assert found == (131072, "typical for the llama3.2 family (the server did not say); set model.context_limit to be sure")
+    assert found == (
+        131072,
+        "typical for the llama3.2 family (the server did not say); set model.context_limit to be sure",
+    )
 
 
 def test_an_unreachable_server_falls_back_to_the_name_table():
@@ -148,7 +178,12 @@ def test_an_unreachable_server_falls_back_to_the_name_table():
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("llama3.3:70b", 131072), ("llama3:8b", 8192), ("hf.co/bartowski/Qwen3-8B-GGUF:Q4_K_M", 40960), ("gemma2", 8192)],
+    [
+        ("llama3.3:70b", 131072),
+        ("llama3:8b", 8192),
+        ("hf.co/bartowski/Qwen3-8B-GGUF:Q4_K_M", 40960),
+        ("gemma2", 8192),
+    ],
 )
 def test_context_from_name_prefers_the_longest_family(name, expected):
     assert context_from_name(name)[0] == expected
@@ -188,7 +223,9 @@ def test_llama_cpp_server_context_from_props():
 def test_vllm_context_from_the_model_listing():
     found, asked = discover_asking(
         "Qwen/Qwen3-8B",
-        models_answer=models(vllm_model("Qwen/Qwen3-0.6B", 40960), vllm_model("Qwen/Qwen3-8B", 16384)),
+        models_answer=models(
+            vllm_model("Qwen/Qwen3-0.6B", 40960), vllm_model("Qwen/Qwen3-8B", 16384)
+        ),
     )
     assert found == (16384, "max_model_len of the vLLM server (/v1/models)")
     assert [path for path, _ in asked] == ["/api/ps", "/api/show", "/props", "/v1/models"]
@@ -200,13 +237,17 @@ def test_vllm_serving_one_model_under_another_name_is_taken_at_its_word():
 
 
 def test_vllm_listing_several_other_models_falls_back_to_the_name_table():
-    found, _ = discover("qwen2.5:7b", models_answer=models(vllm_model("a", 1000), vllm_model("b", 2000)))
+    found, _ = discover(
+        "qwen2.5:7b", models_answer=models(vllm_model("a", 1000), vllm_model("b", 2000))
+    )
     assert found[0] == 32768 and "qwen2.5" in found[1]
 
 
 def test_ollama_answers_stop_discovery_before_the_other_servers_endpoints():
     found, asked = discover_asking(
-        show_answer=show("num_ctx 2048"), props_answer=props(), models_answer=models(vllm_model("llama3.2"))
+        show_answer=show("num_ctx 2048"),
+        props_answer=props(),
+        models_answer=models(vllm_model("llama3.2")),
     )
     assert found == (2048, "num_ctx in the model's Modelfile (/api/show)")
     assert [path for path, _ in asked] == ["/api/ps", "/api/show"]
@@ -249,7 +290,9 @@ def test_malformed_props_fall_back_to_the_name_table(props_answer):
         models(vllm_model("my-finetune", "8192")),
         models(vllm_model("my-finetune", -1)),
         models(vllm_model("my-finetune", None)),
-        models({"id": "my-finetune:latest", "object": "model", "owned_by": "library"}),  # Ollama's listing
+        models(
+            {"id": "my-finetune:latest", "object": "model", "owned_by": "library"}
+        ),  # Ollama's listing
     ],
 )
 def test_malformed_model_listings_fall_back_to_the_name_table(models_answer):
@@ -293,8 +336,7 @@ def test_the_questions_carry_the_api_key_behind_an_authenticating_proxy():
     def answer(request):
         if request.headers.get("authorization") != "Bearer sk-proxy":
             return httpx.Response(401, json={"error": "unauthorized"})
-        return ps({"name": "llama3.2:latest", "model": "llama3.2:latest",
-                   "context_length": 8192})
+        return ps({"name": "llama3.2:latest", "model": "llama3.2:latest", "context_length": 8192})
 
     with respx.mock(assert_all_called=False) as router:
         router.get(BASE + "/api/ps").mock(side_effect=answer)

@@ -74,8 +74,9 @@ def _exists(name: str) -> bool:
 
 @pytest.mark.parametrize("source", [README, *_pages()], ids=lambda p: p.name)
 def test_every_source_file_the_docs_name_exists(source: Path):
-    stale = [name for name in _SOURCE.findall(source.read_text(encoding="utf-8"))
-             if not _exists(name)]
+    stale = [
+        name for name in _SOURCE.findall(source.read_text(encoding="utf-8")) if not _exists(name)
+    ]
 
     assert not stale, f"{source.name} names files that are not in the repository: {stale}"
 
@@ -87,8 +88,11 @@ def _retry_table() -> list[tuple[str, str]]:
 
 def test_the_manuals_failure_families_say_what_the_code_does():
     rows = _retry_table()
-    statuses = [(int(code), retried == "yes") for what, retried in rows
-                for code in re.findall(r"\b([45]\d\d)\b", what)]
+    statuses = [
+        (int(code), retried == "yes")
+        for what, retried in rows
+        for code in re.findall(r"\b([45]\d\d)\b", what)
+    ]
 
     assert {408, 429, 500, 501, 503, 505, 401, 403} <= {code for code, _ in statuses}
     for code, retried in statuses:

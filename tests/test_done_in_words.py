@@ -12,14 +12,17 @@ from ouroboros.testing import Reply
 from tests.helpers import clean_env, make_project, ouroboros_here, run_events
 
 
-@pytest.mark.parametrize("text,words", [
-    ("ALL DONE. Every part is recorded.", "ALL DONE"),
-    ("I think the task is complete now.", "the task is complete"),
-    ("I have finished the task: see results.txt", "I have finished the task"),
-    ("The task is not complete yet: part 3 is missing.", None),
-    ("Done with part 2; reading part 3 next.", None),
-    ("Parts 1 to 2 are done; I think that is all for now.", None),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("ALL DONE. Every part is recorded.", "ALL DONE"),
+        ("I think the task is complete now.", "the task is complete"),
+        ("I have finished the task: see results.txt", "I have finished the task"),
+        ("The task is not complete yet: part 3 is missing.", None),
+        ("Done with part 2; reading part 3 next.", None),
+        ("Parts 1 to 2 are done; I think that is all for now.", None),
+    ],
+)
 def test_what_counts_as_saying_done(text, words):
     assert said_done(text) == words
 
@@ -28,9 +31,11 @@ def test_an_idle_end_after_saying_done_says_so_and_how_to_go_on():
     line = how_to_continue("idle", max_idle_turns=2, last_words="ALL DONE!")
     plain = how_to_continue("idle", max_idle_turns=2, last_words="Still thinking.")
 
-    assert line == ('the agent said it is done ("ALL DONE") without calling task_complete, so '
-                    'the run is paused; to give it more to do: ouroboros resume --message '
-                    '"what to do next"')
+    assert line == (
+        'the agent said it is done ("ALL DONE") without calling task_complete, so '
+        "the run is paused; to give it more to do: ouroboros resume --message "
+        '"what to do next"'
+    )
     assert plain.startswith("the agent made no tool call and said nothing new in 2 turns in a row")
 
 
@@ -63,8 +68,17 @@ def ended(*, said_done: str | None, next_line: str = "") -> str:
 
     state = DashboardState()
     reply = ev.Assistant(text="ALL DONE.", finish_reason="stop", tool_calls=[], seq=1, turn=1)
-    end = ev.RunEnd(reason="idle", exit_code=3, sessions=1, total_turns=1, restarts=0,
-                    next=next_line, said_done=said_done, seq=2, turn=1)
+    end = ev.RunEnd(
+        reason="idle",
+        exit_code=3,
+        sessions=1,
+        total_turns=1,
+        restarts=0,
+        next=next_line,
+        said_done=said_done,
+        seq=2,
+        turn=1,
+    )
     for event in (reply, end):
         state.apply(event.record())
     return state.status
@@ -74,6 +88,7 @@ def test_the_dashboard_takes_the_loops_word_for_done_and_reads_a_log_from_before
     assert ended(said_done="ALL DONE") == "ended: the agent says it is done; paused (exit 3)"
     assert ended(said_done="") == "ended: idle (exit 3)"  # the loop judged: not done
     old = how_to_continue("idle", last_words="ALL DONE.")  # `next`, before `said_done` was kept
-    assert ended(said_done=None, next_line=old) == \
-        "ended: the agent says it is done; paused (exit 3)"
+    assert (
+        ended(said_done=None, next_line=old) == "ended: the agent says it is done; paused (exit 3)"
+    )
     assert ended(said_done=None) == "ended: idle (exit 3)"

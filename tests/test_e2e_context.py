@@ -26,22 +26,34 @@ NOT_MADE_REAL = {"model.ensure_window": False}
 
 def run_task(tmp_path, server: ScriptedServer, parts: int = PARTS, **context):
     keys = write_demo_project(tmp_path, server.base_url, parts)
-    flags = {"safety.sandbox": "off", **NOT_MADE_REAL,
-             **{f"context.{k}": v for k, v in context.items()}}
+    flags = {
+        "safety.sandbox": "off",
+        **NOT_MADE_REAL,
+        **{f"context.{k}": v for k, v in context.items()},
+    }
     loaded = load_config(tmp_path / "ouroboros.toml", flags, env={}, user_file=None)
     code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
 
 
-@pytest.mark.parametrize("usage,wire,fragment", [
-    (True, "current", False),
-    (False, "current", False),
-    (True, "legacy", True),
-])
+@pytest.mark.parametrize(
+    "usage,wire,fragment",
+    [
+        (True, "current", False),
+        (False, "current", False),
+        (True, "legacy", True),
+    ],
+)
 def test_long_task_in_a_small_window(tmp_path, usage, wire, fragment):
     brain = RecordingAgent(PARTS)
-    with ScriptedServer(brain, model="scripted-demo", context_length=CONTEXT, send_usage=usage,
-                        wire=wire, fragment_tool_calls=fragment) as server:
+    with ScriptedServer(
+        brain,
+        model="scripted-demo",
+        context_length=CONTEXT,
+        send_usage=usage,
+        wire=wire,
+        fragment_tool_calls=fragment,
+    ) as server:
         code, keys = run_task(tmp_path, server)
 
     assert code == 0
@@ -74,25 +86,38 @@ def test_long_task_in_a_small_window(tmp_path, usage, wire, fragment):
 
 
 def test_masking_placeholders_and_notices_reach_the_model(tmp_path):
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo",
-                        context_length=CONTEXT) as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS), model="scripted-demo", context_length=CONTEXT
+    ) as server:
         run_task(tmp_path, server)
-    masked_request = next(r for r in server.requests
-                          if any("file_read result masked: data/" in (m.get("content") or "")
-                                 for m in r["messages"]))
+    masked_request = next(
+        r
+        for r in server.requests
+        if any("file_read result masked: data/" in (m.get("content") or "") for m in r["messages"])
+    )
     messages = masked_request["messages"]
-    placeholder = next(m for m in messages
-                       if "file_read result masked: data/" in (m.get("content") or ""))
+    placeholder = next(
+        m for m in messages if "file_read result masked: data/" in (m.get("content") or "")
+    )
     assert placeholder["role"] == "tool"
-    assert re.match(r'\[file_read result masked: data/part_\d{3}\.txt, \d+ lines, [\d.]+ KB, '
-                    r'began "KEY: [0-9a-f]+"\. recall\(id="obs-\d+"\)', placeholder["content"])
+    assert re.match(
+        r"\[file_read result masked: data/part_\d{3}\.txt, \d+ lines, [\d.]+ KB, "
+        r'began "KEY: [0-9a-f]+"\. recall\(id="obs-\d+"\)',
+        placeholder["content"],
+    )
     # The call it answers is still there, arguments intact.
     call_ids = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
     assert placeholder["tool_call_id"] in call_ids
-    notices = [m["content"] for m in messages if (m.get("content") or "").startswith(
-        "[Context compressed:")]
-    assert notices and re.match(r"\[Context compressed: \d+ observations masked, ~\d+% of the "
-                                r"context reclaimed\]", notices[0])
+    notices = [
+        m["content"]
+        for m in messages
+        if (m.get("content") or "").startswith("[Context compressed:")
+    ]
+    assert notices and re.match(
+        r"\[Context compressed: \d+ observations masked, ~\d+% of the "
+        r"context reclaimed\]",
+        notices[0],
+    )
     assert "~0%" not in notices[0]
 
 
@@ -107,20 +132,25 @@ def test_restart_rereads_the_prompt_and_carries_over_whole_turns(tmp_path):
                 (tmp_path / "SYSTEM_PROMPT.md").write_text(edited)
             return super().__call__(messages)
 
-    with ScriptedServer(EditingAgent(PARTS), model="scripted-demo",
-                        context_length=CONTEXT) as server:
+    with ScriptedServer(
+        EditingAgent(PARTS), model="scripted-demo", context_length=CONTEXT
+    ) as server:
         run_task(tmp_path, server, carryover_turns=2)
     events = run_events(tmp_path)
     restart = of_type(events, "session_restart")[0]
-    first_after = next(r for r in server.requests
-                       if "[Session 2 of this run begins" in r["messages"][-1]["content"]
-                       )["messages"]
+    first_after = next(
+        r
+        for r in server.requests
+        if "[Session 2 of this run begins" in r["messages"][-1]["content"]
+    )["messages"]
     assert first_after[0]["role"] == "system"
     assert first_after[0]["content"].startswith(edited + "\n")  # then the agent's memory
     assert first_after[1]["content"].startswith("[Carried over from session 1")
     last = first_after[-1]["content"]  # the restart note and the handoff, read last
-    assert last.startswith(f"[Session 2 of this run begins with a fresh context. Session 1 "
-                           f"ended after {restart['previous_turns']} turns")
+    assert last.startswith(
+        f"[Session 2 of this run begins with a fresh context. Session 1 "
+        f"ended after {restart['previous_turns']} turns"
+    )
     assert "re-read your notes" in last.splitlines()[-1]
     carried = first_after[2:-1]
     assert len(carried) == restart["carryover_messages"]
@@ -132,8 +162,9 @@ def test_restart_rereads_the_prompt_and_carries_over_whole_turns(tmp_path):
 
 
 def test_max_restarts_stops_the_run(tmp_path):
-    with ScriptedServer(RecordingAgent(40), model="scripted-demo",
-                        context_length=CONTEXT) as server:
+    with ScriptedServer(
+        RecordingAgent(40), model="scripted-demo", context_length=CONTEXT
+    ) as server:
         code, _ = run_task(tmp_path, server, parts=40, max_restarts=1)
     assert code == 3
     events = run_events(tmp_path)
@@ -142,8 +173,9 @@ def test_max_restarts_stops_the_run(tmp_path):
 
 
 def test_headless_run_without_auto_restart_stops_instead_of_asking(tmp_path):
-    with ScriptedServer(RecordingAgent(40), model="scripted-demo",
-                        context_length=CONTEXT) as server:
+    with ScriptedServer(
+        RecordingAgent(40), model="scripted-demo", context_length=CONTEXT
+    ) as server:
         run_task(tmp_path, server, parts=40, auto_restart=False)
     events = run_events(tmp_path)
     assert not of_type(events, "session_restart")
@@ -154,8 +186,13 @@ def test_headless_run_without_auto_restart_stops_instead_of_asking(tmp_path):
 def test_overflow_errors_are_recovered(tmp_path, overflow):
     """A server whose real window is smaller than the configured one refuses the prompt; the
     harness shrinks it and goes on."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
-                        overflow=overflow, api_ps="silent") as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS),
+        model="scripted-demo",
+        context_length=2500,
+        overflow=overflow,
+        api_ps="silent",
+    ) as server:
         code, keys = run_task(tmp_path, server)
     assert code == 0
     events = run_events(tmp_path)
@@ -167,12 +204,20 @@ def test_overflow_errors_are_recovered(tmp_path, overflow):
 def test_silent_truncation_is_detected_and_the_limit_lowered(tmp_path):
     """The config claims 16k but the server (like Ollama's default) holds 2.5k and silently
     cuts the front of longer prompts."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
-                        overflow="truncate", api_ps="silent") as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS),
+        model="scripted-demo",
+        context_length=2500,
+        overflow="truncate",
+        api_ps="silent",
+    ) as server:
         keys = write_demo_project(tmp_path, server.base_url, PARTS)
-        loaded = load_config(tmp_path / "ouroboros.toml",
-                             {"model.context_limit": 16384, **NOT_MADE_REAL},
-                             env={}, user_file=None)
+        loaded = load_config(
+            tmp_path / "ouroboros.toml",
+            {"model.context_limit": 16384, **NOT_MADE_REAL},
+            env={},
+            user_file=None,
+        )
         asyncio.run(run_agent(loaded, RunHooks()))
     events = run_events(tmp_path)
     detected = of_type(events, "context_truncation_detected")
@@ -192,8 +237,9 @@ def test_recall_returns_the_original_text(tmp_path):
     ]
     with ScriptedServer(brain_calls, model="scripted-demo", context_length=CONTEXT) as server:
         write_demo_project(tmp_path, server.base_url, 1)
-        loaded = load_config(tmp_path / "ouroboros.toml", {"agent.max_turns": 4}, env={},
-                             user_file=None)
+        loaded = load_config(
+            tmp_path / "ouroboros.toml", {"agent.max_turns": 4}, env={}, user_file=None
+        )
         asyncio.run(run_agent(loaded, RunHooks()))
     results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert "characters cut" in results[0] and 'recall(id="obs-1"' in results[0]

@@ -28,8 +28,7 @@ def test_an_edited_system_prompt_is_said_at_the_next_session(tmp_path: Path):
     changed = of_type(events, "prompt_changed")
     assert len(changed) == 1  # one edit, one line; later restarts change nothing
     assert changed[0]["path"] == str(prompt.resolve())
-    assert (changed[0]["old_chars"], changed[0]["new_chars"]) == (before[0],
-                                                                  before[0] + len(ADDED))
+    assert (changed[0]["old_chars"], changed[0]["new_chars"]) == (before[0], before[0] + len(ADDED))
     restart = of_type(events, "session_restart")[0]
     assert changed[0]["session"] == restart["session"]
     line = format_line(changed[0])

@@ -63,8 +63,9 @@ class EditingAgent(RecordingAgent):
         return super().__call__(messages)
 
 
-def run_task(root: Path, brain, parts: int, *, resume: bool = False,
-             hooks: RunHooks | None = None) -> tuple[int, dict[int, str]]:
+def run_task(
+    root: Path, brain, parts: int, *, resume: bool = False, hooks: RunHooks | None = None
+) -> tuple[int, dict[int, str]]:
     """Run (or resume) the demo task against a scripted server answering with `brain`."""
     with ScriptedServer(brain, model="scripted-demo", context_length=CONTEXT) as server:
         if not resume:
@@ -77,10 +78,10 @@ def run_task(root: Path, brain, parts: int, *, resume: bool = False,
         else:
             edit_config(root, "model", "base_url", server.base_url)
         keys = make_workspace(root / "workspace", parts, chars_per_part=CHARS_PER_PART)
-        loaded = load_config(root / "ouroboros.toml", {"safety.sandbox": "off"}, env={},
-                             user_file=None)
-        code = asyncio.run(run_agent(loaded, hooks or RunHooks(),
-                                     resume=resume))
+        loaded = load_config(
+            root / "ouroboros.toml", {"safety.sandbox": "off"}, env={}, user_file=None
+        )
+        code = asyncio.run(run_agent(loaded, hooks or RunHooks(), resume=resume))
     return code, keys
 
 
@@ -103,8 +104,9 @@ def mask_levels(events: list[dict[str, Any]]) -> dict[int, list[float]]:
 
 def test_edited_thresholds_take_effect_at_the_next_session(tmp_path):
     # 24 parts: masking carries session 1 far, and session 2 must live long enough to mask
-    agent = EditingAgent(24, lambda: edit_config(tmp_path, "context", "soft_threshold_pct",
-                                                 NEW_SOFT))
+    agent = EditingAgent(
+        24, lambda: edit_config(tmp_path, "context", "soft_threshold_pct", NEW_SOFT)
+    )
     code, keys = run_task(tmp_path, agent, 24)
 
     assert code == 0
@@ -113,19 +115,21 @@ def test_edited_thresholds_take_effect_at_the_next_session(tmp_path):
     assert events[-1]["reason"] == "task_complete"
     changed = of_type(events, "config_changed")
     assert [(c["key"], c["old"], c["new"], c["session"]) for c in changed] == [
-        (SOFT_KEY, SOFT, NEW_SOFT, 2)]
+        (SOFT_KEY, SOFT, NEW_SOFT, 2)
+    ]
     assert changed[0]["source"] == f"project file {tmp_path / 'ouroboros.toml'}"
     # announced with the new session, before its session_start
     types = [e["type"] for e in events]
     at = types.index("config_changed")
-    assert types[at - 1:at + 2] == ["session_restart", "config_changed", "session_start"]
+    assert types[at - 1 : at + 2] == ["session_restart", "config_changed", "session_start"]
     # The decisions follow: session 1 masked at 70% and above, session 2 below it too.
     levels = mask_levels(events)
     assert levels[1] and min(levels[1]) >= SOFT
     assert levels[2] and min(levels[2]) >= NEW_SOFT and min(levels[2]) < SOFT
     # Seen in the log, the stats and the status.
     assert format_line(changed[0]).endswith(
-        f"config changed: {SOFT_KEY} 0.7 -> 0.55 (project file {tmp_path / 'ouroboros.toml'})")
+        f"config changed: {SOFT_KEY} 0.7 -> 0.55 (project file {tmp_path / 'ouroboros.toml'})"
+    )
     stats = run_stats(events)
     assert stats.thresholds[0] == (SOFT, 0.9) and stats.thresholds[-1] == (NEW_SOFT, 0.9)
     status = run_status(tmp_path / ".ouroboros")
@@ -133,13 +137,21 @@ def test_edited_thresholds_take_effect_at_the_next_session(tmp_path):
     assert "changed at session 2: soft 0.70 -> 0.55" in rendered(status)
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda root: edit_config(root, "context", "soft_threshold_pct", 1.5),
-     "context.soft_threshold_pct in {path} must be greater than 0 and less than 1, got 1.5"),
-    (lambda root: (root / "ouroboros.toml").write_text(
-        (root / "ouroboros.toml").read_text() + "\nsoft_threshold_pct = \n"),
-     "{path} is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (
+            lambda root: edit_config(root, "context", "soft_threshold_pct", 1.5),
+            "context.soft_threshold_pct in {path} must be greater than 0 and less than 1, got 1.5",
+        ),
+        (
+            lambda root: (root / "ouroboros.toml").write_text(
+                (root / "ouroboros.toml").read_text() + "\nsoft_threshold_pct = \n"
+            ),
+            "{path} is not valid TOML",
+        ),
+    ],
+)
 def test_a_bad_edit_keeps_the_run_going_with_one_warning(tmp_path, edit, message):
     agent = EditingAgent(30, lambda: edit(tmp_path), every=True)
     code, keys = run_task(tmp_path, agent, 30)
@@ -152,8 +164,9 @@ def test_a_bad_edit_keeps_the_run_going_with_one_warning(tmp_path, edit, message
     expected = message.format(path=tmp_path / "ouroboros.toml")
     warnings = [w["message"] for w in of_type(events, "warning")]
     assert len([w for w in warnings if w.startswith(expected)]) == 1, warnings
-    assert any(w.endswith("the run keeps its current settings until that is fixed")
-               for w in warnings)
+    assert any(
+        w.endswith("the run keeps its current settings until that is fixed") for w in warnings
+    )
     assert not of_type(events, "config_changed")
     assert all(min(levels) >= SOFT for levels in mask_levels(events).values())
 
@@ -200,8 +213,9 @@ def header_text(state: DashboardState) -> list[str]:
 
 def test_keys_that_need_a_new_run_are_reported_once_and_kept(tmp_path):
     (tmp_path / "elsewhere").mkdir(parents=True)
-    agent = EditingAgent(30, lambda: edit_config(tmp_path, "agent", "workspace", "elsewhere"),
-                         every=True)
+    agent = EditingAgent(
+        30, lambda: edit_config(tmp_path, "agent", "workspace", "elsewhere"), every=True
+    )
     code, keys = run_task(tmp_path, agent, 30)
 
     assert code == 0
@@ -212,7 +226,8 @@ def test_keys_that_need_a_new_run_are_reported_once_and_kept(tmp_path):
     warnings = [w["message"] for w in of_type(events, "warning")]
     assert [w for w in warnings if "needs a new run" in w] == [
         f'agent.workspace changed to "elsewhere" (project file {tmp_path / "ouroboros.toml"}) '
-        'but needs a new run; this run keeps "workspace"']
+        'but needs a new run; this run keeps "workspace"'
+    ]
     assert not of_type(events, "config_changed")
 
 
@@ -253,12 +268,15 @@ def test_resume_after_an_edit_uses_the_edited_values(tmp_path):
     assert code == 0
     assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
     events = run_events(tmp_path)
-    after = events[len(before):]
+    after = events[len(before) :]
     assert after[0]["type"] == "run_resumed"
     changed = [(c["key"], c["old"], c["new"]) for c in of_type(after, "config_changed")]
     assert (SOFT_KEY, SOFT, NEW_SOFT) in changed
-    assert ("agent.continue_message", "Continue working towards your goals. Use your tools.",
-            "Keep going.") in changed
+    assert (
+        "agent.continue_message",
+        "Continue working towards your goals. Use your tools.",
+        "Keep going.",
+    ) in changed
     assert all(c["session"] == 1 for c in of_type(after, "config_changed"))
     # the resumed run decides at the edited threshold
     resumed_levels = [level for levels in mask_levels(after).values() for level in levels]
@@ -316,4 +334,4 @@ def test_reload_ends_the_session_early_after_a_wind_down(tmp_path, sighup_ignore
     assert after.index(winds[0]) < after.index(restarts[0])
     # the wind-down came at once, not when the window filled
     assert winds[0]["session"] == 1 and winds[0]["turn"] <= 5
-    assert all(e["type"] != "context_mask" for e in after[:after.index(restarts[0])])
+    assert all(e["type"] != "context_mask" for e in after[: after.index(restarts[0])])

@@ -20,23 +20,30 @@ from tests.helpers import (
 )
 
 MULTI_STEP = [
-    Reply("Writing the plan.", [("file_write", {"path": "notes/plan.md",
-                                                "content": "1. count\n2. report\n"})]),
+    Reply(
+        "Writing the plan.",
+        [("file_write", {"path": "notes/plan.md", "content": "1. count\n2. report\n"})],
+    ),
     Reply("Let me look around.", [("list_dir", {"path": "."})]),
-    Reply("Counting with the shell.", [
-        ("shell_exec",
-         {"command": "wc -l < notes/plan.md > notes/count.txt && cat notes/count.txt"}),
-    ]),
+    Reply(
+        "Counting with the shell.",
+        [
+            (
+                "shell_exec",
+                {"command": "wc -l < notes/plan.md > notes/count.txt && cat notes/count.txt"},
+            ),
+        ],
+    ),
     Reply("Reading it back.", [("file_read", {"path": "notes/count.txt"})]),
     Reply("Trying to peek outside.", [("file_read", {"path": "../ouroboros.toml"})]),
     Reply("All done for now."),
 ]
 
 
-@pytest.mark.parametrize("wire,fragment", [("current", False), ("legacy", False),
-                                           ("current", True)])
-def test_run_does_a_multi_step_task_with_all_four_tools(tmp_path, scripted_server, wire,
-                                                        fragment):
+@pytest.mark.parametrize(
+    "wire,fragment", [("current", False), ("legacy", False), ("current", True)]
+)
+def test_run_does_a_multi_step_task_with_all_four_tools(tmp_path, scripted_server, wire, fragment):
     server = scripted_server(MULTI_STEP, wire=wire, fragment_tool_calls=fragment)
     config = make_project(tmp_path, server.base_url)
 
@@ -72,8 +79,17 @@ def test_events_log_holds_every_event_type(tmp_path, scripted_server):
 
     events = run_events(tmp_path)
     types = {e["type"] for e in events}
-    assert {"run_start", "session_start", "assistant", "tool_call", "tool_result",
-            "token_usage", "security", "session_end", "run_end"} <= types
+    assert {
+        "run_start",
+        "session_start",
+        "assistant",
+        "tool_call",
+        "tool_result",
+        "token_usage",
+        "security",
+        "session_end",
+        "run_end",
+    } <= types
     first = events[0]
     assert first["type"] == "run_start" and first["format_version"] == 3
     assert first["config"]["model"]["name"] == "scripted"
@@ -92,10 +108,21 @@ def test_events_log_holds_every_event_type(tmp_path, scripted_server):
 
 
 def test_state_lives_outside_the_workspace(tmp_path, scripted_server):
-    server = scripted_server([Reply("Where is the log?", [
-        ("shell_exec", {"command": "ls -a; ls ../.ouroboros >/dev/null && echo visible"}),
-    ]), Reply("Trying the file tool.", [("list_dir", {"path": "../.ouroboros"})]),
-        Reply("Fine.")])
+    server = scripted_server(
+        [
+            Reply(
+                "Where is the log?",
+                [
+                    (
+                        "shell_exec",
+                        {"command": "ls -a; ls ../.ouroboros >/dev/null && echo visible"},
+                    ),
+                ],
+            ),
+            Reply("Trying the file tool.", [("list_dir", {"path": "../.ouroboros"})]),
+            Reply("Fine."),
+        ]
+    )
     config = make_project(tmp_path, server.base_url)
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "3")
     assert ran.returncode == 3, ran.stderr
@@ -106,8 +133,9 @@ def test_state_lives_outside_the_workspace(tmp_path, scripted_server):
 
 def test_a_reply_without_tool_calls_gets_the_continue_message(tmp_path, scripted_server):
     server = scripted_server([Reply("Thinking."), Reply("Still thinking.")])
-    config = make_project(tmp_path, server.base_url,
-                          agent={"continue_message": "Keep going, please."})
+    config = make_project(
+        tmp_path, server.base_url, agent={"continue_message": "Keep going, please."}
+    )
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "2")
     assert ran.returncode == 3, ran.stderr
     second = server.requests[1]["messages"]
@@ -126,16 +154,23 @@ def test_the_system_prompt_is_read_from_disk(tmp_path, scripted_server):
     body = server.requests[0]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert {t["function"]["name"] for t in body["tools"]} >= {
-        "file_read", "file_write", "shell_exec", "list_dir", "recall"}
+        "file_read",
+        "file_write",
+        "shell_exec",
+        "list_dir",
+        "recall",
+    }
 
 
 def test_bad_tool_arguments_become_results_the_model_reads(tmp_path, scripted_server):
-    server = scripted_server([
-        Reply("", [("file_read", '{"path": "a.txt"')]),  # broken JSON
-        Reply("", [("no_such_tool", {})]),
-        Reply("", [("file_read", {"path": "missing.txt"})]),
-        Reply("", [("shell_exec", {"command": "exit 3"})]),
-    ])
+    server = scripted_server(
+        [
+            Reply("", [("file_read", '{"path": "a.txt"')]),  # broken JSON
+            Reply("", [("no_such_tool", {})]),
+            Reply("", [("file_read", {"path": "missing.txt"})]),
+            Reply("", [("shell_exec", {"command": "exit 3"})]),
+        ]
+    )
     config = make_project(tmp_path, server.base_url)
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "4")
     assert ran.returncode == 3, ran.stderr
@@ -143,8 +178,9 @@ def test_bad_tool_arguments_become_results_the_model_reads(tmp_path, scripted_se
     assert results[0].startswith("error:") and "JSON" in results[0]
     assert results[1].startswith("error:") and "file_read" in results[1]
     assert results[2].startswith("error:") and "missing.txt" in results[2]
-    assert "[exit code 3]" in server.requests[-1]["messages"][-1]["content"] or \
-        "exit code 3" in json.dumps(run_events(tmp_path))
+    assert "[exit code 3]" in server.requests[-1]["messages"][-1][
+        "content"
+    ] or "exit code 3" in json.dumps(run_events(tmp_path))
 
 
 # --- failures a person can act on -----------------------------------------------------------
@@ -171,7 +207,8 @@ def test_model_not_found_lists_the_models_the_server_has(tmp_path, scripted_serv
     said = (result.stdout + result.stderr).count("has no model 'llama3.3'")
     assert said == 1 and not server.requests
     assert not (tmp_path / ".ouroboros" / "runs").exists() or not list(
-        (tmp_path / ".ouroboros" / "runs").iterdir())
+        (tmp_path / ".ouroboros" / "runs").iterdir()
+    )
 
 
 def test_model_without_tool_support_is_a_clear_error(tmp_path, scripted_server):
@@ -192,14 +229,17 @@ def test_stream_without_done_is_retried_then_fails_resumable(tmp_path, scripted_
     assert "ouroboros resume" in result.stderr
 
 
-@pytest.mark.parametrize("content,expected", [
-    ("[model\nname = 'x'\n", ["ouroboros.toml", "line 1"]),
-    ("[model]\nnmae = 'x'\n", ["model.nmae", "did you mean model.name"]),
-    ("[model]\ntemperature = 'hot'\n", ["model.temperature", "number"]),
-    ("[context]\nsoft_threshold_pct = 1.5\n", ["context.soft_threshold_pct", "less than 1"]),
-    ("[context]\nsoft_threshold_pct = 0.95\n", ["soft_threshold_pct", "hard_threshold_pct"]),
-    ("[context]\ncarryover_turns = -1\n", ["context.carryover_turns"]),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        ("[model\nname = 'x'\n", ["ouroboros.toml", "line 1"]),
+        ("[model]\nnmae = 'x'\n", ["model.nmae", "did you mean model.name"]),
+        ("[model]\ntemperature = 'hot'\n", ["model.temperature", "number"]),
+        ("[context]\nsoft_threshold_pct = 1.5\n", ["context.soft_threshold_pct", "less than 1"]),
+        ("[context]\nsoft_threshold_pct = 0.95\n", ["soft_threshold_pct", "hard_threshold_pct"]),
+        ("[context]\ncarryover_turns = -1\n", ["context.carryover_turns"]),
+    ],
+)
 def test_bad_config_is_one_clear_line_and_exit_2(tmp_path, content, expected):
     make_project(tmp_path, "http://127.0.0.1:9")
     (tmp_path / "ouroboros.toml").write_text(content)

@@ -16,9 +16,15 @@ def segmented_project(root, scripted_server, *, max_turns: int):
     all of them: its config and the results the task ends with."""
     agent = CountingAgent(6)
     agent.server = scripted_server(agent)
-    return demo_project(root, agent.server.base_url, 6, max_turns=max_turns,
-                        chars_per_part=3000, model={"context_limit": 4096},
-                        logging={"segment_mb": 0.0001, "keep_mb": 0})
+    return demo_project(
+        root,
+        agent.server.base_url,
+        6,
+        max_turns=max_turns,
+        chars_per_part=3000,
+        model={"context_limit": 4096},
+        logging={"segment_mb": 0.0001, "keep_mb": 0},
+    )
 
 
 def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_server):
@@ -48,8 +54,9 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
     pruned = ouroboros_here("prune", *args)
     assert pruned.returncode == 0 and "nothing to prune" in pruned.stdout  # keep_mb = 0
 
-    again = ouroboros_here("resume", *args, "--headless", "--message", "check the results again",
-                      "--max-turns", "2")
+    again = ouroboros_here(
+        "resume", *args, "--headless", "--message", "check the results again", "--max-turns", "2"
+    )
     assert again.returncode == 0, again.stderr
     resumed = list(run_records(run))
     assert [r["seq"] for r in resumed] == list(range(1, len(resumed) + 1))
@@ -57,7 +64,8 @@ def test_the_commands_read_a_run_in_segments_as_one_log(tmp_path, scripted_serve
 
 
 def test_a_damaged_manifest_and_segment_are_one_line_naming_the_file_and_the_run_goes_on(
-        tmp_path, scripted_server):
+    tmp_path, scripted_server
+):
     config, expected = segmented_project(tmp_path, scripted_server, max_turns=6)
     args = ("--config", str(config))
     ouroboros_here("run", *args, "--headless")  # paused at max_turns, some segments closed
@@ -66,9 +74,17 @@ def test_a_damaged_manifest_and_segment_are_one_line_naming_the_file_and_the_run
     damaged = run / "segments" / "000002.jsonl.gz"
     damaged.write_bytes(b"not gzip at all")
 
-    readers = {name: ouroboros_here(*command, *args) for name, command in {
-        "logs": ["logs"], "stats --all": ["stats", "--all"], "status": ["status"],
-        "stats": ["stats"], "runs": ["runs"], "logs -n 3": ["logs", "-n", "3"]}.items()}
+    readers = {
+        name: ouroboros_here(*command, *args)
+        for name, command in {
+            "logs": ["logs"],
+            "stats --all": ["stats", "--all"],
+            "status": ["status"],
+            "stats": ["stats"],
+            "runs": ["runs"],
+            "logs -n 3": ["logs", "-n", "3"],
+        }.items()
+    }
     again = ouroboros_here("resume", *args, "--headless", "--max-turns", "400")
 
     for name, result in readers.items():

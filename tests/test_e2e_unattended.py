@@ -33,8 +33,12 @@ def test_a_loop_is_stopped_within_twelve_calls(tmp_path, scripted_server):
     assert len(of_type(events, "tool_call")) <= 12
     assert [e["action"] for e in of_type(events, "stuck")] == ["note", "pause"]
     assert events[-1]["type"] == "run_end" and events[-1]["reason"] == "stuck"
-    told = [m["content"] for r in server.requests for m in r["messages"]
-            if "Loop detected" in (m.get("content") or "")]
+    told = [
+        m["content"]
+        for r in server.requests
+        for m in r["messages"]
+        if "Loop detected" in (m.get("content") or "")
+    ]
     assert told and "data/part_000.txt" in told[0]
     assert "STUCK (repeat)" in result.stdout and "ouroboros resume" in result.stdout
 
@@ -45,8 +49,9 @@ class NoteTaker(RecordingAgent):
     def __call__(self, messages: list[Message]) -> Reply:
         pinned = MEMORY in (messages[0].get("content") or "")  # from session 2 on
         if not pinned and not any("NOTES.md" in (m.get("content") or "") for m in messages[1:]):
-            return Reply("Noting what I decided.", [("file_write", {"path": "NOTES.md",
-                                                                    "content": MEMORY})])
+            return Reply(
+                "Noting what I decided.", [("file_write", {"path": "NOTES.md", "content": MEMORY})]
+            )
         return super().__call__(messages)
 
 
@@ -65,11 +70,17 @@ def test_memory_and_handoff_carry_a_session_into_the_next(tmp_path):
     events = run_events(tmp_path)
     assert events[-1]["reason"] == "task_complete"
     restart = of_type(events, "session_restart")[0]
-    starts = [i for i, r in enumerate(server.requests)
-              if "[Session 2 of this run begins" in r["messages"][-1]["content"]]
-    session_2 = [r["messages"] for r in server.requests[starts[0]:]
-                 if not any("[Session 3 of" in (m.get("content") or "") for m in r["messages"])]
-    session_1 = server.requests[:starts[0]]
+    starts = [
+        i
+        for i, r in enumerate(server.requests)
+        if "[Session 2 of this run begins" in r["messages"][-1]["content"]
+    ]
+    session_2 = [
+        r["messages"]
+        for r in server.requests[starts[0] :]
+        if not any("[Session 3 of" in (m.get("content") or "") for m in r["messages"])
+    ]
+    session_1 = server.requests[: starts[0]]
     # The memory written in session 1 is pinned in every request of session 2.
     assert session_2 and all(MEMORY in messages[0]["content"] for messages in session_2)
     assert MEMORY not in session_1[0]["messages"][0]["content"]  # not written yet
@@ -100,20 +111,29 @@ def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server
             told.wait(30)
         if any(m.get("content") == "Stop after this: write done.txt" for m in messages):
             return Reply("", [("task_complete", {"summary": "told to stop"})])
-        return Reply("Working.", [("file_write", {"path": f"step{len(turns)}.txt",
-                                                  "content": "x"})])
+        return Reply(
+            "Working.", [("file_write", {"path": f"step{len(turns)}.txt", "content": "x"})]
+        )
 
     server = scripted_server(agent)
     config = make_project(tmp_path, server.base_url)
-    run = ouroboros_forked("run", "-c", str(config), "--headless", cwd=tmp_path,
-                           out=tmp_path / "out.txt", err=tmp_path / "err.txt")
+    run = ouroboros_forked(
+        "run",
+        "-c",
+        str(config),
+        "--headless",
+        cwd=tmp_path,
+        out=tmp_path / "out.txt",
+        err=tmp_path / "err.txt",
+    )
     try:
         assert first_asked.wait(30)
         (tmp_path / "workspace" / "deep").mkdir()
         with config.open("a") as file:
             file.write(typo)
-        sent = ouroboros_here("tell", "Stop after this: write done.txt",
-                              cwd=tmp_path / "workspace" / "deep")
+        sent = ouroboros_here(
+            "tell", "Stop after this: write done.txt", cwd=tmp_path / "workspace" / "deep"
+        )
         told.set()
         assert sent.returncode == 0, sent.stderr
         assert sent.stderr.count("\n") == (1 if typo else 0)
@@ -125,18 +145,22 @@ def test_tell_reaches_a_running_agent_within_two_turns(tmp_path, scripted_server
         if run.poll() is None:
             run.kill()
     asked = [r["messages"] for r in server.requests]
-    given = next(i for i, messages in enumerate(asked)
-                 if any(m.get("content") == "Stop after this: write done.txt"
-                        for m in messages))
+    given = next(
+        i
+        for i, messages in enumerate(asked)
+        if any(m.get("content") == "Stop after this: write done.txt" for m in messages)
+    )
     assert given <= 2  # the request after the turn it was sent in, or the one after
     events = run_events(tmp_path)
     assert [e["text"] for e in of_type(events, "user_message")] == [
-        "Stop after this: write done.txt"]
+        "Stop after this: write done.txt"
+    ]
     assert events[-1]["reason"] == "task_complete"
 
 
 def test_tell_with_no_run_waits_for_the_next_resume_and_an_empty_one_is_refused(
-        tmp_path, scripted_server):
+    tmp_path, scripted_server
+):
     server = scripted_server([Reply("Hello.")] * 2)
     config = make_project(tmp_path, server.base_url)
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
@@ -163,14 +187,19 @@ class NotesVandal(RecordingAgent):
     something that cannot be pinned whole: a huge file, a binary one, a link out of the
     workspace."""
 
-    VANDAL = {6: ("shell_exec", {"command": "yes 'old line' | head -n 40000 > NOTES.md"}),
-              14: ("shell_exec", {"command": "printf 'bin\\000ary' > NOTES.md"}),
-              22: ("shell_exec", {"command": "rm -f NOTES.md && ln -s /etc/passwd NOTES.md"})}
+    VANDAL = {
+        6: ("shell_exec", {"command": "yes 'old line' | head -n 40000 > NOTES.md"}),
+        14: ("shell_exec", {"command": "printf 'bin\\000ary' > NOTES.md"}),
+        22: ("shell_exec", {"command": "rm -f NOTES.md && ln -s /etc/passwd NOTES.md"}),
+    }
 
     def __call__(self, messages: list[Message]) -> Reply:
         reply = super().__call__(messages)
-        part = int(reply.text.split()[-1].rstrip(".")) if reply.text.startswith(
-            "Recording part") else None
+        part = (
+            int(reply.text.split()[-1].rstrip("."))
+            if reply.text.startswith("Recording part")
+            else None
+        )
         if part in self.VANDAL:
             return Reply(reply.text, [*reply.tool_calls, self.VANDAL[part]])
         return reply
@@ -180,8 +209,11 @@ def test_a_memory_file_huge_binary_or_replaced_changes_nothing_of_a_restart(tmp_
     server = demo_task(tmp_path, NotesVandal(32))
     events = run_events(tmp_path)
     assert events[-1]["reason"] == "task_complete" and len(of_type(events, "session_restart")) >= 3
-    firsts = [r["messages"] for r in server.requests
-              if "of this run begins" in r["messages"][-1]["content"]]
+    firsts = [
+        r["messages"]
+        for r in server.requests
+        if "of this run begins" in r["messages"][-1]["content"]
+    ]
     assert len(firsts) == len(of_type(events, "session_restart"))
     for messages in firsts:  # each restart ends with its note, whatever NOTES.md became
         assert messages[-1]["content"].splitlines()[-1].startswith("First, before you act")
@@ -194,13 +226,15 @@ def test_a_memory_file_huge_binary_or_replaced_changes_nothing_of_a_restart(tmp_
 def test_with_max_idle_turns_0_the_idle_line_says_the_run_never_pauses(tmp_path, scripted_server):
     replies = [Reply("")] * 4 + [Reply("", [("task_complete", {"summary": "done"})])]
     server = scripted_server(replies)
-    config = make_project(tmp_path, server.base_url,
-                          agent={"max_idle_turns": 0, "idle_pause_max_secs": 0.01})
+    config = make_project(
+        tmp_path, server.base_url, agent={"max_idle_turns": 0, "idle_pause_max_secs": 0.01}
+    )
 
     result = ouroboros_here("run", "-c", str(config), "--headless")
 
     assert result.returncode == 0, result.stderr
     idle = [line for line in result.stdout.splitlines() if "no tool call in" in line]
-    assert idle and all(line.endswith("(agent.max_idle_turns = 0: the run never pauses)")
-                        for line in idle), idle
+    assert idle and all(
+        line.endswith("(agent.max_idle_turns = 0: the run never pauses)") for line in idle
+    ), idle
     assert "pauses after 0" not in result.stdout

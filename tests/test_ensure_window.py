@@ -33,8 +33,10 @@ def test_a_window_ollama_does_not_give_is_made_and_used(tmp_path, scripted_serve
     events = run_events(tmp_path)
     [start] = of_type(events, "session_start")
     assert start["context_limit"] == 8192
-    assert start["limit_source"] == ("model.context_limit in config; Ollama model "
-                                     "scripted-ctx8192 with num_ctx 8192, created by /api/create")
+    assert start["limit_source"] == (
+        "model.context_limit in config; Ollama model "
+        "scripted-ctx8192 with num_ctx 8192, created by /api/create"
+    )
     said = [line for line in ran.stdout.splitlines() if "scripted-ctx8192" in line]
     assert len(said) == 1 and "window 8,192 tokens" in said[0]
     # /api/ps lists the made model with its window: believed, never cut
@@ -51,18 +53,26 @@ def test_the_made_model_is_reused_by_the_next_run(tmp_path, scripted_server):
     assert ran.returncode == 3, ran.stderr
     assert server.create_requests == [MADE]
     [start] = of_type(run_events(tmp_path / "second"), "session_start")
-    assert start["limit_source"].endswith("; Ollama model scripted-ctx8192 with num_ctx 8192, "
-                                          "from an earlier run")
+    assert start["limit_source"].endswith(
+        "; Ollama model scripted-ctx8192 with num_ctx 8192, from an earlier run"
+    )
     assert server.requests[-1]["model"] == "scripted-ctx8192"
 
 
-@pytest.mark.parametrize("create, said", [
-    ("missing", "POST /api/create answered 404 (404 page not found)"),
-    ("fails", "POST /api/create said: open /usr/share/ollama/.ollama/models/manifests/"
-              "registry.ollama.ai/library: permission denied"),
-])
-def test_a_server_that_cannot_make_it_stops_the_run_in_one_line(tmp_path, scripted_server,
-                                                               create, said):
+@pytest.mark.parametrize(
+    "create, said",
+    [
+        ("missing", "POST /api/create answered 404 (404 page not found)"),
+        (
+            "fails",
+            "POST /api/create said: open /usr/share/ollama/.ollama/models/manifests/"
+            "registry.ollama.ai/library: permission denied",
+        ),
+    ],
+)
+def test_a_server_that_cannot_make_it_stops_the_run_in_one_line(
+    tmp_path, scripted_server, create, said
+):
     server = scripted_server(SCRIPT, context_length=2048, create=create)
 
     ran = run(tmp_path, server)
@@ -70,19 +80,23 @@ def test_a_server_that_cannot_make_it_stops_the_run_in_one_line(tmp_path, script
     assert ran.returncode == 2
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in ran.stderr
-    assert lines[0].startswith("error: cannot give scripted the window of 8,192 tokens "
-                               "model.context_limit asks for: ")
+    assert lines[0].startswith(
+        "error: cannot give scripted the window of 8,192 tokens model.context_limit asks for: "
+    )
     assert said in lines[0]
     assert "set model.ensure_window = false" in lines[0]
     assert "OLLAMA_CONTEXT_LENGTH=8192" in lines[0]
     assert server.requests == []
 
 
-@pytest.mark.parametrize("settings, model", [
-    ({"context_length": 8192}, {}),                        # Ollama gives the window already
-    ({"context_length": 2048}, {"ensure_window": False}),  # the person said not to
-    ({"context_length": 2048, "serves_any_name": True}, {}),  # not Ollama (llama.cpp)
-])
+@pytest.mark.parametrize(
+    "settings, model",
+    [
+        ({"context_length": 8192}, {}),  # Ollama gives the window already
+        ({"context_length": 2048}, {"ensure_window": False}),  # the person said not to
+        ({"context_length": 2048, "serves_any_name": True}, {}),  # not Ollama (llama.cpp)
+    ],
+)
 def test_nothing_is_made_where_nothing_is_to_make(tmp_path, scripted_server, settings, model):
     server = scripted_server(SCRIPT, **settings)
 
@@ -107,10 +121,13 @@ def lines(*objects: object) -> list[str]:
 
 def test_what_the_json_lines_of_api_create_say():
     progress = {"status": "using existing layer sha256:2af3b81862c6be03c769683af18efdadb2c33f6"}
-    assert create_failure(lines(progress, {"status": "writing manifest"},
-                                {"status": "success"})) is None
+    assert (
+        create_failure(lines(progress, {"status": "writing manifest"}, {"status": "success"}))
+        is None
+    )
     assert create_failure(lines(progress, {"error": "permission denied"})) == "permission denied"
-    assert create_failure(lines(progress)) == ("no success at the end (last status: using "
-                                               f"existing layer {progress['status'][21:]})")
+    assert create_failure(lines(progress)) == (
+        f"no success at the end (last status: using existing layer {progress['status'][21:]})"
+    )
     assert create_failure([]) == "no success at the end (last status: None)"
     assert create_failure(["<html>"]) == "an answer that is not JSON (<html>)"

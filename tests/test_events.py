@@ -24,15 +24,54 @@ EVENT_PAGE = Path(__file__).parents[1] / "docs" / "event-log.md"
 # Records of format 1 from before some fields were added: they read with those left at their
 # defaults.
 EARLY_V1 = [
-    {"type": "run_start", "ts": "2025-01-01T00:00:00.000Z", "seq": 1, "session": 1, "turn": 0,
-     "format_version": 1, "run_id": "r1", "version": "0.0.1", "pid": 7, "config": {}},
-    {"type": "token_usage", "ts": "2025-01-01T00:00:01.000Z", "seq": 2, "session": 1,
-     "turn": 1, "prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920,
-     "context_limit": 4096, "budget": 3584, "context_used_pct": 25.1, "source": "estimate"},
-    {"type": "session_restart", "ts": "2025-01-01T00:00:02.000Z", "seq": 3, "session": 2,
-     "turn": 0, "previous_turns": 4, "carryover_messages": 5, "reason": "context full"},
-    {"type": "run_end", "ts": "2025-01-01T00:00:03.000Z", "seq": 4, "session": 2, "turn": 0,
-     "reason": "max_turns", "exit_code": 0, "sessions": 2, "total_turns": 4, "restarts": 1},
+    {
+        "type": "run_start",
+        "ts": "2025-01-01T00:00:00.000Z",
+        "seq": 1,
+        "session": 1,
+        "turn": 0,
+        "format_version": 1,
+        "run_id": "r1",
+        "version": "0.0.1",
+        "pid": 7,
+        "config": {},
+    },
+    {
+        "type": "token_usage",
+        "ts": "2025-01-01T00:00:01.000Z",
+        "seq": 2,
+        "session": 1,
+        "turn": 1,
+        "prompt_tokens": 900,
+        "completion_tokens": 20,
+        "total_tokens": 920,
+        "context_limit": 4096,
+        "budget": 3584,
+        "context_used_pct": 25.1,
+        "source": "estimate",
+    },
+    {
+        "type": "session_restart",
+        "ts": "2025-01-01T00:00:02.000Z",
+        "seq": 3,
+        "session": 2,
+        "turn": 0,
+        "previous_turns": 4,
+        "carryover_messages": 5,
+        "reason": "context full",
+    },
+    {
+        "type": "run_end",
+        "ts": "2025-01-01T00:00:03.000Z",
+        "seq": 4,
+        "session": 2,
+        "turn": 0,
+        "reason": "max_turns",
+        "exit_code": 0,
+        "sessions": 2,
+        "total_turns": 4,
+        "restarts": 1,
+    },
 ]
 
 
@@ -66,12 +105,33 @@ def test_the_log_writes_each_model_as_todays_record(tmp_path: Path):
     log = EventLog(path, seq=4, session=2, turn=3)
     told: list[ev.EventBase] = []
     log.subscribe(told.append)
-    log.emit(ev.ToolResultEvent(id="c1", name="file_read", ok=True, bytes=5, observation="obs-1",
-                                truncated=False, summary="KEY", duration_ms=2))
+    log.emit(
+        ev.ToolResultEvent(
+            id="c1",
+            name="file_read",
+            ok=True,
+            bytes=5,
+            observation="obs-1",
+            truncated=False,
+            summary="KEY",
+            duration_ms=2,
+        )
+    )
     log.emit(ev.WindDown(context_used_pct=91.0))
-    log.emit(ev.TokenUsage(prompt_tokens=1, completion_tokens=2, total_tokens=3,
-                           context_limit=8, budget=6, context_used_pct=16.7, source="server",
-                           reported=None, cached_tokens=None, verdict="unknown"))
+    log.emit(
+        ev.TokenUsage(
+            prompt_tokens=1,
+            completion_tokens=2,
+            total_tokens=3,
+            context_limit=8,
+            budget=6,
+            context_used_pct=16.7,
+            source="server",
+            reported=None,
+            cached_tokens=None,
+            verdict="unknown",
+        )
+    )
     log.close()
 
     result, wind_down, usage = read_events(path).events
@@ -84,8 +144,14 @@ def test_the_log_writes_each_model_as_todays_record(tmp_path: Path):
 
 
 def test_a_type_this_version_does_not_know_is_kept_and_skipped():
-    future = {"type": "hologram", "ts": "2030-01-01T00:00:00.000Z", "seq": 9, "session": 1,
-              "turn": 2, "colour": "teal"}
+    future = {
+        "type": "hologram",
+        "ts": "2030-01-01T00:00:00.000Z",
+        "seq": 9,
+        "session": 1,
+        "turn": 2,
+        "colour": "teal",
+    }
     event = ev.parse_event(future)
 
     assert isinstance(event, ev.UnknownEvent) and event.record() == future
@@ -97,10 +163,21 @@ def test_a_type_this_version_does_not_know_is_kept_and_skipped():
 
 
 def test_a_record_that_does_not_fit_its_type_is_a_damaged_log(tmp_path: Path):
-    bad = {"type": "tool_result", "ts": "2025-01-01T00:00:00.000Z", "seq": 3, "session": 1,
-           "turn": 1, "id": "c1", "name": "file_read", "ok": True}
-    with pytest.raises(ev.EventError, match=r"event 3 \(tool_result\) does not fit its type: "
-                                            r"bytes: Field required"):
+    bad = {
+        "type": "tool_result",
+        "ts": "2025-01-01T00:00:00.000Z",
+        "seq": 3,
+        "session": 1,
+        "turn": 1,
+        "id": "c1",
+        "name": "file_read",
+        "ok": True,
+    }
+    with pytest.raises(
+        ev.EventError,
+        match=r"event 3 \(tool_result\) does not fit its type: "
+        r"bytes: Field required",
+    ):
         ev.parse_event(bad)
     path = tmp_path / "events.jsonl"
     path.write_text(json.dumps(bad) + "\n")
@@ -125,22 +202,35 @@ def test_every_type_but_the_bookkeeping_ones_has_a_line_of_its_own():
 def test_the_manuals_event_table_is_the_one_the_models_make():
     text = EVENT_PAGE.read_text(encoding="utf-8")
     begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
-    in_docs = text[begin:end + len(TABLE_END) + 1] if begin >= 0 and end >= 0 else "(no table)"
+    in_docs = text[begin : end + len(TABLE_END) + 1] if begin >= 0 and end >= 0 else "(no table)"
 
     assert in_docs == marked_table(), (
         "docs/event-log.md's event table differs from the event models "
         "(ouroboros/store/events.py): "
-        "replace it, markers included, with the output of `python -m ouroboros.store.event_table`")
+        "replace it, markers included, with the output of `python -m ouroboros.store.event_table`"
+    )
 
 
-@pytest.mark.parametrize("event,line", [
-    (ev.RunEnd(reason="max_turns", exit_code=0, sessions=1, total_turns=1, restarts=1),
-     "run ended: max_turns after 1 turn, 1 session, 1 restart (exit 0)"),
-    (ev.RunEnd(reason="max_turns", exit_code=0, sessions=2, total_turns=0, restarts=0),
-     "run ended: max_turns after 0 turns, 2 sessions, 0 restarts (exit 0)"),
-    (ev.ContextDrop(turns_dropped=1, tokens_after=10), "dropped the oldest turn to fit the window"),
-    (ev.SessionRestart(previous_turns=1, carryover_messages=1, reason="r"),
-     "restart -> session 1: r (previous session ran 1 turn, 1 message carried)"),
-])
+@pytest.mark.parametrize(
+    "event,line",
+    [
+        (
+            ev.RunEnd(reason="max_turns", exit_code=0, sessions=1, total_turns=1, restarts=1),
+            "run ended: max_turns after 1 turn, 1 session, 1 restart (exit 0)",
+        ),
+        (
+            ev.RunEnd(reason="max_turns", exit_code=0, sessions=2, total_turns=0, restarts=0),
+            "run ended: max_turns after 0 turns, 2 sessions, 0 restarts (exit 0)",
+        ),
+        (
+            ev.ContextDrop(turns_dropped=1, tokens_after=10),
+            "dropped the oldest turn to fit the window",
+        ),
+        (
+            ev.SessionRestart(previous_turns=1, carryover_messages=1, reason="r"),
+            "restart -> session 1: r (previous session ran 1 turn, 1 message carried)",
+        ),
+    ],
+)
 def test_a_count_of_one_is_singular(event, line):
     assert describe(event) == line

@@ -41,8 +41,9 @@ def parses(argv: list[str]) -> Any:
 
 
 def unit() -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(strict=False, interpolation=None,
-                                       delimiters=("=",), comment_prefixes=("#",))
+    parser = configparser.ConfigParser(
+        strict=False, interpolation=None, delimiters=("=",), comment_prefixes=("#",)
+    )
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     parser.read(UNIT)
     return parser
@@ -67,8 +68,9 @@ def test_the_unit_runs_continue_and_restarts_only_when_it_should() -> None:
     assert service["ExecReload"].endswith("kill -HUP $MAINPID")  # = `ouroboros reload`
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="systemd-analyze is not installed here")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here"
+)
 def test_systemd_analyze_verifies_the_unit(tmp_path) -> None:
     """With the program path and user of this machine, so the check is of the unit's
     directives, not of this machine's users."""
@@ -79,8 +81,9 @@ def test_systemd_analyze_verifies_the_unit(tmp_path) -> None:
     text = text.replace("User=ouroboros", "User=root").replace("Group=ouroboros", "Group=root")
     instance = tmp_path / "ouroboros@demo.service"
     instance.write_text(text)
-    result = subprocess.run(["systemd-analyze", "verify", str(instance)], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(instance)], capture_output=True, text=True, timeout=60
+    )
     problems = [line for line in result.stderr.splitlines() if str(instance) in line]
     assert result.returncode == 0 and not problems, result.stderr
 
@@ -224,7 +227,7 @@ def test_the_units_header_lists_every_step_it_relies_on() -> None:
     assert "ouroboros@.service /etc/systemd/system/" in text and "daemon-reload" in text
     writable = service["ReadWritePaths"].split()
     assert service["WorkingDirectory"] in writable  # the state dir is in the project
-    for code in (NO_RESTART | {0, 1}):
+    for code in NO_RESTART | {0, 1}:
         assert re.search(rf"^ {{2,}}{code}\s", text, re.M), f"exit {code} explained"
 
 
@@ -247,9 +250,12 @@ def test_the_job_meets_the_restricted_pod_security_standard(tmp_path) -> None:
         assert context.get("privileged", False) is False
 
     agent = next(c for c in pod["containers"] if c["name"] == "agent")
-    writable = [Path(m["mountPath"]) for m in agent["volumeMounts"] if not m.get("readOnly")
-                and ("persistentVolumeClaim" in volumes[m["name"]]
-                     or "emptyDir" in volumes[m["name"]])]
+    writable = [
+        Path(m["mountPath"])
+        for m in agent["volumeMounts"]
+        if not m.get("readOnly")
+        and ("persistentVolumeClaim" in volumes[m["name"]] or "emptyDir" in volumes[m["name"]])
+    ]
     files = docs["ConfigMap"]["data"]
     project = tmp_path / "project"
     project.mkdir()
@@ -257,11 +263,16 @@ def test_the_job_meets_the_restricted_pod_security_standard(tmp_path) -> None:
         (project / name).write_text(text)
     loaded = load_config(project / "ouroboros.toml", user_file=None, env={})
     env = {e["name"]: e["value"] for e in agent["env"]}
-    written = [loaded.state_dir, loaded.workspace, Path(env["XDG_CACHE_HOME"]),
-               Path(env.get("TMPDIR", "/tmp"))]
+    written = [
+        loaded.state_dir,
+        loaded.workspace,
+        Path(env["XDG_CACHE_HOME"]),
+        Path(env.get("TMPDIR", "/tmp")),
+    ]
     for path in written:
-        assert any(path.is_relative_to(mount) for mount in writable), \
+        assert any(path.is_relative_to(mount) for mount in writable), (
             f"{path} is written but not on a writable volume"
+        )
 
 
 def test_the_jobs_header_builds_the_image_it_runs_and_has_no_stale_figures() -> None:
@@ -274,16 +285,17 @@ def test_the_jobs_header_builds_the_image_it_runs_and_has_no_stale_figures() -> 
     image = images.pop()
     assert re.search(rf"(podman|docker) build -t {re.escape(image)} -f Containerfile \.", text)
     assert CONTAINERFILE.exists()
-    comments = "\n".join(line for line in JOB.read_text().splitlines()
-                         if line.strip().startswith("#"))
+    comments = "\n".join(
+        line for line in JOB.read_text().splitlines() if line.strip().startswith("#")
+    )
     figures = re.findall(r"\d[\d,.]*\s*(?:[KMG]i?B|ms|turns)\b", comments)
     assert not figures, f"figures that go stale belong in docs/benchmarks.md: {figures}"
 
 
 def test_the_manual_says_what_to_do_when_a_run_pauses() -> None:
     text = (REPO / "docs" / "supervisors.md").read_text()
-    section = text[text.index("## When a run pauses (exit 3)"):]
-    section = section[:section.index("\n## ", 5)]
+    section = text[text.index("## When a run pauses (exit 3)") :]
+    section = section[: section.index("\n## ", 5)]
     assert "ouroboros tell" in section
     assert "kubectl delete job" in section and "kubectl apply" in section
     assert "systemctl restart" in section

@@ -49,8 +49,13 @@ def survived(tmp_path, scripted_server, faults: dict[int, list[Fault]]) -> tuple
     agent = CountingAgent(PARTS, inject_at=faults)
     server = scripted_server(agent)
     agent.server = server
-    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
-                                    model={"max_retry_secs": RETRY_BUDGET_SECS})
+    config, expected = demo_project(
+        tmp_path,
+        server.base_url,
+        PARTS,
+        max_turns=MAX_TURNS,
+        model={"max_retry_secs": RETRY_BUDGET_SECS},
+    )
 
     result = ouroboros_here("run", "--config", str(config), "--headless")
 
@@ -60,14 +65,18 @@ def survived(tmp_path, scripted_server, faults: dict[int, list[Fault]]) -> tuple
 
 
 def test_transient_faults_are_survived(tmp_path, scripted_server):
-    errors, printed = survived(tmp_path, scripted_server, {  # one a turn: a backoff each
-        2: [Fault("drop")],
-        3: [Fault("status", 500)],
-        4: [Fault("status", 503, message="loading model")],
-        5: [Fault("status", 429)],
-        6: [Fault("garbage")],
-        7: [Fault("no_done")],
-    })
+    errors, printed = survived(
+        tmp_path,
+        scripted_server,
+        {  # one a turn: a backoff each
+            2: [Fault("drop")],
+            3: [Fault("status", 500)],
+            4: [Fault("status", 503, message="loading model")],
+            5: [Fault("status", 429)],
+            6: [Fault("garbage")],
+            7: [Fault("no_done")],
+        },
+    )
 
     assert errors.count(" | ") == 5, errors  # six retries, one for each fault
     for fragment in ("500", "503", "429", "[DONE]"):
@@ -76,8 +85,9 @@ def test_transient_faults_are_survived(tmp_path, scripted_server):
 
 
 def test_an_outage_within_max_retry_secs_is_survived(tmp_path, scripted_server):
-    errors, printed = survived(tmp_path, scripted_server, {
-        2: [Fault("drop"), Fault("outage", seconds=OUTAGE_SECS)]})
+    errors, printed = survived(
+        tmp_path, scripted_server, {2: [Fault("drop"), Fault("outage", seconds=OUTAGE_SECS)]}
+    )
 
     # The drop is retried once; every retry after it was refused by the outage.
     assert errors.count(" | ") >= 1, errors
@@ -100,14 +110,16 @@ def test_an_auth_failure_stops_with_a_clear_message(tmp_path, scripted_server, s
     assert of_type(events, "error")[0]["kind"] == "AuthError"
 
 
-def test_an_outage_longer_than_max_retry_secs_exits_1_and_resume_finishes(tmp_path,
-                                                                        scripted_server):
+def test_an_outage_longer_than_max_retry_secs_exits_1_and_resume_finishes(
+    tmp_path, scripted_server
+):
     # The budget is spent half a second after the first refusal, long before the outage ends.
     agent = CountingAgent(PARTS, inject_at={4: [Fault("outage", seconds=3)]})
     server = scripted_server(agent)
     agent.server = server
-    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
-                                    model={"max_retry_secs": 0.5})
+    config, expected = demo_project(
+        tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS, model={"max_retry_secs": 0.5}
+    )
 
     result = ouroboros_here("run", "--config", str(config), "--headless")
 

@@ -24,8 +24,13 @@ THRESHOLDS = AgentConfig(stuck_repeats=4, stuck_cycles=3)
 
 def step(text: str = "", *outcomes: tuple[str, dict, str, bool]) -> Step:
     """A step from (tool, arguments, result text, ok) outcomes."""
-    return step_of(text, [(ToolCall(f"id{i}", name, json.dumps(args)), ToolResult(out, ok=ok))
-                          for i, (name, args, out, ok) in enumerate(outcomes)])
+    return step_of(
+        text,
+        [
+            (ToolCall(f"id{i}", name, json.dumps(args)), ToolResult(out, ok=ok))
+            for i, (name, args, out, ok) in enumerate(outcomes)
+        ],
+    )
 
 
 MISSING = ("file_read", {"path": "data/part_000.txt"}, "error: file not found", False)
@@ -52,12 +57,20 @@ def test_arguments_are_compared_as_json_not_as_text():
     assert find_loop(steps, repeats=4, cycles=0) is not None
 
 
-@pytest.mark.parametrize("steps", [
-    [step("", MISSING)] * 3 + [step("", ("file_read", {"path": "other"}, "error: x", False))],
-    [step("", MISSING)] * 3 + [step("", ("file_read", {"path": "data/part_000.txt"},
-                                         "error: permission denied", False))],
-    [step("", READ_OK)] * 3 + [step("x", READ_OK)],
-], ids=["other arguments", "other result", "a call that works"])
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [step("", MISSING)] * 3 + [step("", ("file_read", {"path": "other"}, "error: x", False))],
+        [step("", MISSING)] * 3
+        + [
+            step(
+                "", ("file_read", {"path": "data/part_000.txt"}, "error: permission denied", False)
+            )
+        ],
+        [step("", READ_OK)] * 3 + [step("x", READ_OK)],
+    ],
+    ids=["other arguments", "other result", "a call that works"],
+)
 def test_a_different_call_or_result_or_success_is_no_repeat(steps):
     assert find_loop(steps, repeats=4, cycles=0) is None
 

@@ -27,8 +27,7 @@ from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import of_type
 
 # Big parts in a small window: masking, a wind-down and a restart within 60 turns.
-BIG = {"chars_per_part": 6000, "model": {"context_limit": 4096},
-       "context": {"carryover_turns": 3}}
+BIG = {"chars_per_part": 6000, "model": {"context_limit": 4096}, "context": {"carryover_turns": 3}}
 
 
 def run_in_process(root: Path, base_url: str, on_step: Any, **tables: Any) -> Path:
@@ -44,8 +43,13 @@ def run_in_process(root: Path, base_url: str, on_step: Any, **tables: Any) -> Pa
         client = ChatClient(model.base_url, model.name)
         try:
             holder["runner"] = await Runner.open(
-                loaded, run_dir, client, TokenCounter(model.base_url, model.name,
-                                                      http=client.http), hooks, resume=False)
+                loaded,
+                run_dir,
+                client,
+                TokenCounter(model.base_url, model.name, http=client.http),
+                hooks,
+                resume=False,
+            )
             return await holder["runner"].run()
         finally:
             await client.aclose()
@@ -59,40 +63,50 @@ def saved(run_dir: Path, policy: Any) -> dict[str, Any]:
     snapshot, events = read_snapshot(run_dir), read_events(run_dir / EVENTS_FILE).events
     state, _ = replay(snapshot, events, observation_reader(run_dir))
     run_state = RunState.from_dict(state, policy)
-    fold(run_state.digest, [ev.parse_event(e) for e in events
-                            if e["seq"] > snapshot["seq"] and e["type"] in DIGESTED])
+    fold(
+        run_state.digest,
+        [ev.parse_event(e) for e in events if e["seq"] > snapshot["seq"] and e["type"] in DIGESTED],
+    )
     return json.loads(json.dumps(run_state.to_dict()))
 
 
 @pytest.mark.parametrize("durability", ["turn", "event"])
-def test_the_state_saved_at_every_step_is_the_live_state(tmp_path, scripted_server,
-                                                          durability):
+def test_the_state_saved_at_every_step_is_the_live_state(tmp_path, scripted_server, durability):
     server = scripted_server(CountingAgent(8), context_length=4096)
     compared: list[str] = []
 
     def on_step(runner: Runner | None, event: ev.EventBase) -> None:
-        if runner is None or event.type not in ("checkpoint", "session_restart") \
-                and getattr(event, "checkpoint", None) is None:
+        if (
+            runner is None
+            or event.type not in ("checkpoint", "session_restart")
+            and getattr(event, "checkpoint", None) is None
+        ):
             return
         live = json.loads(json.dumps(runner.state.to_dict()))
         assert saved(runner.run_dir, runner.loaded.config.context) == live, event
         compared.append(event.type)
 
-    run_dir = run_in_process(tmp_path, server.base_url, on_step,
-                             logging={"durability": durability})
+    run_dir = run_in_process(tmp_path, server.base_url, on_step, logging={"durability": durability})
 
     events = read_events(run_dir / EVENTS_FILE).events
     assert of_type(events, "context_mask") and of_type(events, "wind_down")
     assert compared.count("session_restart") >= 1 and len(compared) > 25
     # tool results masked and token counts written on earlier messages, in checkpoints
-    checkpoints = [e.get("checkpoint", e) for e in events
-                   if e["type"] == "checkpoint" or "checkpoint" in e]
-    assert any(op.get("obs") for e in checkpoints for op in e.get("messages", [])
-               if isinstance(op, dict))  # a tool result logged as its observation
+    checkpoints = [
+        e.get("checkpoint", e) for e in events if e["type"] == "checkpoint" or "checkpoint" in e
+    ]
+    assert any(
+        op.get("obs") for e in checkpoints for op in e.get("messages", []) if isinstance(op, dict)
+    )  # a tool result logged as its observation
     assert any("tokens" in e for e in checkpoints)
-    assert any(len([op for op in e.get("messages", []) if isinstance(op, list)]) > 1
-               or any(isinstance(op, dict) and "masked" in op.get("content", "")
-                      for op in e.get("messages", [])) for e in checkpoints)
+    assert any(
+        len([op for op in e.get("messages", []) if isinstance(op, list)]) > 1
+        or any(
+            isinstance(op, dict) and "masked" in op.get("content", "")
+            for op in e.get("messages", [])
+        )
+        for e in checkpoints
+    )
     # state.json was written at the boundaries only: its last write is the run's end
     assert read_snapshot(run_dir)["seq"] == events[-1]["seq"]
 
@@ -104,14 +118,19 @@ def test_a_step_writes_what_it_changed_not_the_conversation(tmp_path, scripted_s
     sizes: list[tuple[int, int]] = []  # (messages in the conversation, bytes of checkpoint)
 
     def on_step(runner: Runner | None, event: ev.EventBase) -> None:
-        if isinstance(event, ev.Checkpoint) and runner is not None \
-                and event.messages is not None:
+        if isinstance(event, ev.Checkpoint) and runner is not None and event.messages is not None:
             sizes.append((len(runner.state.messages), len(event.to_json())))
 
     # The agent reads parts past the 4 there are, over and over: the stuck-loop guard is off
     # so the session grows long.
-    run_in_process(tmp_path, server.base_url, on_step, chars_per_part=300,
-                   model={"context_limit": 65536}, agent={"stuck_repeats": 0})
+    run_in_process(
+        tmp_path,
+        server.base_url,
+        on_step,
+        chars_per_part=300,
+        model={"context_limit": 65536},
+        agent={"stuck_repeats": 0},
+    )
 
     early = [size for messages, size in sizes if messages < 15]
     late = [size for messages, size in sizes if messages > 45]
@@ -123,9 +142,12 @@ def test_masking_and_dropped_turns_are_logged_as_kept_ranges():
     """The pure part: a conversation changed other than by appending is described as the
     ranges of the old one it keeps, and the messages that replace the rest."""
     context = ContextManager.create(8192, "test", 512, ContextConfig())
-    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"},
-                {"role": "assistant", "content": "a"}, {"role": "tool", "tool_call_id": "c",
-                                                        "content": "long " * 50}]
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "a"},
+        {"role": "tool", "tool_call_id": "c", "content": "long " * 50},
+    ]
     state = RunState("r", messages, context)
     journal = Journal()
     journal.reset(state, 7)

@@ -43,8 +43,10 @@ from tests.crash_helpers import kill, start_forked, wait_for
 from tests.helpers import make_project, of_type, ouroboros_here, run_events
 
 PROMPT = LITERAL_PROMPT.format(notes=NOTES)
-RECORD = ("grep -qxF 'part_{0:03d}: {1}' results.txt 2>/dev/null || "
-          "echo 'part_{0:03d}: {1}' >> results.txt")
+RECORD = (
+    "grep -qxF 'part_{0:03d}: {1}' results.txt 2>/dev/null || "
+    "echo 'part_{0:03d}: {1}' >> results.txt"
+)
 WIND_DOWN = "[Context nearly full: 91% of the context budget is used. Save your progress now.]"
 
 
@@ -62,9 +64,19 @@ class Chat:
     def did(self, name: str, args: dict[str, Any], result: str) -> Chat:
         self.calls += 1
         call_id = f"call_{self.calls}"
-        self.messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": call_id, "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}]})
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                ],
+            }
+        )
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
         return self
 
@@ -72,12 +84,18 @@ class Chat:
         return self.did("file_read", {"path": NOTES}, text)
 
     def wrote_notes(self, text: str) -> Chat:
-        return self.did("file_write", {"path": NOTES, "content": text},
-                        f"wrote {len(text)} bytes (2 lines) to {NOTES}")
+        return self.did(
+            "file_write",
+            {"path": NOTES, "content": text},
+            f"wrote {len(text)} bytes (2 lines) to {NOTES}",
+        )
 
     def read_part(self, part: int, key: str = "abc123") -> Chat:
-        return self.did("file_read", {"path": f"data/part_{part:03d}.txt"},
-                        f"KEY: {key}\nShips came in at dawn.\n")
+        return self.did(
+            "file_read",
+            {"path": f"data/part_{part:03d}.txt"},
+            f"KEY: {key}\nShips came in at dawn.\n",
+        )
 
     def recorded(self, part: int, key: str = "abc123", result: str = "[exit code 0]") -> Chat:
         return self.did("shell_exec", {"command": RECORD.format(part, key)}, result)
@@ -88,8 +106,14 @@ def calls(reply: Reply) -> list[tuple[str, Any]]:
 
 
 def notes_written(reply: Reply) -> str | None:
-    return next((args["content"] for name, args in reply.tool_calls
-                 if name == "file_write" and args["path"] == NOTES), None)
+    return next(
+        (
+            args["content"]
+            for name, args in reply.tool_calls
+            if name == "file_write" and args["path"] == NOTES
+        ),
+        None,
+    )
 
 
 def reads(reply: Reply) -> list[str]:
@@ -109,12 +133,17 @@ def worked(chat: Chat) -> Chat:
 def test_the_data_and_the_demo_filler_hold_no_order():
     assert order_in(FILLER) is None
     assert order_in(DEMO_FILLER) is None  # "checked twice" is no order to this matcher
-    assert [order_in(text) for text in (
-        WIND_DOWN, "[Session restarted. Check your workspace files for saved progress.]",
-        "Re-read your notes before you act.", "Continue working towards your goals.",
-        'Your note when told to wind down: "Saving my progress."',
-        "[interrupted: ... may or may not have taken effect. Check before repeating it.]")] \
-        == ["save", "read", "read", "continue", "save", None]
+    assert [
+        order_in(text)
+        for text in (
+            WIND_DOWN,
+            "[Session restarted. Check your workspace files for saved progress.]",
+            "Re-read your notes before you act.",
+            "Continue working towards your goals.",
+            'Your note when told to wind down: "Saving my progress."',
+            "[interrupted: ... may or may not have taken effect. Check before repeating it.]",
+        )
+    ] == ["save", "read", "read", "continue", "save", None]
 
 
 @pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
@@ -126,43 +155,65 @@ def test_every_agent_saves_when_the_newest_message_says_so_from_what_it_knows(ag
 
 @pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
 def test_every_agent_checks_a_record_cut_short_before_doing_it_again(agent):
-    chat = worked(Chat()).read_part(5).recorded(
-        5, result="[interrupted: the harness stopped while this shell_exec call was running, so "
-                  "it may or may not have taken effect. Check before repeating it.]")
+    chat = (
+        worked(Chat())
+        .read_part(5)
+        .recorded(
+            5,
+            result="[interrupted: the harness stopped while this shell_exec call was running, so "
+            "it may or may not have taken effect. Check before repeating it.]",
+        )
+    )
     reply = agent(6)(chat.messages)
     assert calls(reply) == [("shell_exec", {"command": "grep -q '^part_005: ' results.txt"})]
 
-    found = agent(6)(chat.did("shell_exec", {"command": "grep -q '^part_005: ' results.txt"},
-                              "[exit code 0]").messages)
+    found = agent(6)(
+        chat.did(
+            "shell_exec", {"command": "grep -q '^part_005: ' results.txt"}, "[exit code 0]"
+        ).messages
+    )
     assert reads(found) == ["data/part_006.txt"]  # 5 is done: on to 6, never recorded again
 
 
 @pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
 def test_every_agent_checks_the_command_a_resume_note_names(agent):
     chat = worked(Chat()).read_part(5)
-    chat.say("[Resumed. A call was interrupted by the crash: `grep -qxF 'part_005: abc123' "
-             "results.txt || echo ...`; it may or may not have run.]")
+    chat.say(
+        "[Resumed. A call was interrupted by the crash: `grep -qxF 'part_005: abc123' "
+        "results.txt || echo ...`; it may or may not have run.]"
+    )
     assert calls(agent(6)(chat.messages)) == [
-        ("shell_exec", {"command": "grep -q '^part_005: ' results.txt"})]
+        ("shell_exec", {"command": "grep -q '^part_005: ' results.txt"})
+    ]
 
 
 @pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
 def test_every_agent_checks_a_call_cut_short_only_while_it_is_news(agent):
-    cut = ("Cut short (may or may not have taken effect): shell_exec grep -qxF 'part_005: "
-           "abc123' results.txt 2>/dev/null || echo 'part_005:...")
+    cut = (
+        "Cut short (may or may not have taken effect): shell_exec grep -qxF 'part_005: "
+        "abc123' results.txt 2>/dev/null || echo 'part_005:..."
+    )
     last = worked(Chat()).read_part(5).say(f"[Session restarted. {cut}]")
     assert calls(agent(6)(last.messages))[0] == (
-        "shell_exec", {"command": "grep -q '^part_005: ' results.txt"})
+        "shell_exec",
+        {"command": "grep -q '^part_005: ' results.txt"},
+    )
     before = worked(Chat()).say(f"[Handoff: {cut}]").read_notes("DONE: 1-4\nNEXT: 5\n")
     assert reads(agent(6)(before.messages)) == ["data/part_005.txt"]  # not told after its reply
 
 
 @pytest.mark.parametrize("agent", LITERAL_AGENTS.values())
 def test_a_masked_result_holds_nothing(agent):
-    chat = Chat().say("Continue.").did(
-        "file_read", {"path": NOTES},
-        '[file_read result masked: notes.md, 2 lines, 20 B, began "DONE: 1-9". '
-        'recall(id="obs-1") shows it again]')
+    chat = (
+        Chat()
+        .say("Continue.")
+        .did(
+            "file_read",
+            {"path": NOTES},
+            '[file_read result masked: notes.md, 2 lines, 20 B, began "DONE: 1-9". '
+            'recall(id="obs-1") shows it again]',
+        )
+    )
     chat.read_part(1).recorded(1).say(WIND_DOWN)
     assert notes_written(agent(12)(chat.messages)) == "DONE: 1\nNEXT: 2\n"
 
@@ -241,11 +292,14 @@ def test_last_word_ignores_advice_not_in_the_last_message():
 
 def test_last_word_checks_a_call_cut_short_and_reads_its_notes_at_once_when_told_both():
     chat = Chat().read_part(11).recorded(11)
-    chat.say("[Session restarted. Cut short: `grep -qxF 'part_012: abc123' results.txt`. "
-             "Re-read your notes before you act.]")
+    chat.say(
+        "[Session restarted. Cut short: `grep -qxF 'part_012: abc123' results.txt`. "
+        "Re-read your notes before you act.]"
+    )
     assert calls(LastWordAgent(40)(chat.messages)) == [
         ("shell_exec", {"command": "grep -q '^part_012: ' results.txt"}),
-        ("file_read", {"path": NOTES})]
+        ("file_read", {"path": NOTES}),
+    ]
 
 
 # --- (d) says it is done in words ---------------------------------------------------------
@@ -267,16 +321,18 @@ def test_ranges_and_what_counts_as_redone():
     def event(name: str, **args: str) -> dict[str, Any]:
         return {"type": "tool_call", "name": name, "arguments": json.dumps(args)}
 
-    events = [event("file_read", path="data/part_001.txt"),
-              event("shell_exec", command=RECORD.format(1, "ab")),
-              event("file_read", path="data/part_002.txt"),
-              event("shell_exec", command=RECORD.format(2, "cd")),
-              event("shell_exec", command="grep -q '^part_002: ' results.txt"),  # a check
-              event("file_read", path="data/part_001.txt"),  # read again after its record
-              event("file_read", path="data/part_003.txt"),
-              event("file_read", path="data/part_003.txt"),  # not recorded yet: not redone
-              event("shell_exec", command=RECORD.format(3, "ef")),
-              event("shell_exec", command=RECORD.format(3, "ef"))]  # recorded twice
+    events = [
+        event("file_read", path="data/part_001.txt"),
+        event("shell_exec", command=RECORD.format(1, "ab")),
+        event("file_read", path="data/part_002.txt"),
+        event("shell_exec", command=RECORD.format(2, "cd")),
+        event("shell_exec", command="grep -q '^part_002: ' results.txt"),  # a check
+        event("file_read", path="data/part_001.txt"),  # read again after its record
+        event("file_read", path="data/part_003.txt"),
+        event("file_read", path="data/part_003.txt"),  # not recorded yet: not redone
+        event("shell_exec", command=RECORD.format(3, "ef")),
+        event("shell_exec", command=RECORD.format(3, "ef")),
+    ]  # recorded twice
     assert redone_parts(events) == [1, 3]
 
 
@@ -305,8 +361,11 @@ class HeldAtRestart:
 
     def restarted(self) -> bool:
         runs = self.root / ".ouroboros" / "runs"
-        return any(b'"session_restart"' in path.read_bytes()
-                   for path in runs.glob("*/**/*.jsonl") if path.is_file())
+        return any(
+            b'"session_restart"' in path.read_bytes()
+            for path in runs.glob("*/**/*.jsonl")
+            if path.is_file()
+        )
 
 
 def held_pid(root: Path) -> Path:
@@ -318,8 +377,9 @@ def crash(root: Path, config: Path, command: str, until: Callable[[], Any]) -> b
     it ended first (an agent redoing its work may reach its turn limit before)."""
     process = start_forked(command, "--config", str(config), "--headless", root=root)
     try:
-        reached = wait_for(lambda: until() or process.poll() is not None, f"{command} to go on",
-                           timeout=WAIT_SECS)
+        reached = wait_for(
+            lambda: until() or process.poll() is not None, f"{command} to go on", timeout=WAIT_SECS
+        )
         killed = until() and process.poll() is None
         kill(process)
         return bool(reached and killed)
@@ -334,10 +394,13 @@ def crash(root: Path, config: Path, command: str, until: Callable[[], Any]) -> b
 
 def parts_project(root: Path, base_url: str) -> tuple[Path, dict[int, str]]:
     config = make_project(
-        root, base_url, prompt=PROMPT,
+        root,
+        base_url,
+        prompt=PROMPT,
         model={"context_limit": WINDOW, "max_retry_secs": 5},
         agent={"max_turns": 5 * PARTS, "max_idle_turns": 1},  # a cap, should a run redo
-        safety={"sandbox": "off"})  # about resuming, not confinement: kept cheap
+        safety={"sandbox": "off"},
+    )  # about resuming, not confinement: kept cheap
     return config, make_parts(root / "workspace", PARTS, CHARS_PER_PART)
 
 
@@ -348,15 +411,18 @@ def test_forty_parts_through_restarts_and_two_kills(tmp_path, scripted_server, n
     server = scripted_server(brain, model="scripted", context_length=WINDOW)
     config, keys = parts_project(tmp_path, server.base_url)
 
-    killed = [crash(tmp_path, config, "run", brain.held.is_set),  # waiting for the model
-              crash(tmp_path, config, "resume", held_pid(tmp_path).exists)]  # in a record
+    killed = [
+        crash(tmp_path, config, "run", brain.held.is_set),  # waiting for the model
+        crash(tmp_path, config, "resume", held_pid(tmp_path).exists),
+    ]  # in a record
     result = ouroboros_here("resume", "--config", str(config), "--headless")
 
     figures = run_figures(tmp_path, keys)
     events = run_events(tmp_path)
     ended = of_type(events, "run_end")[-1]
-    assert (figures.done, figures.redone, figures.complete) == (PARTS, 0, True), \
+    assert (figures.done, figures.redone, figures.complete) == (PARTS, 0, True), (
         f"{name}: {figures.line()}; redone {list(figures.redone_parts)}"
+    )
     assert killed == [True, True] and len(of_type(events, "run_resumed")) == 2, killed
     assert figures.restarts >= 2
     assert len(list_runs(tmp_path / ".ouroboros")) == 1
@@ -387,15 +453,17 @@ def harness_notes() -> dict[str, str]:
     digest.count_failure("file_read gone.txt", "error: file not found")
     digest.interrupted.append((f"shell_exec {RECORD.format(8, 'def456')}", 3))
     return {
-        "restart": restart_note(digest, session=4, previous_turns=21, carried=True,
-                                facts_chars=4000, memory="NOTES.md"),
+        "restart": restart_note(
+            digest, session=4, previous_turns=21, carried=True, facts_chars=4000, memory="NOTES.md"
+        ),
         "carried": carried_from(3, [{"role": "assistant", "content": ""}])[0]["content"],
         "interrupted": interrupted_note([("shell_exec", RECORD.format(8, "def456"))]),
         "redoing": redo_note(redo_detail(3, 5, [(f"shell_exec {RECORD.format(2, 'a')}", 1)])),
         "mask": mask_notice(3, 40.0)["content"],
         "stuck": loop_note(Loop("repeat", 4, "file_read gone.txt failed 4 times")),
-        "cut off": cut_off_result(ToolCall("c1", "file_write",
-                                           '{"path": "notes.md", "content": "DONE: 1-')).content,
+        "cut off": cut_off_result(
+            ToolCall("c1", "file_write", '{"path": "notes.md", "content": "DONE: 1-')
+        ).content,
     }
 
 
@@ -418,8 +486,9 @@ def test_every_agent_reads_its_notes_first_after_the_real_restart_note(agent):
     notes = harness_notes()
     chat = Chat().say(notes["carried"]).read_part(11).recorded(11).say(notes["restart"])
     reply = agent(40)(chat.messages)
-    assert NOTES in reads(reply) or any("part_008" in json.dumps(args)
-                                        for _, args in calls(reply))  # or checks the cut one
+    assert NOTES in reads(reply) or any(
+        "part_008" in json.dumps(args) for _, args in calls(reply)
+    )  # or checks the cut one
     assert notes_written(reply) is None  # never a save before it has read them
 
 
@@ -435,8 +504,13 @@ def test_the_save_before_a_restart_never_goes_backwards(tmp_path, scripted_serve
     agent = LITERAL_AGENTS[name](PARTS, musing=MUSINGS)
     server = scripted_server(agent, model="scripted", context_length=window, grows=grows)
     config = make_project(
-        tmp_path, server.base_url, prompt=PROMPT, model={"context_limit": window},
-        agent={"max_turns": 10 * PARTS}, safety={"sandbox": "off"})
+        tmp_path,
+        server.base_url,
+        prompt=PROMPT,
+        model={"context_limit": window},
+        agent={"max_turns": 10 * PARTS},
+        safety={"sandbox": "off"},
+    )
     keys = make_parts(tmp_path / "workspace", PARTS, CHARS_PER_PART)
 
     result = ouroboros_here("run", "--config", str(config), "--headless")
@@ -445,6 +519,7 @@ def test_the_save_before_a_restart_never_goes_backwards(tmp_path, scripted_serve
     assert (figures.done, figures.complete) == (PARTS, True), figures.line()
     # a prompt the reloaded server cut shows the agent a window without its records: the
     # one part it reads again there is the only one
-    assert server.over_limit <= 1 and figures.redone <= server.over_limit, \
+    assert server.over_limit <= 1 and figures.redone <= server.over_limit, (
         f"{name}: {figures.line()}; redone {list(figures.redone_parts)}"
+    )
     assert result.returncode == 0, result.stdout

@@ -93,8 +93,7 @@ def test_every_flag_a_message_names_exists():
 def test_a_bad_run_flag_is_named_as_typed(tmp_path):
     config = make_project(tmp_path, "http://127.0.0.1:9")
 
-    result = invoke("run", "-c", str(config), "--workspace", str(tmp_path / "nope"),
-                    "--headless")
+    result = invoke("run", "-c", str(config), "--workspace", str(tmp_path / "nope"), "--headless")
 
     assert result.exit_code == 2
     assert "(agent.workspace from flag --workspace)" in result.stderr
@@ -104,53 +103,71 @@ def test_a_bad_run_flag_is_named_as_typed(tmp_path):
 # -- hints that fit the server --
 
 
-@pytest.mark.parametrize("url, kind", [
-    ("http://127.0.0.1:11434", "ollama"), ("localhost", "ollama"),
-    ("http://127.0.0.1:8080/v1", "llama.cpp"), ("http://gpu:8000", "vllm"),
-    ("http://127.0.0.1:1234", "other"), ("https://api.example.com", "other"),
-])
+@pytest.mark.parametrize(
+    "url, kind",
+    [
+        ("http://127.0.0.1:11434", "ollama"),
+        ("localhost", "ollama"),
+        ("http://127.0.0.1:8080/v1", "llama.cpp"),
+        ("http://gpu:8000", "vllm"),
+        ("http://127.0.0.1:1234", "other"),
+        ("https://api.example.com", "other"),
+    ],
+)
 def test_the_url_suggests_a_server(url, kind):
     assert kind_from_url(url) == kind
 
 
 def test_the_servers_answers_say_what_it_is():
     assert kind_from_answers({"version": "0.6.2"}, None, None) == "ollama"
-    assert kind_from_answers(None, {"default_generation_settings": {"n_ctx": 4096}},
-                             {"data": [{"id": "m"}]}) == "llama.cpp"
-    assert kind_from_answers(None, None, {"data": [{"id": "m", "max_model_len": 32768}]}) \
-        == "vllm"
+    assert (
+        kind_from_answers(
+            None, {"default_generation_settings": {"n_ctx": 4096}}, {"data": [{"id": "m"}]}
+        )
+        == "llama.cpp"
+    )
+    assert kind_from_answers(None, None, {"data": [{"id": "m", "max_model_len": 32768}]}) == "vllm"
     assert kind_from_answers(None, None, {"data": [{"id": "m"}]}) is None
 
 
 @pytest.mark.parametrize("situation", ["unreachable", "model_not_found", "no_tools"])
 def test_only_ollama_hints_name_ollama(situation):
-    hints = {kind: hint(kind, situation, "qwen3:8b")
-             for kind in ("ollama", "llama.cpp", "vllm", "other")}
+    hints = {
+        kind: hint(kind, situation, "qwen3:8b") for kind in ("ollama", "llama.cpp", "vllm", "other")
+    }
 
     assert "ollama" in hints["ollama"]
-    assert all("ollama" not in text.replace("`ollama serve`, ", "")
-               for kind, text in hints.items() if kind != "ollama")
+    assert all(
+        "ollama" not in text.replace("`ollama serve`, ", "")
+        for kind, text in hints.items()
+        if kind != "ollama"
+    )
     assert "llama-server" in hints["llama.cpp"] and "vllm" in hints["vllm"]
     assert len(set(hints.values())) == 4
 
 
 def test_the_hints_say_what_to_do():
-    assert hint("ollama", "model_not_found", "qwen3:8b") == \
-        "run `ollama pull qwen3:8b` or set model.name to one of them"
-    assert hint("ollama", "unreachable") == ("is `ollama serve` running there? (set "
-                                             "model.base_url or OLLAMA_HOST to point elsewhere)")
+    assert (
+        hint("ollama", "model_not_found", "qwen3:8b")
+        == "run `ollama pull qwen3:8b` or set model.name to one of them"
+    )
+    assert hint("ollama", "unreachable") == (
+        "is `ollama serve` running there? (set model.base_url or OLLAMA_HOST to point elsewhere)"
+    )
     assert "--jinja" in hint("llama.cpp", "no_tools")
     assert "--enable-auto-tool-choice" in hint("vllm", "no_tools")
 
 
 def failure(routes: dict[str, httpx.Response], base_url: str, **options) -> str:
     """The message of a chat request that fails against a server answering `routes`."""
+
     def answer(request: httpx.Request) -> httpx.Response:
         return routes.get(f"{request.method} {request.url.path}", httpx.Response(404))
 
     async def go() -> str:
-        async with ChatClient(base_url, "qwen3:8b", transport=httpx.MockTransport(answer),
-                              **options) as client:
+        async with ChatClient(
+            base_url, "qwen3:8b", transport=httpx.MockTransport(answer), **options
+        ) as client:
             with pytest.raises((ModelNotFoundError, ToolsNotSupportedError)) as caught:
                 await client.complete([{"role": "user", "content": "hi"}], [])
             return caught.value.message
@@ -159,10 +176,13 @@ def failure(routes: dict[str, httpx.Response], base_url: str, **options) -> str:
 
 
 def test_a_missing_model_on_llama_cpp_gets_no_ollama_hint():
-    routes = {"GET /props": httpx.Response(200, json={"default_generation_settings": {}}),
-              "GET /v1/models": httpx.Response(200, json={"data": [{"id": "gemma"}]}),
-              "POST /v1/chat/completions": httpx.Response(
-                  404, json={"error": {"message": "model 'qwen3:8b' not found"}})}
+    routes = {
+        "GET /props": httpx.Response(200, json={"default_generation_settings": {}}),
+        "GET /v1/models": httpx.Response(200, json={"data": [{"id": "gemma"}]}),
+        "POST /v1/chat/completions": httpx.Response(
+            404, json={"error": {"message": "model 'qwen3:8b' not found"}}
+        ),
+    }
 
     message = failure(routes, "http://127.0.0.1:8081")
 
@@ -171,10 +191,14 @@ def test_a_missing_model_on_llama_cpp_gets_no_ollama_hint():
 
 
 def test_a_missing_model_on_vllm_says_how_to_serve_it():
-    routes = {"GET /v1/models": httpx.Response(
-                  200, json={"data": [{"id": "mistral", "max_model_len": 32768}]}),
-              "POST /v1/chat/completions": httpx.Response(
-                  404, json={"error": {"message": "The model `qwen3:8b` does not exist."}})}
+    routes = {
+        "GET /v1/models": httpx.Response(
+            200, json={"data": [{"id": "mistral", "max_model_len": 32768}]}
+        ),
+        "POST /v1/chat/completions": httpx.Response(
+            404, json={"error": {"message": "The model `qwen3:8b` does not exist."}}
+        ),
+    }
 
     message = failure(routes, "http://127.0.0.1:9000")
 
@@ -182,8 +206,11 @@ def test_a_missing_model_on_vllm_says_how_to_serve_it():
 
 
 def test_a_kind_the_caller_knows_wins_over_the_port():
-    routes = {"POST /v1/chat/completions": httpx.Response(
-        400, json={"error": {"message": "qwen3:8b does not support tools"}})}
+    routes = {
+        "POST /v1/chat/completions": httpx.Response(
+            400, json={"error": {"message": "qwen3:8b does not support tools"}}
+        )
+    }
 
     message = failure(routes, "http://127.0.0.1:11434", server_kind="llama.cpp")
 
@@ -204,8 +231,10 @@ def test_status_stats_and_logs_speak_of_masked_tool_results(tmp_path):
     config.write_text("")
     write_sample_run(tmp_path / ".ouroboros")
 
-    outputs = {command: invoke(command, "-c", str(config)).output
-               for command in ("status", "stats", "logs")}
+    outputs = {
+        command: invoke(command, "-c", str(config)).output
+        for command in ("status", "stats", "logs")
+    }
 
     assert "5 tool results masked (2 masking rounds)" in outputs["status"]
     assert "5 tool results masked (2 masking rounds)" in outputs["stats"]
@@ -246,8 +275,13 @@ def test_a_set_key_and_a_written_prompt_give_no_warning(tmp_path):
 
 def test_a_run_starts_with_those_warnings(tmp_path, scripted_server):
     server = scripted_server([Reply("Nothing to do.")])
-    make_project(tmp_path, server.base_url, prompt="",
-                 model={"api_key_env": "MY_SERVER_KEY"}, agent={"max_turns": 1})
+    make_project(
+        tmp_path,
+        server.base_url,
+        prompt="",
+        model={"api_key_env": "MY_SERVER_KEY"},
+        agent={"max_turns": 1},
+    )
 
     result = run_command("run", "--headless", cwd=tmp_path)
 

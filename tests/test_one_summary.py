@@ -26,11 +26,13 @@ PARTS = 14
 
 def run_demo(tmp_path, live: DashboardState, metrics: RunMetrics) -> None:
     """The demo task in a small window, watched by a dashboard and metrics as `run` has them."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo",
-                        context_length=CONTEXT) as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS), model="scripted-demo", context_length=CONTEXT
+    ) as server:
         write_demo_project(tmp_path, server.base_url, PARTS)
-        loaded = load_config(tmp_path / "ouroboros.toml", {"safety.sandbox": "off"}, env={},
-                             user_file=None)
+        loaded = load_config(
+            tmp_path / "ouroboros.toml", {"safety.sandbox": "off"}, env={}, user_file=None
+        )
         hooks = RunHooks(on_event=also(live.apply, metrics.on_event))
         assert asyncio.run(run_agent(loaded, hooks)) == 0
 
@@ -43,8 +45,11 @@ def shown(text: str, pattern: str) -> str:
 
 def table_rows(text: str) -> dict[str, list[str]]:
     """`stats`'s table: its cells by the first one (the session, or `all` for the totals)."""
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines()
-            if line.count("│") == 9]
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in text.splitlines()
+        if line.count("│") == 9
+    ]
     return {row[0]: row[1:] for row in rows if row and row[0]}
 
 

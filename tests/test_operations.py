@@ -27,9 +27,11 @@ PARTS = 3
 
 
 def waiting_project(root: Path, port: int, wait_secs: float) -> Path:
-    return make_project(root, f"http://127.0.0.1:{port}",
-                        model={"context_limit": 16384, "max_retry_secs": 60,
-                               "wait_for_server_secs": wait_secs})
+    return make_project(
+        root,
+        f"http://127.0.0.1:{port}",
+        model={"context_limit": 16384, "max_retry_secs": 60, "wait_for_server_secs": wait_secs},
+    )
 
 
 def waiting_beat(root: Path) -> dict | None:
@@ -37,8 +39,7 @@ def waiting_beat(root: Path) -> dict | None:
         beat = json.loads((root / ".ouroboros" / "heartbeat").read_text())
     except (OSError, ValueError):
         return None
-    return beat if str(beat.get("doing", "")).startswith("waiting for the model server") \
-        else None
+    return beat if str(beat.get("doing", "")).startswith("waiting for the model server") else None
 
 
 def test_a_harness_started_before_its_server_waits_then_runs(tmp_path):
@@ -73,8 +74,9 @@ def test_a_stop_signal_ends_the_wait_at_once(tmp_path):
     finally:
         kill(process)
     assert process.returncode == 143
-    assert not (tmp_path / ".ouroboros" / "runs").exists() or \
-        not list((tmp_path / ".ouroboros" / "runs").iterdir())
+    assert not (tmp_path / ".ouroboros" / "runs").exists() or not list(
+        (tmp_path / ".ouroboros" / "runs").iterdir()
+    )
 
 
 def test_a_wait_that_runs_out_exits_1_saying_how_long(tmp_path):
@@ -103,8 +105,17 @@ def test_wait_for_server_retries_only_unreachable_with_backoff_and_says_so_once(
         now[0] += secs
 
     notices = WaitNotices(heard.append, lambda: heard.append("answers"))
-    waited = asyncio.run(wait_for_server(probe, 60, "http://h:1", notices, clock=lambda: now[0],
-                                         sleep=sleep, now=lambda: datetime(2026, 1, 1, 3, 4, 5)))
+    waited = asyncio.run(
+        wait_for_server(
+            probe,
+            60,
+            "http://h:1",
+            notices,
+            clock=lambda: now[0],
+            sleep=sleep,
+            now=lambda: datetime(2026, 1, 1, 3, 4, 5),
+        )
+    )
     assert waited and len(tries) == 4
     assert slept == sorted(slept) and slept[0] > 0
     assert heard == ["waiting for the model server at http://h:1 since 03:04:05", "answers"]
@@ -134,13 +145,29 @@ def fed_metrics():
 
     metrics = RunMetrics()
     for event in [
-        ev.SessionStart(context_limit=8192, limit_source="ollama", budget=7000,
-                        carryover_messages=0),
+        ev.SessionStart(
+            context_limit=8192, limit_source="ollama", budget=7000, carryover_messages=0
+        ),
         ev.Assistant(text="", finish_reason="stop", tool_calls=[]),
-        ev.TokenUsage(prompt_tokens=3682, completion_tokens=40, total_tokens=3722,
-                      context_limit=8192, budget=7000, context_used_pct=52.6, source="server"),
-        ev.ToolResultEvent(id="c", name="shell_exec", ok=True, bytes=1, observation="o",
-                           truncated=False, summary="", duration_ms=1),
+        ev.TokenUsage(
+            prompt_tokens=3682,
+            completion_tokens=40,
+            total_tokens=3722,
+            context_limit=8192,
+            budget=7000,
+            context_used_pct=52.6,
+            source="server",
+        ),
+        ev.ToolResultEvent(
+            id="c",
+            name="shell_exec",
+            ok=True,
+            bytes=1,
+            observation="o",
+            truncated=False,
+            summary="",
+            duration_ms=1,
+        ),
         ev.Retry(attempt=1, delay_secs=1.0, error="503"),
     ]:
         event.ts = "2026-01-01T00:00:00.000Z"
@@ -162,8 +189,20 @@ def test_context_used_ratio_is_a_ratio_when_scraped():
 
 
 BASE_UNITS = ("seconds", "bytes", "tokens", "ratio", "info")
-NOT_BASE_UNITS = ("milliseconds", "ms", "minutes", "hours", "days", "pct", "percent",
-                  "kb", "mb", "gb", "kilobytes", "megabytes")
+NOT_BASE_UNITS = (
+    "milliseconds",
+    "ms",
+    "minutes",
+    "hours",
+    "days",
+    "pct",
+    "percent",
+    "kb",
+    "mb",
+    "gb",
+    "kilobytes",
+    "megabytes",
+)
 
 
 def test_every_metric_is_named_as_prometheus_expects():
@@ -189,7 +228,7 @@ def test_every_metric_is_named_as_prometheus_expects():
             assert all(0 <= s.value <= 1 for s in family.samples), name
         if "tokens" in words or "seconds" in words or "bytes" in words:
             unit_at = max(words.index(u) for u in ("tokens", "seconds", "bytes") if u in words)
-            assert words[unit_at + 1:] in ([], ["total"]), f"{name}: the unit goes last"
+            assert words[unit_at + 1 :] in ([], ["total"]), f"{name}: the unit goes last"
 
 
 # -- 3. exit codes that mean what they say: an unusable state dir needs a fix -----------------
@@ -203,13 +242,11 @@ def read_only_project(tmp_path):
 
     project = tmp_path / "project"
     config = make_project(project, "http://127.0.0.1:9")
-    bound = subprocess.run(["mount", "--bind", str(project), str(project)],
-                           capture_output=True)
+    bound = subprocess.run(["mount", "--bind", str(project), str(project)], capture_output=True)
     if bound.returncode != 0:
         pytest.skip("cannot make a read-only mount here (needs root and mount rights)")
     try:
-        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(project)],
-                            capture_output=True)
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(project)], capture_output=True)
         if ro.returncode != 0:
             pytest.skip("cannot remount read-only here")
         yield config
@@ -230,8 +267,9 @@ def test_only_errors_a_person_must_fix_are_exit_2():
     from ouroboros.loop.startup import needs_fix
 
     assert needs_fix(OSError(errno.EROFS, "ro")) and needs_fix(OSError(errno.EACCES, "no"))
-    assert not needs_fix(OSError(errno.ENOSPC, "full")) and not needs_fix(OSError(errno.EDQUOT,
-                                                                                    "quota"))
+    assert not needs_fix(OSError(errno.ENOSPC, "full")) and not needs_fix(
+        OSError(errno.EDQUOT, "quota")
+    )
 
 
 # -- 8. temporaries a kill left are swept at the next start -----------------------------------
@@ -262,8 +300,9 @@ def test_a_token_budget_pauses_the_run_and_a_raised_one_continues_it(tmp_path, s
     from tests.helpers import run_events
 
     server = scripted_server(PartsAgent(50))
-    config = make_project(tmp_path, server.base_url,
-                          model={"context_limit": 16384}, agent={"max_tokens": 1500})
+    config = make_project(
+        tmp_path, server.base_url, model={"context_limit": 16384}, agent={"max_tokens": 1500}
+    )
     first = ouroboros_here("run", "--config", str(config), "--headless")
     assert first.returncode == 3, first.stderr
     end = run_events(tmp_path)[-1]
@@ -283,8 +322,9 @@ def test_a_token_budget_pauses_the_run_and_a_raised_one_continues_it(tmp_path, s
     assert kept.returncode == 3 and "raise agent.max_tokens" in kept.stderr
     assert len(run_events(tmp_path)) == records  # left as it is: nothing written
 
-    raised = make_project(tmp_path, server.base_url, model={"context_limit": 16384},
-                          agent={"max_tokens": 4000})
+    raised = make_project(
+        tmp_path, server.base_url, model={"context_limit": 16384}, agent={"max_tokens": 4000}
+    )
     more = ouroboros_here("resume", "--config", str(raised), "--headless")
     assert more.returncode == 3, more.stderr
     last = run_events(tmp_path)[-1]
@@ -312,9 +352,16 @@ def test_the_budget_meter_keeps_counting_across_resumes():
     now[0] += 25
     assert resumed.check() == "agent.max_wall_secs" and stop.reason == "budget"
     assert state.wall_secs == 65  # 40 before, 25 since: the time stopped does not count
-    usage = ev.TokenUsage(prompt_tokens=90, completion_tokens=10, total_tokens=100,
-                          context_limit=1, budget=1, context_used_pct=1, source="estimate",
-                          reported=120)
+    usage = ev.TokenUsage(
+        prompt_tokens=90,
+        completion_tokens=10,
+        total_tokens=100,
+        context_limit=1,
+        budget=1,
+        context_used_pct=1,
+        source="estimate",
+        reported=120,
+    )
     assert tokens_counted(usage) == 130
     assert budget_reached(10, 5, 10, 0) == "agent.max_tokens"
     assert budget_reached(9, 5, 10, 5) == "agent.max_wall_secs"
@@ -332,15 +379,30 @@ def test_a_state_rebuilt_from_the_log_has_what_the_run_spent():
     usage = dict(context_limit=1, budget=1, context_used_pct=1, source="server")
     events = [
         at(ev.RunStart(run_id="r", version="1", pid=1, config={}), "00:00"),
-        at(ev.TokenUsage(prompt_tokens=100, completion_tokens=5, total_tokens=105, **usage),
-           "00:10"),
-        at(ev.RunEnd(reason="interrupted", exit_code=143, sessions=1, total_turns=1,
-                     restarts=0), "00:30"),
-        at(ev.RunResumed(total_turns=1, restarts=0, torn_line_dropped=False,
-                         interrupted_tools=[], context_limit=1, limit_source="x", budget=1),
-           "50:00"),
-        at(ev.TokenUsage(prompt_tokens=200, completion_tokens=5, total_tokens=205, **usage),
-           "50:20"),
+        at(
+            ev.TokenUsage(prompt_tokens=100, completion_tokens=5, total_tokens=105, **usage),
+            "00:10",
+        ),
+        at(
+            ev.RunEnd(reason="interrupted", exit_code=143, sessions=1, total_turns=1, restarts=0),
+            "00:30",
+        ),
+        at(
+            ev.RunResumed(
+                total_turns=1,
+                restarts=0,
+                torn_line_dropped=False,
+                interrupted_tools=[],
+                context_limit=1,
+                limit_source="x",
+                budget=1,
+            ),
+            "50:00",
+        ),
+        at(
+            ev.TokenUsage(prompt_tokens=200, completion_tokens=5, total_tokens=205, **usage),
+            "50:20",
+        ),
     ]
     assert spent_in(events) == (310, 50.0)  # 30 s, then 20 s: not the 50 min stopped
 
@@ -369,8 +431,9 @@ def test_json_followers_start_from_the_end_unless_asked_for_history(tmp_path, sc
     assert json_records(ouroboros_here("watch", "--json", "--since", "start", *c)) == logged
     assert json_records(ouroboros_here("watch", "--json", "--since", "1d", *c)) == logged
     assert json_records(ouroboros_here("logs", "--json", "--since", "2h", *c)) == logged
-    assert json_records(ouroboros_here("watch", "--json", "--since",
-                                       "2999-01-01T00:00:00Z", *c)) == []
+    assert (
+        json_records(ouroboros_here("watch", "--json", "--since", "2999-01-01T00:00:00Z", *c)) == []
+    )
     assert json_records(ouroboros_here("logs", "--json", *c)) == logged  # not following: all
 
     bad = ouroboros_here("watch", "--json", "--since", "yesterday", *c)
@@ -387,8 +450,9 @@ def test_since_names_a_time_ago_a_utc_time_or_the_start():
     assert since_cutoff("start", now) is None
     assert since_cutoff("90s", now) == datetime(2026, 11, 27, 2, 58, 30, tzinfo=timezone.utc)
     assert since_cutoff("2h", now).hour == 1
-    assert since_cutoff("2026-11-27T02:00:00Z", now) == datetime(2026, 11, 27, 2,
-                                                                 tzinfo=timezone.utc)
+    assert since_cutoff("2026-11-27T02:00:00Z", now) == datetime(
+        2026, 11, 27, 2, tzinfo=timezone.utc
+    )
     with pytest.raises(ValueError, match="90s, 10m, 2h, 1d"):
         since_cutoff("soon", now)
 
@@ -414,27 +478,41 @@ def received(sock: socket.socket, messages: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
 def test_under_systemd_it_says_ready_pings_the_watchdog_and_says_stopping(
-        tmp_path, scripted_server, abstract):
+    tmp_path, scripted_server, abstract
+):
     import os
 
     from tests.faults.parts_agent import held_pid
     from tests.helpers import clean_env, ouroboros_forked
 
-    name = f"@ouroboros-test-{os.getpid()}-{id(tmp_path)}" if abstract \
+    name = (
+        f"@ouroboros-test-{os.getpid()}-{id(tmp_path)}"
+        if abstract
         else str(tmp_path / "notify.sock")
+    )
     sock = notify_socket(b"\0" + name[1:].encode() if abstract else name)
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = make_project(tmp_path, server.base_url, model={"context_limit": 16384})
     env = clean_env(NOTIFY_SOCKET=name, WATCHDOG_USEC="200000")  # a ping every 0.1 s
-    process = ouroboros_forked("run", "--config", str(config), "--headless",
-                               out=tmp_path / "out.txt", err=tmp_path / "err.txt", env=env)
+    process = ouroboros_forked(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        out=tmp_path / "out.txt",
+        err=tmp_path / "err.txt",
+        env=env,
+    )
     messages: list[str] = []
     try:
         wait_for(lambda: "READY=1" in received(sock, messages), "READY=1", process)
         held_pid(tmp_path, process)  # a tool call holds the turn: the loop still pings
         pings = messages.count("WATCHDOG=1")
-        wait_for(lambda: received(sock, messages).count("WATCHDOG=1") >= pings + 2,
-                 "watchdog pings during a tool call", process)
+        wait_for(
+            lambda: received(sock, messages).count("WATCHDOG=1") >= pings + 2,
+            "watchdog pings during a tool call",
+            process,
+        )
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
     finally:
@@ -447,8 +525,7 @@ def test_under_systemd_it_says_ready_pings_the_watchdog_and_says_stopping(
     assert any("session 1" in m for m in statuses) and any("stopping" in m for m in statuses)
 
 
-def test_a_stopped_harness_goes_quiet_to_the_watchdog_and_reads_stuck(tmp_path,
-                                                                      scripted_server):
+def test_a_stopped_harness_goes_quiet_to_the_watchdog_and_reads_stuck(tmp_path, scripted_server):
     """SIGSTOP (a hung harness, as a supervisor sees one): the watchdog pings stop, so
     systemd's WatchdogSec ends it, and `status --json` calls it stuck once its heartbeat is
     older than --stale-after."""
@@ -459,11 +536,19 @@ def test_a_stopped_harness_goes_quiet_to_the_watchdog_and_reads_stuck(tmp_path,
 
     sock = notify_socket(str(tmp_path / "notify.sock"))
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
-    config = make_project(tmp_path, server.base_url, model={"context_limit": 16384},
-                          metrics={"heartbeat_secs": 0.1})
+    config = make_project(
+        tmp_path, server.base_url, model={"context_limit": 16384}, metrics={"heartbeat_secs": 0.1}
+    )
     env = clean_env(NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="200000")
-    process = ouroboros_forked("run", "--config", str(config), "--headless",
-                               out=tmp_path / "out.txt", err=tmp_path / "err.txt", env=env)
+    process = ouroboros_forked(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        out=tmp_path / "out.txt",
+        err=tmp_path / "err.txt",
+        env=env,
+    )
     messages: list[str] = []
     try:
         wait_for(lambda: "READY=1" in received(sock, messages), "READY=1", process)
@@ -474,8 +559,11 @@ def test_a_stopped_harness_goes_quiet_to_the_watchdog_and_reads_stuck(tmp_path,
         received(sock, messages)  # what was on its way before the stop
         before = messages.count("WATCHDOG=1")
         code, health = wait_for(
-            lambda: (found := status(config, "--stale-after", "0.5"))[1]["state"] == "stuck"
-            and found, "status to call the stopped harness stuck")
+            lambda: (
+                (found := status(config, "--stale-after", "0.5"))[1]["state"] == "stuck" and found
+            ),
+            "status to call the stopped harness stuck",
+        )
         assert code == 1 and health["heartbeat_age_secs"] > 0.5
         # Running, it would have pinged every 0.1 s for those 0.5 s; one may have been on
         # its way as the signal landed.
@@ -503,8 +591,9 @@ def test_without_notify_socket_nothing_is_sent_and_odd_values_are_ignored():
 def test_prunes_help_says_what_it_does_without_a_run_id(tmp_path, scripted_server):
     from tests.helpers import clean_env
 
-    help_text = " ".join(ouroboros_here("prune", "--help",
-                                        env=clean_env(COLUMNS="200")).stdout.split())
+    help_text = " ".join(
+        ouroboros_here("prune", "--help", env=clean_env(COLUMNS="200")).stdout.split()
+    )
     assert "default: every run of the project" in help_text
     assert "default: the latest" not in help_text
 
@@ -523,15 +612,26 @@ def test_status_health_is_waiting_while_the_live_harness_waits_and_stale_by_defa
     from ouroboros.ui.health import HEALTH_EXIT, default_stale_after, run_health
 
     now = datetime(2026, 1, 1, 0, 1, 0, tzinfo=timezone.utc)
-    beat = {"pid": 7, "run_id": "r1", "beat": "2026-01-01T00:00:55.000Z",
-            "doing": "waiting for the model server at http://h:1",
-            "since": "2026-01-01T00:00:00.000Z"}
+    beat = {
+        "pid": 7,
+        "run_id": "r1",
+        "beat": "2026-01-01T00:00:55.000Z",
+        "doing": "waiting for the model server at http://h:1",
+        "since": "2026-01-01T00:00:00.000Z",
+    }
     stale_after = default_stale_after(15)
-    waiting = run_health(None, resumable=False, heartbeat=beat, now=now,
-                         stale_after=stale_after, live_run_id="r1")
+    waiting = run_health(
+        None, resumable=False, heartbeat=beat, now=now, stale_after=stale_after, live_run_id="r1"
+    )
     assert (waiting["state"], waiting["pid"], HEALTH_EXIT["waiting"]) == ("waiting", 7, 0)
     old = {**beat, "beat": "2026-01-01T00:00:00.000Z"}  # 60 s: more than three beats of 15
-    assert run_health(None, resumable=False, heartbeat=old, now=now, stale_after=stale_after,
-                      live_run_id="r1")["state"] == "stuck"
-    assert run_health(None, resumable=False, heartbeat=beat, now=now,
-                      live_run_id=None)["state"] == "none"  # no live harness: not waiting
+    assert (
+        run_health(
+            None, resumable=False, heartbeat=old, now=now, stale_after=stale_after, live_run_id="r1"
+        )["state"]
+        == "stuck"
+    )
+    assert (
+        run_health(None, resumable=False, heartbeat=beat, now=now, live_run_id=None)["state"]
+        == "none"
+    )  # no live harness: not waiting

@@ -24,8 +24,12 @@ def project(tmp_path: Path) -> Path:
 
 
 def invoke(*args: str) -> object:
-    env = {"COLUMNS": "100", "XDG_CONFIG_HOME": "/nonexistent-ouroboros-test",
-           "OUROBOROS_LOGGING_STATE_DIR": None, "OUROBOROS_AGENT_WORKSPACE": None}
+    env = {
+        "COLUMNS": "100",
+        "XDG_CONFIG_HOME": "/nonexistent-ouroboros-test",
+        "OUROBOROS_LOGGING_STATE_DIR": None,
+        "OUROBOROS_AGENT_WORKSPACE": None,
+    }
     return CliRunner(env=env).invoke(app, list(args))
 
 
@@ -101,7 +105,8 @@ def test_no_project_says_where_it_looked_and_how_to_make_one(tmp_path, monkeypat
     assert result.exit_code == 2
     assert result.stderr.strip() == (
         f"error: no ouroboros.toml in {tmp_path / 'elsewhere'} or any directory above it; "
-        "run `ouroboros init` to create a project, or pass --config")
+        "run `ouroboros init` to create a project, or pass --config"
+    )
 
 
 def test_an_explicit_config_still_wins(project, tmp_path, monkeypatch):

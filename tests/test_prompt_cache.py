@@ -41,13 +41,15 @@ LLAMA_CPP_END = (
     b'{"cached_tokens":42}},"timings":{"cache_n":42,"prompt_n":1,"prompt_ms":33.399,'
     b'"prompt_per_token_ms":33.399,"prompt_per_second":29.94,"predicted_n":8,'
     b'"predicted_ms":218.956,"predicted_per_token_ms":31.27,"predicted_per_second":31.96}}\n\n'
-    b'data: [DONE]\n\n')
+    b"data: [DONE]\n\n"
+)
 # Without include_usage, the timings ride on the finish chunk and no usage comes.
 LLAMA_CPP_NO_USAGE = (
     b'data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1,'
     b'"id":"chatcmpl-O","model":"smollm2.gguf","object":"chat.completion.chunk",'
     b'"timings":{"cache_n":22,"prompt_n":1,"prompt_ms":39.5,"predicted_n":4}}\n\n'
-    b'data: [DONE]\n\n')
+    b"data: [DONE]\n\n"
+)
 TEXT = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n'
 
 
@@ -66,8 +68,9 @@ def test_llama_cpp_timings_say_what_was_cached_and_what_processed():
 
 
 def test_timings_without_usage_still_say_the_cache():
-    assert read(TEXT + LLAMA_CPP_NO_USAGE) == Usage(None, None, cached_tokens=22,
-                                                    processed_tokens=1)
+    assert read(TEXT + LLAMA_CPP_NO_USAGE) == Usage(
+        None, None, cached_tokens=22, processed_tokens=1
+    )
 
 
 def usage_stream(usage: dict, timings: dict | None = None) -> bytes:
@@ -76,8 +79,11 @@ def usage_stream(usage: dict, timings: dict | None = None) -> bytes:
 
 
 def test_openai_cached_tokens_are_read_and_none_cached_is_a_count():
-    details = {"prompt_tokens": 900, "completion_tokens": 5,
-               "prompt_tokens_details": {"cached_tokens": 768}}
+    details = {
+        "prompt_tokens": 900,
+        "completion_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": 768},
+    }
     assert read(usage_stream(details)) == Usage(900, 5, cached_tokens=768)
     none = {**details, "prompt_tokens_details": {"cached_tokens": 0}}
     assert read(usage_stream(none)).cached_tokens == 0
@@ -85,19 +91,29 @@ def test_openai_cached_tokens_are_read_and_none_cached_is_a_count():
 
 @pytest.mark.parametrize("bad", [-3, 2.5, "40", True, None, 901, float("nan")])
 def test_a_cached_count_that_cannot_be_true_is_not_believed(bad):
-    usage = {"prompt_tokens": 900, "completion_tokens": 5,
-             "prompt_tokens_details": {"cached_tokens": bad}}
-    raw = TEXT + b"data: " + json.dumps(
-        {"choices": [], "usage": usage}, allow_nan=True).encode() + b"\n\ndata: [DONE]\n\n"
+    usage = {
+        "prompt_tokens": 900,
+        "completion_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": bad},
+    }
+    raw = (
+        TEXT
+        + b"data: "
+        + json.dumps({"choices": [], "usage": usage}, allow_nan=True).encode()
+        + b"\n\ndata: [DONE]\n\n"
+    )
     assert read(raw) == Usage(900, 5)
 
 
-@pytest.mark.parametrize("timings", [
-    {"cache_n": -3, "prompt_n": 12},
-    {"cache_n": 1.5, "prompt_n": 12},
-    {"cache_n": 950, "prompt_n": 12},  # more than the whole prompt
-    {"cache_n": "78", "prompt_n": 12},
-])
+@pytest.mark.parametrize(
+    "timings",
+    [
+        {"cache_n": -3, "prompt_n": 12},
+        {"cache_n": 1.5, "prompt_n": 12},
+        {"cache_n": 950, "prompt_n": 12},  # more than the whole prompt
+        {"cache_n": "78", "prompt_n": 12},
+    ],
+)
 def test_timings_that_cannot_be_true_are_not_believed(timings):
     usage = read(usage_stream({"prompt_tokens": 900, "completion_tokens": 5}, timings))
     assert usage == Usage(900, 5, cached_tokens=None, processed_tokens=12)
@@ -115,8 +131,12 @@ USER = {"role": "user", "content": "Process every part listed in task.txt, in or
 
 
 def timings_of(model: ScriptedModel, messages: list[dict]) -> dict:
-    body = {"model": "scripted", "messages": messages, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "scripted",
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     frames = model.answer_chat(body).frames
     chunks = [json.loads(f.decode()[6:]) for f in frames if not f.startswith(b"data: [DONE]")]
     return chunks[-1]["timings"]
@@ -124,8 +144,9 @@ def timings_of(model: ScriptedModel, messages: list[dict]) -> dict:
 
 @pytest.mark.parametrize("name", ["words", "bpe-bytes", "cpt-4"])
 def test_the_scripted_server_caches_the_longest_common_prefix_in_its_tokens(name):
-    model = ScriptedModel([Reply("ok")] * 4, ModelSettings(timings=True,
-                                                           tokenizer=TOKENIZERS[name]))
+    model = ScriptedModel(
+        [Reply("ok")] * 4, ModelSettings(timings=True, tokenizer=TOKENIZERS[name])
+    )
     first = timings_of(model, [SYSTEM, USER])
     whole = model.count_tokens([SYSTEM, USER], None)
     assert first == {**first, "cache_n": 0, "prompt_n": whole}
@@ -144,15 +165,17 @@ def test_the_scripted_server_caches_the_longest_common_prefix_in_its_tokens(name
 
 
 def invoke(*args: str):
-    clean: dict[str, str | None] = {name: None for name in os.environ
-                                    if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    clean: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"
+    }
     clean.update(COLUMNS="80", XDG_CONFIG_HOME="/nonexistent-ouroboros-test")
     return CliRunner(env=clean).invoke(app, list(args))
 
 
 def cache_run(tmp_path: Path, **settings) -> list[dict]:
-    with ScriptedServer(RecordingAgent(3), model="scripted-demo", context_length=WINDOW,
-                        **settings) as server:
+    with ScriptedServer(
+        RecordingAgent(3), model="scripted-demo", context_length=WINDOW, **settings
+    ) as server:
         code, _ = run_task(tmp_path, server, parts=3)
     assert code == 0
     return of_type(run_events(tmp_path), "token_usage")
@@ -203,10 +226,22 @@ def test_nonsense_of_the_cache_is_left_out_everywhere(tmp_path):
 
 
 def usage_record(seq: int, **fields) -> dict:
-    return {"type": "token_usage", "ts": "2025-03-01T10:00:00.000Z", "seq": seq,
-            "session": 1, "turn": seq, "prompt_tokens": 1000, "completion_tokens": 10,
-            "total_tokens": 1010, "context_limit": 8192, "budget": 6144,
-            "context_used_pct": 16.3, "source": "server", "reported": 1000, **fields}
+    return {
+        "type": "token_usage",
+        "ts": "2025-03-01T10:00:00.000Z",
+        "seq": seq,
+        "session": 1,
+        "turn": seq,
+        "prompt_tokens": 1000,
+        "completion_tokens": 10,
+        "total_tokens": 1010,
+        "context_limit": 8192,
+        "budget": 6144,
+        "context_used_pct": 16.3,
+        "source": "server",
+        "reported": 1000,
+        **fields,
+    }
 
 
 def test_the_summary_weighs_the_cache_in_the_servers_tokens():
@@ -233,13 +268,20 @@ def test_a_summary_kept_before_the_cache_figures_still_folds():
 def with_cache(tmp_path: Path, **fields) -> DashboardState:
     events = sample_events(tmp_path)
     last = events[-1]
-    return replay([*events, {**usage_record(last["seq"] + 1, **fields),
-                             "session": last["session"], "turn": last["turn"]}])
+    return replay(
+        [
+            *events,
+            {
+                **usage_record(last["seq"] + 1, **fields),
+                "session": last["session"],
+                "turn": last["turn"],
+            },
+        ]
+    )
 
 
 def test_the_dashboard_shows_the_cache_hit_beside_the_context_at_80_columns(tmp_path):
-    frame = rendered_at(with_cache(tmp_path, cached_tokens=840, processed_tokens=160),
-                        80, 24)
+    frame = rendered_at(with_cache(tmp_path, cached_tokens=840, processed_tokens=160), 80, 24)
     line = next(row for row in frame if "context " in row and "%" in row)
     assert "cache 84%" in line
     assert all(len(row) <= 80 for row in frame)
@@ -252,11 +294,27 @@ def test_the_dashboard_says_nothing_of_a_cache_the_server_never_reported(tmp_pat
 
 @pytest.mark.parametrize("width, column", [(100, True), (80, False)])
 def test_stats_gives_each_sessions_hit_where_the_table_has_room(width, column):
-    stats = RunStats(run_id="r", sessions=[
-        SessionStats(1, turns=9, prompt_tokens=18_735, cached_tokens=600,
-                     cache_prompt_tokens=1000, end="restart: the window filled"),
-        SessionStats(2, turns=4, prompt_tokens=9_000, cached_tokens=900,
-                     cache_prompt_tokens=1000, end="task_complete")])
+    stats = RunStats(
+        run_id="r",
+        sessions=[
+            SessionStats(
+                1,
+                turns=9,
+                prompt_tokens=18_735,
+                cached_tokens=600,
+                cache_prompt_tokens=1000,
+                end="restart: the window filled",
+            ),
+            SessionStats(
+                2,
+                turns=4,
+                prompt_tokens=9_000,
+                cached_tokens=900,
+                cache_prompt_tokens=1000,
+                end="task_complete",
+            ),
+        ],
+    )
     console = Console(record=True, width=width)
     console.print(stats_view(stats))
     text = console.export_text()

@@ -37,9 +37,11 @@ def prose(source: str) -> list[tuple[int, str]]:
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             if doc := ast.get_docstring(node, clean=False):
                 found.append((node.body[0].lineno, doc))
-    found += [(token.start[0], token.string)
-              for token in tokenize.generate_tokens(io.StringIO(source).readline)
-              if token.type == tokenize.COMMENT]
+    found += [
+        (token.start[0], token.string)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
     return found
 
 
@@ -49,19 +51,34 @@ def defined(tree: ast.Module) -> dict[str, set[str] | None]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             members = {n.name for n in node.body if hasattr(n, "name")}
-            members |= {t.id for n in node.body if isinstance(n, (ast.Assign, ast.AnnAssign))
-                        for t in ast.walk(n) if isinstance(t, ast.Name)}
-            members |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
-                        and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
-                        and n.value.id == "self"}
+            members |= {
+                t.id
+                for n in node.body
+                if isinstance(n, (ast.Assign, ast.AnnAssign))
+                for t in ast.walk(n)
+                if isinstance(t, ast.Name)
+            }
+            members |= {
+                n.attr
+                for n in ast.walk(node)
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Store)
+                and isinstance(n.value, ast.Name)
+                and n.value.id == "self"
+            }
             names[node.name] = members
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names[node.name] = None
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update({(a.asname or a.name).split(".")[0]: None for a in node.names})
         else:
-            names.update({n.id: None for n in ast.walk(node)
-                          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)})
+            names.update(
+                {
+                    n.id: None
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                }
+            )
     return names
 
 
@@ -72,10 +89,13 @@ class CodeBase:
         for path in sorted(self.package.rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
             self.modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-        self.names = {name: defined(ast.parse(path.read_text(encoding="utf-8")))
-                      for name, path in self.modules.items()}
-        self.members = set().union(*(m for names in self.names.values()
-                                     for m in names.values() if m))
+        self.names = {
+            name: defined(ast.parse(path.read_text(encoding="utf-8")))
+            for name, path in self.modules.items()
+        }
+        self.members = set().union(
+            *(m for names in self.names.values() for m in names.values() if m)
+        )
 
     def path_exists(self, path: str, beside: Path) -> bool:
         return any((base / path).is_file() for base in (beside.parent, self.package, self.root))
@@ -105,10 +125,14 @@ class CodeBase:
         wrong = []
         for name, path in self.modules.items():
             for line, text in prose(path.read_text(encoding="utf-8")):
-                wrong += [f"{name}:{line}: {p}" for p in PATH.findall(text)
-                          if not self.path_exists(p, path)]
-                wrong += [f"{name}:{line}: {d}" for d in DOTTED.findall(text)
-                          if not self.resolves(d)]
+                wrong += [
+                    f"{name}:{line}: {p}"
+                    for p in PATH.findall(text)
+                    if not self.path_exists(p, path)
+                ]
+                wrong += [
+                    f"{name}:{line}: {d}" for d in DOTTED.findall(text) if not self.resolves(d)
+                ]
         return wrong
 
 
@@ -129,21 +153,31 @@ def write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_made_up_reference_is_found(tmp_path: Path) -> None:
-    root = write(tmp_path, {
-        "ouroboros/__init__.py": '"""The house."""\n',
-        "ouroboros/window/__init__.py": "",
-        "ouroboros/window/sizes.py": "class Sizes:\n    def add(self): ...\n",
-        "ouroboros/loop/journal.py": (
-            '"""Sizes as window.sizes.Sizes and `sizes.Sizes.add` keep them (window/sizes.py),\n'
-            'kept in state.json; see loop/journal.py and tests/test_x.py."""\n'
-            "# `state.add` is a variable's: Sizes defines add.\n"),
-        "tests/test_x.py": "",
-    })
+    root = write(
+        tmp_path,
+        {
+            "ouroboros/__init__.py": '"""The house."""\n',
+            "ouroboros/window/__init__.py": "",
+            "ouroboros/window/sizes.py": "class Sizes:\n    def add(self): ...\n",
+            "ouroboros/loop/journal.py": (
+                '"""Sizes as window.sizes.Sizes and `sizes.Sizes.add` keep them '
+                "(window/sizes.py),\n"
+                'kept in state.json; see loop/journal.py and tests/test_x.py."""\n'
+                "# `state.add` is a variable's: Sizes defines add.\n"
+            ),
+            "tests/test_x.py": "",
+        },
+    )
     assert CodeBase(root).unresolved() == []
     (root / "ouroboros/window/ui.py").write_text(
         '"""Drawn from window.sizes.Tally, `sizes.Sizes.take` and figures.py; see `policy.py`\n'
-        'and nothing else."""\n# sizes.Sizes.grow, say\n', encoding="utf-8")
+        'and nothing else."""\n# sizes.Sizes.grow, say\n',
+        encoding="utf-8",
+    )
     assert CodeBase(root).unresolved() == [
-        "ouroboros.window.ui:1: figures.py", "ouroboros.window.ui:1: policy.py",
-        "ouroboros.window.ui:1: window.sizes.Tally", "ouroboros.window.ui:1: sizes.Sizes.take",
-        "ouroboros.window.ui:3: sizes.Sizes.grow"]
+        "ouroboros.window.ui:1: figures.py",
+        "ouroboros.window.ui:1: policy.py",
+        "ouroboros.window.ui:1: window.sizes.Tally",
+        "ouroboros.window.ui:1: sizes.Sizes.take",
+        "ouroboros.window.ui:3: sizes.Sizes.grow",
+    ]

@@ -35,18 +35,31 @@ from tests.helpers import of_type, ouroboros_here, run_events
 PARTS = 4
 MAX_TURNS = 16  # a limit past the task: 2 + 2 * PARTS turns, then the agent calls task_complete
 TASK_TURNS = 3 + 2 * PARTS
-BIG_PARTS = {"max_turns": 40, "chars_per_part": 6000, "model": {"context_limit": 4096},
-             "context": {"carryover_turns": 3}}  # masks, winds down and restarts
+BIG_PARTS = {
+    "max_turns": 40,
+    "chars_per_part": 6000,
+    "model": {"context_limit": 4096},
+    "context": {"carryover_turns": 3},
+}  # masks, winds down and restarts
 
 
-def crash_and_resume(tmp_path: Path, server, agent: CountingAgent, kill_when, *,
-                     max_turns: int = MAX_TURNS, parts: int = PARTS, **project):
+def crash_and_resume(
+    tmp_path: Path,
+    server,
+    agent: CountingAgent,
+    kill_when,
+    *,
+    max_turns: int = MAX_TURNS,
+    parts: int = PARTS,
+    **project,
+):
     """Run, kill -9 when `kill_when()` is true, resume to the end. Returns what the checks
     need: the snapshot at the kill, the index of the first request after it, the resume's
     result and the final snapshot. The run is a process forked from the test's (a real
     process to kill -9, without an interpreter to start); the resume runs in the test's."""
-    config, expected = demo_project(tmp_path, server.base_url, parts, max_turns=max_turns,
-                                    **project)
+    config, expected = demo_project(
+        tmp_path, server.base_url, parts, max_turns=max_turns, **project
+    )
     process = start_forked("run", "--config", str(config), "--headless", root=tmp_path)
     try:
         wait_for(kill_when, "the kill point", process)
@@ -88,15 +101,15 @@ def kept_every_turn(before: dict, server, first_after: int) -> None:
     """What the model sees after the resume starts with the conversation as saved."""
     saved = to_wire(before["state"]["messages"])
     sent = sent_from(server, first_after)
-    assert any(m[:len(saved)] == saved for m in sent), "the saved conversation was not kept"
+    assert any(m[: len(saved)] == saved for m in sent), "the saved conversation was not kept"
 
 
-def test_kill_during_a_tool_reports_it_interrupted_and_runs_it_no_more(tmp_path,
-                                                                      scripted_server):
+def test_kill_during_a_tool_reports_it_interrupted_and_runs_it_no_more(tmp_path, scripted_server):
     agent = CountingAgent(PARTS, hold_tool_at=2)
     server = scripted_server(agent)
     before, first_after, result, after = crash_and_resume(
-        tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists())
+        tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists()
+    )
 
     events = check_log(tmp_path)
     resumed = check_resumed_from(before, events)
@@ -107,11 +120,16 @@ def test_kill_during_a_tool_reports_it_interrupted_and_runs_it_no_more(tmp_path,
     assert set(runs.values()) == {1}
     assert "T2" in runs and len(runs) == PARTS + 1
     # The model was told, in the call's own result, that it may or may not have happened.
-    interrupted = [m for sent in sent_from(server, first_after) for m in tool_messages(sent)
-                   if "[interrupted" in m["content"]]
+    interrupted = [
+        m
+        for sent in sent_from(server, first_after)
+        for m in tool_messages(sent)
+        if "[interrupted" in m["content"]
+    ]
     assert interrupted and "may or may" in interrupted[0]["content"]
-    held_id = next(e["id"] for e in events if e["type"] == "tool_call"
-                   and "sleep 30" in e["arguments"])
+    held_id = next(
+        e["id"] for e in events if e["type"] == "tool_call" and "sleep 30" in e["arguments"]
+    )
     assert [m["tool_call_id"] for m in interrupted][0] == held_id
     results = [e for e in of_type(events, "tool_result") if e["id"] == held_id]
     assert len(results) == 1 and results[0]["interrupted"] is True
@@ -126,7 +144,8 @@ def test_kill_while_waiting_for_the_model_asks_again(tmp_path, scripted_server):
     agent = CountingAgent(PARTS, hold_request_at=5)
     server = scripted_server(agent)
     before, first_after, result, after = crash_and_resume(
-        tmp_path, server, agent, agent.request_held.is_set)
+        tmp_path, server, agent, agent.request_held.is_set
+    )
 
     events = check_log(tmp_path)
     resumed = check_resumed_from(before, events)
@@ -142,7 +161,8 @@ def test_kill_before_the_first_reply_resumes_from_the_start(tmp_path, scripted_s
     agent = CountingAgent(PARTS, hold_request_at=1)
     server = scripted_server(agent)
     before, first_after, result, after = crash_and_resume(
-        tmp_path, server, agent, agent.request_held.is_set)
+        tmp_path, server, agent, agent.request_held.is_set
+    )
 
     assert before["state"]["total_turns"] == 0
     check_resumed_from(before, check_log(tmp_path))
@@ -155,7 +175,8 @@ def test_kill_at_a_moment_chosen_by_seed(tmp_path, scripted_server, seed):
     agent = CountingAgent(PARTS)
     server = scripted_server(agent)
     before, first_after, result, after = crash_and_resume(
-        tmp_path, server, agent, lambda: event_lines(tmp_path) >= after_events)
+        tmp_path, server, agent, lambda: event_lines(tmp_path) >= after_events
+    )
 
     events = check_log(tmp_path)
     check_resumed_from(before, events)
@@ -164,14 +185,15 @@ def test_kill_at_a_moment_chosen_by_seed(tmp_path, scripted_server, seed):
 
 
 @pytest.mark.parametrize("seed", [5, 6, 7])
-def test_kill_at_a_moment_chosen_by_seed_while_masking_and_restarting(tmp_path,
-                                                                      scripted_server, seed):
+def test_kill_at_a_moment_chosen_by_seed_while_masking_and_restarting(
+    tmp_path, scripted_server, seed
+):
     after_events = random.Random(seed).randint(20, 60)  # the whole run writes about 65
     agent = CountingAgent(PARTS)
     server = scripted_server(agent, context_length=4096)
     before, first_after, result, after = crash_and_resume(
-        tmp_path, server, agent, lambda: event_lines(tmp_path) >= after_events,
-        **BIG_PARTS)
+        tmp_path, server, agent, lambda: event_lines(tmp_path) >= after_events, **BIG_PARTS
+    )
 
     events = check_log(tmp_path)
     check_resumed_from(before, events)
@@ -184,10 +206,16 @@ def test_kill_in_a_run_that_masks_and_restarts_keeps_its_counters(tmp_path, scri
     agent = CountingAgent(parts)
     server = scripted_server(agent, context_length=4096)
     before, first_after, result, after = crash_and_resume(
-        tmp_path, server, agent,
+        tmp_path,
+        server,
+        agent,
         lambda: saved_restarts(tmp_path) >= 1,
-        max_turns=60, parts=parts, chars_per_part=6000, model={"context_limit": 4096},
-        context={"carryover_turns": 3})
+        max_turns=60,
+        parts=parts,
+        chars_per_part=6000,
+        model={"context_limit": 4096},
+        context={"carryover_turns": 3},
+    )
 
     events = check_log(tmp_path)
     check_resumed_from(before, events)
@@ -238,7 +266,7 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path, scripted_server):
     assert "torn last log line dropped" in result.stdout
     log = read_events(log_path(tmp_path))
     assert log.torn_line is None
-    assert log.events[:len(whole)] == whole
+    assert log.events[: len(whole)] == whole
     assert of_type(log.events, "run_resumed")[0]["torn_line_dropped"] is True
     check_log(tmp_path)
 
@@ -262,8 +290,9 @@ def test_resume_with_no_run_is_exit_4_and_of_an_unknown_run_exit_2(tmp_path, scr
     assert result.returncode == 4 and "no runs" in result.stderr
     assert ouroboros_here("run", "--config", str(config), "--headless").returncode == 3
 
-    result = ouroboros_here("resume", "--config", str(config), "--run", "20990101-000000-beef",
-                       "--headless")
+    result = ouroboros_here(
+        "resume", "--config", str(config), "--run", "20990101-000000-beef", "--headless"
+    )
 
     assert result.returncode == 2
     assert "20990101-000000-beef" in result.stderr and "Traceback" not in result.stderr
@@ -324,8 +353,11 @@ def test_a_stale_lock_is_taken_over_with_a_notice(tmp_path, scripted_server):
     gone.wait()
     state_dir = tmp_path / ".ouroboros"
     state_dir.mkdir()
-    (state_dir / "lock").write_text(json.dumps(
-        {"pid": gone.pid, "host": socket.gethostname(), "run_id": "20250101-000000-dead"}))
+    (state_dir / "lock").write_text(
+        json.dumps(
+            {"pid": gone.pid, "host": socket.gethostname(), "run_id": "20250101-000000-dead"}
+        )
+    )
 
     result = ouroboros_here("run", "--config", str(config), "--headless")
 
@@ -337,14 +369,14 @@ def test_a_stale_lock_is_taken_over_with_a_notice(tmp_path, scripted_server):
     assert os.listdir(state_dir / "runs")
 
 
-def test_the_handoff_after_a_kill_and_resume_remembers_the_whole_run(tmp_path,
-                                                                   scripted_server):
+def test_the_handoff_after_a_kill_and_resume_remembers_the_whole_run(tmp_path, scripted_server):
     """What the handoff knows is folded from the log: a kill loses none of it (the files
     written before the crash are still named, the counts go on)."""
     agent = CountingAgent(8, hold_tool_at=3)
     server = scripted_server(agent)
-    crash_and_resume(tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists(),
-                     parts=8, **BIG_PARTS)
+    crash_and_resume(
+        tmp_path, server, agent, lambda: (tmp_path / "held_tool").exists(), parts=8, **BIG_PARTS
+    )
 
     events = run_events(tmp_path)
     resumed = of_type(events, "run_resumed")[0]["seq"]
@@ -352,8 +384,9 @@ def test_the_handoff_after_a_kill_and_resume_remembers_the_whole_run(tmp_path,
     assert handoffs, "no restart after the resume"
     for handoff in handoffs:
         before = [e for e in events if e["seq"] < handoff["seq"]]
-        writes = sum(1 for e in of_type(before, "tool_result")
-                     if e["name"] == "file_write" and e["ok"])
+        writes = sum(
+            1 for e in of_type(before, "tool_result") if e["name"] == "file_write" and e["ok"]
+        )
         turns = len({(e["session"], e["turn"]) for e in of_type(before, "assistant")})
         assert f"progress.md ({writes} writes)" in handoff["text"]
         assert f"{turns} turns, " in handoff["text"]  # the run's, not the session's

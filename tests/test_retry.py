@@ -165,8 +165,11 @@ def test_a_servers_retry_after_longer_than_the_backoff_is_waited_out():
 
 
 def test_a_retry_after_shorter_than_the_backoff_does_not_hurry_it():
-    errors = [TransientModelError("503"), TransientModelError("503"),
-              TransientModelError("503", retry_after=0.5)]
+    errors = [
+        TransientModelError("503"),
+        TransientModelError("503"),
+        TransientModelError("503", retry_after=0.5),
+    ]
     _, _, time = retry(failing(*errors, "ok"))
     assert time.sleeps == [1.0, 2.0, 4.0]
 

@@ -15,9 +15,19 @@ from tests.conversations import manager
 
 def turn(cm, messages, call_id, name, args, content, **meta):
     """One turn of one tool call, its result registered with the manager as the loop does."""
-    messages.append({"role": "assistant", "content": "", "tool_calls": [
-        {"id": call_id, "type": "function",
-         "function": {"name": name, "arguments": json.dumps(args)}}]})
+    messages.append(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+            ],
+        }
+    )
     subject = args.get("path") or args.get("command", "")
     result = ToolResult(content, meta={"path": args.get("path"), **meta})
     obs = conv.describe(name, subject, result, cm.new_observation_id(), call_id)
@@ -26,13 +36,27 @@ def turn(cm, messages, call_id, name, args, content, **meta):
 
 def record(cm, messages, call_id, part):
     command = f"echo 'part_{part:03d}: abc' >> results.txt"
-    turn(cm, messages, call_id, "shell_exec", {"command": command},
-         "[exit code 0]", command=command, exit_code=0)
+    turn(
+        cm,
+        messages,
+        call_id,
+        "shell_exec",
+        {"command": command},
+        "[exit code 0]",
+        command=command,
+        exit_code=0,
+    )
 
 
 def save(cm, messages, call_id, text="DONE: 1-2\nNEXT: 3\n"):
-    turn(cm, messages, call_id, "file_write", {"path": "notes.md", "content": text},
-         "wrote 20 bytes (2 lines) to notes.md")
+    turn(
+        cm,
+        messages,
+        call_id,
+        "file_write",
+        {"path": "notes.md", "content": text},
+        "wrote 20 bytes (2 lines) to notes.md",
+    )
 
 
 def read(cm, messages, call_id, path, content):
@@ -61,8 +85,11 @@ def visible(messages):
 def test_at_a_wind_down_the_notes_read_and_the_records_since_are_not_what_goes():
     cm = manager(limit=3_000)
     messages = session_at_the_wind_down(cm)
-    older_masked = cm.fit(session_at_the_wind_down(manager(limit=3_000)), [],
-                          target=cm.current_tokens(messages, []) - 900)
+    older_masked = cm.fit(
+        session_at_the_wind_down(manager(limit=3_000)),
+        [],
+        target=cm.current_tokens(messages, []) - 900,
+    )
     assert older_masked.masked == ["p3", "p4"] and not older_masked.dropped_turns
     target = older_masked.tokens - 150  # more than the older reads free
     fitted = cm.fit(messages, [], target=target)

@@ -47,10 +47,15 @@ def test_split_text_streams_word_pieces_that_join_back():
 
 
 def test_current_wire_role_once_finish_alone_usage_last():
-    frames = render_stream(Reply("Hi there"), model="m", usage=usage_wire(7, 2), request_number=3, created=5)
+    frames = render_stream(
+        Reply("Hi there"), model="m", usage=usage_wire(7, 2), request_number=3, created=5
+    )
     assert frames[-1] == DONE_FRAME
     chunks = chunks_of(frames)
-    assert all(c["id"] == "chatcmpl-3" and c["model"] == "m" and c["system_fingerprint"] == "fp_ollama" for c in chunks)
+    assert all(
+        c["id"] == "chatcmpl-3" and c["model"] == "m" and c["system_fingerprint"] == "fp_ollama"
+        for c in chunks
+    )
     assert all(c["object"] == "chat.completion.chunk" and c["created"] == 5 for c in chunks)
     deltas = [choice(c)["delta"] for c in chunks[:-1]]
     assert deltas == [{"role": "assistant", "content": "Hi"}, {"content": " there"}, {}]
@@ -62,7 +67,10 @@ def test_current_wire_role_once_finish_alone_usage_last():
 def test_legacy_wire_role_everywhere_and_stop_even_after_tool_calls():
     frames = render_stream(Reply("Hi there", [("f", {"a": 1})]), model="m", wire="legacy")
     chunks = chunks_of(frames)
-    assert all(choice(c)["delta"]["role"] == "assistant" and "content" in choice(c)["delta"] for c in chunks)
+    assert all(
+        choice(c)["delta"]["role"] == "assistant" and "content" in choice(c)["delta"]
+        for c in chunks
+    )
     assert [choice(c)["finish_reason"] for c in chunks] == [None, None, "stop"]
     (call,) = choice(chunks[-1])["delta"]["tool_calls"]
     assert call["function"] == {"name": "f", "arguments": '{"a":1}'}
@@ -83,11 +91,20 @@ def test_whole_tool_calls_come_in_one_chunk_with_indexes():
 
 def test_fragmented_tool_calls_send_id_and_name_first_then_argument_pieces():
     arguments = {"path": "notes/a long file name.txt"}
-    chunks = chunks_of(render_stream(Reply("", [("file_read", arguments)]), model="m", fragment_tool_calls=True))
-    pieces = [choice(c)["delta"]["tool_calls"][0] for c in chunks if "tool_calls" in choice(c)["delta"]]
-    assert pieces[0]["id"].startswith("call_") and pieces[0]["function"] == {"name": "file_read", "arguments": ""}
+    chunks = chunks_of(
+        render_stream(Reply("", [("file_read", arguments)]), model="m", fragment_tool_calls=True)
+    )
+    pieces = [
+        choice(c)["delta"]["tool_calls"][0] for c in chunks if "tool_calls" in choice(c)["delta"]
+    ]
+    assert pieces[0]["id"].startswith("call_") and pieces[0]["function"] == {
+        "name": "file_read",
+        "arguments": "",
+    }
     assert len(pieces) > 3
-    assert all("id" not in p and "name" not in p["function"] and p["index"] == 0 for p in pieces[1:])
+    assert all(
+        "id" not in p and "name" not in p["function"] and p["index"] == 0 for p in pieces[1:]
+    )
     assert json.loads("".join(p["function"]["arguments"] for p in pieces)) == arguments
 
 
@@ -107,7 +124,11 @@ def test_an_empty_reply_still_has_a_delta_and_a_finish():
 @pytest.mark.parametrize("fragment", [False, True])
 def test_rendered_bytes_fed_byte_by_byte_decode_back_to_the_reply(wire, fragment):
     reply = Reply("Ünïcode 🐍 text", [("a", {"k": "v é"}), ("b", "raw")], reasoning="hmm")
-    data = b"".join(render_stream(reply, model="m", wire=wire, fragment_tool_calls=fragment, usage=usage_wire(3, 4)))
+    data = b"".join(
+        render_stream(
+            reply, model="m", wire=wire, fragment_tool_calls=fragment, usage=usage_wire(3, 4)
+        )
+    )
     decoder, accumulator = SSEDecoder(), StreamAccumulator()
     for i in range(len(data)):
         for payload in decoder.feed(data[i : i + 1]):
@@ -116,7 +137,10 @@ def test_rendered_bytes_fed_byte_by_byte_decode_back_to_the_reply(wire, fragment
                 accumulator.feed(chunk)
     result = accumulator.result()
     assert (result.text, result.reasoning, result.usage) == ("Ünïcode 🐍 text", "hmm", Usage(3, 4))
-    assert [(c.name, c.arguments) for c in result.tool_calls] == [("a", '{"k":"v \\u00e9"}'), ("b", "raw")]
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [
+        ("a", '{"k":"v \\u00e9"}'),
+        ("b", "raw"),
+    ]
 
 
 # ---- the server over loopback -------------------------------------------------------------
@@ -149,7 +173,11 @@ USER = [{"role": "user", "content": "hello"}]
 
 def test_list_script_one_item_per_request_then_script_finished(scripted_server):
     server = scripted_server([Reply("one"), Reply("two")])
-    assert [text_of(streamed(chat(server, USER))) for _ in range(3)] == ["one", "two", SCRIPT_FINISHED]
+    assert [text_of(streamed(chat(server, USER))) for _ in range(3)] == [
+        "one",
+        "two",
+        SCRIPT_FINISHED,
+    ]
     assert [r["messages"] for r in server.requests] == [USER] * 3
 
 
@@ -189,7 +217,13 @@ def test_count_tokens_is_deterministic_and_counts_everything():
     server = ScriptedServer([], tokenizer=ServerTokenizer("characters", len, per_message=4))
     messages = [
         {"role": "system", "content": "abcd"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "ab", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "ab", "arguments": "{}"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "xy"}]},
     ]
     tools = [{"type": "function"}]
@@ -216,7 +250,9 @@ def long_conversation():
 
 def test_truncate_drops_whole_messages_from_the_front_keeping_system_and_last(scripted_server):
     seen = []
-    server = scripted_server(lambda messages: seen.append(messages) or Reply("ok"), context_length=60)
+    server = scripted_server(
+        lambda messages: seen.append(messages) or Reply("ok"), context_length=60
+    )
     conversation = long_conversation()
     chunks = streamed(chat(server, conversation))
     assert server.prompt_tokens == [154]
@@ -228,7 +264,9 @@ def test_truncate_drops_whole_messages_from_the_front_keeping_system_and_last(sc
 
 def test_truncate_keeps_the_last_message_even_when_it_alone_is_too_big(scripted_server):
     seen = []
-    server = scripted_server(lambda messages: seen.append(messages) or Reply("ok"), context_length=20)
+    server = scripted_server(
+        lambda messages: seen.append(messages) or Reply("ok"), context_length=20
+    )
     conversation = [{"role": "user", "content": "a"}, {"role": "user", "content": "b" * 350}]
     chunks = streamed(chat(server, conversation))
     assert seen == [conversation[-1:]]
@@ -277,8 +315,7 @@ def test_miscount_reports_counts_off_from_the_nth_request_on(scripted_server):
     for, are 0.6 of the true ones, which `prompt_tokens` keeps."""
     server = scripted_server([Reply("a"), Reply("b")], miscount=(0.6, 2))
     first = streamed(chat(server, long_conversation()))[-1]["usage"]["prompt_tokens"]
-    body = {"model": "scripted", "messages": long_conversation(), "stream": False,
-            "max_tokens": 1}
+    body = {"model": "scripted", "messages": long_conversation(), "stream": False, "max_tokens": 1}
     asked = httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=30)
     second = chat(server, long_conversation(), stream=False, include_usage=False)
     assert first == 154
@@ -291,7 +328,12 @@ def test_unknown_model_and_tools_refusals(scripted_server):
     server = scripted_server([Reply("x")], tools_supported=False)
     missing = chat(server, USER, model="nope")
     assert missing.status_code == 404
-    assert missing.json()["error"] == {"message": "model 'nope' not found", "type": "not_found_error", "param": None, "code": None}
+    assert missing.json()["error"] == {
+        "message": "model 'nope' not found",
+        "type": "not_found_error",
+        "param": None,
+        "code": None,
+    }
     refused = chat(server, USER, tools=[{"type": "function", "function": {"name": "f"}}])
     assert refused.status_code == 400
     assert refused.json()["error"]["message"] == "scripted does not support tools"
@@ -415,8 +457,7 @@ def test_discovery_against_the_scripted_server(scripted_server):
 
 def test_ollama_allocated_less_than_advertised_honest_or_silent(scripted_server):
     honest = scripted_server([Reply("a"), Reply("b")], context_length=8192, allocated=2048)
-    silent = scripted_server([Reply("a")], context_length=8192, allocated=2048,
-                             api_ps="silent")
+    silent = scripted_server([Reply("a")], context_length=8192, allocated=2048, api_ps="silent")
     for server in (honest, silent):
         chat(server, USER)
     ps = httpx.get(f"{honest.base_url}/api/ps").json()["models"]

@@ -83,7 +83,8 @@ def test_no_default_counter_is_a_fixed_ratio():
 
 
 @pytest.mark.parametrize(
-    "a, b", list(combinations([words_and_punctuation, ratio(4), by_content], 2)),
+    "a, b",
+    list(combinations([words_and_punctuation, ratio(4), by_content], 2)),
     ids=lambda counter: counter.__qualname__,
 )
 def test_every_counter_weighs_prose_json_and_hex_differently_from_the_others(a, b):
@@ -100,7 +101,11 @@ CONVERSATION = [
         "role": "assistant",
         "content": "<think>The user wants the file read, so I call the tool.</think>Reading.",
         "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "file_read", "arguments": '{"path":"a.txt"}'}}
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "file_read", "arguments": '{"path":"a.txt"}'},
+            }
         ],
     },
     {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "hello there"}]},
@@ -129,7 +134,9 @@ def test_count_is_every_text_plus_the_tools_plus_the_template():
 def test_dict_arguments_and_missing_contents_count_too():
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"k": "v"}}}
     message = {"role": "assistant", "content": None, "tool_calls": [call]}
-    assert ServerTokenizer("t").count([message], None) == 1 + words_and_punctuation('{"k": "v"}') + 3
+    assert (
+        ServerTokenizer("t").count([message], None) == 1 + words_and_punctuation('{"k": "v"}') + 3
+    )
 
 
 def test_count_text_is_the_text_counter_alone():
@@ -140,22 +147,26 @@ def test_count_text_is_the_text_counter_alone():
 
 def test_per_message_adds_template_tokens_for_each_message():
     words, heavy = TOKENIZERS["words"], TOKENIZERS["template-heavy"]
-    assert heavy.count(CONVERSATION, TOOLS) - words.count(CONVERSATION, TOOLS) == 9 * len(CONVERSATION)
+    assert heavy.count(CONVERSATION, TOOLS) - words.count(CONVERSATION, TOOLS) == 9 * len(
+        CONVERSATION
+    )
 
 
 def test_count_tools_false_leaves_the_schemas_out():
     words, no_tools = TOKENIZERS["words"], TOKENIZERS["no-tools"]
     assert no_tools.count(CONVERSATION, TOOLS) == no_tools.count(CONVERSATION, None)
     assert no_tools.count(CONVERSATION, TOOLS) == words.count(CONVERSATION, None)
-    assert words.count(CONVERSATION, TOOLS) - words.count(CONVERSATION, None) == words_and_punctuation(
-        json.dumps(TOOLS)
-    )
+    assert words.count(CONVERSATION, TOOLS) - words.count(
+        CONVERSATION, None
+    ) == words_and_punctuation(json.dumps(TOOLS))
 
 
 def test_strip_reasoning_drops_think_blocks_before_the_last_user_message_only():
     words, strip = TOKENIZERS["words"], TOKENIZERS["strip-reasoning"]
     think = "<think>The user wants the file read, so I call the tool.</think>"
-    assert words.count(CONVERSATION, None) - strip.count(CONVERSATION, None) == words_and_punctuation(think)
+    assert words.count(CONVERSATION, None) - strip.count(
+        CONVERSATION, None
+    ) == words_and_punctuation(think)
     latest = CONVERSATION[:4]  # the assistant turn comes after the last user message: kept
     assert strip.count(latest, None) == words.count(latest, None)
     user_only = [m for m in CONVERSATION if m["role"] != "assistant"]
@@ -164,7 +175,14 @@ def test_strip_reasoning_drops_think_blocks_before_the_last_user_message_only():
 
 def test_the_matrix_names_every_kind_of_server():
     assert set(TOKENIZERS) >= {
-        "words", "cpt-2.5", "cpt-4", "cpt-6.5", "by-content", "template-heavy", "no-tools", "strip-reasoning"
+        "words",
+        "cpt-2.5",
+        "cpt-4",
+        "cpt-6.5",
+        "by-content",
+        "template-heavy",
+        "no-tools",
+        "strip-reasoning",
     }
     assert all(name == tokenizer.name for name, tokenizer in TOKENIZERS.items())
     assert TOKENIZERS["words"].text is words_and_punctuation
@@ -245,7 +263,8 @@ def test_usage_whole_is_the_true_prompt(scripted_server):
 
 
 @pytest.mark.parametrize(
-    "mode, raw_prompt", [("zero", '"prompt_tokens":0,'), ("null", '"prompt_tokens":null,'), ("absent", None)]
+    "mode, raw_prompt",
+    [("zero", '"prompt_tokens":0,'), ("null", '"prompt_tokens":null,'), ("absent", None)],
 )
 def test_broken_usage_modes_on_the_wire(scripted_server, mode, raw_prompt):
     server = scripted_server([Reply("Hello, world!"), Reply("Hello, world!")], usage=mode)
@@ -328,7 +347,11 @@ def test_report_cached_adds_the_common_prefix_and_keeps_the_whole_count(scripted
     _, usage = usage_frame(post_chat(server, longer, tools=TOOLS))
     cached = usage["prompt_tokens_details"]["cached_tokens"]
     assert cached == server.count_tokens(USER, TOOLS)
-    assert usage["prompt_tokens"] == server.prompt_tokens[-1] == cached + server.count_tokens(longer[1:], None)
+    assert (
+        usage["prompt_tokens"]
+        == server.prompt_tokens[-1]
+        == cached + server.count_tokens(longer[1:], None)
+    )
     whole = post_chat(server, longer, tools=TOOLS, stream=False).json()["usage"]
     assert whole["prompt_tokens_details"]["cached_tokens"] == server.prompt_tokens[-1]
 
@@ -365,7 +388,9 @@ def test_llama_cpp_python_tokenize_count(scripted_server):
 
 
 def test_vllm_tokenize_answers_count_tokens_and_the_window(scripted_server):
-    server = scripted_server([], tokenize="vllm", context_length=6000, tokenizer=TOKENIZERS["by-content"])
+    server = scripted_server(
+        [], tokenize="vllm", context_length=6000, tokenizer=TOKENIZERS["by-content"]
+    )
     answer = post(server, "/tokenize", {"model": "scripted", "prompt": TEXT}).json()
     assert answer["count"] == by_content(TEXT) == len(answer["tokens"])
     assert answer["max_model_len"] == 6000
@@ -400,6 +425,7 @@ def test_no_tokenize_endpoint_by_default(scripted_server):
 
 def test_bpe_bytes_splits_what_is_not_ascii_by_its_bytes():
     from ouroboros.testing.tokenizer import bpe_bytes
+
     assert bpe_bytes("plain words here") == by_content("plain words here")
     assert bpe_bytes("上下文窗口") == 8  # 15 bytes
     assert bpe_bytes("ok 📦📦") == by_content("ok ") + 4
@@ -409,9 +435,12 @@ def test_content_kinds_differ_in_density_as_real_files_do():
     import random
 
     from ouroboros.testing.content import CONTENT_KINDS
+
     bpe = TOKENIZERS["bpe-bytes"]
-    per_char = {kind: bpe.count_text(make(6000, random.Random(1))) / 6000
-                for kind, make in CONTENT_KINDS.items()}
+    per_char = {
+        kind: bpe.count_text(make(6000, random.Random(1))) / 6000
+        for kind, make in CONTENT_KINDS.items()
+    }
     assert per_char["cjk"] > 1 and per_char["emoji"] > 1  # denser than a token a character
     assert per_char["hex"] > 2 * per_char["prose"]
     assert "\n" not in CONTENT_KINDS["long-line"](6000, random.Random(1))

@@ -32,13 +32,26 @@ WINDOW = {"context_limit": 8192, "limit_source": "config", "budget": 6144}
 V1_LOG = Path(__file__).parent / "events_v1.jsonl"
 
 
-def write_run(run_dir: Path, sessions: int, turns: int = 3, segment_bytes: int = 1,
-              retention: Retention | None = None, end: bool = True) -> EventLog:
+def write_run(
+    run_dir: Path,
+    sessions: int,
+    turns: int = 3,
+    segment_bytes: int = 1,
+    retention: Retention | None = None,
+    end: bool = True,
+) -> EventLog:
     """A run of `sessions` sessions of `turns` turns, a segment closed at every boundary."""
     log = EventLog(run_dir / EVENTS_FILE, segment_bytes=segment_bytes)
     log.retention = retention
-    log.emit(ev.RunStart(run_id=run_dir.name, version="0.1.0", pid=1,
-                         config={"context": {"soft_threshold_pct": 0.6}}, flags={"x": 1}))
+    log.emit(
+        ev.RunStart(
+            run_id=run_dir.name,
+            version="0.1.0",
+            pid=1,
+            config={"context": {"soft_threshold_pct": 0.6}},
+            flags={"x": 1},
+        )
+    )
     store = ObservationStore(run_dir / "observations")
     obs = 0
     for session in range(1, sessions + 1):
@@ -46,27 +59,52 @@ def write_run(run_dir: Path, sessions: int, turns: int = 3, segment_bytes: int =
             log.emit(ev.SessionEnd(reason="restart"))
             log.at_session_boundary(keep_obs_from=obs)
             log.session, log.turn = session, 0
-            log.emit(ev.SessionRestart(previous_turns=turns, carryover_messages=0,
-                                       carryover_masked=1, carryover_turns_dropped=0,
-                                       reason="full"))
+            log.emit(
+                ev.SessionRestart(
+                    previous_turns=turns,
+                    carryover_messages=0,
+                    carryover_masked=1,
+                    carryover_turns_dropped=0,
+                    reason="full",
+                )
+            )
         log.emit(ev.SessionStart(**WINDOW, carryover_messages=0))
         for turn in range(1, turns + 1):
             log.turn = turn
-            log.emit(ev.Assistant(text=f"turn {session}.{turn}", finish_reason="stop",
-                                  tool_calls=[]))
-            log.emit(ev.TokenUsage(prompt_tokens=100 * turn, completion_tokens=5,
-                                   context_used_pct=1.5 * turn, budget=6144, total_tokens=105,
-                                   context_limit=8192, source="server"))
+            log.emit(
+                ev.Assistant(text=f"turn {session}.{turn}", finish_reason="stop", tool_calls=[])
+            )
+            log.emit(
+                ev.TokenUsage(
+                    prompt_tokens=100 * turn,
+                    completion_tokens=5,
+                    context_used_pct=1.5 * turn,
+                    budget=6144,
+                    total_tokens=105,
+                    context_limit=8192,
+                    source="server",
+                )
+            )
             obs += 1
             store.save(f"obs-{obs}", f"result {obs} " + "x" * 500, session=session)
         if session == 2:
-            log.emit(ev.ConfigChanged(key="context.soft_threshold_pct", old=0.6, new=0.5,
-                                      source="ouroboros.toml"))
+            log.emit(
+                ev.ConfigChanged(
+                    key="context.soft_threshold_pct", old=0.6, new=0.5, source="ouroboros.toml"
+                )
+            )
             log.emit(ev.WarningEvent(message="careful"))
     if end:
         log.emit(ev.SessionEnd(reason="max_turns"))
-        log.emit(ev.RunEnd(reason="max_turns", exit_code=0, sessions=sessions,
-                           total_turns=sessions * turns, restarts=sessions - 1))
+        log.emit(
+            ev.RunEnd(
+                reason="max_turns",
+                exit_code=0,
+                sessions=sessions,
+                total_turns=sessions * turns,
+                restarts=sessions - 1,
+            )
+        )
     log.close()
     return log
 
@@ -85,9 +123,15 @@ def test_the_log_rolls_over_at_session_boundaries_into_compressed_segments(tmp_p
     manifest = json.loads((run / MANIFEST_FILE).read_text())
     assert manifest["format_version"] == 3
     assert [s["file"] for s in manifest["segments"]] == [
-        "000001.jsonl.gz", "000002.jsonl.gz", "000003.jsonl.gz"]
+        "000001.jsonl.gz",
+        "000002.jsonl.gz",
+        "000003.jsonl.gz",
+    ]
     assert sorted(p.name for p in (run / SEGMENTS_DIR).iterdir()) == [
-        "000001.jsonl.gz", "000002.jsonl.gz", "000003.jsonl.gz"]
+        "000001.jsonl.gz",
+        "000002.jsonl.gz",
+        "000003.jsonl.gz",
+    ]
     first, second = manifest["segments"][:2]
     assert first["sessions"] == [1, 1] and second["sessions"] == [2, 2]
     assert first["turns"] == [0, 3] and second["turns"] == [3, 6]
@@ -98,8 +142,9 @@ def test_the_log_rolls_over_at_session_boundaries_into_compressed_segments(tmp_p
     records = list(run_records(run))
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
     assert records[-1]["type"] == "run_end"
-    assert [r["seq"] for r in last_records(run, 12)] == list(range(len(records) - 11,
-                                                                    len(records) + 1))
+    assert [r["seq"] for r in last_records(run, 12)] == list(
+        range(len(records) - 11, len(records) + 1)
+    )
 
 
 def test_status_from_the_manifest_and_current_segment_equals_a_replay_of_everything(tmp_path):
@@ -110,9 +155,22 @@ def test_status_from_the_manifest_and_current_segment_equals_a_replay_of_everyth
     status = replay(tmp_path, "run1", None)
 
     s = status.state
-    for name in ("session", "turn", "total_turns", "restarts", "masked", "context_limit",
-                 "budget", "prompt_tokens", "context_pct", "soft", "last_type", "last_ts",
-                 "alerts", "status"):
+    for name in (
+        "session",
+        "turn",
+        "total_turns",
+        "restarts",
+        "masked",
+        "context_limit",
+        "budget",
+        "prompt_tokens",
+        "context_pct",
+        "soft",
+        "last_type",
+        "last_ts",
+        "alerts",
+        "status",
+    ):
         assert getattr(s, name) == getattr(full, name), name
     assert s.total_turns == 15 and s.restarts == 4 and s.soft == 0.5
     assert [c.key for c in status.changes] == ["context.soft_threshold_pct"]
@@ -157,11 +215,11 @@ def test_a_damaged_or_missing_manifest_is_rebuilt_from_the_segments(tmp_path, da
     manifest = load_manifest(run)
 
     assert manifest.problem is not None and str(path) in manifest.problem
-    assert [s["last_seq"] for s in manifest.segments] == \
-        [s["last_seq"] for s in before["segments"]]
+    assert [s["last_seq"] for s in manifest.segments] == [s["last_seq"] for s in before["segments"]]
     assert manifest.state["turns"] == before["state"]["turns"]
-    assert len(list(run_records(run))) == before["segments"][-1]["last_seq"] + \
-        len(read_tail(run).records)
+    assert len(list(run_records(run))) == before["segments"][-1]["last_seq"] + len(
+        read_tail(run).records
+    )
 
 
 def test_a_segment_closed_by_a_process_killed_before_the_manifest_is_found(tmp_path):
@@ -181,9 +239,15 @@ def test_following_a_log_goes_on_across_a_rollover(tmp_path):
     log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
     log.emit(ev.SessionStart(**WINDOW, carryover_messages=0))
     seen = []
-    steps = iter([lambda: log.roll(), lambda: log.emit(ev.SessionStart(
-        **WINDOW, carryover_messages=0)), lambda: log.emit(ev.RunEnd(
-            reason="max_turns", exit_code=0, sessions=1, total_turns=0, restarts=0))])
+    steps = iter(
+        [
+            lambda: log.roll(),
+            lambda: log.emit(ev.SessionStart(**WINDOW, carryover_messages=0)),
+            lambda: log.emit(
+                ev.RunEnd(reason="max_turns", exit_code=0, sessions=1, total_turns=0, restarts=0)
+            ),
+        ]
+    )
 
     def wait():
         next(steps)()
@@ -197,8 +261,16 @@ def test_following_a_log_goes_on_across_a_rollover(tmp_path):
 def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
     run = tmp_path / "run1"
     write_run(run, sessions=8)
-    write_snapshot(run, 10_000, {"run_id": "run1", "messages": [], "session": 8, "context": {
-        "observations": {"c1": {"id": "obs-22"}}, "next_observation": 25}})
+    write_snapshot(
+        run,
+        10_000,
+        {
+            "run_id": "run1",
+            "messages": [],
+            "session": 8,
+            "context": {"observations": {"c1": {"id": "obs-22"}}, "next_observation": 25},
+        },
+    )
     before = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
 
     freed = prune_run(run, Retention(keep_bytes=0, keep_sessions=3))
@@ -217,15 +289,26 @@ def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
     assert [r["seq"] for r in records] == sorted(r["seq"] for r in records)
     after = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
     assert before - after >= freed.bytes * 0.9
-    assert prune_run(run, Retention(keep_bytes=0, keep_sessions=3)).describe().startswith(
-        "nothing to prune")
+    assert (
+        prune_run(run, Retention(keep_bytes=0, keep_sessions=3))
+        .describe()
+        .startswith("nothing to prune")
+    )
 
 
 def test_retention_keeps_what_the_live_conversation_and_a_resume_need(tmp_path):
     run = tmp_path / "run1"
     write_run(run, sessions=6)
-    write_snapshot(run, 5, {"run_id": "run1", "messages": [], "session": 6, "context": {
-        "observations": {"c1": {"id": "obs-4"}}, "next_observation": 19}})
+    write_snapshot(
+        run,
+        5,
+        {
+            "run_id": "run1",
+            "messages": [],
+            "session": 6,
+            "context": {"observations": {"c1": {"id": "obs-4"}}, "next_observation": 19},
+        },
+    )
 
     prune_run(run, Retention(keep_bytes=1))
 
@@ -243,8 +326,9 @@ def test_a_rolling_log_applies_retention_by_itself(tmp_path):
     assert read_tail(run).summary().turns == 30  # the totals survive the history removed
 
 
-def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(tmp_path,
-                                                                               monkeypatch):
+def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr("ouroboros.store.observations.PACK_BYTES", 20_000)
     run = tmp_path / "run1"
     log = EventLog(run / EVENTS_FILE, segment_bytes=20_000)
@@ -255,13 +339,24 @@ def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(
     biggest = 0
     for turn in range(1, 1201):  # one session, never restarted
         log.turn = turn
-        log.emit(ev.Assistant(text=f"turn {turn} " + "y" * 300, finish_reason="stop",
-                              tool_calls=[]))
+        log.emit(
+            ev.Assistant(text=f"turn {turn} " + "y" * 300, finish_reason="stop", tool_calls=[])
+        )
         store.save(f"obs-{turn}", f"result {turn} " + "x" * 500, session=1)
         if turn % 10 == 0:  # a snapshot now and then: it refers to the newest result only
-            write_snapshot(run, log.seq, {"run_id": "run1", "messages": [], "session": 1,
-                                          "context": {"observations": {"c": {"id": f"obs-{turn}"}},
-                                                      "next_observation": turn + 1}})
+            write_snapshot(
+                run,
+                log.seq,
+                {
+                    "run_id": "run1",
+                    "messages": [],
+                    "session": 1,
+                    "context": {
+                        "observations": {"c": {"id": f"obs-{turn}"}},
+                        "next_observation": turn + 1,
+                    },
+                },
+            )
         log.commit()
         biggest = max(biggest, (run / EVENTS_FILE).stat().st_size)
     log.close()
@@ -291,8 +386,9 @@ def default_stats(run: Path):
 
 
 @pytest.mark.parametrize("sessions,turns", [(5, 3), (40, 6)])
-def test_stats_by_default_shows_from_the_manifest_what_the_whole_log_says(tmp_path, sessions,
-                                                                          turns):
+def test_stats_by_default_shows_from_the_manifest_what_the_whole_log_says(
+    tmp_path, sessions, turns
+):
     from ouroboros.ui.stats import run_stats
 
     run = tmp_path / "run1"
@@ -334,8 +430,20 @@ def test_figures_a_manifest_lacks_are_rebuilt_once_from_its_segments(tmp_path):
     assert stats_text(summary_stats(summary)) == stats_text(run_stats(run_records(run)))
 
 
-OLD_TALLY = ("run_start", "anchors", "config_changes", "flags", "turns", "assistants",
-             "restarts", "masked", "mask_rounds", "alerts", "started", "last")
+OLD_TALLY = (
+    "run_start",
+    "anchors",
+    "config_changes",
+    "flags",
+    "turns",
+    "assistants",
+    "restarts",
+    "masked",
+    "mask_rounds",
+    "alerts",
+    "started",
+    "last",
+)
 
 
 def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(tmp_path):
@@ -345,8 +453,14 @@ def test_a_live_run_goes_on_past_a_damaged_manifest_and_segment_and_says_which(t
     damaged = run / SEGMENTS_DIR / "000002.jsonl.gz"
     damaged.write_bytes(b"not gzip at all")
     tail = read_tail(run)  # what a resume reads: the manifest is rebuilt without segment 2
-    log = EventLog(run / EVENTS_FILE, seq=tail.last_seq, session=5, summary=tail.manifest.summary(),
-                   current=tail.records, segment_bytes=1)
+    log = EventLog(
+        run / EVENTS_FILE,
+        seq=tail.last_seq,
+        session=5,
+        summary=tail.manifest.summary(),
+        current=tail.records,
+        segment_bytes=1,
+    )
 
     log.emit(ev.WarningEvent(message="still here"))
     log.commit()  # the live run closes its segment: no exception
@@ -400,7 +514,11 @@ def test_a_run_changing_its_config_forever_keeps_a_bounded_summary():
 
     newest = {r["key"]: r["new"] for r in summary.config_changes}
     assert len(summary.config_changes) <= RECENT_CHANGES + 3
-    assert newest == {"context.soft_threshold_pct": 999, "agent.max_turns": 997,
-                      "model.name": 998}  # what the config is now, for a resume
-    assert [r["new"] for r in summary.config_changes][-RECENT_CHANGES:] == \
-        list(range(1000 - RECENT_CHANGES, 1000))  # what status lists
+    assert newest == {
+        "context.soft_threshold_pct": 999,
+        "agent.max_turns": 997,
+        "model.name": 998,
+    }  # what the config is now, for a resume
+    assert [r["new"] for r in summary.config_changes][-RECENT_CHANGES:] == list(
+        range(1000 - RECENT_CHANGES, 1000)
+    )  # what status lists

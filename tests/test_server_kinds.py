@@ -30,10 +30,15 @@ def asking(routes: dict[str, httpx.Response]) -> tuple[httpx.AsyncClient, list[s
     return httpx.AsyncClient(base_url="http://127.0.0.1:9", transport=transport), sent
 
 
-@pytest.mark.parametrize("kind, words", [
-    ("ollama", "OLLAMA_CONTEXT_LENGTH=32768"), ("llama.cpp", "-c 32768"),
-    ("vllm", "--max-model-len 32768"), ("other", "32768"),
-])
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("ollama", "OLLAMA_CONTEXT_LENGTH=32768"),
+        ("llama.cpp", "-c 32768"),
+        ("vllm", "--max-model-len 32768"),
+        ("other", "32768"),
+    ],
+)
 def test_each_family_names_its_own_fix_for_a_bigger_window(kind, words):
     fix = kinds.family_named(kind).bigger_window(32768)
 
@@ -44,7 +49,8 @@ def test_each_family_names_its_own_fix_for_a_bigger_window(kind, words):
 def test_the_fix_a_message_names_without_knowing_the_server_names_each_one():
     assert kinds.bigger_window(8192) == (
         "Ollama: `OLLAMA_CONTEXT_LENGTH=8192 ollama serve`, or `PARAMETER num_ctx 8192` in a "
-        "Modelfile; llama.cpp: `-c 8192`; vLLM: `--max-model-len 8192`")
+        "Modelfile; llama.cpp: `-c 8192`; vLLM: `--max-model-len 8192`"
+    )
 
 
 def test_each_family_brings_its_own_tokenize_endpoints_in_the_order_they_are_tried():
@@ -60,8 +66,9 @@ def test_every_family_is_named_once_and_the_generic_one_answers_the_rest():
 
 
 def test_the_questions_go_through_the_client_they_are_given():
-    http, sent = asking({"GET /props": httpx.Response(200, json={
-        "default_generation_settings": {"n_ctx": 6144}})})
+    http, sent = asking(
+        {"GET /props": httpx.Response(200, json={"default_generation_settings": {"n_ctx": 6144}})}
+    )
 
     async def go() -> tuple[Any, Any, Any]:
         async with http:
@@ -69,8 +76,11 @@ def test_the_questions_go_through_the_client_they_are_given():
             started = await discover_context_limit("http://nowhere.invalid:1", "m", 0, http=http)
             return started, await questions.told(), await questions.allocated()
 
-    assert asyncio.run(go()) == ((6144, "n_ctx of the llama.cpp server (/props)"),
-                                 (6144, "n_ctx of the llama.cpp server (/props)"), None)
+    assert asyncio.run(go()) == (
+        (6144, "n_ctx of the llama.cpp server (/props)"),
+        (6144, "n_ctx of the llama.cpp server (/props)"),
+        None,
+    )
     assert sent[:3] == ["GET /api/ps", "POST /api/show", "GET /props"]
 
 
@@ -96,8 +106,9 @@ class LmStudio(BaseFamily):
 def test_a_new_family_is_one_class_listed_in_families(monkeypatch):
     family = LmStudio()
     monkeypatch.setattr(kinds, "FAMILIES", (*kinds.FAMILIES[:-1], family, kinds.FAMILIES[-1]))
-    http, _ = asking({"GET /api/v0/models/m": httpx.Response(
-        200, json={"id": "m", "max_context_length": 12288})})
+    http, _ = asking(
+        {"GET /api/v0/models/m": httpx.Response(200, json={"id": "m", "max_context_length": 12288})}
+    )
 
     async def go() -> Any:
         async with http:
@@ -107,7 +118,8 @@ def test_a_new_family_is_one_class_listed_in_families(monkeypatch):
     assert kinds.kind_from_url("http://127.0.0.1:1234") == "lmstudio"
     assert kinds.hint("lmstudio", "unreachable") == "is LM Studio's server running there?"
     assert kinds.bigger_window(8192).endswith(
-        "; LM Studio: load the model with a context length of 8192")
+        "; LM Studio: load the model with a context length of 8192"
+    )
 
 
 def test_a_run_asks_its_server_everything_over_one_connection(tmp_path, scripted_server):

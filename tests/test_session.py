@@ -44,12 +44,13 @@ def test_a_full_window_restarts_with_the_newest_turns_carried_over(tmp_path):
     assert fresh[0] == SYSTEM
     assert fresh[1]["content"].startswith("[Carried over from session 1")
     assert fresh[-1]["content"].startswith(
-        f"[Session 2 of this run begins with a fresh context. Session 1 ended after {turns} "
-        "turns")
+        f"[Session 2 of this run begins with a fresh context. Session 1 ended after {turns} turns"
+    )
     assert [m["content"] for m in fresh if m["role"] == "assistant"] == newest
     assert fresh[-2] == old[-1]  # the newest result whole, as the agent last saw it
-    assert not any("Context nearly full" in text or "Context compressed" in text
-                   for text in contents(fresh))
+    assert not any(
+        "Context nearly full" in text or "Context compressed" in text for text in contents(fresh)
+    )
 
     model.then = lambda sent: reply("", call("task_complete", summary="saved and done"))
     end = rig.run()
@@ -77,8 +78,9 @@ def test_the_agent_is_told_to_wind_down_then_the_session_restarts(tmp_path):
 
 def test_masking_replaces_the_oldest_results_first(tmp_path):
     model = FakeModel()
-    rig = Rig(tmp_path, model, limit=3000, max_turns=5, mask_batch_size=2,
-              keep_recent_observations=1)
+    rig = Rig(
+        tmp_path, model, limit=3000, max_turns=5, mask_batch_size=2, keep_recent_observations=1
+    )
     model.then = reads(rig, 1500)
 
     end = rig.run()
@@ -97,8 +99,16 @@ def test_masking_replaces_the_oldest_results_first(tmp_path):
 def test_a_count_from_the_server_decides_how_full_the_window_is(tmp_path):
     """Small messages, but the server says the prompt took 2,800 of 3,000 tokens: the agent
     is told to wind down at once."""
-    model = FakeModel([reply("", call("file_write", path="a.txt", content="a"),
-                             prompt_tokens=2800, completion_tokens=10)])
+    model = FakeModel(
+        [
+            reply(
+                "",
+                call("file_write", path="a.txt", content="a"),
+                prompt_tokens=2800,
+                completion_tokens=10,
+            )
+        ]
+    )
     rig = Rig(tmp_path, model, limit=3000, max_turns=1)
 
     end = rig.run()
@@ -140,7 +150,8 @@ def test_a_server_that_keeps_refusing_ends_the_run_with_what_to_do(tmp_path):
     assert isinstance(end, ModelError)
     assert end.message.startswith(
         f"the server kept refusing the prompt as too long after {MAX_OVERFLOW_RECOVERIES} "
-        "attempts to shrink it")
+        "attempts to shrink it"
+    )
     assert "set model.context_limit" in end.message
     assert len(model.requests) == MAX_OVERFLOW_RECOVERIES + 1
     limits = [e.new_limit for e in rig.log.of_type("context_overflow_recovered")]
@@ -155,8 +166,9 @@ def test_the_oldest_whole_turns_are_dropped_when_masking_cannot_make_room(tmp_pa
     rig = Rig(tmp_path, model, limit=1500)
     for i in range(8):
         write = call("file_write", path=f"n{i}.txt", content=f"note {i} " + "y" * 600)
-        rig.state.messages.append({"role": "assistant", "content": f"turn {i}",
-                                   "tool_calls": [write.to_wire()]})
+        rig.state.messages.append(
+            {"role": "assistant", "content": f"turn {i}", "tool_calls": [write.to_wire()]}
+        )
         rig.state.messages.add_result(write.id, "ok")
 
     end = rig.run()
@@ -171,8 +183,13 @@ def test_the_oldest_whole_turns_are_dropped_when_masking_cannot_make_room(tmp_pa
 
 
 def test_an_empty_stream_for_a_prompt_that_fits_is_asked_again_as_it_was(tmp_path):
-    model = FakeModel([EmptyStreamError("the server sent no data"),
-                       reply("", call("task_complete", summary="ok"))], prompt_count=120)
+    model = FakeModel(
+        [
+            EmptyStreamError("the server sent no data"),
+            reply("", call("task_complete", summary="ok")),
+        ],
+        prompt_count=120,
+    )
     rig = Rig(tmp_path, model, limit=4000)
 
     end = rig.run()
@@ -184,8 +201,12 @@ def test_an_empty_stream_for_a_prompt_that_fits_is_asked_again_as_it_was(tmp_pat
 
 
 def test_a_transient_failure_is_retried(tmp_path):
-    model = FakeModel([ServerUnreachableError("connection refused"),
-                       reply("", call("task_complete", summary="ok"))])
+    model = FakeModel(
+        [
+            ServerUnreachableError("connection refused"),
+            reply("", call("task_complete", summary="ok")),
+        ]
+    )
     rig = Rig(tmp_path, model)
 
     end = rig.run()
@@ -205,8 +226,9 @@ def test_a_system_prompt_that_fills_the_window_cannot_restart(tmp_path):
     with pytest.raises(WindowTooSmallError) as raised:
         fresh_start(rig.state, huge, rig.toolbox.schemas(), rig.policy, None)
 
-    assert raised.value.message.startswith("the run cannot make progress: a fresh session "
-                                           "would start")
+    assert raised.value.message.startswith(
+        "the run cannot make progress: a fresh session would start"
+    )
     assert "3000-token window (test)" in raised.value.message
     assert "set model.context_limit to match, or shorten SYSTEM_PROMPT.md" in raised.value.message
 
@@ -229,12 +251,15 @@ def test_sessions_without_one_successful_tool_call_stop_the_run(tmp_path):
     assert "3 sessions in a row ended without one successful tool call" in raised.value.message
 
 
-@pytest.mark.parametrize(("policy", "answer", "stops"), [
-    ({"max_restarts": 2}, None, "max_restarts"),
-    ({"auto_restart": False}, None, "restart_declined"),  # no one to ask
-    ({"auto_restart": False}, False, "restart_declined"),
-    ({"auto_restart": False, "max_restarts": 3}, True, None),
-])
+@pytest.mark.parametrize(
+    ("policy", "answer", "stops"),
+    [
+        ({"max_restarts": 2}, None, "max_restarts"),
+        ({"auto_restart": False}, None, "restart_declined"),  # no one to ask
+        ({"auto_restart": False}, False, "restart_declined"),
+        ({"auto_restart": False, "max_restarts": 3}, True, None),
+    ],
+)
 def test_a_restart_may_be_limited_or_need_a_yes(tmp_path, policy, answer, stops):
     rig = Rig(tmp_path, FakeModel(), **policy)
     rig.state.restarts = 2
@@ -261,9 +286,12 @@ def test_a_session_with_a_successful_call_resets_the_count(tmp_path):
 
 
 def test_reasoning_is_kept_out_of_the_history_but_logged(tmp_path):
-    model = FakeModel([reply("<think>plan it</think>Writing.", call("file_write", path="a.txt",
-                                                                     content="A")),
-                       reply("", call("task_complete", summary="ok"))])
+    model = FakeModel(
+        [
+            reply("<think>plan it</think>Writing.", call("file_write", path="a.txt", content="A")),
+            reply("", call("task_complete", summary="ok")),
+        ]
+    )
     rig = Rig(tmp_path, model)
 
     rig.run()
@@ -292,7 +320,8 @@ def test_a_tool_call_too_big_to_carry_over_is_named_as_the_cause(tmp_path):
     rig = Rig(tmp_path, FakeModel(), limit=8192)
     content = " ".join(f"line{i}" for i in range(2200))
     rig.state.messages.append(
-        reply("", call("file_write", path="big.txt", content=content)).to_message())
+        reply("", call("file_write", path="big.txt", content=content)).to_message()
+    )
     rig.state.messages.add_result(rig.state.messages[-1]["tool_calls"][0]["id"], "ok")
 
     with pytest.raises(WindowTooSmallError) as raised:

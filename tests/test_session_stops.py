@@ -43,9 +43,16 @@ def test_the_run_stops_after_max_turns(tmp_path):
 
 
 def test_task_complete_ends_the_run_once_all_the_turns_calls_ran(tmp_path):
-    model = FakeModel([reply("", call("file_write", path="a.txt", content="A"),
-                             call("task_complete", summary="wrote a and b"),
-                             call("file_write", path="b.txt", content="B"))])
+    model = FakeModel(
+        [
+            reply(
+                "",
+                call("file_write", path="a.txt", content="A"),
+                call("task_complete", summary="wrote a and b"),
+                call("file_write", path="b.txt", content="B"),
+            )
+        ]
+    )
     rig = Rig(tmp_path, model)
 
     end = rig.run()
@@ -154,8 +161,7 @@ def test_a_resumed_session_runs_the_calls_never_started_then_gives_the_instructi
     model = FakeModel([reply("", call("task_complete", summary="b written"))])
     rig = Rig(tmp_path, model)
     write = call("file_write", path="b.txt", content="B")
-    rig.state.messages.append({"role": "assistant", "content": "",
-                               "tool_calls": [write.to_wire()]})
+    rig.state.messages.append({"role": "assistant", "content": "", "tool_calls": [write.to_wire()]})
     rig.state.instruction = "Now check b.txt."
 
     end = rig.run()
@@ -179,8 +185,9 @@ def test_a_reply_without_calls_before_a_stop_gets_the_continue_message_on_resume
 
 
 def test_only_turns_without_a_tool_call_in_a_row_count_as_idle(tmp_path):
-    model = FakeModel([reply("Hm."), reply("", call("file_write", path="a.txt", content="A")),
-                       reply("Hm.")])
+    model = FakeModel(
+        [reply("Hm."), reply("", call("file_write", path="a.txt", content="A")), reply("Hm.")]
+    )
     rig = Rig(tmp_path, model, max_turns=3, max_idle_turns=2)
 
     end = rig.run()

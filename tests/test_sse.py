@@ -116,15 +116,17 @@ def test_a_colon_inside_the_value_belongs_to_the_value():
 # ---- the wire shapes, bytes to events ------------------------------------------------------
 
 OLLAMA = b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n'
-LLAMA_CPP = (b': ping\n\ndata:{"n":1}\n\nevent: message\nid: 3\ndata:{"n":2}\n\n'
-             b'data: [DONE]\n\n')
+LLAMA_CPP = b': ping\n\ndata:{"n":1}\n\nevent: message\nid: 3\ndata:{"n":2}\n\ndata: [DONE]\n\n'
 CRLF = b'data: {"n":1}\r\n\r\n: keep-alive\r\ndata: {"n":2}\r\n\r\ndata: [DONE]\r\n\r\n'
 BARE_CR = b'data: {"n":1}\r\rdata: {"n":2}\r\r: ping\rdata: [DONE]\r\r'
 NO_LAST_BLANK = b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n'
 
 
-@pytest.mark.parametrize("stream", [OLLAMA, LLAMA_CPP, CRLF, BARE_CR, NO_LAST_BLANK],
-                         ids=["lflf", "llama.cpp", "crlf", "cr", "no-last-blank"])
+@pytest.mark.parametrize(
+    "stream",
+    [OLLAMA, LLAMA_CPP, CRLF, BARE_CR, NO_LAST_BLANK],
+    ids=["lflf", "llama.cpp", "crlf", "cr", "no-last-blank"],
+)
 @pytest.mark.parametrize("step", [None, 1, 2, 3, 7])
 def test_every_wire_shape_gives_the_same_events_however_split(stream, step):
     assert decode_all(stream, step) == ['{"n":1}', '{"n":2}', "[DONE]"]

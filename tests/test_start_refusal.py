@@ -14,35 +14,47 @@ LONG_MISSION = "Keep the garden of notes in order, every bed of it. " * 120  # 6
 
 
 def test_a_prompt_and_tools_that_leave_no_room_stop_the_run_before_its_first_request(
-        tmp_path, scripted_server):
+    tmp_path, scripted_server
+):
     server = scripted_server([Reply("ok")])
-    config = make_project(tmp_path, server.base_url, prompt=LONG_MISSION,
-                          model={"context_limit": 1024, "max_output_tokens": 128})
+    config = make_project(
+        tmp_path,
+        server.base_url,
+        prompt=LONG_MISSION,
+        model={"context_limit": 1024, "max_output_tokens": 128},
+    )
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
 
     assert ran.returncode == 2, ran.stdout + ran.stderr
     assert server.requests == [] and server.count_requests == []
     lines = ran.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: the system prompt and the tool "
-                                                   "definitions take ")
-    for named in ("896-token prompt budget", "model.context_limit", "model.max_output_tokens",
-                  "SYSTEM_PROMPT.md"):
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: the system prompt and the tool definitions take "
+    )
+    for named in (
+        "896-token prompt budget",
+        "model.context_limit",
+        "model.max_output_tokens",
+        "SYSTEM_PROMPT.md",
+    ):
         assert named in lines[0]
     assert not (tmp_path / ".ouroboros" / "runs").exists()
 
 
 def test_the_same_prompt_runs_in_a_window_that_holds_it(tmp_path, scripted_server):
     server = scripted_server([Reply("ok")])
-    config = make_project(tmp_path, server.base_url, prompt=LONG_MISSION,
-                          model={"context_limit": 8192})
+    config = make_project(
+        tmp_path, server.base_url, prompt=LONG_MISSION, model={"context_limit": 8192}
+    )
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
     assert ran.returncode == 3, ran.stdout + ran.stderr
 
 
 def test_a_reply_is_never_asked_more_than_the_window_leaves(tmp_path, scripted_server):
     server = scripted_server([Reply("ok")])
-    config = make_project(tmp_path, server.base_url,
-                          model={"context_limit": 1024, "max_output_tokens": 2048})
+    config = make_project(
+        tmp_path, server.base_url, model={"context_limit": 1024, "max_output_tokens": 2048}
+    )
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
 
     assert ran.returncode == 3, ran.stdout + ran.stderr
@@ -56,7 +68,8 @@ def test_the_fixed_part_is_judged_as_a_fresh_session_is():
     assert line is not None and line.startswith(
         "the system prompt and the tool definitions take 284 tokens (counted by the server), "
         "93% of the 304-token prompt budget (a 400-token window less 96 kept for the reply), "
-        "leaving 20 where one tool result may take 76")
+        "leaving 20 where one tool result may take 76"
+    )
 
 
 def test_the_least_a_prompt_takes_is_below_any_vocabularys_count():

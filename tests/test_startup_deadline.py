@@ -67,8 +67,11 @@ class _Dripping(BaseHTTPRequestHandler):
                 return
 
     def _forward(self, body: bytes) -> None:
-        request = urllib.request.Request(self.server.upstream + self.path, data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.server.upstream + self.path,
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             status, kind, data = response.status, response.headers["Content-Type"], response.read()
         self.send_response(status)
@@ -99,8 +102,15 @@ def test_a_server_that_drips_its_startup_answers_does_not_hold_the_first_turn(
     try:
         base_url = f"http://127.0.0.1:{drip.server_address[1]}/v1"
         config = make_project(tmp_path, base_url)
-        result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "1",
-                                env=clean_env(OUROBOROS_STARTUP_SECS="1"))
+        result = ouroboros_here(
+            "run",
+            "--config",
+            str(config),
+            "--headless",
+            "--max-turns",
+            "1",
+            env=clean_env(OUROBOROS_STARTUP_SECS="1"),
+        )
     finally:
         drip.stopping.set()
         drip.shutdown()
@@ -108,8 +118,9 @@ def test_a_server_that_drips_its_startup_answers_does_not_hold_the_first_turn(
     assert drip.dripped, "no start-up question was asked"
     events = run_events(tmp_path)
     warnings = [e["message"] for e in of_type(events, "warning")]
-    assert any("within the start-up deadline (1 s): going on with what is known" in w
-               for w in warnings), warnings
+    assert any(
+        "within the start-up deadline (1 s): going on with what is known" in w for w in warnings
+    ), warnings
     assert [e["text"] for e in of_type(events, "assistant")] == ["the first turn"]
     assert len(upstream.requests) == 1
 

@@ -59,10 +59,14 @@ def test_continue_starts_a_run_then_leaves_the_finished_one_finished(tmp_path, s
     assert run_events(tmp_path) == before, "a finished run is left as it was"
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130),
-                                      (signal.SIGKILL, -9)], ids=["SIGTERM", "SIGINT", "kill-9"])
+@pytest.mark.parametrize(
+    "sig,code",
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGKILL, -9)],
+    ids=["SIGTERM", "SIGINT", "kill-9"],
+)
 def test_a_stopped_run_exits_128_plus_n_and_continue_finishes_it_once(
-        tmp_path, scripted_server, sig, code):
+    tmp_path, scripted_server, sig, code
+):
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
     process = start_forked(tmp_path, "run", "--continue", "--config", str(config))
@@ -102,10 +106,13 @@ def test_continue_with_a_fixed_max_turns_pauses_and_stays_paused(tmp_path, scrip
     assert run_events(tmp_path) == before
 
 
-@pytest.mark.parametrize("args,says", [
-    (("run", "--continue", "--run", "20250101-000000-abcd"), "no run '20250101-000000-abcd'"),
-    (("run", "--run", "20250101-000000-abcd"), "add --continue"),
-])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (("run", "--continue", "--run", "20250101-000000-abcd"), "no run '20250101-000000-abcd'"),
+        (("run", "--run", "20250101-000000-abcd"), "add --continue"),
+    ],
+)
 def test_bad_combinations_are_one_line_and_exit_2(tmp_path, args, says):
     config = make_project(tmp_path, "http://127.0.0.1:9")
     result = ouroboros_here(*args, "--config", str(config), "--headless")
@@ -121,8 +128,9 @@ def test_resume_with_nothing_to_resume_exits_4(tmp_path):
     assert "no runs" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
-def test_a_server_down_past_the_retry_budget_exits_1_and_a_missing_model_2(tmp_path,
-                                                                        scripted_server):
+def test_a_server_down_past_the_retry_budget_exits_1_and_a_missing_model_2(
+    tmp_path, scripted_server
+):
     down = make_project(tmp_path / "down", "http://127.0.0.1:9")
     assert ouroboros_here("run", "--config", str(down), "--headless").returncode == 1
     server = scripted_server([], model="other")
@@ -138,8 +146,9 @@ def test_a_second_project_pointed_at_a_state_dir_is_refused(tmp_path, scripted_s
     first = parts_project(tmp_path / "a", server.base_url)
     assert cont(first, "--max-turns", "1").returncode == 3
     before = run_events(tmp_path / "a")
-    second = make_project(tmp_path / "b", server.base_url,
-                          logging={"state_dir": str(tmp_path / "a" / ".ouroboros")})
+    second = make_project(
+        tmp_path / "b", server.base_url, logging={"state_dir": str(tmp_path / "a" / ".ouroboros")}
+    )
 
     for command in (("run",), ("run", "--continue"), ("resume",)):
         result = ouroboros_here(*command, "--config", str(second), "--headless")
@@ -151,8 +160,11 @@ def test_a_second_project_pointed_at_a_state_dir_is_refused(tmp_path, scripted_s
     assert len(list_runs(tmp_path / "a" / ".ouroboros")) == 1
     assert not any((tmp_path / "b" / "workspace").iterdir())
     owner = json.loads((tmp_path / "a" / ".ouroboros" / "project.json").read_text())
-    assert owner == {"project": str(tmp_path / "a"), "workspace": str(tmp_path / "a" / "workspace"),
-                     "state_dir": str(tmp_path / "a" / ".ouroboros")}
+    assert owner == {
+        "project": str(tmp_path / "a"),
+        "workspace": str(tmp_path / "a" / "workspace"),
+        "state_dir": str(tmp_path / "a" / ".ouroboros"),
+    }
 
 
 # -- status --json and the heartbeat ---------------------------------------------------------
@@ -170,7 +182,10 @@ def heartbeat(root: Path) -> dict:
 
 def test_status_json_says_running_stopped_ended_or_none(tmp_path, scripted_server):
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
-    config = parts_project(tmp_path, server.base_url, )
+    config = parts_project(
+        tmp_path,
+        server.base_url,
+    )
     with open(config, "a") as toml:
         toml.write("\n[metrics]\nheartbeat_secs = 0.05\n")
     assert status(config) == (4, {"state": "none", "run_id": None, "resumable": False})
@@ -179,8 +194,11 @@ def test_status_json_says_running_stopped_ended_or_none(tmp_path, scripted_serve
     try:
         held_pid(tmp_path, process)
         seen = heartbeat(tmp_path)  # may be older than the call: wait for one written after
-        beat = wait_for(lambda: (b := heartbeat(tmp_path))["beat"] != seen["beat"] and b,
-                        "a beat after the call started", process)
+        beat = wait_for(
+            lambda: (b := heartbeat(tmp_path))["beat"] != seen["beat"] and b,
+            "a beat after the call started",
+            process,
+        )
         code, running = status(config)
         assert code == 0 and running["state"] == "running", running
         assert running["pid"] == process.pid and running["doing"] == "tool shell_exec"
@@ -225,8 +243,11 @@ def test_metrics_are_served_while_the_run_goes_on(tmp_path, scripted_server):
     assert "ouroboros_turns_total 3.0" in text
     assert 'ouroboros_tool_calls_total{outcome="ok",tool="shell_exec"} 2.0' in text
     window = re.search(r"^ouroboros_context_window_tokens (\S+)$", text, re.M)
-    believed = [e["context_limit"] for e in run_events(tmp_path)
-                if e["type"] in ("session_start", "token_usage")]
+    believed = [
+        e["context_limit"]
+        for e in run_events(tmp_path)
+        if e["type"] in ("session_start", "token_usage")
+    ]
     assert window and float(window.group(1)) in believed  # the window the run believed
     assert "ouroboros_prompt_tokens_total" in text and "ouroboros_retries_total 0.0" in text
 
@@ -238,8 +259,9 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path, scripted_server)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = ouroboros_here("run", "--config", str(config), "--headless",
-                                "--metrics-port", str(port))
+        result = ouroboros_here(
+            "run", "--config", str(config), "--headless", "--metrics-port", str(port)
+        )
     assert result.returncode == 2
     assert f"127.0.0.1:{port} is in use" in result.stderr
     assert len(result.stderr.splitlines()) == 1

@@ -21,12 +21,19 @@ from ouroboros.ui.health import HEALTH_EXIT, run_health
 from ouroboros.ui.status import RunStatus
 
 
-@pytest.mark.parametrize("reason,signal,code", [
-    ("task_complete", None, 0), ("idle", None, 3), ("max_turns", None, 3),
-    ("max_restarts", None, 3), ("interrupted", "SIGTERM", 143),
-    ("interrupted", "SIGINT", 130), ("interrupted_now", "SIGINT", 130),
-    ("interrupted", "SIGPIPE", 141),
-])
+@pytest.mark.parametrize(
+    "reason,signal,code",
+    [
+        ("task_complete", None, 0),
+        ("idle", None, 3),
+        ("max_turns", None, 3),
+        ("max_restarts", None, 3),
+        ("interrupted", "SIGTERM", 143),
+        ("interrupted", "SIGINT", 130),
+        ("interrupted_now", "SIGINT", 130),
+        ("interrupted", "SIGPIPE", 141),
+    ],
+)
 def test_each_ending_has_the_exit_code_of_the_table(reason, signal, code):
     assert end_exit_code(reason, signal) == code
 
@@ -44,9 +51,17 @@ def stamped(event: ev.EventBase, session: int = 1) -> ev.EventBase:
 
 
 def result(name: str, ok: bool, interrupted: bool = False) -> ev.ToolResultEvent:
-    return ev.ToolResultEvent(id="c", name=name, ok=ok, bytes=1, observation="o",
-                              truncated=False, summary="", duration_ms=1,
-                              interrupted=interrupted)
+    return ev.ToolResultEvent(
+        id="c",
+        name=name,
+        ok=ok,
+        bytes=1,
+        observation="o",
+        truncated=False,
+        summary="",
+        duration_ms=1,
+        interrupted=interrupted,
+    )
 
 
 def sample(metrics: RunMetrics, name: str, labels: dict[str, str] | None = None) -> float:
@@ -57,30 +72,54 @@ def sample(metrics: RunMetrics, name: str, labels: dict[str, str] | None = None)
 
 def test_metrics_count_what_the_events_say():
     metrics = RunMetrics()
-    usage = ev.TokenUsage(prompt_tokens=900, completion_tokens=100, total_tokens=1000,
-                          context_limit=8192, budget=7000, context_used_pct=25.0,
-                          source="server")
+    usage = ev.TokenUsage(
+        prompt_tokens=900,
+        completion_tokens=100,
+        total_tokens=1000,
+        context_limit=8192,
+        budget=7000,
+        context_used_pct=25.0,
+        source="server",
+    )
     for event in [
-        ev.SessionStart(context_limit=8192, limit_source="ollama", budget=7000,
-                        carryover_messages=0),
-        ev.Assistant(text="", finish_reason="tool_calls", tool_calls=[]), usage,
-        result("shell_exec", True), result("shell_exec", False), result("file_read", True),
+        ev.SessionStart(
+            context_limit=8192, limit_source="ollama", budget=7000, carryover_messages=0
+        ),
+        ev.Assistant(text="", finish_reason="tool_calls", tool_calls=[]),
+        usage,
+        result("shell_exec", True),
+        result("shell_exec", False),
+        result("file_read", True),
         result("shell_exec", False, interrupted=True),
         ev.Retry(attempt=1, delay_secs=1.0, error="503"),
-        ev.ContextMask(observations_masked=4, total_masked=4, tokens_before=10,
-                       tokens_after=5, reclaimed_pct=0.5, preflight=False),
+        ev.ContextMask(
+            observations_masked=4,
+            total_masked=4,
+            tokens_before=10,
+            tokens_after=5,
+            reclaimed_pct=0.5,
+            preflight=False,
+        ),
         ev.SessionRestart(previous_turns=3, carryover_messages=2, reason="hard"),
-        ev.ContextTruncationDetected(reported=4000, estimated=6000, new_limit=4096,
-                                     limit_source="inferred"),
+        ev.ContextTruncationDetected(
+            reported=4000, estimated=6000, new_limit=4096, limit_source="inferred"
+        ),
     ]:
         metrics.on_event(stamped(event, session=2))
     assert sample(metrics, "ouroboros_turns_total") == 1
-    assert sample(metrics, "ouroboros_tool_calls_total",
-                  {"tool": "shell_exec", "outcome": "error"}) == 1
-    assert sample(metrics, "ouroboros_tool_calls_total",
-                  {"tool": "shell_exec", "outcome": "interrupted"}) == 1
-    assert sample(metrics, "ouroboros_tool_calls_total",
-                  {"tool": "file_read", "outcome": "ok"}) == 1
+    assert (
+        sample(metrics, "ouroboros_tool_calls_total", {"tool": "shell_exec", "outcome": "error"})
+        == 1
+    )
+    assert (
+        sample(
+            metrics, "ouroboros_tool_calls_total", {"tool": "shell_exec", "outcome": "interrupted"}
+        )
+        == 1
+    )
+    assert (
+        sample(metrics, "ouroboros_tool_calls_total", {"tool": "file_read", "outcome": "ok"}) == 1
+    )
     assert sample(metrics, "ouroboros_prompt_tokens_total") == 900
     assert sample(metrics, "ouroboros_completion_tokens_total") == 100
     assert sample(metrics, "ouroboros_context_used_ratio") == 0.25
@@ -112,8 +151,7 @@ class Clock:
 
 def test_the_heartbeat_says_what_the_run_waits_on_and_since_when(tmp_path):
     clock = Clock()
-    heartbeat = Heartbeat(tmp_path / HEARTBEAT_FILE, "run-1", now=clock,
-                          ticks=lambda: clock.second)
+    heartbeat = Heartbeat(tmp_path / HEARTBEAT_FILE, "run-1", now=clock, ticks=lambda: clock.second)
     call = ev.ToolCallEvent(id="c", name="shell_exec", arguments="{}")
     call.ts, call.session, call.turn = "2026-01-01T00:00:00.000Z", 2, 5
     heartbeat.on_event(call)
@@ -138,8 +176,7 @@ def test_the_heartbeat_says_what_the_run_waits_on_and_since_when(tmp_path):
 
 def test_events_in_a_burst_are_written_at_most_once_a_second(tmp_path):
     clock = Clock()
-    heartbeat = Heartbeat(tmp_path / HEARTBEAT_FILE, "run-1", now=clock,
-                          ticks=lambda: clock.second)
+    heartbeat = Heartbeat(tmp_path / HEARTBEAT_FILE, "run-1", now=clock, ticks=lambda: clock.second)
     first, second = ev.ToolCallEvent(id="c", name="a", arguments="{}"), result("a", True)
     first.ts = second.ts = clock()
     heartbeat.on_event(first)
@@ -169,16 +206,24 @@ def status_of(pid: int | None, end: ev.RunEnd | None = None) -> RunStatus:
 
 
 def test_health_states_and_their_exit_codes():
-    beat = {"run_id": "run-1", "beat": "2026-01-01T00:00:50.000Z", "doing": "tool shell_exec",
-            "since": "2026-01-01T00:00:00.000Z"}
+    beat = {
+        "run_id": "run-1",
+        "beat": "2026-01-01T00:00:50.000Z",
+        "doing": "tool shell_exec",
+        "since": "2026-01-01T00:00:00.000Z",
+    }
     running = run_health(status_of(42), resumable=True, heartbeat=beat, now=NOW)
-    assert (running["state"], running["pid"], running["doing"]) == ("running", 42,
-                                                                    "tool shell_exec")
+    assert (running["state"], running["pid"], running["doing"]) == (
+        "running",
+        42,
+        "tool shell_exec",
+    )
     assert (running["heartbeat_age_secs"], running["last_event_age_secs"]) == (10.0, 60.0)
     stuck = run_health(status_of(42), resumable=True, heartbeat=beat, now=NOW, stale_after=5)
     assert stuck["state"] == "stuck"
-    other_run = run_health(status_of(42), resumable=True, heartbeat={**beat, "run_id": "x"},
-                           now=NOW, stale_after=5)
+    other_run = run_health(
+        status_of(42), resumable=True, heartbeat={**beat, "run_id": "x"}, now=NOW, stale_after=5
+    )
     assert other_run["state"] == "stuck" and other_run["heartbeat_age_secs"] is None
     stopped = run_health(status_of(None), resumable=True, heartbeat=beat, now=NOW)
     assert (stopped["state"], stopped["resumable"], stopped["doing"]) == ("stopped", True, None)
@@ -186,8 +231,13 @@ def test_health_states_and_their_exit_codes():
     assert (ended["state"], ended["resumable"]) == ("ended", False)
     none = run_health(None, resumable=False, heartbeat=None, now=NOW)
     assert none["state"] == "none"
-    assert [HEALTH_EXIT[s] for s in ("running", "stuck", "stopped", "none", "ended")] == \
-        [0, 1, 3, 4, 5]
+    assert [HEALTH_EXIT[s] for s in ("running", "stuck", "stopped", "none", "ended")] == [
+        0,
+        1,
+        3,
+        4,
+        5,
+    ]
     json.dumps(running)
 
 

@@ -30,7 +30,9 @@ def test_a_summary_marks_the_result_and_an_empty_one_is_refused():
     assert empty.content.startswith("error: task_complete needs a summary")
     missing = run_call("{}")
     assert (missing.ok, missing.content) == (
-        False, "error: task_complete: missing required argument 'summary' (string)")
+        False,
+        "error: task_complete: missing required argument 'summary' (string)",
+    )
     # other arguments are ignored: refusing them would only delay the end of a finished task
     extra = run_call('{"summary": "done", "status": "ok"}')
     assert extra.ok and extra.meta[COMPLETE_KEY] == "done"
@@ -39,11 +41,18 @@ def test_a_summary_marks_the_result_and_an_empty_one_is_refused():
 
 
 def test_task_complete_ends_the_run_with_its_summary(tmp_path, scripted_server):
-    server = scripted_server([
-        Reply("Writing.", [("file_write", {"path": "a.txt", "content": "a"})]),
-        Reply("Done.", [("task_complete", {"summary": "a.txt is written"}),
-                        ("file_write", {"path": "b.txt", "content": "b"})]),
-    ])
+    server = scripted_server(
+        [
+            Reply("Writing.", [("file_write", {"path": "a.txt", "content": "a"})]),
+            Reply(
+                "Done.",
+                [
+                    ("task_complete", {"summary": "a.txt is written"}),
+                    ("file_write", {"path": "b.txt", "content": "b"}),
+                ],
+            ),
+        ]
+    )
     config = make_project(tmp_path, server.base_url)
 
     result = ouroboros_here("run", "--config", str(config), "--headless")
@@ -52,7 +61,10 @@ def test_task_complete_ends_the_run_with_its_summary(tmp_path, scripted_server):
     assert "run ended: task_complete: a.txt is written after 2 turns" in result.stdout
     end = run_events(tmp_path)[-1]
     assert (end["reason"], end["exit_code"], end["summary"]) == (
-        "task_complete", 0, "a.txt is written")
+        "task_complete",
+        0,
+        "a.txt is written",
+    )
     # the other calls of the same reply still ran: nothing is left pending
     assert (tmp_path / "workspace" / "b.txt").read_text() == "b"
     assert len(server.requests) == 2
@@ -61,8 +73,9 @@ def test_task_complete_ends_the_run_with_its_summary(tmp_path, scripted_server):
 
 def test_allow_complete_false_takes_the_tool_away(tmp_path, scripted_server):
     server = scripted_server([Reply("Done.", [("task_complete", {"summary": "done"})])] * 3)
-    config = make_project(tmp_path, server.base_url, agent={"allow_complete": False,
-                                                            "max_turns": 2})
+    config = make_project(
+        tmp_path, server.base_url, agent={"allow_complete": False, "max_turns": 2}
+    )
 
     result = ouroboros_here("run", "--config", str(config), "--headless")
 

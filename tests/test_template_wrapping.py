@@ -19,18 +19,23 @@ WINDOW = 1536
 
 
 def writes(n: int) -> list[Reply]:
-    return [Reply("", [("file_write", {"path": f"notes/{i}.txt", "content": f"note {i}"})])
-            for i in range(n)]
+    return [
+        Reply("", [("file_write", {"path": f"notes/{i}.txt", "content": f"note {i}"})])
+        for i in range(n)
+    ]
 
 
-def test_a_wrapping_template_restarts_instead_of_stopping_as_too_small(tmp_path,
-                                                                       scripted_server):
-    server = scripted_server(writes(40), context_length=2048, tokenizer=WRAPPED,
-                             tokenize="llama.cpp")
-    config = make_project(tmp_path, server.base_url,
-                          model={"context_limit": WINDOW, "max_output_tokens": 96},
-                          context={"max_restarts": 2, "carryover_turns": 1},
-                          agent={"max_turns": 40})
+def test_a_wrapping_template_restarts_instead_of_stopping_as_too_small(tmp_path, scripted_server):
+    server = scripted_server(
+        writes(40), context_length=2048, tokenizer=WRAPPED, tokenize="llama.cpp"
+    )
+    config = make_project(
+        tmp_path,
+        server.base_url,
+        model={"context_limit": WINDOW, "max_output_tokens": 96},
+        context={"max_restarts": 2, "carryover_turns": 1},
+        agent={"max_turns": 40},
+    )
     ran = ouroboros_here("run", "-c", str(config), "--headless")
 
     events = run_events(tmp_path)
@@ -41,9 +46,11 @@ def test_a_wrapping_template_restarts_instead_of_stopping_as_too_small(tmp_path,
 
 
 def test_each_estimate_after_the_first_count_is_within_a_tenth_of_the_servers(
-        tmp_path, scripted_server):
-    server = scripted_server(writes(12), context_length=4096, tokenizer=WRAPPED,
-                             tokenize="llama.cpp")
+    tmp_path, scripted_server
+):
+    server = scripted_server(
+        writes(12), context_length=4096, tokenizer=WRAPPED, tokenize="llama.cpp"
+    )
     config = make_project(tmp_path, server.base_url, agent={"max_turns": 12})
     ran = ouroboros_here("run", "-c", str(config), "--headless")
 
@@ -59,8 +66,11 @@ def test_what_a_prompt_grew_by_is_shared_among_the_messages_that_grew_it():
     assert ledger.grown_shares(10, []) is None
 
 
-@pytest.mark.parametrize("believed,missed,messages,learned", [
-    (4, 36, 2, 13.0), (4, 0, 2, 4.0), (13, 18, 2, 17.5), (4, -20, 2, 4.0), (60, 400, 2, 64.0)])
-def test_the_template_overhead_is_learned_half_way_within_bounds(believed, missed, messages,
-                                                                 learned):
+@pytest.mark.parametrize(
+    "believed,missed,messages,learned",
+    [(4, 36, 2, 13.0), (4, 0, 2, 4.0), (13, 18, 2, 17.5), (4, -20, 2, 4.0), (60, 400, 2, 64.0)],
+)
+def test_the_template_overhead_is_learned_half_way_within_bounds(
+    believed, missed, messages, learned
+):
     assert ledger.learned_overhead(believed, missed, messages) == learned

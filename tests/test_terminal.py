@@ -24,8 +24,10 @@ from ouroboros.protocols import Message
 from ouroboros.testing import Reply
 from tests.helpers import clean_env, make_project, whole_panels
 
-pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
-              pytest.mark.slow]  # a real terminal, read as the run goes on
+pytestmark = [
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
+    pytest.mark.slow,
+]  # a real terminal, read as the run goes on
 
 SIZES = [(80, 24), (100, 30), (160, 50)]
 WARNING = "WARNING the server sent no token usage"
@@ -40,10 +42,14 @@ def slow_brain(messages: list[Message]) -> Reply:
     time.sleep(REPLY_SECS)
     turn = sum(m["role"] == "assistant" for m in messages)
     if turn % 2:
-        return Reply("Counting the lines of every data file so far, to compare with my notes.",
-                     [("shell_exec", {"command": "wc -l data/*.txt | sort -n | tail -5"})])
-    return Reply("Reading the next part of the data set before I summarise it in my notes.",
-                 [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+        return Reply(
+            "Counting the lines of every data file so far, to compare with my notes.",
+            [("shell_exec", {"command": "wc -l data/*.txt | sort -n | tail -5"})],
+        )
+    return Reply(
+        "Reading the next part of the data set before I summarise it in my notes.",
+        [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})],
+    )
 
 
 class Tmux:
@@ -55,16 +61,39 @@ class Tmux:
         self.conf.write_text("set -g remain-on-exit on\nset -g history-limit 5000\n")
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, "-f", str(self.conf), *args],
-                              capture_output=True, text=True, check=True, timeout=30).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.socket, "-f", str(self.conf), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
 
     def start(self, command: list[str], width: int, height: int, cwd: Path) -> None:
         env = clean_env()
         for name in ("COLUMNS", "LINES", "TMUX", "NO_COLOR"):
             env.pop(name, None)
-        subprocess.run(["tmux", "-L", self.socket, "-f", str(self.conf), "new-session", "-d",
-                        "-x", str(width), "-y", str(height), "-c", str(cwd),
-                        shlex.join(command)], env=env, check=True, timeout=30)
+        subprocess.run(
+            [
+                "tmux",
+                "-L",
+                self.socket,
+                "-f",
+                str(self.conf),
+                "new-session",
+                "-d",
+                "-x",
+                str(width),
+                "-y",
+                str(height),
+                "-c",
+                str(cwd),
+                shlex.join(command),
+            ],
+            env=env,
+            check=True,
+            timeout=30,
+        )
 
     def screen(self) -> list[str]:
         """The visible screen, one string per row."""
@@ -86,10 +115,13 @@ class Tmux:
 
     def kill(self) -> None:
         """Stop the server and whatever runs in it, and remove its socket file."""
-        path = subprocess.run(["tmux", "-L", self.socket, "display-message", "-p",
-                               "#{socket_path}"], capture_output=True, text=True, timeout=30)
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
-                       timeout=30)
+        path = subprocess.run(
+            ["tmux", "-L", self.socket, "display-message", "-p", "#{socket_path}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
         if path.returncode == 0 and path.stdout.strip():
             Path(path.stdout.strip()).unlink(missing_ok=True)
 
@@ -136,8 +168,7 @@ def problems(frame: list[str], width: int, height: int) -> list[str]:
 
 
 def assert_fits(frame: list[str], width: int, height: int) -> None:
-    assert not problems(frame, width, height), "\n".join(
-        problems(frame, width, height) + frame)
+    assert not problems(frame, width, height), "\n".join(problems(frame, width, height) + frame)
 
 
 def running_and_whole(width: int, height: int) -> Callable[[list[str]], bool]:
@@ -155,16 +186,24 @@ def running_and_whole(width: int, height: int) -> Callable[[list[str]], bool]:
 
 
 @pytest.mark.parametrize("width,height", SIZES)
-def test_the_dashboard_fits_and_keeps_an_early_warning(tmp_path, scripted_server, tmux,
-                                                       width, height):
+def test_the_dashboard_fits_and_keeps_an_early_warning(
+    tmp_path, scripted_server, tmux, width, height
+):
     server = scripted_server(slow_brain, send_usage=False)
     config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": TURNS})
 
-    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
-               width, height, cwd=tmp_path)
+    tmux.start(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
+        width,
+        height,
+        cwd=tmp_path,
+    )
 
-    tmux.wait_for(running_and_whole(width, height), "while the run goes on, a whole frame "
-                  "with the warning on its alert line and a file_read by its path")
+    tmux.wait_for(
+        running_and_whole(width, height),
+        "while the run goes on, a whole frame "
+        "with the warning on its alert line and a file_read by its path",
+    )
 
     tmux.wait_for(lambda s: any("ended: max_turns" in line for line in s), "the run's end")
     final = last_frame(tmux.everything())
@@ -173,18 +212,22 @@ def test_the_dashboard_fits_and_keeps_an_early_warning(tmp_path, scripted_server
     assert any(f"total turns {TURNS}" in line for line in final)
 
 
-def test_ctrl_c_typed_at_80x24_stops_the_run_and_leaves_a_whole_frame(tmp_path, scripted_server,
-                                                                        tmux):
+def test_ctrl_c_typed_at_80x24_stops_the_run_and_leaves_a_whole_frame(
+    tmp_path, scripted_server, tmux
+):
     server = scripted_server(slow_brain, send_usage=False)
     config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 500})
-    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)], 80, 24,
-               cwd=tmp_path)
+    tmux.start(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config)], 80, 24, cwd=tmp_path
+    )
     tmux.wait_for(running_and_whole(80, 24), "the run going on, its warning shown")
 
     tmux.tmux("send-keys", "C-c")
 
-    tmux.wait_for(lambda s: any("ended: interrupted (exit 130)" in line for line in s),
-                  "the run stopped by Ctrl+C")
+    tmux.wait_for(
+        lambda s: any("ended: interrupted (exit 130)" in line for line in s),
+        "the run stopped by Ctrl+C",
+    )
     final = last_frame(tmux.everything())
     assert_fits(final, 80, 24)
     assert any("SIGINT: stopping now" in line for line in final)
@@ -193,13 +236,15 @@ def test_ctrl_c_typed_at_80x24_stops_the_run_and_leaves_a_whole_frame(tmp_path, 
 def quick_brain(messages: list[Message]) -> Reply:
     turn = sum(m["role"] == "assistant" for m in messages)
     time.sleep(REPLY_SECS if turn >= 3 else 0)
-    return Reply(f"Reading part {turn}.",
-                 [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+    return Reply(
+        f"Reading part {turn}.", [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})]
+    )
 
 
 @pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
-def test_a_resumed_runs_dashboard_has_the_header_the_run_had(tmp_path, scripted_server, tmux,
-                                                              width, height):
+def test_a_resumed_runs_dashboard_has_the_header_the_run_had(
+    tmp_path, scripted_server, tmux, width, height
+):
     server = scripted_server(quick_brain)
     config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3})
     from tests.helpers import ouroboros, run_events
@@ -208,11 +253,17 @@ def test_a_resumed_runs_dashboard_has_the_header_the_run_had(tmp_path, scripted_
     assert first.returncode == 3, first.stderr  # paused at its max_turns
     run_id = run_events(tmp_path / "project")[0]["run_id"]
 
-    tmux.start([sys.executable, "-m", "ouroboros", "resume", "--config", str(config),
-                "--max-turns", "2"], width, height, cwd=tmp_path)
+    tmux.start(
+        [sys.executable, "-m", "ouroboros", "resume", "--config", str(config), "--max-turns", "2"],
+        width,
+        height,
+        cwd=tmp_path,
+    )
 
-    tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
-                  "the resume's end, on the header's border")
+    tmux.wait_for(
+        lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
+        "the resume's end, on the header's border",
+    )
     final = last_frame(tmux.everything())
     title = final[0]
     assert f"run {run_id}" in title and "scripted" in title
@@ -225,18 +276,24 @@ def loading_brain(messages: list[Message]) -> Reply:
     turn = sum(m["role"] == "assistant" for m in messages)
     if turn == 1:
         time.sleep(6)  # room for the wait's count to be seen at least twice
-    return Reply(f"Reading part {turn}.",
-                 [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+    return Reply(
+        f"Reading part {turn}.", [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})]
+    )
 
 
 @pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
-def test_a_slow_first_token_shows_a_wait_that_counts(tmp_path, scripted_server, tmux, width,
-                                                     height):
+def test_a_slow_first_token_shows_a_wait_that_counts(
+    tmp_path, scripted_server, tmux, width, height
+):
     server = scripted_server(loading_brain)
     config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3})
 
-    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
-               width, height, cwd=tmp_path)
+    tmux.start(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
+        width,
+        height,
+        cwd=tmp_path,
+    )
 
     def waited(screen: list[str]) -> int:
         """The seconds of the wait on the header's border (0 when none is shown)."""
@@ -244,11 +301,13 @@ def test_a_slow_first_token_shows_a_wait_that_counts(tmp_path, scripted_server, 
         return max((int(m.group(1)) for m in found if m), default=0)
 
     first = tmux.wait_for(lambda s: waited(s) >= 1, "a wait of 1 s on the header's border")
-    tmux.wait_for(lambda s: waited(s) > waited(first),
-                  "the same wait, later (the frame redraws itself)")
+    tmux.wait_for(
+        lambda s: waited(s) > waited(first), "the same wait, later (the frame redraws itself)"
+    )
     assert any("assistant (last reply; waiting for the model" in line for line in first)
-    tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
-                  "the run's end")
+    tmux.wait_for(
+        lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s), "the run's end"
+    )
 
 
 class TypoAgent:
@@ -267,16 +326,18 @@ class TypoAgent:
             self.winds += 1
             if self.winds == 1:
                 self.saved = self.toml.read_text()
-                self.toml.write_text(self.saved.replace("[context]",
-                                                        "[context]\nsof_threshold_pct = 0.6"))
+                self.toml.write_text(
+                    self.saved.replace("[context]", "[context]\nsof_threshold_pct = 0.6")
+                )
             elif self.winds == 2:
                 self.toml.write_text(self.saved)
         return self.agent(messages)
 
 
 @pytest.mark.parametrize("width,height", [(80, 24), (160, 50)])
-def test_a_config_warning_leaves_the_header_once_the_typo_is_fixed(tmp_path, scripted_server,
-                                                                   tmux, width, height):
+def test_a_config_warning_leaves_the_header_once_the_typo_is_fixed(
+    tmp_path, scripted_server, tmux, width, height
+):
     from ouroboros.demo import write_demo_project
 
     project = tmp_path / "project"
@@ -285,8 +346,12 @@ def test_a_config_warning_leaves_the_header_once_the_typo_is_fixed(tmp_path, scr
     write_demo_project(project, server.base_url, 30)
     assert "[context]" in (project / "ouroboros.toml").read_text()
 
-    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config",
-                str(project / "ouroboros.toml")], width, height, cwd=tmp_path)
+    tmux.start(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(project / "ouroboros.toml")],
+        width,
+        height,
+        cwd=tmp_path,
+    )
 
     def typo_in_header(screen: list[str]) -> bool:
         whole = any(line.startswith("╭─ ouroboros") for line in screen)
@@ -294,10 +359,11 @@ def test_a_config_warning_leaves_the_header_once_the_typo_is_fixed(tmp_path, scr
 
     typo = tmux.wait_for(typo_in_header, "the typo's warning on the header")
     assert any("WARNING" in line for line in header(last_frame(typo)))
-    tmux.wait_for(lambda s: any("warning over: the config loads again" in line for line in s),
-                  "the activity saying the warning is over")
-    tmux.wait_for(lambda s: any("ended: " in line and "─╯" in line for line in s),
-                  "the run's end")
+    tmux.wait_for(
+        lambda s: any("warning over: the config loads again" in line for line in s),
+        "the activity saying the warning is over",
+    )
+    tmux.wait_for(lambda s: any("ended: " in line and "─╯" in line for line in s), "the run's end")
     frame = last_frame(tmux.everything())
     assert not any("sof_threshold_pct" in line for line in header(frame)), "\n".join(frame)
     assert max(len(line) for line in frame) <= width
@@ -315,22 +381,31 @@ def test_while_a_turn_waits_its_counters_agree(tmp_path, scripted_server, tmux, 
         turn = sum(m["role"] == "assistant" for m in messages)
         if turn == 0:
             holder[0].inject(Fault("status", 503, "model is loading"))
-        return Reply(f"Reading part {turn}.",
-                     [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})])
+        return Reply(
+            f"Reading part {turn}.",
+            [("file_read", {"path": f"data/archive/2025/part-{turn:02d}.txt"})],
+        )
 
     server = scripted_server(failing_once)
     holder.append(server)
-    config = make_project(tmp_path / "project", server.base_url, agent={"max_turns": 3},
-                          model={"max_retry_secs": 30})
-    tmux.start([sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
-               width, height, cwd=tmp_path)
+    config = make_project(
+        tmp_path / "project", server.base_url, agent={"max_turns": 3}, model={"max_retry_secs": 30}
+    )
+    tmux.start(
+        [sys.executable, "-m", "ouroboros", "run", "--config", str(config)],
+        width,
+        height,
+        cwd=tmp_path,
+    )
 
-    screen = tmux.wait_for(lambda s: any("waiting to retry" in line for line in s),
-                           "the wait for the retry")
+    screen = tmux.wait_for(
+        lambda s: any("waiting to retry" in line for line in s), "the wait for the retry"
+    )
     counters = next(line for line in screen if "total turns" in line)
     assert re.search(r"turn 1 .*total turns 1\b", counters), counters
-    tmux.wait_for(lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s),
-                  "the run's end")
+    tmux.wait_for(
+        lambda s: any("ended: max_turns (exit 3) ─╯" in line for line in s), "the run's end"
+    )
     final = last_frame(tmux.everything())
     counters = next(line for line in final if "total turns" in line)
     assert re.search(r"turn 3 .*total turns 3\b", counters), counters

@@ -36,7 +36,12 @@ def llama_cpp(request: httpx.Request) -> httpx.Response:
 def vllm(request: httpx.Request) -> httpx.Response:
     body = json.loads(request.content)
     if "prompt" not in body:
-        error = {"object": "error", "message": "Field required", "type": "BadRequestError", "code": 400}
+        error = {
+            "object": "error",
+            "message": "Field required",
+            "type": "BadRequestError",
+            "code": 400,
+        }
         return httpx.Response(400, json=error)
     n = words(body["prompt"])
     return httpx.Response(200, json={"count": n, "max_model_len": 32768, "tokens": list(range(n))})
@@ -67,7 +72,11 @@ def test_llama_cpp_python_is_found_first_and_asked_alone():
     assert counts == [3, 1, 2]
     assert bodies(extras) == [{"input": text} for text in TEXTS]
     assert tokenize.call_count == 0
-    assert (counter.available, counter.endpoint, counter.window) == (True, LLAMA_CPP_PYTHON_TOKENIZE, None)
+    assert (counter.available, counter.endpoint, counter.window) == (
+        True,
+        LLAMA_CPP_PYTHON_TOKENIZE,
+        None,
+    )
 
 
 def test_llama_cpp_server_is_found_after_a_404_and_the_404_is_not_asked_again():
@@ -96,7 +105,9 @@ def test_vllm_is_found_when_it_refuses_the_llama_cpp_body_and_tells_the_window()
 
 def test_a_broken_first_probe_does_not_hide_a_later_family():
     with respx.mock() as router:
-        extras = router.post(EXTRAS).mock(return_value=httpx.Response(500, text="Internal Server Error"))
+        extras = router.post(EXTRAS).mock(
+            return_value=httpx.Response(500, text="Internal Server Error")
+        )
         router.post(TOKENIZE).mock(side_effect=llama_cpp)
         counts, _ = count_all()
     assert counts == [3, 1, 2]
@@ -125,9 +136,14 @@ def test_a_server_without_a_tokenizer_costs_one_probe_round(status):
         router.post(EXTRAS).mock(return_value=httpx.Response(status, text="404 page not found"))
         router.post(TOKENIZE).mock(return_value=httpx.Response(status, text="404 page not found"))
         counts, counter = count_all()
-        requests = [(call.request.url.path, json.loads(call.request.content)) for call in router.calls]
+        requests = [
+            (call.request.url.path, json.loads(call.request.content)) for call in router.calls
+        ]
     assert counts == [None, None, None]
-    assert requests == [("/extras/tokenize/count", {"input": TEXTS[0]}), ("/tokenize", {"content": TEXTS[0]})]
+    assert requests == [
+        ("/extras/tokenize/count", {"input": TEXTS[0]}),
+        ("/tokenize", {"content": TEXTS[0]}),
+    ]
     assert counter.available is False
 
 
@@ -169,14 +185,18 @@ def test_garbage_answers_mean_no_tokenizer(extras_answer, tokenize_answer):
 def test_garbage_from_the_vllm_body_means_no_tokenizer(vllm_answer):
     with respx.mock() as router:
         router.post(EXTRAS).mock(return_value=httpx.Response(404))
-        router.post(TOKENIZE).mock(side_effect=[httpx.Response(422, json={"detail": "prompt missing"}), vllm_answer])
+        router.post(TOKENIZE).mock(
+            side_effect=[httpx.Response(422, json={"detail": "prompt missing"}), vllm_answer]
+        )
         counts, counter = count_all()
         assert len(router.calls) == 3
     assert counts == [None, None, None]
     assert (counter.available, counter.window) == (False, None)
 
 
-@pytest.mark.parametrize("failure", [httpx.ConnectError("Connection refused"), httpx.ReadTimeout("timed out")])
+@pytest.mark.parametrize(
+    "failure", [httpx.ConnectError("Connection refused"), httpx.ReadTimeout("timed out")]
+)
 def test_an_unreachable_server_is_asked_once(failure):
     with respx.mock() as router:
         router.route().mock(side_effect=failure)
@@ -250,8 +270,10 @@ def dripping_server(body: bytes, gap_secs: float):
                 return
             with conn:
                 conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body))
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body)
+                )
                 for byte in body:
                     if stop.wait(gap_secs):
                         return
@@ -268,10 +290,12 @@ def test_a_tokenizer_dripping_its_answer_is_given_up_on_within_the_timeout():
     body = b'{"count": 7}' + b" " * 60  # whole after some 15 s at a byte every 0.2 s
     listener, stop = dripping_server(body, 0.2)
     try:
+
         async def probe() -> tuple[int | None, bool | None]:
             base = "http://127.0.0.1:%d" % listener.getsockname()[1]
             async with TokenCounter(base, "m", timeout_secs=1) as counter:
                 return await counter.count("hello"), counter.available
+
         assert asyncio.run(probe()) == (None, False)
     finally:
         stop.set()

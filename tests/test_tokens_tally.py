@@ -26,21 +26,32 @@ def manager(limit: int = 100_000_000, **settings) -> ContextManager:
     return ContextManager.create(limit, "test", 1000, ContextConfig(**settings))
 
 
-def add_turn(cm: ContextManager, messages: conv.Conversation | list[dict], i: int,
-             size: int = 120) -> None:
+def add_turn(
+    cm: ContextManager, messages: conv.Conversation | list[dict], i: int, size: int = 120
+) -> None:
     """An assistant call and its result, registered with the manager as the session does."""
     call_id = f"c{i}"
-    messages.append({"role": "assistant", "content": "", "tool_calls": [
-        {"id": call_id, "type": "function",
-         "function": {"name": "shell", "arguments": '{"command": "ls"}'}}]})
+    messages.append(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "shell", "arguments": '{"command": "ls"}'},
+                }
+            ],
+        }
+    )
     text = f"result {i}\n" + "x" * size
-    obs = conv.describe("shell", {"command": "ls"}, ToolResult(text), cm.new_observation_id(),
-                       call_id)
+    obs = conv.describe(
+        "shell", {"command": "ls"}, ToolResult(text), cm.new_observation_id(), call_id
+    )
     messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
 
 
-def start(cm: ContextManager, turns: int, size: int = 120,
-          wrap=lambda m: m) -> conv.Conversation:
+def start(cm: ContextManager, turns: int, size: int = 120, wrap=lambda m: m) -> conv.Conversation:
     messages = [{"role": "system", "content": "mission"}, conv.note("continue", "go")]
     for i in range(turns):
         add_turn(cm, messages, i, size)
@@ -106,7 +117,9 @@ def test_masking_at_20000_messages_reads_the_results_it_masks_not_what_is_held()
     cm.mask(messages, ["c10", "c20"])
     assert Watched.reads < 100, f"{Watched.reads} message reads to mask two results"
     assert [m["content"] for m in messages if m.get("tool_call_id") in ("c10", "c20")] == [
-        conv.placeholder(cm.observations["c10"]), conv.placeholder(cm.observations["c20"])]
+        conv.placeholder(cm.observations["c10"]),
+        conv.placeholder(cm.observations["c20"]),
+    ]
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
 
 
@@ -153,22 +166,36 @@ def test_fitting_masks_and_drops_as_a_walk_would():
 def test_the_request_is_the_conversation_without_private_keys_in_one_json_body():
     cm = manager()
     messages = start(cm, 2)
-    messages.append(conv.note("continue", "go on: ünïcode and \"quotes\"\n"))
+    messages.append(conv.note("continue", 'go on: ünïcode and "quotes"\n'))
     # Byte for byte what encoding the whole request at once gives (httpx's `json=`).
-    whole = {"model": "m", "messages": conv.to_wire(messages), "tools": TOOLS, "stream": True,
-             "stream_options": {"include_usage": True}, "temperature": 0.7, "max_tokens": 2048}
-    assert CLIENT.request_body(cm.wire(messages), TOOLS) == json.dumps(
-        whole, ensure_ascii=False, separators=(",", ":")).encode()
+    whole = {
+        "model": "m",
+        "messages": conv.to_wire(messages),
+        "tools": TOOLS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.7,
+        "max_tokens": 2048,
+    }
+    assert (
+        CLIENT.request_body(cm.wire(messages), TOOLS)
+        == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()
+    )
     assert json.loads(CLIENT.request_body(manager().wire([]), []))["messages"] == []
 
 
 @respx.mock
 def test_a_reply_gets_call_ids_the_encoded_conversation_does_not_use():
-    calls = ('data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1",'
-             '"function":{"name":"shell","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}\n\n'
-             "data: [DONE]\n\n").encode()
-    route = respx.post(CHAT).mock(return_value=httpx.Response(
-        200, content=calls, headers={"content-type": "text/event-stream"}))
+    calls = (
+        'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1",'
+        '"function":{"name":"shell","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}\n\n'
+        "data: [DONE]\n\n"
+    ).encode()
+    route = respx.post(CHAT).mock(
+        return_value=httpx.Response(
+            200, content=calls, headers={"content-type": "text/event-stream"}
+        )
+    )
     cm = manager()
     messages = start(cm, 2)
 

@@ -13,8 +13,7 @@ from ouroboros.testing import Reply
 from tests.helpers import make_project, ouroboros_here
 
 
-def test_a_model_without_the_tools_capability_is_named_at_the_start(tmp_path,
-                                                                   scripted_server):
+def test_a_model_without_the_tools_capability_is_named_at_the_start(tmp_path, scripted_server):
     server = scripted_server([Reply("ok")], tools_supported=False)
     config = make_project(tmp_path, server.base_url)
     ran = ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "1")
@@ -53,12 +52,15 @@ def test_a_tool_call_among_the_first_replies_silences_the_watch(tmp_path, script
     assert "held no tool call" not in ran.stdout
 
 
-@pytest.mark.parametrize("body,said", [
-    ({"chat_template_caps": {"supports_tools": False, "supports_tool_calls": False}}, False),
-    ({"chat_template_caps": {"supports_tools": True}}, True),
-    ({"default_generation_settings": {"n_ctx": 2048}}, None),
-    ({"chat_template_caps": {"supports_tools": "yes"}}, None),
-])
+@pytest.mark.parametrize(
+    "body,said",
+    [
+        ({"chat_template_caps": {"supports_tools": False, "supports_tool_calls": False}}, False),
+        ({"chat_template_caps": {"supports_tools": True}}, True),
+        ({"default_generation_settings": {"n_ctx": 2048}}, None),
+        ({"chat_template_caps": {"supports_tools": "yes"}}, None),
+    ],
+)
 def test_what_llama_cpps_props_say_of_tools(body, said):
     assert tools_from_props(body) is said
 

@@ -136,8 +136,10 @@ def test_wrong_types_name_the_argument_and_the_expected_type(
 
 @pytest.mark.parametrize(
     ("times", "message"),
-    [(0, "argument 'times' must be at least 1, got 0"),
-     (11, "argument 'times' must be at most 10, got 11")],
+    [
+        (0, "argument 'times' must be at least 1, got 0"),
+        (11, "argument 'times' must be at most 10, got 11"),
+    ],
 )
 def test_bounds_name_the_argument_and_what_is_allowed(
     toolbox: Toolbox, repeat: Repeat, times: int, message: str
@@ -168,8 +170,12 @@ def test_the_schema_sent_to_the_server_comes_from_the_arguments_model(repeat: Re
                 "type": "object",
                 "properties": {
                     "text": {"type": "string", "description": "What to repeat."},
-                    "times": {"type": "integer", "minimum": 1, "maximum": 10,
-                              "description": "How often."},
+                    "times": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 10,
+                        "description": "How often.",
+                    },
                     "sep": {"type": "string"},
                 },
                 "required": ["text"],
@@ -191,7 +197,8 @@ def test_null_for_an_optional_argument_counts_as_omitted(toolbox: Toolbox, repea
     assert call(toolbox, "repeat", '{"text": "a", "times": null, "sep": null}') == ToolResult("a")
     assert repeat.received == [RepeatArguments(text="a")]
     assert call(toolbox, "repeat", '{"text": null}').content == (
-        "error: repeat: argument 'text' must be string, got null")
+        "error: repeat: argument 'text' must be string, got null"
+    )
 
 
 def test_an_exception_inside_a_tool_becomes_an_error_result(toolbox: Toolbox) -> None:
@@ -235,32 +242,54 @@ def test_default_tools_work_together_in_the_workspace(tmp_path: Path) -> None:
 
 
 def shipped_tools(tmp_path: Path) -> list:
-    return default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
-                         blocked_patterns=[], secret_env_names=[], on_security=print,
-                         recall=Recall(tmp_path), allow_complete=True)
+    return default_tools(
+        tmp_path,
+        shell_timeout_secs=30,
+        max_output_bytes=10_000,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=print,
+        recall=Recall(tmp_path),
+        allow_complete=True,
+    )
 
 
 def test_a_run_gets_every_tool_from_one_registry(tmp_path: Path) -> None:
     toolbox = Toolbox(shipped_tools(tmp_path))
-    assert toolbox.names == ["file_read", "file_write", "shell_exec", "list_dir", "recall",
-                             "task_complete"]
-    without = default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
-                            blocked_patterns=[], secret_env_names=[], on_security=print,
-                            recall=Recall(tmp_path))
+    assert toolbox.names == [
+        "file_read",
+        "file_write",
+        "shell_exec",
+        "list_dir",
+        "recall",
+        "task_complete",
+    ]
+    without = default_tools(
+        tmp_path,
+        shell_timeout_secs=30,
+        max_output_bytes=10_000,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=print,
+        recall=Recall(tmp_path),
+    )
     assert "task_complete" not in [tool.name for tool in without]
 
 
-@pytest.mark.parametrize("name, arguments, subject", [
-    ("file_read", '{"path": "notes/todo.md", "limit": 3}', "notes/todo.md"),
-    ("file_write", '{"content": "x", "path": "out.txt"}', "out.txt"),
-    ("list_dir", '{"path": "src"}', "src"),
-    ("shell_exec", '{"command": "pytest -q"}', "pytest -q"),
-    ("recall", '{"id": "obs-12", "offset": 100}', "obs-12"),
-    ("task_complete", '{"summary": "all parts done"}', "all parts done"),
-    ("shell_exec", '{"command": ["not", "a", "string"]}', ""),
-    ("shell_exec", "not json", ""),
-    ("no_such_tool", '{"path": "a"}', ""),
-])
+@pytest.mark.parametrize(
+    "name, arguments, subject",
+    [
+        ("file_read", '{"path": "notes/todo.md", "limit": 3}', "notes/todo.md"),
+        ("file_write", '{"content": "x", "path": "out.txt"}', "out.txt"),
+        ("list_dir", '{"path": "src"}', "src"),
+        ("shell_exec", '{"command": "pytest -q"}', "pytest -q"),
+        ("recall", '{"id": "obs-12", "offset": 100}', "obs-12"),
+        ("task_complete", '{"summary": "all parts done"}', "all parts done"),
+        ("shell_exec", '{"command": ["not", "a", "string"]}', ""),
+        ("shell_exec", "not json", ""),
+        ("no_such_tool", '{"path": "a"}', ""),
+    ],
+)
 def test_each_tool_names_what_a_call_is_about(tmp_path: Path, name, arguments, subject) -> None:
     toolbox = Toolbox(shipped_tools(tmp_path))
     assert toolbox.subject(ToolCall("c1", name, arguments)) == subject
@@ -275,9 +304,17 @@ def test_every_shipped_tool_sends_the_schema_of_its_arguments_model(tmp_path: Pa
 
 
 def test_the_short_form_of_the_tools_keeps_what_a_call_needs_in_fewer_bytes(tmp_path: Path):
-    toolbox = Toolbox(default_tools(tmp_path, shell_timeout_secs=30, max_output_bytes=10_000,
-                                    blocked_patterns=[], secret_env_names=[],
-                                    on_security=print, allow_complete=True))
+    toolbox = Toolbox(
+        default_tools(
+            tmp_path,
+            shell_timeout_secs=30,
+            max_output_bytes=10_000,
+            blocked_patterns=[],
+            secret_env_names=[],
+            on_security=print,
+            allow_complete=True,
+        )
+    )
     full, brief = toolbox.schemas(), toolbox.brief_schemas()
     assert len(json.dumps(brief)) < 0.7 * len(json.dumps(full))
     for long, short in zip(full, brief):

@@ -145,9 +145,7 @@ def test_writing_through_a_new_file_under_a_symlinked_dir_outside_is_refused(
     assert not (outside / "new").exists()
 
 
-def test_symlinks_inside_the_workspace_work_for_every_tool(
-    workspace: Path, events: Events
-) -> None:
+def test_symlinks_inside_the_workspace_work_for_every_tool(workspace: Path, events: Events) -> None:
     (workspace / "real").mkdir()
     (workspace / "real" / "a.txt").write_text("alpha\n")
     (workspace / "dir_alias").symlink_to(workspace / "real", target_is_directory=True)
@@ -196,9 +194,7 @@ def test_file_read_offset_and_limit_select_lines_and_say_how_to_continue(
     assert result.meta["total_lines"] == 1000
 
 
-def test_file_read_of_the_last_lines_has_no_read_more_hint(
-    workspace: Path, events: Events
-) -> None:
+def test_file_read_of_the_last_lines_has_no_read_more_hint(workspace: Path, events: Events) -> None:
     (workspace / "a.txt").write_text(numbered(5))
     result = run(reader(workspace, events), path="a.txt", offset=4)
     assert result.content == "line 4\nline 5\n[lines 4-5 of 5 shown]"
@@ -220,9 +216,7 @@ def test_file_read_caps_bytes_and_the_hinted_offset_continues_where_it_stopped(
     assert second.content.startswith("line 14\n")
 
 
-def test_file_read_cuts_a_single_line_longer_than_the_cap(
-    workspace: Path, events: Events
-) -> None:
+def test_file_read_cuts_a_single_line_longer_than_the_cap(workspace: Path, events: Events) -> None:
     (workspace / "wide.txt").write_text("x" * 500 + "\nnext\n")
     result = run(reader(workspace, events, max_read_bytes=50), path="wide.txt")
     assert result.content.startswith("x" * 50 + "\n[line 1 is longer than 50 bytes")
@@ -258,8 +252,10 @@ def test_file_read_errors_tell_the_model_what_to_do(
         ({"path": "a.txt", "limit": 0}, "argument 'limit' must be at least 1, got 0"),
         ({"path": "a.txt", "offset": "2"}, "argument 'offset' must be integer, got string"),
         ({"path": 7}, "argument 'path' must be string, got integer"),
-        ({"path": "a.txt", "lines": 5},
-         "unknown argument 'lines'; the arguments are: path, offset, limit"),
+        (
+            {"path": "a.txt", "lines": 5},
+            "unknown argument 'lines'; the arguments are: path, offset, limit",
+        ),
     ],
 )
 def test_file_read_refuses_arguments_outside_its_schema(
@@ -272,8 +268,10 @@ def test_file_read_refuses_arguments_outside_its_schema(
     parameters = tool.schema()["function"]["parameters"]
     assert parameters["properties"]["offset"]["minimum"] == 1
     assert parameters["properties"]["limit"] == {
-        "type": "integer", "minimum": 1,
-        "description": "Number of lines to read. Default: to the end."}
+        "type": "integer",
+        "minimum": 1,
+        "description": "Number of lines to read. Default: to the end.",
+    }
 
 
 def test_file_read_replaces_undecodable_bytes(workspace: Path, events: Events) -> None:
@@ -394,14 +392,17 @@ def reference_excerpt(data: bytes, offset: int, limit: int | None, max_bytes: in
 def test_the_excerpt_is_the_same_whatever_the_chunks() -> None:
     rng = random.Random(7)
     for _ in range(400):
-        data = b"".join(rng.choice([b"\n", b"ab\n", b"x" * rng.randint(1, 40) + b"\n", b"tail"])
-                        for _ in range(rng.randint(0, 30)))
+        data = b"".join(
+            rng.choice([b"\n", b"ab\n", b"x" * rng.randint(1, 40) + b"\n", b"tail"])
+            for _ in range(rng.randint(0, 30))
+        )
         offset, limit = rng.randint(1, 8), rng.choice([None, 1, 3, 10])
         max_bytes = rng.randint(1, 120)
         cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 6))))
         chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
-        assert excerpt(chunks, offset, limit, max_bytes) == \
-            reference_excerpt(data, offset, limit, max_bytes), (data, offset, limit, max_bytes)
+        assert excerpt(chunks, offset, limit, max_bytes) == reference_excerpt(
+            data, offset, limit, max_bytes
+        ), (data, offset, limit, max_bytes)
 
 
 def test_a_read_that_stops_counting_says_at_least() -> None:
@@ -409,4 +410,5 @@ def test_a_read_that_stops_counting_says_at_least() -> None:
     scanner.feed(b"one\ntwo\nthree\nfour")
     shown = scanner.finish(counted=False)
     assert excerpt_note(shown, 100) == (
-        "[lines 1-2 of at least 4 shown; call file_read with offset=3 to read more]")
+        "[lines 1-2 of at least 4 shown; call file_read with offset=3 to read more]"
+    )

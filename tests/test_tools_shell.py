@@ -52,9 +52,7 @@ def gone_soon(pid: int, within_secs: float = 10.0) -> bool:
     return False
 
 
-def test_runs_in_the_workspace_and_reports_the_exit_code(
-    workspace: Path, events: Events
-) -> None:
+def test_runs_in_the_workspace_and_reports_the_exit_code(workspace: Path, events: Events) -> None:
     result = run(shell(workspace, events), "pwd; echo oops >&2; exit 3")
     assert result.content == f"{workspace.resolve()}\noops\n[exit code 3]"
     assert not result.ok
@@ -168,12 +166,13 @@ def test_empty_command_is_an_error(workspace: Path, events: Events) -> None:
     assert result.content.startswith("error: empty command")
 
 
-def test_a_command_that_is_not_one_string_is_refused_unrun(workspace: Path, events: Events
-                                                             ) -> None:
+def test_a_command_that_is_not_one_string_is_refused_unrun(workspace: Path, events: Events) -> None:
     tool = shell(workspace, events)
     as_list = asyncio.run(tool.run({"command": ["touch", "made.txt"]}))
     assert (as_list.ok, as_list.content) == (
-        False, "error: shell_exec: argument 'command' must be string, got array")
+        False,
+        "error: shell_exec: argument 'command' must be string, got array",
+    )
     misnamed = asyncio.run(tool.run({"cmd": "touch made.txt"}))
     assert misnamed.content.splitlines() == [
         "error: shell_exec: missing required argument 'command' (string)",

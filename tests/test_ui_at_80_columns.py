@@ -25,7 +25,7 @@ def panel_text(frame: list[str], title: str) -> str:
     """The words of a panel (`ouroboros` for the header), its rows joined, times left out."""
     start = next(i for i, line in enumerate(frame) if line.startswith(f"╭─ {title}"))
     end = next(i for i in range(start, len(frame)) if frame[i].startswith("╰"))
-    rows = [line[2:-2] for line in frame[start + 1:end]]
+    rows = [line[2:-2] for line in frame[start + 1 : end]]
     return " ".join(" ".join(row.split()) for row in rows)
 
 
@@ -38,19 +38,27 @@ def typo_warning(tmp_path: Path) -> tuple[str, str]:
 
 
 def allocated_warning(tmp_path: Path) -> tuple[str, str]:
-    fix = (f"Fix: give the model the bigger window ({bigger_window(8192)}), or set "
-           "model.context_limit = 2048 to match")
-    return ("the server's window is 2048 tokens (allocated by Ollama (/api/ps)), but "
-            f"model.context_limit in ouroboros.toml claims 8192: working within 2048 tokens. "
-            f"{fix}"), fix
+    fix = (
+        f"Fix: give the model the bigger window ({bigger_window(8192)}), or set "
+        "model.context_limit = 2048 to match"
+    )
+    return (
+        "the server's window is 2048 tokens (allocated by Ollama (/api/ps)), but "
+        f"model.context_limit in ouroboros.toml claims 8192: working within 2048 tokens. "
+        f"{fix}"
+    ), fix
 
 
 def truncation_warning(tmp_path: Path) -> tuple[str, str]:
-    fix = ("Fix: give the model a bigger window (OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or "
-           "PARAMETER num_ctx in a Modelfile) and set model.context_limit to match; if the "
-           "server misreports its counts instead, set context.truncation_guard = false")
-    return ("the server cut the front of the conversation: its counts stayed near 1900 tokens "
-            f"while the conversation grew. Working within 2048 tokens from now on. {fix}"), fix
+    fix = (
+        "Fix: give the model a bigger window (OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or "
+        "PARAMETER num_ctx in a Modelfile) and set model.context_limit to match; if the "
+        "server misreports its counts instead, set context.truncation_guard = false"
+    )
+    return (
+        "the server cut the front of the conversation: its counts stayed near 1900 tokens "
+        f"while the conversation grew. Working within 2048 tokens from now on. {fix}"
+    ), fix
 
 
 @pytest.mark.parametrize("warning", [typo_warning, allocated_warning, truncation_warning])
@@ -66,17 +74,29 @@ def test_an_alerts_fix_is_whole_in_the_header_and_the_activity_pane(tmp_path, wa
     assert fix in panel_text(frame, "activity"), "\n".join(frame)
 
 
-@pytest.mark.parametrize("reason,fix", [
-    ("idle", 'to go on: ouroboros resume --message "what to do next" (or `ouroboros resume`)'),
-    ("task_complete", 'to give it more to do: ouroboros resume --message "what to do next"'),
-    ("max_turns", "`ouroboros resume --max-turns N` gives it N more"),
-])
+@pytest.mark.parametrize(
+    "reason,fix",
+    [
+        ("idle", 'to go on: ouroboros resume --message "what to do next" (or `ouroboros resume`)'),
+        ("task_complete", 'to give it more to do: ouroboros resume --message "what to do next"'),
+        ("max_turns", "`ouroboros resume --max-turns N` gives it N more"),
+    ],
+)
 def test_a_run_ends_way_to_go_on_is_whole(tmp_path, reason, fix):
     state = replay(sample_events(tmp_path, ended=False))
-    state.apply(ev.RunEnd(reason=reason, exit_code=3, sessions=2, total_turns=8, restarts=1,
-                          summary="all parts recorded" * (reason == "task_complete"),
-                          next=how_to_continue(reason, max_turns=8, max_idle_turns=3),
-                          seq=900, **ENVELOPE).record())
+    state.apply(
+        ev.RunEnd(
+            reason=reason,
+            exit_code=3,
+            sessions=2,
+            total_turns=8,
+            restarts=1,
+            summary="all parts recorded" * (reason == "task_complete"),
+            next=how_to_continue(reason, max_turns=8, max_idle_turns=3),
+            seq=900,
+            **ENVELOPE,
+        ).record()
+    )
 
     frame = rendered_at(state, WIDTH, HEIGHT)
 
@@ -87,20 +107,39 @@ def test_a_run_ends_way_to_go_on_is_whole(tmp_path, reason, fix):
 def test_a_restarts_reason_is_whole(tmp_path):
     frame = rendered_at(replay(sample_events(tmp_path)), WIDTH, HEIGHT)
 
-    assert f"restart -> session 2: {RESTART_REASON}" in panel_text(frame, "activity"), \
-        "\n".join(frame)
+    assert f"restart -> session 2: {RESTART_REASON}" in panel_text(frame, "activity"), "\n".join(
+        frame
+    )
 
 
 def test_a_restart_with_one_row_left_says_its_reason_in_it(tmp_path):
     state = replay(sample_events(tmp_path))
-    state.apply(ev.WarningEvent(message=allocated_warning(tmp_path)[0], seq=900,
-                                **ENVELOPE).record())
-    state.apply(ev.SessionRestart(previous_turns=6, carryover_messages=7, carryover_masked=0,
-                                  carryover_turns_dropped=0, reason=RESTART_REASON, seq=901,
-                                  **{**ENVELOPE, "session": 3}).record())
-    state.apply(ev.RunEnd(reason="max_turns", exit_code=3, sessions=3, total_turns=9,
-                          restarts=2, next=how_to_continue("max_turns", max_turns=9), seq=902,
-                          **ENVELOPE).record())
+    state.apply(
+        ev.WarningEvent(message=allocated_warning(tmp_path)[0], seq=900, **ENVELOPE).record()
+    )
+    state.apply(
+        ev.SessionRestart(
+            previous_turns=6,
+            carryover_messages=7,
+            carryover_masked=0,
+            carryover_turns_dropped=0,
+            reason=RESTART_REASON,
+            seq=901,
+            **{**ENVELOPE, "session": 3},
+        ).record()
+    )
+    state.apply(
+        ev.RunEnd(
+            reason="max_turns",
+            exit_code=3,
+            sessions=3,
+            total_turns=9,
+            restarts=2,
+            next=how_to_continue("max_turns", max_turns=9),
+            seq=902,
+            **ENVELOPE,
+        ).record()
+    )
 
     frame = rendered_at(state, WIDTH, HEIGHT)
 
@@ -131,7 +170,8 @@ def test_status_at_80_columns_shows_the_standing_alert_with_its_fix_whole(tmp_pa
 
 
 def test_the_way_to_go_on_after_a_run_wraps_at_spaces_on_an_80_column_terminal(
-        tmp_path, scripted_server):
+    tmp_path, scripted_server
+):
     import fcntl
     import os
     import pty
@@ -148,9 +188,15 @@ def test_the_way_to_go_on_after_a_run_wraps_at_spaces_on_an_80_column_terminal(
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", HEIGHT, WIDTH, 0, 0))
     try:
-        subprocess.run([sys.executable, "-m", "ouroboros", "run", "--json", "-c", str(config)],
-                       stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL,
-                       env=clean_env(), timeout=50, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "ouroboros", "run", "--json", "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=follower,
+            stdin=subprocess.DEVNULL,
+            env=clean_env(),
+            timeout=50,
+            check=True,
+        )
         os.close(follower)
         said = b""
         while True:

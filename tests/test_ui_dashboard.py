@@ -35,9 +35,11 @@ def rendered(state: DashboardState) -> str:
     return console.export_text()
 
 
-NO_USAGE = ("the server sent no token usage (or a prompt count of 0); estimating at 4.0 "
-            "characters per token, and the server is asked to count the whole prompt once a "
-            "session")
+NO_USAGE = (
+    "the server sent no token usage (or a prompt count of 0); estimating at 4.0 "
+    "characters per token, and the server is asked to count the whole prompt once a "
+    "session"
+)
 SIZES = [(80, 24), (100, 30), (160, 50)]
 
 
@@ -54,7 +56,7 @@ def warned_early(events: list[dict]) -> list[dict]:
     first_usage = next(i for i, e in enumerate(events) if e["type"] == "token_usage")
     warning = {**events[first_usage], "type": "warning", "message": NO_USAGE}
     rest = [e for e in events if e["type"] != "warning"]
-    return rest[: first_usage + 1] + [warning] + rest[first_usage + 1:]
+    return rest[: first_usage + 1] + [warning] + rest[first_usage + 1 :]
 
 
 def upto(events: list[dict], type: str, nth: int = 1) -> list[dict]:
@@ -81,8 +83,7 @@ def test_reducer_follows_a_whole_run(tmp_path):
     assert state.tools[-1].result == "ok: wrote 4,096 bytes" and state.tools[-1].ok
     kinds = [note.text.split()[0] for note in state.notes]
     # The start line is the first note (it says what confines the shell).
-    assert kinds == ["run", "masked", "masked", "wind-down:", "restart", "retry", "WARNING",
-                     "run"]
+    assert kinds == ["run", "masked", "masked", "wind-down:", "restart", "retry", "WARNING", "run"]
     assert [note.level for note in state.notes][5:7] == ["warn", "warn"]
 
 
@@ -111,8 +112,14 @@ def test_masking_lowers_the_reading_and_a_restart_clears_it(tmp_path):
 
 
 def test_zones():
-    assert [zone(pct, 0.7, 0.9) for pct in (0, 69.9, 70, 89.9, 90, 130)] == \
-        ["green", "green", "yellow", "yellow", "red", "red"]
+    assert [zone(pct, 0.7, 0.9) for pct in (0, 69.9, 70, 89.9, 90, 130)] == [
+        "green",
+        "green",
+        "yellow",
+        "yellow",
+        "red",
+        "red",
+    ]
 
 
 def test_streamed_text_and_its_rate(tmp_path):
@@ -157,8 +164,15 @@ def test_the_rate_stays_steady_across_replies_and_the_pauses_between_them():
             state.add_text("x" * 40, now=now + second)
             if second:
                 seen.append(state.tokens_per_sec)
-        state.apply(ev.Assistant(ts="2025-03-01T10:00:00.000Z", turn=reply_no + 1, text="x",
-                                 finish_reason="stop", tool_calls=[]))
+        state.apply(
+            ev.Assistant(
+                ts="2025-03-01T10:00:00.000Z",
+                turn=reply_no + 1,
+                text="x",
+                finish_reason="stop",
+                tool_calls=[],
+            )
+        )
         now += 3 + 30  # the tools run: no streaming
     steady = 40 / DEFAULT_CHARS_PER_TOKEN
     assert all(rate == pytest.approx(steady) for rate in seen), seen
@@ -170,19 +184,38 @@ def reply(ts: str) -> ev.Assistant:
 
 
 def usage(ts: str, completion_tokens: int) -> ev.TokenUsage:
-    return ev.TokenUsage(ts=ts, turn=1, prompt_tokens=900, completion_tokens=completion_tokens,
-                         total_tokens=900 + completion_tokens, context_limit=4096, budget=3584,
-                         context_used_pct=25.1, source="server")
+    return ev.TokenUsage(
+        ts=ts,
+        turn=1,
+        prompt_tokens=900,
+        completion_tokens=completion_tokens,
+        total_tokens=900 + completion_tokens,
+        context_limit=4096,
+        budget=3584,
+        context_used_pct=25.1,
+        source="server",
+    )
 
 
 def test_replayed_rate_comes_from_the_timestamps():
-    state = replay([
-        ev.ToolResultEvent(ts="2025-03-01T10:00:00.000Z", turn=1, id="a", name="shell_exec",
-                           ok=True, bytes=3, observation="obs-1", truncated=False,
-                           summary="ok", duration_ms=5),
-        reply("2025-03-01T10:00:04.000Z"),
-        usage("2025-03-01T10:00:04.001Z", completion_tokens=120),
-    ])
+    state = replay(
+        [
+            ev.ToolResultEvent(
+                ts="2025-03-01T10:00:00.000Z",
+                turn=1,
+                id="a",
+                name="shell_exec",
+                ok=True,
+                bytes=3,
+                observation="obs-1",
+                truncated=False,
+                summary="ok",
+                duration_ms=5,
+            ),
+            reply("2025-03-01T10:00:04.000Z"),
+            usage("2025-03-01T10:00:04.001Z", completion_tokens=120),
+        ]
+    )
 
     assert state.tokens_per_sec == 30.0
     assert state.tools[0].call == "shell_exec(...)"  # its call was in an earlier log
@@ -295,7 +328,7 @@ def test_an_early_warning_stays_on_the_alert_line(tmp_path, width, height):
     header = lines[: next(i for i, line in enumerate(lines) if line.startswith("╰"))]
     assert any("WARNING the server sent no token usage" in line for line in header)
     if height == 24:  # the activity panel has moved on; only the alert line still says it
-        activity = lines[next(i for i, line in enumerate(lines) if "╭─ activity" in line):]
+        activity = lines[next(i for i, line in enumerate(lines) if "╭─ activity" in line) :]
         assert not any("WARNING" in line for line in activity)
 
 
@@ -303,18 +336,30 @@ def test_the_alert_keeps_the_newest_with_no_unexplained_count(tmp_path):
     events = warned_early(sample_events(tmp_path))
     state = replay(events)
     late = {**events[-1], "type": "warning", "message": "the server is slow to answer"}
-    error = {**events[-1], "type": "error", "message": "the server went away",
-             "kind": "ServerUnreachableError"}
+    error = {
+        **events[-1],
+        "type": "error",
+        "message": "the server went away",
+        "kind": "ServerUnreachableError",
+    }
 
     state.apply(late)
     shown = "\n".join(rendered_at(state, 80, 24))
     assert "WARNING the server is slow to answer" in shown
     assert "earlier" not in shown  # "(+1 earlier)" was explained nowhere
     assert "no token usage" not in shown.split("╰")[0]  # replaced on the alert line
-    state.apply({**events[-1], "type": "tool_call", "id": "x", "name": "recall",
-                 "arguments": '{"id": "obs-3"}'})
+    state.apply(
+        {
+            **events[-1],
+            "type": "tool_call",
+            "id": "x",
+            "name": "recall",
+            "arguments": '{"id": "obs-3"}',
+        }
+    )
     assert "WARNING the server is slow to answer" in "\n".join(
-        rendered_at(state, 80, 24))  # other events leave it where it is
+        rendered_at(state, 80, 24)
+    )  # other events leave it where it is
     state.apply(error)
     assert "ERROR the server went away" in "\n".join(rendered_at(state, 80, 24))
 
@@ -322,8 +367,7 @@ def test_the_alert_keeps_the_newest_with_no_unexplained_count(tmp_path):
 def test_a_long_alert_is_cut_in_its_middle_never_in_what_to_do(tmp_path):
     state = replay(warned_early(sample_events(tmp_path)))
     fix = "set model.context_limit to the window the server really has"
-    state.apply({**state_event(), "type": "warning",
-                 "message": "word " * 200 + "; " + fix})
+    state.apply({**state_event(), "type": "warning", "message": "word " * 200 + "; " + fix})
 
     for width, height in SIZES:
         header = "\n".join(rendered_at(state, width, height)).split("╰")[0]
@@ -339,8 +383,10 @@ def state_event() -> dict:
 def test_tool_calls_are_shown_by_what_their_tool_says_they_are_about():
     content = '{"content": "x' + "y" * 500 + '", "path": "out.md"}'
     assert call_summary("file_write", content, "out.md") == "file_write out.md"
-    assert call_summary("shell_exec", '{"command": "pytest -q\\n  tests"}', "pytest -q\n  tests") \
+    assert (
+        call_summary("shell_exec", '{"command": "pytest -q\\n  tests"}', "pytest -q\n  tests")
         == "shell_exec pytest -q tests"
+    )
     assert call_summary("recall", '{"id": "obs-12", "offset": 4000}', "obs-12") == "recall obs-12"
 
 
@@ -352,19 +398,42 @@ def test_a_call_logged_without_its_subject_is_shown_by_its_first_argument():
 
 
 def test_the_dashboard_names_a_call_by_the_subject_in_its_event():
-    state = replay([ev.ToolCallEvent(ts="2025-03-01T10:00:00.000Z", id="c1", name="file_write",
-                                     arguments='{"content": "long text", "path": "out.md"}',
-                                     subject="out.md")])
+    state = replay(
+        [
+            ev.ToolCallEvent(
+                ts="2025-03-01T10:00:00.000Z",
+                id="c1",
+                name="file_write",
+                arguments='{"content": "long text", "path": "out.md"}',
+                subject="out.md",
+            )
+        ]
+    )
     assert state.tools[-1].call == "file_write out.md"
 
 
 def test_rate_comes_from_usage_when_the_stream_was_too_short_to_time():
-    state = replay([ev.SessionStart(ts="2025-03-01T10:00:00.000Z", turn=1, context_limit=4096,
-                                    limit_source="config", budget=3584, carryover_messages=0)])
+    state = replay(
+        [
+            ev.SessionStart(
+                ts="2025-03-01T10:00:00.000Z",
+                turn=1,
+                context_limit=4096,
+                limit_source="config",
+                budget=3584,
+                carryover_messages=0,
+            )
+        ]
+    )
     state.add_text("Done.", now=50.0)  # one piece: no streamed rate
     assert state.tokens_per_sec is None
-    replay([reply("2025-03-01T10:00:02.000Z"),
-            usage("2025-03-01T10:00:02.001Z", completion_tokens=64)], state)
+    replay(
+        [
+            reply("2025-03-01T10:00:02.000Z"),
+            usage("2025-03-01T10:00:02.001Z", completion_tokens=64),
+        ],
+        state,
+    )
 
     assert state.tokens_per_sec == 32.0  # 64 tokens over the 2 s the reply took
     assert "~tok/s 32" in rendered(state)
@@ -405,15 +474,21 @@ def test_a_checkpoint_is_not_shown_as_the_last_thing_the_run_did():
 
 def test_a_warning_leaves_the_header_when_its_condition_is_over():
     def warning(seq: int, text: str, condition: str = "") -> ev.WarningEvent:
-        return ev.WarningEvent(ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq, message=text,
-                               condition=condition)
+        return ev.WarningEvent(
+            ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq, message=text, condition=condition
+        )
 
     def cleared(seq: int, condition: str) -> ev.WarningCleared:
-        return ev.WarningCleared(ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq,
-                                 condition=condition, message="over")
+        return ev.WarningCleared(
+            ts=f"2025-03-01T10:00:{seq:02d}.000Z", seq=seq, condition=condition, message="over"
+        )
 
-    state = replay([warning(1, "no token usage", "estimate"),
-                    warning(2, "unknown key context.sof", "config error: unknown key")])
+    state = replay(
+        [
+            warning(1, "no token usage", "estimate"),
+            warning(2, "unknown key context.sof", "config error: unknown key"),
+        ]
+    )
     assert "unknown key" in rendered(state)
 
     replay([cleared(3, "config error: unknown key")], state)
@@ -424,11 +499,26 @@ def test_a_warning_leaves_the_header_when_its_condition_is_over():
     replay([cleared(4, "estimate")], state)
     assert state.alert is None and "WARNING" not in rendered(state).split("╰")[0]
 
-    replay([warning(5, "window smaller", "window"), ev.ErrorEvent(
-        ts="2025-03-01T10:00:06.000Z", seq=6, message="server gone", kind="ModelError"),
-        ev.RunResumed(ts="2025-03-01T10:00:07.000Z", seq=7, total_turns=3, restarts=0,
-                      context_limit=4096, limit_source="config", budget=3584,
-                      torn_line_dropped=False, interrupted_tools=[])], state)
+    replay(
+        [
+            warning(5, "window smaller", "window"),
+            ev.ErrorEvent(
+                ts="2025-03-01T10:00:06.000Z", seq=6, message="server gone", kind="ModelError"
+            ),
+            ev.RunResumed(
+                ts="2025-03-01T10:00:07.000Z",
+                seq=7,
+                total_turns=3,
+                restarts=0,
+                context_limit=4096,
+                limit_source="config",
+                budget=3584,
+                torn_line_dropped=False,
+                interrupted_tools=[],
+            ),
+        ],
+        state,
+    )
     assert state.alert is not None and state.alert.text == "WARNING window smaller"
 
 
@@ -448,8 +538,9 @@ def test_one_reading_reads_the_same_on_every_surface(tmp_path):
     shown = {
         "dashboard": rendered(state),
         "plain": format_line(usage),
-        "status": printed(status_view(RunStatus(RUN_ID, state, None, None),
-                                      now=datetime.now(timezone.utc))),
+        "status": printed(
+            status_view(RunStatus(RUN_ID, state, None, None), now=datetime.now(timezone.utc))
+        ),
     }
     budget = f"{usage['budget']:,}"
     for surface, text in shown.items():
@@ -481,10 +572,22 @@ def test_a_replayed_rate_is_over_the_newest_replies_not_the_last_one():
 
     def turn(start: int, secs: float, tokens: int) -> list[ev.EventBase]:
         done = f"2025-03-01T10:00:{start + secs:06.3f}Z"
-        return [ev.ToolResultEvent(ts=f"2025-03-01T10:00:{start:02d}.000Z", turn=1, id="a",
-                                   name="shell_exec", ok=True, bytes=3, observation="obs-1",
-                                   truncated=False, summary="ok", duration_ms=5),
-                reply(done), usage(done, completion_tokens=tokens)]
+        return [
+            ev.ToolResultEvent(
+                ts=f"2025-03-01T10:00:{start:02d}.000Z",
+                turn=1,
+                id="a",
+                name="shell_exec",
+                ok=True,
+                bytes=3,
+                observation="obs-1",
+                truncated=False,
+                summary="ok",
+                duration_ms=5,
+            ),
+            reply(done),
+            usage(done, completion_tokens=tokens),
+        ]
 
     state = replay(turn(0, 2.0, 60) + turn(10, 2.0, 60) + turn(20, 0.06, 10))
     assert state.tokens_per_sec == pytest.approx(130 / 4.06)

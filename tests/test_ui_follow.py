@@ -16,10 +16,10 @@ EVENTS = {
     "run_start": ev.RunStart(run_id="r1", version="0.1.0", pid=1, config={}),
     "session_start": ev.SessionStart(**WINDOW, carryover_messages=0),
     "assistant": ev.Assistant(text="Working.", finish_reason="stop", tool_calls=[]),
-    "run_end": ev.RunEnd(reason="max_turns", exit_code=0, sessions=1, total_turns=1,
-                         restarts=0),
-    "run_resumed": ev.RunResumed(total_turns=1, restarts=0, torn_line_dropped=False,
-                                 interrupted_tools=[], **WINDOW),
+    "run_end": ev.RunEnd(reason="max_turns", exit_code=0, sessions=1, total_turns=1, restarts=0),
+    "run_resumed": ev.RunResumed(
+        total_turns=1, restarts=0, torn_line_dropped=False, interrupted_tools=[], **WINDOW
+    ),
 }
 
 
@@ -50,8 +50,12 @@ def test_a_torn_last_line_waits_until_it_is_whole(tmp_path: Path):
 
 def test_a_run_end_that_something_follows_is_not_the_end(tmp_path: Path):
     path = tmp_path / "events.jsonl"
-    path.write_bytes(record("run_start", 1) + record("run_end", 2) + record("run_resumed", 3)
-                     + record("run_end", 4))
+    path.write_bytes(
+        record("run_start", 1)
+        + record("run_end", 2)
+        + record("run_resumed", 3)
+        + record("run_end", 4)
+    )
 
     assert [e.seq for e in follow_events(path, never)] == [1, 2, 3, 4]
 
@@ -84,8 +88,10 @@ def test_a_log_cut_short_by_resume_is_read_on_from_its_new_end(tmp_path: Path):
     path = tmp_path / "events.jsonl"
     whole = record("run_start", 1)
     path.write_bytes(whole + b'{"type": "tool_')
-    contents = [whole,  # resume drops the torn line
-                whole + record("run_resumed", 2) + record("run_end", 3)]
+    contents = [
+        whole,  # resume drops the torn line
+        whole + record("run_resumed", 2) + record("run_end", 3),
+    ]
 
     def wait() -> None:
         path.write_bytes(contents.pop(0))

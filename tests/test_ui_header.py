@@ -13,16 +13,20 @@ from ouroboros.ui.render import render
 from tests.test_ui_dashboard import rendered_at, replay, sample_events
 
 
-@pytest.mark.parametrize("width,height,label", [
-    (80, 24, "window 8,192"),
-    (120, 30, "window 8,192 (server /api/show)"),
-    (160, 50, "budget 6,144 of window 8,192 (server /api/show)"),
-])
-def test_the_header_shows_the_window_and_where_its_size_came_from(tmp_path: Path, width, height,
-                                                                   label):
+@pytest.mark.parametrize(
+    "width,height,label",
+    [
+        (80, 24, "window 8,192"),
+        (120, 30, "window 8,192 (server /api/show)"),
+        (160, 50, "budget 6,144 of window 8,192 (server /api/show)"),
+    ],
+)
+def test_the_header_shows_the_window_and_where_its_size_came_from(
+    tmp_path: Path, width, height, label
+):
     frame = rendered_at(replay(sample_events(tmp_path)), width, height)
 
-    header = frame[:next(i for i, line in enumerate(frame) if line.startswith("╰"))]
+    header = frame[: next(i for i, line in enumerate(frame) if line.startswith("╰"))]
     assert any(line.rstrip(" │").endswith(label) for line in header), "\n".join(header)
     assert any("/6,144 tokens" in line for line in header)  # the budget, beside it
     assert max(len(line) for line in frame) <= width
@@ -30,14 +34,33 @@ def test_the_header_shows_the_window_and_where_its_size_came_from(tmp_path: Path
 
 def test_an_error_alert_goes_when_the_failed_run_is_resumed(tmp_path: Path):
     state = replay(sample_events(tmp_path))
-    state.apply(ev.ErrorEvent(message="the server went away", kind="X", seq=90,
-                              ts="2025-03-01T10:20:00.000Z", session=2, turn=3))
+    state.apply(
+        ev.ErrorEvent(
+            message="the server went away",
+            kind="X",
+            seq=90,
+            ts="2025-03-01T10:20:00.000Z",
+            session=2,
+            turn=3,
+        )
+    )
     assert state.alert is not None
 
-    state.apply(ev.RunResumed(total_turns=9, restarts=1, torn_line_dropped=False,
-                              interrupted_tools=[], context_limit=8192,
-                              limit_source="server /api/show", budget=6144, seq=91,
-                              ts="2025-03-01T10:21:00.000Z", session=2, turn=3))
+    state.apply(
+        ev.RunResumed(
+            total_turns=9,
+            restarts=1,
+            torn_line_dropped=False,
+            interrupted_tools=[],
+            context_limit=8192,
+            limit_source="server /api/show",
+            budget=6144,
+            seq=91,
+            ts="2025-03-01T10:21:00.000Z",
+            session=2,
+            turn=3,
+        )
+    )
 
     assert state.alert is None
 
@@ -80,13 +103,26 @@ def test_a_streaming_or_ended_run_waits_on_nothing(tmp_path: Path):
 def test_a_tool_still_running_and_an_idle_pause_are_waits_of_their_own(tmp_path: Path):
     state = mid_run(tmp_path)
     envelope = {"session": 2, "turn": 4, "ts": "2025-03-01T10:30:00.000Z"}
-    state.apply(ev.ToolCallEvent(id="c9", name="shell_exec", arguments='{"command": "make"}',
-                                 seq=95, **envelope))
+    state.apply(
+        ev.ToolCallEvent(
+            id="c9", name="shell_exec", arguments='{"command": "make"}', seq=95, **envelope
+        )
+    )
     assert state.waiting() == ("running shell_exec", envelope["ts"])
-    state.apply(ev.ToolResultEvent(id="c9", name="shell_exec", ok=True, bytes=3,
-                                   observation="obs-9", summary="ok", duration_ms=5,
-                                   truncated=False, seq=96,
-                                   **envelope))
+    state.apply(
+        ev.ToolResultEvent(
+            id="c9",
+            name="shell_exec",
+            ok=True,
+            bytes=3,
+            observation="obs-9",
+            summary="ok",
+            duration_ms=5,
+            truncated=False,
+            seq=96,
+            **envelope,
+        )
+    )
     state.apply(ev.Idle(idle_turns=1, pause_secs=2.0, max_idle_turns=3, seq=97, **envelope))
 
     assert state.waiting() == ("idle pause", envelope["ts"])
@@ -94,19 +130,38 @@ def test_a_tool_still_running_and_an_idle_pause_are_waits_of_their_own(tmp_path:
 
 
 @pytest.mark.parametrize("width,height", [(80, 24), (100, 30), (160, 50)])
-def test_the_runs_end_line_wraps_in_the_activity_pane_never_cut(tmp_path: Path, width,
-                                                                 height):
+def test_the_runs_end_line_wraps_in_the_activity_pane_never_cut(tmp_path: Path, width, height):
     state = replay(sample_events(tmp_path, ended=False))
-    then = ('the agent said it is done ("ALL DONE") without calling task_complete, so the run '
-            'is paused; to give it more to do: ouroboros resume --message "what to do next"')
-    state.apply(ev.RunEnd(reason="idle", exit_code=0, sessions=2, total_turns=9, restarts=1,
-                          next=then, seq=99, ts="2025-03-01T10:30:00.000Z", session=2, turn=3))
+    then = (
+        'the agent said it is done ("ALL DONE") without calling task_complete, so the run '
+        'is paused; to give it more to do: ouroboros resume --message "what to do next"'
+    )
+    state.apply(
+        ev.RunEnd(
+            reason="idle",
+            exit_code=0,
+            sessions=2,
+            total_turns=9,
+            restarts=1,
+            next=then,
+            seq=99,
+            ts="2025-03-01T10:30:00.000Z",
+            session=2,
+            turn=3,
+        )
+    )
 
     frame = rendered_at(state, width, height)
 
-    activity = frame[next(i for i, line in enumerate(frame) if "╭─ activity" in line):]
-    flat = " ".join(" ".join(line.strip("│ ").split()[1:] if line.strip("│ ")[:2].isdigit()
-                             else line.strip("│ ").split()) for line in activity[1:-1])
+    activity = frame[next(i for i, line in enumerate(frame) if "╭─ activity" in line) :]
+    flat = " ".join(
+        " ".join(
+            line.strip("│ ").split()[1:]
+            if line.strip("│ ")[:2].isdigit()
+            else line.strip("│ ").split()
+        )
+        for line in activity[1:-1]
+    )
     assert then in flat, "\n".join(activity)
     assert len(frame) <= height and max(len(line) for line in frame) <= width
 

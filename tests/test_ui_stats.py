@@ -62,12 +62,22 @@ def test_a_turn_counts_once_its_reply_came_as_status_counts_it(tmp_path):
 
 
 def test_stats_of_a_resumed_run_say_running_again():
-    events = [ev.SessionEnd(reason="interrupted_now", turn=2),
-              ev.RunEnd(reason="interrupted_now", exit_code=0, sessions=1, total_turns=2,
-                        restarts=0, turn=2),
-              ev.RunResumed(total_turns=2, restarts=0, torn_line_dropped=False,
-                            interrupted_tools=[], context_limit=8192, limit_source="config",
-                            budget=6144, turn=2)]
+    events = [
+        ev.SessionEnd(reason="interrupted_now", turn=2),
+        ev.RunEnd(
+            reason="interrupted_now", exit_code=0, sessions=1, total_turns=2, restarts=0, turn=2
+        ),
+        ev.RunResumed(
+            total_turns=2,
+            restarts=0,
+            torn_line_dropped=False,
+            interrupted_tools=[],
+            context_limit=8192,
+            limit_source="config",
+            budget=6144,
+            turn=2,
+        ),
+    ]
 
     assert run_stats(events).sessions[0].end == "running"
     assert run_stats(events[:2]).sessions[0].end == "interrupted_now"
@@ -123,8 +133,10 @@ def test_stats_view_renders_the_table_and_the_chart(tmp_path):
     console.print(stats_view(sample_stats(tmp_path)))
     text = console.export_text()
 
-    assert (f"run {RUN_ID}: 2 sessions, 9 turns, 1 restart, ended: max_turns\n"
-            "masking: 5 tool results masked (2 masking rounds)") in text
+    assert (
+        f"run {RUN_ID}: 2 sessions, 9 turns, 1 restart, ended: max_turns\n"
+        "masking: 5 tool results masked (2 masking rounds)"
+    ) in text
     assert "93.5%" in text and "61.8%" in text and "restart [1]" in text
     assert f"[1] restart: {RESTART_REASON}" in text
     assert "soft 70%" in text and "hard 90%" in text and RESTART in text
@@ -143,8 +155,12 @@ def test_stats_names_the_window_the_budget_and_the_thresholds_as_status_does(tmp
 
 def test_restart_reasons_become_numbered_notes_under_the_table():
     stats = run_stats([])
-    stats.sessions = [SessionStats(1, end="restart: full"), SessionStats(2, end="restart: cut"),
-                      SessionStats(3, end="restart: full"), SessionStats(4, end="max_turns")]
+    stats.sessions = [
+        SessionStats(1, end="restart: full"),
+        SessionStats(2, end="restart: cut"),
+        SessionStats(3, end="restart: full"),
+        SessionStats(4, end="max_turns"),
+    ]
     console = Console(record=True, width=100)
     console.print(stats_view(stats))
     text = console.export_text()
@@ -166,16 +182,16 @@ def test_a_long_run_shows_its_first_and_last_sessions():
 
 def test_the_summary_keeps_the_totals_of_every_session():
     stats = RunStats()
-    stats.sessions = [SessionStats(n, turns=n, mask_rounds=1, masked=2, end="restart: full")
-                      for n in range(1, 31)]
+    stats.sessions = [
+        SessionStats(n, turns=n, mask_rounds=1, masked=2, end="restart: full") for n in range(1, 31)
+    ]
     console = Console(record=True, width=100)
     console.print(stats_view(stats))
     text = console.export_text()
 
     rows = [line.split("│") for line in text.splitlines() if line.count("│") == 9]
     assert [row[1].strip() for row in rows] == ["1", "2", "3", "...", "28", "29", "30", "all"]
-    assert [cell.strip() for cell in rows[-1][2:6]] == [f"{sum(range(1, 31)):,}", "--", "30",
-                                                        "60"]
+    assert [cell.strip() for cell in rows[-1][2:6]] == [f"{sum(range(1, 31)):,}", "--", "30", "60"]
     assert "masking: 60 tool results masked (30 masking rounds)" in text
     assert "24 sessions not shown: `ouroboros stats --all` lists every one" in text
 

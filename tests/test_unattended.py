@@ -31,7 +31,9 @@ def test_a_repeated_failing_call_gets_a_note_then_pauses_the_run(tmp_path):
     assert len(notes) == 1 and "missing.txt" in notes[0]["content"]
     assert any("Loop detected" in text for text in contents(model.requests[4]))
     assert [(e.kind, e.action) for e in rig.log.of_type("stuck")] == [
-        ("repeat", "note"), ("repeat", "pause")]
+        ("repeat", "note"),
+        ("repeat", "pause"),
+    ]
 
 
 def test_an_agent_that_changes_course_after_the_note_goes_on(tmp_path):
@@ -119,8 +121,11 @@ def test_the_memory_file_and_agents_md_are_pinned_after_the_mission(tmp_path):
     text = message["content"]
     assert warnings == []
     assert text.startswith("MISSION\n")
-    assert text.index("MISSION") < text.index("- part 3 is corrupt") < \
-        text.index("Run the tests with make test.")
+    assert (
+        text.index("MISSION")
+        < text.index("- part 3 is corrupt")
+        < text.index("Run the tests with make test.")
+    )
     assert "## Your memory: NOTES.md (yours to edit" in text
     assert "AGENTS.md: the workspace's instructions for agents (read-only" in text
 
@@ -136,8 +141,9 @@ def test_a_memory_over_its_budget_keeps_its_newest_part_and_says_so(tmp_path):
     assert "note 1999: something learned" in text and "note 0000" not in text
     assert "over its 50-token budget: only its newest part is shown" in text
     assert len(text) < 600
-    assert warnings == ["NOTES.md is over agent.memory_max_tokens (50): only its newest part "
-                        "is pinned"]
+    assert warnings == [
+        "NOTES.md is over agent.memory_max_tokens (50): only its newest part is pinned"
+    ]
 
 
 def test_a_memory_file_that_cannot_be_pinned_is_one_warning_and_the_run_goes_on(tmp_path):
@@ -145,9 +151,11 @@ def test_a_memory_file_that_cannot_be_pinned_is_one_warning_and_the_run_goes_on(
     notes = tmp_path / "workspace/NOTES.md"
     outside = tmp_path / "secret.txt"
     outside.write_text("not for the agent")
-    for make, said in [(lambda: notes.write_bytes(b"\x00\x01binary"), "is binary"),
-                       (lambda: os.symlink(outside, notes), "leads outside the workspace"),
-                       (lambda: notes.mkdir(), "is not a regular file")]:
+    for make, said in [
+        (lambda: notes.write_bytes(b"\x00\x01binary"), "is binary"),
+        (lambda: os.symlink(outside, notes), "leads outside the workspace"),
+        (lambda: notes.mkdir(), "is not a regular file"),
+    ]:
         make()
         message, warnings = system_message(loaded, {}, 4.0)
         assert len(warnings) == 1 and said in warnings[0], warnings
@@ -179,32 +187,44 @@ def digest_of(rig: Rig) -> Digest:
 
 
 def note_of(digest: Digest, chars: int = 1600, memory: str | None = None) -> str:
-    return restart_note(digest, session=2, previous_turns=digest.turns, carried=True,
-                        facts_chars=chars, memory=memory)
+    return restart_note(
+        digest,
+        session=2,
+        previous_turns=digest.turns,
+        carried=True,
+        facts_chars=chars,
+        memory=memory,
+    )
 
 
 def test_the_handoff_says_what_the_run_wrote_ran_and_failed_at(tmp_path):
-    model = FakeModel([
-        reply("", call("file_write", path="report.md", content="# Report")),
-        reply("", call("file_read", path="gone.txt")),
-        reply("", call("file_read", path="gone.txt")),
-        reply("", call("file_write", path="notes/todo.md", content="next: 4")),
-        reply("", call("file_write", path="notes/todo.md", content="next: 5")),
-        reply("", call("task_complete", summary="ok"))])
+    model = FakeModel(
+        [
+            reply("", call("file_write", path="report.md", content="# Report")),
+            reply("", call("file_read", path="gone.txt")),
+            reply("", call("file_read", path="gone.txt")),
+            reply("", call("file_write", path="notes/todo.md", content="next: 4")),
+            reply("", call("file_write", path="notes/todo.md", content="next: 5")),
+            reply("", call("task_complete", summary="ok")),
+        ]
+    )
     rig = Rig(tmp_path, model)
     rig.run()
 
     text = note_of(digest_of(rig), memory="NOTES.md")
 
-    assert text.startswith("[Session 2 of this run begins with a fresh context. Session 1 "
-                           "ended after 6 turns")
+    assert text.startswith(
+        "[Session 2 of this run begins with a fresh context. Session 1 ended after 6 turns"
+    )
     assert "- so far: 1 session, 6 turns, 6 tool calls" in text
     assert "- files written: report.md, notes/todo.md (2 writes)" in text
     assert "- failing again and again: file_read gone.txt (2 times)" in text
     # What to do first comes last, naming where the notes are.
     last = text.splitlines()[-1]
-    assert last.startswith("First, before you act: re-read your notes (NOTES.md, pinned in "
-                           "the system message; the files you keep them in: notes/todo.md)")
+    assert last.startswith(
+        "First, before you act: re-read your notes (NOTES.md, pinned in "
+        "the system message; the files you keep them in: notes/todo.md)"
+    )
 
 
 def test_the_handoff_keeps_to_its_budget_and_its_frame(tmp_path):
@@ -225,19 +245,24 @@ def test_the_handoff_keeps_to_its_budget_and_its_frame(tmp_path):
     assert len(digest.files) <= 30 and len(digest.failures) <= 20  # bounded as it folds
 
 
-def test_a_restart_reads_in_the_order_things_happened_and_ends_with_what_to_do_first(
-        tmp_path):
+def test_a_restart_reads_in_the_order_things_happened_and_ends_with_what_to_do_first(tmp_path):
     model = FakeModel([reply("", call("file_write", path="chapter1.md", content="..."))])
     rig = Rig(tmp_path, model)
     rig.state.reload = "requested"
-    model.script.append(reply("Saving my notes now, as told to wind down.",
-                              call("file_write", path="chapter1.md", content="more")))
+    model.script.append(
+        reply(
+            "Saving my notes now, as told to wind down.",
+            call("file_write", path="chapter1.md", content="more"),
+        )
+    )
     rig.run()
 
     from ouroboros.loop.restart import begin_session, fresh_start
     from tests.session_rig import SYSTEM
-    fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
-                         facts_chars=800)
+
+    fitted = fresh_start(
+        rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None, facts_chars=800
+    )
     begin_session(rig.state, fitted.messages)
 
     messages = rig.state.messages
@@ -272,8 +297,14 @@ def test_room_short_drops_carried_turns_before_the_handoff(tmp_path):
     context = rig.state.context
     masked_before = context.total_masked
 
-    fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
-                         facts_chars=int(rig.policy.handoff_max_tokens * 4))
+    fitted = fresh_start(
+        rig.state,
+        dict(SYSTEM),
+        rig.toolbox.schemas(),
+        rig.policy,
+        None,
+        facts_chars=int(rig.policy.handoff_max_tokens * 4),
+    )
     begin_session(rig.state, fitted.messages)
 
     messages = rig.state.messages
@@ -293,8 +324,9 @@ def test_a_handoff_too_long_for_the_room_is_cut_never_the_carried_pairs(tmp_path
     for i in range(400):
         rig.state.digest.wrote(f"a/rather/long/path/to/file_{i}.txt")
 
-    fitted = fresh_start(rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None,
-                         facts_chars=100_000)
+    fitted = fresh_start(
+        rig.state, dict(SYSTEM), rig.toolbox.schemas(), rig.policy, None, facts_chars=100_000
+    )
     begin_session(rig.state, fitted.messages)
 
     messages = rig.state.messages
@@ -310,23 +342,23 @@ def test_an_edit_of_the_memory_is_not_an_edit_of_the_mission():
 
     before = mission_message("Count parts.\n\n---\n\nnotes: part 3", "Count parts.")
     notes_edited = mission_message("Count parts.\n\n---\n\nnotes: part 4", "Count parts.")
-    mission_edited = mission_message("Count all parts.\n\n---\n\nnotes: part 4",
-                                     "Count all parts.")
+    mission_edited = mission_message("Count all parts.\n\n---\n\nnotes: part 4", "Count all parts.")
 
     assert mission_changed(before, notes_edited) is None
     assert mission_changed(notes_edited, mission_edited) == (12, 16)
-    assert mission_changed({"role": "system", "content": "old"},
-                           {"role": "system", "content": "new"}) == (3, 3)
-
-
+    assert mission_changed(
+        {"role": "system", "content": "old"}, {"role": "system", "content": "new"}
+    ) == (3, 3)
 
 
 # --- work done again ------------------------------------------------------------------------
 
 
 def writes(start: int, count: int) -> list:
-    return [reply("", call("file_write", path=f"part_{i}.txt", content=f"part {i} done"))
-            for i in range(start, start + count)]
+    return [
+        reply("", call("file_write", path=f"part_{i}.txt", content=f"part {i} done"))
+        for i in range(start, start + count)
+    ]
 
 
 def test_work_an_earlier_session_did_is_named_once_then_the_run_pauses(tmp_path):
@@ -349,8 +381,7 @@ def test_work_an_earlier_session_did_is_named_once_then_the_run_pauses(tmp_path)
 
 
 def test_the_same_call_in_the_same_session_or_new_work_is_not_work_done_again(tmp_path):
-    model = FakeModel(writes(0, 5) + writes(0, 5) + [reply("", call("task_complete",
-                                                                      summary="x"))])
+    model = FakeModel(writes(0, 5) + writes(0, 5) + [reply("", call("task_complete", summary="x"))])
     rig = Rig(tmp_path, model, agent={"redo_notice_repeats": 1, "redo_pause_repeats": 1})
     assert rig.run().reason == "task_complete"  # rewriting a file in its own session
     rig.restart()
@@ -364,8 +395,9 @@ def test_running_the_same_checks_again_and_again_is_not_work_done_again(tmp_path
     (its tests, `git status` in a real run), is working, not redoing: each call counts once a
     session."""
     same = reply("", call("file_write", path="status.txt", content="tests pass"))
-    model = FakeModel([same, *writes(0, 2), same, same,
-                       reply("", call("task_complete", summary="x"))])
+    model = FakeModel(
+        [same, *writes(0, 2), same, same, reply("", call("task_complete", summary="x"))]
+    )
     rig = Rig(tmp_path, model, agent={"redo_notice_repeats": 2, "redo_pause_repeats": 3})
     assert rig.run().reason == "task_complete"
     rig.restart()
@@ -388,14 +420,18 @@ def test_the_redo_check_is_a_pure_decision():
 
 
 def test_the_digest_survives_a_snapshot_whole(tmp_path):
-    model = FakeModel(writes(0, 3) + [reply("", call("file_read", path="gone.txt"))] * 2
-                      + [reply("", call("task_complete", summary="x"))])
+    model = FakeModel(
+        writes(0, 3)
+        + [reply("", call("file_read", path="gone.txt"))] * 2
+        + [reply("", call("task_complete", summary="x"))]
+    )
     rig = Rig(tmp_path, model)
     rig.run()
     rig.restart()
     import json
 
     from ouroboros.loop.state import RunState
+
     saved = json.loads(json.dumps(rig.state.to_dict()))
     back = RunState.from_dict(saved, rig.policy)
     assert back.digest == rig.state.digest

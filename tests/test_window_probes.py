@@ -36,11 +36,18 @@ def run_task(tmp_path, server, claim, parts=PARTS, mission="", chars=0, **flags)
         keys = make_workspace(tmp_path / "workspace", parts, chars_per_part=chars)
     prompt = tmp_path / "SYSTEM_PROMPT.md"
     prompt.write_text(prompt.read_text() + mission)
-    loaded = load_config(tmp_path / "ouroboros.toml",
-                         {"model.context_limit": claim, "safety.sandbox": "off",
-                          # the server holding less than the claim is the point here
-                          "model.ensure_window": False, **flags},
-                         env={}, user_file=None)
+    loaded = load_config(
+        tmp_path / "ouroboros.toml",
+        {
+            "model.context_limit": claim,
+            "safety.sandbox": "off",
+            # the server holding less than the claim is the point here
+            "model.ensure_window": False,
+            **flags,
+        },
+        env={},
+        user_file=None,
+    )
     code = asyncio.run(run_agent(loaded, RunHooks()))
     return code, keys
 
@@ -48,9 +55,11 @@ def run_task(tmp_path, server, claim, parts=PARTS, mission="", chars=0, **flags)
 def assert_done(tmp_path, code, keys):
     assert code == 0
     assert (tmp_path / "workspace/results.txt").read_text() == expected_results(keys)
-    reads = Counter(m.group(1) for e in of_type(run_events(tmp_path), "tool_call")
-                    if e["name"] == "file_read"
-                    and (m := re.search(r"part_(\d+)", e["arguments"])))
+    reads = Counter(
+        m.group(1)
+        for e in of_type(run_events(tmp_path), "tool_call")
+        if e["name"] == "file_read" and (m := re.search(r"part_(\d+)", e["arguments"]))
+    )
     assert not [part for part, n in reads.items() if n > 1], "parts redone"
 
 
@@ -65,24 +74,39 @@ def test_counts_gone_low_after_the_first_do_not_stop_the_run(tmp_path):
     counted far above it, where the server really cuts in its units; the ledger, which
     measured the system prompt in the old units, follows the new ones, so the fresh
     sessions fit."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=8192,
-                        tokenizer=TOKENIZERS["bpe-bytes"], api_ps="silent",
-                        miscount=(0.6, 2)) as server:
-        code, keys = run_task(tmp_path, server, 8192, mission=MISSION,
-                              chars=BENCHMARK_FILE_CHARS, **{"model.max_output_tokens": 2048})
+    with ScriptedServer(
+        RecordingAgent(PARTS),
+        model="scripted-demo",
+        context_length=8192,
+        tokenizer=TOKENIZERS["bpe-bytes"],
+        api_ps="silent",
+        miscount=(0.6, 2),
+    ) as server:
+        code, keys = run_task(
+            tmp_path,
+            server,
+            8192,
+            mission=MISSION,
+            chars=BENCHMARK_FILE_CHARS,
+            **{"model.max_output_tokens": 2048},
+        )
     assert_done(tmp_path, code, keys)
     assert server.over_limit == 0
     assert min(limits(tmp_path)) > 4000  # 0.6 x 8192 = 4915 tokens as it counts them
 
 
 @pytest.mark.parametrize("api_ps", ["honest", "silent"])
-def test_a_server_counting_low_gets_no_more_than_two_prompts_over_its_window(tmp_path,
-                                                                            api_ps):
+def test_a_server_counting_low_gets_no_more_than_two_prompts_over_its_window(tmp_path, api_ps):
     """Item 4: a server that counts 40 % low cuts at its window while its counts say 60 %
     of it. /api/ps telling the window (in its own units) overrode the evidence at every
     session start; now the evidence holds until a probe re-tests it."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=4096,
-                        api_ps=api_ps, miscount=(0.6, 1)) as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS),
+        model="scripted-demo",
+        context_length=4096,
+        api_ps=api_ps,
+        miscount=(0.6, 1),
+    ) as server:
         code, keys = run_task(tmp_path, server, 4096)
     assert_done(tmp_path, code, keys)
     assert server.over_limit <= 2
@@ -95,8 +119,13 @@ def test_a_reload_to_a_smaller_window_mid_session_is_caught_at_once(tmp_path, ap
     """Item 5: the server is restarted with half the window in the middle of a session. It
     is caught at the first count short of the ledger (Ollama's /api/ps asked at once, or a
     probe), at the size it cuts at now, not at the largest count taken before."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=8192,
-                        api_ps=api_ps, grows=(10, 4096)) as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS),
+        model="scripted-demo",
+        context_length=8192,
+        api_ps=api_ps,
+        grows=(10, 4096),
+    ) as server:
         code, keys = run_task(tmp_path, server, 8192)
     assert_done(tmp_path, code, keys)
     assert server.over_limit <= 2
@@ -109,8 +138,14 @@ def test_a_ceiling_from_a_refusal_is_re_tested_after_the_server_grew(tmp_path, o
     """Item 6: a refusal naming the window (vLLM's 400) or not (Ollama's) set the belief;
     the server was then restarted with four times the window. The ceiling is re-tested at
     session starts with a probe under the claim, never over it, and the room believed."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=4096,
-                        api_ps="silent", overflow=overflow, grows=(12, 16384)) as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS),
+        model="scripted-demo",
+        context_length=4096,
+        api_ps="silent",
+        overflow=overflow,
+        grows=(12, 16384),
+    ) as server:
         code, keys = run_task(tmp_path, server, 16384)
     assert_done(tmp_path, code, keys)
     assert max(limits(tmp_path)[12:]) >= 0.9 * 16384
@@ -121,8 +156,13 @@ def test_silent_truncation_from_the_start_is_caught_before_a_prompt_is_cut(tmp_p
     """Item 7: the config claims 16k, the server holds 2.5k, cuts the front of longer
     prompts and says nothing of its window. The claim is tested at the first reply, and no
     prompt is cut (the cut front held the agent's progress read: parts were redone)."""
-    with ScriptedServer(RecordingAgent(PARTS), model="scripted-demo", context_length=2500,
-                        tokenizer=TOKENIZERS["bpe-bytes"], api_ps="silent") as server:
+    with ScriptedServer(
+        RecordingAgent(PARTS),
+        model="scripted-demo",
+        context_length=2500,
+        tokenizer=TOKENIZERS["bpe-bytes"],
+        api_ps="silent",
+    ) as server:
         code, keys = run_task(tmp_path, server, 16384)
     assert_done(tmp_path, code, keys)
     assert server.over_limit == 0

@@ -27,11 +27,21 @@ if TYPE_CHECKING:
 # The modules that register commands on the app, in the order `ouroboros --help` lists them.
 MODULES = ("running", "configuring", "inspecting", "demo")
 # The module each command is in: `ouroboros status` imports (and typer builds) only its own.
-COMMAND_MODULES = {"run": "running", "resume": "running", "init": "running",
-                   "config": "configuring", "reload": "configuring", "tell": "configuring",
-                   "status": "inspecting", "runs": "inspecting", "stats": "inspecting",
-                   "logs": "inspecting", "watch": "inspecting", "prune": "inspecting",
-                   "demo": "demo"}
+COMMAND_MODULES = {
+    "run": "running",
+    "resume": "running",
+    "init": "running",
+    "config": "configuring",
+    "reload": "configuring",
+    "tell": "configuring",
+    "status": "inspecting",
+    "runs": "inspecting",
+    "stats": "inspecting",
+    "logs": "inspecting",
+    "watch": "inspecting",
+    "prune": "inspecting",
+    "demo": "demo",
+}
 
 __all__ = ["app", "main", *MODULES]
 
@@ -54,7 +64,8 @@ def commands(name: str | None = None) -> Typer:
         import_module(f"ouroboros.cli.{module}")
     if wanted is None:  # in --help's order, whichever module was imported first
         app.registered_commands.sort(
-            key=lambda info: MODULES.index(info.callback.__module__.rsplit(".", 1)[-1]))
+            key=lambda info: MODULES.index(info.callback.__module__.rsplit(".", 1)[-1])
+        )
     return app
 
 

@@ -29,23 +29,48 @@ app = typer.Typer(
 T = TypeVar("T")
 
 # The config key each `run` flag sets, and the flag as errors name it.
-RUN_FLAGS = {"agent.workspace": "--workspace", "model.name": "--model",
-             "model.base_url": "--base-url", "agent.max_turns": "--max-turns",
-             "metrics.port": "--metrics-port"}
+RUN_FLAGS = {
+    "agent.workspace": "--workspace",
+    "model.name": "--model",
+    "model.base_url": "--base-url",
+    "agent.max_turns": "--max-turns",
+    "metrics.port": "--metrics-port",
+}
 
-ConfigOption = typer.Option(None, "--config", "-c", metavar="PATH", help="Path to ouroboros.toml "
-                            "(default: the nearest one here or in a directory above).")
-HeadlessOption = typer.Option(False, "--headless", help="Print plain lines, one per event, "
-                              "instead of the live view (also when stdout is not a terminal).")
-JsonOption = typer.Option(False, "--json", help="Print each event as one JSON object per line "
-                          "on stdout (the log's records, checkpoints left out), and nothing "
-                          "else there: for a log shipper.")
-MetricsPortOption = typer.Option(None, "--metrics-port", min=0, max=65535, metavar="PORT",
-                                 show_default=False, help="Serve "
-                                 "Prometheus metrics at http://127.0.0.1:N/metrics while the "
-                                 "run goes on (metrics.port; 0 = off).")
-RunIdArgument = typer.Argument(None, metavar="RUN_ID", show_default=False,
-                               help="The run (default: the latest).")
+ConfigOption = typer.Option(
+    None,
+    "--config",
+    "-c",
+    metavar="PATH",
+    help="Path to ouroboros.toml (default: the nearest one here or in a directory above).",
+)
+HeadlessOption = typer.Option(
+    False,
+    "--headless",
+    help="Print plain lines, one per event, "
+    "instead of the live view (also when stdout is not a terminal).",
+)
+JsonOption = typer.Option(
+    False,
+    "--json",
+    help="Print each event as one JSON object per line "
+    "on stdout (the log's records, checkpoints left out), and nothing "
+    "else there: for a log shipper.",
+)
+MetricsPortOption = typer.Option(
+    None,
+    "--metrics-port",
+    min=0,
+    max=65535,
+    metavar="PORT",
+    show_default=False,
+    help="Serve "
+    "Prometheus metrics at http://127.0.0.1:N/metrics while the "
+    "run goes on (metrics.port; 0 = off).",
+)
+RunIdArgument = typer.Argument(
+    None, metavar="RUN_ID", show_default=False, help="The run (default: the latest)."
+)
 
 
 def fail(error: OuroborosError) -> typer.Exit:
@@ -79,16 +104,23 @@ def version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-SHORT_USAGE = ("usage: ouroboros COMMAND [ARGS]...  (run, resume, init, tell, status, watch, "
-               "logs, ...)\nevery command: ouroboros --help; a new project: ouroboros init, "
-               "then ouroboros run")
+SHORT_USAGE = (
+    "usage: ouroboros COMMAND [ARGS]...  (run, resume, init, tell, status, watch, "
+    "logs, ...)\nevery command: ouroboros --help; a new project: ouroboros init, "
+    "then ouroboros run"
+)
 
 
 @app.callback(invoke_without_command=True)
 def root(
     context: typer.Context,
-    version: bool = typer.Option(False, "--version", callback=version_callback,
-                                 is_eager=True, help="Show the version and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=version_callback,
+        is_eager=True,
+        help="Show the version and exit.",
+    ),
 ) -> None:
     """Ouroboros keeps an agent working for hours: it masks old tool output, warns the agent
     before the window is full, and restarts the session with its recent turns carried over."""
@@ -106,8 +138,10 @@ def project_file(config: Path | None) -> Path:
         return config
     found = find_project(Path.cwd())
     if found is None:
-        raise ConfigError(f"no {CONFIG_FILENAME} in {Path.cwd()} or any directory above it; "
-                          "run `ouroboros init` to create a project, or pass --config")
+        raise ConfigError(
+            f"no {CONFIG_FILENAME} in {Path.cwd()} or any directory above it; "
+            "run `ouroboros init` to create a project, or pass --config"
+        )
     return found
 
 
@@ -123,8 +157,9 @@ def load_project(config: Path | None, overrides: dict[str, Any] | None = None) -
     return guarded(load)
 
 
-def load_for_reading(config: Path | None, command: str,
-                     anyway: str = "reads the runs anyway") -> LoadedConfig:
+def load_for_reading(
+    config: Path | None, command: str, anyway: str = "reads the runs anyway"
+) -> LoadedConfig:
     """The config of the project a read-only command looks at. Such a command needs only the
     state dir, so a config it cannot fully validate is one warning line (`ouroboros COMMAND`
     `anyway`), and the values that do hold are used; only a missing project (or an unusable
@@ -138,8 +173,11 @@ def load_for_reading(config: Path | None, command: str,
     try:
         loaded = load_config(path, {}, flag_names=RUN_FLAGS)
     except ConfigError as error:
-        typer.echo(f"warning: {error.message}; `ouroboros {command}` {anyway} "
-                   "(a run or resume would refuse)", err=True)
+        typer.echo(
+            f"warning: {error.message}; `ouroboros {command}` {anyway} "
+            "(a run or resume would refuse)",
+            err=True,
+        )
         loaded = load_leniently(path)
     guarded(loaded.check_state_dir)
     return loaded

@@ -28,14 +28,19 @@ config_app = typer.Typer(help="Show or change the configuration.", no_args_is_he
 app.add_typer(config_app, name="config")
 
 
-@config_app.command("show", short_help="Every key (or those named), its value and where it "
-                    "came from.")
+@config_app.command(
+    "show", short_help="Every key (or those named), its value and where it came from."
+)
 def config_show(
-    keys: Optional[list[str]] = typer.Argument(None, metavar="KEY", show_default=False,
-                                               help="Only these dotted keys, e.g. model.name."),
+    keys: Optional[list[str]] = typer.Argument(
+        None, metavar="KEY", show_default=False, help="Only these dotted keys, e.g. model.name."
+    ),
     config: Optional[Path] = ConfigOption,
-    full: bool = typer.Option(False, "--full", help="Every item of long lists "
-                              "(safety.blocked_patterns), not just the first ones."),
+    full: bool = typer.Option(
+        False,
+        "--full",
+        help="Every item of long lists (safety.blocked_patterns), not just the first ones.",
+    ),
 ) -> None:
     """Every key (or only the KEYs named), its effective value, where it came from, and what
     differs from the default."""
@@ -64,8 +69,11 @@ def despite(error: ConfigError, config: Path | None) -> LoadedConfig:
     path = config if config is not None else find_project(Path.cwd())
     if path is None or not path.is_file():
         raise fail(error)
-    typer.echo(f"warning: {error.message}; shown as far as it holds, the rest at its default "
-               "(a run or resume would refuse)", err=True)
+    typer.echo(
+        f"warning: {error.message}; shown as far as it holds, the rest at its default "
+        "(a run or resume would refuse)",
+        err=True,
+    )
     return load_leniently(path)
 
 
@@ -88,13 +96,18 @@ def config_get(
 
 
 # ignore_unknown_options: a VALUE such as -1 or -x is the value, not an unknown option
-@config_app.command("set", short_help="Change one key in ouroboros.toml, validated.",
-                    context_settings={"ignore_unknown_options": True})
+@config_app.command(
+    "set",
+    short_help="Change one key in ouroboros.toml, validated.",
+    context_settings={"ignore_unknown_options": True},
+)
 def config_set(
-    key: str = typer.Argument(..., metavar="KEY",
-                              help="A dotted key, e.g. context.soft_threshold_pct."),
-    value: str = typer.Argument(..., metavar="VALUE",
-                                help="A TOML value (0.6, true, \"text\") or plain text."),
+    key: str = typer.Argument(
+        ..., metavar="KEY", help="A dotted key, e.g. context.soft_threshold_pct."
+    ),
+    value: str = typer.Argument(
+        ..., metavar="VALUE", help='A TOML value (0.6, true, "text") or plain text.'
+    ),
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """Set one key in ouroboros.toml, validated first; every comment and other line of the
@@ -119,8 +132,9 @@ def config_set(
         typer.echo(effect_note(key, *where))
 
 
-@config_app.command("unset", short_help="Take one key out of ouroboros.toml: its default "
-                    "applies again.")
+@config_app.command(
+    "unset", short_help="Take one key out of ouroboros.toml: its default applies again."
+)
 def config_unset(
     key: str = typer.Argument(..., metavar="KEY", help="A dotted key, e.g. model.temperature."),
     config: Optional[Path] = ConfigOption,
@@ -137,8 +151,11 @@ def config_unset(
     loaded = guarded(lambda: load_config(path, {}))
     table, name = key.split(".")
     value = getattr(getattr(loaded.config, table), name)
-    now = (f"a list of {len(value)}" if isinstance(value, list)
-           else toml_value(shown_value(key, value)))
+    now = (
+        f"a list of {len(value)}"
+        if isinstance(value, list)
+        else toml_value(shown_value(key, value))
+    )
     now = f"{now} {loaded.origin(key)}"
     if not removed:
         typer.echo(f"{key} is not set in {shown}; it is {now}")
@@ -156,16 +173,20 @@ def reload(config: Optional[Path] = ConfigOption) -> None:
 
     loaded = load_project(config)
     holder = guarded(lambda: request_reload(loaded.state_dir, socket.gethostname()))
-    typer.echo(f"asked run {holder.get('run_id')} (pid {holder['pid']}) to end its session: "
-               "the agent saves its state, then the next session reads the config again")
+    typer.echo(
+        f"asked run {holder.get('run_id')} (pid {holder['pid']}) to end its session: "
+        "the agent saves its state, then the next session reads the config again"
+    )
 
 
 @app.command(short_help="Give the agent a message at its next turn (or at the next resume).")
 def tell(
-    text: Optional[str] = typer.Argument(None, metavar="[TEXT]", show_default=False,
-                                         help="The message for the agent."),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", metavar="PATH",
-                                        help="Read the message from this file (- for stdin)."),
+    text: Optional[str] = typer.Argument(
+        None, metavar="[TEXT]", show_default=False, help="The message for the agent."
+    ),
+    file: Optional[Path] = typer.Option(
+        None, "--file", "-f", metavar="PATH", help="Read the message from this file (- for stdin)."
+    ),
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """Leave a message for the agent: a running run gives it to the agent as a user message
@@ -180,11 +201,15 @@ def tell(
     guarded(lambda: post(loaded.state_dir, message))
     holder = live_holder(loaded.state_dir)
     if holder is not None:
-        typer.echo(f"sent to run {holder.get('run_id')} (pid {holder['pid']}): the agent "
-                   "gets it at its next turn")
+        typer.echo(
+            f"sent to run {holder.get('run_id')} (pid {holder['pid']}): the agent "
+            "gets it at its next turn"
+        )
     else:
-        typer.echo("no run is going on: the message waits for the next `ouroboros resume` "
-                   "(or `ouroboros run`)")
+        typer.echo(
+            "no run is going on: the message waits for the next `ouroboros resume` "
+            "(or `ouroboros run`)"
+        )
 
 
 def message_text(text: str | None, file: Path | None) -> str:
@@ -207,10 +232,13 @@ def message_text(text: str | None, file: Path | None) -> str:
             with file.open("rb") as stream:
                 data = stream.read(MAX_MESSAGE_BYTES + 1)
         if len(data) > MAX_MESSAGE_BYTES:
-            raise UsageError(f"the message in {file} is over {MAX_MESSAGE_BYTES:,} bytes, the "
-                             "most that may be sent (put the rest in a workspace file and tell "
-                             "the agent to read it)")
+            raise UsageError(
+                f"the message in {file} is over {MAX_MESSAGE_BYTES:,} bytes, the "
+                "most that may be sent (put the rest in a workspace file and tell "
+                "the agent to read it)"
+            )
         return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read the message from {file}: "
-                         f"{getattr(error, 'strerror', None) or error}") from None
+        raise UsageError(
+            f"cannot read the message from {file}: {getattr(error, 'strerror', None) or error}"
+        ) from None

@@ -15,15 +15,26 @@ from ouroboros.errors import UsageError
 @app.command(short_help="See a scripted agent at work; no model server needed.")
 def demo(
     headless: bool = HeadlessOption,
-    keep: Optional[Path] = typer.Option(None, "--keep", metavar="DIR", file_okay=False,
-                                        help="Make the demo project in DIR and keep it "
-                                        "(default: a temporary directory, removed at the "
-                                        "end)."),
-    parts: int = typer.Option(12, min=1, metavar="N",
-                              help="Data files the demo agent must work through."),
-    speed: Optional[str] = typer.Option(None, "--speed", metavar="N|max", help="Pace: 2 is "
-                                        "twice as fast, max runs at once (default: 1 on a "
-                                        "terminal, max with --headless or a pipe)."),
+    keep: Optional[Path] = typer.Option(
+        None,
+        "--keep",
+        metavar="DIR",
+        file_okay=False,
+        help="Make the demo project in DIR and keep it "
+        "(default: a temporary directory, removed at the "
+        "end).",
+    ),
+    parts: int = typer.Option(
+        12, min=1, metavar="N", help="Data files the demo agent must work through."
+    ),
+    speed: Optional[str] = typer.Option(
+        None,
+        "--speed",
+        metavar="N|max",
+        help="Pace: 2 is "
+        "twice as fast, max runs at once (default: 1 on a "
+        "terminal, max with --headless or a pipe).",
+    ),
 ) -> None:
     """Watch the harness work without a model server: a scripted agent does a long task in
     a small window, through masking, wind-down and restarts, each explained as it happens."""
@@ -39,8 +50,9 @@ def demo(
         hooks = live_hooks(console=voice.console)
     else:
         voice, hooks = Voice(styled=False), make_hooks(headless=True)
-    code = guarded(lambda: show_demo(hooks, directory, voice, parts=parts, speed=pace,
-                                     keep=keep is not None))
+    code = guarded(
+        lambda: show_demo(hooks, directory, voice, parts=parts, speed=pace, keep=keep is not None)
+    )
     raise typer.Exit(code)
 
 
@@ -56,6 +68,7 @@ def demo_directory(keep: Path | None) -> Path:
         return Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))
     prompt = keep / PROMPT_FILENAME
     if (keep / CONFIG_FILENAME).exists() and not (
-            prompt.is_file() and prompt.read_text(encoding="utf-8") == DEMO_PROMPT):
+        prompt.is_file() and prompt.read_text(encoding="utf-8") == DEMO_PROMPT
+    ):
         raise UsageError(f"{keep} holds a project that is not a demo; pick another directory")
     return keep

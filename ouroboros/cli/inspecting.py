@@ -30,19 +30,29 @@ if TYPE_CHECKING:
 
 
 @app.command(short_help="The current or last run: where it is, how full its context.")
-def status(config: Optional[Path] = ConfigOption,
-           json_object: bool = typer.Option(False, "--json", help="One JSON object (state, run "
-                                            "id, session, turn, context %, last event, pid, "
-                                            "resumable, heartbeat) and an exit code: 0 running "
-                                            "(or waiting for the model server), 1 stuck, 3 "
-                                            "stopped (resumable), 4 no run, 5 ended."),
-           stale_after: Optional[float] = typer.Option(None, "--stale-after", min=0,
-                                                       metavar="SECS", help="With "
-                                                       "--json: a running run whose heartbeat is "
-                                                       "older than SECS is `stuck` (exit 1); "
-                                                       "default: 3 heartbeats "
-                                                       "(metrics.heartbeat_secs) and 1 s.")
-           ) -> None:
+def status(
+    config: Optional[Path] = ConfigOption,
+    json_object: bool = typer.Option(
+        False,
+        "--json",
+        help="One JSON object (state, run "
+        "id, session, turn, context %, last event, pid, "
+        "resumable, heartbeat) and an exit code: 0 running "
+        "(or waiting for the model server), 1 stuck, 3 "
+        "stopped (resumable), 4 no run, 5 ended.",
+    ),
+    stale_after: Optional[float] = typer.Option(
+        None,
+        "--stale-after",
+        min=0,
+        metavar="SECS",
+        help="With "
+        "--json: a running run whose heartbeat is "
+        "older than SECS is `stuck` (exit 1); "
+        "default: 3 heartbeats "
+        "(metrics.heartbeat_secs) and 1 s.",
+    ),
+) -> None:
     """The current or last run: is it running, where it is, how full its context is."""
     from datetime import datetime, timezone
 
@@ -57,8 +67,9 @@ def status(config: Optional[Path] = ConfigOption,
     if found is None:
         typer.echo(f"no runs yet in {loaded.state_dir}")
         return
-    view = status_view(found, now=datetime.now(timezone.utc),
-                       config=str(config) if config is not None else "")
+    view = status_view(
+        found, now=datetime.now(timezone.utc), config=str(config) if config is not None else ""
+    )
     guarded(lambda: Console().print(view))
 
 
@@ -81,10 +92,13 @@ def runs(config: Optional[Path] = ConfigOption) -> None:
 
 
 @app.command(short_help="Per-session numbers and a chart of context use.")
-def stats(run_id: Optional[str] = RunIdArgument,
-          config: Optional[Path] = ConfigOption,
-          all_sessions: bool = typer.Option(False, "--all", help="List every session (a "
-                                            "long run shows its first and last few).")) -> None:
+def stats(
+    run_id: Optional[str] = RunIdArgument,
+    config: Optional[Path] = ConfigOption,
+    all_sessions: bool = typer.Option(
+        False, "--all", help="List every session (a long run shows its first and last few)."
+    ),
+) -> None:
     """Per-session numbers and a chart of context use over the run's turns: by default from
     the summary the manifest keeps and the current segment; with --all from every record."""
     from rich.console import Console
@@ -104,12 +118,16 @@ def stats(run_id: Optional[str] = RunIdArgument,
         stats = summary_stats(summary, soft, hard)
     else:
         if not all_sessions:
-            typer.echo(f"({run_dir} was logged before its figures were kept: reading the whole "
-                       "log; a resume keeps them from then on)", err=True)
+            typer.echo(
+                f"({run_dir} was logged before its figures were kept: reading the whole "
+                "log; a resume keeps them from then on)",
+                err=True,
+            )
         stats = guarded(lambda: run_stats(run_records(run_dir, tail=tail), soft, hard))
     live = guarded(lambda: live_run(loaded.state_dir))
-    view = stats_view(stats, all_sessions=all_sessions,
-                      running=live is not None and live[0] == run_dir.name)
+    view = stats_view(
+        stats, all_sessions=all_sessions, running=live is not None and live[0] == run_dir.name
+    )
     guarded(lambda: Console().print(view))
 
 
@@ -130,9 +148,14 @@ class StopAtEnd:
         raise StopAtEnd.Reached()
 
 
-SinceOption = typer.Option(None, "--since", metavar="WHEN", show_default=False,
-                           help="Only events written since WHEN: 'start' (the whole log), a "
-                           "time ago (90s, 10m, 2h, 1d) or a UTC time (2026-11-27T02:00:00Z).")
+SinceOption = typer.Option(
+    None,
+    "--since",
+    metavar="WHEN",
+    show_default=False,
+    help="Only events written since WHEN: 'start' (the whole log), a "
+    "time ago (90s, 10m, 2h, 1d) or a UTC time (2026-11-27T02:00:00Z).",
+)
 
 
 def since_option(since: str | None) -> datetime | None:
@@ -165,20 +188,38 @@ FOLLOW_TAIL = 10
 @app.command()
 def logs(
     run_id: Optional[str] = RunIdArgument,
-    follow: bool = typer.Option(False, "--follow", "-f", help="Show the last events (10, or "
-                                "-n), then each new one until the run ends (or Ctrl+C)."),
-    tail: Optional[int] = typer.Option(None, "--tail", "-n", metavar="N", show_default=False,
-                                       help="Only the last N events (of the --type asked for; "
-                                       "read from the end of the log, however long the "
-                                       "run)."),
-    types: Optional[list[str]] = typer.Option(None, "--type", "-t", metavar="TYPE",
-                                              help="Only events of this type (repeatable), "
-                                              "e.g. --type tool_call."),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        "-f",
+        help="Show the last events (10, or -n), then each new one until the run ends (or Ctrl+C).",
+    ),
+    tail: Optional[int] = typer.Option(
+        None,
+        "--tail",
+        "-n",
+        metavar="N",
+        show_default=False,
+        help="Only the last N events (of the --type asked for; "
+        "read from the end of the log, however long the "
+        "run).",
+    ),
+    types: Optional[list[str]] = typer.Option(
+        None,
+        "--type",
+        "-t",
+        metavar="TYPE",
+        help="Only events of this type (repeatable), e.g. --type tool_call.",
+    ),
     since: Optional[str] = SinceOption,
-    json_lines: bool = typer.Option(False, "--json", help="Each event as one JSON object per "
-                                    "line (the log's records, checkpoints left out); with "
-                                    "--follow, from the end unless -n or --since asks for "
-                                    "history."),
+    json_lines: bool = typer.Option(
+        False,
+        "--json",
+        help="Each event as one JSON object per "
+        "line (the log's records, checkpoints left out); with "
+        "--follow, from the end unless -n or --since asks for "
+        "history.",
+    ),
     config: Optional[Path] = ConfigOption,
 ) -> None:
     """A run's events, one readable line each, across the log's segments."""
@@ -199,20 +240,34 @@ def logs(
     events: Iterable[EventBase]
     shown = lambda kind: listed(kind, wanted)  # noqa: E731
     if follow or since is not None:
-        events = follow_run(run_dir, newest=count if follow else None, kept=shown,
-                            since=cutoff, wait=None if follow else StopAtEnd())
+        events = follow_run(
+            run_dir,
+            newest=count if follow else None,
+            kept=shown,
+            since=cutoff,
+            wait=None if follow else StopAtEnd(),
+        )
     else:  # the manifest (rebuilt once, where damaged) and the current segment, read once
         read = guarded(lambda: read_tail(run_dir))
         say_problem(read.manifest.problem)
-        events = read_run_log(run_dir, read) if count is None else \
-            [parse_event(r) for r in guarded(lambda: last_records(run_dir, count, shown, read))]
+        events = (
+            read_run_log(run_dir, read)
+            if count is None
+            else [
+                parse_event(r) for r in guarded(lambda: last_records(run_dir, count, shown, read))
+            ]
+        )
     print_events(events, shown, json_line if json_lines else format_any)
 
 
-def print_events(events: Iterable[EventBase], shown: Callable[[str], bool],
-                 line_of: Callable[[EventBase], str | None]) -> None:
+def print_events(
+    events: Iterable[EventBase],
+    shown: Callable[[str], bool],
+    line_of: Callable[[EventBase], str | None],
+) -> None:
     """`logs`: one line for each event of a type `shown` accepts, until the events end (or
     Ctrl+C, or the reader goes away)."""
+
     def show() -> None:
         try:
             for event in events:
@@ -228,13 +283,21 @@ def print_events(events: Iterable[EventBase], shown: Callable[[str], bool],
 
 
 @app.command()
-def watch(run_id: Optional[str] = RunIdArgument,
-          config: Optional[Path] = ConfigOption,
-          json_lines: bool = JsonOption,
-          tail: Optional[int] = typer.Option(None, "--tail", "-n", metavar="N", min=0,
-                                             show_default=False, help="With --json: first the "
-                                             "last N events (default: none, from the end)."),
-          since: Optional[str] = SinceOption) -> None:
+def watch(
+    run_id: Optional[str] = RunIdArgument,
+    config: Optional[Path] = ConfigOption,
+    json_lines: bool = JsonOption,
+    tail: Optional[int] = typer.Option(
+        None,
+        "--tail",
+        "-n",
+        metavar="N",
+        min=0,
+        show_default=False,
+        help="With --json: first the last N events (default: none, from the end).",
+    ),
+    since: Optional[str] = SinceOption,
+) -> None:
     """The live dashboard of a run going on in another terminal.
 
     With --json, its events as JSON lines instead, from the end (only what is written from
@@ -274,8 +337,7 @@ def follow_json(run_dir: Path, newest: int | None, since: datetime | None) -> No
         pass
 
 
-def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: float | None
-                 ) -> int:
+def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: float | None) -> int:
     """`status --json`: print the run's health as one object; its exit code."""
     import json
     from datetime import datetime, timezone
@@ -296,18 +358,28 @@ def print_health(loaded: LoadedConfig, found: RunStatus | None, stale_after: flo
     live = guarded(lambda: live_run(loaded.state_dir))
     if stale_after is None:
         stale_after = default_stale_after(loaded.config.metrics.heartbeat_secs)
-    health = run_health(found, resumable=resumable, heartbeat=read_heartbeat(loaded.state_dir),
-                        now=datetime.now(timezone.utc), stale_after=stale_after,
-                        live_run_id=live[0] if live is not None else None)
+    health = run_health(
+        found,
+        resumable=resumable,
+        heartbeat=read_heartbeat(loaded.state_dir),
+        now=datetime.now(timezone.utc),
+        stale_after=stale_after,
+        live_run_id=live[0] if live is not None else None,
+    )
     guarded(lambda: typer.echo(json.dumps(health)))
     return HEALTH_EXIT[health["state"]]
 
 
 @app.command(short_help="Remove old log segments and tool results, as [logging] keeps.")
-def prune(run_id: Optional[str] = typer.Argument(None, metavar="RUN_ID", show_default=False,
-                                                 help="The run to prune (default: every run "
-                                                 "of the project)."),
-          config: Optional[Path] = ConfigOption) -> None:
+def prune(
+    run_id: Optional[str] = typer.Argument(
+        None,
+        metavar="RUN_ID",
+        show_default=False,
+        help="The run to prune (default: every run of the project).",
+    ),
+    config: Optional[Path] = ConfigOption,
+) -> None:
     """Apply the retention of `[logging]` (keep_mb, keep_sessions, keep_days) now, to one run
     or to every run of the project, and say what was freed. A running run applies it by
     itself whenever it closes a log segment."""
@@ -320,7 +392,12 @@ def prune(run_id: Optional[str] = typer.Argument(None, metavar="RUN_ID", show_de
     if not ids:
         typer.echo(f"no runs yet in {loaded.state_dir}")
     for name in ids:
-        run_dir = guarded(lambda: find_run(loaded.state_dir, name) if run_id is not None
-                          else runs_dir(loaded.state_dir) / name)
+        run_dir = guarded(
+            lambda: (
+                find_run(loaded.state_dir, name)
+                if run_id is not None
+                else runs_dir(loaded.state_dir) / name
+            )
+        )
         freed = guarded(lambda: prune_run(run_dir, keep))
         typer.echo(f"{run_dir.name}: {freed.describe()}")

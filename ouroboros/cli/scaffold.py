@@ -30,14 +30,19 @@ def create_project(directory: Path) -> list[Path]:
     """Write ouroboros.toml (every key commented out with its default), the default
     SYSTEM_PROMPT.md and an empty workspace/ into `directory`, creating it if needed. Refuses,
     changing nothing, when either file is already there. Returns what it created."""
-    config, prompt, workspace = (directory / CONFIG_FILENAME, directory / PROMPT_FILENAME,
-                                 directory / WORKSPACE_DIRNAME)
+    config, prompt, workspace = (
+        directory / CONFIG_FILENAME,
+        directory / PROMPT_FILENAME,
+        directory / WORKSPACE_DIRNAME,
+    )
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} exists and is not a directory")
     for path in (config, prompt):
         if path.exists():
-            raise UsageError(f"{path} already exists; not overwriting it (nothing was changed); "
-                             f"to add only what the project lacks: `{complete_command(directory)}`")
+            raise UsageError(
+                f"{path} already exists; not overwriting it (nothing was changed); "
+                f"to add only what the project lacks: `{complete_command(directory)}`"
+            )
     if workspace.exists() and not workspace.is_dir():
         raise UsageError(f"{workspace} exists and is not a directory (nothing was changed)")
     contents = {config: render_template(), prompt: default_system_prompt()}

@@ -63,6 +63,7 @@ def __getattr__(name: str) -> Any:
         return getattr(editing, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "CONFIG_FILENAME",
     "DEFAULT_BLOCKED_PATTERNS",

@@ -206,11 +206,18 @@ def unset_config_value(
         return False
     del doc[table][name]
     merge_layers(doc, shown, user_file, os.environ if env is None else env, {}, {})
-    text = next((candidate for candidate in _unset_candidates(path, table, name)
-                 if _parses_to(candidate, doc)), None)
+    text = next(
+        (
+            candidate
+            for candidate in _unset_candidates(path, table, name)
+            if _parses_to(candidate, doc)
+        ),
+        None,
+    )
     if text is None:
-        raise ConfigError(f"cannot unset {key} in {shown} without rewriting its layout; "
-                          "remove it by hand")
+        raise ConfigError(
+            f"cannot unset {key} in {shown} without rewriting its layout; remove it by hand"
+        )
     try:
         write_atomically(path.resolve(), text)
     except OSError as error:
@@ -229,8 +236,9 @@ def _unset_candidates(path: Path, table: str, name: str) -> Iterator[str]:
         if re.match(rf"{re.escape(name)}\s*=", lines[at]):
             stop = _value_end(lines, at, span[1], name)
             newline = "\r\n" if lines[stop - 1].endswith("\r\n") else "\n"
-            commented = "".join(f"# {line}{newline}"
-                                for line in f"{name} = {toml_value(default)}".split("\n"))
+            commented = "".join(
+                f"# {line}{newline}" for line in f"{name} = {toml_value(default)}".split("\n")
+            )
             yield "".join([*lines[:at], commented, *lines[stop:]])
     edited = tomlkit.parse(text)
     body = edited.get(table)

@@ -49,6 +49,7 @@ def init_hint(path: Path | str) -> str:
     """What creates a missing config file at `path`, as a message says it."""
     return f"create it with `ouroboros init --missing --config {path}`"
 
+
 class _Unset:
     def __repr__(self) -> str:
         return "UNSET"
@@ -182,8 +183,9 @@ def read_toml(path: Path, shown: str) -> dict[str, Any]:
     except RecursionError:  # the parser recurses once per level of nesting
         doc = None
     if doc is None or nesting(doc) > MAX_NESTING:
-        raise ConfigError(f"{shown} nests arrays or tables too deeply: at most {MAX_NESTING} "
-                          "levels are allowed") from None
+        raise ConfigError(
+            f"{shown} nests arrays or tables too deeply: at most {MAX_NESTING} levels are allowed"
+        ) from None
     return doc
 
 
@@ -279,8 +281,10 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     if isinstance(value, str) and get_origin(info.annotation) is list:
         parsed = parse_toml_value(value)
         if not isinstance(parsed, list):
-            raise ConfigError(f'{key} {origin} must be a TOML array of strings like ["a", "b"], '
-                              f"got {show_value(value)}")
+            raise ConfigError(
+                f'{key} {origin} must be a TOML array of strings like ["a", "b"], '
+                f"got {show_value(value)}"
+            )
         value = parsed
     try:
         value = TypeAdapter(info.annotation).validate_python(value)

@@ -28,8 +28,9 @@ from ouroboros.config.schema import FIELDS, Config
 from ouroboros.errors import ConfigError
 
 
-def load_leniently(path: Path, env: Mapping[str, str] | None = None,
-                   user_file: Path | None = DEFAULT_USER_FILE) -> LoadedConfig:
+def load_leniently(
+    path: Path, env: Mapping[str, str] | None = None, user_file: Path | None = DEFAULT_USER_FILE
+) -> LoadedConfig:
     """The project's config with every value that does not validate left at its default."""
     env = os.environ if env is None else env
     values: dict[str, tuple[Any, str]] = {}
@@ -53,9 +54,13 @@ def _known_values(file: Path, source: str) -> dict[str, tuple[Any, str]]:
         doc = read_toml(file, str(file))
     except ConfigError:
         return {}
-    return {f"{table}.{name}": (value, source)
-            for table, body in doc.items() if isinstance(body, dict)
-            for name, value in body.items() if f"{table}.{name}" in FIELDS}
+    return {
+        f"{table}.{name}": (value, source)
+        for table, body in doc.items()
+        if isinstance(body, dict)
+        for name, value in body.items()
+        if f"{table}.{name}" in FIELDS
+    }
 
 
 def _validated(values: dict[str, tuple[Any, str]]) -> Config:
@@ -68,11 +73,14 @@ def _validated(values: dict[str, tuple[Any, str]]) -> Config:
         try:
             return Config.model_validate(nested, strict=True)
         except ValidationError as error:
-            named = {".".join(str(part) for part in problem["loc"][:2])
-                     for problem in error.errors()}
-            bad = {key for key in values
-                   if any(key == place or key.startswith(place + ".") or not place
-                          for place in named)}
+            named = {
+                ".".join(str(part) for part in problem["loc"][:2]) for problem in error.errors()
+            }
+            bad = {
+                key
+                for key in values
+                if any(key == place or key.startswith(place + ".") or not place for place in named)
+            }
             if not bad:
                 return Config()
             for key in bad:

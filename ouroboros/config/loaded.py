@@ -72,20 +72,24 @@ class LoadedConfig:
             return
         key = "logging.state_dir"
         origin = self.origin(key)
-        raise ConfigError(f"state dir {path} must be a directory, but {existing} is a file "
-                          f"({key} {origin}); point {key} elsewhere or move the file")
+        raise ConfigError(
+            f"state dir {path} must be a directory, but {existing} is a file "
+            f"({key} {origin}); point {key} elsewhere or move the file"
+        )
 
     def _require_text(self, key: str, what: str, path: Path) -> None:
         origin = self.origin(key)
         try:
             path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ConfigError(f"{what} {path} is not UTF-8 text (bad byte at offset "
-                              f"{error.start}; {key} {origin}); it must be saved as UTF-8"
-                              ) from None
+            raise ConfigError(
+                f"{what} {path} is not UTF-8 text (bad byte at offset "
+                f"{error.start}; {key} {origin}); it must be saved as UTF-8"
+            ) from None
         except OSError as error:
-            raise ConfigError(f"cannot read the {what} {path}: {error.strerror} "
-                              f"({key} {origin})") from None
+            raise ConfigError(
+                f"cannot read the {what} {path}: {error.strerror} ({key} {origin})"
+            ) from None
 
     def redacted(self) -> dict[str, Any]:
         """The effective config as plain JSON-able data for the log, with no secrets in it."""
@@ -101,17 +105,26 @@ class LoadedConfig:
             return
         origin = self.origin(key)
         if path.exists():
-            raise ConfigError(f"{what} is not a {kind}: {path} ({key} {origin}); point {key} "
-                              f"at a {kind}")
-        raise ConfigError(f"{what} {kind} not found: {path} ({key} {origin}); create it with "
-                          f"`{self.init_missing_command()}`, or point {key} at yours")
+            raise ConfigError(
+                f"{what} is not a {kind}: {path} ({key} {origin}); point {key} at a {kind}"
+            )
+        raise ConfigError(
+            f"{what} {kind} not found: {path} ({key} {origin}); create it with "
+            f"`{self.init_missing_command()}`, or point {key} at yours"
+        )
 
     def init_missing_command(self) -> str:
         """The command that creates what this project is missing, as typed from here:
         `ouroboros init --missing`, with --config when this directory would not find it."""
         here = Path.cwd()
-        nearest = next((directory / PROJECT_FILENAME for directory in (here, *here.parents)
-                        if (directory / PROJECT_FILENAME).is_file()), None)
+        nearest = next(
+            (
+                directory / PROJECT_FILENAME
+                for directory in (here, *here.parents)
+                if (directory / PROJECT_FILENAME).is_file()
+            ),
+            None,
+        )
         if self.path is None or nearest is not None and nearest.resolve() == self.path:
             return "ouroboros init --missing"
         return f"ouroboros init --missing --config {self.path}"

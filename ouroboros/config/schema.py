@@ -71,7 +71,9 @@ class ModelConfig(_Table):
         "(the name, never the key itself); empty for none.",
     )
     context_limit: int = Field(
-        0, ge=0, description="Context window in tokens; 0 = find out from the server.",
+        0,
+        ge=0,
+        description="Context window in tokens; 0 = find out from the server.",
         json_schema_extra=LIVE,
     )
     ensure_window: bool = Field(
@@ -82,7 +84,11 @@ class ModelConfig(_Table):
         "reused by later runs); false = use the model as it is.",
     )
     temperature: float = Field(
-        0.7, ge=0, le=2, allow_inf_nan=False, description="Sampling temperature, 0 to 2.",
+        0.7,
+        ge=0,
+        le=2,
+        allow_inf_nan=False,
+        description="Sampling temperature, 0 to 2.",
         json_schema_extra=LIVE,
     )
     max_output_tokens: int = Field(
@@ -170,17 +176,21 @@ class AgentConfig(_Table):
         min_length=1,
         description="File holding the system prompt; relative paths are relative to this file.",
     )
-    max_turns: int = Field(0, ge=0, description="Model turns in total; 0 = no limit.",
-                           json_schema_extra=LIVE)
+    max_turns: int = Field(
+        0, ge=0, description="Model turns in total; 0 = no limit.", json_schema_extra=LIVE
+    )
     max_tokens: int = Field(
-        0, ge=0,
+        0,
+        ge=0,
         description="Budget: prompt plus completion tokens, as the server counts them, summed "
         "over the whole run (across resumes); reaching it pauses the run (exit 3, run_end "
         "reason `budget`; raise it, then `ouroboros resume`). 0 = no limit.",
         json_schema_extra=LIVE,
     )
     max_wall_secs: float = Field(
-        0, ge=0, allow_inf_nan=False,
+        0,
+        ge=0,
+        allow_inf_nan=False,
         description="Budget: seconds the run may run, counted while a harness runs it (across "
         "resumes, not the time it is stopped); reaching it pauses the run as max_tokens does. "
         "0 = no limit.",
@@ -278,7 +288,7 @@ class SafetyConfig(_Table):
     )
     sandbox: Literal["auto", "required", "off"] = Field(
         "auto",
-        description='Confining shell commands (Linux Landlock): reads of the system, writes '
+        description="Confining shell commands (Linux Landlock): reads of the system, writes "
         'only to the workspace and a private temp dir. "auto" uses it where the system has it '
         'and says at start when it does not; "required" refuses to start without it; "off" '
         "runs the shell unconfined.",
@@ -422,9 +432,9 @@ class LoggingConfig(_Table):
     )
     durability: Literal["turn", "event"] = Field(
         "turn",
-        description="When the event log is made durable with fsync: \"turn\" once per turn "
+        description='When the event log is made durable with fsync: "turn" once per turn '
         "(a killed process loses nothing; a power cut may lose the turn in progress), or "
-        "\"event\" after every event and tool result (slower; a power cut loses at most the "
+        '"event" after every event and tool result (slower; a power cut loses at most the '
         "event being written).",
     )
     segment_mb: float = Field(
@@ -460,18 +470,22 @@ class MetricsConfig(_Table):
     """Prometheus metrics of the run, served while it goes on."""
 
     port: int = Field(
-        0, ge=0, le=65535,
+        0,
+        ge=0,
+        le=65535,
         description="Serve Prometheus text at http://<address>:<port>/metrics while a run goes "
         "on (turns, tool calls, restarts, masks, tokens, context use, retries, the window); "
         "0 = off. A port in use stops the run before it starts.",
     )
     address: str = Field(
-        "127.0.0.1", min_length=1,
+        "127.0.0.1",
+        min_length=1,
         description="The address the metrics server binds: 127.0.0.1 (this machine only) by "
         "default; 0.0.0.0 for a scraper on another host (a pod's Prometheus).",
     )
     heartbeat_secs: float = Field(
-        15.0, gt=0,
+        15.0,
+        gt=0,
         description="How often <state_dir>/heartbeat is rewritten while the run waits (a model "
         "reply, a retry, a tool call); it is also rewritten at every event. A liveness probe "
         "reads its age: `ouroboros status --json --stale-after SECS`.",
@@ -488,12 +502,12 @@ class Config(_Table):
         default_factory=ContextConfig, description="Context window management."
     )
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run records.")
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig,
-                                   description="Prometheus metrics.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Prometheus metrics.")
 
 
 TABLES: Final[dict[str, type[_Table]]] = {
-    name: info.annotation for name, info in Config.model_fields.items()  # type: ignore[misc]
+    name: info.annotation
+    for name, info in Config.model_fields.items()  # type: ignore[misc]
 }
 FIELDS: Final[dict[str, FieldInfo]] = {
     f"{table}.{name}": info

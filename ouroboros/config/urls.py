@@ -6,8 +6,10 @@ import re
 from typing import Final
 
 OLLAMA_PORT: Final = 11434
-URL_RULE: Final = ("must be an http:// or https:// URL with a host and a port from 1 to 65535, "
-                   "like http://127.0.0.1:11434")
+URL_RULE: Final = (
+    "must be an http:// or https:// URL with a host and a port from 1 to 65535, "
+    "like http://127.0.0.1:11434"
+)
 _UNSAFE: Final = re.compile(r"[\s\x00-\x1f\x7f]")
 _ANY_HOST: Final = frozenset({"", "0.0.0.0", "::"})
 # The shape nearly every config writes (http(s), a host name or IPv4 address, a port, a plain
@@ -16,7 +18,8 @@ _ANY_HOST: Final = frozenset({"", "0.0.0.0", "::"})
 _LABEL: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _PLAIN: Final = re.compile(
     rf"(?P<scheme>https?)://(?P<host>{_LABEL}(?:\.{_LABEL})*)(?::(?P<port>[1-9][0-9]{{0,4}}))?"
-    r"(?P<path>(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?)")
+    r"(?P<path>(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?)"
+)
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
@@ -92,8 +95,11 @@ def client_accepts(url: str) -> bool:
         parsed = httpx.URL(url)  # the parser the client will use
     except httpx.InvalidURL:
         return False
-    return (parsed.scheme in ("http", "https") and bool(parsed.host)
-            and (parsed.port is None or 0 < parsed.port < 65536))
+    return (
+        parsed.scheme in ("http", "https")
+        and bool(parsed.host)
+        and (parsed.port is None or 0 < parsed.port < 65536)
+    )
 
 
 def _plain_normal_form(url: str) -> str | None:

@@ -1,8 +1,8 @@
 """A config value as TOML writes it: shown in a message, written to a file, read from a flag.
 
-    show_value(["a", 1.0])         # '["a", 1]', for a message
-    toml_value(True)               # 'true', for a file
-    parse_toml_value("0.6")        # 0.6; parse_toml_value("llama3.2") -> "llama3.2"
+show_value(["a", 1.0])         # '["a", 1]', for a message
+toml_value(True)               # 'true', for a file
+parse_toml_value("0.6")        # 0.6; parse_toml_value("llama3.2") -> "llama3.2"
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ def describe_validation_error(
 ) -> str:
     """One plain-English line for a Config ValidationError, blaming the layer that set the key.
 
-        "context.soft_threshold_pct in ouroboros.toml must be greater than 0 and less than 1,
-        got 1.5"
+    "context.soft_threshold_pct in ouroboros.toml must be greater than 0 and less than 1,
+    got 1.5"
     """
     sources = sources or {}
     flag_names = flag_names or {}
@@ -154,8 +154,10 @@ def _closest(word: str, choices: list[str], cutoff: float = 0.6) -> str | None:
 
     def likeness(choice: str) -> float:
         full = choice.rpartition(".")[2]
-        return max(difflib.SequenceMatcher(None, name, full).ratio(),
-                   difflib.SequenceMatcher(None, name, full[:len(name)]).ratio())
+        return max(
+            difflib.SequenceMatcher(None, name, full).ratio(),
+            difflib.SequenceMatcher(None, name, full[: len(name)]).ratio(),
+        )
 
     best = max(same_table, key=likeness)
     return best if likeness(best) >= cutoff else None

@@ -34,8 +34,9 @@ def tokens_counted(usage: ev.TokenUsage) -> int:
     return prompt + usage.completion_tokens
 
 
-def budget_reached(tokens_used: int, wall_secs: float, max_tokens: int,
-                   max_wall_secs: float) -> str | None:
+def budget_reached(
+    tokens_used: int, wall_secs: float, max_tokens: int, max_wall_secs: float
+) -> str | None:
     """The budget key reached, or None: tokens first (what costs money), then time."""
     if max_tokens and tokens_used >= max_tokens:
         return TOKENS_KEY
@@ -44,9 +45,10 @@ def budget_reached(tokens_used: int, wall_secs: float, max_tokens: int,
     return None
 
 
-def budget_words(key: str, tokens_used: int, wall_secs: float, max_tokens: int,
-                 max_wall_secs: float) -> str:
-    """"agent.max_tokens = 100000 (used 100,412 tokens)"."""
+def budget_words(
+    key: str, tokens_used: int, wall_secs: float, max_tokens: int, max_wall_secs: float
+) -> str:
+    """ "agent.max_tokens = 100000 (used 100,412 tokens)"."""
     if key == TOKENS_KEY:
         return f"{key} = {max_tokens} (used {tokens_used:,} tokens)"
     return f"{key} = {max_wall_secs:g} (ran {wall_secs:,.0f} s)"
@@ -56,8 +58,13 @@ class BudgetMeter:
     """Counts the run's tokens and time into its state at each event, and asks the stop flag
     for a `budget` end once one is reached (the session stops before its next turn)."""
 
-    def __init__(self, state: RunState, limits: Callable[[], AgentConfig], stop: StopFlag,
-                 clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        limits: Callable[[], AgentConfig],
+        stop: StopFlag,
+        clock: Clock = time.monotonic,
+    ) -> None:
         self.state = state
         self.limits = limits
         self.stop = stop
@@ -75,8 +82,9 @@ class BudgetMeter:
         """Bring the run's time up to now; the budget reached, if any (and ask the stop)."""
         self.state.wall_secs = round(self.base + self.clock() - self.started, 3)
         agent = self.limits()
-        reached = budget_reached(self.state.tokens_used, self.state.wall_secs,
-                                 agent.max_tokens, agent.max_wall_secs)
+        reached = budget_reached(
+            self.state.tokens_used, self.state.wall_secs, agent.max_tokens, agent.max_wall_secs
+        )
         if reached is not None and self.stop.reason is None:
             self.reached = reached
             self.stop.request(BUDGET)
@@ -87,8 +95,13 @@ class BudgetMeter:
         if self.reached is None:
             return ""
         agent = self.limits()
-        return budget_words(self.reached, self.state.tokens_used, self.state.wall_secs,
-                            agent.max_tokens, agent.max_wall_secs)
+        return budget_words(
+            self.reached,
+            self.state.tokens_used,
+            self.state.wall_secs,
+            agent.max_tokens,
+            agent.max_wall_secs,
+        )
 
 
 def spent_in(events: list[EventBase]) -> tuple[int, float]:

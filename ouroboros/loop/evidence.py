@@ -74,27 +74,36 @@ def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Wa
     context.told(tokens, told_by)
     if tokens < window.claimed:
         fix = bigger_window(window.claimed)
-        warn("allocated", (
-            f"the server's window is {tokens} tokens ({told_by}), but "
-            f"{window.claimed_source} claims {window.claimed}: working within {tokens} "
-            f"tokens. Fix: give the model the bigger window ({fix}), or set "
-            f"model.context_limit = {tokens} to match"))
+        warn(
+            "allocated",
+            (
+                f"the server's window is {tokens} tokens ({told_by}), but "
+                f"{window.claimed_source} claims {window.claimed}: working within {tokens} "
+                f"tokens. Fix: give the model the bigger window ({fix}), or set "
+                f"model.context_limit = {tokens} to match"
+            ),
+        )
 
 
-def choose_tools(context: ContextManager, system: Message, toolbox: Toolbox,
-                 warn: Warn) -> list[dict[str, Any]]:
+def choose_tools(
+    context: ContextManager, system: Message, toolbox: Toolbox, warn: Warn
+) -> list[dict[str, Any]]:
     """The tool definitions for a session (see ContextManager.session_tools); the first time
     they go short, the person is told why, with the figures."""
     full = toolbox.schemas()
     tools = context.session_tools(system, full, toolbox.brief_schemas())
     if context.brief:
         fixed, budget = context.fixed_tokens(system, full), context.budget
-        warn("brief_tools", (
-            f"the system prompt and the tool definitions take ~{fixed} tokens, "
-            f"{fixed / budget:.0%} of the {budget}-token prompt budget of a {context.limit}-"
-            f"token window: the tools are described in short (~"
-            f"{context.fixed_tokens(system, tools)} tokens with the system prompt) while the "
-            "window is this small"))
+        warn(
+            "brief_tools",
+            (
+                f"the system prompt and the tool definitions take ~{fixed} tokens, "
+                f"{fixed / budget:.0%} of the {budget}-token prompt budget of a {context.limit}-"
+                f"token window: the tools are described in short (~"
+                f"{context.fixed_tokens(system, tools)} tokens with the system prompt) while the "
+                "window is this small"
+            ),
+        )
     return tools
 
 
@@ -107,10 +116,17 @@ class WindowAsker(Protocol):
 
 
 class Evidence:
-    def __init__(self, context: ContextManager, client: ModelClient,
-                 counter: TokenCounter | None, tools: list[dict[str, Any]], log: EventSink,
-                 warn_once: Warn, asker: WindowAsker | None = None,
-                 clear: Clear | None = None) -> None:
+    def __init__(
+        self,
+        context: ContextManager,
+        client: ModelClient,
+        counter: TokenCounter | None,
+        tools: list[dict[str, Any]],
+        log: EventSink,
+        warn_once: Warn,
+        asker: WindowAsker | None = None,
+        clear: Clear | None = None,
+    ) -> None:
         self.context = context
         self.clear = clear or (lambda keys, message: None)
         self.client = client
@@ -141,9 +157,15 @@ class Evidence:
         if self.context.window.ceiling_kind in EVIDENCE:
             await self.test_window(messages, len(messages))
 
-    async def test_window(self, messages: Sequence[Message], sent: int, *,
-                          doubt: bool = False, whole: int = 0,
-                          force: bool = False) -> Probe | None:
+    async def test_window(
+        self,
+        messages: Sequence[Message],
+        sent: int,
+        *,
+        doubt: bool = False,
+        whole: int = 0,
+        force: bool = False,
+    ) -> Probe | None:
         """Send a probe when the belief is due one, or when a count gave cause to `doubt` it
         (at most once every DOUBT_EVERY requests, unless `force`: a ceiling just inferred is
         tested before it can stop the run): the first `sent` messages with filler after
@@ -154,8 +176,12 @@ class Evidence:
         was sent)."""
         window = self.context.window
         size = needs_retest(window)
-        if not size and doubt and not window.distrusted \
-                and (force or self.requests - self.doubted >= DOUBT_EVERY):
+        if (
+            not size
+            and doubt
+            and not window.distrusted
+            and (force or self.requests - self.doubted >= DOUBT_EVERY)
+        ):
             size = int(PROBE_SHARE * hypothesis(window))
         if not size:
             return None
@@ -171,8 +197,9 @@ class Evidence:
         wire = to_wire(messages[:sent])
         expected = have + round(pieces * (words // pieces) * rate)
         try:
-            counted = await self.client.prompt_tokens([wire[0], *[piece] * pieces, *wire[1:]],
-                                                      self.tools)
+            counted = await self.client.prompt_tokens(
+                [wire[0], *[piece] * pieces, *wire[1:]], self.tools
+            )
             probe = Probe(expected, counted)
             if counted is not None and counted < whole * (1 - FALL_TOLERANCE):
                 probe = Probe(expected)
@@ -206,31 +233,58 @@ class Evidence:
         """Log what a probe changed of the belief (`refusal`: the server's words, if it
         refused it), and tell the person once per kind."""
         after = self.context.window
-        what = (f"refused ({probe.named} named)" if probe.refused and probe.named else
-                "refused" if probe.refused else f"counted {probe.reported} tokens")
+        what = (
+            f"refused ({probe.named} named)"
+            if probe.refused and probe.named
+            else "refused"
+            if probe.refused
+            else f"counted {probe.reported} tokens"
+        )
         if after.limit > before.limit:
-            self.clear(lambda key: key == "truncation", "the server counts past the window "
-                       f"believed: {self.context.limit} tokens again")
-            self.log.emit(ev.WarningEvent(message=(
-                f"a probe of ~{probe.expected} tokens was {what}: working within "
-                f"{self.context.limit} tokens again ({self.context.limit_source})")))
+            self.clear(
+                lambda key: key == "truncation",
+                f"the server counts past the window believed: {self.context.limit} tokens again",
+            )
+            self.log.emit(
+                ev.WarningEvent(
+                    message=(
+                        f"a probe of ~{probe.expected} tokens was {what}: working within "
+                        f"{self.context.limit} tokens again ({self.context.limit_source})"
+                    )
+                )
+            )
         elif after.limit < before.limit and probe.refused:
-            self.log.emit(ev.ContextOverflowRecovered(
-                error=refusal, rejected_tokens=probe.expected, new_limit=self.context.limit,
-                limit_source=self.context.limit_source))
+            self.log.emit(
+                ev.ContextOverflowRecovered(
+                    error=refusal,
+                    rejected_tokens=probe.expected,
+                    new_limit=self.context.limit,
+                    limit_source=self.context.limit_source,
+                )
+            )
         elif after.limit < before.limit:
-            self.truncation_found(probe.reported, probe.expected, (
-                f"a probe of ~{probe.expected} tokens was {what}: the server holds less than "
-                f"the {before.limit} tokens believed. Working within {self.context.limit} "
-                f"tokens from now on. Fix: give the model a bigger window "
-                f"({bigger_window(before.claimed)}) and set model.context_limit to "
-                "match"))
+            self.truncation_found(
+                probe.reported,
+                probe.expected,
+                (
+                    f"a probe of ~{probe.expected} tokens was {what}: the server holds less than "
+                    f"the {before.limit} tokens believed. Working within {self.context.limit} "
+                    f"tokens from now on. Fix: give the model a bigger window "
+                    f"({bigger_window(before.claimed)}) and set model.context_limit to "
+                    "match"
+                ),
+            )
 
     def truncation_found(self, reported: int | None, estimated: int, warning: str) -> None:
         """Log that the server was found to cut prompts, and warn once."""
-        self.log.emit(ev.ContextTruncationDetected(
-            reported=reported, estimated=estimated,
-            new_limit=self.context.limit, limit_source=self.context.limit_source))
+        self.log.emit(
+            ev.ContextTruncationDetected(
+                reported=reported,
+                estimated=estimated,
+                new_limit=self.context.limit,
+                limit_source=self.context.limit_source,
+            )
+        )
         self.warn_once("truncation", warning)
 
     async def measure(self, messages: list[Message]) -> None:
@@ -245,8 +299,7 @@ class Evidence:
                 return
             conversation.measure(index, tokens + round(self.context.message_overhead))
 
-    async def take_in(self, messages: Sequence[Message], sent: int,
-                      reply: StreamResult) -> Reading:
+    async def take_in(self, messages: Sequence[Message], sent: int, reply: StreamResult) -> Reading:
         """What the server said of the request of the first `sent` messages, into the
         ledger and the log."""
         usage = reply.usage
@@ -254,21 +307,27 @@ class Evidence:
         if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
             usage = await self.probe(messages, sent, usage)
         self.requests += 1
-        reading = self.context.observe_reply(messages, self.tools, usage, len(reply.text),
-                                             sent)
+        reading = self.context.observe_reply(messages, self.tools, usage, len(reply.text), sent)
         reading = await self.weigh(messages, sent, reading)
         if streamed_count and reading.verdict == "whole":
             self.clear(lambda key: key == "estimate", "the server sends token usage again")
-        self.log.emit(ev.TokenUsage(
-            prompt_tokens=reading.prompt_tokens, completion_tokens=reading.completion_tokens,
-            total_tokens=reading.prompt_tokens + reading.completion_tokens,
-            context_limit=self.context.limit, budget=self.context.budget,
-            context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
-            source=reading.source, reported=reading.reported, estimated=reading.estimated,
-            cached_tokens=reading.cached_tokens,
-            processed_tokens=reply.usage.processed_tokens if reply.usage else None,
-            verdict=reading.verdict,
-            served_model=reply.served_model))
+        self.log.emit(
+            ev.TokenUsage(
+                prompt_tokens=reading.prompt_tokens,
+                completion_tokens=reading.completion_tokens,
+                total_tokens=reading.prompt_tokens + reading.completion_tokens,
+                context_limit=self.context.limit,
+                budget=self.context.budget,
+                context_used_pct=round(100 * self.context.used_pct(reading.prompt_tokens), 1),
+                source=reading.source,
+                reported=reading.reported,
+                estimated=reading.estimated,
+                cached_tokens=reading.cached_tokens,
+                processed_tokens=reply.usage.processed_tokens if reply.usage else None,
+                verdict=reading.verdict,
+                served_model=reply.served_model,
+            )
+        )
         self.explain(reading)
         return reading
 
@@ -282,29 +341,48 @@ class Evidence:
         units than before (rescale)."""
         window = self.context.window
         fell = reading.reported is not None and not uncut(
-            Count(reading.reported, reading.estimated), max(window.told, window.accepted))
+            Count(reading.reported, reading.estimated), max(window.told, window.accepted)
+        )
         cut = fell and reading.verdict in ("suspect", "truncated")
-        below = fell and reading.verdict in ("whole", "suspect", "truncated") \
-            and reading.reported < self.context.held(messages).tally.measured_sum(sent) \
-            * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
-        short = reading.reported is not None and reading.verdict == "whole" \
-            and reading.estimated >= DOUBTED_FILL * self.context.budget \
-            and reading.reported < reading.estimated * (1 - FALL_TOLERANCE) \
+        below = (
+            fell
+            and reading.verdict in ("whole", "suspect", "truncated")
+            and reading.reported
+            < self.context.held(messages).tally.measured_sum(sent) * (1 - FALL_TOLERANCE)
             - FALL_TOLERANCE_TOKENS
+        )
+        short = (
+            reading.reported is not None
+            and reading.verdict == "whole"
+            and reading.estimated >= DOUBTED_FILL * self.context.budget
+            and reading.reported < reading.estimated * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
+        )
         if cut or short or below:
             await self.ask_allocated(again=True)
         # A count a little short is worth a probe once a session, unless a probe has found
         # where the server cuts, or the server's word and a probe lately agreed.
         window = self.context.window
-        doubt = cut or below or (short and window.ceiling_kind not in EVIDENCE
-                                 and not (window.told and window.quiet)
-                                 and not self.short_doubted)
+        doubt = (
+            cut
+            or below
+            or (
+                short
+                and window.ceiling_kind not in EVIDENCE
+                and not (window.told and window.quiet)
+                and not self.short_doubted
+            )
+        )
         self.short_doubted = self.short_doubted or (doubt and not (cut or below))
         floor = (reading.reported or 0) if reading.verdict == "whole" else 0
-        probe = await self.test_window(messages, sent, doubt=doubt, whole=floor,
-                                       force=reading.verdict == "truncated" or below)
-        if below and probe is not None and probe.reported is not None \
-                and self.context.limit >= reading.estimated:
+        probe = await self.test_window(
+            messages, sent, doubt=doubt, whole=floor, force=reading.verdict == "truncated" or below
+        )
+        if (
+            below
+            and probe is not None
+            and probe.reported is not None
+            and self.context.limit >= reading.estimated
+        ):
             self.rescale(messages, sent, reading)
         if probe is not None and probe.held and reading.verdict == "truncated":
             return replace(reading, verdict="suspect")
@@ -323,20 +401,25 @@ class Evidence:
             if tokens is not None:
                 conversation.measure(index, max(round(tokens * scale), 1))
         self.context.units_changed()
-        self.log.emit(ev.WarningEvent(message=(
-            f"the server counted {reading.reported} tokens of a prompt the ledger knew as "
-            f"~{reading.estimated}, inside the {self.context.limit}-token window a probe "
-            "confirmed: it counts in other units than before, and the ledger follows it")))
+        self.log.emit(
+            ev.WarningEvent(
+                message=(
+                    f"the server counted {reading.reported} tokens of a prompt the ledger knew as "
+                    f"~{reading.estimated}, inside the {self.context.limit}-token window a probe "
+                    "confirmed: it counts in other units than before, and the ledger follows it"
+                )
+            )
+        )
 
-    async def probe(self, messages: Sequence[Message], sent: int,
-                    usage: Usage | None) -> Usage | None:
+    async def probe(
+        self, messages: Sequence[Message], sent: int, usage: Usage | None
+    ) -> Usage | None:
         """Once a session, when the stream carried no count: ask the server to count the
         prompt (the first `sent` messages), so the ledger learns what only it knows (tool
         schemas, template tokens)."""
         self.context.count_asked()
         try:
-            counted = await self.client.prompt_tokens(self.context.wire(messages, sent),
-                                                      self.tools)
+            counted = await self.client.prompt_tokens(self.context.wire(messages, sent), self.tools)
         except ModelError:
             return usage
         if counted is None:
@@ -347,37 +430,60 @@ class Evidence:
         """Tell the person what a count proved, once per kind."""
         if reading.verdict == "unknown":
             measured = self.counter is not None and self.counter.available
-            how = ("each message is counted with its tokenizer endpoint" if measured else
-                   f"estimating at {self.context.chars_per_token:.1f} characters per token")
-            self.warn_once("estimate", "the server sent no token usage (or a prompt count of 0); "
-                           f"{how}, and the server is asked to count the whole prompt once a "
-                           "session")
+            how = (
+                "each message is counted with its tokenizer endpoint"
+                if measured
+                else f"estimating at {self.context.chars_per_token:.1f} characters per token"
+            )
+            self.warn_once(
+                "estimate",
+                "the server sent no token usage (or a prompt count of 0); "
+                f"{how}, and the server is asked to count the whole prompt once a "
+                "session",
+            )
         elif reading.verdict == "nonsense":
             held = self.context.window
-            why = (f"its counts kept falling while the prompt grew, far inside the "
-                   f"{max(held.told, held.accepted)} tokens it is known to hold. Its counts are "
-                   "ignored from now on, estimating at a rate that errs high"
-                   if held.distrusted else "no prompt has that count. Such counts are ignored "
-                   "(estimating instead); the ledger keeps what earlier counts taught")
-            self.warn_once("nonsense", (
-                f"the server reported {reading.reported} prompt tokens for a prompt of about "
-                f"{reading.estimated} in a {self.context.limit}-token window: {why}"))
+            why = (
+                f"its counts kept falling while the prompt grew, far inside the "
+                f"{max(held.told, held.accepted)} tokens it is known to hold. Its counts are "
+                "ignored from now on, estimating at a rate that errs high"
+                if held.distrusted
+                else "no prompt has that count. Such counts are ignored "
+                "(estimating instead); the ledger keeps what earlier counts taught"
+            )
+            self.warn_once(
+                "nonsense",
+                (
+                    f"the server reported {reading.reported} prompt tokens for a prompt of about "
+                    f"{reading.estimated} in a {self.context.limit}-token window: {why}"
+                ),
+            )
         elif reading.verdict == "uncached":
-            self.warn_once("uncached", (
-                f"the server counted {reading.reported} prompt tokens, about the size of only "
-                "the newest messages (Ollama's uncached-tokens bug, ollama#16414; upgrade "
-                "Ollama): estimating instead"))
+            self.warn_once(
+                "uncached",
+                (
+                    f"the server counted {reading.reported} prompt tokens, about the size of only "
+                    "the newest messages (Ollama's uncached-tokens bug, ollama#16414; upgrade "
+                    "Ollama): estimating instead"
+                ),
+            )
         elif reading.verdict == "truncated":
-            self.truncation_found(reading.reported, reading.estimated, (
-                f"the server cut the front of the conversation: its counts stayed near "
-                f"{reading.reported} tokens while the conversation grew. Working within "
-                f"{self.context.limit} tokens from now on. Fix: give the model a bigger window "
-                "(OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or PARAMETER num_ctx in a "
-                "Modelfile) and set model.context_limit to match; if the server misreports "
-                "its counts instead, set context.truncation_guard = false"))
+            self.truncation_found(
+                reading.reported,
+                reading.estimated,
+                (
+                    f"the server cut the front of the conversation: its counts stayed near "
+                    f"{reading.reported} tokens while the conversation grew. Working within "
+                    f"{self.context.limit} tokens from now on. Fix: give the model a bigger window "
+                    "(OLLAMA_CONTEXT_LENGTH=32768 ollama serve, or PARAMETER num_ctx in a "
+                    "Modelfile) and set model.context_limit to match; if the server misreports "
+                    "its counts instead, set context.truncation_guard = false"
+                ),
+            )
 
-    async def refused(self, error: ContextOverflowError, sent: Sequence[Message],
-                      sent_tokens: int) -> None:
+    async def refused(
+        self, error: ContextOverflowError, sent: Sequence[Message], sent_tokens: int
+    ) -> None:
         """The server refused the prompt as too long: believe a smaller window and refit.
 
         An empty stream says nothing of sizes, so the prompt is asked again without streaming:
@@ -393,6 +499,11 @@ class Evidence:
                 self.log.emit(ev.Retry(attempt=1, delay_secs=0, error=message))
                 return
         self.context.refused(sent_tokens, named)
-        self.log.emit(ev.ContextOverflowRecovered(
-            error=message, rejected_tokens=sent_tokens, new_limit=self.context.limit,
-            limit_source=self.context.limit_source))
+        self.log.emit(
+            ev.ContextOverflowRecovered(
+                error=message,
+                rejected_tokens=sent_tokens,
+                new_limit=self.context.limit,
+                limit_source=self.context.limit_source,
+            )
+        )

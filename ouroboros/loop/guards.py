@@ -106,14 +106,21 @@ def normalised(text: str) -> str:
 def step_of(text: str, outcomes: Sequence[tuple[ToolCall, ToolResult]]) -> Step:
     """The step a reply's `text` and its calls' outcomes make."""
     failures = [result for _, result in outcomes if not result.ok]
-    first = next((line.strip() for line in (failures[0].content.splitlines() if failures
-                                             else ()) if line.strip()), "")
+    first = next(
+        (
+            line.strip()
+            for line in (failures[0].content.splitlines() if failures else ())
+            if line.strip()
+        ),
+        "",
+    )
     return Step(
         text=digest(normalised(text)) if text.strip() else "",
         calls=tuple(call_signature(call) for call, _ in outcomes),
         results=tuple(digest(result.content) for _, result in outcomes),
         failed=tuple(not result.ok for _, result in outcomes),
-        first_failure=first[:SHOWN_CHARS])
+        first_failure=first[:SHOWN_CHARS],
+    )
 
 
 # --- loops ----------------------------------------------------------------------------------
@@ -143,8 +150,9 @@ def repeated_failure(steps: Sequence[Step], repeats: int) -> Loop | None:
     if not last.calls or not last.all_failed or any(s.action != last.action for s in newest):
         return None
     why = f': "{last.first_failure}"' if last.first_failure else ""
-    return Loop("repeat", repeats, f"{shown(last.calls)} failed the same way {repeats} times "
-                                   f"in a row{why}")
+    return Loop(
+        "repeat", repeats, f"{shown(last.calls)} failed the same way {repeats} times in a row{why}"
+    )
 
 
 def alternating(steps: Sequence[Step], cycles: int) -> Loop | None:
@@ -158,8 +166,12 @@ def alternating(steps: Sequence[Step], cycles: int) -> Loop | None:
         return None
     if any(step.action != (first, second)[i % 2] for i, step in enumerate(newest)):
         return None
-    return Loop("cycle", span, f"{shown(first[0])} then {shown(second[0])}, over and over "
-                               f"({cycles} times each, with the same results)")
+    return Loop(
+        "cycle",
+        span,
+        f"{shown(first[0])} then {shown(second[0])}, over and over "
+        f"({cycles} times each, with the same results)",
+    )
 
 
 def echoed(steps: Sequence[Step], repeats: int) -> Loop | None:
@@ -170,23 +182,23 @@ def echoed(steps: Sequence[Step], repeats: int) -> Loop | None:
     if any(step != newest[-1] for step in newest):
         return None
     what = "the same reply" + (f" with {shown(newest[-1].calls)}" if newest[-1].calls else "")
-    return Loop("echo", repeats, f"{what}, {repeats} times in a row, with nothing new coming "
-                                 "back")
+    return Loop("echo", repeats, f"{what}, {repeats} times in a row, with nothing new coming back")
 
 
 def find_loop(steps: Sequence[Step], *, repeats: int, cycles: int) -> Loop | None:
     """The loop the newest steps are in, if any (0 turns a check off)."""
     steps = list(steps)
-    return (repeated_failure(steps, repeats) or echoed(steps, repeats)
-            or alternating(steps, cycles))
+    return repeated_failure(steps, repeats) or echoed(steps, repeats) or alternating(steps, cycles)
 
 
 def loop_note(loop: Loop) -> str:
     """What the agent is told the first time: the loop, and that the run pauses if it goes
     on."""
-    return (f"[Loop detected: {loop.detail}. Repeating it will not change the outcome. Stop "
-            "and try something different: check your assumptions, read your notes, or take "
-            "another approach. If this loop goes on, the run will be paused.]")
+    return (
+        f"[Loop detected: {loop.detail}. Repeating it will not change the outcome. Stop "
+        "and try something different: check your assumptions, read your notes, or take "
+        "another approach. If this loop goes on, the run will be paused.]"
+    )
 
 
 @dataclass(frozen=True)
@@ -238,8 +250,9 @@ class StuckGuard:
         if not step.calls:
             return bool(step.text) and step.text not in {old.text for old in self.steps}
         seen = {result for old in self.steps for result in old.results}
-        return any(not failed and result not in seen
-                   for result, failed in zip(step.results, step.failed))
+        return any(
+            not failed and result not in seen for result, failed in zip(step.results, step.failed)
+        )
 
 
 # --- sessions without progress --------------------------------------------------------------
@@ -261,8 +274,9 @@ def barren_cause(turns: int, calls: int, failed: int, top_failure: str) -> str |
 Redo = Literal["note", "pause"]
 
 
-def redoing(repeats: int, side_effects: int, told: bool, *, notice_after: int,
-            pause_after: int) -> Redo | None:
+def redoing(
+    repeats: int, side_effects: int, told: bool, *, notice_after: int, pause_after: int
+) -> Redo | None:
     """What to do about a session whose `repeats` of its `side_effects` (writes and commands)
     repeat ones that already succeeded in an earlier session: tell the agent once, at
     `notice_after`; pause the run at `pause_after` when they are most of the session's (0
@@ -277,12 +291,16 @@ def redoing(repeats: int, side_effects: int, told: bool, *, notice_after: int,
 def redo_detail(repeats: int, side_effects: int, examples: Sequence[tuple[str, int]]) -> str:
     """The figures, for the event and the note: how many, and the newest examples."""
     shown = "; ".join(f"`{what}` (already done in session {at})" for what, at in examples)
-    return (f"{repeats} of this session's {side_effects} writes and commands repeat ones that "
-            f"succeeded in an earlier session: {shown}")
+    return (
+        f"{repeats} of this session's {side_effects} writes and commands repeat ones that "
+        f"succeeded in an earlier session: {shown}"
+    )
 
 
 def redo_note(detail: str) -> str:
     """What the agent is told the first time."""
-    return (f"[Work done again: {detail}. Your notes may be behind your work: check the "
-            "workspace (what those calls changed) before you do a step again. If this goes "
-            "on, the run will be paused.]")
+    return (
+        f"[Work done again: {detail}. Your notes may be behind your work: check the "
+        "workspace (what those calls changed) before you do a step again. If this goes "
+        "on, the run will be paused.]"
+    )

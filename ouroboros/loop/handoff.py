@@ -59,8 +59,9 @@ def fingerprint(name: str, arguments: str) -> str:
         canonical = json.dumps(json.loads(arguments or "{}"), sort_keys=True)
     except ValueError:
         canonical = arguments
-    return hashlib.blake2b(f"{name}\0{canonical}".encode("utf-8", "surrogatepass"),
-                           digest_size=8).hexdigest()
+    return hashlib.blake2b(
+        f"{name}\0{canonical}".encode("utf-8", "surrogatepass"), digest_size=8
+    ).hexdigest()
 
 
 @dataclass
@@ -77,7 +78,8 @@ class Digest:
     repeats: int = 0  # of them, the same call as one that succeeded in an earlier session
     seen: dict[str, None] = field(default_factory=dict)  # their fingerprints, newest kept
     repeated: deque[tuple[str, int]] = field(  # the newest: what, and the session it was done
-        default_factory=lambda: deque(maxlen=MAX_REPEATS_SHOWN))
+        default_factory=lambda: deque(maxlen=MAX_REPEATS_SHOWN)
+    )
     told_redoing: bool = False
     # -- the whole run
     sessions_turns: int = 0  # turns in sessions before this one
@@ -85,9 +87,11 @@ class Digest:
     files: OrderedDict[str, int] = field(default_factory=OrderedDict)  # path -> writes
     files_dropped: int = 0
     commands: deque[tuple[str, int | None]] = field(
-        default_factory=lambda: deque(maxlen=MAX_COMMANDS))
+        default_factory=lambda: deque(maxlen=MAX_COMMANDS)
+    )
     interrupted: deque[tuple[str, int]] = field(  # what, in which session: cut short by a
-        default_factory=lambda: deque(maxlen=MAX_INTERRUPTED))  # stop (forget_interrupted)
+        default_factory=lambda: deque(maxlen=MAX_INTERRUPTED)
+    )  # stop (forget_interrupted)
     done: OrderedDict[str, int] = field(default_factory=OrderedDict)  # fingerprint -> session
     pending: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> name,
     # target, fingerprint
@@ -99,8 +103,11 @@ class Digest:
                 self.turns += 1
             case ev.ToolCallEvent(id=call_id, name=name, arguments=arguments, subject=subject):
                 self.calls += 1  # named by what its tool says it is about (Toolbox.subject)
-                self.pending[call_id] = (name, one_line(subject or arguments),
-                                         fingerprint(name, arguments))
+                self.pending[call_id] = (
+                    name,
+                    one_line(subject or arguments),
+                    fingerprint(name, arguments),
+                )
                 while len(self.pending) > MAX_INTERRUPTED * 4:  # answered ones never linger
                     self.pending.pop(next(iter(self.pending)))
             case ev.ToolResultEvent():
@@ -194,7 +201,8 @@ class Digest:
     def to_dict(self) -> dict[str, Any]:
         return {
             **{name: getattr(self, name) for name in COUNTS},
-            "failures": dict(self.failures), "last_failure": dict(self.last_failure),
+            "failures": dict(self.failures),
+            "last_failure": dict(self.last_failure),
             "repeated": [list(item) for item in self.repeated],
             "files": list(self.files.items()),
             "commands": [list(item) for item in self.commands],
@@ -217,20 +225,41 @@ class Digest:
         digest.last_failure = {str(k): str(v) for k, v in data["last_failure"].items()}
         digest.repeated.extend((str(what), int(at)) for what, at in data["repeated"])
         digest.files = OrderedDict((str(path), int(n)) for path, n in data["files"])
-        digest.commands.extend((str(c), None if code is None else int(code))
-                               for c, code in data["commands"])
+        digest.commands.extend(
+            (str(c), None if code is None else int(code)) for c, code in data["commands"]
+        )
         digest.interrupted.extend((str(what), int(at)) for what, at in data["interrupted"])
         digest.done = OrderedDict((str(k), int(v)) for k, v in data["done"])
         digest.seen = dict.fromkeys(str(k) for k in data.get("seen", ()))
-        digest.pending = {str(k): (str(n), str(t), str(f))
-                          for k, (n, t, f) in data["pending"].items()}
+        digest.pending = {
+            str(k): (str(n), str(t), str(f)) for k, (n, t, f) in data["pending"].items()
+        }
         return digest
 
 
-COUNTS = ("turns", "calls", "failed", "side_effects", "repeats", "told_redoing",
-          "sessions_turns", "sessions_calls", "files_dropped")
-SESSION_FIELDS = ("turns", "calls", "failed", "failures", "last_failure", "side_effects",
-                  "repeats", "repeated", "seen", "told_redoing")
+COUNTS = (
+    "turns",
+    "calls",
+    "failed",
+    "side_effects",
+    "repeats",
+    "told_redoing",
+    "sessions_turns",
+    "sessions_calls",
+    "files_dropped",
+)
+SESSION_FIELDS = (
+    "turns",
+    "calls",
+    "failed",
+    "failures",
+    "last_failure",
+    "side_effects",
+    "repeats",
+    "repeated",
+    "seen",
+    "told_redoing",
+)
 
 
 # -- the restart note ------------------------------------------------------------------------
@@ -243,40 +272,52 @@ def facts(digest: Digest, files: int, commands: int, failures: int) -> list[str]
     lines = []
     if digest.interrupted:
         listed = "; ".join(f"{what} (session {at})" for what, at in digest.interrupted)
-        lines.append(f"- cut short by a stop, so they may or may not have taken effect: "
-                     f"{listed}")
+        lines.append(f"- cut short by a stop, so they may or may not have taken effect: {listed}")
     if digest.files and files:
         shown = list(digest.files.items())[-files:]
         more = len(digest.files) - len(shown) + digest.files_dropped
         listed = ", ".join(f"{path} ({n} writes)" if n > 1 else path for path, n in shown)
         lines.append(f"- files written: {listed}" + (f" and {more} more" if more else ""))
     if digest.commands and commands:
-        listed = "; ".join(f"`{command}` -> {'timed out' if code is None else f'exit {code}'}"
-                           for command, code in list(digest.commands)[-commands:])
+        listed = "; ".join(
+            f"`{command}` -> {'timed out' if code is None else f'exit {code}'}"
+            for command, code in list(digest.commands)[-commands:]
+        )
         lines.append(f"- last commands: {listed}")
     repeated = [(what, n) for what, n in digest.failures.most_common(failures) if n > 1]
     if repeated:
-        listed = "; ".join(f"{what} ({n} times): {digest.last_failure.get(what, '')}"
-                           for what, n in repeated)
+        listed = "; ".join(
+            f"{what} ({n} times): {digest.last_failure.get(what, '')}" for what, n in repeated
+        )
         lines.append(f"- failing again and again: {listed}")
     return lines
 
 
-def restart_note(digest: Digest, *, session: int, previous_turns: int, carried: bool,
-                 facts_chars: int, memory: str | None) -> str:
+def restart_note(
+    digest: Digest,
+    *,
+    session: int,
+    previous_turns: int,
+    carried: bool,
+    facts_chars: int,
+    memory: str | None,
+) -> str:
     """The last message of a restarted session's first prompt: that a new session begins,
     the facts of the run so far within `facts_chars` (none when 0), and what to do first.
     `memory`: the memory file's name when it is pinned in the system message."""
     above = "; its last turns are above, as they happened" if carried else ""
-    head = (f"[Session {session} of this run begins with a fresh context. Session "
-            f"{session - 1} ended after {previous_turns} turns{above}.")
+    head = (
+        f"[Session {session} of this run begins with a fresh context. Session "
+        f"{session - 1} ended after {previous_turns} turns{above}."
+    )
     body: list[str] = []
     if facts_chars > 0:
-        totals = (f"- so far: {plural(session - 1, 'session')}, "
-                  f"{plural(digest.sessions_turns + digest.turns, 'turn')}, "
-                  f"{plural(digest.sessions_calls + digest.calls, 'tool call')}")
-        for shown in ((MAX_FILES, MAX_COMMANDS, 5), (10, 3, 3), (5, 2, 2), (3, 1, 1),
-                      (0, 0, 0)):
+        totals = (
+            f"- so far: {plural(session - 1, 'session')}, "
+            f"{plural(digest.sessions_turns + digest.turns, 'turn')}, "
+            f"{plural(digest.sessions_calls + digest.calls, 'tool call')}"
+        )
+        for shown in ((MAX_FILES, MAX_COMMANDS, 5), (10, 3, 3), (5, 2, 2), (3, 1, 1), (0, 0, 0)):
             text = "\n".join([totals, *facts(digest, *shown)])
             if len(text) <= facts_chars:
                 break
@@ -295,8 +336,10 @@ def first_step(digest: Digest, memory: str | None) -> str:
     if kept:
         where.append("the files you keep them in: " + ", ".join(kept[-3:]))
     named = f" ({'; '.join(where)})" if where else ""
-    return (f"First, before you act: re-read your notes{named}, then go on from where they "
-            "say. Do not redo what they record as done.")
+    return (
+        f"First, before you act: re-read your notes{named}, then go on from where they "
+        "say. Do not redo what they record as done."
+    )
 
 
 def handoff_budget(max_tokens: int, prompt_budget: int) -> int:

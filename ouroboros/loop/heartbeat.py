@@ -28,8 +28,13 @@ from ouroboros.store.log import utc_now
 HEARTBEAT_FILE = "heartbeat"
 MAX_HEARTBEAT_BYTES = 64 * 1024  # the record is a few hundred bytes
 # What the run waits on after each kind of event; after any other, the model's next reply.
-DOING = {"retry": "retry backoff", "idle": "idle pause", "run_end": "ended",
-         "session_end": "session restart", "stop_requested": "stopping"}
+DOING = {
+    "retry": "retry backoff",
+    "idle": "idle pause",
+    "run_end": "ended",
+    "session_end": "session restart",
+    "stop_requested": "stopping",
+}
 QUIET = frozenset({"checkpoint"})  # bookkeeping: not progress to a probe
 
 
@@ -44,17 +49,30 @@ class Heartbeat:
     """Keeps the heartbeat file; `now` is the clock (UTC ISO 8601, as the log's `ts`), `ticks`
     a monotonic one for the gap between writes at events."""
 
-    def __init__(self, path: Path, run_id: str, now: Callable[[], str] = utc_now,
-                 ticks: Callable[[], float] = time.monotonic, min_gap_secs: float = 1.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        run_id: str,
+        now: Callable[[], str] = utc_now,
+        ticks: Callable[[], float] = time.monotonic,
+        min_gap_secs: float = 1.0,
+    ) -> None:
         self.path = path
         self.now = now
         self.ticks = ticks
         self.min_gap_secs = min_gap_secs
         self.written_at: float | None = None
-        self.record: dict[str, Any] = {"pid": os.getpid(), "run_id": run_id, "beat": "",
-                                       "session": 0, "turn": 0, "last_event": None,
-                                       "last_event_type": None, "doing": "starting",
-                                       "since": now()}
+        self.record: dict[str, Any] = {
+            "pid": os.getpid(),
+            "run_id": run_id,
+            "beat": "",
+            "session": 0,
+            "turn": 0,
+            "last_event": None,
+            "last_event_type": None,
+            "doing": "starting",
+            "since": now(),
+        }
 
     def on_event(self, event: EventBase) -> None:
         """A log listener: progress, and what the run waits on now."""
@@ -63,10 +81,14 @@ class Heartbeat:
         doing = doing_after(event)
         if doing != self.record["doing"]:
             self.record.update(doing=doing, since=event.ts)
-        self.record.update(session=event.session, turn=event.turn, last_event=event.ts,
-                           last_event_type=event.type)
-        if self.written_at is None or self.ticks() - self.written_at >= self.min_gap_secs \
-                or event.type == "run_end":
+        self.record.update(
+            session=event.session, turn=event.turn, last_event=event.ts, last_event_type=event.type
+        )
+        if (
+            self.written_at is None
+            or self.ticks() - self.written_at >= self.min_gap_secs
+            or event.type == "run_end"
+        ):
             self.beat()
 
     def beat(self) -> None:
@@ -76,8 +98,9 @@ class Heartbeat:
         try:
             directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                replace_in(directory, self.path.name, json.dumps(self.record).encode(),
-                           durable=False)
+                replace_in(
+                    directory, self.path.name, json.dumps(self.record).encode(), durable=False
+                )
             finally:
                 os.close(directory)
         except OSError:

@@ -40,12 +40,16 @@ def inbox(state_dir: Path) -> Path:
 def checked(text: str) -> str:
     """The message as it will be given; UsageError for one with nothing in it or too long."""
     if not text.strip():
-        raise UsageError("the message is empty: give the text to tell the agent "
-                         "(`ouroboros tell \"...\"`, or --file with text in it)")
+        raise UsageError(
+            "the message is empty: give the text to tell the agent "
+            '(`ouroboros tell "..."`, or --file with text in it)'
+        )
     if len(text.encode()) > MAX_MESSAGE_BYTES:
-        raise UsageError(f"the message is {len(text.encode()):,} bytes; at most "
-                         f"{MAX_MESSAGE_BYTES:,} may be sent (put the rest in a workspace file "
-                         "and tell the agent to read it)")
+        raise UsageError(
+            f"the message is {len(text.encode()):,} bytes; at most "
+            f"{MAX_MESSAGE_BYTES:,} may be sent (put the rest in a workspace file "
+            "and tell the agent to read it)"
+        )
     return text.strip()
 
 
@@ -58,8 +62,12 @@ def post(state_dir: Path, text: str) -> Path:
     name = f"{time.time_ns():020d}-{os.getpid()}.json"
     directory = open_dir(box, make=True)
     try:
-        replace_in(directory, name, json.dumps({"text": checked(text), "sent": sent}).encode(),
-                   durable=False)
+        replace_in(
+            directory,
+            name,
+            json.dumps({"text": checked(text), "sent": sent}).encode(),
+            durable=False,
+        )
     finally:
         os.close(directory)
     return box / name
@@ -75,10 +83,14 @@ def waiting(state_dir: Path) -> list[Letter]:
     except OSError:
         return []
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json")
-                       and not n.startswith("."))
-        return [letter for name in names[:MAX_TAKEN]
-                if (letter := read_letter(directory, box / name)) is not None]
+        names = sorted(
+            n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith(".")
+        )
+        return [
+            letter
+            for name in names[:MAX_TAKEN]
+            if (letter := read_letter(directory, box / name)) is not None
+        ]
     finally:
         os.close(directory)
 
@@ -87,7 +99,8 @@ def read_letter(directory: int, path: Path) -> Letter | None:
     """The letter `path` (in the inbox open as `directory`), or None when it cannot be read."""
     try:
         raw = read_regular(path.name, MAX_LETTER_BYTES, dir_fd=directory).decode(
-            "utf-8", errors="replace")
+            "utf-8", errors="replace"
+        )
     except OSError:
         return None
     try:

@@ -90,8 +90,10 @@ class Journal:
             delta["tokens"] = tokens
         if observations := self._new_observations(state.context):
             delta["observations"] = observations
-        for key, now, before in (("state", state_scalars(state), self._scalars),
-                                 ("context", context_scalars(state.context), self._context)):
+        for key, now, before in (
+            ("state", state_scalars(state), self._scalars),
+            ("context", context_scalars(state.context), self._context),
+        ):
             if changed := {k: v for k, v in now.items() if before.get(k) != v}:
                 delta[key] = changed
                 before.update(changed)
@@ -107,8 +109,9 @@ class Journal:
                 break
             changed[key] = observations[key]
         if context.total_masked != self._total_masked:
-            changed.update((k, o) for k, o in observations.items()
-                           if o.masked and k not in self._masked)
+            changed.update(
+                (k, o) for k, o in observations.items() if o.masked and k not in self._masked
+            )
         self._last_observation = next(reversed(observations), None)
         self._total_masked = context.total_masked
         self._masked.update(k for k, o in changed.items() if o.masked)
@@ -126,8 +129,11 @@ def logged(message: Message, ref: dict[str, Any] | None) -> Message:
 def state_scalars(state: RunState) -> dict[str, Any]:
     """The RunState fields other than the conversation, the context manager and the digest
     (which the snapshot holds, and a resume folds forward from the log)."""
-    return {f.name: copied(getattr(state, f.name)) for f in fields(state)
-            if f.name not in ("messages", "context", "digest")}
+    return {
+        f.name: copied(getattr(state, f.name))
+        for f in fields(state)
+        if f.name not in ("messages", "context", "digest")
+    }
 
 
 def context_scalars(context: ContextManager) -> dict[str, Any]:
@@ -175,15 +181,18 @@ def resolve(op: dict[str, Any], read_observation: ObservationReader) -> Message:
     return message
 
 
-def apply_delta(state: dict[str, Any], delta: dict[str, Any],
-                read_observation: ObservationReader = lambda obs_id: None) -> None:
+def apply_delta(
+    state: dict[str, Any],
+    delta: dict[str, Any],
+    read_observation: ObservationReader = lambda obs_id: None,
+) -> None:
     """Bring a saved state (RunState.to_dict) forward by one checkpoint, in place."""
     if "messages" in delta:
         previous = state["messages"]
         messages: list[Message] = []
         for op in delta["messages"]:
             if isinstance(op, list):
-                messages.extend(previous[op[0]:op[1]])
+                messages.extend(previous[op[0] : op[1]])
             else:
                 messages.append(resolve(op, read_observation))
         state["messages"] = messages
@@ -195,16 +204,20 @@ def apply_delta(state: dict[str, Any], delta: dict[str, Any],
     context["observations"].update(delta.get("observations", {}))
 
 
-def replay(snapshot: dict[str, Any], events: list[dict[str, Any]],
-           read_observation: ObservationReader) -> tuple[dict[str, Any], int]:
+def replay(
+    snapshot: dict[str, Any], events: list[dict[str, Any]], read_observation: ObservationReader
+) -> tuple[dict[str, Any], int]:
     """The state of a snapshot (as read from state.json) brought forward by the checkpoints
     logged after it; and the seq it is now as of."""
     seq = snapshot["seq"]
     state = snapshot["state"]
     for event in events:
         delta = event if event["type"] == CHECKPOINT else event.get(CHECKPOINT)
-        if event["seq"] > snapshot["seq"] and isinstance(delta, dict) \
-                and delta.get("base") == snapshot["seq"]:
+        if (
+            event["seq"] > snapshot["seq"]
+            and isinstance(delta, dict)
+            and delta.get("base") == snapshot["seq"]
+        ):
             apply_delta(state, delta, read_observation)
             seq = event["seq"]
     return state, seq

@@ -46,8 +46,7 @@ class Unpinnable(Exception):
     """Why a file is left out of the system message (one line)."""
 
 
-def read_pinned(workspace: Path, name: str, max_tokens: int, chars_per_token: float
-                ) -> Pinned:
+def read_pinned(workspace: Path, name: str, max_tokens: int, chars_per_token: float) -> Pinned:
     """`name` (in `workspace`) as it would be pinned, its newest part if it is over
     `max_tokens`. Raises Unpinnable when it cannot be pinned.
 
@@ -77,9 +76,11 @@ def tail_of(fd: int, name: str, most: int) -> tuple[int, bytes]:
     if not stat.S_ISREG(info.st_mode):
         raise Unpinnable(f"{name} is not a regular file")
     if info.st_nlink > 1:
-        raise Unpinnable(f"{name} has {info.st_nlink} hard links, and a file with more than "
-                         "one may be a file outside the workspace; only a file with one link "
-                         "is pinned")
+        raise Unpinnable(
+            f"{name} has {info.st_nlink} hard links, and a file with more than "
+            "one may be a file outside the workspace; only a file with one link "
+            "is pinned"
+        )
     size = info.st_size
     start = max(size - most, 0)
     chunks, got = [], 0
@@ -105,8 +106,9 @@ def decoded(name: str, data: bytes, *, partial: bool) -> str:
         raise Unpinnable(f"{name} is not UTF-8 text") from None
 
 
-def newest_part(name: str, text: str, max_chars: int, chars_per_token: float, *,
-                cut: bool = False) -> Pinned:
+def newest_part(
+    name: str, text: str, max_chars: int, chars_per_token: float, *, cut: bool = False
+) -> Pinned:
     """The newest `max_chars` of `text`, from a line's start where one is in reach."""
     tokens = ledger.estimate_chars(len(text), chars_per_token)
     if len(text) <= max_chars and not cut:
@@ -114,7 +116,7 @@ def newest_part(name: str, text: str, max_chars: int, chars_per_token: float, *,
     kept = text[-max_chars:]
     newline = kept.find("\n")
     if 0 <= newline < len(kept) - 1:
-        kept = kept[newline + 1:]
+        kept = kept[newline + 1 :]
     return Pinned(name, kept, tokens, cut=True)
 
 
@@ -122,23 +124,32 @@ def memory_section(memory: Pinned, max_tokens: int) -> str:
     """What the system message says about the agent's memory file, and holds of it."""
     name = memory.name
     if memory.text is None:
-        return (f"(Your memory: write notes to {name} in your workspace; it is pinned here at "
-                "every session start.)")
-    over = (f"\n[{name} is ~{memory.tokens} tokens, over its {max_tokens}-token budget: only "
-            "its newest part is shown. Shorten it.]" if memory.cut else "")
-    return (f"## Your memory: {name} (yours to edit; re-read and pinned here at every session "
-            f"start, so it survives restarts; keep it under ~{max_tokens} tokens){over}\n\n"
-            f"{memory.text.rstrip()}")
+        return (
+            f"(Your memory: write notes to {name} in your workspace; it is pinned here at "
+            "every session start.)"
+        )
+    over = (
+        f"\n[{name} is ~{memory.tokens} tokens, over its {max_tokens}-token budget: only "
+        "its newest part is shown. Shorten it.]"
+        if memory.cut
+        else ""
+    )
+    return (
+        f"## Your memory: {name} (yours to edit; re-read and pinned here at every session "
+        f"start, so it survives restarts; keep it under ~{max_tokens} tokens){over}\n\n"
+        f"{memory.text.rstrip()}"
+    )
 
 
 def agents_section(agents: Pinned, max_tokens: int) -> str:
     over = f" (only its newest part: it is over {max_tokens} tokens)" if agents.cut else ""
-    return (f"## {agents.name}: the workspace's instructions for agents (read-only: do not "
-            f"edit it){over}\n\n{(agents.text or '').rstrip()}")
+    return (
+        f"## {agents.name}: the workspace's instructions for agents (read-only: do not "
+        f"edit it){over}\n\n{(agents.text or '').rstrip()}"
+    )
 
 
-def compose(mission: str, memory: Pinned | None, agents: Pinned | None,
-            max_tokens: int) -> str:
+def compose(mission: str, memory: Pinned | None, agents: Pinned | None, max_tokens: int) -> str:
     """The system message's text: the mission, then the memory, then AGENTS.md."""
     parts = [mission.rstrip()]
     if memory is not None:
@@ -160,8 +171,12 @@ def pin_budget(memory_max_tokens: int, prompt_budget: int | None) -> int:
 PIN_SHARE = 8  # each pinned file takes at most an eighth of the prompt's budget
 
 
-def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: float,
-                   prompt_budget: int | None = None) -> tuple[Message, list[str]]:
+def system_message(
+    loaded: LoadedConfig,
+    previous: Message,
+    chars_per_token: float,
+    prompt_budget: int | None = None,
+) -> tuple[Message, list[str]]:
     """The system message as the files are now, and a warning for each file left out. The
     previous message if the mission's file has gone; the mission alone if the memory's
     budget is 0."""
@@ -177,17 +192,18 @@ def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: flo
     pinned: list[Pinned | None] = []
     for name in (agent.memory_file, AGENTS_FILE):
         try:
-            pinned.append(read_pinned(loaded.workspace, name, max_tokens,
-                                      chars_per_token))
+            pinned.append(read_pinned(loaded.workspace, name, max_tokens, chars_per_token))
         except Unpinnable as why:
             pinned.append(None)
             warnings.append(f"{why}: it is left out of the system message (the run goes on)")
     memory, agents = pinned
     if memory is not None and memory.cut:
-        limit = (f"agent.memory_max_tokens ({agent.memory_max_tokens})"
-                 if max_tokens == agent.memory_max_tokens else
-                 f"the {max_tokens} tokens a pinned file may take in this window (an eighth "
-                 "of the budget)")
+        limit = (
+            f"agent.memory_max_tokens ({agent.memory_max_tokens})"
+            if max_tokens == agent.memory_max_tokens
+            else f"the {max_tokens} tokens a pinned file may take in this window (an eighth "
+            "of the budget)"
+        )
         warnings.append(f"{memory.name} is over {limit}: only its newest part is pinned")
     content = compose(mission, memory, agents, max_tokens)
     message = mission_message(content, mission)
@@ -199,8 +215,12 @@ def system_message(loaded: LoadedConfig, previous: Message, chars_per_token: flo
 def mission_message(content: str, mission: str) -> Message:
     """The system message, marked with the mission it holds (private keys, never sent), so an
     edit of SYSTEM_PROMPT.md can be told from one of the memory."""
-    return {"role": "system", "content": content, MISSION_KEY: fingerprint(mission),
-            MISSION_CHARS_KEY: len(mission)}
+    return {
+        "role": "system",
+        "content": content,
+        MISSION_KEY: fingerprint(mission),
+        MISSION_CHARS_KEY: len(mission),
+    }
 
 
 def fingerprint(text: str) -> str:
@@ -220,10 +240,13 @@ def pinned_memory(system: Message) -> str | None:
 def mission_changed(before: Message, now: Message) -> tuple[int, int] | None:
     """The mission's size before and now when SYSTEM_PROMPT.md was edited between the two
     system messages; None when it was not (a message without the mark: its whole text)."""
+
     def mark(message: Message) -> tuple[str, int]:
         content = str(message.get("content", ""))
-        return (message.get(MISSION_KEY) or fingerprint(content),
-                message.get(MISSION_CHARS_KEY, len(content)))
+        return (
+            message.get(MISSION_KEY) or fingerprint(content),
+            message.get(MISSION_CHARS_KEY, len(content)),
+        )
 
     (old, old_chars), (new, new_chars) = mark(before), mark(now)
     return None if old == new else (old_chars, new_chars)

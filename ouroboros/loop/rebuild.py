@@ -36,26 +36,40 @@ UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one 
 OBS_NUMBER = re.compile(r"obs-(\d+)$")
 
 
-def rebuild_state(records: list[EventLike], run_id: str, policy: ContextConfig,
-                  system_prompt: str, read_observation: ObservationReader) -> tuple[RunState, int]:
+def rebuild_state(
+    records: list[EventLike],
+    run_id: str,
+    policy: ContextConfig,
+    system_prompt: str,
+    read_observation: ObservationReader,
+) -> tuple[RunState, int]:
     """The state as of the log's last reply or tool result, and that event's `seq`: tool
     calls logged after it as started have no result, so a resume reports them interrupted."""
     events = [parse_event(record) for record in records]
     config = recorded_config(events)
     session = max((e.session for e in events), default=1)
-    context = ContextManager.create(*last_window(events),
-                                    setting(config, "model", "max_output_tokens"), policy)
+    context = ContextManager.create(
+        *last_window(events), setting(config, "model", "max_output_tokens"), policy
+    )
     context.restored(next_observation(events), wound_down=False)
     replay = Replay(context, read_observation, setting(config, "agent", "continue_message"))
-    messages = conv.Conversation([{"role": "system", "content": system_prompt},
-                                 opening(events, session, config)], context.worth_masking)
+    messages = conv.Conversation(
+        [{"role": "system", "content": system_prompt}, opening(events, session, config)],
+        context.worth_masking,
+    )
     seq = 0
     for event in events:
         if event.session == session and replay.apply(event, messages):
             seq = event.seq
-    state = RunState(run_id, messages, context, session=session,
-                     session_turns=len(replay.turns), total_turns=count_turns(events),
-                     restarts=sum(isinstance(e, ev.SessionRestart) for e in events))
+    state = RunState(
+        run_id,
+        messages,
+        context,
+        session=session,
+        session_turns=len(replay.turns),
+        total_turns=count_turns(events),
+        restarts=sum(isinstance(e, ev.SessionRestart) for e in events),
+    )
     state.tokens_used, state.wall_secs = spent_in(events)
     context.restored(context.next_observation, replay.wound_down)
     return state, seq
@@ -64,8 +78,9 @@ def rebuild_state(records: list[EventLike], run_id: str, policy: ContextConfig,
 class Replay:
     """Appends one event's part of the conversation to the messages being rebuilt."""
 
-    def __init__(self, context: ContextManager, read_observation: ObservationReader,
-                 continue_message: str) -> None:
+    def __init__(
+        self, context: ContextManager, read_observation: ObservationReader, continue_message: str
+    ) -> None:
         self.context = context
         self.read_observation = read_observation
         self.continue_message = continue_message
@@ -86,15 +101,17 @@ class Replay:
                 messages.append(self.result(event))
             case ev.WindDown(reason=reason, context_used_pct=pct):
                 self.wound_down = True
-                text = RELOAD_WIND_DOWN_TEXT if reason == "reload" else \
-                    conv.WIND_DOWN_TEXT.format(pct=pct / 100)
+                text = (
+                    RELOAD_WIND_DOWN_TEXT
+                    if reason == "reload"
+                    else conv.WIND_DOWN_TEXT.format(pct=pct / 100)
+                )
                 messages.add_note("wind_down", text)
             case _:
                 return False
         return True
 
-    def reply(self, event: ev.Assistant, messages: conv.Conversation, *,
-              note: bool = True) -> None:
+    def reply(self, event: ev.Assistant, messages: conv.Conversation, *, note: bool = True) -> None:
         turn = event.turn
         if turn in self.turns:  # asked again after a crash: the later answer is the one kept
             messages.drop(self.turns[turn])
@@ -118,28 +135,43 @@ class Replay:
             text = f"[the full result is no longer on disk; its first line was: {event.summary}]"
         result = ToolResult(text, ok=event.ok)
         obs = conv.describe(call.name, self.subjects.get(call.id, ""), result, obs_id, call.id)
-        return {"role": "tool", "tool_call_id": call.id,
-                "content": self.context.admit(obs, text)}
+        return {"role": "tool", "tool_call_id": call.id, "content": self.context.admit(obs, text)}
 
 
-def restore_results(state: RunState, events: list[EventBase], seq: int,
-                    read_observation: ObservationReader) -> int:
+def restore_results(
+    state: RunState, events: list[EventBase], seq: int, read_observation: ObservationReader
+) -> int:
     """Bring a snapshot taken as of `seq` up to the log: the next reply, if the log has it,
     then the results the log holds for its unanswered tool calls, in order. Returns the seq
     the state is now as of."""
     replay = Replay(state.context, read_observation, "")
-    reply = next((e for e in events if isinstance(e, ev.Assistant) and e.seq > seq
-                  and e.session == state.session and e.turn == state.session_turns + 1), None)
-    if reply is not None and state.messages[-1]["role"] != "assistant" \
-            and not conv.pending_calls(state.messages):
+    reply = next(
+        (
+            e
+            for e in events
+            if isinstance(e, ev.Assistant)
+            and e.seq > seq
+            and e.session == state.session
+            and e.turn == state.session_turns + 1
+        ),
+        None,
+    )
+    if (
+        reply is not None
+        and state.messages[-1]["role"] != "assistant"
+        and not conv.pending_calls(state.messages)
+    ):
         replay.reply(reply, state.messages, note=False)  # the session adds what follows
         state.session_turns += 1
         state.total_turns += 1
         seq = reply.seq
     pending = conv.pending_calls(state.messages)
     replay.calls = {call.id: call for call in pending}
-    logged = {e.id: e for e in events if isinstance(e, ev.ToolResultEvent) and e.seq > seq
-              and not e.interrupted}
+    logged = {
+        e.id: e
+        for e in events
+        if isinstance(e, ev.ToolResultEvent) and e.seq > seq and not e.interrupted
+    }
     for call in pending:
         event = logged.get(call.id)
         if event is None or read_observation(event.observation) is None:
@@ -155,9 +187,17 @@ def opening(events: list[EventBase], session: int, config: dict[str, Any]) -> Me
     """The note a session starts with: the kickoff, or the restart marker."""
     restarts = [e for e in events if isinstance(e, ev.SessionRestart) and e.session == session]
     if restarts:
-        return conv.note("restart", restart_note(Digest(), session=session,
-                                                previous_turns=restarts[-1].previous_turns,
-                                                carried=False, facts_chars=0, memory=None))
+        return conv.note(
+            "restart",
+            restart_note(
+                Digest(),
+                session=session,
+                previous_turns=restarts[-1].previous_turns,
+                carried=False,
+                facts_chars=0,
+                memory=None,
+            ),
+        )
     return conv.note("continue", setting(config, "agent", "continue_message"))
 
 
@@ -171,8 +211,11 @@ def last_window(events: list[EventBase]) -> tuple[int, str]:
 
 def next_observation(events: list[EventBase]) -> int:
     """One past the highest observation number the log names, so none is overwritten."""
-    numbers = [int(m.group(1)) for e in events if isinstance(e, ev.ToolResultEvent)
-               and (m := OBS_NUMBER.match(e.observation))]
+    numbers = [
+        int(m.group(1))
+        for e in events
+        if isinstance(e, ev.ToolResultEvent) and (m := OBS_NUMBER.match(e.observation))
+    ]
     return max(numbers, default=0) + 1
 
 
@@ -189,4 +232,3 @@ def setting(config: dict[str, Any], table: str, name: str) -> Any:
         return value
     model = {"model": ModelConfig, "agent": AgentConfig}[table]
     return model.model_fields[name].get_default(call_default_factory=True)
-

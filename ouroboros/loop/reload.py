@@ -65,8 +65,11 @@ def config_diff(old: ConfigData, new: ConfigData, sources: Mapping[str, str]) ->
                     {"context": {"soft_threshold_pct": 0.6}}, {})
         -> [Change("context.soft_threshold_pct", 0.7, 0.6, "default")]
     """
-    return [Change(key, value_of(old, key), value_of(new, key), sources.get(key, "default"))
-            for key in KEYS if value_of(old, key) != value_of(new, key)]
+    return [
+        Change(key, value_of(old, key), value_of(new, key), sources.get(key, "default"))
+        for key in KEYS
+        if value_of(old, key) != value_of(new, key)
+    ]
 
 
 def with_live(old: LoadedConfig, new: LoadedConfig) -> LoadedConfig:
@@ -80,8 +83,9 @@ def with_live(old: LoadedConfig, new: LoadedConfig) -> LoadedConfig:
             table, name = key.split(".")
             data[table][name] = fresh[table][name]
             sources[key] = new.sources.get(key, "default")
-    return LoadedConfig(Config.model_validate(data), old.path, old.root, sources,
-                        old.flag_names, old.reader)
+    return LoadedConfig(
+        Config.model_validate(data), old.path, old.root, sources, old.flag_names, old.reader
+    )
 
 
 def recorded_config(events: list[EventBase]) -> dict[str, dict[str, Any]]:
@@ -104,8 +108,10 @@ def show(value: Any) -> str:
 
 def needs_new_run(change: Change) -> str:
     """The warning for a change the running run cannot take."""
-    return (f"{change.key} changed to {show(change.new)} ({change.source}) but needs a new run; "
-            f"this run keeps {show(change.old)}")
+    return (
+        f"{change.key} changed to {show(change.new)} ({change.source}) but needs a new run; "
+        f"this run keeps {show(change.old)}"
+    )
 
 
 def bad_edit(message: str) -> str:
@@ -117,10 +123,14 @@ def effect_note(key: str, session: int | None, turn: int | None) -> str:
     """What `config set` says when a run is going on: when the new value takes effect."""
     where = f"; the run is in session {session}, turn {turn}" if session is not None else ""
     if not is_live(key):
-        return (f"note: a run is going on{where}; {key} needs a new run to take effect "
-                "(the running one keeps its value)")
-    return (f"note: takes effect at the next session{where} "
-            "(`ouroboros reload` ends this session early)")
+        return (
+            f"note: a run is going on{where}; {key} needs a new run to take effect "
+            "(the running one keeps its value)"
+        )
+    return (
+        f"note: takes effect at the next session{where} "
+        "(`ouroboros reload` ends this session early)"
+    )
 
 
 def live_holder(state_dir: Path) -> dict[str, Any] | None:
@@ -136,11 +146,16 @@ def request_reload(state_dir: Path, host: str) -> dict[str, Any]:
     file names is not signalled) or it runs on another host."""
     holder = live_holder(state_dir)
     if holder is not None and holder.get("host") != host:
-        raise UsageError(f"the run in {state_dir} is on host {holder.get('host')}; run "
-                         "`ouroboros reload` there")
-    signalled = lock.signal_holder(state_dir / lock_file.LOCK_FILE, signal.SIGHUP) \
-        if holder is not None else None
+        raise UsageError(
+            f"the run in {state_dir} is on host {holder.get('host')}; run `ouroboros reload` there"
+        )
+    signalled = (
+        lock.signal_holder(state_dir / lock_file.LOCK_FILE, signal.SIGHUP)
+        if holder is not None
+        else None
+    )
     if signalled is None:
-        raise UsageError(f"no run is going on in {state_dir}; a new value is read when a run "
-                         "starts or resumes")
+        raise UsageError(
+            f"no run is going on in {state_dir}; a new value is read when a run starts or resumes"
+        )
     return signalled

@@ -37,8 +37,10 @@ from ouroboros.window.policy import ContextManager, Fitted
 # Sessions in a row that end without one successful tool call before the run is stopped.
 MAX_BARREN_SESSIONS = 3
 
-def may_restart(state: RunState, policy: ContextConfig, reason: str,
-                confirm: ConfirmRestart | None) -> None:
+
+def may_restart(
+    state: RunState, policy: ContextConfig, reason: str, confirm: ConfirmRestart | None
+) -> None:
     """Raise StopRun if the run has had its `max_restarts`, or if restarts need confirming
     (`auto_restart = false`) and the person says no (or cannot be asked)."""
     if policy.max_restarts and state.restarts >= policy.max_restarts:
@@ -55,20 +57,31 @@ def count_progress(state: RunState, digest: Digest | None = None) -> str | None:
     if state.barren_sessions < MAX_BARREN_SESSIONS:
         return None
     if digest is not None:
-        cause = barren_cause(state.session_turns, digest.calls, digest.failed,
-                             digest.top_failure())
+        cause = barren_cause(state.session_turns, digest.calls, digest.failed, digest.top_failure())
         if cause is not None:
-            return (f"{state.barren_sessions} sessions in a row ended without one successful "
-                    f"tool call; in the last, {cause}")
-    raise WindowTooSmallError(cannot_progress(state.context, (
-            f"{state.barren_sessions} sessions in a row ended without one successful tool "
-            "call")))
+            return (
+                f"{state.barren_sessions} sessions in a row ended without one successful "
+                f"tool call; in the last, {cause}"
+            )
+    raise WindowTooSmallError(
+        cannot_progress(
+            state.context,
+            (f"{state.barren_sessions} sessions in a row ended without one successful tool call"),
+        )
+    )
 
 
-def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
-                policy: ContextConfig, told: tuple[int, str] | None, *, facts_chars: int = 0,
-                memory: str | None = None, brief: list[dict[str, Any]] | None = None
-                ) -> Fitted:
+def fresh_start(
+    state: RunState,
+    system: Message,
+    tools: list[dict[str, Any]],
+    policy: ContextConfig,
+    told: tuple[int, str] | None,
+    *,
+    facts_chars: int = 0,
+    memory: str | None = None,
+    brief: list[dict[str, Any]] | None = None,
+) -> Fitted:
     """The conversation the next session begins with, the window believed afresh (with the
     window the server says it has now, and where it said so, if it says): the system
     prompt, the turns carried over, then the restart note (handoff.restart_note, its facts
@@ -88,23 +101,37 @@ def fresh_start(state: RunState, system: Message, tools: list[dict[str, Any]],
         tools = context.session_tools(system, tools, brief)
     session, target = state.session + 1, context.fresh_start_target()
     for chars in (facts_chars, 0):
-        text = restart_note(state.digest, session=session, previous_turns=state.session_turns,
-                            carried=bool(carried), facts_chars=chars, memory=memory)
-        messages = [system, *carried_from(session - 1, carried), *carried,
-                    note("restart", text)]
-        fitted = context.fit(Conversation(messages, context.worth_masking), tools, target,
-                             keep=unacted)
+        text = restart_note(
+            state.digest,
+            session=session,
+            previous_turns=state.session_turns,
+            carried=bool(carried),
+            facts_chars=chars,
+            memory=memory,
+        )
+        messages = [system, *carried_from(session - 1, carried), *carried, note("restart", text)]
+        fitted = context.fit(
+            Conversation(messages, context.worth_masking), tools, target, keep=unacted
+        )
         if fitted.tokens <= target:
             break
     room = context.budget - fitted.tokens
-    if context.used_pct(fitted.tokens) >= policy.hard_threshold_pct \
-            or room < context.result_tokens():
-        raise WindowTooSmallError(cannot_progress(context, (
-            f"a fresh session would start {context.used_pct(fitted.tokens):.0%} full "
-            f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
-            f"newest turn), leaving {max(room, 0)} tokens of the {context.budget}-token "
-            f"budget where one tool result may take {context.result_tokens()}"),
-            largest_part(context, fitted.messages, tools)))
+    if (
+        context.used_pct(fitted.tokens) >= policy.hard_threshold_pct
+        or room < context.result_tokens()
+    ):
+        raise WindowTooSmallError(
+            cannot_progress(
+                context,
+                (
+                    f"a fresh session would start {context.used_pct(fitted.tokens):.0%} full "
+                    f"(~{fitted.tokens} tokens: the system prompt, the tool definitions and the "
+                    f"newest turn), leaving {max(room, 0)} tokens of the {context.budget}-token "
+                    f"budget where one tool result may take {context.result_tokens()}"
+                ),
+                largest_part(context, fitted.messages, tools),
+            )
+        )
     context.masked(fitted.masked)
     return fitted
 
@@ -114,8 +141,9 @@ def carried_from(session: int, carried: Sequence[Message]) -> list[Message]:
     want): where they come from, and nothing to act on."""
     if not carried:
         return []
-    return [note("restart", f"[Carried over from session {session}: its last turns, as they "
-                            "happened.]")]
+    return [
+        note("restart", f"[Carried over from session {session}: its last turns, as they happened.]")
+    ]
 
 
 def carried_messages(messages: Sequence[Message]) -> int:
@@ -147,16 +175,25 @@ class Part:
     fix: str
 
 
-def largest_part(context: ContextManager, messages: Sequence[Message],
-                 tools: list[dict[str, Any]]) -> Part:
+def largest_part(
+    context: ContextManager, messages: Sequence[Message], tools: list[dict[str, Any]]
+) -> Part:
     """The largest part of a fresh session's first prompt (`messages`, sent with `tools`):
     the system prompt, the tool definitions, one tool call of the turns carried over (its
     arguments), or one tool result."""
     cpt, per_dense = context.chars_per_token, context.per_dense
-    parts = [Part("the system prompt", ledger.message_tokens(messages[0], cpt, per_dense),
-                  "shorten SYSTEM_PROMPT.md"),
-             Part("the tool definitions", ledger.estimate_chars(ledger.tools_chars(tools), cpt),
-                  "give the model fewer or shorter tools")]
+    parts = [
+        Part(
+            "the system prompt",
+            ledger.message_tokens(messages[0], cpt, per_dense),
+            "shorten SYSTEM_PROMPT.md",
+        ),
+        Part(
+            "the tool definitions",
+            ledger.estimate_chars(ledger.tools_chars(tools), cpt),
+            "give the model fewer or shorter tools",
+        ),
+    ]
     names = {}
     for message in messages[1:]:
         for call in message.get("tool_calls") or ():
@@ -164,25 +201,39 @@ def largest_part(context: ContextManager, messages: Sequence[Message],
             name = function.get("name", "")
             names[call.get("id")] = name
             size = ledger.estimate_text(function.get("arguments", ""), cpt, per_dense)
-            parts.append(Part(f"one {name} call of the newest turn (its arguments)", size,
-                              f"tell the agent in SYSTEM_PROMPT.md to keep each {name} call "
-                              "small (a big file in several parts): a turn is carried into "
-                              "the next session whole"))
+            parts.append(
+                Part(
+                    f"one {name} call of the newest turn (its arguments)",
+                    size,
+                    f"tell the agent in SYSTEM_PROMPT.md to keep each {name} call "
+                    "small (a big file in several parts): a turn is carried into "
+                    "the next session whole",
+                )
+            )
         if message["role"] == "tool":
             name = names.get(message.get("tool_call_id"), "tool")
-            parts.append(Part(f"the result of one {name} call",
-                              ledger.message_tokens(message, cpt, per_dense),
-                              "lower context.max_tool_result_tokens"))
+            parts.append(
+                Part(
+                    f"the result of one {name} call",
+                    ledger.message_tokens(message, cpt, per_dense),
+                    "lower context.max_tool_result_tokens",
+                )
+            )
     return max(parts, key=lambda part: part.tokens)
 
 
 def cannot_progress(context: ContextManager, why: str, largest: Part | None = None) -> str:
     """The one line for a run that cannot make progress in the window it believes; with
     the `largest` part of the prompt named, with its size and its own fix."""
-    named = (f" The largest part is {largest.what}, ~{largest.tokens} tokens."
-             if largest is not None else "")
+    named = (
+        f" The largest part is {largest.what}, ~{largest.tokens} tokens."
+        if largest is not None
+        else ""
+    )
     fix = largest.fix if largest is not None else "shorten SYSTEM_PROMPT.md"
-    return (f"the run cannot make progress: {why}, in a {context.limit}-token window "
-            f"({context.limit_source}).{named} Give the model a bigger window "
-            "(Ollama: OLLAMA_CONTEXT_LENGTH or num_ctx; llama.cpp: -c) and set "
-            f"model.context_limit to match, or {fix}")
+    return (
+        f"the run cannot make progress: {why}, in a {context.limit}-token window "
+        f"({context.limit_source}).{named} Give the model a bigger window "
+        "(Ollama: OLLAMA_CONTEXT_LENGTH or num_ctx; llama.cpp: -c) and set "
+        f"model.context_limit to match, or {fix}"
+    )

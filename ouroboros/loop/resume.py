@@ -70,8 +70,10 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
         raise UsageError(f"{run_dir} has an empty log; start a new run with `ouroboros run`")
     version = (summary.run_start or {}).get("format_version", 0)
     if version > FORMAT_VERSION:
-        raise UsageError(f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
-                         f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it")
+        raise UsageError(
+            f"{run_dir / EVENTS_FILE} was written by a newer Ouroboros (format "
+            f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it"
+        )
     read = observation_reader(run_dir)
     after = records_after(tail, snapshot_seq(run_dir))
     state, seq, rebuilt = saved_state(run_dir, policy, after, read)
@@ -83,18 +85,32 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
             state.restarts = max(state.restarts, summary.restarts)
         fold(state.digest, events)
     else:
-        fold(state.digest, parse_records([r for r in after if r["type"] in DIGESTED],
-                                         run_dir / EVENTS_FILE))
-        needed = {r["seq"]: r for r in config_records(summary) + after if r["seq"] > seq
-                  or r["type"] in ("run_start", "config_changed")}
-        events = parse_records(sorted(needed.values(), key=lambda r: r["seq"]),
-                               run_dir / EVENTS_FILE)
+        fold(
+            state.digest,
+            parse_records([r for r in after if r["type"] in DIGESTED], run_dir / EVENTS_FILE),
+        )
+        needed = {
+            r["seq"]: r
+            for r in config_records(summary) + after
+            if r["seq"] > seq or r["type"] in ("run_start", "config_changed")
+        }
+        events = parse_records(
+            sorted(needed.values(), key=lambda r: r["seq"]), run_dir / EVENTS_FILE
+        )
         seq = restore_results(state, events, seq, read)
     started = started_ids(events, seq)
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
-    return Recovered(state, tail.last_seq, interrupted, tail.current.torn_line,
-                     tail.current.valid_bytes, recorded_config(events), rebuilt,
-                     tail.manifest.problem, tail)
+    return Recovered(
+        state,
+        tail.last_seq,
+        interrupted,
+        tail.current.torn_line,
+        tail.current.valid_bytes,
+        recorded_config(events),
+        rebuilt,
+        tail.manifest.problem,
+        tail,
+    )
 
 
 DIGESTED = frozenset({"assistant", "tool_call", "tool_result", "session_restart"})
@@ -126,12 +142,19 @@ def records_after(tail: RunTail, seq: int) -> list[dict[str, Any]]:
 
 def config_records(summary: RunSummary) -> list[dict[str, Any]]:
     """The records that say the config the run last ran with, in order."""
-    return [summary.run_start, *summary.config_changes] if summary.run_start else \
-        list(summary.config_changes)
+    return (
+        [summary.run_start, *summary.config_changes]
+        if summary.run_start
+        else list(summary.config_changes)
+    )
 
 
-def saved_state(run_dir: Path, policy: ContextConfig, events: list[dict[str, Any]],
-                read: Callable[[str], str | None]) -> tuple[RunState | None, int, str | None]:
+def saved_state(
+    run_dir: Path,
+    policy: ContextConfig,
+    events: list[dict[str, Any]],
+    read: Callable[[str], str | None],
+) -> tuple[RunState | None, int, str | None]:
     """The snapshot's state brought forward by the checkpoints logged after it, and the seq
     it is now as of; (None, 0, why) when it has to be rebuilt."""
     try:
@@ -153,13 +176,14 @@ def observation_reader(run_dir: Path) -> Callable[[str], str | None]:
 
 def rebuilt_warning(why: str, state: RunState) -> str:
     """The warning a resume logs when it rebuilt the state from the log."""
-    return (f"{why}: the conversation was rebuilt from {EVENTS_FILE} ({state.total_turns} "
-            f"turns, session {state.session}); what the session carried over from the one "
-            "before is not in the log, so the agent relies on its files for it")
+    return (
+        f"{why}: the conversation was rebuilt from {EVENTS_FILE} ({state.total_turns} "
+        f"turns, session {state.session}); what the session carried over from the one "
+        "before is not in the log, so the agent relies on its files for it"
+    )
 
 
 def drop_torn_line(run_dir: Path, valid_bytes: int) -> None:
     """Cut a half-written last record off the log so new events start on a fresh line."""
     with (run_dir / EVENTS_FILE).open("r+b") as f:
         f.truncate(valid_bytes)
-

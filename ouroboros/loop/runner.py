@@ -77,22 +77,28 @@ from ouroboros.store.observations import OBSERVATIONS_DIR
 from ouroboros.store.owner import claim_state_dir
 
 
-async def run_agent(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool = False,
-                    run_id: str | None = None, message: str = "") -> int:
+async def run_agent(
+    loaded: LoadedConfig,
+    hooks: RunHooks,
+    *,
+    resume: bool = False,
+    run_id: str | None = None,
+    message: str = "",
+) -> int:
     """Run (or resume) the agent until it stops. Returns the exit code (the table in
     ouroboros.errors): 0 done, 3 paused, 128 + N for a stop by signal N; a failed run raises
     RunFailed (exit 1, or 2 when it needs a fix). Config errors raise before anything is
     written. `message` (on resume) is a new instruction for the agent."""
     with stop_signals(hooks.stop):
         try:
-            return await start_and_run(loaded, hooks, resume=resume, run_id=run_id,
-                                       message=message)
+            return await start_and_run(loaded, hooks, resume=resume, run_id=run_id, message=message)
         except Interrupted:  # stopped before the run began: nothing was recorded
             return signal_exit_code(hooks.stop.signal_name or "SIGINT")
 
 
-async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
-                        run_id: str | None, message: str) -> int:
+async def start_and_run(
+    loaded: LoadedConfig, hooks: RunHooks, *, resume: bool, run_id: str | None, message: str
+) -> int:
     loaded.check_files()
     check_writable_state_dir(loaded)  # read-only or not ours: exit 2, before anything else
     cfg = loaded.config
@@ -107,8 +113,11 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
     hooks = replace(hooks, on_text=on_text, on_event=on_event)  # no secret on the terminal
     lock = claim_workspace(loaded, run_id, run_dir)
     client = ChatClient(
-        cfg.model.base_url, cfg.model.name, api_key=api_key(cfg.model.api_key_env),
-        **client_settings(cfg.model))
+        cfg.model.base_url,
+        cfg.model.name,
+        api_key=api_key(cfg.model.api_key_env),
+        **client_settings(cfg.model),
+    )
     background: list[asyncio.Future[None]] = []
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
     try:
@@ -118,13 +127,23 @@ async def start_and_run(loaded: LoadedConfig, hooks: RunHooks, *, resume: bool,
         background.append(asyncio.ensure_future(systemd.keep_watchdog()))
         # Until the run's own heartbeat takes over: a probe sees a process starting, not stuck.
         starting = Heartbeat(loaded.state_dir / HEARTBEAT_FILE, run_id)
-        background.append(asyncio.ensure_future(
-            starting.keep_beating(cfg.metrics.heartbeat_secs)))
+        background.append(asyncio.ensure_future(starting.keep_beating(cfg.metrics.heartbeat_secs)))
         startup = await hooks.stop.cancellable(
-            reach_server(client, loaded, starting, hooks.on_event))
+            reach_server(client, loaded, starting, hooks.on_event)
+        )
         runner = await hooks.stop.cancellable(
-            Runner.open(loaded, run_dir, client, counter, hooks, resume=resume, message=message,
-                        guard=guard, startup=startup))
+            Runner.open(
+                loaded,
+                run_dir,
+                client,
+                counter,
+                hooks,
+                resume=resume,
+                message=message,
+                guard=guard,
+                startup=startup,
+            )
+        )
         background.pop().cancel()
         runner.log.subscribe(systemd.on_event)
         systemd.notify_systemd(f"READY=1\nSTATUS=run {run_id}: session {runner.state.session}")
@@ -144,8 +163,7 @@ def claim_workspace(loaded: LoadedConfig, run_id: str, run_dir: Path) -> Workspa
     temporaries a kill left there before their rename (no other harness writes there now)."""
     lock = WorkspaceLock.acquire(loaded.state_dir, loaded.workspace, run_id)
     try:
-        claim_state_dir(loaded.state_dir, project=loaded.root,
-                        workspace=loaded.workspace)
+        claim_state_dir(loaded.state_dir, project=loaded.root, workspace=loaded.workspace)
     except BaseException:
         lock.release()
         raise
@@ -153,8 +171,9 @@ def claim_workspace(loaded: LoadedConfig, run_id: str, run_dir: Path) -> Workspa
     return lock
 
 
-async def reach_server(client: ChatClient, loaded: LoadedConfig, heartbeat: Heartbeat,
-                       on_event: Listener | None) -> Deadline:
+async def reach_server(
+    client: ChatClient, loaded: LoadedConfig, heartbeat: Heartbeat, on_event: Listener | None
+) -> Deadline:
     """Check the server before anything is recorded, waiting for one that nothing answers at
     yet up to `model.wait_for_server_secs` (server_wait.py): the wait is a warning line on the
     terminal (or JSON), a STATUS= line for systemd and `doing` in the heartbeat, which
@@ -180,11 +199,17 @@ async def reach_server(client: ChatClient, loaded: LoadedConfig, heartbeat: Hear
     def ended() -> None:
         doing("starting")
         if on_event is not None:
-            on_event(ev.WarningCleared(condition=WAIT_CONDITION, ts=utc_now(),
-                                       message=f"the model server at {client.base_url} answers"))
+            on_event(
+                ev.WarningCleared(
+                    condition=WAIT_CONDITION,
+                    ts=utc_now(),
+                    message=f"the model server at {client.base_url} answers",
+                )
+            )
 
-    await wait_for_server(probe, loaded.config.model.wait_for_server_secs, client.base_url,
-                          WaitNotices(began, ended))
+    await wait_for_server(
+        probe, loaded.config.model.wait_for_server_secs, client.base_url, WaitNotices(began, ended)
+    )
     return startup
 
 
@@ -201,14 +226,20 @@ async def check_reachable(client: ChatClient) -> None:
         raise await client.missing_model()
 
 
-async def warn_without_tools(loaded: LoadedConfig, client: ChatClient, state: RunState,
-                             log: EventLog, startup: Deadline | None) -> None:
+async def warn_without_tools(
+    loaded: LoadedConfig,
+    client: ChatClient,
+    state: RunState,
+    log: EventLog,
+    startup: Deadline | None,
+) -> None:
     """One warning when the server says the model will not be shown the tools (tool_use.py);
     nothing when it does not say, or not within the start-up deadline."""
     model = loaded.config.model
     asking = tools_word(model.base_url, client.model, http=client.http)
-    said = await (asking if startup is None else startup.within(asking, lambda: None,
-                                                                "the tools question"))
+    said = await (
+        asking if startup is None else startup.within(asking, lambda: None, "the tools question")
+    )
     warning = no_tools_warning(*said, model.name) if said is not None else None
     if warning is not None:
         state.warn_once(log, "no_tools", warning)
@@ -217,8 +248,9 @@ async def warn_without_tools(loaded: LoadedConfig, client: ChatClient, state: Ru
 class Runner:
     guard: RunGuard | None = None  # the sandbox, redaction and tool processes of the run
 
-    def __init__(self, run_dir: Path, state: RunState, log: EventLog, services: Services,
-                 hooks: RunHooks) -> None:
+    def __init__(
+        self, run_dir: Path, state: RunState, log: EventLog, services: Services, hooks: RunHooks
+    ) -> None:
         self.live = services.live
         self.run_dir = run_dir
         self.state = state
@@ -233,10 +265,19 @@ class Runner:
         return self.live.loaded
 
     @classmethod
-    async def open(cls, loaded: LoadedConfig, run_dir: Path, client: ChatClient,
-                   counter: TokenCounter, hooks: RunHooks, *, resume: bool,
-                   message: str = "", guard: RunGuard | None = None,
-                   startup: Deadline | None = None) -> Runner:
+    async def open(
+        cls,
+        loaded: LoadedConfig,
+        run_dir: Path,
+        client: ChatClient,
+        counter: TokenCounter,
+        hooks: RunHooks,
+        *,
+        resume: bool,
+        message: str = "",
+        guard: RunGuard | None = None,
+        startup: Deadline | None = None,
+    ) -> Runner:
         """Start a new run in `run_dir`, or pick up the one there; snapshot its state, so a
         run killed before its first reply resumes."""
         cfg = loaded.config
@@ -245,26 +286,40 @@ class Runner:
         claim = await make_window_real(loaded, client, claim)
         await refuse_what_cannot_fit(loaded, claim, counter, startup)
         if resume:
-            state, log, interrupted = resume_run(loaded, run_dir, hooks.on_event, claim, flags,
-                                                 message, guard)
+            state, log, interrupted = resume_run(
+                loaded, run_dir, hooks.on_event, claim, flags, message, guard
+            )
         else:
             state, log = start_run(loaded, run_dir, hooks.on_event, claim, flags, guard)
             interrupted = []
         asker = WindowQuestions(client.base_url, client.model, http=client.http)
-        told = await (asker.told() if startup is None else
-                      startup.within(asker.told(), lambda: None, "the window it allocated"))
+        told = await (
+            asker.told()
+            if startup is None
+            else startup.within(asker.told(), lambda: None, "the window it allocated")
+        )
         guarded = guard.warnings() if guard is not None else []
-        guarded += [f"the server did not answer {what} within the start-up deadline "
-                    f"({startup.secs:g} s): going on with what is known"
-                    for what in (startup.missed if startup is not None else [])]
+        guarded += [
+            f"the server did not answer {what} within the start-up deadline "
+            f"({startup.secs:g} s): going on with what is known"
+            for what in (startup.missed if startup is not None else [])
+        ]
         for warning in startup_warnings(loaded, os.environ) + guarded:
             log.emit(ev.WarningEvent(message=warning))
         await warn_without_tools(loaded, client, state, log, startup)
         believe_told(state.context, told, lambda key, text: state.warn_once(log, key, text))
         services = Services(
-            client=client, toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
-            log=log, run_dir=run_dir, stop=hooks.stop, live=LiveConfig(loaded),
-            on_text=hooks.on_text, counter=counter, asker=asker, state_dir=loaded.state_dir)
+            client=client,
+            toolbox=build_toolbox(loaded, run_dir, state.context, log, guard),
+            log=log,
+            run_dir=run_dir,
+            stop=hooks.stop,
+            live=LiveConfig(loaded),
+            on_text=hooks.on_text,
+            counter=counter,
+            asker=asker,
+            state_dir=loaded.state_dir,
+        )
         runner = cls(run_dir, state, log, services, hooks)
         runner.guard = guard
         runner.follow_config()
@@ -298,11 +353,15 @@ class Runner:
             return self.finish(interrupted.reason, self.exit_code(interrupted.reason))
         except ModelError as error:
             self.log.emit(ev.ErrorEvent(message=error.message, kind=type(error).__name__))
-            code = EXIT_NEEDS_FIX if isinstance(error, PermanentModelError) \
-                else EXIT_FAILED_RESUMABLE
+            code = (
+                EXIT_NEEDS_FIX if isinstance(error, PermanentModelError) else EXIT_FAILED_RESUMABLE
+            )
             self.finish("error", code)
-            raise RunFailed(f"{error.message} (run {self.state.run_id} is saved: fix the "
-                            "cause, then `ouroboros resume` continues it)", code) from None
+            raise RunFailed(
+                f"{error.message} (run {self.state.run_id} is saved: fix the "
+                "cause, then `ouroboros resume` continues it)",
+                code,
+            ) from None
         except (StateError, OSError) as error:
             raise self.cannot_write(error) from None
         finally:
@@ -315,7 +374,8 @@ class Runner:
         heartbeat = Heartbeat(self.loaded.state_dir / HEARTBEAT_FILE, self.state.run_id)
         self.log.subscribe(heartbeat.on_event)
         return asyncio.ensure_future(
-            heartbeat.keep_beating(self.loaded.config.metrics.heartbeat_secs))
+            heartbeat.keep_beating(self.loaded.config.metrics.heartbeat_secs)
+        )
 
     def exit_code(self, reason: str) -> int:
         """How a run that ended for `reason` exits: the table in ouroboros.errors."""
@@ -339,10 +399,16 @@ class Runner:
         context, previous_prompt, toolbox = state.context, state.messages[0], self.services.toolbox
         system = self.system_message()
         facts = handoff_budget(policy.handoff_max_tokens, context.budget)
-        fitted = fresh_start(state, system, toolbox.schemas(), policy, told,
-                             facts_chars=int(facts * context.chars_per_token),
-                             memory=pinned_memory(system),
-                             brief=toolbox.brief_schemas())
+        fitted = fresh_start(
+            state,
+            system,
+            toolbox.schemas(),
+            policy,
+            told,
+            facts_chars=int(facts * context.chars_per_token),
+            memory=pinned_memory(system),
+            brief=toolbox.brief_schemas(),
+        )
         self.log.emit(ev.SessionEnd(reason="restart"))
         previous_turns = begin_session(state, fitted.messages)
         carried = carried_messages(fitted.messages)
@@ -350,15 +416,26 @@ class Runner:
         self.snapshot()
         self.log.at_session_boundary(live_from(state))
         self.log.session, self.log.turn = state.session, 0
-        self.log.emit(ev.SessionRestart(
-            previous_turns=previous_turns, carryover_messages=carried,
-            carryover_masked=len(fitted.masked), carryover_turns_dropped=fitted.dropped_turns,
-            reason=reason, context_used_pct=context_used_pct))
+        self.log.emit(
+            ev.SessionRestart(
+                previous_turns=previous_turns,
+                carryover_messages=carried,
+                carryover_masked=len(fitted.masked),
+                carryover_turns_dropped=fitted.dropped_turns,
+                reason=reason,
+                context_used_pct=context_used_pct,
+            )
+        )
         log_changes(self.log, changes)
         self.log_prompt_change(previous_prompt, fitted.messages[0])
-        self.log.emit(ev.SessionStart(context_limit=context.limit,
-                                      limit_source=context.limit_source, budget=context.budget,
-                                      carryover_messages=carried))
+        self.log.emit(
+            ev.SessionStart(
+                context_limit=context.limit,
+                limit_source=context.limit_source,
+                budget=context.budget,
+                carryover_messages=carried,
+            )
+        )
         handoff = str(fitted.messages[-1]["content"])
         self.log.emit(ev.Handoff(text=handoff, tokens=tokens_of(handoff, context.chars_per_token)))
 
@@ -372,8 +449,9 @@ class Runner:
         """The mission and the agent's memory as the files are now (memory.py); a file that
         cannot be pinned is warned about once."""
         context = self.state.context
-        message, warnings = system_message(self.loaded, self.state.messages[0],
-                                           context.chars_per_token, context.budget)
+        message, warnings = system_message(
+            self.loaded, self.state.messages[0], context.chars_per_token, context.budget
+        )
         for warning in warnings:
             self.warn_once(warning, warning)
         return message
@@ -383,8 +461,13 @@ class Runner:
         config edit gets one."""
         changed = mission_changed(before, now)
         if changed is not None:
-            self.log.emit(ev.PromptChanged(path=str(self.loaded.system_prompt_path),
-                                           old_chars=changed[0], new_chars=changed[1]))
+            self.log.emit(
+                ev.PromptChanged(
+                    path=str(self.loaded.system_prompt_path),
+                    old_chars=changed[0],
+                    new_chars=changed[1],
+                )
+            )
 
     def snapshot(self) -> None:
         """Write the whole state: at the start, at restarts and at the end."""
@@ -401,17 +484,21 @@ class Runner:
         except ConfigError as error:
             self.warn_once(f"config error: {error.message}", bad_edit(error.message))
             return []
-        self.state.clear_warnings(self.log, lambda key: key.startswith("config error: "),
-                                  "the config loads again")
+        self.state.clear_warnings(
+            self.log, lambda key: key.startswith("config error: "), "the config loads again"
+        )
         changes = config_diff(self.loaded.redacted(), new.redacted(), new.sources)
         pending = {f"needs a new run: {c.key} = {show(c.new)}" for c in changes if not c.live}
         self.state.clear_warnings(
-            self.log, lambda key: key.startswith("needs a new run: ") and key not in pending,
-            "the config no longer asks for a change that needs a new run")
+            self.log,
+            lambda key: key.startswith("needs a new run: ") and key not in pending,
+            "the config no longer asks for a change that needs a new run",
+        )
         for change in changes:
             if not change.live:
-                self.warn_once(f"needs a new run: {change.key} = {show(change.new)}",
-                               needs_new_run(change))
+                self.warn_once(
+                    f"needs a new run: {change.key} = {show(change.new)}", needs_new_run(change)
+                )
         applied = [change for change in changes if change.live]
         if applied:
             limit_changed = any(c.key == "model.context_limit" for c in applied)
@@ -453,16 +540,20 @@ class Runner:
     def cannot_write(self, error: StateError | OSError) -> StateError:
         """A full disk or a file size limit: the `error` and `run_end` events go to the log
         if it can still take them; what was written before stays as it was."""
-        failed = error if isinstance(error, StateError) else \
-            write_failure(error.filename or self.run_dir, error)
+        failed = (
+            error
+            if isinstance(error, StateError)
+            else write_failure(error.filename or self.run_dir, error)
+        )
         try:
             self.finish("error", 1, failed=failed)
         except (StateError, OSError):
             pass
         return failed
 
-    def finish(self, reason: str, code: int, summary: str = "",
-               failed: StateError | None = None) -> int:
+    def finish(
+        self, reason: str, code: int, summary: str = "", failed: StateError | None = None
+    ) -> int:
         """Record the end: every way a run ends leaves it resumable, and `next` says how.
         The end records (with the `error` of a failed write) go to the log all or none."""
         agent = self.loaded.config.agent
@@ -471,17 +562,28 @@ class Runner:
             if failed is not None:
                 self.log.emit(ev.ErrorEvent(message=failed.message, kind="StateError"))
             self.log.emit(ev.SessionEnd(reason=reason))
-            self.log.emit(ev.RunEnd(
-                reason=reason, exit_code=code, sessions=self.state.session,
-                total_turns=self.state.total_turns, restarts=self.state.restarts,
-                resumable=True, summary=summary,
-                next=how_to_continue(reason, max_turns=agent.max_turns,
-                                     max_idle_turns=agent.max_idle_turns,
-                                     last_words=last_reply(self.state.messages),
-                                     budget=self.budgets.words()),
-                budget=(self.budgets.reached or "") if reason == BUDGET else "",
-                said_done=done_words(reason, last_reply(self.state.messages)),
-                tokens_used=self.state.tokens_used, wall_secs=self.state.wall_secs))
+            self.log.emit(
+                ev.RunEnd(
+                    reason=reason,
+                    exit_code=code,
+                    sessions=self.state.session,
+                    total_turns=self.state.total_turns,
+                    restarts=self.state.restarts,
+                    resumable=True,
+                    summary=summary,
+                    next=how_to_continue(
+                        reason,
+                        max_turns=agent.max_turns,
+                        max_idle_turns=agent.max_idle_turns,
+                        last_words=last_reply(self.state.messages),
+                        budget=self.budgets.words(),
+                    ),
+                    budget=(self.budgets.reached or "") if reason == BUDGET else "",
+                    said_done=done_words(reason, last_reply(self.state.messages)),
+                    tokens_used=self.state.tokens_used,
+                    wall_secs=self.state.wall_secs,
+                )
+            )
         self.snapshot()
         self.log.close()
         return code

@@ -28,7 +28,7 @@ WAIT_CONDITION = "server_wait"  # the warning's condition, cleared when the serv
 
 
 def waiting_words(url: str, since: datetime) -> str:
-    """"waiting for the model server at URL since HH:MM:SS"."""
+    """ "waiting for the model server at URL since HH:MM:SS"."""
     return f"{WAITING} at {url} since {since.strftime('%H:%M:%S')}"
 
 
@@ -42,8 +42,9 @@ def gave_up(error: ServerUnreachableError, secs: float) -> ServerUnreachableErro
     """The error after a wait that ran out: the server's words, and how long was waited."""
     if secs <= 0:
         return error
-    return ServerUnreachableError(f"{error.message} (waited {secs:g} s for it: "
-                                  "model.wait_for_server_secs)")
+    return ServerUnreachableError(
+        f"{error.message} (waited {secs:g} s for it: model.wait_for_server_secs)"
+    )
 
 
 @dataclass
@@ -55,10 +56,16 @@ class WaitNotices:
     ended: Callable[[], None] = lambda: None
 
 
-async def wait_for_server(probe: Callable[[], Awaitable[None]], secs: float, url: str,
-                          notices: WaitNotices | None = None, *, clock: Clock = time.monotonic,
-                          sleep: Sleep = asyncio.sleep,
-                          now: Callable[[], datetime] = datetime.now) -> bool:
+async def wait_for_server(
+    probe: Callable[[], Awaitable[None]],
+    secs: float,
+    url: str,
+    notices: WaitNotices | None = None,
+    *,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = asyncio.sleep,
+    now: Callable[[], datetime] = datetime.now,
+) -> bool:
     """Await `probe()` until it returns, trying again while it raises ServerUnreachableError
     for up to `secs` seconds; True when it had to wait. Past `secs`, the last error is raised
     (its message saying how long was waited); any other error at once."""

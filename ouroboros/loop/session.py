@@ -100,15 +100,22 @@ class Session:
         self.services = services
         self.context = state.context
         self.log = services.log
-        self.tools = choose_tools(self.context, self.messages[0], services.toolbox,
-                                  self.warn_once)
+        self.tools = choose_tools(self.context, self.messages[0], services.toolbox, self.warn_once)
         self.checkpoints = Checkpoints(state, self.log, services.run_dir, services.journal)
-        self.tool_calls = ToolCalls(state, services.toolbox, self.log, self.checkpoints,
-                               services.run_dir)
+        self.tool_calls = ToolCalls(
+            state, services.toolbox, self.log, self.checkpoints, services.run_dir
+        )
         self.upkeep = Upkeep(state, self.tools, self.log, self.warn_once)
-        self.evidence = Evidence(self.context, services.client, services.counter,
-                                     self.tools, self.log, self.warn_once, services.asker,
-                                     lambda keys, text: state.clear_warnings(self.log, keys, text))
+        self.evidence = Evidence(
+            self.context,
+            services.client,
+            services.counter,
+            self.tools,
+            self.log,
+            self.warn_once,
+            services.asker,
+            lambda keys, text: state.clear_warnings(self.log, keys, text),
+        )
 
     @property
     def messages(self) -> Conversation:
@@ -147,8 +154,9 @@ class Session:
             self.messages.add_note("continue", self.services.config.agent.continue_message)
         if cut:  # last: what the agent reads before its next move
             subject = self.services.toolbox.subject
-            self.messages.add_note("interrupted",
-                                   interrupted_note([(c.name, subject(c)) for c in cut]))
+            self.messages.add_note(
+                "interrupted", interrupted_note([(c.name, subject(c)) for c in cut])
+            )
         if pending or due or instruction or cut:
             self.upkeep.after_turn()
             self.checkpoints.end_turn()
@@ -171,9 +179,10 @@ class Session:
             wire = self.context.wire(self.messages)
             try:
                 reply = await with_retries(
-                    lambda: self.services.client.complete(wire, self.tools,
-                                                          self.services.on_text),
-                    self.services.retry, on_retry=self.on_retry)
+                    lambda: self.services.client.complete(wire, self.tools, self.services.on_text),
+                    self.services.retry,
+                    on_retry=self.on_retry,
+                )
             except ContextOverflowError as error:  # an empty stream too
                 await self.evidence.refused(error, self.messages, sent_tokens)
                 await self.evidence.ask_allocated(again=True)
@@ -181,10 +190,12 @@ class Session:
             await self.record(sent, reply)
             self.checkpoints.step()
             return reply
-        raise ModelError(f"the server kept refusing the prompt as too long after "
-                         f"{MAX_OVERFLOW_RECOVERIES} attempts to shrink it to fit a "
-                         f"{self.context.limit}-token window ({self.context.limit_source}); "
-                         "set model.context_limit to the window the server really has")
+        raise ModelError(
+            f"the server kept refusing the prompt as too long after "
+            f"{MAX_OVERFLOW_RECOVERIES} attempts to shrink it to fit a "
+            f"{self.context.limit}-token window ({self.context.limit_source}); "
+            "set model.context_limit to the window the server really has"
+        )
 
     async def record(self, sent: int, reply: StreamResult) -> None:
         """Add the reply to the conversation (of which the first `sent` messages were sent):
@@ -195,8 +206,13 @@ class Session:
         message = reply.to_message()
         message["content"] = without_reasoning(reply.text)
         self.messages.append(message)
-        self.log.emit(ev.Assistant(text=reply.text, finish_reason=reply.finish_reason,
-                                   tool_calls=[asdict(call) for call in reply.tool_calls]))
+        self.log.emit(
+            ev.Assistant(
+                text=reply.text,
+                finish_reason=reply.finish_reason,
+                tool_calls=[asdict(call) for call in reply.tool_calls],
+            )
+        )
         await self.evidence.ask_allocated()  # the model is loaded now: /api/ps knows
         await self.evidence.take_in(self.messages, sent, reply)
 
@@ -211,8 +227,9 @@ class Session:
     async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
         """Run the calls in order; a task_complete among them ends the run once all ran."""
         outcomes = await self.tool_calls.execute(calls)
-        summaries = [result.meta[COMPLETE_KEY] for _, result in outcomes
-                     if COMPLETE_KEY in result.meta]
+        summaries = [
+            result.meta[COMPLETE_KEY] for _, result in outcomes if COMPLETE_KEY in result.meta
+        ]
         if summaries:
             raise StopRun("task_complete", summaries[-1])
         return outcomes
@@ -240,8 +257,9 @@ class Session:
         if alarm is None:
             return
         loop = alarm.loop
-        self.log.emit(ev.Stuck(kind=loop.kind, detail=loop.detail,
-                               action="pause" if alarm.pause else "note"))
+        self.log.emit(
+            ev.Stuck(kind=loop.kind, detail=loop.detail, action="pause" if alarm.pause else "note")
+        )
         if alarm.pause:
             raise StopRun("stuck")
         self.messages.add_note("stuck", loop_note(loop))
@@ -250,9 +268,13 @@ class Session:
         """Work that earlier sessions did, done again (guards.py): the agent is told once
         in a session; if the session goes on being mostly repeats, the run pauses."""
         digest, agent = self.state.digest, self.services.config.agent
-        action = redoing(digest.repeats, digest.side_effects, digest.told_redoing,
-                         notice_after=agent.redo_notice_repeats,
-                         pause_after=agent.redo_pause_repeats)
+        action = redoing(
+            digest.repeats,
+            digest.side_effects,
+            digest.told_redoing,
+            notice_after=agent.redo_notice_repeats,
+            pause_after=agent.redo_pause_repeats,
+        )
         if action is None:
             return
         detail = redo_detail(digest.repeats, digest.side_effects, digest.repeated)

@@ -42,25 +42,58 @@ from ouroboros.window.policy import ContextManager, fixed_part_problem, least_to
 Claim = tuple[int, str]  # the window the config claims (or the server says), and from where
 
 
-def start_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, claim: Claim,
-              flags: dict[str, Any], guard: RunGuard | None) -> tuple[RunState, EventLog]:
+def start_run(
+    loaded: LoadedConfig,
+    run_dir: Path,
+    on_event: Listener | None,
+    claim: Claim,
+    flags: dict[str, Any],
+    guard: RunGuard | None,
+) -> tuple[RunState, EventLog]:
     """A new run's state, and its log begun with `run_start` and `session_start`."""
     cfg = loaded.config
     context = ContextManager.create(*claim, cfg.model.max_output_tokens, cfg.context)
     state = RunState(run_dir.name, first_messages(loaded, cfg.agent.continue_message), context)
-    log = open_log(run_dir, on_event, seq=0, state=state, guard=guard,
-                   durability=cfg.logging.durability, segment_bytes=segment_bytes(loaded),
-                   retention=retention(loaded))
-    log.emit(ev.RunStart(run_id=run_dir.name, version=__version__, pid=os.getpid(),
-                         config=loaded.redacted(), flags=flags, **sandbox_fields(guard)))
-    log.emit(ev.SessionStart(context_limit=context.limit, limit_source=context.limit_source,
-                             budget=context.budget, carryover_messages=0))
+    log = open_log(
+        run_dir,
+        on_event,
+        seq=0,
+        state=state,
+        guard=guard,
+        durability=cfg.logging.durability,
+        segment_bytes=segment_bytes(loaded),
+        retention=retention(loaded),
+    )
+    log.emit(
+        ev.RunStart(
+            run_id=run_dir.name,
+            version=__version__,
+            pid=os.getpid(),
+            config=loaded.redacted(),
+            flags=flags,
+            **sandbox_fields(guard),
+        )
+    )
+    log.emit(
+        ev.SessionStart(
+            context_limit=context.limit,
+            limit_source=context.limit_source,
+            budget=context.budget,
+            carryover_messages=0,
+        )
+    )
     return state, log
 
 
-def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, claim: Claim,
-               flags: dict[str, Any], message: str, guard: RunGuard | None
-               ) -> tuple[RunState, EventLog, list[ToolCall]]:
+def resume_run(
+    loaded: LoadedConfig,
+    run_dir: Path,
+    on_event: Listener | None,
+    claim: Claim,
+    flags: dict[str, Any],
+    message: str,
+    guard: RunGuard | None,
+) -> tuple[RunState, EventLog, list[ToolCall]]:
     """A stopped run's state as its log and snapshot say, its log continued with
     `run_resumed`, and the tool calls a stop or crash cut short (to be answered)."""
     cfg = loaded.config
@@ -77,17 +110,33 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
     state.idle_turns = 0  # the person chose to go on
     state.digest.start_counting()
     state.instruction = message.strip() or state.instruction
-    log = open_log(run_dir, on_event, seq=recovered.seq, state=state, guard=guard,
-                   durability=cfg.logging.durability, tail=recovered.tail,
-                   segment_bytes=segment_bytes(loaded), retention=retention(loaded))
+    log = open_log(
+        run_dir,
+        on_event,
+        seq=recovered.seq,
+        state=state,
+        guard=guard,
+        durability=cfg.logging.durability,
+        tail=recovered.tail,
+        segment_bytes=segment_bytes(loaded),
+        retention=retention(loaded),
+    )
     if recovered.repaired is not None and recovered.tail is not None:
         write_manifest(run_dir, recovered.tail.manifest)
-    log.emit(ev.RunResumed(
-        total_turns=state.total_turns, restarts=state.restarts,
-        torn_line_dropped=recovered.torn_line is not None,
-        interrupted_tools=[c.name for c in recovered.interrupted], context_limit=context.limit,
-        limit_source=context.limit_source, budget=context.budget, flags=flags,
-        message=message.strip(), **sandbox_fields(guard)))
+    log.emit(
+        ev.RunResumed(
+            total_turns=state.total_turns,
+            restarts=state.restarts,
+            torn_line_dropped=recovered.torn_line is not None,
+            interrupted_tools=[c.name for c in recovered.interrupted],
+            context_limit=context.limit,
+            limit_source=context.limit_source,
+            budget=context.budget,
+            flags=flags,
+            message=message.strip(),
+            **sandbox_fields(guard),
+        )
+    )
     if recovered.rebuilt is not None:
         log.emit(ev.WarningEvent(message=rebuilt_warning(recovered.rebuilt, state)))
     if recovered.repaired is not None:
@@ -99,8 +148,9 @@ def resume_run(loaded: LoadedConfig, run_dir: Path, on_event: Listener | None, c
 
 # A state dir that fails with one of these needs a person (a read-only mount, a directory
 # the user may not write, a file in the way); a full disk or a quota is temporary (exit 1).
-NEEDS_FIX_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
-                              errno.EISDIR, errno.ELOOP})
+NEEDS_FIX_ERRNOS = frozenset(
+    {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ELOOP}
+)
 TEMPORARY_GLOB = ".ouroboros-*.tmp"  # what store.atomic writes before its rename
 TEMPORARY_MIN_AGE_SECS = 60.0  # older than any write that could be going on
 
@@ -119,18 +169,20 @@ def check_writable_state_dir(loaded: LoadedConfig) -> None:
     probe = path / f".ouroboros-probe-{os.getpid()}.tmp"
     try:
         make_private_dir(path)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
         os.close(fd)
         os.unlink(probe)
     except OSError as error:
         if not needs_fix(error):
             raise
         key = "logging.state_dir"
-        raise ConfigError(f"cannot write to the state dir {path}: "
-                          f"{error.strerror or error} ({key} {loaded.origin(key)}); make it "
-                          f"writable for this user or point {key} at a directory that is"
-                          ) from None
+        raise ConfigError(
+            f"cannot write to the state dir {path}: "
+            f"{error.strerror or error} ({key} {loaded.origin(key)}); make it "
+            f"writable for this user or point {key} at a directory that is"
+        ) from None
 
 
 def sweep_temporaries(*directories: Path, now: float | None = None) -> list[Path]:
@@ -154,16 +206,30 @@ def sweep_temporaries(*directories: Path, now: float | None = None) -> list[Path
     return removed
 
 
-def open_log(run_dir: Path, on_event: Listener | None, *, seq: int, state: RunState,
-             guard: RunGuard | None = None, durability: Durability = "turn",
-             tail: RunTail | None = None, segment_bytes: int = SEGMENT_BYTES,
-             retention: Retention | None = None) -> EventLog:
+def open_log(
+    run_dir: Path,
+    on_event: Listener | None,
+    *,
+    seq: int,
+    state: RunState,
+    guard: RunGuard | None = None,
+    durability: Durability = "turn",
+    tail: RunTail | None = None,
+    segment_bytes: int = SEGMENT_BYTES,
+    retention: Retention | None = None,
+) -> EventLog:
     """The run's log, continued after event `seq` (in the current segment of `tail`),
     redacting the run's secrets."""
-    log = EventLog(run_dir / EVENTS_FILE, seq=seq, session=state.session,
-                   turn=state.session_turns, durability=durability,
-                   summary=complete_summary(run_dir, tail.manifest) if tail else None,
-                   current=tail.records if tail else (), segment_bytes=segment_bytes)
+    log = EventLog(
+        run_dir / EVENTS_FILE,
+        seq=seq,
+        session=state.session,
+        turn=state.session_turns,
+        durability=durability,
+        summary=complete_summary(run_dir, tail.manifest) if tail else None,
+        current=tail.records if tail else (),
+        segment_bytes=segment_bytes,
+    )
     log.retention = retention
     if guard is not None and guard.redact:
         log.redact = guard.redact
@@ -194,8 +260,9 @@ def live_from(state: RunState) -> int:
 def log_changes(log: EventSink, changes: list[Change]) -> None:
     """A `config_changed` event for each change."""
     for change in changes:
-        log.emit(ev.ConfigChanged(key=change.key, old=change.old, new=change.new,
-                                  source=change.source))
+        log.emit(
+            ev.ConfigChanged(key=change.key, old=change.old, new=change.new, source=change.source)
+        )
 
 
 def sandbox_fields(guard: RunGuard | None) -> dict[str, Any]:
@@ -208,20 +275,26 @@ def api_key(env_name: str) -> str | None:
     return os.environ.get(env_name) or None if env_name else None
 
 
-async def claim_window(loaded: LoadedConfig, http: httpx.AsyncClient | None = None,
-                       startup: Deadline | None = None) -> Claim:
+async def claim_window(
+    loaded: LoadedConfig, http: httpx.AsyncClient | None = None, startup: Deadline | None = None
+) -> Claim:
     """The window the config claims (or the server says, asked through the run's client
     `http`), and where that came from; guessed from the model's name when the server has not
     said by the start-up deadline."""
     model = loaded.config.model
     asking = discover_context_limit(
-        model.base_url, model.name, model.context_limit,
+        model.base_url,
+        model.name,
+        model.context_limit,
         configured_in=setting_origin(loaded.sources.get("model.context_limit", "default")),
-        api_key=api_key(model.api_key_env), http=http)
+        api_key=api_key(model.api_key_env),
+        http=http,
+    )
     if startup is None:
         return await asking
-    return await startup.within(asking, lambda: context_from_name(model.name),
-                                "the window questions")
+    return await startup.within(
+        asking, lambda: context_from_name(model.name), "the window questions"
+    )
 
 
 async def make_window_real(loaded: LoadedConfig, server: ModelServer, claim: Claim) -> Claim:
@@ -239,15 +312,17 @@ async def make_window_real(loaded: LoadedConfig, server: ModelServer, claim: Cla
             f"cannot give {server.model} the window of {model.context_limit:,} tokens "
             f"model.context_limit asks for: {failed.what}; set model.ensure_window = false to "
             "run on the model as it is, or start Ollama with a bigger window "
-            f"({OLLAMA.bigger_window(model.context_limit)})") from None
+            f"({OLLAMA.bigger_window(model.context_limit)})"
+        ) from None
     if sized is None:
         return claim
     server.model = sized.name
     return claim[0], f"{claim[1]}; {sized.source}"
 
 
-async def refuse_what_cannot_fit(loaded: LoadedConfig, claim: Claim, counter: TokenCounter,
-                                 startup: Deadline | None = None) -> None:
+async def refuse_what_cannot_fit(
+    loaded: LoadedConfig, claim: Claim, counter: TokenCounter, startup: Deadline | None = None
+) -> None:
     """Before the first request: WindowTooSmallError, with the figures and the keys to change,
     when the system prompt and the tool definitions (in their short form) leave no session
     room to work in the window claimed. Counted by the server where it can render a prompt
@@ -257,10 +332,14 @@ async def refuse_what_cannot_fit(loaded: LoadedConfig, claim: Claim, counter: To
     messages = first_messages(loaded, cfg.agent.continue_message)
     tools = start_toolbox(loaded).brief_schemas()
     asking = counter.prompt(messages, tools)
-    counted = await (asking if startup is None else
-                     startup.within(asking, lambda: None, "the prompt count"))
-    fixed, how = ((counted, "counted by the server") if counted is not None
-                  else (least_tokens(messages, tools), "at least, by the estimate"))
+    counted = await (
+        asking if startup is None else startup.within(asking, lambda: None, "the prompt count")
+    )
+    fixed, how = (
+        (counted, "counted by the server")
+        if counted is not None
+        else (least_tokens(messages, tools), "at least, by the estimate")
+    )
     problem = fixed_part_problem(fixed, how, claim[0], cfg.model.max_output_tokens, cfg.context)
     if problem is not None:
         raise WindowTooSmallError(f"{problem} (window: {claim[1]})")
@@ -270,12 +349,18 @@ def start_toolbox(loaded: LoadedConfig) -> Toolbox:
     """The run's tools as the model is shown them, for what they take of the window; none of
     them is called."""
     safety = loaded.config.safety
-    return Toolbox(default_tools(
-        loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
-        max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
-        secret_env_names=[], on_security=lambda event: None,
-        recall=Recall(loaded.state_dir / "observations"),
-        allow_complete=loaded.config.agent.allow_complete))
+    return Toolbox(
+        default_tools(
+            loaded.workspace,
+            shell_timeout_secs=safety.shell_timeout_secs,
+            max_output_bytes=safety.max_output_bytes,
+            blocked_patterns=safety.blocked_patterns,
+            secret_env_names=[],
+            on_security=lambda event: None,
+            recall=Recall(loaded.state_dir / "observations"),
+            allow_complete=loaded.config.agent.allow_complete,
+        )
+    )
 
 
 def setting_origin(source: str) -> str:
@@ -294,12 +379,16 @@ def startup_warnings(loaded: LoadedConfig, env: Mapping[str, str]) -> list[str]:
     warnings = []
     name = loaded.config.model.api_key_env
     if name and not env.get(name):
-        warnings.append(f"model.api_key_env names {name}, which is not set in the environment: "
-                        "requests go without an API key")
+        warnings.append(
+            f"model.api_key_env names {name}, which is not set in the environment: "
+            "requests go without an API key"
+        )
     path = loaded.system_prompt_path
     if path.is_file() and not path.read_text(encoding="utf-8").strip():
-        warnings.append(f"the system prompt {path} is empty: the agent starts with no mission "
-                        "(write it in that file)")
+        warnings.append(
+            f"the system prompt {path} is empty: the agent starts with no mission "
+            "(write it in that file)"
+        )
     return warnings
 
 
@@ -313,16 +402,25 @@ def first_messages(loaded: LoadedConfig, kickoff: str) -> list[Message]:
     return [{"role": "system", "content": read_system_prompt(loaded)}, note("continue", kickoff)]
 
 
-def build_toolbox(loaded: LoadedConfig, run_dir: Path, context: ContextManager,
-                  log: EventSink, guard: RunGuard | None = None) -> Toolbox:
+def build_toolbox(
+    loaded: LoadedConfig,
+    run_dir: Path,
+    context: ContextManager,
+    log: EventSink,
+    guard: RunGuard | None = None,
+) -> Toolbox:
     """The tools the config gives the agent, confined by the run's sandbox."""
     safety = loaded.config.safety
     secrets = [loaded.config.model.api_key_env] if loaded.config.model.api_key_env else []
     tools = default_tools(
-        loaded.workspace, shell_timeout_secs=safety.shell_timeout_secs,
-        max_output_bytes=safety.max_output_bytes, blocked_patterns=safety.blocked_patterns,
-        secret_env_names=secrets, on_security=lambda event: log.emit(ev.Security(**event)),
+        loaded.workspace,
+        shell_timeout_secs=safety.shell_timeout_secs,
+        max_output_bytes=safety.max_output_bytes,
+        blocked_patterns=safety.blocked_patterns,
+        secret_env_names=secrets,
+        on_security=lambda event: log.emit(ev.Security(**event)),
         sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None,
         recall=Recall(run_dir / "observations", context.max_result_chars),
-        allow_complete=loaded.config.agent.allow_complete)
+        allow_complete=loaded.config.agent.allow_complete,
+    )
     return Toolbox(tools, redact=guard.redact if guard is not None and guard.redact else None)

@@ -25,8 +25,14 @@ from ouroboros.window.conversation import describe, interrupted_text
 class ToolCalls:
     """Runs tool calls with `toolbox` and records their results in `state`."""
 
-    def __init__(self, state: RunState, toolbox: Toolbox, log: RunLog,
-                 checkpoints: Checkpoints, run_dir: Path) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        toolbox: Toolbox,
+        log: RunLog,
+        checkpoints: Checkpoints,
+        run_dir: Path,
+    ) -> None:
         self.state = state
         self.context = state.context
         self.toolbox = toolbox
@@ -42,8 +48,9 @@ class ToolCalls:
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one call and record its result."""
         subject = self.toolbox.subject(call)
-        self.log.emit(ev.ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments,
-                                       subject=subject))
+        self.log.emit(
+            ev.ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments, subject=subject)
+        )
         started = time.monotonic()
         try:
             result = await self.toolbox.run(call)
@@ -57,11 +64,20 @@ class ToolCalls:
         obs = describe(call.name, subject, result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
         self.append_result(call.id, obs_id, content, self.context.max_result_chars(result.content))
-        self.log.emit(ev.ToolResultEvent(
-            id=call.id, name=call.name, ok=result.ok, bytes=len(result.content.encode()),
-            observation=obs_id, truncated=obs.truncated, summary=obs.first_line[:120],
-            duration_ms=round(1000 * (time.monotonic() - started)),
-            exit_code=result.meta.get("exit_code"), **self.checkpoints.changes()))
+        self.log.emit(
+            ev.ToolResultEvent(
+                id=call.id,
+                name=call.name,
+                ok=result.ok,
+                bytes=len(result.content.encode()),
+                observation=obs_id,
+                truncated=obs.truncated,
+                summary=obs.first_line[:120],
+                duration_ms=round(1000 * (time.monotonic() - started)),
+                exit_code=result.meta.get("exit_code"),
+                **self.checkpoints.changes(),
+            )
+        )
         return result
 
     def append_result(self, call_id: str, obs_id: str, content: str, limit: int) -> None:
@@ -69,8 +85,9 @@ class ToolCalls:
         its checkpoint names the observation holding its text, and the cut that gives
         `content` back."""
         keep = self.context.policy.tool_result_truncation
-        self.state.messages.add_result(call_id, content,
-                                       tool_result_ref(obs_id, call_id, limit, keep))
+        self.state.messages.add_result(
+            call_id, content, tool_result_ref(obs_id, call_id, limit, keep)
+        )
 
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
@@ -78,11 +95,22 @@ class ToolCalls:
         obs = describe(call.name, "", result, self.context.new_observation_id(), call.id)
         content = self.context.admit(obs, result.content)
         self.state.messages.add_result(call.id, content)
-        self.log.emit(ev.ToolResultEvent(
-            id=call.id, name=call.name, ok=False, bytes=len(content), observation=obs.id,
-            truncated=False, summary="interrupted", duration_ms=duration_ms, interrupted=True))
+        self.log.emit(
+            ev.ToolResultEvent(
+                id=call.id,
+                name=call.name,
+                ok=False,
+                bytes=len(content),
+                observation=obs.id,
+                truncated=False,
+                summary="interrupted",
+                duration_ms=duration_ms,
+                interrupted=True,
+            )
+        )
 
     def save_observation(self, obs_id: str, text: str) -> None:
         """The full text of a result, for `recall` and for resume."""
-        self.observations.save(obs_id, text, self.state.session,
-                               durable=self.log.durability == "event")
+        self.observations.save(
+            obs_id, text, self.state.session, durable=self.log.durability == "event"
+        )

@@ -21,20 +21,26 @@ def no_tools_warning(takes_tools: bool, server: str, model: str) -> str | None:
     if takes_tools:
         return None
     if server == "llama.cpp":
-        return ("the llama.cpp server's chat template does not take tools (/props: "
-                "chat_template_caps.supports_tools is false): the model is never shown them "
-                "and cannot call one; start `llama-server --jinja` with a chat template that has "
-                "tools (`--chat-template-file`), or a model whose own template has them")
-    return (f"{model} does not list the tools capability (/api/show): the server will refuse "
-            "requests with tools; use a model with the tools capability (`ollama show "
-            f"{model}` lists them)")
+        return (
+            "the llama.cpp server's chat template does not take tools (/props: "
+            "chat_template_caps.supports_tools is false): the model is never shown them "
+            "and cannot call one; start `llama-server --jinja` with a chat template that has "
+            "tools (`--chat-template-file`), or a model whose own template has them"
+        )
+    return (
+        f"{model} does not list the tools capability (/api/show): the server will refuse "
+        "requests with tools; use a model with the tools capability (`ollama show "
+        f"{model}` lists them)"
+    )
 
 
 def no_calls_warning(replies: int) -> str:
-    return (f"the run's first {replies} replies held no tool call, though tools were offered: "
-            "the model may not be able to call them (a chat template without tools: "
-            "`llama-server --jinja` and a template that has them; a model without the "
-            "tools capability), or it was not asked clearly enough (SYSTEM_PROMPT.md)")
+    return (
+        f"the run's first {replies} replies held no tool call, though tools were offered: "
+        "the model may not be able to call them (a chat template without tools: "
+        "`llama-server --jinja` and a template that has them; a model without the "
+        "tools capability), or it was not asked clearly enough (SYSTEM_PROMPT.md)"
+    )
 
 
 class ToolUseWatch:

@@ -24,8 +24,9 @@ from ouroboros.window.policy import Mask, Restart, WindDown
 class Upkeep:
     """Keeps `state`'s conversation within its window."""
 
-    def __init__(self, state: RunState, tools: list[dict[str, Any]], log: EventSink,
-                 warn_once: Warn) -> None:
+    def __init__(
+        self, state: RunState, tools: list[dict[str, Any]], log: EventSink, warn_once: Warn
+    ) -> None:
         self.state = state
         self.context = state.context
         self.tools = tools
@@ -40,11 +41,15 @@ class Upkeep:
         if fitted.masked:
             self.log_mask(len(fitted.masked), fitted.before, fitted.tokens, preflight=True)
         if fitted.dropped_turns:
-            self.log.emit(ev.ContextDrop(turns_dropped=fitted.dropped_turns,
-                                         tokens_after=fitted.tokens))
+            self.log.emit(
+                ev.ContextDrop(turns_dropped=fitted.dropped_turns, tokens_after=fitted.tokens)
+            )
         if fitted.tokens > context.budget:
-            self.warn_once("oversize", f"the newest turn alone (~{fitted.tokens} tokens) does "
-                           f"not fit the {context.budget}-token budget; sending it anyway")
+            self.warn_once(
+                "oversize",
+                f"the newest turn alone (~{fitted.tokens} tokens) does "
+                f"not fit the {context.budget}-token budget; sending it anyway",
+            )
         return fitted.tokens
 
     def after_turn(self) -> None:
@@ -70,21 +75,29 @@ class Upkeep:
         """A reload ends the session early: the agent is told to save its state, and a turn
         later the session restarts."""
         if self.state.reload == "wound_down":
-            raise RestartSession(RELOAD_REASON,
-                                 round(100 * self.context.used_pct(tokens), 1))
+            raise RestartSession(RELOAD_REASON, round(100 * self.context.used_pct(tokens), 1))
         if self.state.reload != "requested":
             return False
         self.state.reload = "wound_down"
         self.state.messages.add_note("wind_down", RELOAD_WIND_DOWN_TEXT)
-        self.log.emit(ev.WindDown(
-            context_used_pct=round(100 * self.context.used_pct(tokens), 1), reason="reload"))
+        self.log.emit(
+            ev.WindDown(
+                context_used_pct=round(100 * self.context.used_pct(tokens), 1), reason="reload"
+            )
+        )
         return True
 
     def log_mask(self, count: int, before: int, after: int, *, preflight: bool) -> float:
         """Log a masking round; return the share of the window it reclaimed, in percent."""
         reclaimed = 100 * (before - after) / before if before else 0.0
-        self.log.emit(ev.ContextMask(
-            observations_masked=count, total_masked=self.context.total_masked,
-            tokens_before=before, tokens_after=after, reclaimed_pct=round(reclaimed, 1),
-            preflight=preflight))
+        self.log.emit(
+            ev.ContextMask(
+                observations_masked=count,
+                total_masked=self.context.total_masked,
+                tokens_before=before,
+                tokens_after=after,
+                reclaimed_pct=round(reclaimed, 1),
+                preflight=preflight,
+            )
+        )
         return reclaimed

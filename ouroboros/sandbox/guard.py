@@ -44,8 +44,12 @@ def protected_paths(loaded: LoadedConfig) -> dict[str, Path]:
 
 def prepare_sandbox(loaded: LoadedConfig) -> Sandbox:
     safety = loaded.config.safety
-    return Sandbox.prepare(safety.sandbox, workspace=loaded.workspace, network=safety.network,
-                           protected=protected_paths(loaded))
+    return Sandbox.prepare(
+        safety.sandbox,
+        workspace=loaded.workspace,
+        network=safety.network,
+        protected=protected_paths(loaded),
+    )
 
 
 @dataclass
@@ -63,8 +67,12 @@ class RunGuard:
         model = loaded.config.model
         secrets = secret_values(model.api_key_env, model.base_url, os.environ)
         scrub_own_environment(secrets)
-        return cls(prepare_sandbox(loaded), Redactor.of(secrets), loaded.workspace,
-                   too_short=short_secrets(model.api_key_env, model.base_url, os.environ))
+        return cls(
+            prepare_sandbox(loaded),
+            Redactor.of(secrets),
+            loaded.workspace,
+            too_short=short_secrets(model.api_key_env, model.base_url, os.environ),
+        )
 
     def start(self, lock_fds: Sequence[int] = ()) -> None:
         """Kill what an earlier harness left running in the workspace, and start the watchdog
@@ -95,9 +103,9 @@ class RunGuard:
             current.close()
         return self.sandbox
 
-    def screen_stream(self, on_text: Callable[[str], None] | None,
-                      on_event: Callable[[Any], None] | None
-                      ) -> tuple[Callable[[str], None] | None, Callable[[Any], None] | None]:
+    def screen_stream(
+        self, on_text: Callable[[str], None] | None, on_event: Callable[[Any], None] | None
+    ) -> tuple[Callable[[str], None] | None, Callable[[Any], None] | None]:
         """The terminal's hooks with the streamed reply redacted before it is shown (a secret
         split across pieces too); what is held back of it is let out before the next event
         (the reply's own, once the stream has ended). Events come redacted from the log."""
@@ -109,6 +117,7 @@ class RunGuard:
             text.flush()
             if on_event is not None:
                 on_event(record)
+
         return text, event_after_text
 
     def warnings(self) -> list[str]:
@@ -119,8 +128,10 @@ class RunGuard:
             found.append(short_secret_warning(self.too_short))
         if self.reaped:
             pids = ", ".join(map(str, self.reaped[:10]))
-            found.append(f"killed {len(self.reaped)} tool process(es) an earlier harness left "
-                         f"running in this workspace (pid {pids})")
+            found.append(
+                f"killed {len(self.reaped)} tool process(es) an earlier harness left "
+                f"running in this workspace (pid {pids})"
+            )
         return found
 
     def close(self) -> None:

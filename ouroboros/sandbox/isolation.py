@@ -39,8 +39,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def _libc() -> ctypes.CDLL:
@@ -112,12 +115,15 @@ def in_thread(work: Any) -> Any:
 def private_network() -> int:
     """A new network namespace with loopback up, made by a thread that then ends; the
     returned file descriptor keeps it for the run (root only: CAP_SYS_ADMIN)."""
+
     def make() -> int:
         libc = _libc()
         _check(libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         loopback_up(libc)
-        return os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net",
-                       os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(
+            f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY | os.O_CLOEXEC
+        )
+
     return in_thread(make)
 
 
@@ -155,6 +161,7 @@ class Confiner:
         def start() -> subprocess.Popen[bytes]:
             self.confine_this_thread()
             return subprocess.Popen(args, **popen)
+
         return in_thread(start)
 
     def close(self) -> None:

@@ -94,8 +94,11 @@ def scopes(abi: int) -> int:
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -134,8 +137,9 @@ def abi() -> int:
     """The Landlock ABI version the kernel offers; 0 when it has none (not Linux, a kernel
     before 5.13, Landlock left out of the `lsm=` boot list, or a seccomp filter refusing it)."""
     try:
-        return _syscall(SYS_CREATE_RULESET, None, ctypes.c_size_t(0),
-                        ctypes.c_uint32(CREATE_RULESET_VERSION))
+        return _syscall(
+            SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION)
+        )
     except OSError:
         return 0
 
@@ -152,8 +156,12 @@ class Ruleset:
     def build(cls, abi: int, rules: list[tuple[Path, int]], *, network: bool = True) -> Ruleset:
         """A ruleset granting each `(path, rights)`; missing paths are skipped. Raises OSError."""
         attr = _RulesetAttr(handled_fs(abi), handled_net(abi, network), scopes(abi))
-        fd = _syscall(SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(_attr_size(abi)),
-                      ctypes.c_uint32(0))
+        fd = _syscall(
+            SYS_CREATE_RULESET,
+            ctypes.byref(attr),
+            ctypes.c_size_t(_attr_size(abi)),
+            ctypes.c_uint32(0),
+        )
         try:
             for path, rights in rules:
                 _add_rule(fd, path, rights)
@@ -186,7 +194,12 @@ def _add_rule(ruleset_fd: int, path: Path, rights: int) -> None:
         if not os.path.isdir(path):
             rights &= FILE_RIGHTS
         attr = _PathBeneathAttr(rights, fd)
-        _syscall(SYS_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(RULE_PATH_BENEATH),
-                 ctypes.byref(attr), ctypes.c_uint32(0))
+        _syscall(
+            SYS_ADD_RULE,
+            ctypes.c_int(ruleset_fd),
+            ctypes.c_int(RULE_PATH_BENEATH),
+            ctypes.byref(attr),
+            ctypes.c_uint32(0),
+        )
     finally:
         os.close(fd)

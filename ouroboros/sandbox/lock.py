@@ -100,11 +100,14 @@ def workspace_lock_path(workspace: Path, env: Mapping[str, str] | None = None) -
             passed.append(f"{directory}: {error.strerror or error}")
             continue
         if why_not is not None:
-            raise RunLockedError(f"will not keep the workspace lock in {why_not}; remove it "
-                                 "(or set XDG_CACHE_HOME to a directory of your own)")
+            raise RunLockedError(
+                f"will not keep the workspace lock in {why_not}; remove it "
+                "(or set XDG_CACHE_HOME to a directory of your own)"
+            )
         return directory / workspace_lock_name(workspace)
-    raise RunLockedError("cannot keep the workspace lock in a directory of its own: "
-                         + "; ".join(passed))
+    raise RunLockedError(
+        "cannot keep the workspace lock in a directory of its own: " + "; ".join(passed)
+    )
 
 
 def private_dir(directory: Path) -> str | None:
@@ -131,8 +134,10 @@ def own_dir_problem(info: os.stat_result, uid: int) -> str | None:
     if info.st_uid != uid:
         return f"it is owned by uid {info.st_uid}, not by this user (uid {uid})"
     if info.st_mode & 0o022:
-        return (f"it is writable by others (mode {stat.S_IMODE(info.st_mode):o}); it should "
-                "be this user's alone (0700)")
+        return (
+            f"it is writable by others (mode {stat.S_IMODE(info.st_mode):o}); it should "
+            "be this user's alone (0700)"
+        )
     return None
 
 
@@ -153,20 +158,26 @@ def shared_dir_problem(info: os.stat_result, uid: int, writers: int = 0o022) -> 
         return f"it is owned by uid {info.st_uid}, not by this user (uid {uid}) or root"
     if info.st_mode & writers and not info.st_mode & stat.S_ISVTX:
         who = "every user" if writers == 0o002 else "others"
-        return (f"{who} may write to it (mode {stat.S_IMODE(info.st_mode):o}) and it has no "
-                "sticky bit, so they may replace what the harness keeps there")
+        return (
+            f"{who} may write to it (mode {stat.S_IMODE(info.st_mode):o}) and it has no "
+            "sticky bit, so they may replace what the harness keeps there"
+        )
     return None
 
 
 def takeover_note(previous: Mapping[str, Any]) -> str:
     """What is known of a dead holder whose lock was taken over, in one line."""
-    known = [f"on {previous['host']}" if previous.get("host") else "",
-             f"run {previous['run_id']}" if previous.get("run_id") else "",
-             f"holding it since {previous['since']}" if previous.get("since") else ""]
+    known = [
+        f"on {previous['host']}" if previous.get("host") else "",
+        f"run {previous['run_id']}" if previous.get("run_id") else "",
+        f"holding it since {previous['since']}" if previous.get("since") else "",
+    ]
     details = ", ".join(part for part in known if part)
-    return (f"took over a stale lock left by pid {previous.get('pid')}"
-            + (f" ({details})" if details else "")
-            + ": that process no longer holds the kernel lock, so it is gone")
+    return (
+        f"took over a stale lock left by pid {previous.get('pid')}"
+        + (f" ({details})" if details else "")
+        + ": that process no longer holds the kernel lock, so it is gone"
+    )
 
 
 def hold_directory(directory: Path, owner_file: Path, what: str) -> int:
@@ -229,11 +240,15 @@ def take(path: Path, owner: dict[str, Any], what: str) -> HeldLock:
             os.close(fd)
             continue
         previous = _read_fd(fd)
-        if (previous and previous.get("host") not in (None, owner["host"])
-                and not kernel_lock_spans_hosts(path)):
+        if (
+            previous
+            and previous.get("host") not in (None, owner["host"])
+            and not kernel_lock_spans_hosts(path)
+        ):
             os.close(fd)  # another host's lock, on a disk whose flocks it does not share
-            raise RunLockedError(held_message(previous, what) + f", or delete {path} if you "
-                                 "are sure it is gone")
+            raise RunLockedError(
+                held_message(previous, what) + f", or delete {path} if you are sure it is gone"
+            )
         _write_fd(fd, owner)
         return HeldLock(path, fd, previous if previous and previous != owner else None)
     raise RunLockedError(f"could not take the lock {path}: another process keeps taking it")
@@ -246,13 +261,16 @@ def open_lock_file(path: Path) -> int:
     try:
         fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o644)
     except Refused as error:
-        raise RunLockedError(f"will not use the lock file {path}: {error.strerror}; remove "
-                             "it") from None
+        raise RunLockedError(
+            f"will not use the lock file {path}: {error.strerror}; remove it"
+        ) from None
     links = os.fstat(fd).st_nlink
     if links > 1:
         os.close(fd)
-        raise RunLockedError(f"will not use the lock file {path}: it has {links} hard links, "
-                             "and one may be a file elsewhere; remove it")
+        raise RunLockedError(
+            f"will not use the lock file {path}: it has {links} hard links, "
+            "and one may be a file elsewhere; remove it"
+        )
     return fd
 
 
@@ -263,8 +281,10 @@ def held_message(holder: dict[str, Any] | None, what: str) -> str:
         return f"another Ouroboros is using {what}; stop it first"
     other = "state_dir" if what.startswith("the workspace") else "workspace"
     where = f", {other.replace('_', ' ')} {holder[other]}" if holder.get(other) else ""
-    return (f"another Ouroboros (pid {holder.get('pid')} on {holder.get('host')}, run "
-            f"{holder.get('run_id')}{where}) is using {what}; stop it first")
+    return (
+        f"another Ouroboros (pid {holder.get('pid')} on {holder.get('host')}, run "
+        f"{holder.get('run_id')}{where}) is using {what}; stop it first"
+    )
 
 
 def wait_for_owner(path: Path) -> dict[str, Any] | None:
@@ -298,20 +318,28 @@ class WorkspaceLock:
         return takeover_note(self.taken_over) if self.taken_over else None
 
     @classmethod
-    def acquire(cls, state_dir: Path, workspace: Path, run_id: str,
-                env: Mapping[str, str] | None = None) -> WorkspaceLock:
+    def acquire(
+        cls, state_dir: Path, workspace: Path, run_id: str, env: Mapping[str, str] | None = None
+    ) -> WorkspaceLock:
         """Take both locks (the workspace's first), or raise RunLockedError naming who holds
         one, or ConfigError when the state dir is not safe to keep a run in (state_dir_problem).
         A lock whose holder died is free, and taken over."""
         make_private_dir(state_dir)
         why = state_dir_problem(os.stat(state_dir), os.geteuid())
         if why is not None:
-            raise ConfigError(f"will not keep the run in the state dir {state_dir}: {why}; set "
-                              "logging.state_dir to a directory of your own")
+            raise ConfigError(
+                f"will not keep the run in the state dir {state_dir}: {why}; set "
+                "logging.state_dir to a directory of your own"
+            )
         resolved = workspace.resolve()
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
-                 "workspace": str(resolved), "state_dir": str(state_dir.resolve()),
-                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        owner = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "run_id": run_id,
+            "workspace": str(resolved),
+            "state_dir": str(state_dir.resolve()),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         what = f"the workspace {resolved}"
         owner_file = workspace_lock_path(resolved, env)
         directory = hold_directory(resolved, owner_file, what)

@@ -67,11 +67,24 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def _mount(libc: ctypes.CDLL, source: str | None, target: Path, fstype: str | None,
-           flags: int, data: str | None = None) -> None:
-    _check(libc.mount(source and source.encode(), os.fsencode(target),
-                      fstype and fstype.encode(), ctypes.c_ulong(flags),
-                      data and data.encode()), f"mount {target}")
+def _mount(
+    libc: ctypes.CDLL,
+    source: str | None,
+    target: Path,
+    fstype: str | None,
+    flags: int,
+    data: str | None = None,
+) -> None:
+    _check(
+        libc.mount(
+            source and source.encode(),
+            os.fsencode(target),
+            fstype and fstype.encode(),
+            ctypes.c_ulong(flags),
+            data and data.encode(),
+        ),
+        f"mount {target}",
+    )
 
 
 def _bind_back(libc: ctypes.CDLL, path: Path, fd: int) -> None:
@@ -119,8 +132,9 @@ def private_mounts(steps: list[tuple[Path, list[Path]]], libc: ctypes.CDLL) -> i
         try:
             _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
             hide(libc, steps)
-            outcome["fd"] = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/mnt",
-                                    os.O_RDONLY | os.O_CLOEXEC)
+            outcome["fd"] = os.open(
+                f"/proc/self/task/{threading.get_native_id()}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC
+            )
         except OSError as error:
             outcome["error"] = error
 

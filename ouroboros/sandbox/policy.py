@@ -49,16 +49,31 @@ from ouroboros.sandbox.userns import Entering, Namespaces
 Setting = Literal["auto", "required", "off"]
 Mechanism = Literal["landlock", "none", "off"]
 
-SYSTEM_READ_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
-                     "/opt", "/proc")
+SYSTEM_READ_ROOTS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+)
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 
 # -- pure decisions --------------------------------------------------------------------------
 
 
-def read_roots(system: Iterable[str], path_env: str, prefixes: Iterable[str],
-               protected: Iterable[Path], home: Path | None) -> list[Path]:
+def read_roots(
+    system: Iterable[str],
+    path_env: str,
+    prefixes: Iterable[str],
+    protected: Iterable[Path],
+    home: Path | None,
+) -> list[Path]:
     """The directories a command may read and run programs from: the system's, then the
     Python installation and PATH's less any that is `/`, the home directory or one holding a
     protected path (a PATH entry of `~` or of the project directory would expose the state
@@ -76,8 +91,9 @@ def read_roots(system: Iterable[str], path_env: str, prefixes: Iterable[str],
     return roots
 
 
-def rules(abi: int, workspace: Path, private_tmp: Path | None,
-          readable: Iterable[Path]) -> list[tuple[Path, int]]:
+def rules(
+    abi: int, workspace: Path, private_tmp: Path | None, readable: Iterable[Path]
+) -> list[tuple[Path, int]]:
     """What the ruleset grants: read on `readable`, everything on the workspace and the private
     temp dir, read-write on the harmless devices, listing of /dev."""
     granted = [(root, landlock.read_rights(abi)) for root in readable]
@@ -120,8 +136,7 @@ def world_readable_rules(root: Path, read: int) -> list[tuple[Path, int]]:
     return [(root, landlock.READ_DIR), *parts]
 
 
-def exposed(workspace: Path, readable: Iterable[Path],
-            protected: Mapping[str, Path]) -> list[str]:
+def exposed(workspace: Path, readable: Iterable[Path], protected: Mapping[str, Path]) -> list[str]:
     """The protected things a command can still reach: those inside the workspace (writable)
     or inside a readable directory."""
     found = []
@@ -146,23 +161,34 @@ def network_text(network: bool, cut: str) -> str:
 
 def sockets_text(sockets: str) -> str:
     if sockets == "namespace":
-        return ("unix sockets outside the workspace hidden (own mount namespace: /run, /tmp, "
-                "/srv, /var/lib, /dev/shm and home are private)")
+        return (
+            "unix sockets outside the workspace hidden (own mount namespace: /run, /tmp, "
+            "/srv, /var/lib, /dev/shm and home are private)"
+        )
     if sockets == "seccomp":
         return "unix sockets refused (seccomp filter; socketpair allowed)"
     return "unix sockets NOT closed (no mount namespace or seccomp here)"
 
 
-def summary(mechanism: Mechanism, abi: int, network: bool, cut: str,
-            exposures: list[str], why_none: str = "", sockets: str = "",
-            skipped: Iterable[Path] = ()) -> str:
+def summary(
+    mechanism: Mechanism,
+    abi: int,
+    network: bool,
+    cut: str,
+    exposures: list[str],
+    why_none: str = "",
+    sockets: str = "",
+    skipped: Iterable[Path] = (),
+) -> str:
     """The one line said at start and recorded in `run_start`."""
     if mechanism == "off":
-        return "sandbox off (safety.sandbox = \"off\"): shell is unconfined"
+        return 'sandbox off (safety.sandbox = "off"): shell is unconfined'
     if mechanism == "none":
         return f"no sandbox ({why_none}): shell is unconfined"
-    text = (f"landlock (ABI {abi}): shell reads the system, writes only the workspace and a "
-            f"private temp dir; {network_text(network, cut)}; {sockets_text(sockets)}")
+    text = (
+        f"landlock (ABI {abi}): shell reads the system, writes only the workspace and a "
+        f"private temp dir; {network_text(network, cut)}; {sockets_text(sockets)}"
+    )
     if abi < 3:
         text += "; below Landlock ABI 3 truncate() is not restricted on read-only roots"
     if skipped := list(skipped):
@@ -188,8 +214,12 @@ def reachable(roots: Iterable[Path]) -> tuple[list[Path], list[Path]]:
     return kept, skipped
 
 
-def kept_in_namespace(workspace: Path, private_tmp: Path, readable: Iterable[Path],
-                      etc_links: Iterable[str] = ("/etc/resolv.conf",)) -> list[Path]:
+def kept_in_namespace(
+    workspace: Path,
+    private_tmp: Path,
+    readable: Iterable[Path],
+    etc_links: Iterable[str] = ("/etc/resolv.conf",),
+) -> list[Path]:
     """What the mount namespace binds back inside the hidden directories: the workspace, the
     private temp dir, every readable root, and the targets of /etc's links into them (the
     resolver's /run/systemd/resolve/stub-resolv.conf)."""
@@ -236,11 +266,17 @@ class Sandbox:
 
     def describe(self) -> dict[str, object]:
         """For `run_start`: exactly what is confined and what is not."""
-        return {"setting": self.setting, "mechanism": self.mechanism, "abi": self.abi,
-                "network": self.network, "network_cut": self.network_cut or None,
-                "unix_sockets": self.sockets or None,
-                "skipped_roots": [str(p) for p in self.skipped],
-                "exposed": self.exposures, "summary": self.summary}
+        return {
+            "setting": self.setting,
+            "mechanism": self.mechanism,
+            "abi": self.abi,
+            "network": self.network,
+            "network_cut": self.network_cut or None,
+            "unix_sockets": self.sockets or None,
+            "skipped_roots": [str(p) for p in self.skipped],
+            "exposed": self.exposures,
+            "summary": self.summary,
+        }
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """The command's environment: HOME and TMPDIR point into the private temp dir (the
@@ -282,8 +318,14 @@ class Sandbox:
         return cls(setting, mechanism, 0, True, "", summary(mechanism, 0, True, "", [], why))
 
     @classmethod
-    def prepare(cls, setting: Setting, *, workspace: Path, network: bool = True,
-                protected: Mapping[str, Path] | None = None) -> Sandbox:
+    def prepare(
+        cls,
+        setting: Setting,
+        *,
+        workspace: Path,
+        network: bool = True,
+        protected: Mapping[str, Path] | None = None,
+    ) -> Sandbox:
         """The best sandbox this machine offers for `setting`. Raises ConfigError, one line
         naming what is missing, when `setting` is "required" and none can be had."""
         if setting == "off":
@@ -299,34 +341,46 @@ def refuse_or_unconfined(setting: Setting, missing: str) -> Sandbox:
     """No sandbox can be had: "required" refuses (one line naming what is missing), "auto"
     runs the shell unconfined and says why."""
     if setting == "required":
-        raise ConfigError(f"safety.sandbox = \"required\", but {missing}; the run is refused "
-                          "rather than start the shell unconfined")
+        raise ConfigError(
+            f'safety.sandbox = "required", but {missing}; the run is refused '
+            "rather than start the shell unconfined"
+        )
     return Sandbox.unconfined(setting, missing)
 
 
-def system_rules(abi: int, workspace: Path, private_tmp: Path, readable: list[Path], *,
-                 root: bool) -> list[tuple[Path, int]]:
+def system_rules(
+    abi: int, workspace: Path, private_tmp: Path, readable: list[Path], *, root: bool
+) -> list[tuple[Path, int]]:
     """`rules`, with /etc narrowed to what any user may read when the harness is root."""
     if not root:
         return rules(abi, workspace, private_tmp, readable)
     etc = Path("/etc")
-    return (rules(abi, workspace, private_tmp, [r for r in readable if r != etc])
-            + world_readable_rules(etc, landlock.read_rights(abi)))
+    return rules(
+        abi, workspace, private_tmp, [r for r in readable if r != etc]
+    ) + world_readable_rules(etc, landlock.read_rights(abi))
 
 
-def _prepare_landlock(setting: Setting, abi: int, workspace: Path, network: bool,
-                      protected: Mapping[str, Path]) -> Sandbox:
+def _prepare_landlock(
+    setting: Setting, abi: int, workspace: Path, network: bool, protected: Mapping[str, Path]
+) -> Sandbox:
     home = Path(os.environ["HOME"]).resolve() if os.environ.get("HOME") else None
     guarded = {what: path.resolve() for what, path in protected.items()}
-    readable, skipped = reachable(read_roots(SYSTEM_READ_ROOTS, os.environ.get("PATH", ""),
-                                             {sys.prefix, sys.base_prefix}, guarded.values(),
-                                             home))
+    readable, skipped = reachable(
+        read_roots(
+            SYSTEM_READ_ROOTS,
+            os.environ.get("PATH", ""),
+            {sys.prefix, sys.base_prefix},
+            guarded.values(),
+            home,
+        )
+    )
     private_tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(workspace_tag(workspace)))).resolve()
     for sub in ("home", "tmp"):
         (private_tmp / sub).mkdir()
     granted = system_rules(abi, workspace, private_tmp, readable, root=os.geteuid() == 0)
-    hiding = mounts.plan(mounts.hidden_dirs(home),
-                         kept_in_namespace(workspace, private_tmp, readable))
+    hiding = mounts.plan(
+        mounts.hidden_dirs(home), kept_in_namespace(workspace, private_tmp, readable)
+    )
     found = _first_working(_launchers(abi, granted, network, hiding))
     if isinstance(found, str):
         shutil.rmtree(private_tmp, ignore_errors=True)
@@ -334,22 +388,34 @@ def _prepare_landlock(setting: Setting, abi: int, workspace: Path, network: bool
     cut, launcher = found
     if not network and not cut and setting == "required":
         _dispose(launcher, private_tmp)
-        raise ConfigError("safety.sandbox = \"required\" with safety.network = false, but the "
-                          "network cannot be cut here (no user namespaces, Landlock ABI below "
-                          "4); the run is refused rather than leave the network open")
+        raise ConfigError(
+            'safety.sandbox = "required" with safety.network = false, but the '
+            "network cannot be cut here (no user namespaces, Landlock ABI below "
+            "4); the run is refused rather than leave the network open"
+        )
     exposures = exposed(workspace, readable, guarded)
-    sandbox = Sandbox(setting, "landlock", abi, network, cut,
-                      summary("landlock", abi, network, cut, exposures, "", launcher.sockets,
-                              skipped), launcher, private_tmp, exposures, skipped,
-                      launcher.sockets)
+    sandbox = Sandbox(
+        setting,
+        "landlock",
+        abi,
+        network,
+        cut,
+        summary("landlock", abi, network, cut, exposures, "", launcher.sockets, skipped),
+        launcher,
+        private_tmp,
+        exposures,
+        skipped,
+        launcher.sockets,
+    )
     sandbox._finalizer = weakref.finalize(  # type: ignore[attr-defined]
-        sandbox, _dispose, launcher, private_tmp)
+        sandbox, _dispose, launcher, private_tmp
+    )
     return sandbox
 
 
-def _launchers(abi: int, granted: list[tuple[Path, int]], network: bool,
-               hiding: list[tuple[Path, list[Path]]]
-               ) -> Generator[tuple[str, Launcher], None, None]:
+def _launchers(
+    abi: int, granted: list[tuple[Path, int]], network: bool, hiding: list[tuple[Path, list[Path]]]
+) -> Generator[tuple[str, Launcher], None, None]:
     """Ways to start commands, best first, with how each cuts the network: a network
     namespace cuts every socket family (and Landlock then leaves TCP alone, so loopback
     works); Landlock's TCP rights (ABI 4) are the fallback; last, not cut at all. Unix
@@ -362,9 +428,14 @@ def _launchers(abi: int, granted: list[tuple[Path, int]], network: bool,
     def confiner(*, tcp_allowed: bool, netns: int = -1, sockets: bool = True) -> Confiner:
         ruleset = landlock.Ruleset.build(abi, granted, network=tcp_allowed)
         hidden = os.dup(mountns) if sockets and mountns >= 0 else -1
-        return Confiner(ruleset, netns, drop_capabilities=root,
-                        last_capability=last_capability(), mountns=hidden,
-                        refuse_unix=sockets and hidden < 0 and seccomp.supported())
+        return Confiner(
+            ruleset,
+            netns,
+            drop_capabilities=root,
+            last_capability=last_capability(),
+            mountns=hidden,
+            refuse_unix=sockets and hidden < 0 and seccomp.supported(),
+        )
 
     try:
         if network:
@@ -381,8 +452,10 @@ def _launchers(abi: int, granted: list[tuple[Path, int]], network: bool,
             except OSError:
                 pass
             else:
-                yield "namespace", Entering(confiner(tcp_allowed=True, sockets=not hiding),
-                                            namespaces)
+                yield (
+                    "namespace",
+                    Entering(confiner(tcp_allowed=True, sockets=not hiding), namespaces),
+                )
         if abi >= 4:
             yield "tcp", confiner(tcp_allowed=False)
         yield "", confiner(tcp_allowed=True)
@@ -399,8 +472,9 @@ def _private_mounts(hiding: list[tuple[Path, list[Path]]]) -> int:
         return -1
 
 
-def _first_working(launchers: Generator[tuple[str, Launcher], None, None]
-                   ) -> tuple[str, Launcher] | str:
+def _first_working(
+    launchers: Generator[tuple[str, Launcher], None, None],
+) -> tuple[str, Launcher] | str:
     """The first launcher a command really starts through, or why none did."""
     failures = []
     try:
@@ -420,8 +494,12 @@ def _first_working(launchers: Generator[tuple[str, Launcher], None, None]
 def _works(launcher: Launcher) -> str:
     """'' when a command starts through `launcher`, else why not."""
     try:
-        process = launcher.spawn(["/bin/sh", "-c", ":"], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = launcher.spawn(
+            ["/bin/sh", "-c", ":"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         code = process.wait(timeout=10)
     except (OSError, subprocess.SubprocessError) as error:
         return str(error.__cause__ or error)

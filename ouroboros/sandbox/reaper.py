@@ -168,8 +168,7 @@ def _processes(entry: bytes, told: frozenset[tuple[int, int]] = frozenset()) -> 
         environ = _read(f"/proc/{name}/environ") or b""
         start = int(fields[19])
         marked = entry in environ.split(b"\0") or (int(name), start) in told
-        found.append(Process(int(name), int(fields[3]), marked, parent=int(fields[1]),
-                             start=start))
+        found.append(Process(int(name), int(fields[3]), marked, parent=int(fields[1]), start=start))
     return found
 
 
@@ -234,8 +233,7 @@ def reap(tag: str, told: frozenset[tuple[int, int]] = frozenset()) -> list[int]:
             kill_exactly(process)
         killed.update(p.pid for p in found)
     deadline = time.monotonic() + GONE_WAIT_SECS
-    while time.monotonic() < deadline and any(is_running(_read(f"/proc/{p}/stat"))
-                                              for p in killed):
+    while time.monotonic() < deadline and any(is_running(_read(f"/proc/{p}/stat")) for p in killed):
         time.sleep(0.005)
     return sorted(killed)
 
@@ -253,9 +251,13 @@ class Watchdog:
         if not os.path.isdir("/proc/self"):
             return cls(None)
         process = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros.sandbox.reaper", tag], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            pass_fds=tuple(lock_fds))
+            [sys.executable, "-m", "ouroboros.sandbox.reaper", tag],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=tuple(lock_fds),
+        )
         return cls(process)
 
     def tell(self, pid: int, start: int) -> None:

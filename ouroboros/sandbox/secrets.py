@@ -48,9 +48,11 @@ def short_secrets(api_key_env: str, base_url: str, env: Mapping[str, str]) -> li
 
 def short_secret_warning(names: list[str]) -> str:
     """The one start-up warning for secrets too short to redact."""
-    return (f"the {' and the '.join(names)} {'is' if len(names) == 1 else 'are'} under "
-            f"{MIN_SECRET_CHARS} characters, too short to tell from ordinary text: not "
-            "redacted from the log, the state or tool results")
+    return (
+        f"the {' and the '.join(names)} {'is' if len(names) == 1 else 'are'} under "
+        f"{MIN_SECRET_CHARS} characters, too short to tell from ordinary text: not "
+        "redacted from the log, the state or tool results"
+    )
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,8 @@ class StreamRedactor:
     def __call__(self, piece: str) -> None:
         text = self.redact(self.held + piece)
         keep = held_back(text, self.redact.secrets)
-        self.held = text[len(text) - keep:] if keep else ""
-        if out := text[:len(text) - keep]:
+        self.held = text[len(text) - keep :] if keep else ""
+        if out := text[: len(text) - keep]:
             self.sink(out)
 
     def flush(self) -> None:

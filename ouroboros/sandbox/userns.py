@@ -71,15 +71,21 @@ class Namespaces:
     def make(cls, steps: list[tuple[Path, list[Path]]]) -> Namespaces:
         """Made by the helper process; raises OSError naming why they could not be."""
         plan = json.dumps([[str(d), [str(p) for p in inside]] for d, inside in steps])
-        helper = subprocess.Popen([sys.executable, "-m", "ouroboros.sandbox.userns", plan],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, cwd="/", text=True)
+        helper = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros.sandbox.userns", plan],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd="/",
+            text=True,
+        )
         assert helper.stdin is not None and helper.stdout is not None
         try:
             if helper.stdout.readline().strip() != READY:
                 said = helper.communicate(timeout=HELPER_SECS)[1]
-                raise OSError(f"namespaces could not be made: "
-                              f"{(said.strip().splitlines() or ['?'])[-1]}")
+                raise OSError(
+                    f"namespaces could not be made: {(said.strip().splitlines() or ['?'])[-1]}"
+                )
             fds = namespace_fds(helper.pid, KINDS if steps else KINDS[:2])
         except subprocess.TimeoutExpired:
             raise OSError("namespaces could not be made: their helper did not exit") from None
@@ -121,14 +127,24 @@ def namespace_fds(pid: int, kinds: tuple[tuple[str, str], ...]) -> tuple[int, ..
     return tuple(fds)
 
 
-def entering_command(fds: tuple[int, ...], cwd: str | None, args: list[str],
-                     nsenter: str | None, env: str | None) -> list[str]:
+def entering_command(
+    fds: tuple[int, ...], cwd: str | None, args: list[str], nsenter: str | None, env: str | None
+) -> list[str]:
     """The command line that enters `fds` (user, net[, mnt]) and runs `args` in `cwd` (pure)."""
     if nsenter is not None and env is not None:
         names = [f"--{option}=/proc/self/fd/{fd}" for (_, option), fd in zip(KINDS, fds)]
         return [nsenter, *names, f"--{KEEP_IDS}", "--", *in_directory(cwd, args, env)]
-    return [sys.executable, "-I", "-S", "-c", ENTER, str(len(fds)), *map(str, fds),
-            cwd or "", *args]
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        ENTER,
+        str(len(fds)),
+        *map(str, fds),
+        cwd or "",
+        *args,
+    ]
 
 
 def in_directory(cwd: str | None, args: list[str], env: str) -> list[str]:
@@ -148,8 +164,7 @@ class Entering:
 
     confiner: Confiner
     namespaces: Namespaces
-    nsenter: str | None = field(default_factory=lambda: shutil.which("nsenter",
-                                                                     path=SYSTEM_PATH))
+    nsenter: str | None = field(default_factory=lambda: shutil.which("nsenter", path=SYSTEM_PATH))
     env: str | None = field(default_factory=lambda: shutil.which("env", path=SYSTEM_PATH))
 
     @property
@@ -162,8 +177,13 @@ class Entering:
 
     def spawn(self, args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         cwd = popen.get("cwd")
-        line = entering_command(self.namespaces.fds, str(Path(cwd).absolute()) if cwd else None,
-                                args, self.nsenter, self.env)
+        line = entering_command(
+            self.namespaces.fds,
+            str(Path(cwd).absolute()) if cwd else None,
+            args,
+            self.nsenter,
+            self.env,
+        )
         passed = tuple(popen.pop("pass_fds", ())) + self.namespaces.fds
         return self.confiner.spawn(line, pass_fds=passed, **popen)
 

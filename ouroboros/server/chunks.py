@@ -27,8 +27,15 @@ from ouroboros.protocols import StreamResult, ToolCall, Usage, is_json_object
 DONE = "[DONE]"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-               int: "a number", float: "a number", type(None): "null"}
+_JSON_TYPES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
 
 
 class MalformedChunk(ValueError):
@@ -108,8 +115,10 @@ class StreamAccumulator:
     def feed(self, chunk: dict[str, Any]) -> str:
         """Take one chunk; return the assistant text it added ("" if none). MalformedChunk
         (nothing taken) when a field has the wrong type."""
-        choices = [_choice(choice, f"choices[{n}]") for n, choice in
-                   enumerate(_typed(chunk.get("choices"), list, "choices") or [])]
+        choices = [
+            _choice(choice, f"choices[{n}]")
+            for n, choice in enumerate(_typed(chunk.get("choices"), list, "choices") or [])
+        ]
         self.chunks += 1
         carried = False
         model = chunk.get("model")
@@ -176,8 +185,12 @@ class StreamAccumulator:
         `tool_calls`."""
         cut = self.finish_reason == "length"  # a call whose arguments do not parse was cut
         calls = [
-            ToolCall(id=call.id, name=call.name, arguments=arguments,
-                     cut_off=cut and not is_json_object(arguments))
+            ToolCall(
+                id=call.id,
+                name=call.name,
+                arguments=arguments,
+                cut_off=cut and not is_json_object(arguments),
+            )
             for call in self._calls
             if call.name or call.arguments
             for arguments in [_without_escaped_surrogates("".join(call.arguments))]
@@ -255,8 +268,9 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:16]}"
 
 
-def assign_call_ids(calls: list[ToolCall], taken: AbstractSet[str],
-                    new_id: Callable[[], str] = new_call_id) -> list[ToolCall]:
+def assign_call_ids(
+    calls: list[ToolCall], taken: AbstractSet[str], new_id: Callable[[], str] = new_call_id
+) -> list[ToolCall]:
     """`calls` with every missing id, and every id already `taken` (by the conversation or an
     earlier call of the same reply), replaced by a fresh one, so that each result, mask and
     placeholder names one call.

@@ -92,11 +92,20 @@ class ChatClient(ModelServer):
         # the last server error: (digest of the request body, status, body), see same_again
         self._last_failure: tuple[bytes, int, str] | None = None
         self.reply_room: Callable[[], int] | None = None  # what the window leaves for a reply
-        super().__init__(base_url, model, http_client(
-            base_url, api_key=api_key, transport=transport), server_kind)
-        self.configure(temperature=temperature, max_output_tokens=max_output_tokens,
-                       timeout_secs=timeout_secs, first_token_secs=first_token_secs,
-                       idle_secs=idle_secs, max_reply_bytes=max_reply_bytes)
+        super().__init__(
+            base_url,
+            model,
+            http_client(base_url, api_key=api_key, transport=transport),
+            server_kind,
+        )
+        self.configure(
+            temperature=temperature,
+            max_output_tokens=max_output_tokens,
+            timeout_secs=timeout_secs,
+            first_token_secs=first_token_secs,
+            idle_secs=idle_secs,
+            max_reply_bytes=max_reply_bytes,
+        )
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -107,23 +116,39 @@ class ChatClient(ModelServer):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def configure(self, *, temperature: float, max_output_tokens: int, timeout_secs: float,
-                  first_token_secs: float = 300, idle_secs: float = 60,
-                  max_reply_bytes: int = 0) -> None:
+    def configure(
+        self,
+        *,
+        temperature: float,
+        max_output_tokens: int,
+        timeout_secs: float,
+        first_token_secs: float = 300,
+        idle_secs: float = 60,
+        max_reply_bytes: int = 0,
+    ) -> None:
         """New sampling settings and reply limits, from the next request on."""
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
-        self.limits = ReplyLimits(first_token_secs, idle_secs, timeout_secs,
-                                  reply_byte_limit(max_output_tokens, max_reply_bytes))
+        self.limits = ReplyLimits(
+            first_token_secs,
+            idle_secs,
+            timeout_secs,
+            reply_byte_limit(max_output_tokens, max_reply_bytes),
+        )
         self._http.timeout = httpx.Timeout(timeout_secs)
 
     def request_body(self, messages: WireMessages, tools: list[dict[str, Any]]) -> bytes:
-        return encode_body(self.model, messages, tools, {
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": self.temperature,
-            "max_tokens": self.reply_tokens(),
-        })
+        return encode_body(
+            self.model,
+            messages,
+            tools,
+            {
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "temperature": self.temperature,
+                "max_tokens": self.reply_tokens(),
+            },
+        )
 
     def reply_tokens(self) -> int:
         """max_tokens for a reply: model.max_output_tokens, and never more than the window
@@ -146,19 +171,20 @@ class ChatClient(ModelServer):
         body = self.request_body(wire, tools)
         watch = ReplyWatch(self.limits, asyncio.get_running_loop().time())
         timer = asyncio.timeout_at(watch.deadline)
-        reader = ReplyReader(self, watch, timer, on_text,
-                             max_output_tokens=self.max_output_tokens)
+        reader = ReplyReader(self, watch, timer, on_text, max_output_tokens=self.max_output_tokens)
         try:
             async with timer:
                 result = await self._exchange(body, reader)
         except TimeoutError:
             raise TransientModelError(
-                f"{self.server} was too slow: {watch.broken_bound()}") from None
+                f"{self.server} was too slow: {watch.broken_bound()}"
+            ) from None
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise self.unreachable() from exc
         except httpx.TimeoutException as exc:
-            raise TransientModelError(f"{self.server} sent nothing in "
-                                      f"time ({type(exc).__name__})") from exc
+            raise TransientModelError(
+                f"{self.server} sent nothing in time ({type(exc).__name__})"
+            ) from exc
         except httpx.TransportError as exc:
             raise TransientModelError(
                 f"the connection to {self.server} broke: "
@@ -170,19 +196,20 @@ class ChatClient(ModelServer):
 
     async def _exchange(self, body: bytes, reader: ReplyReader) -> StreamResult:
         headers = {**JSON_CONTENT, "Content-Length": str(len(body))}
-        async with self._http.stream("POST", CHAT_PATH, content=_once(body), headers=headers,
-                                     timeout=None) as response:
+        async with self._http.stream(
+            "POST", CHAT_PATH, content=_once(body), headers=headers, timeout=None
+        ) as response:
             if not response.is_success:
                 text = await read_capped(response, ERROR_BODY_BYTES)
                 reader.timer.reschedule(None)  # the reply is over; naming the error may ask
                 retry_after = parse_retry_after(response.headers.get("retry-after"))
-                error = await self.status_error(response.status_code, text,
-                                                retry_after=retry_after)
+                error = await self.status_error(response.status_code, text, retry_after=retry_after)
                 raise self.same_again(body, response.status_code, text, error)
             if is_html(response):
                 page = await read_capped(response, ERROR_BODY_BYTES)
-                raise self.not_an_llm_server(f"POST {CHAT_PATH} answered "
-                                             f"{described(response, page)}")
+                raise self.not_an_llm_server(
+                    f"POST {CHAT_PATH} answered {described(response, page)}"
+                )
             if response.headers.get("content-type", "").startswith("application/json"):
                 return await reader.whole(response)
             return await reader.stream(response)
@@ -194,17 +221,24 @@ class ChatClient(ModelServer):
         repeated, self._last_failure = seen == self._last_failure, seen
         if not isinstance(error, TransientModelError) or not answered_for_good(status, repeated):
             return error
-        return PermanentModelError(f"{error.message}, twice to the same request: it answers "
-                                   "so every time, so it is not asked again")
+        return PermanentModelError(
+            f"{error.message}, twice to the same request: it answers "
+            "so every time, so it is not asked again"
+        )
 
-    async def prompt_tokens(self, messages: list[Message] | WireMessages,
-                            tools: list[dict[str, Any]]) -> int | None:
+    async def prompt_tokens(
+        self, messages: list[Message] | WireMessages, tools: list[dict[str, Any]]
+    ) -> int | None:
         """The server's count of a prompt, from a non-streaming request for one token (servers
         that send no usage in streams, like llama.cpp, send it here). None when it does not
         say; ContextOverflowError, with the server's words, when the prompt does not fit."""
         wire = messages if isinstance(messages, WireMessages) else wire_messages(messages)
-        body = encode_body(self.model, wire, tools,
-                           {"stream": False, "temperature": self.temperature, "max_tokens": 1})
+        body = encode_body(
+            self.model,
+            wire,
+            tools,
+            {"stream": False, "temperature": self.temperature, "max_tokens": 1},
+        )
         answer = None
         for attempt in range(2):  # llama.cpp drops the kept-alive connection after a failure
             try:
@@ -231,13 +265,15 @@ class ChatClient(ModelServer):
         return parse_usage(usage).prompt_tokens if isinstance(usage, dict) else None
 
     async def _post_capped(self, body: bytes) -> tuple[int, str]:
-        async with self._http.stream("POST", CHAT_PATH, content=body,
-                                     headers=JSON_CONTENT) as response:
+        async with self._http.stream(
+            "POST", CHAT_PATH, content=body, headers=JSON_CONTENT
+        ) as response:
             return response.status_code, await read_capped(response, self.limits.max_bytes)
 
 
-def encode_body(model: str, messages: WireMessages, tools: list[dict[str, Any]],
-                settings: dict[str, Any]) -> bytes:
+def encode_body(
+    model: str, messages: WireMessages, tools: list[dict[str, Any]], settings: dict[str, Any]
+) -> bytes:
     """One chat request as JSON: the messages, encoded when they entered the conversation, are
     joined as they are, into the one buffer sent (a large body is costly to copy)."""
     head = b'{"model":' + encode_json(model) + b',"messages":['

@@ -16,11 +16,20 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def http_client(base_url: str = "", *, api_key: str | None = None,
-                timeout: float | httpx.Timeout = 5.0,
-                transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+def http_client(
+    base_url: str = "",
+    *,
+    api_key: str | None = None,
+    timeout: float | httpx.Timeout = 5.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
     """A new client for the server at `base_url`, sending `api_key` as a bearer token with
     every request; `transport` stands in for the network."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout,
-                             transport=transport, verify=tls_context())
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers=headers,
+        timeout=timeout,
+        transport=transport,
+        verify=tls_context(),
+    )

@@ -77,8 +77,12 @@ async def discover_context_limit(
 
 
 async def allocated_context(
-    base_url: str, model: str, *, api_key: str | None = None,
-    transport: httpx.AsyncBaseTransport | None = None, http: httpx.AsyncClient | None = None,
+    base_url: str,
+    model: str,
+    *,
+    api_key: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    http: httpx.AsyncClient | None = None,
 ) -> int | None:
     """The window Ollama has allocated for `model` now (`/api/ps`); None when the server is
     not Ollama or the model is not loaded."""
@@ -129,9 +133,14 @@ async def model_supports_tools(
         return await OLLAMA.takes_tools(asking, model)
 
 
-async def tools_word(base_url: str, model: str, *, api_key: str | None = None,
-                     transport: httpx.AsyncBaseTransport | None = None,
-                     http: httpx.AsyncClient | None = None) -> tuple[bool, str] | None:
+async def tools_word(
+    base_url: str,
+    model: str,
+    *,
+    api_key: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    http: httpx.AsyncClient | None = None,
+) -> tuple[bool, str] | None:
     """What the server says of tools before any request: (takes them, which family said so),
     from llama.cpp's `/props` or Ollama's `/api/show`; None when neither says."""
     async with _client(http, base_url, api_key, transport) as asking:
@@ -139,13 +148,18 @@ async def tools_word(base_url: str, model: str, *, api_key: str | None = None,
 
 
 @asynccontextmanager
-async def _client(http: httpx.AsyncClient | None, base_url: str, api_key: str | None,
-                  transport: httpx.AsyncBaseTransport | None) -> AsyncIterator[httpx.AsyncClient]:
+async def _client(
+    http: httpx.AsyncClient | None,
+    base_url: str,
+    api_key: str | None,
+    transport: httpx.AsyncBaseTransport | None,
+) -> AsyncIterator[httpx.AsyncClient]:
     """`http` as it is, or a client of its own for one question, with the key the chat
     requests carry (a server behind an authenticating proxy answers them only with it)."""
     if http is not None:
         yield http
         return
-    async with http_client(normalize_base_url(base_url), api_key=api_key, timeout=10,
-                           transport=transport) as own:
+    async with http_client(
+        normalize_base_url(base_url), api_key=api_key, timeout=10, transport=transport
+    ) as own:
         yield own

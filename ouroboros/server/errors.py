@@ -26,8 +26,9 @@ MAX_QUOTE = 200
 NOT_AN_API = frozenset({404, 405, 501})
 """Statuses a plain web server gives for an endpoint it does not have."""
 
-Failure = Literal["transient", "overflow", "auth", "not_an_api", "no_tools", "model_not_found",
-                  "rejected"]
+Failure = Literal[
+    "transient", "overflow", "auth", "not_an_api", "no_tools", "model_not_found", "rejected"
+]
 """What a failed request means: "transient" is retried, "overflow" (the prompt is too long)
 goes to the context manager, the rest are permanent and stop the run."""
 

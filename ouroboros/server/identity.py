@@ -42,8 +42,13 @@ class ModelServer:
     `server_kind` None: guessed from the URL, or asked when the server answers.
     """
 
-    def __init__(self, base_url: str, model: str, http: httpx.AsyncClient,
-                 server_kind: ServerKind | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        http: httpx.AsyncClient,
+        server_kind: ServerKind | None = None,
+    ) -> None:
         self.base_url = base_url
         self.model = model
         self.server_kind = server_kind
@@ -65,7 +70,12 @@ class ModelServer:
         return f"the model server at {self.shown_url}"
 
     async def status_error(
-        self, status: int, body: str, *, message: str | None = None, code: str | None = None,
+        self,
+        status: int,
+        body: str,
+        *,
+        message: str | None = None,
+        code: str | None = None,
         retry_after: float | None = None,
     ) -> ModelError:
         """The error a failed request means, quoting one line of the server's words."""
@@ -76,19 +86,23 @@ class ModelServer:
         if failure == "transient":
             reason = "is rate limiting us" if status == 429 else "failed"
             wait = "" if retry_after is None else f"; it asked to wait {retry_after:g} s"
-            return TransientModelError(f"{self.server} {reason} ({said}){wait}",
-                                       retry_after=retry_after)
+            return TransientModelError(
+                f"{self.server} {reason} ({said}){wait}", retry_after=retry_after
+            )
         if failure == "overflow":
             return ContextOverflowError(f"the prompt did not fit the model's context ({said})")
         if failure == "auth":
-            return AuthError(f"{self.server} refused the request ({said}); put the API key in "
-                             "an environment variable and name it in model.api_key_env")
+            return AuthError(
+                f"{self.server} refused the request ({said}); put the API key in "
+                "an environment variable and name it in model.api_key_env"
+            )
         if failure == "not_an_api":
             return self.not_an_llm_server(f"POST {CHAT_PATH} answered {status} ({message})")
         if failure == "no_tools":
             return ToolsNotSupportedError(
                 f"{self.model} does not support tools ({said}); "
-                f"{hint(await self.detect_kind(), 'no_tools', self.model)}")
+                f"{hint(await self.detect_kind(), 'no_tools', self.model)}"
+            )
         if failure == "model_not_found":
             return await self.missing_model(f" ({said})")
         return PermanentModelError(f"{self.server} rejected the request ({said})")
@@ -112,7 +126,8 @@ class ModelServer:
     def unreachable(self) -> ServerUnreachableError:
         kind = self.server_kind or kind_from_url(self.base_url)
         return ServerUnreachableError(
-            f"cannot reach {self.server}: {hint(kind, 'unreachable', self.model)}")
+            f"cannot reach {self.server}: {hint(kind, 'unreachable', self.model)}"
+        )
 
     async def missing_model(self, said: str = "") -> ModelNotFoundError:
         """The error for a model the server does not have, with the ones it has."""
@@ -224,7 +239,7 @@ def is_html(response: httpx.Response) -> bool:
 
 
 def described(response: httpx.Response, body: str) -> str:
-    """"404 (Not Found)", or "200 with an HTML page (Welcome)"."""
+    """ "404 (Not Found)", or "200 with an HTML page (Welcome)"."""
     line = body_line(body) or "empty"
     if response.is_success and is_html(response):
         return f"{response.status_code} with an HTML page ({line})"

@@ -84,15 +84,19 @@ class ReplyWatch:
         """The bound the reply broke when its deadline passed, as a phrase naming its key."""
         limits = self.limits
         if self.deadline >= self.started + limits.total_secs:
-            return (f"the reply took longer than {limits.total_secs:g} s "
-                    "(model.request_timeout_secs)")
+            return (
+                f"the reply took longer than {limits.total_secs:g} s (model.request_timeout_secs)"
+            )
         if self.last_progress is None:
-            return (f"no data for {limits.first_token_secs:g} s after the request "
-                    "(model.first_token_timeout_secs; keep-alive comments do not count)")
-        return (f"no data for {limits.idle_secs:g} s in the middle of the reply "
-                "(model.idle_timeout_secs; keep-alive comments do not count)")
+            return (
+                f"no data for {limits.first_token_secs:g} s after the request "
+                "(model.first_token_timeout_secs; keep-alive comments do not count)"
+            )
+        return (
+            f"no data for {limits.idle_secs:g} s in the middle of the reply "
+            "(model.idle_timeout_secs; keep-alive comments do not count)"
+        )
 
     def oversize(self) -> str:
         """The size bound, as a phrase naming its key."""
-        return (f"the reply exceeded {describe_bytes(self.limits.max_bytes)} "
-                "(model.max_reply_bytes)")
+        return f"the reply exceeded {describe_bytes(self.limits.max_bytes)} (model.max_reply_bytes)"

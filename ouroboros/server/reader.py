@@ -33,8 +33,15 @@ class ReplyReader:
     """Reads one reply from `server`: `watch` counts its bytes and time, `timer` is moved to
     the watch's deadline at each piece of progress, `on_text` gets the text as it comes."""
 
-    def __init__(self, server: ModelServer, watch: ReplyWatch, timer: asyncio.Timeout,
-                 on_text: TextSink | None, *, max_output_tokens: int) -> None:
+    def __init__(
+        self,
+        server: ModelServer,
+        watch: ReplyWatch,
+        timer: asyncio.Timeout,
+        on_text: TextSink | None,
+        *,
+        max_output_tokens: int,
+    ) -> None:
         self.server = server
         self.watch = watch
         self.timer = timer
@@ -83,8 +90,12 @@ class ReplyReader:
         if "error" in chunk and not choices:
             raise await self.server.stream_error(chunk)
         if isinstance(choices, list):
-            chunk["choices"] = [{**choice, "delta": choice.get("message") or {}}
-                                if isinstance(choice, dict) else choice for choice in choices]
+            chunk["choices"] = [
+                {**choice, "delta": choice.get("message") or {}}
+                if isinstance(choice, dict)
+                else choice
+                for choice in choices
+            ]
         self._feed(chunk, body)
         return self.accumulator.result()
 
@@ -122,7 +133,8 @@ class ReplyReader:
 
     def _malformed(self, reason: str, payload: str) -> TransientModelError:
         return TransientModelError(
-            f"{self.server.server} sent a malformed chunk ({reason}): {payload[:120]!r}")
+            f"{self.server.server} sent a malformed chunk ({reason}): {payload[:120]!r}"
+        )
 
     def _oversize(self) -> TransientModelError:
         return TransientModelError(

@@ -46,8 +46,9 @@ def backoff_delay(attempt: int, policy: RetryPolicy, rand: float) -> float:
     return max(0.0, min(policy.max_delay, delay))
 
 
-def retry_delay(attempt: int, policy: RetryPolicy, rand: float,
-                retry_after: float | None = None) -> float:
+def retry_delay(
+    attempt: int, policy: RetryPolicy, rand: float, retry_after: float | None = None
+) -> float:
     """The backoff for retry number `attempt`, but never less than the server's `Retry-After`."""
     delay = backoff_delay(attempt, policy, rand)
     return delay if retry_after is None else max(delay, retry_after)

@@ -78,9 +78,9 @@ class LineSplitter:
 class EventDecoder:
     """Lines in (without their endings), the data of each finished event out.
 
-        events = EventDecoder()
-        [events.feed(line) for line in ["data: a", ": ping", "data:b", ""]]
-        # [None, None, None, "a\\nb"]
+    events = EventDecoder()
+    [events.feed(line) for line in ["data: a", ": ping", "data:b", ""]]
+    # [None, None, None, "a\\nb"]
     """
 
     def __init__(self) -> None:
@@ -126,7 +126,8 @@ class SSEDecoder:
     def close(self) -> list[str]:
         """The data of an event the stream's end left without its blank line (or its last
         line ending)."""
-        found = [event for line in self._lines.close()
-                 if (event := self._events.feed(line)) is not None]
+        found = [
+            event for line in self._lines.close() if (event := self._events.feed(line)) is not None
+        ]
         last = self._events.close()
         return found + ([last] if last is not None else [])

@@ -112,11 +112,14 @@ class TokenCounter:
         return None
 
     async def _ask(self, endpoint: Endpoint, text: str) -> int:
-        response = await asyncio.wait_for(self._http.post(
-            self.base_url + endpoint.path,
-            json=endpoint.body(text, self.model),
-            timeout=self._timeout,
-        ), self._whole_secs)
+        response = await asyncio.wait_for(
+            self._http.post(
+                self.base_url + endpoint.path,
+                json=endpoint.body(text, self.model),
+                timeout=self._timeout,
+            ),
+            self._whole_secs,
+        )
         try:
             answer = response.json() if response.is_success else None
         except ValueError:
@@ -128,15 +131,21 @@ class TokenCounter:
             self._window = window
         return count
 
-    async def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-                     ) -> int | None:
+    async def prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> int | None:
         """The tokens of the whole prompt these messages and tools make, the chat template
         included, where the server can render it without running the model (llama.cpp's
         `/apply-template`, then `/tokenize`); None elsewhere."""
         try:
-            rendered = await asyncio.wait_for(self._http.post(
-                self.base_url + "/apply-template", json={"messages": messages, "tools": tools},
-                timeout=self._timeout), self._whole_secs)
+            rendered = await asyncio.wait_for(
+                self._http.post(
+                    self.base_url + "/apply-template",
+                    json={"messages": messages, "tools": tools},
+                    timeout=self._timeout,
+                ),
+                self._whole_secs,
+            )
             prompt = rendered.json().get("prompt") if rendered.is_success else None
             if not isinstance(prompt, str):
                 return None
@@ -158,4 +167,3 @@ class TokenCounter:
 def _wrong_body(status: int) -> bool:
     """A 4xx that means "not this body" rather than "no such endpoint"."""
     return 400 <= status < 500 and status not in (404, 405)
-

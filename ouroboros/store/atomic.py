@@ -20,7 +20,7 @@ def replace_in(directory: int, name: str, data: bytes, *, durable: bool) -> None
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             try:
                 mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
             except FileNotFoundError:

@@ -19,7 +19,9 @@ def event_table() -> str:
         when = " ".join((model.__doc__ or "").split())
         fields = ", ".join(
             f"`{field}`" + (f" ({info.description})" if info.description else "")
-            for field, info in model.model_fields.items() if field not in ENVELOPE)
+            for field, info in model.model_fields.items()
+            if field not in ENVELOPE
+        )
         rows.append(f"| `{name}` | {when} | {fields} |")
     return "\n".join(rows) + "\n"
 

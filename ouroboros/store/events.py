@@ -45,9 +45,11 @@ class EventBase(BaseModel):
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
-        cls._omitted = {name: field.default for name, field in cls.model_fields.items()
-                        if isinstance(field.json_schema_extra, dict)
-                        and field.json_schema_extra.get("omitted")}
+        cls._omitted = {
+            name: field.default
+            for name, field in cls.model_fields.items()
+            if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("omitted")
+        }
 
     def to_json(self) -> str:
         """The record as one line of JSON, without the fields that are left out at their
@@ -59,8 +61,9 @@ class EventBase(BaseModel):
         return self.model_dump(mode="json", exclude=self._left_out())
 
     def _left_out(self) -> set[str] | None:
-        return {name for name, default in self._omitted.items()
-                if getattr(self, name) == default} or None
+        return {
+            name for name, default in self._omitted.items() if getattr(self, name) == default
+        } or None
 
 
 class RunStart(EventBase):
@@ -74,11 +77,14 @@ class RunStart(EventBase):
     config: dict[str, Any] = Field(description="the effective config; no secrets")
     flags: dict[str, Any] = Field(
         default_factory=dict,
-        description="the command-line flags it began with, which `resume` reuses")
+        description="the command-line flags it began with, which `resume` reuses",
+    )
     sandbox: dict[str, Any] | None = omitted(
-        None, "what confines the shell: `setting`; `mechanism`: `landlock`, `none` or `off`; "
-              "`abi`; `network`; `network_cut`: `namespace`, `tcp` or null; `exposed`: "
-              "protected files the shell can still reach; `summary`: the start line's text")
+        None,
+        "what confines the shell: `setting`; `mechanism`: `landlock`, `none` or `off`; "
+        "`abi`; `network`; `network_cut`: `namespace`, `tcp` or null; `exposed`: "
+        "protected files the shell can still reach; `summary`: the start line's text",
+    )
 
 
 class RunResumed(EventBase):
@@ -89,7 +95,8 @@ class RunResumed(EventBase):
     restarts: int = Field(description="session restarts before")
     torn_line_dropped: bool = Field(description="a last line cut short by a crash was dropped")
     interrupted_tools: list[str] = Field(
-        description="tools whose calls a stop or crash cut short, answered as interrupted")
+        description="tools whose calls a stop or crash cut short, answered as interrupted"
+    )
     context_limit: int = Field(description="the window, in tokens")
     limit_source: str = Field(description="where the window's size came from")
     budget: int = Field(description="the prompt's share of the window, in tokens")
@@ -132,8 +139,11 @@ class ToolCallEvent(EventBase):
     id: str = Field(description="the call's id")
     name: str = Field(description="the tool")
     arguments: str = Field(description="the JSON text as the model sent it")
-    subject: str = omitted("", "what the call is about, as the tool names it (a path, a "
-                               "command); left out where the tool names none, and in older logs")
+    subject: str = omitted(
+        "",
+        "what the call is about, as the tool names it (a path, a "
+        "command); left out where the tool names none, and in older logs",
+    )
 
 
 class ToolResultEvent(EventBase):
@@ -148,10 +158,10 @@ class ToolResultEvent(EventBase):
     truncated: bool = Field(description="cut on arrival to fit a tool result's share")
     summary: str = Field(description="its first line")
     duration_ms: int = Field(description="how long it ran")
-    interrupted: bool = omitted(
-        False, "when cut short by a stop signal or made up after a crash")
+    interrupted: bool = omitted(False, "when cut short by a stop signal or made up after a crash")
     checkpoint: dict[str, Any] | None = omitted(
-        None, "what the step changed, as in a `checkpoint` event")
+        None, "what the step changed, as in a `checkpoint` event"
+    )
     exit_code: int | None = omitted(None, "a shell command's; left out when it timed out")
 
 
@@ -163,7 +173,8 @@ class TokenUsage(EventBase):
 
     type: Literal["token_usage"] = "token_usage"
     prompt_tokens: int = Field(
-        description="the server's count when it proved whole, else the ledger's figure")
+        description="the server's count when it proved whole, else the ledger's figure"
+    )
     completion_tokens: int = Field(description="the reply's tokens")
     total_tokens: int = Field(description="the two together")
     context_limit: int = Field(description="the window, in tokens")
@@ -172,17 +183,24 @@ class TokenUsage(EventBase):
     source: Literal["server", "estimate"] = Field(description="`server` or `estimate`")
     reported: int | None = Field(None, description="what the server said")
     estimated: int | None = omitted(
-        None, "the harness's estimate of the prompt, made before the count")
+        None, "the harness's estimate of the prompt, made before the count"
+    )
     cached_tokens: int | None = Field(
-        None, description="prompt tokens the server took from its prefix cache, where it says")
+        None, description="prompt tokens the server took from its prefix cache, where it says"
+    )
     processed_tokens: int | None = omitted(
-        None, "prompt tokens the server processed for this request, where it says (llama.cpp)")
+        None, "prompt tokens the server processed for this request, where it says (llama.cpp)"
+    )
     verdict: Verdict | None = Field(
-        None, description="what the server's count proved: `whole`, `unknown`, `uncached`, "
-                          "`suspect`, `truncated` or `nonsense`")
+        None,
+        description="what the server's count proved: `whole`, `unknown`, `uncached`, "
+        "`suspect`, `truncated` or `nonsense`",
+    )
     served_model: str = omitted(
-        "", "the model the reply's chunks name, where it is not `model.name` (llama.cpp "
-            "answers with its one model whatever the name asked for); left out when the same")
+        "",
+        "the model the reply's chunks name, where it is not `model.name` (llama.cpp "
+        "answers with its one model whatever the name asked for); left out when the same",
+    )
 
 
 class ContextMask(EventBase):
@@ -223,8 +241,10 @@ class SessionRestart(EventBase):
     carryover_turns_dropped: int = Field(0, description="turns dropped to fit them")
     reason: str = Field(description="why the session restarted")
     context_used_pct: float | None = omitted(
-        None, "the conversation's share of the budget when the restart was decided (the "
-              "session's last figure, above its last prompt's when results came in after it)")
+        None,
+        "the conversation's share of the budget when the restart was decided (the "
+        "session's last figure, above its last prompt's when results came in after it)",
+    )
 
 
 class ContextTruncationDetected(EventBase):
@@ -273,9 +293,10 @@ class Stuck(EventBase):
     type: Literal["stuck"] = "stuck"
     kind: Literal["repeat", "cycle", "echo", "barren", "redoing"] = Field(
         description="`repeat`: the same failing call; `cycle`: A B A B; `echo`: the same reply "
-                    "with nothing new; `barren`: sessions in a row without a successful call; "
-                    "`redoing`: writes and commands that succeeded in an earlier session, done "
-                    "again (run_end reason `redoing`)")
+        "with nothing new; `barren`: sessions in a row without a successful call; "
+        "`redoing`: writes and commands that succeeded in an earlier session, done "
+        "again (run_end reason `redoing`)"
+    )
     detail: str = Field(description="the loop, in words")
     action: Literal["note", "pause"] = Field(description="`note` or `pause`")
 
@@ -301,7 +322,8 @@ class Security(EventBase):
 
     type: Literal["security"] = "security"
     kind: Literal["path_escape", "hard_link", "blocked_command"] = Field(
-        description="`path_escape`, `hard_link` or `blocked_command`")
+        description="`path_escape`, `hard_link` or `blocked_command`"
+    )
     tool: str = Field(description="the tool")
     path: str | None = omitted(None, "the path, for a file tool")
     command: str | None = omitted(None, "the command, for the shell")
@@ -314,8 +336,11 @@ class WarningEvent(EventBase):
 
     type: Literal["warning"] = "warning"
     message: str = Field(description="what, and what to do")
-    condition: str = omitted("", "what raised it, when it can clear: a `warning_cleared` with "
-                                 "the same condition says it is over")
+    condition: str = omitted(
+        "",
+        "what raised it, when it can clear: a `warning_cleared` with "
+        "the same condition says it is over",
+    )
 
 
 class WarningCleared(EventBase):
@@ -332,16 +357,17 @@ class ErrorEvent(EventBase):
 
     type: Literal["error"] = "error"
     message: str = Field(description="what, and what to do")
-    kind: str = Field(description="the error class: `StateError` when the run's files could "
-                                  "not be written, `NotAnLLMServerError`, ...")
+    kind: str = Field(
+        description="the error class: `StateError` when the run's files could "
+        "not be written, `NotAnLLMServerError`, ..."
+    )
 
 
 class StopRequested(EventBase):
     """A stop signal came: the run stops now, resumable."""
 
     type: Literal["stop_requested"] = "stop_requested"
-    signal: str = Field(description="`SIGINT`, `SIGTERM`, or `SIGPIPE` when the output pipe "
-                                    "closed")
+    signal: str = Field(description="`SIGINT`, `SIGTERM`, or `SIGPIPE` when the output pipe closed")
 
 
 class ReloadRequested(EventBase):
@@ -378,13 +404,15 @@ class Checkpoint(EventBase):
     type: Literal["checkpoint"] = "checkpoint"
     base: int = Field(description="the `seq` of the snapshot it builds on")
     messages: list[Any] | None = omitted(
-        None, "the conversation as `[start, end]` ranges of the previous one kept, then the "
-              "new messages; a tool result as `obs`, `tool_call_id`, `limit`, `keep`: its "
-              "observation cut to `limit` characters, `keep` kept")
+        None,
+        "the conversation as `[start, end]` ranges of the previous one kept, then the "
+        "new messages; a tool result as `obs`, `tool_call_id`, `limit`, `keep`: its "
+        "observation cut to `limit` characters, `keep` kept",
+    )
     tokens: list[list[int]] | None = omitted(
-        None, "`[index, tokens]` counts written on earlier messages")
-    observations: dict[str, Any] | None = omitted(
-        None, "new or newly masked, by tool-call id")
+        None, "`[index, tokens]` counts written on earlier messages"
+    )
+    observations: dict[str, Any] | None = omitted(None, "new or newly masked, by tool-call id")
     state: dict[str, Any] | None = omitted(None, "the run's counters")
     context: dict[str, Any] | None = omitted(None, "the context manager's")
 
@@ -400,9 +428,11 @@ class RunEnd(EventBase):
     """The run stops (the last record, until a resume)."""
 
     type: Literal["run_end"] = "run_end"
-    reason: str = Field(description="`task_complete`, `idle`, `stuck`, `redoing`, `max_turns`, "
-                                    "`budget`, `interrupted`, `interrupted_now`, "
-                                    "`max_restarts`, `restart_declined`, `error`")
+    reason: str = Field(
+        description="`task_complete`, `idle`, `stuck`, `redoing`, `max_turns`, "
+        "`budget`, `interrupted`, `interrupted_now`, "
+        "`max_restarts`, `restart_declined`, `error`"
+    )
     exit_code: int = Field(description="of the process")
     sessions: int = Field(description="sessions the run had")
     total_turns: int = Field(description="turns the run had")
@@ -410,13 +440,16 @@ class RunEnd(EventBase):
     resumable: bool = Field(False, description="always true")
     summary: str = omitted("", "task_complete's")
     next: str = Field("", description="how to continue, as shown")
-    budget: str = omitted("", "for reason `budget`: the key reached, `agent.max_tokens` or "
-                              "`agent.max_wall_secs`")
+    budget: str = omitted(
+        "", "for reason `budget`: the key reached, `agent.max_tokens` or `agent.max_wall_secs`"
+    )
     tokens_used: int = omitted(0, "prompt and completion tokens the run has used, in all")
     wall_secs: float = omitted(0.0, "seconds the run has run, in all, across resumes")
     said_done: str | None = omitted(
-        None, "for reason `idle`: the words in which the agent's last reply said the work is "
-              "done, though it did not call task_complete")
+        None,
+        "for reason `idle`: the words in which the agent's last reply said the work is "
+        "done, though it did not call task_complete",
+    )
 
 
 class UnknownEvent(EventBase):
@@ -427,11 +460,35 @@ class UnknownEvent(EventBase):
 
 
 MODELS = (
-    RunStart, RunResumed, SessionStart, Assistant, ToolCallEvent, ToolResultEvent,
-    TokenUsage, ContextMask, ContextDrop, WindDown, SessionRestart, ContextTruncationDetected,
-    ContextOverflowRecovered, Retry, Idle, Stuck, UserMessage, Handoff, Security, WarningEvent,
-    WarningCleared, ErrorEvent, StopRequested, ReloadRequested, ConfigChanged, PromptChanged,
-    Checkpoint, SessionEnd, RunEnd,
+    RunStart,
+    RunResumed,
+    SessionStart,
+    Assistant,
+    ToolCallEvent,
+    ToolResultEvent,
+    TokenUsage,
+    ContextMask,
+    ContextDrop,
+    WindDown,
+    SessionRestart,
+    ContextTruncationDetected,
+    ContextOverflowRecovered,
+    Retry,
+    Idle,
+    Stuck,
+    UserMessage,
+    Handoff,
+    Security,
+    WarningEvent,
+    WarningCleared,
+    ErrorEvent,
+    StopRequested,
+    ReloadRequested,
+    ConfigChanged,
+    PromptChanged,
+    Checkpoint,
+    SessionEnd,
+    RunEnd,
 )
 """Every event the harness writes, in roughly the order a run meets them."""
 
@@ -439,7 +496,8 @@ Event = Annotated[Union[MODELS], Field(discriminator="type")]
 """Any known event, told apart by `type`."""
 
 EVENT_MODELS: dict[str, type[EventBase]] = {
-    model.model_fields["type"].default: model for model in MODELS}
+    model.model_fields["type"].default: model for model in MODELS
+}
 EVENT_TYPES = tuple(EVENT_MODELS)
 
 EventLike = Union[Mapping[str, Any], EventBase]
@@ -461,5 +519,7 @@ def parse_event(record: EventLike) -> EventBase:
     except ValidationError as error:
         problem = error.errors()[0]
         where = ".".join(str(part) for part in problem["loc"])
-        raise EventError(f"event {record.get('seq', '?')} ({record.get('type')}) does not fit "
-                         f"its type: {where}: {problem['msg']}") from None
+        raise EventError(
+            f"event {record.get('seq', '?')} ({record.get('type')}) does not fit "
+            f"its type: {where}: {problem['msg']}"
+        ) from None

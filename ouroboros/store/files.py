@@ -19,9 +19,14 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def kind_of(mode: int) -> str:
     """What a file is, in a word for a message: "a symbolic link", "a FIFO", ..."""
-    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
@@ -34,18 +39,23 @@ def refused(path: Path | str, why: str) -> Refused:
     return Refused(errno.EPERM, why, str(path))
 
 
-def open_regular(path: Path | str, flags: int = READ_FLAGS, mode: int = 0o644, *,
-                 dir_fd: int | None = None) -> int:
+def open_regular(
+    path: Path | str, flags: int = READ_FLAGS, mode: int = 0o644, *, dir_fd: int | None = None
+) -> int:
     """An fd on the regular file at `path`, opened without following a link in its last
     component (a FIFO is not waited on). Raises OSError: the OS's, or one saying the file is
     a link, a FIFO, a device or a directory (it is then closed, never read or written)."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode,
-                     dir_fd=dir_fd)
+        fd = os.open(
+            path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd
+        )
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise refused(path, "it is a symbolic link, and the harness does not follow "
-                          "one there; it should be a regular file") from None
+            raise refused(
+                path,
+                "it is a symbolic link, and the harness does not follow "
+                "one there; it should be a regular file",
+            ) from None
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -70,8 +80,11 @@ def read_fd(fd: int, path: Path | str, limit: int) -> bytes:
             return b"".join(chunks)
         chunks.append(chunk)
         size += len(chunk)
-    raise OSError(errno.EFBIG, f"it holds more than {limit:,} bytes, more than such a file "
-                  "ever holds", str(path))
+    raise OSError(
+        errno.EFBIG,
+        f"it holds more than {limit:,} bytes, more than such a file ever holds",
+        str(path),
+    )
 
 
 def read_prefix(fd: int, size: int) -> bytes:
@@ -123,5 +136,7 @@ def open_dir(path: Path | str, *, make: bool = False) -> int:
             mode = os.lstat(path).st_mode
         except OSError:
             raise error from None
-        raise refused(path, f"it is {kind_of(mode)}; the harness keeps a directory of its "
-                      "own there: remove it") from None
+        raise refused(
+            path,
+            f"it is {kind_of(mode)}; the harness keeps a directory of its own there: remove it",
+        ) from None

@@ -97,10 +97,18 @@ class EventLog:
     `durability="event"` (a power cut then loses at most the event being written).
     """
 
-    def __init__(self, path: Path, *, seq: int = 0, session: int = 1, turn: int = 0,
-                 durability: Durability = "turn", summary: RunSummary | None = None,
-                 current: list[dict[str, Any]] = (), segment_bytes: int = SEGMENT_BYTES
-                 ) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        seq: int = 0,
+        session: int = 1,
+        turn: int = 0,
+        durability: Durability = "turn",
+        summary: RunSummary | None = None,
+        current: list[dict[str, Any]] = (),
+        segment_bytes: int = SEGMENT_BYTES,
+    ) -> None:
         self.path = path
         self.durability = durability
         self.seq = seq
@@ -135,13 +143,19 @@ class EventLog:
         """Write `event` as the next record (its envelope filled in) and tell the listeners;
         returns it as written (redacted, where a secret was in it)."""
         self.seq += 1
-        event.ts, event.seq, event.session, event.turn = utc_now(), self.seq, self.session, \
-            self.turn
+        event.ts, event.seq, event.session, event.turn = (
+            utc_now(),
+            self.seq,
+            self.session,
+            self.turn,
+        )
         try:
             if self.redact is not None:
                 record = event.record()
-                cleaned = {key: value if key == "type" else redact_strings(value, self.redact)
-                           for key, value in record.items()}  # the type names the record
+                cleaned = {
+                    key: value if key == "type" else redact_strings(value, self.redact)
+                    for key, value in record.items()
+                }  # the type names the record
                 if cleaned != record:
                     event = parse_event(cleaned)
             data = (event.to_json() + "\n").encode("utf-8")
@@ -185,8 +199,13 @@ class EventLog:
                 listener(record)
 
     def _fold(self, data: bytes, event: EventBase) -> None:
-        head = {"type": event.type, "ts": event.ts, "seq": event.seq, "session": event.session,
-                "turn": event.turn}
+        head = {
+            "type": event.type,
+            "ts": event.ts,
+            "seq": event.seq,
+            "session": event.session,
+            "turn": event.turn,
+        }
         if self.first is None:
             self.first = head
             self._turns_before = self.summary.assistants
@@ -198,7 +217,7 @@ class EventLog:
         view = memoryview(data)
         try:
             while view:
-                view = view[self._file.write(view):]
+                view = view[self._file.write(view) :]
         except OSError:
             try:
                 os.ftruncate(self._file.fileno(), self._size)
@@ -231,8 +250,13 @@ class EventLog:
         self.roll()
         if self.retention is not None:
             with cannot_write(self.path.parent):
-                apply_retention(self.path.parent, self.retention, session=self.session,
-                                keep_seq=self.seq, keep_obs_from=keep_obs_from)
+                apply_retention(
+                    self.path.parent,
+                    self.retention,
+                    session=self.session,
+                    keep_seq=self.seq,
+                    keep_obs_from=keep_obs_from,
+                )
 
     def roll(self) -> Manifest | None:
         """Close the current segment (see segments.py) and begin a new one; the manifest as
@@ -243,8 +267,9 @@ class EventLog:
         run_dir = self.path.parent
         try:
             with cannot_write(run_dir / MANIFEST_FILE):
-                manifest = close_segment(run_dir, self.path, self.first, self.summary,
-                                         self._turns_before)
+                manifest = close_segment(
+                    run_dir, self.path, self.first, self.summary, self._turns_before
+                )
         finally:
             self._reopen()
         reached("rollover: new segment begun")
@@ -264,8 +289,7 @@ class EventLog:
                 same = False
             if same:
                 return
-            moved, self._file = self._file, open(self.path, "ab", buffering=0,
-                                                 opener=no_follow)
+            moved, self._file = self._file, open(self.path, "ab", buffering=0, opener=no_follow)
             moved.close()
             self._size, self.first = 0, None
 
@@ -316,9 +340,11 @@ def cannot_write(path: Path) -> Iterator[None]:
 
 
 def write_failure(path: Path | str, error: OSError) -> StateError:
-    return StateError(f"cannot write {path}: {error.strerror or error}; what was written "
-                      "before is kept: fix that (free space, a file size limit, "
-                      "permissions), then `ouroboros resume` continues the run")
+    return StateError(
+        f"cannot write {path}: {error.strerror or error}; what was written "
+        "before is kept: fix that (free space, a file size limit, "
+        "permissions), then `ouroboros resume` continues the run"
+    )
 
 
 @dataclass
@@ -346,8 +372,10 @@ def read_events(path: Path) -> LogContents:
         if record is None:
             if offset + len(raw) >= len(data):
                 return LogContents(events, raw.decode("utf-8", "replace"), offset)
-            raise StateError(f"{path} is damaged at byte {offset} (line {len(events) + 1} "
-                             "is not a whole event); the events before it are intact")
+            raise StateError(
+                f"{path} is damaged at byte {offset} (line {len(events) + 1} "
+                "is not a whole event); the events before it are intact"
+            )
         events.append(record)
         offset += len(raw)
     return LogContents(events, None, offset)
@@ -387,13 +415,15 @@ def read_tail(run_dir: Path) -> RunTail:
     events.jsonl is its current segment)."""
     manifest = load_manifest(run_dir)
     path = run_dir / EVENTS_FILE
-    current = read_events(path) if path.exists() or not manifest.segments \
-        else LogContents([], None, 0)
+    current = (
+        read_events(path) if path.exists() or not manifest.segments else LogContents([], None, 0)
+    )
     return RunTail(run_dir, manifest, current)
 
 
-def run_records(run_dir: Path, after_seq: int = 0,
-                tail: RunTail | None = None) -> Iterator[dict[str, Any]]:
+def run_records(
+    run_dir: Path, after_seq: int = 0, tail: RunTail | None = None
+) -> Iterator[dict[str, Any]]:
     """Every record of a run after `after_seq`, oldest first, across its segments: streamed,
     so a long run is never in memory at once (`tail`: the run's, where the caller read it)."""
     tail = tail or read_tail(run_dir)
@@ -401,11 +431,15 @@ def run_records(run_dir: Path, after_seq: int = 0,
     yield from (r for r in tail.records if r["seq"] > after_seq)
 
 
-def last_records(run_dir: Path, count: int,
-                 kept: Callable[[str], bool] = lambda kind: True,
-                 tail: RunTail | None = None) -> list[dict[str, Any]]:
+def last_records(
+    run_dir: Path,
+    count: int,
+    kept: Callable[[str], bool] = lambda kind: True,
+    tail: RunTail | None = None,
+) -> list[dict[str, Any]]:
     """The newest `count` records of a run whose type `kept` accepts, reading back only as
     many segments as needed (`tail`: the run's, where the caller read it)."""
+
     def wanted(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         return [record for record in records if kept(str(record.get("type", "")))]
 
@@ -415,7 +449,7 @@ def last_records(run_dir: Path, count: int,
         if len(found) >= count:
             break
         older = wanted(segment_records(segment_path(run_dir, segment["file"])))
-        found = older[-(count - len(found)):] + found
+        found = older[-(count - len(found)) :] + found
     return found
 
 
@@ -456,8 +490,9 @@ def redact_strings(data: Any, redact: Callable[[str], str]) -> Any:
     return data
 
 
-def write_snapshot(run_dir: Path, seq: int, state: dict[str, Any],
-                   redact: Callable[[str], str] | None = None) -> None:
+def write_snapshot(
+    run_dir: Path, seq: int, state: dict[str, Any], redact: Callable[[str], str] | None = None
+) -> None:
     """Save the run's state as of event `seq`, its strings redacted; resume starts from the
     latest snapshot."""
     if redact is not None:
@@ -486,10 +521,12 @@ def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
         raise DamagedSnapshot("is not JSON (truncated, empty or overwritten)") from None
     version = snapshot.get("format_version") if isinstance(snapshot, dict) else None
     if isinstance(version, int) and version > SNAPSHOT_FORMAT_VERSION:
-        raise UsageError(f"{path} was written by a newer Ouroboros (format "
-                         f"{snapshot['format_version']}, this one reads "
-                         f"{SNAPSHOT_FORMAT_VERSION}); "
-                         "upgrade to resume it")
+        raise UsageError(
+            f"{path} was written by a newer Ouroboros (format "
+            f"{snapshot['format_version']}, this one reads "
+            f"{SNAPSHOT_FORMAT_VERSION}); "
+            "upgrade to resume it"
+        )
     try:
         check_snapshot(snapshot)
     except ValidationError as error:
@@ -508,9 +545,11 @@ def refuse_links(*directories: Path) -> None:
     is a symbolic link: it would write (or read) wherever the link leads."""
     for directory in directories:
         if directory.is_symlink():
-            raise StateError(f"{directory} is a symbolic link; the harness keeps its runs in a "
-                             "directory of its own there and does not follow a link: remove "
-                             "it")
+            raise StateError(
+                f"{directory} is a symbolic link; the harness keeps its runs in a "
+                "directory of its own there and does not follow a link: remove "
+                "it"
+            )
 
 
 def list_runs(state_dir: Path) -> list[str]:
@@ -520,8 +559,13 @@ def list_runs(state_dir: Path) -> list[str]:
     refuse_links(root)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / EVENTS_FILE).is_file()
-                  or (p / MANIFEST_FILE).is_file() or (p / SEGMENTS_DIR).is_dir())
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if (p / EVENTS_FILE).is_file()
+        or (p / MANIFEST_FILE).is_file()
+        or (p / SEGMENTS_DIR).is_dir()
+    )
 
 
 def find_run(state_dir: Path, run_id: str | None) -> Path:
@@ -548,9 +592,18 @@ def prune_run(run_dir: Path, retention: Retention) -> Freed:
         return apply_retention(run_dir, retention, session=0, keep_seq=0, keep_obs_from=0)
     state = snapshot["state"]
     context = state.get("context") or {}
-    numbers = [obs_number(str(o.get("id", ""))) for o in
-               (context.get("observations") or {}).values() if isinstance(o, dict)]
-    keep_from = min((n for n in numbers if n is not None),
-                    default=int(context.get("next_observation", 0)))
-    return apply_retention(run_dir, retention, session=int(state.get("session", 0)),
-                           keep_seq=snapshot["seq"], keep_obs_from=keep_from)
+    numbers = [
+        obs_number(str(o.get("id", "")))
+        for o in (context.get("observations") or {}).values()
+        if isinstance(o, dict)
+    ]
+    keep_from = min(
+        (n for n in numbers if n is not None), default=int(context.get("next_observation", 0))
+    )
+    return apply_retention(
+        run_dir,
+        retention,
+        session=int(state.get("session", 0)),
+        keep_seq=snapshot["seq"],
+        keep_obs_from=keep_from,
+    )

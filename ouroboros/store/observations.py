@@ -111,8 +111,11 @@ def packs(directory: Path) -> list[Pack]:
         names = os.listdir(directory)
     except OSError:
         return []
-    found = [Pack(directory / name, int(m.group(1)), int(m.group(2)))
-             for name in names if (m := PACK.match(name))]
+    found = [
+        Pack(directory / name, int(m.group(1)), int(m.group(2)))
+        for name in names
+        if (m := PACK.match(name))
+    ]
     return sorted(found, key=lambda p: (p.first, p.session))
 
 

@@ -30,20 +30,25 @@ def read_owner(state_dir: Path) -> dict[str, Any] | None:
         owner = json.loads(read_regular(state_dir / OWNER_FILE, MAX_OWNER_BYTES))
     except (OSError, ValueError):
         return None
-    return owner if isinstance(owner, dict) and isinstance(owner.get("project"), str) \
-        else None
+    return owner if isinstance(owner, dict) and isinstance(owner.get("project"), str) else None
 
 
 def refusal(state_dir: Path, owner: dict[str, Any] | None, project: Path) -> str | None:
     """Why `project` may not use the state dir `owner` was read from; None when it may: no
     owner yet, the same project, a project that no longer exists (it moved), or a record
     written for another path (the state dir was copied or moved)."""
-    if owner is None or Path(owner["project"]) == project or not Path(owner["project"]).exists() \
-            or owner.get("state_dir", str(state_dir)) != str(state_dir):
+    if (
+        owner is None
+        or Path(owner["project"]) == project
+        or not Path(owner["project"]).exists()
+        or owner.get("state_dir", str(state_dir)) != str(state_dir)
+    ):
         return None
-    return (f"state dir {state_dir} belongs to project {owner['project']} (workspace "
-            f"{owner.get('workspace', '?')}), not to {project}; give this project a state dir "
-            "of its own (logging.state_dir)")
+    return (
+        f"state dir {state_dir} belongs to project {owner['project']} (workspace "
+        f"{owner.get('workspace', '?')}), not to {project}; give this project a state dir "
+        "of its own (logging.state_dir)"
+    )
 
 
 def check_state_dir(state_dir: Path, project: Path) -> None:

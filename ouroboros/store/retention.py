@@ -59,11 +59,12 @@ class Freed:
     def describe(self) -> str:
         if not self.segments and not self.packs:
             return f"nothing to prune ({self.kept_bytes / 1e6:.1f} MB of history kept)"
-        span = (f" (sessions {self.sessions[0]}-{self.sessions[1]})"
-                if self.sessions else "")
-        return (f"freed {self.bytes / 1e6:.1f} MB: {self.segments} log segments and "
-                f"{self.packs} files of tool results{span}; {self.kept_bytes / 1e6:.1f} MB "
-                "of history kept")
+        span = f" (sessions {self.sessions[0]}-{self.sessions[1]})" if self.sessions else ""
+        return (
+            f"freed {self.bytes / 1e6:.1f} MB: {self.segments} log segments and "
+            f"{self.packs} files of tool results{span}; {self.kept_bytes / 1e6:.1f} MB "
+            "of history kept"
+        )
 
 
 @dataclass
@@ -77,8 +78,15 @@ class Item:
     pack: Pack | None = None
 
 
-def apply_retention(run_dir: Path, retention: Retention, *, session: int, keep_seq: int,
-                    keep_obs_from: int, now: float | None = None) -> Freed:
+def apply_retention(
+    run_dir: Path,
+    retention: Retention,
+    *,
+    session: int,
+    keep_seq: int,
+    keep_obs_from: int,
+    now: float | None = None,
+) -> Freed:
     """Remove what `retention` lets go (see the module's docstring); what was freed."""
     now = time.time() if now is None else now
     manifest = load_manifest(run_dir)
@@ -90,22 +98,29 @@ def apply_retention(run_dir: Path, retention: Retention, *, session: int, keep_s
         if not removable(item, manifest, session, keep_seq, keep_obs_from, firsts):
             continue
         if expired(item, retention, session) or (
-                retention.keep_bytes and total > retention.keep_bytes):
+            retention.keep_bytes and total > retention.keep_bytes
+        ):
             gone.append(item)
             total -= item.size
     freed = Freed(kept_bytes=total)
     if gone:
         forget(run_dir, manifest, gone, session)
-        freed = Freed(sum(1 for i in gone if i.segment), sum(1 for i in gone if i.pack),
-                      sum(i.size for i in gone), total,
-                      [min(i.session for i in gone), max(i.session for i in gone)])
+        freed = Freed(
+            sum(1 for i in gone if i.segment),
+            sum(1 for i in gone if i.pack),
+            sum(i.size for i in gone),
+            total,
+            [min(i.session for i in gone), max(i.session for i in gone)],
+        )
     remove_unlisted(run_dir, manifest)
     return freed
 
 
 def candidates(run_dir: Path, manifest: Manifest, now: float) -> list[Item]:
-    items = [Item(s["sessions"][1], s["bytes"], now - timestamp(s["time"][1], now), segment=s)
-             for s in manifest.segments]
+    items = [
+        Item(s["sessions"][1], s["bytes"], now - timestamp(s["time"][1], now), segment=s)
+        for s in manifest.segments
+    ]
     for pack in packs(run_dir / OBSERVATIONS_DIR):
         try:
             info = pack.path.stat()
@@ -115,23 +130,29 @@ def candidates(run_dir: Path, manifest: Manifest, now: float) -> list[Item]:
     return items
 
 
-def removable(item: Item, manifest: Manifest, session: int, keep_seq: int,
-              keep_obs_from: int, firsts: list[int]) -> bool:
+def removable(
+    item: Item,
+    manifest: Manifest,
+    session: int,
+    keep_seq: int,
+    keep_obs_from: int,
+    firsts: list[int],
+) -> bool:
     """Whether an item may go at all: not what the run still needs (`firsts`: the first
     observation of every pack, in order)."""
     if item.segment is not None:
-        return item.segment is not manifest.segments[-1] \
-            and item.segment["last_seq"] <= keep_seq
+        return item.segment is not manifest.segments[-1] and item.segment["last_seq"] <= keep_seq
     assert item.pack is not None
     after = bisect.bisect_right(firsts, item.pack.first)
     holds_up_to = firsts[after] - 1 if after < len(firsts) else None
-    return item.pack.session <= session and holds_up_to is not None \
-        and holds_up_to < keep_obs_from
+    return item.pack.session <= session and holds_up_to is not None and holds_up_to < keep_obs_from
 
 
 def expired(item: Item, retention: Retention, session: int) -> bool:
-    return bool((retention.keep_sessions and item.session <= session - retention.keep_sessions)
-                or (retention.keep_days and item.age_secs > retention.keep_days * DAY_SECS))
+    return bool(
+        (retention.keep_sessions and item.session <= session - retention.keep_sessions)
+        or (retention.keep_days and item.age_secs > retention.keep_days * DAY_SECS)
+    )
 
 
 def forget(run_dir: Path, manifest: Manifest, gone: list[Item], session: int) -> None:
@@ -145,7 +166,8 @@ def forget(run_dir: Path, manifest: Manifest, gone: list[Item], session: int) ->
             "seq": max([s["last_seq"] for s in segments] + [previous.get("seq", 0)]),
             "segments": previous.get("segments", 0) + len(segments),
             "bytes": previous.get("bytes", 0) + sum(s["bytes"] for s in segments),
-            "after_session": session}
+            "after_session": session,
+        }
         write_manifest(run_dir, manifest)
         reached("pruning: manifest written")
     removed_packs = [i.pack for i in gone if i.pack is not None]
@@ -156,8 +178,9 @@ def forget(run_dir: Path, manifest: Manifest, gone: list[Item], session: int) ->
         below = min(later, default=newest + 1)
         marker = read_pruned(directory) or {}
         below = max(below, marker.get("below", 0))
-        write_atomically(directory / PRUNED_FILE,
-                         json.dumps({"below": below, "after_session": session}))
+        write_atomically(
+            directory / PRUNED_FILE, json.dumps({"below": below, "after_session": session})
+        )
         reached("pruning: pruned.json written")
     for item in gone:
         path = item.pack.path if item.pack else segment_path(run_dir, item.segment["file"])
@@ -178,8 +201,9 @@ def remove_unlisted(run_dir: Path, manifest: Manifest) -> None:
     for pack, following in zip(found, found[1:]):
         if following.first <= below:
             pack.path.unlink(missing_ok=True)
-    for leftover in (run_dir / SEGMENTS_DIR).glob("*.tmp") if (run_dir / SEGMENTS_DIR).is_dir() \
-            else ():
+    for leftover in (
+        (run_dir / SEGMENTS_DIR).glob("*.tmp") if (run_dir / SEGMENTS_DIR).is_dir() else ()
+    ):
         os.unlink(leftover)
 
 

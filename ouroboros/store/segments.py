@@ -72,32 +72,59 @@ class Manifest:
         return RunSummary.from_dict(self.state)
 
     def to_json(self) -> str:
-        return json.dumps({"format_version": MANIFEST_FORMAT, "segments": self.segments,
-                           "state": self.state, "pruned": self.pruned}, ensure_ascii=False)
+        return json.dumps(
+            {
+                "format_version": MANIFEST_FORMAT,
+                "segments": self.segments,
+                "state": self.state,
+                "pruned": self.pruned,
+            },
+            ensure_ascii=False,
+        )
 
 
-def segment_entry(number: int, file: str, first: JsonObject, summary: RunSummary, size: int,
-                  turns_before: int) -> dict[str, Any]:
+def segment_entry(
+    number: int, file: str, first: JsonObject, summary: RunSummary, size: int, turns_before: int
+) -> dict[str, Any]:
     """A closed segment as the manifest lists it: where it is, what it spans, its last
     state (session, turn, turns in all, last record's type)."""
     last = summary.last
-    return {"number": number, "file": file, "bytes": size,
-            "first_seq": first.get("seq", 0), "last_seq": last.get("seq", 0),
-            "sessions": [first.get("session", 1), last.get("session", 1)],
-            "turns": [turns_before, summary.assistants],
-            "time": [first.get("ts"), last.get("ts")],
-            "last_state": {"session": last.get("session"), "turn": last.get("turn"),
-                           "total_turns": summary.turns, "type": last.get("type")}}
+    return {
+        "number": number,
+        "file": file,
+        "bytes": size,
+        "first_seq": first.get("seq", 0),
+        "last_seq": last.get("seq", 0),
+        "sessions": [first.get("session", 1), last.get("session", 1)],
+        "turns": [turns_before, summary.assistants],
+        "time": [first.get("ts"), last.get("ts")],
+        "last_state": {
+            "session": last.get("session"),
+            "turn": last.get("turn"),
+            "total_turns": summary.turns,
+            "type": last.get("type"),
+        },
+    }
 
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:
     """The manifest, then totals.json: the summary it holds, where retention never prunes."""
     write_atomically(run_dir / MANIFEST_FILE, manifest.to_json())
-    number = manifest.segments[-1]["number"] if manifest.segments \
-        else manifest.pruned.get("number", 0)
-    write_atomically(run_dir / TOTALS_FILE, json.dumps(
-        {"format_version": MANIFEST_FORMAT, "number": number, "state": manifest.state,
-         "pruned": manifest.pruned}, ensure_ascii=False))
+    number = (
+        manifest.segments[-1]["number"] if manifest.segments else manifest.pruned.get("number", 0)
+    )
+    write_atomically(
+        run_dir / TOTALS_FILE,
+        json.dumps(
+            {
+                "format_version": MANIFEST_FORMAT,
+                "number": number,
+                "state": manifest.state,
+                "pruned": manifest.pruned,
+            },
+            ensure_ascii=False,
+        ),
+    )
 
 
 def segment_path(run_dir: Path, name: str) -> Path:
@@ -116,9 +143,11 @@ def read_manifest_file(run_dir: Path) -> Manifest:
     data = json.loads(read_regular(run_dir / MANIFEST_FILE, MAX_MANIFEST_BYTES))
     version = data.get("format_version") if isinstance(data, dict) else None
     if isinstance(version, int) and version > MANIFEST_FORMAT:
-        raise StateError(f"{run_dir / MANIFEST_FILE} was written by a newer Ouroboros (format "
-                         f"{data['format_version']}, this one reads {MANIFEST_FORMAT}); "
-                         "upgrade to read it")
+        raise StateError(
+            f"{run_dir / MANIFEST_FILE} was written by a newer Ouroboros (format "
+            f"{data['format_version']}, this one reads {MANIFEST_FORMAT}); "
+            "upgrade to read it"
+        )
     check(ManifestShape, data)
     numbers = [s["number"] for s in data["segments"]]
     if numbers != sorted(set(numbers)):
@@ -162,8 +191,10 @@ def load_manifest(run_dir: Path) -> Manifest:
             manifest.problem = f"{path} is missing; rebuilt from {len(files)} segments"
     except (OSError, ValueError, KeyError, TypeError) as error:
         why = why_not(error) if isinstance(error, ValidationError) else None
-        manifest = Manifest(problem=f"{path} is damaged{f' ({why})' if why else ''}; rebuilt "
-                            f"from {len(files)} segments")
+        manifest = Manifest(
+            problem=f"{path} is damaged{f' ({why})' if why else ''}; rebuilt "
+            f"from {len(files)} segments"
+        )
     assert manifest is not None
     if manifest.problem is not None:
         return rebuilt(run_dir, manifest, files)
@@ -252,8 +283,11 @@ def parse_record(raw: bytes) -> JsonObject | None:
         record = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(record, dict) or not isinstance(record.get("type"), str) \
-            or not isinstance(record.get("seq"), int):
+    if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("type"), str)
+        or not isinstance(record.get("seq"), int)
+    ):
         return None
     return record
 
@@ -267,8 +301,10 @@ def segment_records(path: Path) -> Iterator[JsonObject]:
             for number, raw in enumerate(f, 1):
                 record = parse_record(raw)
                 if record is None:
-                    raise StateError(f"{path} is damaged at line {number} (not a whole "
-                                     "event); the segments before it are intact")
+                    raise StateError(
+                        f"{path} is damaged at line {number} (not a whole "
+                        "event); the segments before it are intact"
+                    )
                 yield record
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         why = getattr(error, "strerror", None) or error
@@ -295,8 +331,9 @@ def reached(step: str) -> None:
         hook(step)
 
 
-def close_segment(run_dir: Path, current: Path, first: JsonObject, summary: RunSummary,
-                  turns_before: int) -> Manifest:
+def close_segment(
+    run_dir: Path, current: Path, first: JsonObject, summary: RunSummary, turns_before: int
+) -> Manifest:
     """Make the current segment the next closed one: a manifest written first where there is
     none yet (the run stays listed while events.jsonl is away), renamed into segments/
     (atomic), then listed in the manifest (atomic). The caller starts a new current
@@ -315,8 +352,7 @@ def close_segment(run_dir: Path, current: Path, first: JsonObject, summary: RunS
     sync_directory(run_dir / SEGMENTS_DIR)
     sync_directory(run_dir)
     reached("rollover: moved durably")
-    manifest.segments.append(segment_entry(number, target.name, first, summary, size,
-                                           turns_before))
+    manifest.segments.append(segment_entry(number, target.name, first, summary, size, turns_before))
     manifest.state = summary.to_dict()
     write_manifest(run_dir, manifest)
     reached("rollover: segment listed")

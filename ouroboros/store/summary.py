@@ -41,23 +41,50 @@ RECENT_CHANGES = 8  # config changes kept whatever their key (`status` shows the
 REMEMBERED_FLAGS: Final = ("agent.workspace", "model.name", "model.base_url", "agent.max_turns")
 TURN_LIMIT: Final = "agent.max_turns"
 # The records whose newest one a reader shows as it is (status, watch): kept whole.
-ANCHORS = ("run_resumed", "session_start", "session_restart", "token_usage", "context_mask",
-           "run_end", "stop_requested", "warning", "error", "context_truncation_detected",
-           "context_overflow_recovered", "warning_cleared")
+ANCHORS = (
+    "run_resumed",
+    "session_start",
+    "session_restart",
+    "token_usage",
+    "context_mask",
+    "run_end",
+    "stop_requested",
+    "warning",
+    "error",
+    "context_truncation_detected",
+    "context_overflow_recovered",
+    "warning_cleared",
+)
 # How `next` said it before run_end had `said_done` (see how_to_continue).
 SAID_DONE_BEFORE: Final = re.compile(r'^the agent said it is done \("(.*?)"\)')
 
 
 def new_session(number: int) -> JsonObject:
-    return {"session": number, "turns": 0, "peak_pct": None, "mask_rounds": 0, "masked": 0,
-            "end": "running", "prompt_tokens": 0, "completion_tokens": 0,
-            "cached_tokens": 0, "cache_prompt_tokens": 0}
+    return {
+        "session": number,
+        "turns": 0,
+        "peak_pct": None,
+        "mask_rounds": 0,
+        "masked": 0,
+        "end": "running",
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cached_tokens": 0,
+        "cache_prompt_tokens": 0,
+    }
 
 
 # A session's figures that add up (`totals`); the cache's two are missing from sessions folded
 # before they were kept.
-ADDED = ("turns", "mask_rounds", "masked", "prompt_tokens", "completion_tokens",
-         "cached_tokens", "cache_prompt_tokens")
+ADDED = (
+    "turns",
+    "mask_rounds",
+    "masked",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cache_prompt_tokens",
+)
 
 
 def cache_reading(r: JsonObject) -> tuple[int, int] | None:
@@ -179,8 +206,13 @@ class RunSummary:
     def add_event(self, event: EventBase) -> None:
         """Fold in an event as its model (a log's listener gets it so): its record made only
         when its fold reads it."""
-        head = {"type": event.type, "ts": event.ts, "seq": event.seq, "session": event.session,
-                "turn": event.turn}
+        head = {
+            "type": event.type,
+            "ts": event.ts,
+            "seq": event.seq,
+            "session": event.session,
+            "turn": event.turn,
+        }
         self.add(event.type, head, event.record)
 
     # -- one fold per event type --
@@ -199,8 +231,10 @@ class RunSummary:
         if "flags" in r:
             self.flags = remembered(r["flags"], self.flags, first=False)
         self.turns, self.restarts = r.get("total_turns", 0), r.get("restarts", 0)
-        self.window, self.limit_source = r.get("context_limit", self.window), \
-            r.get("limit_source", self.limit_source)
+        self.window, self.limit_source = (
+            r.get("context_limit", self.window),
+            r.get("limit_source", self.limit_source),
+        )
         self.ended_by, self.said_done = None, ""  # it goes on again: the end it had is over
         if current is not None:
             current["end"] = "running"
@@ -344,8 +378,9 @@ class RunSummary:
         """The sessions the default view lists, and how many it leaves out."""
         if self.keep_all or self.sessions <= RECENT_KEPT:
             return self.recent, 0
-        return (self.first + self.recent)[:FIRST_KEPT] + self.recent[-FIRST_KEPT:], \
-            self.sessions - 2 * FIRST_KEPT
+        return (self.first + self.recent)[:FIRST_KEPT] + self.recent[
+            -FIRST_KEPT:
+        ], self.sessions - 2 * FIRST_KEPT
 
     def totals(self) -> JsonObject:
         """Every session's figures added up (turns, masking, tokens; the highest peak)."""
@@ -379,8 +414,13 @@ class RunSummary:
         figures = data.get("figures")
         if isinstance(figures, dict):
             moved = {"end": "ended_by", "restarts": "session_restarts"}
-            known.update({moved.get(k, k): v for k, v in figures.items()
-                          if moved.get(k, k) in SESSION_FIELDS + ("ended_by",)})
+            known.update(
+                {
+                    moved.get(k, k): v
+                    for k, v in figures.items()
+                    if moved.get(k, k) in SESSION_FIELDS + ("ended_by",)
+                }
+            )
         summary = cls(**known, complete=isinstance(figures, dict))
         standing = cls()
         for record in summary.anchor_records():
@@ -434,8 +474,29 @@ FOLDS: dict[str, Fold] = {
 """The fold of each event type the summary reads (`assistant` is counted without its record;
 every other type changes only `last`, `session` and `turn`)."""
 
-SESSION_FIELDS = ("sessions", "first", "recent", "earlier", "session_restarts", "readings",
-                  "span", "buckets", "restart_next")
-STANDING_FIELDS = ("run_id", "model", "served_model", "soft", "hard", "window", "limit_source",
-                   "budget", "prompt_tokens", "context_pct", "prompt_pct", "said_done",
-                   "answered")
+SESSION_FIELDS = (
+    "sessions",
+    "first",
+    "recent",
+    "earlier",
+    "session_restarts",
+    "readings",
+    "span",
+    "buckets",
+    "restart_next",
+)
+STANDING_FIELDS = (
+    "run_id",
+    "model",
+    "served_model",
+    "soft",
+    "hard",
+    "window",
+    "limit_source",
+    "budget",
+    "prompt_tokens",
+    "context_pct",
+    "prompt_pct",
+    "said_done",
+    "answered",
+)

@@ -64,8 +64,10 @@ with a one-line summary.
 """
 
 # Neutral data: no word in it reads as an instruction (the demo's filler says "checked").
-FILLER = ("Ships came in at dawn with timber, salt and grain; the harbour ledger lists each "
-          "cargo by weight, berth and captain, with the tide and the hour of arrival. ")
+FILLER = (
+    "Ships came in at dawn with timber, salt and grain; the harbour ledger lists each "
+    "cargo by weight, berth and captain, with the tide and the hour of arrival. "
+)
 
 PART_PATH = re.compile(r"data/part_(\d+)\.txt")
 KEY_LINE = re.compile(r"^KEY: ([0-9a-f]+)", re.MULTILINE)
@@ -83,19 +85,31 @@ HOLD = f"; echo $$ > {HELD_PID}; sleep 30"  # after the append: the held record 
 CHARS_PER_PART = 1500
 MUSINGS = 3
 # What a chatty small model says around each step (neutral words: the handoff may quote it).
-MUSING = ("Each part has one key line at the top and a long body after it; the body does not "
-          "matter for the results file, only the key does, and the order of the parts. ")
+MUSING = (
+    "Each part has one key line at the top and a long body after it; the body does not "
+    "matter for the results file, only the key does, and the order of the parts. "
+)
 # What a model that thinks in its tool arguments says there (neutral words, like MUSING).
-CHATTER = ("the ledger lists each cargo by weight and berth, and the key line sits at the top "
-           "of the file, so the body after it can be left as it is for now")
+CHATTER = (
+    "the ledger lists each cargo by weight and berth, and the key line sits at the top "
+    "of the file, so the body after it can be left as it is for now"
+)
 
 # The words a literal model takes as orders, strongest first within one message.
 Order = Literal["save", "read", "continue"]
 ORDERS: list[tuple[Order, re.Pattern[str]]] = [
-    ("save", re.compile(r"\b(save|write down|wind down|wrap up|record your progress)\b",
-                        re.IGNORECASE)),
-    ("read", re.compile(r"\b(check|read|re-read|reread|look at)\b[^.\n]{0,40}?"
-                        r"\b(notes?|progress|workspace)\b", re.IGNORECASE)),
+    (
+        "save",
+        re.compile(r"\b(save|write down|wind down|wrap up|record your progress)\b", re.IGNORECASE),
+    ),
+    (
+        "read",
+        re.compile(
+            r"\b(check|read|re-read|reread|look at)\b[^.\n]{0,40}?"
+            r"\b(notes?|progress|workspace)\b",
+            re.IGNORECASE,
+        ),
+    ),
     ("continue", re.compile(r"\b(continue|go on|keep going)\b", re.IGNORECASE)),
 ]
 
@@ -104,11 +118,12 @@ def part_path(index: int) -> str:
     return f"data/part_{index:03d}.txt"
 
 
-def make_parts(workspace: Path, parts: int, chars_per_part: int = CHARS_PER_PART,
-               seed: int = 7) -> dict[int, str]:
+def make_parts(
+    workspace: Path, parts: int, chars_per_part: int = CHARS_PER_PART, seed: int = 7
+) -> dict[int, str]:
     """Write the data files with neutral filler; return each part's key."""
     body = (FILLER * (chars_per_part // len(FILLER) + 1))[:chars_per_part]
-    lines = "\n".join(body[i:i + 100] for i in range(0, len(body), 100))
+    lines = "\n".join(body[i : i + 100] for i in range(0, len(body), 100))
     return write_keyed(workspace, parts, lambda rng: lines, seed)
 
 
@@ -154,8 +169,11 @@ class Call:
     @property
     def seen(self) -> str | None:
         """The result's text if it is visible: not masked, not cut short."""
-        if self.result is None or MASKED.match(self.result) or \
-                self.result.startswith("[interrupted"):
+        if (
+            self.result is None
+            or MASKED.match(self.result)
+            or self.result.startswith("[interrupted")
+        ):
             return None
         return self.result
 
@@ -189,12 +207,11 @@ class View:
 
     @property
     def last_assistant(self) -> int:
-        return max((i for i, m in enumerate(self.messages) if m["role"] == "assistant"),
-                   default=-1)
+        return max((i for i, m in enumerate(self.messages) if m["role"] == "assistant"), default=-1)
 
     def tail(self) -> list[Message]:
         """The messages after the agent's newest reply: what it has not acted on yet."""
-        return self.messages[self.last_assistant + 1:]
+        return self.messages[self.last_assistant + 1 :]
 
     def notes_reads(self) -> list[Call]:
         return [c for c in self.calls if c.name == "file_read" and self.is_notes(c)]
@@ -204,8 +221,7 @@ class View:
 
     def system_notes(self) -> set[int] | None:
         first = self.messages[0] if self.messages else {}
-        return notes_done(first.get("content") or "") if first.get("role") == "system" \
-            else None
+        return notes_done(first.get("content") or "") if first.get("role") == "system" else None
 
     def known_done(self) -> set[int]:
         """The parts it knows are done: read in its notes, or recorded or checked by itself
@@ -223,9 +239,13 @@ class View:
     def visible_key(self, part: int) -> str | None:
         """The key of `part` if a read of its file is in sight."""
         for call in reversed(self.calls):
-            if call.name == "file_read" and call.seen is not None and \
-                    (m := PART_PATH.search(str(call.args.get("path", "")))) and \
-                    int(m.group(1)) == part and (key := KEY_LINE.search(call.seen)):
+            if (
+                call.name == "file_read"
+                and call.seen is not None
+                and (m := PART_PATH.search(str(call.args.get("path", ""))))
+                and int(m.group(1)) == part
+                and (key := KEY_LINE.search(call.seen))
+            ):
                 return key.group(1)
         return None
 
@@ -245,9 +265,11 @@ class View:
         for call in self.calls:
             if call.at <= at:
                 continue
-            if order == "continue" or (order == "save" and call.name == "file_write"
-                                       and self.is_notes(call)) or \
-                    (order == "read" and call.name == "file_read" and self.is_notes(call)):
+            if (
+                order == "continue"
+                or (order == "save" and call.name == "file_write" and self.is_notes(call))
+                or (order == "read" and call.name == "file_read" and self.is_notes(call))
+            ):
                 return True
         return False
 
@@ -262,8 +284,11 @@ class View:
             if INTERRUPTED.search(text) and (m := PART_NAMED.search(text)):
                 return int(m.group(1))
         for call in reversed(self.calls):
-            if call.result is not None and call.result.startswith("[interrupted") and \
-                    (m := PART_NAMED.search(json.dumps(call.args))):
+            if (
+                call.result is not None
+                and call.result.startswith("[interrupted")
+                and (m := PART_NAMED.search(json.dumps(call.args)))
+            ):
                 return int(m.group(1))
         return None
 
@@ -272,8 +297,15 @@ class WindowAgent:
     """(b) The base: knows only its window and rewrites its notes from it; at a session start
     with no progress in sight it reads its notes, because the system prompt says to."""
 
-    def __init__(self, parts: int, *, notes: str = NOTES, hold_part: int | None = None,
-                 musing: int = 0, chatter: int = 0) -> None:
+    def __init__(
+        self,
+        parts: int,
+        *,
+        notes: str = NOTES,
+        hold_part: int | None = None,
+        musing: int = 0,
+        chatter: int = 0,
+    ) -> None:
         self.parts = parts
         # `chatter` words said in the arguments of each record command and notes write
         words = CHATTER.split()
@@ -310,8 +342,12 @@ class WindowAgent:
         """The words this variant follows besides the wind-down: the system prompt's, to read
         its notes at a start (no read of them in sight, none pinned)."""
         first = view.messages[0]
-        if first["role"] == "system" and says_read(first.get("content") or "") and \
-                not view.notes_reads() and view.system_notes() is None:
+        if (
+            first["role"] == "system"
+            and says_read(first.get("content") or "")
+            and not view.notes_reads()
+            and view.system_notes() is None
+        ):
             return self.read_notes("Reading my notes first, as the prompt says.")
         return None
 
@@ -327,13 +363,16 @@ class WindowAgent:
             calls.append(self.notes_write(done))
         if (key := view.visible_key(todo)) is not None:
             return Reply(f"Recording part {todo}.", [*calls, self.record(todo, key)])
-        return Reply(f"Reading part {todo}.",
-                     [*calls, ("file_read", {"path": part_path(todo)})])
+        return Reply(f"Reading part {todo}.", [*calls, ("file_read", {"path": part_path(todo)})])
 
     def just_recorded(self, view: View) -> bool:
         newest = [c for c in view.calls if c.at == view.last_assistant]
-        return any(c.name == "shell_exec" and c.succeeded() and
-                   RECORDED.search(str(c.args.get("command", ""))) for c in newest)
+        return any(
+            c.name == "shell_exec"
+            and c.succeeded()
+            and RECORDED.search(str(c.args.get("command", "")))
+            for c in newest
+        )
 
     def record(self, part: int, key: str) -> tuple[str, dict[str, Any]]:
         line = shlex.quote(f"part_{part:03d}: {key}")
@@ -403,8 +442,11 @@ class WordyAgent(LiteralAgent):
 
 
 LITERAL_AGENTS: dict[str, type[WindowAgent]] = {
-    "a-newest-order": LiteralAgent, "b-window": WindowAgent, "c-last-word": LastWordAgent,
-    "d-done-in-words": WordyAgent}
+    "a-newest-order": LiteralAgent,
+    "b-window": WindowAgent,
+    "c-last-word": LastWordAgent,
+    "d-done-in-words": WordyAgent,
+}
 
 
 # --- figures of a finished run ----------------------------------------------------------------
@@ -423,8 +465,10 @@ class RunFigures:
     redone_parts: tuple[int, ...] = ()
 
     def line(self) -> str:
-        return (f"{self.done}/{self.parts} parts, {self.redone} redone, {self.requests} "
-                f"requests, {self.restarts} restarts")
+        return (
+            f"{self.done}/{self.parts} parts, {self.redone} redone, {self.requests} "
+            f"requests, {self.restarts} restarts"
+        )
 
 
 def expected_lines(keys: dict[int, str]) -> str:
@@ -446,14 +490,18 @@ def redone_parts(events: Iterable[dict[str, Any]]) -> list[int]:
             records[part] += 1
             if records[part] > 1:
                 redone.add(part)
-        elif event["name"] == "file_read" and \
-                (m := PART_PATH.search(str(args.get("path", "")))) and records[int(m.group(1))]:
+        elif (
+            event["name"] == "file_read"
+            and (m := PART_PATH.search(str(args.get("path", ""))))
+            and records[int(m.group(1))]
+        ):
             redone.add(int(m.group(1)))
     return sorted(redone)
 
 
-def run_figures(project: Path, keys: dict[int, str], workspace: str = "workspace",
-                state_dir: str = ".ouroboros") -> RunFigures:
+def run_figures(
+    project: Path, keys: dict[int, str], workspace: str = "workspace", state_dir: str = ".ouroboros"
+) -> RunFigures:
     """The figures of the project's latest run, from its workspace and its event log."""
     from ouroboros.store.log import list_runs, run_records
 
@@ -470,4 +518,5 @@ def run_figures(project: Path, keys: dict[int, str], workspace: str = "workspace
         redone=len(redone),
         requests=sum(e["type"] == "token_usage" for e in events),
         restarts=sum(e["type"] == "session_restart" for e in events),
-        redone_parts=tuple(redone))
+        redone_parts=tuple(redone),
+    )

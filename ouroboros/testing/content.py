@@ -21,15 +21,21 @@ from typing import Callable
 
 ContentMaker = Callable[[int, random.Random], str]
 
-_PROSE = ("Ships came in at dawn and the clerks wrote down every crate, barrel and bale they "
-          "unloaded, with the name of the captain and the weight of the cargo. ")
-_CODE = ("def reconcile(ledger, receipts):\n"
-         "    total = sum(r.amount for r in receipts if r.day == ledger.day)\n"
-         "    if abs(total - ledger.balance) > 0.01:\n"
-         "        raise ValueError(f\"off by {total - ledger.balance:.2f}\")\n"
-         "    return {'day': ledger.day, 'ok': True}\n\n")
-_CJK = ("港口档案馆保存着旧海关的账簿、信件和清单；每一份记录都由人工抄写，并在归档之前核对两次。"
-        "船只在黎明时分进港，书记员记下卸下的每一个箱子、木桶和包裹。")
+_PROSE = (
+    "Ships came in at dawn and the clerks wrote down every crate, barrel and bale they "
+    "unloaded, with the name of the captain and the weight of the cargo. "
+)
+_CODE = (
+    "def reconcile(ledger, receipts):\n"
+    "    total = sum(r.amount for r in receipts if r.day == ledger.day)\n"
+    "    if abs(total - ledger.balance) > 0.01:\n"
+    '        raise ValueError(f"off by {total - ledger.balance:.2f}")\n'
+    "    return {'day': ledger.day, 'ok': True}\n\n"
+)
+_CJK = (
+    "港口档案馆保存着旧海关的账簿、信件和清单；每一份记录都由人工抄写，并在归档之前核对两次。"
+    "船只在黎明时分进港，书记员记下卸下的每一个箱子、木桶和包裹。"
+)
 _EMOJI = "📦🚢⚓🧾📜🔍✅🌊🐟🪝⛵🏷️📅🕯️🧭 "
 
 
@@ -38,14 +44,18 @@ def _repeat(unit: str, chars: int) -> str:
 
 
 def _lines(text: str, width: int = 100) -> str:
-    return "\n".join(text[i:i + width] for i in range(0, len(text), width))
+    return "\n".join(text[i : i + width] for i in range(0, len(text), width))
 
 
 def _json(chars: int, rng: random.Random) -> str:
     records, size = [], 0
     while size < chars:
-        record = {"id": rng.randrange(10**6), "crate": f"C-{rng.randrange(10**4):04d}",
-                  "kg": round(rng.uniform(1, 900), 2), "ok": rng.random() < 0.9}
+        record = {
+            "id": rng.randrange(10**6),
+            "crate": f"C-{rng.randrange(10**4):04d}",
+            "kg": round(rng.uniform(1, 900), 2),
+            "ok": rng.random() < 0.9,
+        }
         records.append(record)
         size += len(json.dumps(record, separators=(",", ":"))) + 1
     return json.dumps(records, separators=(",", ":"))[:chars]
@@ -72,14 +82,16 @@ CONTENT_KINDS: dict[str, ContentMaker] = {
 }
 
 
-def write_parts(workspace: Path, parts: int, chars: int, kind: str,
-                seed: int = 7) -> dict[int, str]:
+def write_parts(
+    workspace: Path, parts: int, chars: int, kind: str, seed: int = 7
+) -> dict[int, str]:
     """Write data/part_NNN.txt files of `kind`, each with its key first; return the keys."""
     return write_keyed(workspace, parts, lambda rng: CONTENT_KINDS[kind](chars, rng), seed)
 
 
-def write_keyed(workspace: Path, parts: int, body: Callable[[random.Random], str],
-                seed: int = 7) -> dict[int, str]:
+def write_keyed(
+    workspace: Path, parts: int, body: Callable[[random.Random], str], seed: int = 7
+) -> dict[int, str]:
     """Write data/part_NNN.txt files, each `KEY: <hex>` then what `body` makes; return the
     keys (the same for the same seed, whatever the body)."""
     rng = random.Random(seed)

@@ -55,14 +55,18 @@ def tags(settings: ModelSettings) -> list[dict[str, Any]]:
     ]
 
 
-def get(path: str, settings: ModelSettings, *, loaded: bool,
-        loaded_as: str | None = None) -> tuple[int, Any]:
+def get(
+    path: str, settings: ModelSettings, *, loaded: bool, loaded_as: str | None = None
+) -> tuple[int, Any]:
     """Status and body of a GET; `loaded` once a chat request was served, `loaded_as` the
     name it was asked for when that is another of its models (/api/ps)."""
     if settings.serves_any_name:  # llama.cpp: /props and /v1/models, none of Ollama's own
         if path == "/props":
-            return 200, {"default_generation_settings": {"n_ctx": settings.window},
-                         "total_slots": 1, "model_path": f"/models/{settings.model}"}
+            return 200, {
+                "default_generation_settings": {"n_ctx": settings.window},
+                "total_slots": 1,
+                "model_path": f"/models/{settings.model}",
+            }
         if path != "/v1/models":
             return 404, {"error": {"code": 404, "message": "File Not Found"}}
     if path == "/":
@@ -88,10 +92,16 @@ def get(path: str, settings: ModelSettings, *, loaded: bool,
             models.append(entry)
         return 200, {"models": models}
     if path == "/props" and settings.template_tools is not None:
-        caps = {"supports_tools": settings.template_tools,
-                "supports_tool_calls": settings.template_tools, "supports_system_role": True}
-        return 200, {"default_generation_settings": {"n_ctx": settings.window or TRAINED_CONTEXT},
-                     "total_slots": 1, "chat_template_caps": caps}
+        caps = {
+            "supports_tools": settings.template_tools,
+            "supports_tool_calls": settings.template_tools,
+            "supports_system_role": True,
+        }
+        return 200, {
+            "default_generation_settings": {"n_ctx": settings.window or TRAINED_CONTEXT},
+            "total_slots": 1,
+            "chat_template_caps": caps,
+        }
     return 404, "404 page not found"
 
 
@@ -119,8 +129,9 @@ def show(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
     }
 
 
-CREATE_FAILURE = ("open /usr/share/ollama/.ollama/models/manifests/registry.ollama.ai/"
-                  "library: permission denied")
+CREATE_FAILURE = (
+    "open /usr/share/ollama/.ollama/models/manifests/registry.ollama.ai/library: permission denied"
+)
 
 
 def create(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
@@ -136,8 +147,10 @@ def create(body: dict[str, Any], settings: ModelSettings) -> tuple[int, Any]:
     if not isinstance(parameters, dict) or not isinstance(parameters.get("num_ctx", 0), int):
         return 400, {"error": "invalid parameters"}
     layer = hashlib.sha256(base.encode()).hexdigest()
-    lines = [{"status": f"using existing layer sha256:{layer}"},
-             {"status": "creating new layer sha256:" + hashlib.sha256(name.encode()).hexdigest()}]
+    lines = [
+        {"status": f"using existing layer sha256:{layer}"},
+        {"status": "creating new layer sha256:" + hashlib.sha256(name.encode()).hexdigest()},
+    ]
     if settings.create == "fails":
         return 200, [*lines, {"error": CREATE_FAILURE}]
     return 200, [*lines, {"status": "writing manifest"}, {"status": "success"}]

@@ -131,7 +131,8 @@ class ScriptedModel:
                 self.made[self._made_key(name)] = int(body["parameters"].get("num_ctx") or 0)
                 if not endpoints.serves(name, self.settings.models):
                     self.settings = replace(
-                        self.settings, extra_models=(*self.settings.extra_models, name))
+                        self.settings, extra_models=(*self.settings.extra_models, name)
+                    )
             return status, answer
 
     def _made_key(self, name: Any) -> str:
@@ -188,8 +189,9 @@ class ScriptedModel:
         restarted server)."""
         grows = self.settings.grows
         if grows is not None and len(self.requests) > grows[0]:
-            self.settings = replace(self.settings, context_length=grows[1], allocated=None,
-                                    grows=None)
+            self.settings = replace(
+                self.settings, context_length=grows[1], allocated=None, grows=None
+            )
 
     def _over(self, prompt: int) -> bool:
         return self.settings.window is not None and prompt > self.settings.window
@@ -205,15 +207,17 @@ class ScriptedModel:
         if refusal is not None:
             return refusal
         if over:
-            prompt = min(self.count_tokens(self.truncate(messages, tools), tools), prompt,
-                         self.settings.window or prompt)
+            prompt = min(
+                self.count_tokens(self.truncate(messages, tools), tools),
+                prompt,
+                self.settings.window or prompt,
+            )
         prompt = self._miscounted(prompt, ahead=1)
         mode = self.settings.usage
         if mode == "decreasing":
             prompt = self._decreasing(prompt)
         usage = usage_wire(prompt, 1, "whole" if mode == "uncached" else mode)
-        return Answer(json=render_completion(Reply(""), model=str(body.get("model")),
-                                             usage=usage))
+        return Answer(json=render_completion(Reply(""), model=str(body.get("model")), usage=usage))
 
     def _model_answer(self, body: dict[str, Any], prompt: int, over: bool) -> Answer:
         refusal = self._refusal(body, over, prompt)
@@ -286,12 +290,22 @@ class ScriptedModel:
         if not self.settings.timings:
             return None
         cache_n = min(common, whole - 1) if whole else 0
-        timings: dict[str, Any] = {"cache_n": cache_n, "prompt_n": whole - cache_n,
-                                   "prompt_ms": 1.0, "predicted_n": 1, "predicted_ms": 1.0}
+        timings: dict[str, Any] = {
+            "cache_n": cache_n,
+            "prompt_n": whole - cache_n,
+            "prompt_ms": 1.0,
+            "predicted_n": 1,
+            "predicted_ms": 1.0,
+        }
         return {**timings, **(self.settings.bad_timings or {})}
 
     def _usage(
-        self, reply: Reply, prompt: int, messages: list[Message], tools: Any, common: int,
+        self,
+        reply: Reply,
+        prompt: int,
+        messages: list[Message],
+        tools: Any,
+        common: int,
         cache: tuple[int, int],
     ) -> dict[str, Any]:
         """The usage object to send: `prompt` (the count of what the model read) as the
@@ -328,14 +342,23 @@ class ScriptedModel:
         self._last_reported = prompt
         return prompt
 
-    def _reply_answer(self, reply: Reply, body: dict[str, Any], usage: dict[str, Any],
-                      timings: dict[str, Any] | None = None) -> Answer:
+    def _reply_answer(
+        self,
+        reply: Reply,
+        body: dict[str, Any],
+        usage: dict[str, Any],
+        timings: dict[str, Any] | None = None,
+    ) -> Answer:
         model = self.settings.model if self.settings.serves_any_name else str(body.get("model"))
         number, created = len(self.requests), int(time.time())
         if not body.get("stream"):
             return Answer(
                 json=render_completion(
-                    reply, model=model, usage=usage, request_number=number, created=created,
+                    reply,
+                    model=model,
+                    usage=usage,
+                    request_number=number,
+                    created=created,
                     timings=timings,
                 )
             )

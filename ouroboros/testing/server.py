@@ -139,9 +139,11 @@ class ScriptedServer(ScriptedModel):
         """Block until an outage at the front of the queue has closed the socket."""
         with self._lock:
             self._lock.wait_for(
-                lambda: self._stopping.is_set()
-                or self._thread is None
-                or not (self._outage_starting or self._script.outage_due()),
+                lambda: (
+                    self._stopping.is_set()
+                    or self._thread is None
+                    or not (self._outage_starting or self._script.outage_due())
+                ),
                 timeout=10,
             )
 
@@ -275,8 +277,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._end_headers()
         self.wfile.write(data)
 
-    def _send_stream(self, frames: list[bytes], *, abort: bool,
-                     content_type: str = "text/event-stream") -> None:
+    def _send_stream(
+        self, frames: list[bytes], *, abort: bool, content_type: str = "text/event-stream"
+    ) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-cache")

@@ -1,7 +1,7 @@
 """How a scripted model server behaves: one setting per way real servers differ.
 
-    ScriptedServer(script, context_length=4096, overflow="error", usage="zero")
-    ModelSettings(context_length=4096, overflow="error", usage="zero")   # the same settings
+ScriptedServer(script, context_length=4096, overflow="error", usage="zero")
+ModelSettings(context_length=4096, overflow="error", usage="zero")   # the same settings
 """
 
 from __future__ import annotations

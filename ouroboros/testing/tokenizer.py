@@ -93,7 +93,7 @@ def bpe_bytes(text: str) -> int:
         return by_content(text)
     tokens, start = 0, 0
     for match in _NON_ASCII.finditer(text):
-        tokens += by_content(text[start:match.start()])
+        tokens += by_content(text[start : match.start()])
         tokens += math.ceil(len(match.group().encode()) / 2)
         start = match.end()
     return tokens + by_content(text[start:])
@@ -146,13 +146,14 @@ class ServerTokenizer:
         if tools and self.count_tools:
             text = json.dumps(tools)
             pieces.append((text, _tokens(self.text, text)))
-        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
-                        default=-1)
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         for index, message in enumerate(messages):
             strip = self.strip_reasoning and index < last_user
             pieces.append((f"<|{message.get('role')}|>", self.per_message))
-            pieces += [(text, _tokens(self.text, text))
-                       for text in _texts_of(message, strip_reasoning=strip)]
+            pieces += [
+                (text, _tokens(self.text, text))
+                for text in _texts_of(message, strip_reasoning=strip)
+            ]
         return pieces
 
     def common_tokens(self, pieces: Pieces, before: Pieces) -> int:
@@ -177,8 +178,11 @@ def _tokens(counter: TextCounter, text: str) -> int:
 def _message_texts(messages: list[Message], *, strip_reasoning: bool = False) -> list[str]:
     """The pieces of text a template renders: contents, tool-call names and arguments."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    return [text for index, message in enumerate(messages)
-            for text in _texts_of(message, strip_reasoning=strip_reasoning and index < last_user)]
+    return [
+        text
+        for index, message in enumerate(messages)
+        for text in _texts_of(message, strip_reasoning=strip_reasoning and index < last_user)
+    ]
 
 
 def _texts_of(message: Message, *, strip_reasoning: bool = False) -> list[str]:

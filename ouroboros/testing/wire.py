@@ -24,8 +24,7 @@ Wire = Literal["current", "legacy"]
 """current: role only in the first delta, finish_reason in a last chunk of its own.
 legacy (Ollama before v0.32.6): role and content in every delta, finish_reason `stop` on the
 last delta even after tool calls."""
-UsageMode = Literal["whole", "zero", "null", "absent", "uncached", "negative", "huge",
-                    "decreasing"]
+UsageMode = Literal["whole", "zero", "null", "absent", "uncached", "negative", "huge", "decreasing"]
 """How `prompt_tokens` is reported: the whole prompt; 0; null; no key at all; only the
 part not in the prompt cache (ollama#16414); or nonsense no prompt can have: the count made
 negative, a million times the count, or a count below the last one reported while the prompt
@@ -76,7 +75,9 @@ def overflow_error_body(context_length: int | None, prompt: int) -> dict[str, An
 
 
 def usage_wire(
-    prompt_tokens: int, completion_tokens: int, mode: UsageMode = "whole",
+    prompt_tokens: int,
+    completion_tokens: int,
+    mode: UsageMode = "whole",
     cached_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The `usage` object as a server in this mode sends it. For "uncached" the caller passes
@@ -159,8 +160,10 @@ def render_stream(
         "model": model,
         "system_fingerprint": "fp_ollama",
     }
-    chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-              for delta, finish in zip(deltas, finishes)]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        for delta, finish in zip(deltas, finishes)
+    ]
     if usage is not None:
         chunks.append({**head, "choices": [], "usage": usage})
     if timings is not None:

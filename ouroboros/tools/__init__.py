@@ -60,13 +60,16 @@ CUT_OFF_SHOWN_CHARS = 200
 def cut_off_result(call: ToolCall) -> ToolResult:
     """The answer to a call the reply's token limit cut before its arguments were whole: it
     was not run, and what arrived is shown (its start) so the agent can send it again."""
-    sent = call.arguments[:CUT_OFF_SHOWN_CHARS] + ("..." if len(call.arguments) >
-                                                   CUT_OFF_SHOWN_CHARS else "")
+    sent = call.arguments[:CUT_OFF_SHOWN_CHARS] + (
+        "..." if len(call.arguments) > CUT_OFF_SHOWN_CHARS else ""
+    )
     return ToolResult(
         f"error: the call to {call.name} was cut off: the reply reached its token limit "
         f"(max_tokens) before the arguments were complete, so it was not run. What arrived: "
         f"{sent!r}. Send the call again, shorter (write a long file in several parts).",
-        ok=False, meta={"tool": call.name, "cut_off": True})
+        ok=False,
+        meta={"tool": call.name, "cut_off": True},
+    )
 
 
 def _failure(message: str, tool: str) -> ToolResult:
@@ -79,8 +82,9 @@ class Toolbox:
     toolbox = Toolbox([FileRead(...), ShellExec(...)]); await toolbox.run(call)
     """
 
-    def __init__(self, tools: Iterable[Tool] = (),
-                 redact: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, tools: Iterable[Tool] = (), redact: Callable[[str], str] | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self.redact = redact  # applied to every result: no known secret reaches the model
         for tool in tools:
@@ -102,8 +106,9 @@ class Toolbox:
     def brief_schemas(self) -> list[dict[str, Any]]:
         """The tool definitions in their short form (see arguments.brief_schema), for a small
         window."""
-        return [brief_schema(tool.schema(), getattr(tool, "brief", ""))
-                for tool in self._tools.values()]
+        return [
+            brief_schema(tool.schema(), getattr(tool, "brief", "")) for tool in self._tools.values()
+        ]
 
     def subject(self, call: ToolCall) -> str:
         """What the call is about, as its tool names it (a path, a command); "" when the tool

@@ -66,8 +66,14 @@ def json_type(value: Any) -> str:
     """The JSON Schema type name of a parsed JSON value."""
     if value is None:
         return "null"
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
-                       (list, "array"), (dict, "object")):
+    for kind, name in (
+        (bool, "boolean"),
+        (int, "integer"),
+        (float, "number"),
+        (str, "string"),
+        (list, "array"),
+        (dict, "object"),
+    ):
         if isinstance(value, kind):
             return name
     return type(value).__name__
@@ -76,17 +82,19 @@ def json_type(value: Any) -> str:
 def parse_arguments(text: str) -> dict[str, Any]:
     """The JSON object the model sent as a call's arguments; empty text means no arguments.
 
-        parse_arguments('{"path": "a.md"}')  # -> {"path": "a.md"}
+    parse_arguments('{"path": "a.md"}')  # -> {"path": "a.md"}
     """
     if not text.strip():
         return {}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ArgumentError([
-            f"the arguments are not valid JSON ({error}); send them as one JSON object, "
-            'e.g. {"name": "value"}'
-        ]) from error
+        raise ArgumentError(
+            [
+                f"the arguments are not valid JSON ({error}); send them as one JSON object, "
+                'e.g. {"name": "value"}'
+            ]
+        ) from error
     if not isinstance(value, dict):
         raise ArgumentError([f"the arguments must be a JSON object, not {json_type(value)}"])
     return value
@@ -104,8 +112,11 @@ class ToolArguments(BaseModel):
         if not isinstance(data, Mapping):
             return data
         fields = cls.model_fields
-        return {name: value for name, value in data.items()
-                if value is not None or name not in fields or fields[name].is_required()}
+        return {
+            name: value
+            for name, value in data.items()
+            if value is not None or name not in fields or fields[name].is_required()
+        }
 
     @classmethod
     def check(cls, arguments: Mapping[str, Any]) -> Self:
@@ -207,14 +218,19 @@ def brief_schema(schema: dict[str, Any], description: str = "") -> dict[str, Any
     described = function.get("description", "")
     first = description or re.split(r"(?<=[.!?])\s", described, maxsplit=1)[0]
     parameters = function.get("parameters", {})
-    properties = {name: {key: value for key, value in spec.items() if key in ("type", "anyOf",
-                                                                             "enum", "items")}
-                  for name, spec in parameters.get("properties", {}).items()}
+    properties = {
+        name: {
+            key: value for key, value in spec.items() if key in ("type", "anyOf", "enum", "items")
+        }
+        for name, spec in parameters.get("properties", {}).items()
+    }
     brief = {"type": "object", "properties": properties}
     if parameters.get("required"):
         brief["required"] = parameters["required"]
-    return {"type": "function",
-            "function": {"name": function["name"], "description": first, "parameters": brief}}
+    return {
+        "type": "function",
+        "function": {"name": function["name"], "description": first, "parameters": brief},
+    }
 
 
 A = TypeVar("A", bound=ToolArguments)

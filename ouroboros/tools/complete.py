@@ -41,9 +41,13 @@ class TaskComplete(ModelTool[CompleteArguments]):
     async def call(self, arguments: CompleteArguments) -> ToolResult:
         summary = " ".join(arguments.summary.split())
         if not summary:
-            return ToolResult("error: task_complete needs a summary of what was done; "
-                              "call it again with one", ok=False)
+            return ToolResult(
+                "error: task_complete needs a summary of what was done; call it again with one",
+                ok=False,
+            )
         if len(summary) > MAX_SUMMARY_CHARS:
             summary = summary[: MAX_SUMMARY_CHARS - 3] + "..."
-        return ToolResult("The task is recorded as complete; the run ends after this turn.",
-                          meta={COMPLETE_KEY: summary})
+        return ToolResult(
+            "The task is recorded as complete; the run ends after this turn.",
+            meta={COMPLETE_KEY: summary},
+        )

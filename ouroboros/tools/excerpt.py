@@ -71,8 +71,16 @@ class LineScanner:
             self._shown_line()
         total = self.lines + (1 if self.tail else 0)
         text = bytes(self.shown).decode("utf-8", errors="replace")
-        return Excerpt(text, self.offset, self.offset + self.shown_lines - 1, total,
-                       len(self.shown), self.capped, self.line_cut, counted)
+        return Excerpt(
+            text,
+            self.offset,
+            self.offset + self.shown_lines - 1,
+            total,
+            len(self.shown),
+            self.capped,
+            self.line_cut,
+            counted,
+        )
 
     def _skip(self, chunk: bytes, position: int, lines: int) -> int:
         """Past `lines` newlines, or to the chunk's end if it holds fewer."""
@@ -90,7 +98,7 @@ class LineScanner:
         stop = len(chunk) if newline < 0 else newline + 1
         room = self.max_bytes - len(self.shown)
         keep = max(0, min(stop - position, room + 1 - len(self.line)))  # one over: too long
-        self.line += chunk[position:position + keep]
+        self.line += chunk[position : position + keep]
         self.line_size += stop - position
         if self.line_size > room:
             self._overflow()
@@ -110,7 +118,7 @@ class LineScanner:
     def _overflow(self) -> None:
         """The line does not fit: cut it if nothing is shown yet, and stop showing."""
         if not self.shown_lines:
-            self.shown += self.line[:self.max_bytes]
+            self.shown += self.line[: self.max_bytes]
             self.shown_lines, self.line_cut = 1, True
         self.capped = self.done = True
         self.line, self.line_size = bytearray(), 0

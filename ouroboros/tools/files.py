@@ -58,8 +58,9 @@ def count_lines(text: str) -> int:
     return text.count("\n") + (0 if text == "" or text.endswith("\n") else 1)
 
 
-def scan(fd: int, size: int, scanner: LineScanner, clock: Callable[[], float] = time.monotonic
-         ) -> bool:
+def scan(
+    fd: int, size: int, scanner: LineScanner, clock: Callable[[], float] = time.monotonic
+) -> bool:
     """Feed the first `size` bytes of `fd` to `scanner`, stopping after READ_SECS or once
     COUNT_BYTES are counted past what it shows. True if it read all `size` bytes. Raises
     _Refusal for a binary file (a NUL in its first BINARY_SNIFF_BYTES)."""
@@ -141,8 +142,9 @@ class ReadArguments(PathArguments):
     """file_read's arguments: the file, and optionally a range of its lines."""
 
     offset: int = Field(1, ge=1, description="First line to read (1-based). Default 1.")
-    limit: int | None = Field(None, ge=1,
-                              description="Number of lines to read. Default: to the end.")
+    limit: int | None = Field(
+        None, ge=1, description="Number of lines to read. Default: to the end."
+    )
 
 
 class FileRead(_WorkspaceTool[ReadArguments]):
@@ -159,8 +161,10 @@ class FileRead(_WorkspaceTool[ReadArguments]):
         self.max_read_bytes = max_read_bytes
 
     def description(self) -> str:
-        return ("Read a UTF-8 text file in the workspace. Use offset and limit to read a range "
-                f"of lines; output is capped at {self.max_read_bytes} bytes.")
+        return (
+            "Read a UTF-8 text file in the workspace. Use offset and limit to read a range "
+            f"of lines; output is capped at {self.max_read_bytes} bytes."
+        )
 
     def _run(self, given: str, arguments: ReadArguments) -> ToolResult:
         offset, limit = arguments.offset, arguments.limit
@@ -182,7 +186,8 @@ class FileRead(_WorkspaceTool[ReadArguments]):
         if info.st_nlink > 1:
             raise _HardLink(
                 f"{shown_path} has {info.st_nlink} hard links, and a file with more than one "
-                "may be a file outside the workspace; file_read only reads files with one link")
+                "may be a file outside the workspace; file_read only reads files with one link"
+            )
         scanner = LineScanner(offset, limit, self.max_read_bytes)
         try:
             counted = scan(fd, info.st_size, scanner)
@@ -201,7 +206,8 @@ class FileRead(_WorkspaceTool[ReadArguments]):
                 raise _Refusal(
                     f"offset {offset} is past the {shown.total} lines file_read scanned of "
                     f"{shown_path} in {READ_SECS:g} s; use shell_exec (e.g. sed -n "
-                    f"'{offset},+99p') to read that far")
+                    f"'{offset},+99p') to read that far"
+                )
             raise _Refusal(
                 f"offset {offset} is past the end of {shown_path}, which has {shown.total} lines"
             )
@@ -236,8 +242,10 @@ class FileWrite(_WorkspaceTool[WriteArguments]):
     Arguments = WriteArguments
 
     def description(self) -> str:
-        return ("Create or overwrite a text file in the workspace with the given content. "
-                "Missing parent directories are created.")
+        return (
+            "Create or overwrite a text file in the workspace with the given content. "
+            "Missing parent directories are created."
+        )
 
     def _run(self, given: str, arguments: WriteArguments) -> ToolResult:
         content = arguments.content
@@ -246,12 +254,12 @@ class FileWrite(_WorkspaceTool[WriteArguments]):
             with self.files.walk(given, final=FINAL_ENTRY, create_dirs=True) as found:
                 shown_path = found.shown
                 if found.name is None or _is_directory(found.fd, found.name):
-                    raise _Refusal(f"{shown_path} is a directory; give the path of a file to "
-                                   "write")
+                    raise _Refusal(f"{shown_path} is a directory; give the path of a file to write")
                 replace_in(found.fd, found.name, data, durable=False)
         except NotADirectory as blocked:
-            raise _Refusal(f"cannot create {given}: {blocked.shown} is a file, not a "
-                           "directory") from None
+            raise _Refusal(
+                f"cannot create {given}: {blocked.shown} is a file, not a directory"
+            ) from None
         lines = count_lines(content)
         return ToolResult(
             f"wrote {len(data)} bytes ({lines} lines) to {shown_path}",
@@ -300,8 +308,9 @@ class ListDir(_WorkspaceTool[ListArguments]):
         except Missing as missing:
             raise _Refusal(f"directory not found: {missing.shown}") from None
         except NotADirectory as blocked:
-            raise _Refusal(f"{blocked.shown} is a file, not a directory; use file_read to "
-                           "read it") from None
+            raise _Refusal(
+                f"{blocked.shown} is a file, not a directory; use file_read to read it"
+            ) from None
         if not entries:
             lines.append(f"[{shown_path} is empty]")
         elif len(entries) > self.max_entries:

@@ -39,8 +39,10 @@ class RecallTool(ModelTool[RecallArguments]):
         self.max_chars = max_chars
 
     def description(self) -> str:
-        return ("Show again the full output of an earlier tool call whose result was masked or "
-                "cut to save context. Use the id shown in the placeholder (e.g. obs-12).")
+        return (
+            "Show again the full output of an earlier tool call whose result was masked or "
+            "cut to save context. Use the id shown in the placeholder (e.g. obs-12)."
+        )
 
     async def call(self, arguments: RecallArguments) -> ToolResult:
         obs_id = arguments.id.strip()
@@ -51,20 +53,29 @@ class RecallTool(ModelTool[RecallArguments]):
             return ToolResult(self.missing(obs_id, valid), ok=False, meta={"id": obs_id})
         text = text.replace("\r\n", "\n").replace("\r", "\n")  # as text mode read it
         if offset < 0 or (offset >= len(text) and text):
-            return ToolResult(f"error: offset {offset} is outside 0..{len(text) - 1}",
-                              ok=False, meta={"id": obs_id})
+            return ToolResult(
+                f"error: offset {offset} is outside 0..{len(text) - 1}",
+                ok=False,
+                meta={"id": obs_id},
+            )
         end = offset + self.max_chars()
         body = text[offset:end]
         if end < len(text):
-            body += (f"\n[showing characters {offset}-{end} of {len(text)}; "
-                     f'recall(id="{obs_id}", offset={end}) for more]')
+            body += (
+                f"\n[showing characters {offset}-{end} of {len(text)}; "
+                f'recall(id="{obs_id}", offset={end}) for more]'
+            )
         return ToolResult(body, meta={"path": obs_id})
 
     def missing(self, obs_id: str, valid: bool) -> str:
         """Why there is no text to show: pruned by retention, or no such observation."""
         session = self.store.pruned_after(obs_id) if valid else None
         if session is not None:
-            return (f"error: {obs_id} was pruned by retention after session {session} (the "
-                    "run keeps only recent history); run the tool again if you need it")
-        return (f"error: no observation {obs_id!r}; ids look like obs-12 and appear in masked "
-                "placeholders")
+            return (
+                f"error: {obs_id} was pruned by retention after session {session} (the "
+                "run keeps only recent history); run the tool again if you need it"
+            )
+        return (
+            f"error: no observation {obs_id!r}; ids look like obs-12 and appear in masked "
+            "placeholders"
+        )

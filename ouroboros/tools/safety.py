@@ -24,8 +24,14 @@ class PathEscape(ValueError):
 
 # The supervisor's channels to the harness: a tool's process must not speak for it (a
 # command sending READY=1 or WATCHDOG=1 would tell systemd a hung harness is alive).
-SUPERVISOR_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
-                  "LISTEN_FDNAMES")
+SUPERVISOR_ENV = (
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+)
 
 
 def shell_environment(base: Mapping[str, str], secret_names: list[str]) -> dict[str, str]:

@@ -44,19 +44,31 @@ def _re2_options() -> re2.Options:
 
 # The defaults before they were rewritten for RE2 (they backtracked: minutes on a long
 # command), as a user's file may still hold them, each with the pattern now run in its place.
+_LEGACY_RM = (
+    r"""\brm\s+(?:-\S+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+(?:[^\s;&|]+\s+)*["']?"""
+    r"""(?:/|/\*|~/?\*?|\*|\$\{?HOME\}?/?\*?)["']?(?=$|[\s;&|)])"""
+)
+_RM = (
+    r"""\brm\s+(?:-\S+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+(?:[^\s;&|]+\s+)*["']?"""
+    r"""(?:/|/\*|~/?\*?|\*|\$\{?HOME\}?/?\*?)["']?(?:$|[\s;&|)])"""
+)
+_LEGACY_DD = r"\bdd\b[^;&|\n]*\bof=/dev/(?!null\b|zero\b|stdout\b|stderr\b|fd/)"
+_DD = r"\bdd\b[^;&|\n]*\bof=/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|loop|md|dm-|mapper/)"
+_LEGACY_FORK_BOMB = r"(?P<f>[\w:]+)\s*\(\)\s*\{[^}]*(?P=f)\s*\|\s*(?P=f)\s*&"
+_FORK_BOMB = r"\(\)\s*\{\s*[\w:]+\s*\|\s*[\w:]+\s*&"
+_LEGACY_CHMOD = (
+    r"""\bchmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)\s+(?:-\S+\s+)*"""
+    r"""["']?/\*?["']?(?=$|[\s;&|)])"""
+)
+_CHMOD = (
+    r"""\bchmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)\s+(?:-\S+\s+)*"""
+    r"""["']?/\*?["']?(?:$|[\s;&|)])"""
+)
 LEGACY_DEFAULTS: dict[str, str] = {
-    r"""\brm\s+(?:-\S+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+(?:[^\s;&|]+\s+)*["']?"""
-    r"""(?:/|/\*|~/?\*?|\*|\$\{?HOME\}?/?\*?)["']?(?=$|[\s;&|)])""":
-    r"""\brm\s+(?:-\S+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+(?:[^\s;&|]+\s+)*["']?"""
-    r"""(?:/|/\*|~/?\*?|\*|\$\{?HOME\}?/?\*?)["']?(?:$|[\s;&|)])""",
-    r"\bdd\b[^;&|\n]*\bof=/dev/(?!null\b|zero\b|stdout\b|stderr\b|fd/)":
-    r"\bdd\b[^;&|\n]*\bof=/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|loop|md|dm-|mapper/)",
-    r"(?P<f>[\w:]+)\s*\(\)\s*\{[^}]*(?P=f)\s*\|\s*(?P=f)\s*&":
-    r"\(\)\s*\{\s*[\w:]+\s*\|\s*[\w:]+\s*&",
-    r"""\bchmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)\s+(?:-\S+\s+)*"""
-    r"""["']?/\*?["']?(?=$|[\s;&|)])""":
-    r"""\bchmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)\s+(?:-\S+\s+)*"""
-    r"""["']?/\*?["']?(?:$|[\s;&|)])""",
+    _LEGACY_RM: _RM,
+    _LEGACY_DD: _DD,
+    _LEGACY_FORK_BOMB: _FORK_BOMB,
+    _LEGACY_CHMOD: _CHMOD,
 }
 
 

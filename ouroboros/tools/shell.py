@@ -87,8 +87,10 @@ def killed(outcome: Outcome) -> str:
     """What became of the killed group, in words."""
     if not outcome.left:
         return "killed"
-    return (f"sent SIGKILL, but {outcome.left} of its processes were still there "
-            f"{KILL_WAIT_SECS:g}s later")
+    return (
+        f"sent SIGKILL, but {outcome.left} of its processes were still there "
+        f"{KILL_WAIT_SECS:g}s later"
+    )
 
 
 def status_line(outcome: Outcome, timeout_secs: float) -> str:
@@ -114,8 +116,9 @@ def kill_group(pgid: int) -> None:
         pass
 
 
-async def kill_until_gone(pgid: int, settle: Callable[[], None] = lambda: None,
-                          wait_secs: float = KILL_WAIT_SECS) -> int:
+async def kill_until_gone(
+    pgid: int, settle: Callable[[], None] = lambda: None, wait_secs: float = KILL_WAIT_SECS
+) -> int:
     """Kill the group led by the shell `pgid`, again while any of it is left (`settle` reaps
     the dead the harness adopted), until none is or `wait_secs` passed: how many are left
     (0: the group is gone)."""
@@ -147,14 +150,22 @@ class Running:
     transport: asyncio.ReadTransport
 
     @classmethod
-    async def start(cls, sandbox: Sandbox, command: str, *, cwd: Path,
-                    env: dict[str, str]) -> Running:
-        popen = sandbox.spawn(["/bin/sh", "-c", command], cwd=cwd, env=env,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    async def start(
+        cls, sandbox: Sandbox, command: str, *, cwd: Path, env: dict[str, str]
+    ) -> Running:
+        popen = sandbox.spawn(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         reader = asyncio.StreamReader()
         transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
+            lambda: asyncio.StreamReaderProtocol(reader), popen.stdout
+        )
         return cls(popen, reader, transport)
 
     @property
@@ -211,8 +222,12 @@ class Running:
         self.transport.close()
 
 
-async def supervise(process: Running, output: CappedOutput, timeout_secs: float,
-                    settle: Callable[[], None] = lambda: None) -> Outcome:
+async def supervise(
+    process: Running,
+    output: CappedOutput,
+    timeout_secs: float,
+    settle: Callable[[], None] = lambda: None,
+) -> Outcome:
     """Collect the output of `process` until the shell exits and its output closes, or until
     the timeout; any of its process group still running then is killed (see
     kill_until_gone; `settle` reaps the orphans the harness adopted)."""
@@ -295,21 +310,34 @@ class ShellExec(ModelTool[ShellArguments]):
         return env
 
     def description(self) -> str:
-        return ("Run a command with /bin/sh in the workspace directory and return its combined "
-                f"stdout and stderr and exit code. Times out after {self.timeout_secs:g}s; "
-                f"output is capped at {self.max_output_bytes} bytes.")
+        return (
+            "Run a command with /bin/sh in the workspace directory and return its combined "
+            f"stdout and stderr and exit code. Times out after {self.timeout_secs:g}s; "
+            f"output is capped at {self.max_output_bytes} bytes."
+        )
 
     async def call(self, arguments: ShellArguments) -> ToolResult:
         command = arguments.command
-        meta: dict[str, Any] = {"command": command, "exit_code": None, "timed_out": False,
-                                "bytes": 0}
+        meta: dict[str, Any] = {
+            "command": command,
+            "exit_code": None,
+            "timed_out": False,
+            "bytes": 0,
+        }
         if not command.strip():
-            return ToolResult("error: empty command; give a shell command to run", ok=False,
-                              meta=meta)
+            return ToolResult(
+                "error: empty command; give a shell command to run", ok=False, meta=meta
+            )
         pattern = blocked_by(command, self.blocked_patterns)
         if pattern is not None:
-            self.on_security({"kind": "blocked_command", "tool": self.name, "command": command,
-                              "pattern": pattern})
+            self.on_security(
+                {
+                    "kind": "blocked_command",
+                    "tool": self.name,
+                    "command": command,
+                    "pattern": pattern,
+                }
+            )
             return ToolResult(
                 f"error: command blocked by safety pattern '{pattern}'; it was not run. "
                 "Find another way that does not match this pattern.",

@@ -87,9 +87,11 @@ def absolute_inside(root: Path, path: str) -> list[str] | None:
     written, then resolved (a link outside the workspace may lead back into it); the walk
     that follows still opens every component itself."""
     resolved_root = root.resolve()
-    for base, candidate in ((resolved_root, posixpath.normpath(path)),
-                            (Path(os.path.abspath(root)), posixpath.normpath(path)),
-                            (resolved_root, os.path.realpath(path))):
+    for base, candidate in (
+        (resolved_root, posixpath.normpath(path)),
+        (Path(os.path.abspath(root)), posixpath.normpath(path)),
+        (resolved_root, os.path.realpath(path)),
+    ):
         relative = posixpath.relpath(candidate, base)
         if relative == ".":
             return []
@@ -99,8 +101,10 @@ def absolute_inside(root: Path, path: str) -> list[str] | None:
 
 
 def escape(root: Path, given: str) -> PathEscape:
-    return PathEscape(f"path {given!r} is outside the workspace ({root.resolve()}); "
-                      "use a path inside it, preferably relative to it")
+    return PathEscape(
+        f"path {given!r} is outside the workspace ({root.resolve()}); "
+        "use a path inside it, preferably relative to it"
+    )
 
 
 class Workspace:
@@ -242,8 +246,9 @@ class _Walker:
             raise
         self.links += 1
         if self.links > MAX_LINKS:
-            raise ValueError(f"path {self.given!r} cannot be resolved: too many levels of "
-                             "symbolic links")
+            raise ValueError(
+                f"path {self.given!r} cannot be resolved: too many levels of symbolic links"
+            )
         if target.startswith("/"):
             inside = absolute_inside(self.root, target)
             if inside is None:

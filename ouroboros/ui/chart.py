@@ -22,10 +22,17 @@ LABEL_WIDTH = 6  # "100% ┤"
 MAX_TURN_WIDTH = 3  # columns per turn in a short run
 
 
-def context_chart(pcts: list[float], soft: float, hard: float, restarts_at: list[int], *,
-                  height: int = 10, width: int = 72,
-                  thresholds: list[tuple[float, float]] | None = None,
-                  turns: int | None = None) -> list[str]:
+def context_chart(
+    pcts: list[float],
+    soft: float,
+    hard: float,
+    restarts_at: list[int],
+    *,
+    height: int = 10,
+    width: int = 72,
+    thresholds: list[tuple[float, float]] | None = None,
+    turns: int | None = None,
+) -> list[str]:
     """The chart's lines, top first. `pcts` are percentages of the prompt budget, one per
     turn; the thresholds are fractions, `(soft, hard)` per turn in `thresholds` when the run
     changed them (else `soft` and `hard` throughout); `restarts_at` are indexes into `pcts`;
@@ -33,29 +40,40 @@ def context_chart(pcts: list[float], soft: float, hard: float, restarts_at: list
     if not pcts:
         return ["(no context readings yet)"]
     columns = column_values(pcts, width)
-    marks = {column_of(index, len(pcts), len(columns)) for index in restarts_at
-             if index < len(pcts)}
+    marks = {
+        column_of(index, len(pcts), len(columns)) for index in restarts_at if index < len(pcts)
+    }
     top = 100.0 if max(pcts) <= 100 else math.ceil(max(pcts) / 10) * 10.0
     step = top / height
-    per_turn = thresholds if thresholds and len(thresholds) == len(pcts) \
-        else [(soft, hard)] * len(pcts)
-    lines_at = [{row_of(100 * s, top, step, height): SOFT_LINE,
-                 row_of(100 * h, top, step, height): HARD_LINE}
-                for s, h in column_thresholds(per_turn, len(columns))]
+    per_turn = (
+        thresholds if thresholds and len(thresholds) == len(pcts) else [(soft, hard)] * len(pcts)
+    )
+    lines_at = [
+        {
+            row_of(100 * s, top, step, height): SOFT_LINE,
+            row_of(100 * h, top, step, height): HARD_LINE,
+        }
+        for s, h in column_thresholds(per_turn, len(columns))
+    ]
     last_soft, last_hard = per_turn[-1]
-    labels = {row_of(100 * last_soft, top, step, height): f"soft {threshold(last_soft)}",
-              row_of(100 * last_hard, top, step, height): f"hard {threshold(last_hard)}"}
+    labels = {
+        row_of(100 * last_soft, top, step, height): f"soft {threshold(last_soft)}",
+        row_of(100 * last_hard, top, step, height): f"hard {threshold(last_hard)}",
+    }
     lines = []
     for row in range(height):
         ceiling = top - row * step
         label = labels.get(row, "")
-        cells = "".join(cell(value, ceiling - step, step) or at.get(row, " ")
-                        for value, at in zip(columns, lines_at))
+        cells = "".join(
+            cell(value, ceiling - step, step) or at.get(row, " ")
+            for value, at in zip(columns, lines_at)
+        )
         lines.append(f"{ceiling:>4.0f}% ┤{cells}" + (f" {label}" if label else ""))
     lines.append(" " * (LABEL_WIDTH - 1) + "└" + "─" * len(columns))
     if marks:
-        lines.append(" " * LABEL_WIDTH
-                     + "".join(RESTART if c in marks else " " for c in range(len(columns))))
+        lines.append(
+            " " * LABEL_WIDTH + "".join(RESTART if c in marks else " " for c in range(len(columns)))
+        )
     first, last = "turn 1", str(turns or len(pcts))
     gap = max(1, len(columns) - len(first) - len(last))
     legend = f"   {RESTART} restart" if marks else ""
@@ -76,14 +94,18 @@ def column_values(pcts: list[float], width: int) -> list[float]:
     return columns
 
 
-def column_thresholds(per_turn: list[tuple[float, float]],
-                      columns: int) -> list[tuple[float, float]]:
+def column_thresholds(
+    per_turn: list[tuple[float, float]], columns: int
+) -> list[tuple[float, float]]:
     """The thresholds each column shows: those of the last turn drawn in it."""
     shown = [per_turn[0]] * columns
     for index, pair in enumerate(per_turn):
         first = column_of(index, len(per_turn), columns)
-        last = columns if index + 1 == len(per_turn) else \
-            max(first + 1, column_of(index + 1, len(per_turn), columns))
+        last = (
+            columns
+            if index + 1 == len(per_turn)
+            else max(first + 1, column_of(index + 1, len(per_turn), columns))
+        )
         for column in range(first, min(last, columns)):
             shown[column] = pair
     return shown

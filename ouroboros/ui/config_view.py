@@ -27,8 +27,7 @@ def default_values() -> dict[str, Any]:
     return values
 
 
-def config_table(loaded: LoadedConfig, full: bool = False,
-                 keys: list[str] | None = None) -> Group:
+def config_table(loaded: LoadedConfig, full: bool = False, keys: list[str] | None = None) -> Group:
     """Every key (or those in `keys`), its effective value (a long list folded to its first
     items unless `full`) and the layer it came from; a * and the default beside each value that
     differs from it; the files named above and a line below saying what changed."""
@@ -43,11 +42,18 @@ def config_table(loaded: LoadedConfig, full: bool = False,
     table.add_column("from", ratio=1, overflow="fold")
     for key, value, source in items:
         default = defaults[key] if key in changed else None
-        table.add_row("*" if key in changed else "", key,
-                      value_cell(shown_value(key, value), full, default),
-                      Text(short_source(source), style="dim" if source == "default" else "cyan"))
-    named = [Text(f"{layer}: {source.removeprefix(layer + ' ')}")
-             for source in files for layer in FILE_LAYERS if source.startswith(layer)]
+        table.add_row(
+            "*" if key in changed else "",
+            key,
+            value_cell(shown_value(key, value), full, default),
+            Text(short_source(source), style="dim" if source == "default" else "cyan"),
+        )
+    named = [
+        Text(f"{layer}: {source.removeprefix(layer + ' ')}")
+        for source in files
+        for layer in FILE_LAYERS
+        if source.startswith(layer)
+    ]
     if keys is not None:
         return Group(*named, table)
     return Group(*named, table, Text(changes_line(changed)))
@@ -67,10 +73,13 @@ def value_cell(value: Any, full: bool, default: Any = None) -> Text | Group:
     elif full or len(value) <= LIST_PREVIEW:
         lines = [Text(toml_value(item)) for item in value] or [Text("[]")]
     else:
-        lines = [Text(toml_value(item), no_wrap=True, overflow="ellipsis")
-                 for item in value[:LIST_PREVIEW]]
-        lines.append(Text(f"… {len(value) - LIST_PREVIEW} more (--full shows all "
-                          f"{len(value)})", style="dim"))
+        lines = [
+            Text(toml_value(item), no_wrap=True, overflow="ellipsis")
+            for item in value[:LIST_PREVIEW]
+        ]
+        lines.append(
+            Text(f"… {len(value) - LIST_PREVIEW} more (--full shows all {len(value)})", style="dim")
+        )
     if default is not None:
         shown = f"{len(default)} items" if isinstance(default, list) else toml_value(default)
         lines[-1].append(f"  (default {shown})", style="dim")
@@ -85,7 +94,7 @@ def changes_line(changed: list[str]) -> str:
 
 
 def short_source(source: str) -> str:
-    """"project file ./ouroboros.toml" -> "project file"; "environment X" -> "env X"."""
+    """ "project file ./ouroboros.toml" -> "project file"; "environment X" -> "env X"."""
     for layer in FILE_LAYERS:
         if source.startswith(layer):
             return layer
@@ -96,6 +105,8 @@ def override_note(loaded: LoadedConfig, key: str) -> str | None:
     """After `config set`: what still overrides the key just written to the project file."""
     for item, value, source in effective_items(loaded):
         if item == key and not source.startswith("project file"):
-            return (f"note: {source} still overrides it (effective value: "
-                    f"{toml_value(shown_value(key, value))})")
+            return (
+                f"note: {source} still overrides it (effective value: "
+                f"{toml_value(shown_value(key, value))})"
+            )
     return None

@@ -44,12 +44,25 @@ MIN_REPLY_SECS = 0.05  # a reply timed by its events' timestamps (ms) over less 
 MAX_TEXT_CHARS = 4000  # the tail of the streamed text kept for display
 
 NOTE_LEVELS: dict[str, Level] = {
-    "run_start": "info", "run_resumed": "info", "context_mask": "info", "context_drop": "warn",
-    "wind_down": "warn", "session_restart": "info", "context_truncation_detected": "warn",
-    "context_overflow_recovered": "warn", "retry": "warn", "security": "warn",
-    "warning": "warn", "error": "error", "stop_requested": "info", "run_end": "info",
-    "reload_requested": "info", "config_changed": "info", "idle": "info",
-    "prompt_changed": "info", "warning_cleared": "info",
+    "run_start": "info",
+    "run_resumed": "info",
+    "context_mask": "info",
+    "context_drop": "warn",
+    "wind_down": "warn",
+    "session_restart": "info",
+    "context_truncation_detected": "warn",
+    "context_overflow_recovered": "warn",
+    "retry": "warn",
+    "security": "warn",
+    "warning": "warn",
+    "error": "error",
+    "stop_requested": "info",
+    "run_end": "info",
+    "reload_requested": "info",
+    "config_changed": "info",
+    "idle": "info",
+    "prompt_changed": "info",
+    "warning_cleared": "info",
 }
 """The events worth a line in the dashboard's activity list, and how loudly."""
 
@@ -124,8 +137,9 @@ class DashboardState:
     _paused_secs: float = field(default=0.0, init=False, repr=False)
     _chars_per_token: float = field(default=DEFAULT_CHARS_PER_TOKEN, init=False, repr=False)
     # (seconds, completion tokens) of the newest replies, as their events' timestamps time them
-    _replies: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64),
-                                               init=False, repr=False)
+    _replies: deque[tuple[float, int]] = field(
+        default_factory=lambda: deque(maxlen=64), init=False, repr=False
+    )
     _streamed_turn: bool = field(default=False, init=False, repr=False)
     _reply_secs: float | None = field(default=None, init=False, repr=False)
 
@@ -248,8 +262,11 @@ class DashboardState:
     def _on_token_usage(self, e: ev.TokenUsage) -> None:
         if self._streamed_turn and e.completion_tokens and self._stream_chars:
             self._chars_per_token = self._stream_chars / e.completion_tokens
-        if e.completion_tokens and self._reply_secs is not None \
-                and self._reply_secs >= MIN_REPLY_SECS:
+        if (
+            e.completion_tokens
+            and self._reply_secs is not None
+            and self._reply_secs >= MIN_REPLY_SECS
+        ):
             self._replies.append((self._reply_secs, e.completion_tokens))
         streamed = window_rate(self._pieces, RATE_WINDOW_SECS, self._chars_per_token)
         timed = replies_rate(self._replies, RATE_WINDOW_SECS)
@@ -315,8 +332,9 @@ class DashboardState:
             self.notes.popleft()
 
 
-def window_rate(pieces: Iterable[tuple[float, int]], window_secs: float,
-                chars_per_token: float) -> float | None:
+def window_rate(
+    pieces: Iterable[tuple[float, int]], window_secs: float, chars_per_token: float
+) -> float | None:
     """Tokens per second over the newest `window_secs` of streaming: `pieces` are (seconds of
     streaming, characters) per streamed piece, oldest first, with the pauses between replies
     cut out of the clock. The first piece in the window starts the clock, so its characters

@@ -15,8 +15,9 @@ from ouroboros.store.log import EVENTS_FILE, last_records, parse_logged, parse_r
 POLL_SECS = 0.25
 
 
-def follow_events(path: Path, wait: Callable[[], None] | None = None,
-                  after_seq: int = 0) -> Iterator[EventBase]:
+def follow_events(
+    path: Path, wait: Callable[[], None] | None = None, after_seq: int = 0
+) -> Iterator[EventBase]:
     """Every record of the log (after `after_seq`: those the caller has shown are passed over
     unparsed), then each new one as it is written, until a run_end record that nothing
     follows. A last line still being written is held back until it is whole; a
@@ -67,8 +68,9 @@ def rolled_over(path: Path, log: BinaryIO) -> bool:
         return False
 
 
-SINCE_HELP = ("'start' (the whole log), a time ago (90s, 10m, 2h, 1d) or a UTC time "
-              "(2026-11-27T02:00:00Z)")
+SINCE_HELP = (
+    "'start' (the whole log), a time ago (90s, 10m, 2h, 1d) or a UTC time (2026-11-27T02:00:00Z)"
+)
 _AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -96,10 +98,13 @@ def written_since(record: dict, cutoff: datetime) -> bool:
         return True
 
 
-def follow_run(run_dir: Path, newest: int | None = None,
-               wait: Callable[[], None] | None = None,
-               kept: Callable[[str], bool] = lambda kind: True,
-               since: datetime | None = None) -> Iterator[EventBase]:
+def follow_run(
+    run_dir: Path,
+    newest: int | None = None,
+    wait: Callable[[], None] | None = None,
+    kept: Callable[[str], bool] = lambda kind: True,
+    since: datetime | None = None,
+) -> Iterator[EventBase]:
     """A run's records across its segments (only the `newest` N whose type `kept` accepts, if
     given; only those written at or after `since`, if given), then each new one as it is
     written (see follow_events). `newest=0`: from the end, only what is written from now on.

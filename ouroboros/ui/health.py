@@ -57,8 +57,9 @@ def beat_age_secs(ts: str | None, now: datetime) -> float | None:
     return None if ahead > FUTURE_SLACK_SECS else age_secs(ts, now)
 
 
-def run_state(status: RunStatus | None, resumable: bool, beat_age: float | None,
-              stale_after: float | None) -> str:
+def run_state(
+    status: RunStatus | None, resumable: bool, beat_age: float | None, stale_after: float | None
+) -> str:
     """One of HEALTH_EXIT's states."""
     if status is None:
         return "none"
@@ -68,36 +69,50 @@ def run_state(status: RunStatus | None, resumable: bool, beat_age: float | None,
     return "stopped" if resumable else "ended"
 
 
-def waiting_health(heartbeat: dict[str, Any], now: datetime,
-                   stale_after: float | None) -> dict[str, Any]:
+def waiting_health(
+    heartbeat: dict[str, Any], now: datetime, stale_after: float | None
+) -> dict[str, Any]:
     """The object `status --json` prints while the live harness waits for the model server
     (its run may not be recorded yet)."""
     beat_age = beat_age_secs(heartbeat.get("beat"), now)
     stale = stale_after is not None and (beat_age is None or beat_age > stale_after)
-    return {"state": "stuck" if stale else "waiting", "run_id": heartbeat.get("run_id"),
-            "pid": heartbeat.get("pid"), "heartbeat_age_secs": beat_age,
-            "doing": heartbeat.get("doing"), "doing_since": heartbeat.get("since"),
-            "resumable": True}
+    return {
+        "state": "stuck" if stale else "waiting",
+        "run_id": heartbeat.get("run_id"),
+        "pid": heartbeat.get("pid"),
+        "heartbeat_age_secs": beat_age,
+        "doing": heartbeat.get("doing"),
+        "doing_since": heartbeat.get("since"),
+        "resumable": True,
+    }
 
 
 def is_waiting(heartbeat: dict[str, Any] | None, live_run_id: str | None) -> bool:
     """Whether the heartbeat is that of the live harness (holding run `live_run_id`) and says
     it waits for the model server."""
-    return heartbeat is not None and live_run_id is not None \
-        and heartbeat.get("run_id") == live_run_id \
+    return (
+        heartbeat is not None
+        and live_run_id is not None
+        and heartbeat.get("run_id") == live_run_id
         and str(heartbeat.get("doing") or "").startswith(WAITING)
+    )
 
 
-def run_health(status: RunStatus | None, *, resumable: bool, heartbeat: dict[str, Any] | None,
-               now: datetime, stale_after: float | None = None,
-               live_run_id: str | None = None) -> dict[str, Any]:
+def run_health(
+    status: RunStatus | None,
+    *,
+    resumable: bool,
+    heartbeat: dict[str, Any] | None,
+    now: datetime,
+    stale_after: float | None = None,
+    live_run_id: str | None = None,
+) -> dict[str, Any]:
     """The object `status --json` prints. `heartbeat` counts only when it is this run's;
     `live_run_id`: the run the live harness holds the workspace for, if any."""
     if is_waiting(heartbeat, live_run_id):
         assert heartbeat is not None
         return waiting_health(heartbeat, now, stale_after)
-    if status is not None and heartbeat is not None \
-            and heartbeat.get("run_id") != status.run_id:
+    if status is not None and heartbeat is not None and heartbeat.get("run_id") != status.run_id:
         heartbeat = None
     beat = heartbeat or {}
     beat_age = beat_age_secs(beat.get("beat"), now)
@@ -108,18 +123,26 @@ def run_health(status: RunStatus | None, *, resumable: bool, heartbeat: dict[str
     turn, total_turns = s.counted_turns()  # as `status` and the dashboard count them
     totals = status.summary.totals()
     return {
-        "state": state, "run_id": status.run_id, "pid": status.owner_pid,
-        "session": s.session, "turn": turn, "total_turns": total_turns,
+        "state": state,
+        "run_id": status.run_id,
+        "pid": status.owner_pid,
+        "session": s.session,
+        "turn": turn,
+        "total_turns": total_turns,
         "unanswered_turn": s.unanswered_turn(),
-        "context_pct": s.context_pct, "context_limit": s.context_limit,
-        "restarts": s.restarts, "masked": s.masked,
+        "context_pct": s.context_pct,
+        "context_limit": s.context_limit,
+        "restarts": s.restarts,
+        "masked": s.masked,
         "prompt_tokens": totals["prompt_tokens"],
         "completion_tokens": totals["completion_tokens"],
         "cached_tokens": totals["cached_tokens"],
         "cache_hit_pct": status.summary.cache_hit_pct,
-        "last_event": s.last_ts, "last_event_type": s.last_type,
+        "last_event": s.last_ts,
+        "last_event_type": s.last_type,
         "last_event_age_secs": age_secs(s.last_ts, now),
-        "heartbeat_age_secs": beat_age, "doing": beat.get("doing") if status.running else None,
+        "heartbeat_age_secs": beat_age,
+        "doing": beat.get("doing") if status.running else None,
         "doing_since": beat.get("since") if status.running else None,
         "resumable": state == "stopped" or (state in ("running", "stuck")),
         "end_reason": end.reason if end is not None else None,

@@ -42,8 +42,14 @@ SPARE_LINES = 1  # the frame stays one line short of the terminal, so the final 
 class LiveDashboard:
     """Shows the state live from the first event it is given until the run_end event."""
 
-    def __init__(self, state: DashboardState, console: Console | None = None, *,
-                 stop_at_run_end: bool = True, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        state: DashboardState,
+        console: Console | None = None,
+        *,
+        stop_at_run_end: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.state = state
         self.clock = clock  # wall-clock seconds: a waiting run's count moves on with them
         self.console = console or Console()
@@ -54,16 +60,19 @@ class LiveDashboard:
         self._drawn: tuple[int, tuple[int, int], int | None] | None = None  # changes, size, tick
         self._stop_redrawing = threading.Event()
         self._redrawer: threading.Thread | None = None
-        self._live = Live(get_renderable=self.renderable, console=self.console,
-                          auto_refresh=False)
+        self._live = Live(get_renderable=self.renderable, console=self.console, auto_refresh=False)
         atexit.register(self.stop)  # a crash must not leave the cursor hidden
 
     def renderable(self) -> RenderableType:
         width, height = self.console.size
         with self._lock:
             self._drawn = (self._changes, (width, height), self._tick())
-            return render(self.state, width, max(height - SPARE_LINES, 1),
-                          now=datetime.fromtimestamp(self.clock(), timezone.utc))
+            return render(
+                self.state,
+                width,
+                max(height - SPARE_LINES, 1),
+                now=datetime.fromtimestamp(self.clock(), timezone.utc),
+            )
 
     def _tick(self) -> int | None:
         """The second a waiting run's frame counts its wait in (a new one redraws it)."""
@@ -89,8 +98,9 @@ class LiveDashboard:
             self._showing = True
             self._live.start(refresh=True)
             self._stop_redrawing.clear()
-            self._redrawer = threading.Thread(target=self._redraw_changes, daemon=True,
-                                              name="dashboard-redraw")
+            self._redrawer = threading.Thread(
+                target=self._redraw_changes, daemon=True, name="dashboard-redraw"
+            )
             self._redrawer.start()
 
     def stop(self) -> None:
@@ -129,18 +139,25 @@ class LiveDashboard:
     def confirm_restart(self, reason: str, stream: TextIO | None = None) -> bool:
         with self.paused():
             answer = self.console.input(
-                f"Context full ({reason}). Restart the session? [Y/n] ", markup=False,
-                stream=stream)
+                f"Context full ({reason}). Restart the session? [Y/n] ", markup=False, stream=stream
+            )
         return answer.strip().lower() in ("", "y", "yes")
 
     def hooks(self, input_stream: TextIO | None = None) -> RunHooks:
         """RunHooks for run_agent; `input_stream` answers confirmations (default: stdin)."""
-        return RunHooks(on_event=self.on_event, on_text=self.on_text,
-                        confirm_restart=lambda reason: self.confirm_restart(reason, input_stream))
+        return RunHooks(
+            on_event=self.on_event,
+            on_text=self.on_text,
+            confirm_restart=lambda reason: self.confirm_restart(reason, input_stream),
+        )
 
 
-def live_hooks(soft: float | None = None, hard: float | None = None,
-               console: Console | None = None, past: Path | None = None) -> RunHooks:
+def live_hooks(
+    soft: float | None = None,
+    hard: float | None = None,
+    console: Console | None = None,
+    past: Path | None = None,
+) -> RunHooks:
     """The dashboard's hooks; thresholds as fractions (a run_start event also sets them).
     `past`: the log of the run a resume continues, replayed first, so the dashboard shows
     the same header (run id, model, counters) as it did while the run went on."""
@@ -178,8 +195,12 @@ def caught_up(state: DashboardState, run_dir: Path) -> DashboardState:
     return seed(state, summary) if summary.last else state
 
 
-def watch(path: Path, state: DashboardState, console: Console | None = None,
-          wait: Callable[[], None] | None = None) -> DashboardState:
+def watch(
+    path: Path,
+    state: DashboardState,
+    console: Console | None = None,
+    wait: Callable[[], None] | None = None,
+) -> DashboardState:
     """Show a run that another process is writing (`path`: its directory, or its
     events.jsonl): start from its manifest's summary (not its history), replay its current
     segment, then follow it until its run_end (Ctrl+C raises KeyboardInterrupt as usual).

@@ -35,6 +35,10 @@ def of_budget(tokens: int, budget: int) -> str:
 
 def sizes(window: int | None, budget: int | None, soft: float, hard: float) -> str:
     """The window, the budget and the thresholds side by side, as every view names them."""
-    parts = [f"window {window:,}" if window else "", f"budget {budget:,}" if budget else "",
-             f"soft {threshold(soft)}", f"hard {threshold(hard)}"]
+    parts = [
+        f"window {window:,}" if window else "",
+        f"budget {budget:,}" if budget else "",
+        f"soft {threshold(soft)}",
+        f"hard {threshold(hard)}",
+    ]
     return " · ".join(part for part in parts if part)

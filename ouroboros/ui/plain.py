@@ -21,8 +21,9 @@ def select_types(types: Iterable[str]) -> set[str]:
     wanted = set(types)
     unknown = sorted(wanted - set(EVENT_TYPES))
     if unknown:
-        raise UsageError(f"unknown event type {', '.join(unknown)}; known types: "
-                         + ", ".join(EVENT_TYPES))
+        raise UsageError(
+            f"unknown event type {', '.join(unknown)}; known types: " + ", ".join(EVENT_TYPES)
+        )
     return wanted
 
 
@@ -62,8 +63,10 @@ def resumed_text(e: ev.RunResumed) -> str:
     extra = ", torn last log line dropped" if e.torn_line_dropped else ""
     if e.interrupted_tools:
         extra += f", interrupted tool calls: {', '.join(e.interrupted_tools)}"
-    return (f"run resumed at turn {e.total_turns} ({plural(e.restarts, 'restart')}{extra})"
-            + sandbox_note(e.sandbox))
+    return (
+        f"run resumed at turn {e.total_turns} ({plural(e.restarts, 'restart')}{extra})"
+        + sandbox_note(e.sandbox)
+    )
 
 
 def assistant_text(e: ev.Assistant) -> str:
@@ -76,22 +79,28 @@ def assistant_text(e: ev.Assistant) -> str:
 
 def result_text(e: ev.ToolResultEvent) -> str:
     cut = ", truncated" if e.truncated else ""
-    return (f"  -> {e.name} {'ok' if e.ok else 'FAILED'}: {one_line(e.summary, 100)} "
-            f"({e.bytes} bytes, {e.duration_ms} ms{cut})")
+    return (
+        f"  -> {e.name} {'ok' if e.ok else 'FAILED'}: {one_line(e.summary, 100)} "
+        f"({e.bytes} bytes, {e.duration_ms} ms{cut})"
+    )
 
 
 def usage_text(e: ev.TokenUsage) -> str:
     cached = f", {e.cached_tokens} cached" if e.cached_tokens else ""
-    return (f"context {of_budget(e.prompt_tokens, e.budget)} ({used(e.context_used_pct)}, "
-            f"{e.source}{cached}), +{e.completion_tokens} completion")
+    return (
+        f"context {of_budget(e.prompt_tokens, e.budget)} ({used(e.context_used_pct)}, "
+        f"{e.source}{cached}), +{e.completion_tokens} completion"
+    )
 
 
 def end_text(e: ev.RunEnd) -> str:
     summary = f": {one_line(e.summary, 200)}" if e.summary else ""
     then = f"; {e.next}" if e.next else ""
-    return (f"run ended: {e.reason}{summary} after {plural(e.total_turns, 'turn')}, "
-            f"{plural(e.sessions, 'session')}, {plural(e.restarts, 'restart')} "
-            f"(exit {e.exit_code}){then}")
+    return (
+        f"run ended: {e.reason}{summary} after {plural(e.total_turns, 'turn')}, "
+        f"{plural(e.sessions, 'session')}, {plural(e.restarts, 'restart')} "
+        f"(exit {e.exit_code}){then}"
+    )
 
 
 def idle_limit_words(max_idle_turns: int) -> str:
@@ -102,12 +111,14 @@ def idle_limit_words(max_idle_turns: int) -> str:
 
 
 DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
-    ev.RunStart: lambda e: (f"run {e.run_id} started (ouroboros {e.version})"
-                            + sandbox_note(e.sandbox)),
+    ev.RunStart: lambda e: (
+        f"run {e.run_id} started (ouroboros {e.version})" + sandbox_note(e.sandbox)
+    ),
     ev.RunResumed: resumed_text,
     ev.SessionStart: lambda e: (
         f"session {e.session} started: window {e.context_limit:,} tokens ({e.limit_source}), "
-        f"budget {e.budget:,}, {plural(e.carryover_messages, 'message')} carried over"),
+        f"budget {e.budget:,}, {plural(e.carryover_messages, 'message')} carried over"
+    ),
     ev.Assistant: assistant_text,
     ev.ToolCallEvent: lambda e: f"tool {tool_call_text(e.name, e.arguments)}",
     ev.ToolResultEvent: result_text,
@@ -115,21 +126,31 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.ContextMask: lambda e: (
         f"masked {plural(e.observations_masked, 'tool result')} ({e.tokens_before:,} -> "
         f"{e.tokens_after:,} tokens, {e.tokens_before - e.tokens_after:,} freed; "
-        f"{e.total_masked:,} masked in total)"),
-    ev.ContextDrop: lambda e: ("dropped the oldest turn" if e.turns_dropped == 1 else
-                               f"dropped the {e.turns_dropped} oldest turns")
-                              + " to fit the window",
-    ev.WindDown: lambda e: (f"wind-down: context at {used(e.context_used_pct)} of the budget, "
-                            "agent asked to save state"),
+        f"{e.total_masked:,} masked in total)"
+    ),
+    ev.ContextDrop: lambda e: (
+        (
+            "dropped the oldest turn"
+            if e.turns_dropped == 1
+            else f"dropped the {e.turns_dropped} oldest turns"
+        )
+        + " to fit the window"
+    ),
+    ev.WindDown: lambda e: (
+        f"wind-down: context at {used(e.context_used_pct)} of the budget, agent asked to save state"
+    ),
     ev.SessionRestart: lambda e: (
         f"restart -> session {e.session}: {e.reason} (previous session ran "
         f"{plural(e.previous_turns, 'turn')}, {plural(e.carryover_messages, 'message')} "
-        "carried)"),
+        "carried)"
+    ),
     ev.ContextTruncationDetected: lambda e: (
         f"WARNING the server cuts prompts: its counts stalled near {e.reported} tokens while "
-        f"~{e.estimated} were sent; limit now {e.new_limit}"),
-    ev.ContextOverflowRecovered: lambda e: (f"prompt refused as too long ({e.error}); limit "
-                                            f"now {e.new_limit}"),
+        f"~{e.estimated} were sent; limit now {e.new_limit}"
+    ),
+    ev.ContextOverflowRecovered: lambda e: (
+        f"prompt refused as too long ({e.error}); limit now {e.new_limit}"
+    ),
     ev.Retry: lambda e: f"retry {e.attempt} in {e.delay_secs}s: {e.error}",
     ev.Security: lambda e: f"SECURITY {e.kind} in {e.tool}: {e.path or e.command or ''}",
     ev.WarningEvent: lambda e: f"WARNING {e.message}",
@@ -137,20 +158,29 @@ DESCRIBERS: dict[type[EventBase], Callable[[Any], str]] = {
     ev.ErrorEvent: lambda e: f"ERROR {e.message}",
     ev.Idle: lambda e: (
         f"no tool call in {plural(e.idle_turns, 'turn')} in a row: the continue message goes in "
-        f"{e.pause_secs:g}s ({idle_limit_words(e.max_idle_turns)})"),
-    ev.Stuck: lambda e: ((f"STUCK ({e.kind}): " if e.kind != "redoing" else
-                          "WARNING work done again: ") + f"{e.detail}; "
-                         + ("the run pauses" if e.action == "pause" else "the agent is told")),
+        f"{e.pause_secs:g}s ({idle_limit_words(e.max_idle_turns)})"
+    ),
+    ev.Stuck: lambda e: (
+        (f"STUCK ({e.kind}): " if e.kind != "redoing" else "WARNING work done again: ")
+        + f"{e.detail}; "
+        + ("the run pauses" if e.action == "pause" else "the agent is told")
+    ),
     ev.UserMessage: lambda e: f"message for the agent: {one_line(e.text, 100)}",
     ev.Handoff: lambda e: f"handoff (~{e.tokens} tokens): {one_line(e.text, 100)}",
-    ev.StopRequested: lambda e: (f"{e.signal}: stopping now (what was waited on is "
-                                 "cancelled; the run stays resumable)"),
-    ev.ReloadRequested: lambda e: ("reload requested: the session ends after a wind-down, "
-                                   "and the next one reads the config again"),
-    ev.ConfigChanged: lambda e: (f"config changed: {e.key} {json.dumps(e.old)} -> "
-                                 f"{json.dumps(e.new)} ({e.source})"),
-    ev.PromptChanged: lambda e: (f"system prompt changed: {e.path} ({e.old_chars:,} -> "
-                                 f"{e.new_chars:,} characters), in use from this session"),
+    ev.StopRequested: lambda e: (
+        f"{e.signal}: stopping now (what was waited on is cancelled; the run stays resumable)"
+    ),
+    ev.ReloadRequested: lambda e: (
+        "reload requested: the session ends after a wind-down, "
+        "and the next one reads the config again"
+    ),
+    ev.ConfigChanged: lambda e: (
+        f"config changed: {e.key} {json.dumps(e.old)} -> {json.dumps(e.new)} ({e.source})"
+    ),
+    ev.PromptChanged: lambda e: (
+        f"system prompt changed: {e.path} ({e.old_chars:,} -> "
+        f"{e.new_chars:,} characters), in use from this session"
+    ),
     ev.RunEnd: end_text,
 }
 """The line each event type is shown as; a type not here (session_end, checkpoint) gets
@@ -190,21 +220,28 @@ def format_any(e: EventLike) -> str:
     line = format_line(event)
     if line is not None:
         return line
-    fields = " ".join(f"{k}={one_line(str(v), 60)}" for k, v in event.record().items()
-                      if k not in ev.ENVELOPE)
-    return neutralise(f"{event.ts[11:19]} s{event.session} t{event.turn} {event.type} "
-                      f"{fields}".rstrip())
+    fields = " ".join(
+        f"{k}={one_line(str(v), 60)}" for k, v in event.record().items() if k not in ev.ENVELOPE
+    )
+    return neutralise(
+        f"{event.ts[11:19]} s{event.session} t{event.turn} {event.type} {fields}".rstrip()
+    )
 
 
-def plain_printer(out: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
-                  ) -> Callable[[EventLike], None]:
+def plain_printer(
+    out: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
+) -> Callable[[EventLike], None]:
     """A listener printing format_line to `out` (default: sys.stdout at the time of printing).
     When the reader goes away (a broken pipe), printing stops and `on_closed` is called once."""
     return line_printer(format_line, out, on_closed=on_closed)
 
 
-def line_printer(line_of: Callable[[Any], str | None], out: TextIO | None = None, *,
-                 on_closed: Callable[[], None] | None = None) -> Callable[[Any], None]:
+def line_printer(
+    line_of: Callable[[Any], str | None],
+    out: TextIO | None = None,
+    *,
+    on_closed: Callable[[], None] | None = None,
+) -> Callable[[Any], None]:
     """A listener printing `line_of(event)` (nothing for None) to `out`, as plain_printer."""
     closed = False
 

@@ -16,8 +16,9 @@ def json_line(event: EventBase) -> str | None:
     return None if event.type in BOOKKEEPING else event.to_json()
 
 
-def json_printer(out: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
-                 ) -> Callable[[EventBase], None]:
+def json_printer(
+    out: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
+) -> Callable[[EventBase], None]:
     """A listener printing json_line to `out` (default: sys.stdout at the time of printing).
     When the reader goes away (a broken pipe), printing stops and `on_closed` is called once."""
     return line_printer(json_line, out, on_closed=on_closed)

@@ -53,13 +53,18 @@ def plan(state: DashboardState, width: int, height: int | None) -> Plan:
     if height is None:
         return Plan(TEXT_LINES, TOOL_ROWS, NOTE_ROWS, alert, True)
     # as many rows as its fix needs, while every panel keeps one
-    alert = min(alert_rows(state, width, 3 if height >= 22 else 2),
-                max(height - 2 * PANELS - HEADER_ROWS - 3, 1))
+    alert = min(
+        alert_rows(state, width, 3 if height >= 22 else 2),
+        max(height - 2 * PANELS - HEADER_ROWS - 3, 1),
+    )
     rows = height - 2 * PANELS - HEADER_ROWS - alert
     marks = rows >= 4
     rows -= 3 + marks
-    wants = {"tools": len(state.tools), "notes": note_rows(state, width),
-             "text": min(text_rows(state.text, width - 4), 2 * TEXT_LINES)}
+    wants = {
+        "tools": len(state.tools),
+        "notes": note_rows(state, width),
+        "text": min(text_rows(state.text, width - 4), 2 * TEXT_LINES),
+    }
     got = dict.fromkeys(wants, 1)
     while rows > 0 and any(got[k] < wants[k] for k in got):
         for key in ("tools", "text", "notes"):
@@ -76,7 +81,7 @@ def alert_rows(state: DashboardState, width: int, lines: int) -> int:
         return 0
     words, room = state.alert.text.split(), alert_room(state.alert, width)
     whole = len(wrapped(words, room))
-    return min(whole, max(lines, len(wrapped(["…", *words[fix_at(words):]], room))))
+    return min(whole, max(lines, len(wrapped(["…", *words[fix_at(words) :]], room))))
 
 
 def note_rows(state: DashboardState, width: int) -> int:
@@ -94,14 +99,19 @@ def text_rows(text: str, inner: int) -> int:
     return sum(max(1, -(-len(line) // max(inner, 1))) for line in text.strip().splitlines())
 
 
-def render(state: DashboardState, width: int = 100, height: int | None = None,
-           now: datetime | None = None) -> RenderableType:
+def render(
+    state: DashboardState, width: int = 100, height: int | None = None, now: datetime | None = None
+) -> RenderableType:
     """The whole dashboard, `width` columns wide and at most `height` lines tall: a header
     with the gauge and the alert, then the assistant, tools and activity. Given `now`, what
     the run waits on says for how long."""
     shares = plan(state, width, height)
-    return Group(header(state, width, shares, now), assistant(state, shares.text, now),
-                 tools(state, width, shares.tools), activity(state, shares.notes, height, width))
+    return Group(
+        header(state, width, shares, now),
+        assistant(state, shares.text, now),
+        tools(state, width, shares.tools),
+        activity(state, shares.notes, height, width),
+    )
 
 
 def waited(state: DashboardState, now: datetime | None) -> str | None:
@@ -111,8 +121,7 @@ def waited(state: DashboardState, now: datetime | None) -> str | None:
         return None
     what, since = waiting
     seconds = max(0, int((now - parse_ts(since)).total_seconds()))
-    return f"{what} {seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 \
-        else f"{what} {seconds}s"
+    return f"{what} {seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{what} {seconds}s"
 
 
 def shown_model(state: DashboardState) -> str:
@@ -121,14 +130,17 @@ def shown_model(state: DashboardState) -> str:
     return state.served_model or state.model
 
 
-def header(state: DashboardState, width: int = 100, shares: Plan | None = None,
-           now: datetime | None = None) -> Panel:
+def header(
+    state: DashboardState, width: int = 100, shares: Plan | None = None, now: datetime | None = None
+) -> Panel:
     shares = shares or plan(state, width, None)
     inner = width - 4  # borders and padding
-    title = "ouroboros" + (f" · run {state.run_id}" if state.run_id else "") \
+    title = (
+        "ouroboros"
+        + (f" · run {state.run_id}" if state.run_id else "")
         + (f" · {shown_model(state)}" if state.model or state.served_model else "")
-    status_style = "green" if state.status == "running" else "yellow" if not state.ended \
-        else "bold"
+    )
+    status_style = "green" if state.status == "running" else "yellow" if not state.ended else "bold"
     status = waited(state, now) or state.status
     context, marks = context_line(state, inner)
     rows: list[RenderableType] = [counters(state, inner), context]
@@ -136,17 +148,26 @@ def header(state: DashboardState, width: int = 100, shares: Plan | None = None,
         rows.append(marks)
     if state.alert and shares.alert:
         rows.extend(alert_lines(state, width, shares.alert))
-    return Panel(Group(*rows), title=Text(title, style="bold", no_wrap=True, overflow="ellipsis"),
-                 title_align="left", subtitle=Text(status, style=status_style),
-                 subtitle_align="right")
+    return Panel(
+        Group(*rows),
+        title=Text(title, style="bold", no_wrap=True, overflow="ellipsis"),
+        title_align="left",
+        subtitle=Text(status, style=status_style),
+        subtitle_align="right",
+    )
 
 
 def counters(state: DashboardState, inner: int = 96) -> Text:
     rate = f"{state.tokens_per_sec:,.0f}" if state.tokens_per_sec is not None else "--"
     session_turn, total_turns = state.counted_turns()
-    parts = [("session", state.session), ("turn", session_turn),
-             ("total turns", total_turns), ("restarts", state.restarts),
-             ("masked", state.masked), ("~tok/s", rate)]
+    parts = [
+        ("session", state.session),
+        ("turn", session_turn),
+        ("total turns", total_turns),
+        ("restarts", state.restarts),
+        ("masked", state.masked),
+        ("~tok/s", rate),
+    ]
     length = sum(len(f"{label} {value}") for label, value in parts)
     gap = next((g for g in ("   ", "  ") if length + len(g) * (len(parts) - 1) <= inner), " ")
     text = Text(no_wrap=True, overflow="ellipsis")
@@ -164,9 +185,14 @@ def context_line(state: DashboardState, inner: int = 96) -> tuple[Text, Text]:
     only when the server reports it, and only while the line has room for it."""
     pct = used(state.context_pct)
     reading = state.prompt_tokens is not None and state.budget
-    used_forms = ([of_budget(state.prompt_tokens or 0, state.budget or 0),
-                   f"{state.prompt_tokens:,}/{state.budget:,}"] if reading
-                  else ["no reading yet", "--"])
+    used_forms = (
+        [
+            of_budget(state.prompt_tokens or 0, state.budget or 0),
+            f"{state.prompt_tokens:,}/{state.budget:,}",
+        ]
+        if reading
+        else ["no reading yet", "--"]
+    )
     hit = state.cache_hit_pct
     caches = [f"  cache {hit:.0f}%", ""] if hit is not None else [""]
     prefix = "context "
@@ -201,8 +227,9 @@ def window_label(state: DashboardState, room: int) -> str:
     return next((form for form in forms if len(form) <= room), "")
 
 
-def gauge(pct: float | None, soft: float, hard: float,
-          width: int = GAUGE_WIDTH) -> tuple[Text, Text]:
+def gauge(
+    pct: float | None, soft: float, hard: float, width: int = GAUGE_WIDTH
+) -> tuple[Text, Text]:
     """The context bar, coloured by zone, with the soft and hard thresholds marked on it, and
     the row of threshold labels that goes under it. `pct` in percent, thresholds as fractions."""
     filled = round(min(max(pct or 0.0, 0.0), 100.0) / 100 * width)
@@ -212,8 +239,9 @@ def gauge(pct: float | None, soft: float, hard: float,
     bar = Text()
     for cell in range(width):
         if cell in marks:
-            bar.append("│", style=f"bold black on {colour}" if cell < filled
-                       else f"bold {marks[cell]}")
+            bar.append(
+                "│", style=f"bold black on {colour}" if cell < filled else f"bold {marks[cell]}"
+            )
         elif cell < filled:
             bar.append("█", style=colour)
         else:
@@ -236,8 +264,15 @@ def alert_lines(state: DashboardState, width: int, lines: int) -> list[Text]:
     room = alert_room(alert, width)
     rows = wrapped(fitted_words(alert.text.split(), room, lines), room)
     style = ALERT_STYLES[alert.level]
-    return [Text((f"{alert.clock} " if not index else indent) + row, style=style,
-                 no_wrap=True, overflow="ellipsis") for index, row in enumerate(rows)]
+    return [
+        Text(
+            (f"{alert.clock} " if not index else indent) + row,
+            style=style,
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+        for index, row in enumerate(rows)
+    ]
 
 
 def alert_room(alert: Note, width: int) -> int:
@@ -257,8 +292,16 @@ def wrapped(words: list[str], room: int) -> list[str]:
     return rows
 
 
-FIX_MARKERS = [tuple(marker.split()) for marker in (
-    "Fix:", "to go on:", "to give it more to do:", "check its notes, then:", "(did you mean")]
+FIX_MARKERS = [
+    tuple(marker.split())
+    for marker in (
+        "Fix:",
+        "to go on:",
+        "to give it more to do:",
+        "check its notes, then:",
+        "(did you mean",
+    )
+]
 """Where a message starts saying what to do."""
 
 
@@ -267,7 +310,7 @@ def fix_at(words: list[str]) -> int:
     `to go on:`, `(did you mean` ...; else its last clause (after the last `;` outside
     parentheses); else its second half."""
     for index in range(len(words)):
-        if any(tuple(words[index:index + len(marker)]) == marker for marker in FIX_MARKERS):
+        if any(tuple(words[index : index + len(marker)]) == marker for marker in FIX_MARKERS):
             return index
     clause, depth = len(words) // 2, 0
     for index, word in enumerate(words[:-1]):
@@ -304,20 +347,27 @@ class Tail:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         wrapped = self.text.wrap(console, options.max_width)
-        yield from list(wrapped)[-self.lines:]
+        yield from list(wrapped)[-self.lines :]
 
 
-def assistant(state: DashboardState, lines: int = TEXT_LINES,
-              now: datetime | None = None) -> Panel:
+def assistant(state: DashboardState, lines: int = TEXT_LINES, now: datetime | None = None) -> Panel:
     if state.text.strip():
         body: RenderableType = Tail(Text(state.text.strip()), lines)
     else:
-        body = Text("(waiting for the model)" if state.streaming or not state.total_turns
-                    else "(no text: tool calls only)", style="dim")
+        body = Text(
+            "(waiting for the model)"
+            if state.streaming or not state.total_turns
+            else "(no text: tool calls only)",
+            style="dim",
+        )
     waiting = waited(state, now)
-    title = "assistant" + (" (streaming)" if state.streaming else
-                           f" (last reply; {waiting})" if waiting and state.text.strip()
-                           else "")
+    title = "assistant" + (
+        " (streaming)"
+        if state.streaming
+        else f" (last reply; {waiting})"
+        if waiting and state.text.strip()
+        else ""
+    )
     return Panel(body, title=title, title_align="left", border_style="blue")
 
 
@@ -326,12 +376,18 @@ def tools(state: DashboardState, width: int = 100, rows: int = TOOL_ROWS) -> Pan
     The call gets the room it needs up to half the row; the result takes the rest."""
     shown = list(state.tools)[-rows:]
     if not shown:
-        return Panel(Text("(no tool calls yet)", style="dim"), title="tools", title_align="left",
-                     border_style="magenta")
+        return Panel(
+            Text("(no tool calls yet)", style="dim"),
+            title="tools",
+            title_align="left",
+            border_style="magenta",
+        )
     with_clock = width >= CLOCK_MIN_WIDTH
-    rows_cells = [([line.clock] if with_clock else [])
-                  + [line.call, line.result or "running...", tool_size(line, with_clock)]
-                  for line in shown]
+    rows_cells = [
+        ([line.clock] if with_clock else [])
+        + [line.call, line.result or "running...", tool_size(line, with_clock)]
+        for line in shown
+    ]
     size_width = max(len(cells[-1]) for cells in rows_cells)
     clock_width = len(shown[0].clock) + 1 if with_clock else 0
     room = width - 4 - clock_width - size_width - 2  # borders, padding, gaps between columns
@@ -361,8 +417,9 @@ def tool_size(line: ToolLine, with_time: bool) -> str:
     return f"{line.size}{took}{cut}"
 
 
-def activity(state: DashboardState, rows: int = NOTE_ROWS, height: int | None = None,
-             width: int = 100) -> Panel:
+def activity(
+    state: DashboardState, rows: int = NOTE_ROWS, height: int | None = None, width: int = 100
+) -> Panel:
     """The newest notes. With the height counted, a note is one row, cut short, except one
     that tells a person something to act on (a warning, an error, the run's end): that one
     wraps, and if it must be cut, it loses words from its middle, never what to do."""
@@ -415,5 +472,5 @@ def head_rows(words: list[str], room: int, lines: int) -> list[str]:
     if len(rows) <= lines:
         return rows
     kept = rows[:lines]
-    kept[-1] = kept[-1][:room - 1] + "…"
+    kept[-1] = kept[-1][: room - 1] + "…"
     return kept

@@ -22,8 +22,10 @@ from ouroboros.ui.status import RunStatus, ago, last_event, live_run, replay
 def project_runs(state_dir: Path) -> list[RunStatus]:
     """Every run in a state dir, oldest first (run ids sort by their start time)."""
     live = live_run(state_dir)
-    return [replay(state_dir, run_id, live[1] if live and live[0] == run_id else None)
-            for run_id in list_runs(state_dir)]
+    return [
+        replay(state_dir, run_id, live[1] if live and live[0] == run_id else None)
+        for run_id in list_runs(state_dir)
+    ]
 
 
 def run_state(status: RunStatus, *, short: bool = False) -> str:
@@ -39,31 +41,42 @@ def run_state(status: RunStatus, *, short: bool = False) -> str:
 
 HEADERS = ("run", "started", "state", "sessions", "turns", "last event")
 GAP = 2  # columns between two columns
-FORMS = ({"short": False, "when": True, "started": True},
-         {"short": False, "when": False, "started": True},
-         {"short": True, "when": False, "started": True},
-         {"short": True, "when": False, "started": False})
+FORMS = (
+    {"short": False, "when": True, "started": True},
+    {"short": False, "when": False, "started": True},
+    {"short": True, "when": False, "started": True},
+    {"short": True, "when": False, "started": False},
+)
 """The table's forms, widest first: the last event by type and time, or by time only; the
 state with or without "ended: "; with or without when the run started (its id says it)."""
 
 
-def runs_rows(runs: list[RunStatus], now: datetime, *, short: bool, when: bool,
-              started: bool) -> list[list[str]]:
+def runs_rows(
+    runs: list[RunStatus], now: datetime, *, short: bool, when: bool, started: bool
+) -> list[list[str]]:
     """The header and one row per run, in one of the FORMS."""
     rows = [list(HEADERS)]
     for status in runs:
         s = status.state
         last = last_event(s, now) if when else (ago(s.last_ts, now) if s.last_ts else "--")
         began = status.summary.started
-        rows.append([status.run_id, ago(began, now) if began else "--",
-                     run_state(status, short=short), f"{s.session:,}", f"{s.total_turns:,}",
-                     last])
+        rows.append(
+            [
+                status.run_id,
+                ago(began, now) if began else "--",
+                run_state(status, short=short),
+                f"{s.session:,}",
+                f"{s.total_turns:,}",
+                last,
+            ]
+        )
     return [row[:1] + row[2:] for row in rows] if not started else rows
 
 
 def table_width(rows: list[list[str]]) -> int:
-    return sum(max(len(row[i]) for row in rows) for i in range(len(rows[0]))) \
-        + GAP * (len(rows[0]) - 1)
+    return sum(max(len(row[i]) for row in rows) for i in range(len(rows[0]))) + GAP * (
+        len(rows[0]) - 1
+    )
 
 
 @dataclass
@@ -79,8 +92,12 @@ class RunsView:
         rows = next((r for r in forms if table_width(r) <= options.max_width), forms[-1])
         table = Table(box=None, padding=(0, GAP, 0, 0), pad_edge=False, header_style="bold")
         for header in rows[0]:
-            table.add_column(header, no_wrap=True, overflow="ellipsis",
-                             justify="right" if header in ("sessions", "turns") else "left")
+            table.add_column(
+                header,
+                no_wrap=True,
+                overflow="ellipsis",
+                justify="right" if header in ("sessions", "turns") else "left",
+            )
         for row in rows[1:]:
             table.add_row(*row)
         yield table

@@ -37,8 +37,10 @@ def neutralise_all(value: T) -> T:
     if isinstance(value, str):
         return neutralise(value)  # type: ignore[return-value]
     if isinstance(value, dict):
-        return {neutralise_all(key): neutralise_all(item)  # type: ignore[return-value]
-                for key, item in value.items()}
+        return {
+            neutralise_all(key): neutralise_all(item)  # type: ignore[return-value]
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [neutralise_all(item) for item in value]  # type: ignore[return-value]
     return value

@@ -56,8 +56,9 @@ class SessionStats:
     @property
     def cache_hit_pct(self) -> float | None:
         """The share of those prompts the server took from its prefix cache (None: not said)."""
-        return cache_hit_pct({"cached_tokens": self.cached_tokens,
-                              "cache_prompt_tokens": self.cache_prompt_tokens})
+        return cache_hit_pct(
+            {"cached_tokens": self.cached_tokens, "cache_prompt_tokens": self.cache_prompt_tokens}
+        )
 
 
 @dataclass
@@ -91,33 +92,40 @@ class RunStats:
         if self.totals is not None:
             return self.totals
         peaks = [s.peak_pct for s in self.sessions if s.peak_pct is not None]
-        return SessionStats(0, turns=sum(s.turns for s in self.sessions),
-                            peak_pct=max(peaks) if peaks else None,
-                            mask_rounds=sum(s.mask_rounds for s in self.sessions),
-                            masked=sum(s.masked for s in self.sessions),
-                            prompt_tokens=sum(s.prompt_tokens for s in self.sessions),
-                            completion_tokens=sum(s.completion_tokens for s in self.sessions),
-                            cached_tokens=sum(s.cached_tokens for s in self.sessions),
-                            cache_prompt_tokens=sum(s.cache_prompt_tokens
-                                                    for s in self.sessions))
+        return SessionStats(
+            0,
+            turns=sum(s.turns for s in self.sessions),
+            peak_pct=max(peaks) if peaks else None,
+            mask_rounds=sum(s.mask_rounds for s in self.sessions),
+            masked=sum(s.masked for s in self.sessions),
+            prompt_tokens=sum(s.prompt_tokens for s in self.sessions),
+            completion_tokens=sum(s.completion_tokens for s in self.sessions),
+            cached_tokens=sum(s.cached_tokens for s in self.sessions),
+            cache_prompt_tokens=sum(s.cache_prompt_tokens for s in self.sessions),
+        )
 
 
-def summary_stats(summary: RunSummary, soft: float | None = None,
-                  hard: float | None = None) -> RunStats:
+def summary_stats(
+    summary: RunSummary, soft: float | None = None, hard: float | None = None
+) -> RunStats:
     """The numbers `stats` shows, from a run's summary. The thresholds are the run's own,
     else `soft` and `hard` (the config's), else the defaults."""
     defaults = RunStats()
-    stats = RunStats(run_id=summary.run_id, end=summary.ended_by,
-                     soft=first_set(summary.soft, soft, defaults.soft),
-                     hard=first_set(summary.hard, hard, defaults.hard))
+    stats = RunStats(
+        run_id=summary.run_id,
+        end=summary.ended_by,
+        soft=first_set(summary.soft, soft, defaults.soft),
+        hard=first_set(summary.hard, hard, defaults.hard),
+    )
     shown, stats.hidden = summary.shown()
     stats.sessions = [SessionStats(**s) for s in shown]
     stats.totals = SessionStats(**summary.totals())
     stats.readings, stats.restart_count = summary.readings, summary.session_restarts
     stats.window, stats.budget = summary.window, summary.budget
     stats.context_pcts = [b[0] for b in summary.buckets]
-    stats.thresholds = [(first_set(b[1], stats.soft), first_set(b[2], stats.hard))
-                        for b in summary.buckets]
+    stats.thresholds = [
+        (first_set(b[1], stats.soft), first_set(b[2], stats.hard)) for b in summary.buckets
+    ]
     stats.restarts_at = [i for i, b in enumerate(summary.buckets) if b[3]]
     return stats
 
@@ -126,8 +134,9 @@ def first_set(*values: float | None) -> float:
     return next(v for v in values if v is not None)
 
 
-def run_stats(records: Iterable[EventLike | EventBase], soft: float | None = None,
-              hard: float | None = None) -> RunStats:
+def run_stats(
+    records: Iterable[EventLike | EventBase], soft: float | None = None, hard: float | None = None
+) -> RunStats:
     """Every session and every reading of a run, from all its records (`stats --all`)."""
     summary = RunSummary(keep_all=True)
     for record in records:
@@ -150,14 +159,29 @@ class Chart:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         stats = self.stats
         width = max(10, min(self.width, options.max_width - CHART_MARGIN))
-        yield Text("\n".join(context_chart(stats.context_pcts, stats.soft, stats.hard,
-                                            stats.restarts_at, width=width,
-                                            thresholds=stats.thresholds,
-                                            turns=stats.readings)), no_wrap=True)
+        yield Text(
+            "\n".join(
+                context_chart(
+                    stats.context_pcts,
+                    stats.soft,
+                    stats.hard,
+                    stats.restarts_at,
+                    width=width,
+                    thresholds=stats.thresholds,
+                    turns=stats.readings,
+                )
+            ),
+            no_wrap=True,
+        )
 
 
-def stats_view(stats: RunStats, chart_width: int = 72, *, all_sessions: bool = False,
-               running: bool | None = None) -> RenderableType:
+def stats_view(
+    stats: RunStats,
+    chart_width: int = 72,
+    *,
+    all_sessions: bool = False,
+    running: bool | None = None,
+) -> RenderableType:
     """A summary line, the per-session table (only its first and last sessions for a long
     run, unless `all_sessions`) with its totals, and the context chart. `running`: whether a
     live process runs it now (None: not known)."""
@@ -165,19 +189,26 @@ def stats_view(stats: RunStats, chart_width: int = 72, *, all_sessions: bool = F
     totals = stats.session_totals()
     masked = masked_text(totals.masked, totals.mask_rounds)
     count = len(stats.sessions) + stats.hidden
-    summary = Text(f"run {stats.run_id}: {plural(count, 'session')}, "
-                   f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
-                   f"{ended}\nmasking: {masked}{cache_text(totals)}\n"
-                   f"{sizes(stats.window, stats.budget, stats.soft, stats.hard)}", style="bold")
+    summary = Text(
+        f"run {stats.run_id}: {plural(count, 'session')}, "
+        f"{plural(stats.total_turns, 'turn')}, {plural(stats.restarts, 'restart')}"
+        f"{ended}\nmasking: {masked}{cache_text(totals)}\n"
+        f"{sizes(stats.window, stats.budget, stats.soft, stats.hard)}",
+        style="bold",
+    )
     chart = Chart(stats, chart_width)
     title = Text(f"context use per turn ({BASE})", style="bold")
-    shown, hidden = shown_sessions(stats.sessions, all_sessions) if not stats.hidden \
+    shown, hidden = (
+        shown_sessions(stats.sessions, all_sessions)
+        if not stats.hidden
         else (stats.sessions, stats.hidden)
+    )
     reasons = restart_reasons(shown)
     notes = [Text(f"[{n}] restart: {reason}") for reason, n in reasons.items()]
     if hidden:
-        notes.append(Text(f"{plural(hidden, 'session')} not shown: "
-                          "`ouroboros stats --all` lists every one"))
+        notes.append(
+            Text(f"{plural(hidden, 'session')} not shown: `ouroboros stats --all` lists every one")
+        )
     table = SessionsTable(stats, shown, reasons, hidden)
     return Group(summary, Text(), table, *notes, Text(), title, chart)
 
@@ -206,8 +237,10 @@ def cache_text(totals: SessionStats) -> str:
     hit = totals.cache_hit_pct
     if hit is None:
         return ""
-    return f"\nprompt cache: {hit:.0f}% of {totals.cache_prompt_tokens:,} prompt tokens " \
+    return (
+        f"\nprompt cache: {hit:.0f}% of {totals.cache_prompt_tokens:,} prompt tokens "
         "served from the server's cache"
+    )
 
 
 def going(running: bool | None) -> str:
@@ -217,14 +250,14 @@ def going(running: bool | None) -> str:
     return "running" if running else "stopped (killed?), resumable"
 
 
-def shown_sessions(sessions: list[SessionStats],
-                   all_sessions: bool = False) -> tuple[list[SessionStats], int]:
+def shown_sessions(
+    sessions: list[SessionStats], all_sessions: bool = False
+) -> tuple[list[SessionStats], int]:
     """The sessions the table lists and how many it leaves out: every one, or for a run of
     more than SUMMARY_AFTER sessions the first FIRST_SHOWN and the last LAST_SHOWN."""
     if all_sessions or len(sessions) <= SUMMARY_AFTER:
         return sessions, 0
-    return sessions[:FIRST_SHOWN] + sessions[-LAST_SHOWN:], \
-        len(sessions) - FIRST_SHOWN - LAST_SHOWN
+    return sessions[:FIRST_SHOWN] + sessions[-LAST_SHOWN:], len(sessions) - FIRST_SHOWN - LAST_SHOWN
 
 
 def restart_reasons(sessions: list[SessionStats]) -> dict[str, int]:
@@ -236,19 +269,28 @@ def restart_reasons(sessions: list[SessionStats]) -> dict[str, int]:
     return reasons
 
 
-def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str, int],
-                   hidden: int = 0, *, cache: bool = False) -> Table:
+def sessions_table(
+    stats: RunStats,
+    shown: list[SessionStats],
+    reasons: dict[str, int],
+    hidden: int = 0,
+    *,
+    cache: bool = False,
+) -> Table:
     """One row per shown session (a "..." row where `hidden` ones were left out) and a
     totals row over every session; with `cache`, a column of the cache hit, if any was said."""
     table = Table(show_footer=len(stats.sessions) + stats.hidden > 1)
     total = stats.session_totals()
     # Two-line headers keep the table within 80 columns.
-    columns = [("session", "all"), ("turns", f"{total.turns:,}"),
-               ("peak\nctx", used(total.peak_pct)),
-               ("mask\nrounds", f"{total.mask_rounds:,}"),
-               ("masked\nresults", f"{total.masked:,}"),
-               ("prompt\ntokens", f"{total.prompt_tokens:,}"),
-               ("compl.\ntokens", f"{total.completion_tokens:,}")]
+    columns = [
+        ("session", "all"),
+        ("turns", f"{total.turns:,}"),
+        ("peak\nctx", used(total.peak_pct)),
+        ("mask\nrounds", f"{total.mask_rounds:,}"),
+        ("masked\nresults", f"{total.masked:,}"),
+        ("prompt\ntokens", f"{total.prompt_tokens:,}"),
+        ("compl.\ntokens", f"{total.completion_tokens:,}"),
+    ]
     cached = cache and total.cache_hit_pct is not None  # only where the server said it
     if cached:
         columns.append(("cache\nhit", hit_text(total.cache_hit_pct)))
@@ -258,8 +300,15 @@ def sessions_table(stats: RunStats, shown: list[SessionStats], reasons: dict[str
     for index, s in enumerate(shown):
         if hidden and index == FIRST_SHOWN:
             table.add_row("...", *[""] * (len(columns) - 1), Text(f"({hidden:,} more)"))
-        cells = [str(s.session), f"{s.turns:,}", used(s.peak_pct), f"{s.mask_rounds:,}",
-                 f"{s.masked:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}"]
+        cells = [
+            str(s.session),
+            f"{s.turns:,}",
+            used(s.peak_pct),
+            f"{s.mask_rounds:,}",
+            f"{s.masked:,}",
+            f"{s.prompt_tokens:,}",
+            f"{s.completion_tokens:,}",
+        ]
         if cached:
             cells.append(hit_text(s.cache_hit_pct))
         table.add_row(*cells, Text(ended_by(s.end, reasons)))
@@ -273,4 +322,3 @@ def hit_text(pct: float | None) -> str:
 def ended_by(end: str, reasons: dict[str, int]) -> str:
     reason = end.removeprefix(RESTART_PREFIX)
     return f"restart [{reasons[reason]}]" if reason != end else end
-

@@ -81,8 +81,13 @@ def replay(state_dir: Path, run_id: str, owner_pid: int | None) -> RunStatus:
         state.last_type, state.last_ts = shown.get("type"), shown.get("ts") or state.last_ts
     end = parse_event(summary.end) if summary.end is not None else None
     changes = [parse_event(r) for r in summary.config_changes]
-    return RunStatus(run_id, state, owner_pid, end if isinstance(end, RunEnd) else None,
-                     [c for c in changes if isinstance(c, ConfigChanged)])
+    return RunStatus(
+        run_id,
+        state,
+        owner_pid,
+        end if isinstance(end, RunEnd) else None,
+        [c for c in changes if isinstance(c, ConfigChanged)],
+    )
 
 
 def seeded(summary: RunSummary) -> DashboardState:
@@ -133,17 +138,22 @@ def state_words(status: RunStatus) -> str:
     end = status.end
     if end is not None:
         how = end.next or ("`ouroboros resume` continues it" if end.resumable else "")
-        return f"not running: ended ({end.reason}, exit {end.exit_code})" \
-            + (f"; {how}" if how else "")
-    return ("not running: stopped without an end record (killed or crashed); "
-            "`ouroboros resume` continues it")
+        return f"not running: ended ({end.reason}, exit {end.exit_code})" + (
+            f"; {how}" if how else ""
+        )
+    return (
+        "not running: stopped without an end record (killed or crashed); "
+        "`ouroboros resume` continues it"
+    )
 
 
 def change_line(change: ConfigChanged) -> str:
     """One config change as `status` shows it: "changed at session 5: soft 0.70 -> 0.60"."""
     key = change.key
-    old, new = (f"{v:.2f}" if key in SHORT_KEYS and isinstance(v, (int, float))
-                else json.dumps(v) for v in (change.old, change.new))
+    old, new = (
+        f"{v:.2f}" if key in SHORT_KEYS and isinstance(v, (int, float)) else json.dumps(v)
+        for v in (change.old, change.new)
+    )
     return f"changed at session {change.session}: {SHORT_KEYS.get(key, key)} {old} -> {new}"
 
 
@@ -159,23 +169,29 @@ def unanswered_words(status: RunStatus) -> str:
     turn = status.state.unanswered_turn()
     if turn is None:
         return ""
-    return f"; turn {turn} asked, " + ("waiting for its reply" if status.running
-                                       else "its reply never came")
+    return f"; turn {turn} asked, " + (
+        "waiting for its reply" if status.running else "its reply never came"
+    )
 
 
 def status_view(status: RunStatus, now: datetime, config: str = "") -> Table:
     """A two-column table: what, and its value. `config`: the `--config` the person gave."""
     s = status.state
-    tokens = (f" of the budget ({of_budget(s.prompt_tokens, s.budget)})"
-              if s.prompt_tokens is not None and s.budget else "")
+    tokens = (
+        f" of the budget ({of_budget(s.prompt_tokens, s.budget)})"
+        if s.prompt_tokens is not None and s.budget
+        else ""
+    )
     session_turn, total_turns = s.counted_turns()
     last = last_event(s, now)
     rows = [
         ("run", status.run_id),
         ("state", describe_state(status, config)),
         ("session", str(s.session)),
-        ("turn", f"{session_turn} in this session, {total_turns} in total"
-                 + unanswered_words(status)),
+        (
+            "turn",
+            f"{session_turn} in this session, {total_turns} in total" + unanswered_words(status),
+        ),
         ("context", used(s.context_pct) + tokens),
         ("window", f"{s.context_limit:,} tokens ({s.limit_source})" if s.context_limit else "--"),
         ("budget", budget_text(s)),

@@ -136,7 +136,7 @@ class Window:
             return claimed
         return {
             "truncation": "detected truncation: the server cut longer prompts to about this "
-                          f"size (claimed {self.claimed}, {claimed})",
+            f"size (claimed {self.claimed}, {claimed})",
             "refused": f"the server refused a longer prompt (claimed {self.claimed}, {claimed})",
             "named": "the server's error message named this window",
             "allocated": self.told_by or "allocated by Ollama (/api/ps)",
@@ -147,8 +147,11 @@ def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict,
     """What one count proves, and the belief after it."""
     if window.distrusted or nonsense(count, window.claimed):
         return "nonsense", window
-    verdict = classify(count, window.accepted, window.uncached_seen) if guard else (
-        "unknown" if count.reported is None else "whole")
+    verdict = (
+        classify(count, window.accepted, window.uncached_seen)
+        if guard
+        else ("unknown" if count.reported is None else "whole")
+    )
     if verdict == "uncached":
         return verdict, replace(window, uncached_seen=True)
     if verdict == "whole":
@@ -160,8 +163,9 @@ def judge(window: Window, count: Count, *, guard: bool = True) -> tuple[Verdict,
             return "nonsense", replace(window, distrusted=True)
         # Where the counts stall: a window counted whole before may be gone (a reload).
         cut_at = min(max(count.reported, count.largest_suspect), window.claimed)
-        return "truncated", replace(window, ceiling=cut_at, ceiling_kind="truncation",
-                                    accepted=min(window.accepted, cut_at))
+        return "truncated", replace(
+            window, ceiling=cut_at, ceiling_kind="truncation", accepted=min(window.accepted, cut_at)
+        )
     return verdict, window
 
 
@@ -197,12 +201,15 @@ def classify(count: Count, accepted: int, uncached_seen: bool = False) -> Verdic
             return "whole" if reported >= UNCACHED_BELIEVED * count.estimate else "uncached"
         return "whole" if reported * UNRELATED_SHORTFALL >= count.estimate else "suspect"
     fell = reported < count.previous * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
-    stalled = (count.added >= MIN_JUDGED_GROWTH
-               and reported - count.previous < STALL_FRACTION * count.added)
+    stalled = (
+        count.added >= MIN_JUDGED_GROWTH
+        and reported - count.previous < STALL_FRACTION * count.added
+    )
     if not (fell or stalled):
         return "whole"
-    looks_uncached = (count.cached is None
-                      and reported <= UNCACHED_MULTIPLE * count.added + FALL_TOLERANCE_TOKENS)
+    looks_uncached = (
+        count.cached is None and reported <= UNCACHED_MULTIPLE * count.added + FALL_TOLERANCE_TOKENS
+    )
     if looks_uncached and (uncached_seen or (fell and reported < accepted / 2)):
         return "uncached"
     return "suspect"
@@ -222,8 +229,7 @@ def after_refusal(window: Window, rejected: int, named: int | None) -> Window:
     if named:
         return replace(window, ceiling=named, ceiling_kind="named")
     shrunk = max(int(min(rejected, window.limit) * REFUSAL_SHRINK), window.accepted, 1)
-    return replace(window, ceiling=shrunk, ceiling_kind="refused",
-                   refusals=window.refusals + 1)
+    return replace(window, ceiling=shrunk, ceiling_kind="refused", refusals=window.refusals + 1)
 
 
 def at_session_start(window: Window) -> Window:
@@ -235,8 +241,9 @@ def at_session_start(window: Window) -> Window:
     return window
 
 
-def with_allocated(window: Window, allocated: int | None,
-                   told_by: str = "allocated by Ollama (/api/ps)") -> Window:
+def with_allocated(
+    window: Window, allocated: int | None, told_by: str = "allocated by Ollama (/api/ps)"
+) -> Window:
     """What the server says its window is (Ollama's allocation in `/api/ps`, llama.cpp's
     `n_ctx`, vLLM's `max_model_len`): the belief is min(claim, what it says) at once. A
     ceiling from evidence (truncation, a refusal, named or not) below what it says stays
@@ -267,8 +274,11 @@ class Probe:
     @property
     def held(self) -> bool:
         """Counted about whole: the window holds it."""
-        return not self.refused and self.reported is not None \
+        return (
+            not self.refused
+            and self.reported is not None
             and self.reported >= PROBE_WHOLE * self.expected
+        )
 
 
 def hypothesis(window: Window) -> int:
@@ -288,8 +298,7 @@ def needs_retest(window: Window) -> int:
     size = int(PROBE_SHARE * hypothesis(window))
     if not window.tested and not window.told:
         return size
-    if window.ceiling_kind in EVIDENCE and window.limit < hypothesis(window) \
-            and not window.quiet:
+    if window.ceiling_kind in EVIDENCE and window.limit < hypothesis(window) and not window.quiet:
         return size
     return 0
 
@@ -310,24 +319,39 @@ def after_probe(window: Window, probe: Probe) -> Window:
             assert probe.reported is not None
             ceiling, kind = min(probe.reported, window.claimed), "truncation"
         # Cut again about where it was (a probe is cut at a message's edge): the same window.
-        again = window.ceiling_kind in EVIDENCE and \
-            abs(ceiling - window.ceiling) <= PROBE_AGAIN_WITHIN * window.ceiling
+        again = (
+            window.ceiling_kind in EVIDENCE
+            and abs(ceiling - window.ceiling) <= PROBE_AGAIN_WITHIN * window.ceiling
+        )
         if again and kind == "truncation":
             ceiling = max(ceiling, window.ceiling)
         confirmations = window.confirmations + 1 if again else 1
-        return replace(window, ceiling=ceiling, ceiling_kind=kind, tested=True,
-                       accepted=min(window.accepted, ceiling), confirmations=confirmations,
-                       quiet=min(2 ** confirmations - 1, MAX_QUIET_SESSIONS),
-                       refusals=max(window.refusals, STICKY_REFUSALS) if kind == "refused"
-                       else window.refusals)
+        return replace(
+            window,
+            ceiling=ceiling,
+            ceiling_kind=kind,
+            tested=True,
+            accepted=min(window.accepted, ceiling),
+            confirmations=confirmations,
+            quiet=min(2**confirmations - 1, MAX_QUIET_SESSIONS),
+            refusals=max(window.refusals, STICKY_REFUSALS)
+            if kind == "refused"
+            else window.refusals,
+        )
     if probe.reported is None:
         return replace(window, tested=True)
     held = hypothesis(window)
     confirmations = 1 if window.ceiling_kind in EVIDENCE else window.confirmations + 1
-    window = replace(window, ceiling=0, ceiling_kind="", refusals=0, tested=True,
-                     confirmations=confirmations,
-                     quiet=min(2 ** confirmations - 1, MAX_QUIET_SESSIONS),
-                     accepted=max(window.accepted, min(probe.reported, held)))
+    window = replace(
+        window,
+        ceiling=0,
+        ceiling_kind="",
+        refusals=0,
+        tested=True,
+        confirmations=confirmations,
+        quiet=min(2**confirmations - 1, MAX_QUIET_SESSIONS),
+        accepted=max(window.accepted, min(probe.reported, held)),
+    )
     if held < window.claimed:
         return replace(window, ceiling=held, ceiling_kind="allocated")
     return window

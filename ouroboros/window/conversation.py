@@ -44,8 +44,10 @@ def interrupted_note(calls: Sequence[tuple[str, str]]) -> str:
     """What the agent reads last after a resume when calls were cut short: each (tool, what
     it was about), and that it may not have run."""
     listed = "; ".join(f"{name} `{subject}`" if subject else name for name, subject in calls)
-    return (f"[The run was stopped while this was running, so it may or may not have run: "
-            f"{listed}. Check whether it took effect before you run it again.]")
+    return (
+        f"[The run was stopped while this was running, so it may or may not have run: "
+        f"{listed}. Check whether it took effect before you run it again.]"
+    )
 
 
 WIND_DOWN_TEXT = (
@@ -77,8 +79,11 @@ def without_reasoning(text: str) -> str:
 
 def mask_notice(count: int, reclaimed_pct: float) -> Message:
     """The note that tells the agent observations were masked."""
-    return note("mask", f"[Context compressed: {count} observations masked, "
-                        f"~{reclaimed_pct:.0f}% of the context reclaimed]")
+    return note(
+        "mask",
+        f"[Context compressed: {count} observations masked, "
+        f"~{reclaimed_pct:.0f}% of the context reclaimed]",
+    )
 
 
 # --- observations and placeholders ----------------------------------------------------------
@@ -100,8 +105,9 @@ class Observation:
     masked: bool = False
 
 
-def describe(tool: str, subject: str, result: ToolResult, obs_id: str,
-             tool_call_id: str) -> Observation:
+def describe(
+    tool: str, subject: str, result: ToolResult, obs_id: str, tool_call_id: str
+) -> Observation:
     """What a placeholder for this result of a call to `tool` will say; `subject` is what the
     call was about, as the tool names it (Toolbox.subject)."""
     meta = result.meta
@@ -136,8 +142,7 @@ def placeholder(obs: Observation) -> str:
     if obs.first_line:
         began = obs.first_line[:40] + ("..." if len(obs.first_line) > 40 else "")
         parts.append(f'began "{began}"')
-    return (f"[{obs.tool} result masked: {', '.join(parts)}. "
-            f'recall(id="{obs.id}") shows it again]')
+    return f'[{obs.tool} result masked: {", ".join(parts)}. recall(id="{obs.id}") shows it again]'
 
 
 def cap_text(text: str, max_chars: int, keep: Truncation, obs_id: str) -> tuple[str, int]:
@@ -146,14 +151,16 @@ def cap_text(text: str, max_chars: int, keep: Truncation, obs_id: str) -> tuple[
     if len(text) <= max_chars:
         return text, 0
     cut = len(text) - max_chars
-    marker = (f"[... {cut:,} characters cut ({keep} kept); "
-              f'recall(id="{obs_id}", offset=N) reads the full output ...]')
+    marker = (
+        f"[... {cut:,} characters cut ({keep} kept); "
+        f'recall(id="{obs_id}", offset=N) reads the full output ...]'
+    )
     if keep == "head":
         return f"{text[:max_chars]}\n{marker}", cut
     if keep == "tail":
         return f"{marker}\n{text[-max_chars:]}", cut
     half = max_chars // 2
-    return f"{text[:half]}\n{marker}\n{text[len(text) - (max_chars - half):]}", cut
+    return f"{text[:half]}\n{marker}\n{text[len(text) - (max_chars - half) :]}", cut
 
 
 # --- turns, masking, carryover --------------------------------------------------------------
@@ -189,8 +196,9 @@ def newest_reads(notes: Sequence[str], observations: dict[str, Observation]) -> 
     return {obs.tool_call_id for obs in newest.values() if not obs.masked}
 
 
-def save_results(messages: Sequence[Message], notes: Sequence[str],
-                 observations: dict[str, Observation]) -> set[str]:
+def save_results(
+    messages: Sequence[Message], notes: Sequence[str], observations: dict[str, Observation]
+) -> set[str]:
     """The tool-call ids of the results a save needs besides the notes read: what the agent
     did since the newest read of a file in `notes`, or in all of `messages` when no notes
     read is there: the results of its commands (its records among them) and of its newest
@@ -225,12 +233,14 @@ def unsaved_work(messages: Sequence[Message], observations: dict[str, Observatio
     for message in reversed(messages):
         if message.get(NOTE_KEY) == "wind_down":
             return False
-        obs = observations.get(message.get("tool_call_id", "")) \
-            if message["role"] == "tool" else None
+        obs = (
+            observations.get(message.get("tool_call_id", "")) if message["role"] == "tool" else None
+        )
         if obs is None:
             continue
         if obs.tool in WRITING_TOOLS and not str(message.get("content") or "").startswith(
-                ("error", "[interrupted")):
+            ("error", "[interrupted")
+        ):
             return worked
         worked = worked or (obs.tool not in READING_TOOLS and obs.exit_code == 0)
     return False
@@ -266,17 +276,18 @@ def unacted_turns(messages: Sequence[Message], starts: list[int] | None = None) 
     starts = turn_starts(messages) if starts is None else starts
     if len(starts) < 2:
         return len(starts)
-    between = messages[starts[-2] + 1:starts[-1]]
+    between = messages[starts[-2] + 1 : starts[-1]]
     return 2 if any(m.get(NOTE_KEY) == "wind_down" for m in between) else 1
 
 
 def pending_calls(messages: Sequence[Message]) -> list[ToolCall]:
     """Tool calls of the last assistant message that have no result yet."""
-    last = next((i for i in range(len(messages) - 1, -1, -1)
-                 if messages[i]["role"] == "assistant"), None)
+    last = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "assistant"), None
+    )
     if last is None:
         return []
-    answered = {m.get("tool_call_id") for m in messages[last + 1:] if m["role"] == "tool"}
+    answered = {m.get("tool_call_id") for m in messages[last + 1 :] if m["role"] == "tool"}
     return [
         ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments", ""))
         for c in messages[last].get("tool_calls") or ()
@@ -292,14 +303,21 @@ def cut_short(messages: Sequence[Message]) -> list[ToolCall]:
         last -= 1
     if last < 0 or messages[last]["role"] != "assistant" or last == len(messages) - 1:
         return []
-    interrupted = {m.get("tool_call_id") for m in messages[last + 1:]
-                   if str(m.get("content") or "").startswith(INTERRUPTED_PREFIX)}
-    return [ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments", ""))
-            for c in messages[last].get("tool_calls") or () if c["id"] in interrupted]
+    interrupted = {
+        m.get("tool_call_id")
+        for m in messages[last + 1 :]
+        if str(m.get("content") or "").startswith(INTERRUPTED_PREFIX)
+    }
+    return [
+        ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments", ""))
+        for c in messages[last].get("tool_calls") or ()
+        if c["id"] in interrupted
+    ]
 
 
-def carryover(messages: Sequence[Message], turns: int,
-              starts: list[int] | None = None) -> list[Message]:
+def carryover(
+    messages: Sequence[Message], turns: int, starts: list[int] | None = None
+) -> list[Message]:
     """The last `turns` complete turns, minus the harness's notes: they spoke to the old
     session, and an instruction in one would read as if it still applied. `starts`:
     turn_starts(messages), if known."""
@@ -308,20 +326,23 @@ def carryover(messages: Sequence[Message], turns: int,
     starts = turn_starts(messages) if starts is None else starts
     if not starts:
         return []
-    kept = messages[starts[-turns] if len(starts) >= turns else starts[0]:]
+    kept = messages[starts[-turns] if len(starts) >= turns else starts[0] :]
     return [m for m in kept if NOTE_KEY not in m]
 
 
-def oldest_turn(starts: list[int], keep: int = 1,
-                held: Callable[[int, int], bool] | None = None,
-                strict: bool = False) -> tuple[int, int] | None:
+def oldest_turn(
+    starts: list[int],
+    keep: int = 1,
+    held: Callable[[int, int], bool] | None = None,
+    strict: bool = False,
+) -> tuple[int, int] | None:
     """The positions [start, end) of the oldest complete turn that may go (`starts`: the
     assistant messages'), never the preamble before it nor the newest `keep` turns, nor one
     that `held(start, end)` says holds what must stay while another may go (`strict`: even
     when none other may); None when there is none."""
     if len(starts) <= max(keep, 1):
         return None
-    for start, end in zip(starts, starts[1:len(starts) - max(keep, 1) + 1]):
+    for start, end in zip(starts, starts[1 : len(starts) - max(keep, 1) + 1]):
         if held is None or not held(start, end):
             return start, end
     return None if strict else (starts[0], starts[1])
@@ -352,8 +373,9 @@ class Conversation(Sequence[Message]):
     increasing along the conversation (`check` asserts it, with the Changes' invariants).
     """
 
-    def __init__(self, messages: Iterable[Message] = (),
-                 worth_masking: WorthMasking = never_worth_masking) -> None:
+    def __init__(
+        self, messages: Iterable[Message] = (), worth_masking: WorthMasking = never_worth_masking
+    ) -> None:
         self._worth = worth_masking
         self._messages: list[Message] = []
         self._seqs: list[int] = []
@@ -413,8 +435,9 @@ class Conversation(Sequence[Message]):
         """Add a note of the harness's (see `note`)."""
         self.append(note(kind, text))
 
-    def add_result(self, tool_call_id: str, content: str,
-                   ref: dict[str, Any] | None = None) -> None:
+    def add_result(
+        self, tool_call_id: str, content: str, ref: dict[str, Any] | None = None
+    ) -> None:
         """Add the result of a tool call."""
         self.append({"role": "tool", "tool_call_id": tool_call_id, "content": content}, ref)
 
@@ -424,12 +447,16 @@ class Conversation(Sequence[Message]):
         are; only for another is every message looked at."""
         at = self.tally.positions(placeholders)
         if len(at) < len(placeholders):
-            at = [i for i, m in enumerate(self._messages)
-                  if m["role"] == "tool" and m.get("tool_call_id") in placeholders]
+            at = [
+                i
+                for i, m in enumerate(self._messages)
+                if m["role"] == "tool" and m.get("tool_call_id") in placeholders
+            ]
         for index in at:
             message = self._messages[index]
-            self.replace_at(index, {**ledger.forget(message),
-                                    "content": placeholders[message["tool_call_id"]]})
+            self.replace_at(
+                index, {**ledger.forget(message), "content": placeholders[message["tool_call_id"]]}
+            )
 
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is
@@ -443,11 +470,13 @@ class Conversation(Sequence[Message]):
         """The system prompt as it is now."""
         self.replace_at(0, message)
 
-    def drop_oldest_turn(self, keep: int = 1, spared: Container[str] = (),
-                         strict: bool = False) -> bool:
+    def drop_oldest_turn(
+        self, keep: int = 1, spared: Container[str] = (), strict: bool = False
+    ) -> bool:
         """Drop the oldest complete turn (see `oldest_turn`), one without a result named in
         `spared` (tool-call ids) if there is one (`strict`: only such a one); False if none
         may go."""
+
         def held(start: int, end: int) -> bool:
             return any(m.get("tool_call_id") in spared for m in self._messages[start:end])
 
@@ -501,8 +530,10 @@ class Conversation(Sequence[Message]):
         [position, tokens]. A new message is given as `logged(message, its ref)` says."""
         changes = self._changes
         assert len(self._seqs) == len(self._messages), "one seq each"
-        ops, tokens = changes.ops(self._messages, self._seqs, logged), \
-            changes.tokens(self._messages, self._seqs)
+        ops, tokens = (
+            changes.ops(self._messages, self._seqs, logged),
+            changes.tokens(self._messages, self._seqs),
+        )
         self.mark()
         return ops, tokens
 
@@ -514,7 +545,7 @@ class Conversation(Sequence[Message]):
         assert all(s < self._next_seq for s in seqs[-1:]), "seqs below the next"
         if changes.before is None:
             assert changes.length <= len(seqs) and not changes.replaced, "appends only"
-        before = set(seqs[:changes.length] if changes.before is None else changes.before)
+        before = set(seqs[: changes.length] if changes.before is None else changes.before)
         assert all(s < changes.next for s in before), "the checkpoint's came before"
         assert all(s >= changes.next for s in seqs if s not in before), "the rest is new"
 
@@ -543,15 +574,18 @@ class Changes:
     def revise(self, seqs: list[int]) -> None:
         """A change other than an append is about to be made to the messages of `seqs`."""
         if self.before is None:  # until now only appended to: the mark's are the first
-            self.before = seqs[:self.length]
+            self.before = seqs[: self.length]
 
     def ops(self, messages: list[Message], seqs: list[int], logged: Logged) -> list[Op] | None:
         """The messages now, as ranges of the checkpoint's kept and messages new to it;
         None if only appended to and nothing was."""
         if self.before is None:
             added = range(self.length, len(messages))
-            return [[0, self.length], *(self._logged(messages[i], seqs[i], logged)
-                                        for i in added)] if added else None
+            return (
+                [[0, self.length], *(self._logged(messages[i], seqs[i], logged) for i in added)]
+                if added
+                else None
+            )
         where = {seq: i for i, seq in enumerate(self.before)}
         ops: list[Op] = []
         for message, seq in zip(messages, seqs):

@@ -81,21 +81,29 @@ def tools_chars(tools: list[dict[str, Any]]) -> int:
     return len(json.dumps(tools)) if tools else 0
 
 
-def estimate_chars(chars: int, chars_per_token: float, dense: int = 0,
-                   per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
+def estimate_chars(
+    chars: int,
+    chars_per_token: float,
+    dense: int = 0,
+    per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR,
+) -> int:
     """Tokens of `chars` characters, `dense` of them of a densely tokenized script."""
     return math.ceil((chars - dense) / chars_per_token + dense * per_dense)
 
 
-def estimate_text(text: str, chars_per_token: float,
-                  per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
+def estimate_text(
+    text: str, chars_per_token: float, per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR
+) -> int:
     return estimate_chars(len(text), chars_per_token, dense_chars(text), per_dense)
 
 
-def estimate_message(message: Message, chars_per_token: float,
-                     per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
-    return estimate_chars(message_chars(message), chars_per_token, message_dense(message),
-                          per_dense) + MESSAGE_OVERHEAD_TOKENS
+def estimate_message(
+    message: Message, chars_per_token: float, per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR
+) -> int:
+    return (
+        estimate_chars(message_chars(message), chars_per_token, message_dense(message), per_dense)
+        + MESSAGE_OVERHEAD_TOKENS
+    )
 
 
 def measured(message: Message) -> int | None:
@@ -103,8 +111,9 @@ def measured(message: Message) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def message_tokens(message: Message, chars_per_token: float,
-                   per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR) -> int:
+def message_tokens(
+    message: Message, chars_per_token: float, per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR
+) -> int:
     """The message's measured size if a count has been attributed to it, else an estimate."""
     value = measured(message)
     return value if value is not None else estimate_message(message, chars_per_token, per_dense)
@@ -167,9 +176,14 @@ def share(total: int, weights: list[int]) -> list[int]:
     return parts
 
 
-def attribute(fresh: list[Message], known: int, reported: int, base: int,
-              chars_per_token: float, per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR
-              ) -> tuple[int, list[int], int, int]:
+def attribute(
+    fresh: list[Message],
+    known: int,
+    reported: int,
+    base: int,
+    chars_per_token: float,
+    per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR,
+) -> tuple[int, list[int], int, int]:
     """Take in a whole count of a prompt whose measured messages add up to `known` tokens:
     share what it does not already explain among the messages never counted (`fresh`, to be
     written on them as `_tokens`). Returns the base that makes the ledger add up to
@@ -185,8 +199,12 @@ def attribute(fresh: list[Message], known: int, reported: int, base: int,
     estimates = [estimate_message(m, chars_per_token, per_dense) for m in fresh]
     if not fresh or residual < MESSAGE_OVERHEAD_TOKENS * len(fresh):
         return max(reported - known - sum(estimates), 0), [], 0, 0
-    return (base, share(residual, estimates), sum(message_chars(m) for m in fresh),
-            residual - MESSAGE_OVERHEAD_TOKENS * len(fresh))
+    return (
+        base,
+        share(residual, estimates),
+        sum(message_chars(m) for m in fresh),
+        residual - MESSAGE_OVERHEAD_TOKENS * len(fresh),
+    )
 
 
 def grown_shares(growth: int, sizes: list[int]) -> list[int] | None:

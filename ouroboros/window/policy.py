@@ -97,10 +97,17 @@ class Restart:
 Decision = Continue | Mask | WindDown | Restart
 
 
-def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, float]],
-           wound_down: bool, recent: Sequence[tuple[str, float]] = (), unacted: int = 0,
-           pending: float = 0.0, maskable: float | None = None,
-           unsaved: bool = False) -> tuple[Decision, bool]:
+def decide(
+    policy: ContextConfig,
+    used: float,
+    candidates: Sequence[tuple[str, float]],
+    wound_down: bool,
+    recent: Sequence[tuple[str, float]] = (),
+    unacted: int = 0,
+    pending: float = 0.0,
+    maskable: float | None = None,
+    unsaved: bool = False,
+) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first: id and the share of the budget masking it would free), and
     whether the agent has been told to wind down since. Returns the decision and whether
@@ -133,24 +140,29 @@ def decide(policy: ContextConfig, used: float, candidates: Sequence[tuple[str, f
     if used < policy.hard_threshold_pct:  # a round only when it lasts: to the low-water mark
         worth_it = ids and used - freed <= policy.mask_low_water_pct
         return (Mask(ids) if worth_it else Continue()), wound_down
-    full = maskable is not None and \
-        used - maskable >= (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
+    full = (
+        maskable is not None
+        and used - maskable >= (policy.soft_threshold_pct + policy.hard_threshold_pct) / 2
+    )
     if not full:
         if ids:
             return Mask(ids), wound_down
         spare = enough_to_mask(used, recent, policy.hard_threshold_pct)
         if spare:
             return Mask(spare), wound_down
-        if used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct \
-                and used < 1:
+        if (
+            used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct
+            and used < 1
+        ):
             return Continue(), wound_down
     if wound_down and not unsaved:
         return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
     return WindDown(), True
 
 
-def mask_round(used: float, candidates: Sequence[tuple[str, float]],
-               policy: ContextConfig) -> list[str]:
+def mask_round(
+    used: float, candidates: Sequence[tuple[str, float]], policy: ContextConfig
+) -> list[str]:
     """The observations one masking round masks, oldest first: at least `mask_batch_size`,
     and as many more as bring `used` down to `mask_low_water_pct`. Every round makes a
     prefix-caching server process everything after its first placeholder again, whatever
@@ -165,8 +177,7 @@ def mask_round(used: float, candidates: Sequence[tuple[str, float]],
     return ids
 
 
-def enough_to_mask(used: float, recent: Sequence[tuple[str, float]],
-                   below: float) -> list[str]:
+def enough_to_mask(used: float, recent: Sequence[tuple[str, float]], below: float) -> list[str]:
     """The oldest of `recent` whose masking brings `used` below `below`; none if all of
     them would not."""
     ids: list[str] = []
@@ -183,25 +194,29 @@ def prompt_budget(limit: int, max_output_tokens: int) -> int:
     return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
 
 
-def fixed_part_problem(fixed: int, how: str, limit: int, max_output_tokens: int,
-                       policy: ContextConfig) -> str | None:
+def fixed_part_problem(
+    fixed: int, how: str, limit: int, max_output_tokens: int, policy: ContextConfig
+) -> str | None:
     """Why no session could work when the system prompt and the tool definitions take `fixed`
     tokens (`how`: "counted by the server", "at least, by the estimate") of the prompt budget
     the window leaves: they reach the hard threshold, or leave less room than one tool result
     may take (as a fresh session is judged at a restart). None when they fit."""
     budget = prompt_budget(limit, max_output_tokens)
-    result = max(min(policy.max_tool_result_tokens, int(budget * RESULT_MAX_SHARE)),
-                 MIN_RESULT_TOKENS)
+    result = max(
+        min(policy.max_tool_result_tokens, int(budget * RESULT_MAX_SHARE)), MIN_RESULT_TOKENS
+    )
     room = budget - fixed
     if fixed < policy.hard_threshold_pct * budget and room >= result:
         return None
-    return (f"the system prompt and the tool definitions take {fixed} tokens ({how}), "
-            f"{fixed / budget:.0%} of the {budget}-token prompt budget (a {limit}-token window "
-            f"less {limit - budget} kept for the reply), leaving {max(room, 0)} where one tool "
-            f"result may take {result}: no session could do any work. Raise "
-            "model.context_limit (and the server's window: llama.cpp -c, Ollama "
-            "OLLAMA_CONTEXT_LENGTH), lower model.max_output_tokens, or shorten "
-            "SYSTEM_PROMPT.md")
+    return (
+        f"the system prompt and the tool definitions take {fixed} tokens ({how}), "
+        f"{fixed / budget:.0%} of the {budget}-token prompt budget (a {limit}-token window "
+        f"less {limit - budget} kept for the reply), leaving {max(room, 0)} where one tool "
+        f"result may take {result}: no session could do any work. Raise "
+        "model.context_limit (and the server's window: llama.cpp -c, Ollama "
+        "OLLAMA_CONTEXT_LENGTH), lower model.max_output_tokens, or shorten "
+        "SYSTEM_PROMPT.md"
+    )
 
 
 def least_tokens(messages: Sequence[Message], tools: list[dict[str, Any]]) -> int:
@@ -209,8 +224,9 @@ def least_tokens(messages: Sequence[Message], tools: list[dict[str, Any]]) -> in
     densest text at MAX_CHARS_PER_TOKEN, the least a template adds): an estimate that refuses
     only what cannot fit."""
     chars = sum(ledger.message_chars(m) for m in messages) + ledger.tools_chars(tools)
-    return (math.floor(chars / ledger.MAX_CHARS_PER_TOKEN)
-            + ledger.MESSAGE_OVERHEAD_TOKENS * len(messages))
+    return math.floor(chars / ledger.MAX_CHARS_PER_TOKEN) + ledger.MESSAGE_OVERHEAD_TOKENS * len(
+        messages
+    )
 
 
 def brief_tools(fixed_tokens: int, budget: int) -> bool:
@@ -289,8 +305,9 @@ class ContextManager:
     notes: list[str] = field(default_factory=list)  # files the agent writes (notes_written)
 
     @classmethod
-    def create(cls, limit: int, limit_source: str, max_output_tokens: int,
-               policy: ContextConfig) -> ContextManager:
+    def create(
+        cls, limit: int, limit_source: str, max_output_tokens: int, policy: ContextConfig
+    ) -> ContextManager:
         return cls(Window(limit, limit_source), max_output_tokens, policy)
 
     # -- numbers --
@@ -353,8 +370,14 @@ class ContextManager:
             return None
         return last
 
-    def observe_reply(self, conversation: Sequence[Message], tools: list[dict[str, Any]],
-                      usage: Usage | None, reply_chars: int, sent: int | None = None) -> Reading:
+    def observe_reply(
+        self,
+        conversation: Sequence[Message],
+        tools: list[dict[str, Any]],
+        usage: Usage | None,
+        reply_chars: int,
+        sent: int | None = None,
+    ) -> Reading:
         """Take in what the server reported for the request of the first `sent` messages of
         the conversation (all by default; usage None: nothing)."""
         cpt, per_dense = self.chars_per_token, self.per_dense
@@ -369,10 +392,15 @@ class ContextManager:
         added = messages - tally.tokens(cpt, per_dense, previous.messages) if previous else 0
         # Judged against the messages alone: servers disagree most on the base (some never
         # show the model its tool schemas).
-        count = Count(reported, messages, previous.reported if previous else None, added,
-                      previous.suspects if previous else 0,
-                      previous.largest_suspect if previous else 0,
-                      usage.cached_tokens if usage else None)
+        count = Count(
+            reported,
+            messages,
+            previous.reported if previous else None,
+            added,
+            previous.suspects if previous else 0,
+            previous.largest_suspect if previous else 0,
+            usage.cached_tokens if usage else None,
+        )
         distrusted = self.window.distrusted
         verdict, self.window = judge(self.window, count, guard=self.policy.truncation_guard)
         if self.window.distrusted and not distrusted:  # what its counts taught is suspect too:
@@ -385,35 +413,54 @@ class ContextManager:
         elif verdict == "suspect":
             assert reported is not None
             self.last_count = (
-                replace(previous, suspects=previous.suspects + 1,
-                        largest_suspect=max(previous.largest_suspect, reported))
-                if previous else LastCount(self.revision, sent, reported, 1, reported))
+                replace(
+                    previous,
+                    suspects=previous.suspects + 1,
+                    largest_suspect=max(previous.largest_suspect, reported),
+                )
+                if previous
+                else LastCount(self.revision, sent, reported, 1, reported)
+            )
         elif verdict == "truncated":
             self.last_count = None
         guess = ledger.estimate_chars(reply_chars, cpt)
         completion = (usage.completion_tokens if usage else None) or min(
-            guess, self.max_output_tokens or guess)
+            guess, self.max_output_tokens or guess
+        )
         whole = verdict == "whole"
-        return Reading(reported if whole and reported else estimate, completion,
-                       "server" if whole else "estimate", estimate, verdict, reported,
-                       usage.cached_tokens if usage else None)
+        return Reading(
+            reported if whole and reported else estimate,
+            completion,
+            "server" if whole else "estimate",
+            estimate,
+            verdict,
+            reported,
+            usage.cached_tokens if usage else None,
+        )
 
-    def _take_count(self, held: Conversation, tools: list[dict[str, Any]], sent: int,
-                    reported: int) -> None:
+    def _take_count(
+        self, held: Conversation, tools: list[dict[str, Any]], sent: int, reported: int
+    ) -> None:
         """A whole count: what the measured messages do not explain is shared among the
         uncounted ones, the base taking the rest (ledger.attribute)."""
         tally = held.tally
         fresh = tally.unmeasured(sent)
         self.base_tokens, shares, chars, attributed = ledger.attribute(
-            [held[i] for i in fresh], tally.measured_sum(sent), reported,
-            self.base(tools), self.chars_per_token, self.per_dense)
+            [held[i] for i in fresh],
+            tally.measured_sum(sent),
+            reported,
+            self.base(tools),
+            self.chars_per_token,
+            self.per_dense,
+        )
         dense = sum(tally.entries[i].dense for i in fresh) if shares else 0
         for index, tokens in zip(fresh, shares):
             held.measure(index, tokens)
         self.calibration.observe(chars, attributed, dense)
 
-    def _take_growth(self, held: Conversation, previous: LastCount, sent: int,
-                     reported: int) -> bool:
+    def _take_growth(
+        self, held: Conversation, previous: LastCount, sent: int, reported: int
+    ) -> bool:
         """A whole count of a prompt that only grew since the last one: what it grew by is
         what the messages added since cost, the chat template's wrapping of each included.
         It is shared among them (measured before or not) and the base stays as it was: a
@@ -432,11 +479,13 @@ class ContextManager:
             chars = sum(ledger.message_chars(held[i]) for i in new if i in fresh)
             tokens = sum(t for i, t in zip(new, shares) if i in fresh)
             dense = sum(tally.entries[i].dense for i in new if i in fresh)
-            self.calibration.observe(chars, tokens - ledger.MESSAGE_OVERHEAD_TOKENS * len(fresh),
-                                     dense)
+            self.calibration.observe(
+                chars, tokens - ledger.MESSAGE_OVERHEAD_TOKENS * len(fresh), dense
+            )
         else:  # all counted by the tokenizer, each with the overhead believed: learn it
             self.message_overhead = ledger.learned_overhead(
-                self.message_overhead, sum(shares) - sum(sizes), len(new))
+                self.message_overhead, sum(shares) - sum(sizes), len(new)
+            )
         for index, tokens in zip(new, shares):
             held.measure(index, tokens)
         return True
@@ -455,26 +504,39 @@ class ContextManager:
         tally.tokens(self.chars_per_token, self.per_dense)  # its sizes at today's rates
         starts = tally.starts
         kept_read = self.kept_reads()
-        gains = {i: self.mask_gain(i, size) for i, size in tally.candidate_sizes().items()
-                 if i not in kept_read}  # oldest first
+        gains = {
+            i: self.mask_gain(i, size)
+            for i, size in tally.candidate_sizes().items()
+            if i not in kept_read
+        }  # oldest first
         candidates = list(gains)
-        unacted = len([i for i in tally.candidates(starts[-1]) if i not in kept_read]) \
-            if starts else 0
+        unacted = (
+            len([i for i in tally.candidates(starts[-1]) if i not in kept_read]) if starts else 0
+        )
         kept = max(self.policy.keep_recent_observations, unacted)
         acted = len(candidates) - unacted
-        recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0):acted]]
+        recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0) : acted]]
         pending = sum(gains[i] for i in candidates[acted:])
-        maskable = sum(gains[i] for i in candidates[:max(acted, 0)])
+        maskable = sum(gains[i] for i in candidates[: max(acted, 0)])
         unsaved = self.wound_down and unsaved_work(messages, self.observations)
-        decision, self.wound_down = decide(self.policy, self.used_pct(tokens),
-                                           list(gains.items()), self.wound_down, recent,
-                                           unacted, pending, maskable, unsaved)
+        decision, self.wound_down = decide(
+            self.policy,
+            self.used_pct(tokens),
+            list(gains.items()),
+            self.wound_down,
+            recent,
+            unacted,
+            pending,
+            maskable,
+            unsaved,
+        )
         return decision
 
     def mask_gain(self, tool_call_id: str, size: int) -> float:
         """The share of the budget masking this result (of `size` tokens) would free."""
-        return self.used_pct(size - placeholder_tokens(self.observations[tool_call_id],
-                                                       self.chars_per_token))
+        return self.used_pct(
+            size - placeholder_tokens(self.observations[tool_call_id], self.chars_per_token)
+        )
 
     def mask(self, messages: Sequence[Message], ids: list[str]) -> Conversation:
         """Mask these results (by tool-call id): the conversation is told which
@@ -498,8 +560,13 @@ class ContextManager:
         self.total_masked += len(ids)
         self.mask_rounds += 1
 
-    def fit(self, messages: Sequence[Message], tools: list[dict[str, Any]],
-            target: int | None = None, keep: int | None = None) -> Fitted:
+    def fit(
+        self,
+        messages: Sequence[Message],
+        tools: list[dict[str, Any]],
+        target: int | None = None,
+        keep: int | None = None,
+    ) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
         oldest-first, then drop the oldest complete turns (the newest read of each notes
         file last, kept_reads), and only then mask the results the agent has not acted on
@@ -521,8 +588,12 @@ class ContextManager:
         newest_turn = starts[-keep] if starts and keep else len(conversation)
         newest = tally.candidates(newest_turn)
         kept_read = self.kept_reads()
-        self._mask_until(fitted, [i for i in tally.candidates(0, newest_turn)
-                                  if i not in kept_read], tools, target)
+        self._mask_until(
+            fitted,
+            [i for i in tally.candidates(0, newest_turn) if i not in kept_read],
+            tools,
+            target,
+        )
         if self.wound_down:  # the agent saves next: what it saves from goes last
             since = save_results(conversation, self.notes, self.observations)
             self._drop_until(fitted, tools, target, keep, kept_read | since, strict=True)
@@ -539,9 +610,15 @@ class ContextManager:
         of each file the agent writes (its notes; conversation.newest_reads)."""
         return newest_reads(self.notes, self.observations)
 
-    def _drop_until(self, fitted: Fitted, tools: list[dict[str, Any]], target: int,
-                    keep: int, spared: set[str] | frozenset[str] = frozenset(),
-                    strict: bool = False) -> None:
+    def _drop_until(
+        self,
+        fitted: Fitted,
+        tools: list[dict[str, Any]],
+        target: int,
+        keep: int,
+        spared: set[str] | frozenset[str] = frozenset(),
+        strict: bool = False,
+    ) -> None:
         while fitted.tokens > target:
             if not fitted.messages.drop_oldest_turn(keep, spared, strict):
                 return
@@ -549,8 +626,9 @@ class ContextManager:
             self.revision += 1
             fitted.tokens = self.current_tokens(fitted.messages, tools)
 
-    def _mask_until(self, fitted: Fitted, ids: list[str], tools: list[dict[str, Any]],
-                    target: int) -> None:
+    def _mask_until(
+        self, fitted: Fitted, ids: list[str], tools: list[dict[str, Any]], target: int
+    ) -> None:
         for tool_call_id in ids:
             if fitted.tokens <= target:
                 return
@@ -562,11 +640,13 @@ class ContextManager:
         """What every prompt of a session holds before any work: the system prompt and the
         tool definitions, by the estimate (JSON at its own density)."""
         cpt = min(self.chars_per_token, SCHEMA_CHARS_PER_TOKEN)
-        return (ledger.message_tokens(system, self.chars_per_token, self.per_dense)
-                + ledger.estimate_chars(ledger.tools_chars(tools), cpt))
+        return ledger.message_tokens(
+            system, self.chars_per_token, self.per_dense
+        ) + ledger.estimate_chars(ledger.tools_chars(tools), cpt)
 
-    def session_tools(self, system: Message, full: list[dict[str, Any]],
-                      brief: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def session_tools(
+        self, system: Message, full: list[dict[str, Any]], brief: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         """The tool definitions a session sends: `brief` when the fixed part with `full`
         ones is large for the window (see brief_tools). A change of form forgets the learned
         base, which counted the other one."""
@@ -633,8 +713,10 @@ class ContextManager:
     def result_tokens(self) -> int:
         """The most tokens one tool result may take: max_tool_result_tokens, and never more
         than a share of the budget, so one result cannot fill a small window."""
-        return max(min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE)),
-                   MIN_RESULT_TOKENS)
+        return max(
+            min(self.policy.max_tool_result_tokens, int(self.budget * RESULT_MAX_SHARE)),
+            MIN_RESULT_TOKENS,
+        )
 
     def max_result_chars(self, text: str = "") -> int:
         """How many characters of `text` a tool result keeps to stay within `result_tokens`
@@ -643,8 +725,11 @@ class ContextManager:
         tokens, cpt, per_dense = self.result_tokens(), self.chars_per_token, self.per_dense
         estimate = ledger.estimate_text(text, cpt, per_dense) if text else 0
         if estimate <= tokens:
-            return max(len(text), int(tokens * cpt), MIN_RESULT_CHARS) if text else \
-                max(int(tokens * cpt), MIN_RESULT_CHARS)
+            return (
+                max(len(text), int(tokens * cpt), MIN_RESULT_CHARS)
+                if text
+                else max(int(tokens * cpt), MIN_RESULT_CHARS)
+            )
         chars = int(len(text) * tokens / estimate)
         for _ in range(4):  # head and tail may be denser than the whole: check, shrink
             kept, _cut = cap_text(text, chars, self.policy.tool_result_truncation, "obs-0")
@@ -661,8 +746,9 @@ class ContextManager:
 
     def admit(self, obs: Observation, text: str) -> str:
         """Register a tool result and return its content as the model will see it."""
-        capped, cut = cap_text(text, self.max_result_chars(text),
-                               self.policy.tool_result_truncation, obs.id)
+        capped, cut = cap_text(
+            text, self.max_result_chars(text), self.policy.tool_result_truncation, obs.id
+        )
         obs.truncated = cut > 0
         self.observations[obs.tool_call_id] = obs
         if obs.tool in WRITING_TOOLS:

@@ -54,8 +54,13 @@ class Entry:
 
 
 def make_entry(message: Message, worth_masking: WorthMasking) -> Entry:
-    return Entry(message, ledger.message_chars(message), ledger.message_dense(message),
-                 encode(message), worth_masking(message))
+    return Entry(
+        message,
+        ledger.message_chars(message),
+        ledger.message_dense(message),
+        encode(message),
+        worth_masking(message),
+    )
 
 
 class Tally:
@@ -79,8 +84,9 @@ class Tally:
 
     # -- told what changed --
 
-    def add(self, message: Message, worth_masking: WorthMasking,
-            entry: Entry | None = None) -> None:
+    def add(
+        self, message: Message, worth_masking: WorthMasking, entry: Entry | None = None
+    ) -> None:
         """A message added at the end (`entry`: the one it had, kept through a rebuild)."""
         entry = entry or make_entry(message, worth_masking)
         entry.index = index = len(self._entries)
@@ -98,8 +104,8 @@ class Tally:
         for entry in self._entries[start:]:
             self._count_out(entry)
         del self._entries[start:], self._wires[start:]
-        del self._candidate_at[bisect_left(self._candidate_at, start):]
-        del self._starts[bisect_left(self._starts, start):]
+        del self._candidate_at[bisect_left(self._candidate_at, start) :]
+        del self._starts[bisect_left(self._starts, start) :]
 
     def rebuild(self, kept: list[Entry], worth_masking: WorthMasking) -> None:
         """Begin again from these entries, in order (the messages they hold stay as they
@@ -158,28 +164,33 @@ class Tally:
     def _estimate(self, entry: Entry) -> int:
         if not self._cpt:
             return 0
-        return (ledger.estimate_chars(entry.chars, self._cpt, entry.dense, self._per_dense)
-                + ledger.MESSAGE_OVERHEAD_TOKENS)
+        return (
+            ledger.estimate_chars(entry.chars, self._cpt, entry.dense, self._per_dense)
+            + ledger.MESSAGE_OVERHEAD_TOKENS
+        )
 
     # -- what it adds up to --
 
-    def tokens(self, chars_per_token: float,
-               per_dense: float = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR,
-               upto: int | None = None) -> int:
+    def tokens(
+        self,
+        chars_per_token: float,
+        per_dense: float = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR,
+        upto: int | None = None,
+    ) -> int:
         """The messages' measured tokens, and estimates for the rest (of the first `upto`
         messages: the ones at the end are taken off, so asking costs what they are)."""
         if chars_per_token != self._cpt or per_dense != self._per_dense:
             self._cpt, self._per_dense = chars_per_token, per_dense
             self._estimated = sum(self._estimate(e) for e in self._unmeasured.values())
         tokens = self._measured_sum + self._estimated
-        for entry in self._entries[len(self._entries) if upto is None else upto:]:
+        for entry in self._entries[len(self._entries) if upto is None else upto :]:
             measured = ledger.measured(entry.message)
             tokens -= measured if measured is not None else self._estimate(entry)
         return tokens
 
     def measured_sum(self, upto: int | None = None) -> int:
         """The measured tokens of the first `upto` messages (all by default)."""
-        tail = self._entries[len(self._entries) if upto is None else upto:]
+        tail = self._entries[len(self._entries) if upto is None else upto :]
         return self._measured_sum - sum(ledger.measured(e.message) or 0 for e in tail)
 
     def unmeasured(self, upto: int | None = None) -> list[int]:
@@ -202,17 +213,22 @@ class Tally:
     def size_of(self, tool_call_id: str) -> int:
         """The tokens a result worth masking takes now (measured, else estimated)."""
         # Asked of the newest ones: look from the end.
-        entry = next(e for e in map(self._entries.__getitem__, reversed(self._candidate_at))
-                     if e.candidate == tool_call_id)
+        entry = next(
+            e
+            for e in map(self._entries.__getitem__, reversed(self._candidate_at))
+            if e.candidate == tool_call_id
+        )
         return self._size(entry)
 
     def candidate_sizes(self, start: int = 0) -> dict[str, int]:
         """The tokens each result worth masking among messages[start:] takes now, by
         tool-call id, oldest first: one pass, where size_of for each would walk them all."""
         at = self._candidate_at
-        return {e.candidate: self._size(e)
-                for e in map(self._entries.__getitem__, at[bisect_left(at, start):])
-                if e.candidate}
+        return {
+            e.candidate: self._size(e)
+            for e in map(self._entries.__getitem__, at[bisect_left(at, start) :])
+            if e.candidate
+        }
 
     def _size(self, entry: Entry) -> int:
         measured = ledger.measured(entry.message)

@@ -32,7 +32,10 @@ def editable(tmp_path: Path) -> Path:
 
 
 def test_set_value_keeps_other_keys(editable: Path) -> None:
-    assert set_config_value(editable, "context.soft_threshold_pct", "0.6", env={}, user_file=None) == 0.6
+    assert (
+        set_config_value(editable, "context.soft_threshold_pct", "0.6", env={}, user_file=None)
+        == 0.6
+    )
     assert editable.read_text() == ORIGINAL + "soft_threshold_pct = 0.6\n"  # comment kept
     loaded = load_config(editable, env={}, user_file=None)
     assert loaded.config.context.soft_threshold_pct == 0.6
@@ -68,13 +71,31 @@ def test_set_value_adds_a_missing_table(editable: Path) -> None:
     [
         ("model.nmae", "x", "unknown key model.nmae (did you mean model.name?)"),
         ("model.temperature", "hot", 'model.temperature in {f} must be a number, got "hot"'),
-        ("context.soft_threshold_pct", "1.5", "context.soft_threshold_pct in {f} must be greater than 0 and less than 1, got 1.5"),
-        ("context.soft_threshold_pct", "0.9", "context.soft_threshold_pct (0.9 in {f}) must be less than context.hard_threshold_pct (0.85 in {f})"),
-        ("safety.blocked_patterns", "['(']", 'safety.blocked_patterns in {f} has a pattern that is not a valid Python regex: "("'),
-        ("context.tool_result_truncation", "middle", 'context.tool_result_truncation in {f} must be one of "head", "tail" or "both", got "middle"'),
+        (
+            "context.soft_threshold_pct",
+            "1.5",
+            "context.soft_threshold_pct in {f} must be greater than 0 and less than 1, got 1.5",
+        ),
+        (
+            "context.soft_threshold_pct",
+            "0.9",
+            "context.soft_threshold_pct (0.9 in {f}) must be less than context.hard_threshold_pct (0.85 in {f})",
+        ),
+        (
+            "safety.blocked_patterns",
+            "['(']",
+            'safety.blocked_patterns in {f} has a pattern that is not a valid Python regex: "("',
+        ),
+        (
+            "context.tool_result_truncation",
+            "middle",
+            'context.tool_result_truncation in {f} must be one of "head", "tail" or "both", got "middle"',
+        ),
     ],
 )
-def test_set_value_failure_leaves_the_file_untouched(editable: Path, key: str, raw: str, expected: str) -> None:
+def test_set_value_failure_leaves_the_file_untouched(
+    editable: Path, key: str, raw: str, expected: str
+) -> None:
     before = editable.read_bytes()
     with pytest.raises(ConfigError) as caught:
         set_config_value(editable, key, raw, env={}, user_file=None)
@@ -84,7 +105,9 @@ def test_set_value_failure_leaves_the_file_untouched(editable: Path, key: str, r
     assert [p.name for p in editable.parent.iterdir()] == ["ouroboros.toml"]
 
 
-def test_set_value_checks_the_file_value_even_when_the_environment_overrides_it(editable: Path) -> None:
+def test_set_value_checks_the_file_value_even_when_the_environment_overrides_it(
+    editable: Path,
+) -> None:
     before = editable.read_bytes()
     env = {"OUROBOROS_MODEL_TEMPERATURE": "0.5"}
     with pytest.raises(ConfigError, match="model.temperature in .* must be between 0 and 2, got 9"):
@@ -104,8 +127,10 @@ def test_set_value_needs_an_existing_file(tmp_path: Path) -> None:
     missing = tmp_path / "ouroboros.toml"
     with pytest.raises(ConfigError) as caught:
         set_config_value(missing, "model.name", "x", env={}, user_file=None)
-    assert caught.value.message == (f"config file not found: {missing} "
-                                    f"(create it with `ouroboros init --missing --config {missing}`)")
+    assert caught.value.message == (
+        f"config file not found: {missing} "
+        f"(create it with `ouroboros init --missing --config {missing}`)"
+    )
     assert not missing.exists()
 
 
@@ -181,8 +206,12 @@ assert len(PATTERN_LINES) == len(DEFAULT_BLOCKED_PATTERNS) + 2
         ("context.auto_restart", False, ["# auto_restart = true\n"], ["auto_restart = false\n"]),
         ("model.name", "-1", ['# name = "llama3.2"\n'], ['name = "-1"\n']),
         ("logging.state_dir", "st", ['# state_dir = ".ouroboros"\n'], ['state_dir = "st"\n']),
-        ("safety.blocked_patterns", [r"\bsudo\b"], PATTERN_LINES,
-         ["blocked_patterns = [\n", "    '\\bsudo\\b',\n", "]\n"]),
+        (
+            "safety.blocked_patterns",
+            [r"\bsudo\b"],
+            PATTERN_LINES,
+            ["blocked_patterns = [\n", "    '\\bsudo\\b',\n", "]\n"],
+        ),
     ],
 )
 def test_edit_uncomments_the_default_where_it_is(

@@ -39,34 +39,50 @@ def test_durability_takes_turn_or_event(project: Path) -> None:
 
 def test_unknown_table_suggests_the_close_match(project: Path) -> None:
     write(project, '[modle]\nname = "x"\n')
-    assert config_error(path=project) == f"unknown table [modle] in {project} (did you mean [model]?)"
+    assert (
+        config_error(path=project) == f"unknown table [modle] in {project} (did you mean [model]?)"
+    )
 
 
 def test_key_outside_a_table(project: Path) -> None:
     write(project, 'name = "x"\n')
     message = config_error(path=project)
-    assert message == f"key name in {project} is outside any table (did you mean model.name, under [model]?)"
+    assert (
+        message
+        == f"key name in {project} is outside any table (did you mean model.name, under [model]?)"
+    )
 
 
 def test_wrong_type(project: Path) -> None:
     write(project, '[model]\ntemperature = "hot"\n')
-    assert config_error(path=project) == f'model.temperature in {project} must be a number, got "hot"'
+    assert (
+        config_error(path=project) == f'model.temperature in {project} must be a number, got "hot"'
+    )
 
 
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("[context]\nauto_restart = \"yes\"", 'context.auto_restart in {f} must be true or false, got "yes"'),
-        ("[agent]\nmax_turns = 2.5", "agent.max_turns in {f} must be a whole number, got 2.5"),
-        ("[safety]\nblocked_patterns = \"rm\"", 'safety.blocked_patterns in {f} must be a list of strings, got "rm"'),
         (
-            "[context]\ntool_result_truncation = \"middle\"",
+            '[context]\nauto_restart = "yes"',
+            'context.auto_restart in {f} must be true or false, got "yes"',
+        ),
+        ("[agent]\nmax_turns = 2.5", "agent.max_turns in {f} must be a whole number, got 2.5"),
+        (
+            '[safety]\nblocked_patterns = "rm"',
+            'safety.blocked_patterns in {f} must be a list of strings, got "rm"',
+        ),
+        (
+            '[context]\ntool_result_truncation = "middle"',
             'context.tool_result_truncation in {f} must be one of "head", "tail" or "both", got "middle"',
         ),
-        ("[model]\nname = \"\"", "model.name in {f} must not be empty"),
-        ("[model]\nbase_url = \"localhost:11434\"", "model.base_url in {f} must be an http:// "
-         "or https:// URL with a host and a port from 1 to 65535, "
-         'like http://127.0.0.1:11434, got "localhost:11434"'),
+        ('[model]\nname = ""', "model.name in {f} must not be empty"),
+        (
+            '[model]\nbase_url = "localhost:11434"',
+            "model.base_url in {f} must be an http:// "
+            "or https:// URL with a host and a port from 1 to 65535, "
+            'like http://127.0.0.1:11434, got "localhost:11434"',
+        ),
     ],
 )
 def test_other_wrong_values(project: Path, line: str, expected: str) -> None:
@@ -77,19 +93,36 @@ def test_other_wrong_values(project: Path, line: str, expected: str) -> None:
 def test_api_key_pasted_in_place_of_a_variable_name_is_not_echoed(project: Path) -> None:
     write(project, '[model]\napi_key_env = "sk-secret-123"\n')
     message = config_error(path=project)
-    assert message.startswith(f"model.api_key_env in {project} must be the name of an environment variable")
+    assert message.startswith(
+        f"model.api_key_env in {project} must be the name of an environment variable"
+    )
     assert "sk-secret" not in message
 
 
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("[context]\nsoft_threshold_pct = 1.5", "context.soft_threshold_pct in {f} must be greater than 0 and less than 1, got 1.5"),
+        (
+            "[context]\nsoft_threshold_pct = 1.5",
+            "context.soft_threshold_pct in {f} must be greater than 0 and less than 1, got 1.5",
+        ),
         ("[model]\ntemperature = 3", "model.temperature in {f} must be between 0 and 2, got 3"),
-        ("[safety]\nmax_output_bytes = 100", "safety.max_output_bytes in {f} must be at least 1024, got 100"),
-        ("[model]\nrequest_timeout_secs = 0", "model.request_timeout_secs in {f} must be greater than 0, got 0"),
-        ("[context]\nmax_tool_result_tokens = 10", "context.max_tool_result_tokens in {f} must be at least 100, got 10"),
-        ("[model]\nmax_retry_secs = nan", "model.max_retry_secs in {f} must be a finite number, got nan"),
+        (
+            "[safety]\nmax_output_bytes = 100",
+            "safety.max_output_bytes in {f} must be at least 1024, got 100",
+        ),
+        (
+            "[model]\nrequest_timeout_secs = 0",
+            "model.request_timeout_secs in {f} must be greater than 0, got 0",
+        ),
+        (
+            "[context]\nmax_tool_result_tokens = 10",
+            "context.max_tool_result_tokens in {f} must be at least 100, got 10",
+        ),
+        (
+            "[model]\nmax_retry_secs = nan",
+            "model.max_retry_secs in {f} must be a finite number, got nan",
+        ),
     ],
 )
 def test_out_of_range(project: Path, line: str, expected: str) -> None:
@@ -131,9 +164,14 @@ def test_bad_regex_names_the_pattern(project: Path) -> None:
 
 def test_env_value_that_does_not_parse() -> None:
     message = config_error(env={"OUROBOROS_MODEL_TEMPERATURE": "hot"})
-    assert message == 'model.temperature from environment variable OUROBOROS_MODEL_TEMPERATURE must be a number, got "hot"'
+    assert (
+        message
+        == 'model.temperature from environment variable OUROBOROS_MODEL_TEMPERATURE must be a number, got "hot"'
+    )
     message = config_error(env={"OUROBOROS_CONTEXT_AUTO_RESTART": "perhaps"})
-    assert message.startswith("context.auto_restart from environment variable OUROBOROS_CONTEXT_AUTO_RESTART must be true or false")
+    assert message.startswith(
+        "context.auto_restart from environment variable OUROBOROS_CONTEXT_AUTO_RESTART must be true or false"
+    )
     message = config_error(env={"OUROBOROS_SAFETY_BLOCKED_PATTERNS": "rm"})
     assert "OUROBOROS_SAFETY_BLOCKED_PATTERNS must be a TOML array of strings" in message
 
@@ -148,21 +186,31 @@ def test_env_value_out_of_range() -> None:
 
 def test_unknown_environment_variable_in_a_known_table() -> None:
     message = config_error(env={"OUROBOROS_MODEL_NMAE": "x"})
-    assert message == "unknown environment variable OUROBOROS_MODEL_NMAE (did you mean OUROBOROS_MODEL_NAME?)"
+    assert (
+        message
+        == "unknown environment variable OUROBOROS_MODEL_NMAE (did you mean OUROBOROS_MODEL_NAME?)"
+    )
 
 
 def test_flag_errors_name_the_flag() -> None:
-    message = config_error(flags={"model.temperature": 5.0}, flag_names={"model.temperature": "--temp"})
+    message = config_error(
+        flags={"model.temperature": 5.0}, flag_names={"model.temperature": "--temp"}
+    )
     assert message == "model.temperature from flag --temp must be between 0 and 2, got 5"
     message = config_error(flags={"context.max_restarts": -1})
-    assert message == "context.max_restarts from flag --context-max-restarts must be at least 0, got -1"
+    assert (
+        message
+        == "context.max_restarts from flag --context-max-restarts must be at least 0, got -1"
+    )
     message = config_error(flags={"model.nmae": "x"})
     assert message == "flag --model-nmae sets unknown key model.nmae (did you mean model.name?)"
 
 
 def test_not_a_table(project: Path) -> None:
     write(project, 'model = "llama"\n')
-    assert config_error(path=project) == f'model in {project} must be a table ([model]), got "llama"'
+    assert (
+        config_error(path=project) == f'model in {project} must be a table ([model]), got "llama"'
+    )
 
 
 @pytest.mark.parametrize("depth", [40, 3000])
@@ -174,4 +222,5 @@ def test_values_nested_too_deeply_are_one_line_and_exit_2(tmp_path: Path, depth:
     result = ouroboros_here("run", "--config", str(config), "--headless")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"error: {config} nests arrays or tables too deeply: at most 32 levels are allowed"]
+        f"error: {config} nests arrays or tables too deeply: at most 32 levels are allowed"
+    ]

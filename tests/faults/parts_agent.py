@@ -34,8 +34,9 @@ HOLD = "echo $$ > held.pid; sleep 30; "
 class PartsAgent:
     """Callable as a ScriptedServer brain."""
 
-    def __init__(self, parts: int, *, hold_part: int | None = None,
-                 idle_after: int | None = None) -> None:
+    def __init__(
+        self, parts: int, *, hold_part: int | None = None, idle_after: int | None = None
+    ) -> None:
         self.parts = parts
         self.hold_part = hold_part
         self.idle_after = idle_after
@@ -44,8 +45,7 @@ class PartsAgent:
         done, interrupted = progress(messages)
         target = self.target(messages)
         next_part = done + 1
-        if self.idle_after is not None and done == self.idle_after and not told_to_go_on(
-                messages):
+        if self.idle_after is not None and done == self.idle_after and not told_to_go_on(messages):
             return Reply(f"Parts 1 to {done} are done; I think that is all for now.")
         if next_part > target:
             summary = f"parts 1 to {target} are in parts.txt"
@@ -63,8 +63,9 @@ class PartsAgent:
 
 def progress(messages: list[Message]) -> tuple[int, bool]:
     """The last part whose command finished, and whether the newest step was interrupted."""
-    results = {m.get("tool_call_id"): m.get("content") or "" for m in messages
-               if m["role"] == "tool"}
+    results = {
+        m.get("tool_call_id"): m.get("content") or "" for m in messages if m["role"] == "tool"
+    }
     done, interrupted = 0, False
     for message in messages:
         for call in message.get("tool_calls") or ():
@@ -79,8 +80,7 @@ def progress(messages: list[Message]) -> tuple[int, bool]:
 
 
 def told_to_go_on(messages: list[Message]) -> bool:
-    return any(m["role"] == "user" and "go on" in (m["content"] or "").lower()
-               for m in messages)
+    return any(m["role"] == "user" and "go on" in (m["content"] or "").lower() for m in messages)
 
 
 def expected_parts(count: int) -> str:
@@ -89,8 +89,9 @@ def expected_parts(count: int) -> str:
 
 def parts_project(root: Path, base_url: str, **agent: Any) -> Path:
     """A project whose agent runs for ever unless a test says otherwise."""
-    return make_project(root, base_url, model={"context_limit": 16384, "max_retry_secs": 600},
-                        agent=agent)
+    return make_project(
+        root, base_url, model={"context_limit": 16384, "max_retry_secs": 600}, agent=agent
+    )
 
 
 def start(root: Path, *args: str) -> subprocess.Popen[str]:
@@ -107,12 +108,14 @@ def start_forked(root: Path, *args: str) -> Forked:
 def held_pid(root: Path, process: subprocess.Popen[str]) -> int:
     """Wait until the held step's shell has written its pid (`hold_part`), and return it."""
     held = root / "workspace" / "held.pid"
-    return int(wait_for(lambda: held.exists() and held.read_text().strip(),
-                        "the held tool call", process))
+    return int(
+        wait_for(lambda: held.exists() and held.read_text().strip(), "the held tool call", process)
+    )
 
 
-def stop_and_time(process: subprocess.Popen[str], *signals: signal.Signals,
-                  gap: float = 0.0) -> float:
+def stop_and_time(
+    process: subprocess.Popen[str], *signals: signal.Signals, gap: float = 0.0
+) -> float:
     """Send the signals (`gap` seconds apart); seconds from the first until the exit."""
     started = time.monotonic()
     for index, sig in enumerate(signals):

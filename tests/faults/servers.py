@@ -46,11 +46,17 @@ HOLD_SECS = 60  # the longest any act keeps a reply going: far past every test's
 # ---- the acts: what one streamed chat request gets -------------------------------------
 
 
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None,
-          **extra: Any) -> dict[str, Any]:
+def chunk(
+    delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """One chat.completion.chunk with one choice."""
-    return {"id": "chatcmpl-f", "object": "chat.completion.chunk", "model": MODEL,
-            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **extra}
+    return {
+        "id": "chatcmpl-f",
+        "object": "chat.completion.chunk",
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
+        **extra,
+    }
 
 
 @dataclass(frozen=True)
@@ -63,12 +69,20 @@ class Turn:
 
     @property
     def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": 10,
-                "total_tokens": self.prompt_tokens + 10}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": 10,
+            "total_tokens": self.prompt_tokens + 10,
+        }
 
     def usage_chunk(self) -> dict[str, Any]:
-        return {"id": "chatcmpl-f", "object": "chat.completion.chunk", "model": MODEL,
-                "choices": [], "usage": self.usage}
+        return {
+            "id": "chatcmpl-f",
+            "object": "chat.completion.chunk",
+            "model": MODEL,
+            "choices": [],
+            "usage": self.usage,
+        }
 
 
 def good_frames(turn: Turn, reply: Reply | None = None) -> list[bytes]:
@@ -138,14 +152,17 @@ class CallsWithoutIds(Act):
     async def body(self, write: Writer, turn: Turn) -> None:
         await write(frame(chunk({"role": "assistant", "content": "Working."})))
         for index, (name, arguments) in enumerate(self.calls):
-            head: dict[str, Any] = {"index": index, "type": "function",
-                                    "function": {"name": name, "arguments": ""}}
+            head: dict[str, Any] = {
+                "index": index,
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
             if self.same_id is not None:
                 head["id"] = self.same_id
             await write(frame(chunk({"tool_calls": [head]})))
             text = json.dumps(arguments)
             for start in range(0, len(text), 5):
-                piece = {"index": index, "function": {"arguments": text[start:start + 5]}}
+                piece = {"index": index, "function": {"arguments": text[start : start + 5]}}
                 await write(frame(chunk({"tool_calls": [piece]})))
         await write(frame(chunk({}, "tool_calls")))
         await write(frame(turn.usage_chunk()))
@@ -175,8 +192,9 @@ class KeepAlive(Act):
 
     async def body(self, write: Writer, turn: Turn) -> None:
         for n in range(self.tokens):
-            await write(frame(chunk({"content": f" t{n}", **({"role": "assistant"} if n == 0
-                                                              else {})})))
+            await write(
+                frame(chunk({"content": f" t{n}", **({"role": "assistant"} if n == 0 else {})}))
+            )
         for n in range(int(HOLD_SECS / self.interval)):
             await write(b": ping\n\n" if n % 2 == 0 else b"\n")
             await asyncio.sleep(self.interval)
@@ -232,8 +250,12 @@ class FaultServer:
         self.stop()
 
     def chat_requests(self, *, streamed: bool = True) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r["path"] == "/v1/chat/completions"
-                and bool((r["body"] or {}).get("stream")) == streamed]
+        return [
+            r
+            for r in self.requests
+            if r["path"] == "/v1/chat/completions"
+            and bool((r["body"] or {}).get("stream")) == streamed
+        ]
 
 
 class _Script:
@@ -275,13 +297,20 @@ def start_server(acts: list[Act], *, repeat: bool = False) -> FaultServer:
     return FaultServer(f"http://127.0.0.1:{box['port']}", stop, requests)
 
 
-async def _serve(script: _Script, requests: list[dict[str, Any]],
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _serve(
+    script: _Script,
+    requests: list[dict[str, Any]],
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
         method, path, _ = head.split(b"\r\n", 1)[0].decode().split(" ", 2)
-        headers = {line.split(b":", 1)[0].strip().lower(): line.split(b":", 1)[1].strip()
-                   for line in head.split(b"\r\n")[1:] if b":" in line}
+        headers = {
+            line.split(b":", 1)[0].strip().lower(): line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")[1:]
+            if b":" in line
+        }
         raw = await reader.readexactly(int(headers.get(b"content-length", b"0")))
         body = json.loads(raw) if raw else None
         requests.append({"method": method, "path": path, "body": body, "time": time.monotonic()})
@@ -294,8 +323,14 @@ async def _serve(script: _Script, requests: list[dict[str, Any]],
         writer.close()
 
 
-async def _answer(script: _Script, method: str, path: str, body: Any,
-                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _answer(
+    script: _Script,
+    method: str,
+    path: str,
+    body: Any,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
     if method == "GET" and path == "/v1/models":
         listing = {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
         return await _whole(writer, 200, json.dumps(listing))
@@ -303,8 +338,16 @@ async def _answer(script: _Script, method: str, path: str, body: Any,
         return await _whole(writer, 404, '{"error": "not found"}')
     prompt = TOKENIZERS["words"].count(body.get("messages") or [], body.get("tools"))
     if not body.get("stream"):  # a prompt count: one token, with usage
-        answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"},
-                               "finish_reason": "length"}], "usage": Turn(0, prompt).usage}
+        answer = {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "a"},
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": Turn(0, prompt).usage,
+        }
         return await _whole(writer, 200, json.dumps(answer))
     act = script.next()
     writer.write(_head(act.status, act.content_type, act.headers))
@@ -327,9 +370,12 @@ async def _whole(writer: asyncio.StreamWriter, status: int, text: str) -> None:
 
 
 def _head(status: int, content_type: str, headers: dict[str, str]) -> bytes:
-    lines = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
-             f"Content-Type: {content_type}", "Connection: close", *(
-                 f"{k}: {v}" for k, v in headers.items())]
+    lines = [
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+        f"Content-Type: {content_type}",
+        "Connection: close",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     if "Content-Length" not in headers:
         lines.append("Transfer-Encoding: chunked")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
@@ -358,14 +404,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 # ---- the catalogue, for benchmarks/faults.py ---------------------------------------------
 
-FAST_LIMITS = {"first_token_timeout_secs": 0.5, "idle_timeout_secs": 0.5,
-               "request_timeout_secs": 1.0, "context_limit": 8192}
+FAST_LIMITS = {
+    "first_token_timeout_secs": 0.5,
+    "idle_timeout_secs": 0.5,
+    "request_timeout_secs": 1.0,
+    "context_limit": 8192,
+}
 """[model] settings that make every bound fire within a second."""
 
-HTML_PAGE = ("<!DOCTYPE html>\n<html><head><title>400 Bad Request</title>\n<style>body {}</style>"
-             "</head>\n<body>\n<h1>Bad Request</h1>\n<p>Your browser sent a request that this "
-             "server could not understand.</p>\n" + "<p>filler line</p>\n" * 200
-             + "</body></html>\n")
+HTML_PAGE = (
+    "<!DOCTYPE html>\n<html><head><title>400 Bad Request</title>\n<style>body {}</style>"
+    "</head>\n<body>\n<h1>Bad Request</h1>\n<p>Your browser sent a request that this "
+    "server could not understand.</p>\n" + "<p>filler line</p>\n" * 200 + "</body></html>\n"
+)
 
 
 @dataclass(frozen=True)
@@ -384,41 +435,86 @@ class Fault:
 
 
 FAULTS: dict[str, Fault] = {
-    "trickle": Fault("one token every 0.2 s, never finishing",
-                     lambda: [Trickle(interval=0.2)], "retried"),
-    "keepalive_first": Fault("only keep-alive comments, no data at all",
-                             lambda: [KeepAlive(tokens=0)], "retried"),
-    "keepalive_idle": Fault("two tokens, then only keep-alive comments",
-                            lambda: [KeepAlive(tokens=2)], "retried"),
-    "huge": Fault("8 MB of text, ignoring max_tokens", lambda: [Huge()], "retried",
-                  model={**FAST_LIMITS, "max_output_tokens": 64}),
-    "retry_after": Fault("429 with Retry-After: 2", lambda: [Status(
-        status=429, text='{"error": {"message": "slow down"}}', headers={"Retry-After": "2"})],
-        "retried", model={}),
-    "status_503": Fault("503 while loading the model", lambda: [Status(
-        status=503, text='{"error": {"message": "loading model"}}')], "retried",
-        model={}),
-    "html_400": Fault("400 with a long HTML page", lambda: [Status(
-        status=400, text=HTML_PAGE, content_type="text/html")], "fails_fast",
-        model={}),
-    "status_501": Fault("501 on the chat endpoint", lambda: [Status(
-        status=501, text='{"error": "not implemented"}')], "fails_fast",
-        model={}),
-    "status_505": Fault("505 HTTP version not supported", lambda: [Status(
-        status=505, text="HTTP Version Not Supported", content_type="text/plain")],
-        "fails_fast", model={}),
-    "web_server": Fault("a plain web server (404 on GET, 501 on POST)", lambda: [],
-                        "fails_fast", model={}, web_server=True),
-    "choices_dict": Fault("a chunk whose choices is an object",
-                          lambda: [Malformed(payload='{"choices": {"0": {}}}')], "retried",
-                          model={}),
-    "delta_string": Fault("a chunk whose delta is a string",
-                          lambda: [Malformed(payload='{"choices": [{"delta": "hi"}]}')],
-                          "retried", model={}),
-    "lone_surrogate": Fault("a lone UTF-16 surrogate in the text and a tool argument",
-                            lambda: [Good(reply=Reply("bad \ud800 text", [
-                                ("file_write", {"path": "s.txt", "content": "x\udc00y"})]))],
-                            "survived", model={}),
+    "trickle": Fault(
+        "one token every 0.2 s, never finishing", lambda: [Trickle(interval=0.2)], "retried"
+    ),
+    "keepalive_first": Fault(
+        "only keep-alive comments, no data at all", lambda: [KeepAlive(tokens=0)], "retried"
+    ),
+    "keepalive_idle": Fault(
+        "two tokens, then only keep-alive comments", lambda: [KeepAlive(tokens=2)], "retried"
+    ),
+    "huge": Fault(
+        "8 MB of text, ignoring max_tokens",
+        lambda: [Huge()],
+        "retried",
+        model={**FAST_LIMITS, "max_output_tokens": 64},
+    ),
+    "retry_after": Fault(
+        "429 with Retry-After: 2",
+        lambda: [
+            Status(
+                status=429, text='{"error": {"message": "slow down"}}', headers={"Retry-After": "2"}
+            )
+        ],
+        "retried",
+        model={},
+    ),
+    "status_503": Fault(
+        "503 while loading the model",
+        lambda: [Status(status=503, text='{"error": {"message": "loading model"}}')],
+        "retried",
+        model={},
+    ),
+    "html_400": Fault(
+        "400 with a long HTML page",
+        lambda: [Status(status=400, text=HTML_PAGE, content_type="text/html")],
+        "fails_fast",
+        model={},
+    ),
+    "status_501": Fault(
+        "501 on the chat endpoint",
+        lambda: [Status(status=501, text='{"error": "not implemented"}')],
+        "fails_fast",
+        model={},
+    ),
+    "status_505": Fault(
+        "505 HTTP version not supported",
+        lambda: [Status(status=505, text="HTTP Version Not Supported", content_type="text/plain")],
+        "fails_fast",
+        model={},
+    ),
+    "web_server": Fault(
+        "a plain web server (404 on GET, 501 on POST)",
+        lambda: [],
+        "fails_fast",
+        model={},
+        web_server=True,
+    ),
+    "choices_dict": Fault(
+        "a chunk whose choices is an object",
+        lambda: [Malformed(payload='{"choices": {"0": {}}}')],
+        "retried",
+        model={},
+    ),
+    "delta_string": Fault(
+        "a chunk whose delta is a string",
+        lambda: [Malformed(payload='{"choices": [{"delta": "hi"}]}')],
+        "retried",
+        model={},
+    ),
+    "lone_surrogate": Fault(
+        "a lone UTF-16 surrogate in the text and a tool argument",
+        lambda: [
+            Good(
+                reply=Reply(
+                    "bad \ud800 text", [("file_write", {"path": "s.txt", "content": "x\udc00y"})]
+                )
+            )
+        ],
+        "survived",
+        model={},
+    ),
 }
 """Every fault by name."""
 
@@ -430,12 +526,15 @@ def start(name: str, *, repeat: bool = False) -> FaultServer:
     return start_web_server() if fault.web_server else start_server(fault.acts(), repeat=repeat)
 
 
-def run_against(project: Path, server: FaultServer, model: dict[str, Any], *args: str,
-                max_turns: int = 1) -> subprocess.CompletedProcess[str]:
+def run_against(
+    project: Path, server: FaultServer, model: dict[str, Any], *args: str, max_turns: int = 1
+) -> subprocess.CompletedProcess[str]:
     """`ouroboros run --headless` in a new project at `project` against `server`, with these
     [model] settings (and 10 s of retries): the real command, in this process
     (tests.helpers.ouroboros_here; a run that hangs fails at the suite's per-test timeout)."""
-    config = make_project(project, server.base_url,
-                          model={"max_retry_secs": 10, "context_limit": 8192, **model})
-    return ouroboros_here("run", "--config", str(config), "--headless", "--max-turns",
-                          str(max_turns), *args)
+    config = make_project(
+        project, server.base_url, model={"max_retry_secs": 10, "context_limit": 8192, **model}
+    )
+    return ouroboros_here(
+        "run", "--config", str(config), "--headless", "--max-turns", str(max_turns), *args
+    )

@@ -28,8 +28,10 @@ from tests.crash_helpers import WAIT_SECS
 from tests.helpers import clean_env, ouroboros_forked
 
 DEAD_URL = "http://127.0.0.1:9"  # nothing listens: a config that passes would fail with exit 1
-ALLOWED = re.compile(r"must|did you mean|takes|tables are|not found|not a |not valid|not UTF-8|"
-                     r"cannot|outside|allowed|is a directory|unknown|no such")
+ALLOWED = re.compile(
+    r"must|did you mean|takes|tables are|not found|not a |not valid|not UTF-8|"
+    r"cannot|outside|allowed|is a directory|unknown|no such"
+)
 Commands = tuple[str, ...]
 ALL: Commands = ("run", "resume", "status")
 # the prompt and workspace matter only to a run (a resume with no run to resume says so)
@@ -95,6 +97,7 @@ def write(path: str, data: bytes) -> Callable[[Path], None]:
             target.rmdir()
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+
     return make
 
 
@@ -103,6 +106,7 @@ def make_dir(path: str) -> Callable[[Path], None]:
         target = root / path
         target.unlink(missing_ok=True)
         target.mkdir(parents=True, exist_ok=True)
+
     return make
 
 
@@ -110,70 +114,120 @@ def remove(path: str) -> Callable[[Path], None]:
     def make(root: Path) -> None:
         target = root / path
         target.rmdir() if target.is_dir() else target.unlink()
+
     return make
 
 
 def typed_cases() -> list[Case]:
     cases = [Case(f"type-{key}", key, setting(key, wrong_type(key))) for key in KEYS]
     for key in KEYS:
-        cases += [Case(f"range-{key}={value}", key, setting(key, value))
-                  for value in out_of_range(key)]
+        cases += [
+            Case(f"range-{key}={value}", key, setting(key, value)) for value in out_of_range(key)
+        ]
     for key in ("model.temperature", "model.request_timeout_secs", "safety.shell_timeout_secs"):
-        cases += [Case(f"nonfinite-{key}={value}", key, setting(key, value))
-                  for value in (math.nan, math.inf)]
+        cases += [
+            Case(f"nonfinite-{key}={value}", key, setting(key, value))
+            for value in (math.nan, math.inf)
+        ]
     return cases
 
 
 BAD_URLS = [
-    "http://127.0.0.1:99999", "http://127.0.0.1:abc", "http://localhost:99999/v1",
-    "http://127.0.0.1:-1", "http://127.0.0.1:0", "https://[::1", "http://[zz]:80",
-    "http://:8080", "ftp://127.0.0.1:11434", "127.0.0.1:11434", "", "   ", "http://",
-    "http://exa mple.com", "http://127.0.0.1:11434\n/v1", "http://h\x00st:80",
+    "http://127.0.0.1:99999",
+    "http://127.0.0.1:abc",
+    "http://localhost:99999/v1",
+    "http://127.0.0.1:-1",
+    "http://127.0.0.1:0",
+    "https://[::1",
+    "http://[zz]:80",
+    "http://:8080",
+    "ftp://127.0.0.1:11434",
+    "127.0.0.1:11434",
+    "",
+    "   ",
+    "http://",
+    "http://exa mple.com",
+    "http://127.0.0.1:11434\n/v1",
+    "http://h\x00st:80",
 ]
-BAD_OLLAMA_HOSTS = ["127.0.0.1:99999", "localhost:abc", "http://0.0.0.0:99999", ":abc",
-                    "[::1]:99999", "ftp://host:1", "exa mple:1"]
+BAD_OLLAMA_HOSTS = [
+    "127.0.0.1:99999",
+    "localhost:abc",
+    "http://0.0.0.0:99999",
+    ":abc",
+    "[::1]:99999",
+    "ftp://host:1",
+    "exa mple:1",
+]
 
 
 def url_cases() -> list[Case]:
-    cases = [Case(f"base_url={url!r}", "model.base_url", setting("model.base_url", url))
-             for url in BAD_URLS]
-    cases += [Case(f"OLLAMA_HOST={host!r}", "OLLAMA_HOST", env={"OLLAMA_HOST": host})
-              for host in BAD_OLLAMA_HOSTS]
-    cases += [Case(f"--base-url {url!r}", "--base-url", args=("--base-url", url),
-                   commands=("run",))  # a bare "abc" is read as OLLAMA_HOST is: http://abc:11434
-              for url in ("http://127.0.0.1:99999", "abc:99999", "http://[::1")]
+    cases = [
+        Case(f"base_url={url!r}", "model.base_url", setting("model.base_url", url))
+        for url in BAD_URLS
+    ]
+    cases += [
+        Case(f"OLLAMA_HOST={host!r}", "OLLAMA_HOST", env={"OLLAMA_HOST": host})
+        for host in BAD_OLLAMA_HOSTS
+    ]
+    cases += [
+        Case(
+            f"--base-url {url!r}", "--base-url", args=("--base-url", url), commands=("run",)
+        )  # a bare "abc" is read as OLLAMA_HOST is: http://abc:11434
+        for url in ("http://127.0.0.1:99999", "abc:99999", "http://[::1")
+    ]
     return cases
 
 
 def env_cases() -> list[Case]:
-    bad = {"OUROBOROS_MODEL_TEMPERATURE": "hot", "OUROBOROS_AGENT_MAX_TURNS": "-1",
-           "OUROBOROS_MODEL_NAMEE": "x", "OUROBOROS_SAFETY_BLOCKED_PATTERNS": "rm",
-           "OUROBOROS_CONTEXT_SOFT_THRESHOLD_PCT": "2", "OUROBOROS_MODEL_BASE_URL": "abc:99999",
-           "OUROBOROS_LOGGING_STATE_DIR": ""}
+    bad = {
+        "OUROBOROS_MODEL_TEMPERATURE": "hot",
+        "OUROBOROS_AGENT_MAX_TURNS": "-1",
+        "OUROBOROS_MODEL_NAMEE": "x",
+        "OUROBOROS_SAFETY_BLOCKED_PATTERNS": "rm",
+        "OUROBOROS_CONTEXT_SOFT_THRESHOLD_PCT": "2",
+        "OUROBOROS_MODEL_BASE_URL": "abc:99999",
+        "OUROBOROS_LOGGING_STATE_DIR": "",
+    }
     return [Case(f"env-{name}", name, env={name: value}) for name, value in bad.items()]
 
 
 def file_cases() -> list[Case]:
     prompt, toml = "SYSTEM_PROMPT.md", "ouroboros.toml"
     return [
-        Case("prompt-latin1", prompt, setup=write(prompt, "Tu es un agent élevé.".encode(
-            "latin-1")), commands=STARTS),
-        Case("prompt-binary", prompt, setup=write(prompt, b"\xff\xfe\x00\x81" * 64),
-             commands=STARTS),
+        Case(
+            "prompt-latin1",
+            prompt,
+            setup=write(prompt, "Tu es un agent élevé.".encode("latin-1")),
+            commands=STARTS,
+        ),
+        Case(
+            "prompt-binary", prompt, setup=write(prompt, b"\xff\xfe\x00\x81" * 64), commands=STARTS
+        ),
         Case("prompt-missing", prompt, setup=remove(prompt), commands=STARTS),
         Case("prompt-is-a-dir", prompt, setup=make_dir(prompt), commands=STARTS),
         Case("prompt-setting-empty", "agent.system_prompt", setting("agent.system_prompt", "")),
-        Case("workspace-is-a-file", "workspace", setup=write("workspace", b"x"),
-             commands=STARTS),
+        Case("workspace-is-a-file", "workspace", setup=write("workspace", b"x"), commands=STARTS),
         Case("workspace-missing", "workspace", setup=remove("workspace"), commands=STARTS),
-        Case("--workspace a file", "workspace", args=("--workspace", "SYSTEM_PROMPT.md"),
-             commands=("run",)),
-        Case("state_dir-is-a-file", "logging.state_dir", setting("logging.state_dir", "sd"),
-             setup=write("sd", b"not a directory")),
-        Case("state_dir-under-a-file", "logging.state_dir",
-             setting("logging.state_dir", "sd/inner"), setup=write("sd", b"x")),
-        Case("default-state_dir-is-a-file", "logging.state_dir",
-             setup=write(".ouroboros", b"x")),
+        Case(
+            "--workspace a file",
+            "workspace",
+            args=("--workspace", "SYSTEM_PROMPT.md"),
+            commands=("run",),
+        ),
+        Case(
+            "state_dir-is-a-file",
+            "logging.state_dir",
+            setting("logging.state_dir", "sd"),
+            setup=write("sd", b"not a directory"),
+        ),
+        Case(
+            "state_dir-under-a-file",
+            "logging.state_dir",
+            setting("logging.state_dir", "sd/inner"),
+            setup=write("sd", b"x"),
+        ),
+        Case("default-state_dir-is-a-file", "logging.state_dir", setup=write(".ouroboros", b"x")),
         Case("config-not-toml", toml, b"this is not toml\n"),
         Case("config-unclosed-table", toml, b"[model\nname = 'x'\n"),
         Case("config-binary", toml, b"\x00\xff\xfe garbage \x81\x82"),
@@ -181,21 +235,34 @@ def file_cases() -> list[Case]:
         Case("config-json", toml, b'{"model": {"name": "x"}}'),
         Case("config-duplicate-key", toml, b"[model]\nname = 'a'\nname = 'b'\n"),
         Case("config-is-a-dir", toml, setup=make_dir("ouroboros.toml")),
-        Case("config-dangling-symlink", toml,
-             setup=lambda root: (root / toml).unlink() or (root / toml).symlink_to("gone")),
+        Case(
+            "config-dangling-symlink",
+            toml,
+            setup=lambda root: (root / toml).unlink() or (root / toml).symlink_to("gone"),
+        ),
         Case("unknown-key", "model.nmae", {"model": {"nmae": "x"}}),
         Case("unknown-table", "[modle]", {"modle": {"name": "x"}}),
         Case("key-outside-table", "temperature", b"temperature = 0.5\n"),
         Case("table-not-a-table", "model", b"model = 3\n"),
-        Case("threshold-order", "soft_threshold_pct",
-             {"context": {"soft_threshold_pct": 0.9, "hard_threshold_pct": 0.8}}),
+        Case(
+            "threshold-order",
+            "soft_threshold_pct",
+            {"context": {"soft_threshold_pct": 0.9, "hard_threshold_pct": 0.8}},
+        ),
         Case("bad-regex", "safety.blocked_patterns", setting("safety.blocked_patterns", ["(["])),
-        Case("api-key-as-env-name", "model.api_key_env",
-             setting("model.api_key_env", "sk-abc123")),
-        Case("user-file-not-toml", "ouroboros.toml", env={"XDG_CONFIG_HOME": "{root}/xdg"},
-             setup=write("xdg/ouroboros/ouroboros.toml", b"[[[")),
-        Case("user-file-bad-value", "model.temperature", env={"XDG_CONFIG_HOME": "{root}/xdg"},
-             setup=write("xdg/ouroboros/ouroboros.toml", b"[model]\ntemperature = 9\n")),
+        Case("api-key-as-env-name", "model.api_key_env", setting("model.api_key_env", "sk-abc123")),
+        Case(
+            "user-file-not-toml",
+            "ouroboros.toml",
+            env={"XDG_CONFIG_HOME": "{root}/xdg"},
+            setup=write("xdg/ouroboros/ouroboros.toml", b"[[["),
+        ),
+        Case(
+            "user-file-bad-value",
+            "model.temperature",
+            env={"XDG_CONFIG_HOME": "{root}/xdg"},
+            setup=write("xdg/ouroboros/ouroboros.toml", b"[model]\ntemperature = 9\n"),
+        ),
     ]
 
 
@@ -214,8 +281,9 @@ def build(root: Path, case: Case) -> Path:
             config.setdefault(table, {}).update(values)
     root.mkdir(parents=True, exist_ok=True)
     path = root / "ouroboros.toml"
-    path.write_bytes(case.config if isinstance(case.config, bytes)
-                     else tomli_w.dumps(config).encode())
+    path.write_bytes(
+        case.config if isinstance(case.config, bytes) else tomli_w.dumps(config).encode()
+    )
     (root / "SYSTEM_PROMPT.md").write_text("You are a test agent.")
     (root / "workspace").mkdir(exist_ok=True)
     if case.setup is not None:
@@ -224,8 +292,9 @@ def build(root: Path, case: Case) -> Path:
 
 
 def environment(root: Path, case: Case) -> dict[str, str | None]:
-    env: dict[str, str | None] = {name: None for name in os.environ
-                                  if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    env: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"
+    }
     env["XDG_CONFIG_HOME"] = str(root / "no-user-config")
     env.update({k: v.replace("{root}", str(root)) for k, v in case.env.items()})
     return env
@@ -239,8 +308,9 @@ def check(case: Case, command: str, code: int, out: str, err: str) -> list[str]:
     if "Traceback" in out + err:
         problems.append("a traceback")
     lines = err.splitlines()
-    warned = command == "status" and code == 0 and lines[:1] != [] \
-        and lines[0].startswith("warning: ")
+    warned = (
+        command == "status" and code == 0 and lines[:1] != [] and lines[0].startswith("warning: ")
+    )
     if code != 2 and not warned:
         problems.append(f"exit {code}")
     if len(lines) != 1 or not lines[0].startswith("warning: " if warned else "error: "):
@@ -260,8 +330,9 @@ def test_no_malformed_config_gives_a_traceback(tmp_path, group):
         runner = CliRunner(env=environment(root, case))
         for command in case.commands:
             extra = ("--headless", *case.args) if command != "status" else ()
-            result = runner.invoke(app, [command, "--config", str(config), *extra],
-                                   catch_exceptions=True)
+            result = runner.invoke(
+                app, [command, "--config", str(config), *extra], catch_exceptions=True
+            )
             code = result.exit_code
             if result.exception is not None and not isinstance(result.exception, SystemExit):
                 code, problem = -1, f"Traceback: {type(result.exception).__name__}"
@@ -271,8 +342,12 @@ def test_no_malformed_config_gives_a_traceback(tmp_path, group):
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
 
 
-ONCE_TRACEBACKS = ["base_url='http://127.0.0.1:abc'", "OLLAMA_HOST='127.0.0.1:99999'",
-                   "prompt-latin1", "state_dir-is-a-file"]
+ONCE_TRACEBACKS = [
+    "base_url='http://127.0.0.1:abc'",
+    "OLLAMA_HOST='127.0.0.1:99999'",
+    "prompt-latin1",
+    "state_dir-is-a-file",
+]
 
 
 def test_real_processes_agree(tmp_path):
@@ -287,8 +362,16 @@ def test_real_processes_agree(tmp_path):
         config = build(root, case)
         env = clean_env(**{k: v.replace("{root}", str(root)) for k, v in case.env.items()})
         out, err = tmp_path / f"p{index}.out", tmp_path / f"p{index}.err"
-        running.append((case, out, err, ouroboros_forked(
-            "run", "--config", str(config), "--headless", out=out, err=err, env=env)))
+        running.append(
+            (
+                case,
+                out,
+                err,
+                ouroboros_forked(
+                    "run", "--config", str(config), "--headless", out=out, err=err, env=env
+                ),
+            )
+        )
     failures = []
     try:
         for case, out, err, process in running:
@@ -301,8 +384,15 @@ def test_real_processes_agree(tmp_path):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:11434", "https://ollama.example.com",
-                                 "http://[::1]:8080", "http://user:pw@gpu:65535/prefix"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:11434",
+        "https://ollama.example.com",
+        "http://[::1]:8080",
+        "http://user:pw@gpu:65535/prefix",
+    ],
+)
 def test_a_server_url_a_client_can_reach_is_accepted(url):
     assert is_server_url(url)
 

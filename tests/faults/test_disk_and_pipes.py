@@ -73,18 +73,22 @@ def read_snapshot_messages(root: Path) -> list[dict]:
 
 def limited(max_bytes: int) -> Callable[[], None]:
     """What the run's process does first: no file it writes may grow past `max_bytes`."""
+
     def prepare() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails: EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
     return prepare
 
 
-def run_until_it_cannot_write(config: Path, prepare: Callable[[], None] | None = None
-                              ) -> subprocess.CompletedProcess:
+def run_until_it_cannot_write(
+    config: Path, prepare: Callable[[], None] | None = None
+) -> subprocess.CompletedProcess:
     """`ouroboros run` in a process of its own (forked from the test's: its limits are its
     own), `prepare` run there first."""
-    return ouroboros_child("run", "--config", str(config), "--headless", timeout=WAIT_SECS,
-                           prepare=prepare)
+    return ouroboros_child(
+        "run", "--config", str(config), "--headless", timeout=WAIT_SECS, prepare=prepare
+    )
 
 
 def check_failed_write(root: Path, result: subprocess.CompletedProcess, why: str) -> None:
@@ -103,11 +107,13 @@ def check_failed_write(root: Path, result: subprocess.CompletedProcess, why: str
         assert why in errors[-1]["message"] and log.events[-1]["type"] == "run_end"
 
 
-def test_a_file_size_limit_ends_the_run_with_one_line_and_resume_finishes(tmp_path,
-                                                                         scripted_server):
+def test_a_file_size_limit_ends_the_run_with_one_line_and_resume_finishes(
+    tmp_path, scripted_server
+):
     _, server = counting_server(scripted_server)
-    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
-                                    chars_per_part=BIG_PART)
+    config, expected = demo_project(
+        tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS, chars_per_part=BIG_PART
+    )
 
     result = run_until_it_cannot_write(config, limited(12_000))
 
@@ -121,8 +127,11 @@ def tmpfs(path: Path, size: str) -> Iterator[None]:
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -131,11 +140,11 @@ def tmpfs(path: Path, size: str) -> Iterator[None]:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-def test_a_full_disk_ends_the_run_with_one_line_and_resume_finishes(tmp_path,
-                                                                   scripted_server):
+def test_a_full_disk_ends_the_run_with_one_line_and_resume_finishes(tmp_path, scripted_server):
     _, server = counting_server(scripted_server)
-    config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS,
-                                    chars_per_part=BIG_PART)
+    config, expected = demo_project(
+        tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS, chars_per_part=BIG_PART
+    )
     state_dir = tmp_path / ".ouroboros"
     with tmpfs(state_dir, "24k"):
         result = run_until_it_cannot_write(config)
@@ -189,9 +198,13 @@ def test_a_read_only_state_dir_is_one_line_and_changes_nothing(tmp_path, scripte
 
     with read_only(state_dir):
         # One after another: side by side, one would meet the other's workspace lock.
-        resumed, started = (ouroboros_child(*args) for args in (
-            ["resume", "--config", config, "--headless"],
-            ["run", "--config", config, "--headless"]))
+        resumed, started = (
+            ouroboros_child(*args)
+            for args in (
+                ["resume", "--config", config, "--headless"],
+                ["run", "--config", config, "--headless"],
+            )
+        )
         status = ouroboros_here("status", "--config", config)
 
         for result in (resumed, started):  # a person must act: exit 2, not restarted
@@ -204,18 +217,27 @@ def test_a_read_only_state_dir_is_one_line_and_changes_nothing(tmp_path, scripte
     resumes_to_the_end(tmp_path, expected)
 
 
-def test_output_into_a_closed_pipe_stops_the_run_gracefully_and_resumably(tmp_path,
-                                                                          scripted_server):
+def test_output_into_a_closed_pipe_stops_the_run_gracefully_and_resumably(
+    tmp_path, scripted_server
+):
     """`ouroboros run --headless | head -2`: the run stops as if by one Ctrl+C (the stop is
     recorded, exit 141 = 128 + SIGPIPE, as a shell reports it), says nothing more, and resume
     finishes the task."""
     _, server = counting_server(scripted_server)
     config, expected = demo_project(tmp_path, server.base_url, PARTS, max_turns=MAX_TURNS)
-    command = (f"{sys.executable} -m ouroboros run --config {config} --headless | head -2; "
-               "exit ${PIPESTATUS[0]}")
+    command = (
+        f"{sys.executable} -m ouroboros run --config {config} --headless | head -2; "
+        "exit ${PIPESTATUS[0]}"
+    )
 
-    result = subprocess.run(["bash", "-c", command], env=clean_env(), capture_output=True,
-                            text=True, timeout=60, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["bash", "-c", command],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
     assert result.returncode == 141, result.stderr
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr

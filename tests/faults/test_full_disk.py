@@ -57,8 +57,9 @@ def finished(root: Path) -> bool:
 
 
 @pytest.mark.parametrize("kb", sweep(SIZES_KB, {40, 104, 168}, [f"{kb}k" for kb in SIZES_KB]))
-def test_a_disk_that_fills_up_at_any_size_ends_with_one_line_and_run_end(tmp_path,
-                                                                       scripted_server, kb):
+def test_a_disk_that_fills_up_at_any_size_ends_with_one_line_and_run_end(
+    tmp_path, scripted_server, kb
+):
     config, expected = tiny_segments_project(tmp_path, scripted_server, PARTS)
     args = ("--config", str(config), "--headless")
     state_dir = tmp_path / ".ouroboros"
@@ -75,12 +76,24 @@ def test_a_disk_that_fills_up_at_any_size_ends_with_one_line_and_run_end(tmp_pat
         assert_nothing_lost_nothing_twice(tmp_path, expected, pruned=False)
 
 
-WRITE_POINTS = [*(step for step, _ in [
-    ("rollover: first manifest written", 1), ("rollover: segments/ made", 1),
-    ("rollover: segment moved", 1), ("rollover: moved durably", 1),
-    ("rollover: segment listed", 1), ("rollover: new segment begun", 1),
-    ("compression: .gz.tmp written", 1), ("compression: .gz in place", 1),
-    ("compression: .gz listed", 1)]), "snapshot", "event"]
+WRITE_POINTS = [
+    *(
+        step
+        for step, _ in [
+            ("rollover: first manifest written", 1),
+            ("rollover: segments/ made", 1),
+            ("rollover: segment moved", 1),
+            ("rollover: moved durably", 1),
+            ("rollover: segment listed", 1),
+            ("rollover: new segment begun", 1),
+            ("compression: .gz.tmp written", 1),
+            ("compression: .gz in place", 1),
+            ("compression: .gz listed", 1),
+        ]
+    ),
+    "snapshot",
+    "event",
+]
 
 
 def failing(point: str, code: int, nth: int) -> Callable[[], None]:
@@ -112,20 +125,27 @@ def failing(point: str, code: int, nth: int) -> Callable[[], None]:
             log.EventLog._append = append
         else:
             segments.STEP_HOOKS.append(hook)
+
     return prepare
 
 
 FAILURES = [(point, code) for code in (errno.ENOSPC, errno.EIO) for point in WRITE_POINTS]
-SAMPLE = {("rollover: segment moved", errno.ENOSPC), ("compression: .gz.tmp written",
-                                                       errno.ENOSPC),
-          ("snapshot", errno.ENOSPC), ("event", errno.ENOSPC), ("rollover: segment moved",
-                                                                 errno.EIO)}
+SAMPLE = {
+    ("rollover: segment moved", errno.ENOSPC),
+    ("compression: .gz.tmp written", errno.ENOSPC),
+    ("snapshot", errno.ENOSPC),
+    ("event", errno.ENOSPC),
+    ("rollover: segment moved", errno.EIO),
+}
 
 
-@pytest.mark.parametrize("point,code", sweep(
-    FAILURES, SAMPLE, [f"{errno.errorcode[code]}-{point}" for point, code in FAILURES]))
+@pytest.mark.parametrize(
+    "point,code",
+    sweep(FAILURES, SAMPLE, [f"{errno.errorcode[code]}-{point}" for point, code in FAILURES]),
+)
 def test_a_failed_write_at_any_point_ends_with_one_line_and_resume_finishes(
-        tmp_path, scripted_server, point, code):
+    tmp_path, scripted_server, point, code
+):
     config, expected = tiny_segments_project(tmp_path, scripted_server, PARTS)
     args = ("--config", str(config), "--headless")
     nth = {"event": 20, "rollover: first manifest written": 1}.get(point, 2)

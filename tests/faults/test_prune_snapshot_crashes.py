@@ -57,6 +57,7 @@ def killer(point: str, nth: int) -> Callable[[], None]:
             retention.write_manifest = after_manifest
         else:
             log.write_atomically = half_snapshot
+
     return prepare
 
 
@@ -71,7 +72,8 @@ def killed_at(root: Path, point: str, nth: int, *args: str) -> bool:
 
 @pytest.mark.parametrize("point", ["prune", "snapshot"])
 def test_kills_inside_pruning_and_snapshot_writes_lose_nothing_and_run_nothing_twice(
-        tmp_path, scripted_server, point):
+    tmp_path, scripted_server, point
+):
     config, expected = tiny_segments_project(tmp_path, scripted_server, PARTS)
     args = ("--config", str(config), "--headless")
 

@@ -39,10 +39,12 @@ def check_once(root) -> list[dict]:
     return events
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name
+)
 def test_a_run_stopped_during_a_tool_call_resumes_without_losing_or_redoing_work(
-        tmp_path, scripted_server, sig):
+    tmp_path, scripted_server, sig
+):
     server = scripted_server(PartsAgent(4, hold_part=2))
     config = parts_project(tmp_path, server.base_url)
     process = start_forked(tmp_path, "run", "--config", str(config))
@@ -62,16 +64,27 @@ def test_a_run_stopped_during_a_tool_call_resumes_without_losing_or_redoing_work
     assert events[-1]["summary"] == "parts 1 to 4 are in parts.txt"
     interrupted = [e for e in of_type(events, "tool_result") if e.get("interrupted")]
     assert len(interrupted) == 1 and "sleep 30" in next(
-        e["arguments"] for e in of_type(events, "tool_call") if e["id"] == interrupted[0]["id"])
+        e["arguments"] for e in of_type(events, "tool_call") if e["id"] == interrupted[0]["id"]
+    )
 
 
 def test_max_turns_is_remembered_and_extended_with_the_flags_the_run_began_with(
-        tmp_path, scripted_server):
+    tmp_path, scripted_server
+):
     server = scripted_server(PartsAgent(5))
     config = parts_project(tmp_path, server.base_url)
     (tmp_path / "alt_ws").mkdir()
-    first = ouroboros_here("run", "--config", str(config), "--workspace", "alt_ws",
-                      "--max-turns", "2", "--headless", cwd=tmp_path)
+    first = ouroboros_here(
+        "run",
+        "--config",
+        str(config),
+        "--workspace",
+        "alt_ws",
+        "--max-turns",
+        "2",
+        "--headless",
+        cwd=tmp_path,
+    )
     assert first.returncode == 3, first.stderr
     assert run_events(tmp_path)[-1]["reason"] == "max_turns"
     assert "--max-turns N" in first.stdout
@@ -90,8 +103,7 @@ def test_max_turns_is_remembered_and_extended_with_the_flags_the_run_began_with(
     assert parts(tmp_path) == ""  # the config's workspace was never written to
     events = check_once(tmp_path)
     assert events[-1]["reason"] == "task_complete"
-    assert events[0]["flags"] == {"agent.workspace": str(tmp_path / "alt_ws"),
-                                  "agent.max_turns": 2}
+    assert events[0]["flags"] == {"agent.workspace": str(tmp_path / "alt_ws"), "agent.max_turns": 2}
     assert [e["flags"]["agent.max_turns"] for e in of_type(events, "run_resumed")] == [4, 0]
 
 
@@ -101,13 +113,14 @@ def test_a_complete_run_takes_a_new_instruction(tmp_path, scripted_server):
     first = ouroboros_here("run", "--config", str(config), "--headless")
     assert first.returncode == 0, first.stderr
     assert "run ended: task_complete: parts 1 to 2 are in parts.txt" in first.stdout
-    assert 'ouroboros resume --message' in first.stdout
+    assert "ouroboros resume --message" in first.stdout
 
     bare = ouroboros_here("resume", "--config", str(config), "--headless")
     assert bare.returncode == 4 and "--message" in bare.stderr and "is complete" in bare.stderr
 
-    more = ouroboros_here("resume", "--config", str(config), "--message", "Now do parts up to 4.",
-                     "--headless")
+    more = ouroboros_here(
+        "resume", "--config", str(config), "--message", "Now do parts up to 4.", "--headless"
+    )
 
     assert more.returncode == 0, more.stderr
     assert parts(tmp_path) == expected_parts(4)
@@ -131,8 +144,9 @@ def test_an_idle_agent_is_paused_and_goes_on_when_told(tmp_path, scripted_server
     idle_requests = server.requests[1:]
     assert [r["messages"][-1]["content"] for r in idle_requests][-1].startswith("Continue")
 
-    more = ouroboros_here("resume", "--config", str(config), "--message", "Go on, please.",
-                     "--headless")
+    more = ouroboros_here(
+        "resume", "--config", str(config), "--message", "Go on, please.", "--headless"
+    )
 
     assert more.returncode == 0, more.stderr
     assert parts(tmp_path) == expected_parts(3)
@@ -187,8 +201,10 @@ def test_a_resumes_max_turns_is_for_that_resume_only(tmp_path, scripted_server):
     more = ouroboros_here("resume", "--config", str(config), "--max-turns", "1", "--headless")
     assert more.returncode == 3, more.stderr
     assert run_events(tmp_path)[-1]["total_turns"] == 3
-    assert ouroboros_here("config", "set", "agent.max_turns", "0", "--config",
-                          str(config)).returncode == 0
+    assert (
+        ouroboros_here("config", "set", "agent.max_turns", "0", "--config", str(config)).returncode
+        == 0
+    )
 
     plain = ouroboros_here("resume", "--config", str(config), "--headless")
 
@@ -208,11 +224,11 @@ def test_a_refused_resume_names_where_the_limit_was_set(tmp_path, scripted_serve
     ouroboros_here("run", "--config", str(config), "--max-turns", "1", "--headless")
     # named: two runs started in the same second do not sort by their start
     [second] = set(list_runs(tmp_path / ".ouroboros")) - set(first)
-    from_flag = ouroboros_here("resume", "--config", str(config), "--run", second,
-                               "--headless")
+    from_flag = ouroboros_here("resume", "--config", str(config), "--run", second, "--headless")
 
     assert from_file.returncode == 3  # still paused
-    assert f"(agent.max_turns = 2 in {config}); `ouroboros resume --max-turns N`" \
-        in from_file.stderr
+    assert (
+        f"(agent.max_turns = 2 in {config}); `ouroboros resume --max-turns N`" in from_file.stderr
+    )
     assert from_flag.returncode == 3
     assert "has had its 1 turn (--max-turns 1, given to `ouroboros run`)" in from_flag.stderr

@@ -17,21 +17,39 @@ from ouroboros.store.summary import RunSummary
 
 
 def test_only_flags_are_remembered_and_never_a_password():
-    config = {"agent": {"workspace": "/w", "max_turns": 3},
-              "model": {"name": "m", "base_url": "http://u:pw@h:1"}}
-    sources = {"agent.workspace": "flag", "agent.max_turns": "project file x",
-               "model.base_url": "flag", "model.name": "flag"}
+    config = {
+        "agent": {"workspace": "/w", "max_turns": 3},
+        "model": {"name": "m", "base_url": "http://u:pw@h:1"},
+    }
+    sources = {
+        "agent.workspace": "flag",
+        "agent.max_turns": "project file x",
+        "model.base_url": "flag",
+        "model.name": "flag",
+    }
     assert flags_to_remember(config, sources) == {"agent.workspace": "/w", "model.name": "m"}
 
 
 def test_the_latest_start_or_resume_says_what_was_remembered_but_the_limit_is_runs():
     start = ev.RunStart(run_id="r1", version="0.1.0", pid=1, config={})
     reply = ev.Assistant(text="", finish_reason="stop", tool_calls=[])
-    resumed = ev.RunResumed(total_turns=2, restarts=0, torn_line_dropped=False,
-                            interrupted_tools=[], context_limit=8192, limit_source="config",
-                            budget=6144, flags={"agent.max_turns": 8, "model.name": "m2"})
-    events = [start.model_copy(update={"flags": {"agent.max_turns": 3}}), reply, reply,
-              resumed, reply]
+    resumed = ev.RunResumed(
+        total_turns=2,
+        restarts=0,
+        torn_line_dropped=False,
+        interrupted_tools=[],
+        context_limit=8192,
+        limit_source="config",
+        budget=6144,
+        flags={"agent.max_turns": 8, "model.name": "m2"},
+    )
+    events = [
+        start.model_copy(update={"flags": {"agent.max_turns": 3}}),
+        reply,
+        reply,
+        resumed,
+        reply,
+    ]
     assert folded(events).flags == {"agent.max_turns": 3, "model.name": "m2"}
     assert folded(events).assistants == 3
     assert folded([start]).flags == {}  # a log from before flags
@@ -46,19 +64,23 @@ def folded(events: list[ev.EventBase]) -> RunSummary:
     return summary
 
 
-@pytest.mark.parametrize("remembered,given,more,expected", [
-    ({"agent.max_turns": 3}, {}, None, {"agent.max_turns": 3}),
-    ({"agent.max_turns": 3}, {}, 5, {"agent.max_turns": 12}),
-    ({"agent.max_turns": 3}, {}, 0, {"agent.max_turns": 0}),
-    ({"model.name": "a"}, {"model.name": "b"}, None, {"model.name": "b"}),
-])
+@pytest.mark.parametrize(
+    "remembered,given,more,expected",
+    [
+        ({"agent.max_turns": 3}, {}, None, {"agent.max_turns": 3}),
+        ({"agent.max_turns": 3}, {}, 5, {"agent.max_turns": 12}),
+        ({"agent.max_turns": 3}, {}, 0, {"agent.max_turns": 0}),
+        ({"model.name": "a"}, {"model.name": "b"}, None, {"model.name": "b"}),
+    ],
+)
 def test_resume_flags(remembered, given, more, expected):
     assert resume_flags(remembered, given, more_turns=more, total_turns=7) == expected
 
 
 def end(reason: str, summary: str = "") -> ev.RunEnd:
-    return ev.RunEnd(reason=reason, exit_code=0, sessions=1, total_turns=3, restarts=0,
-                     summary=summary)
+    return ev.RunEnd(
+        reason=reason, exit_code=0, sessions=1, total_turns=3, restarts=0, summary=summary
+    )
 
 
 def test_a_resume_that_would_stop_at_once_says_what_to_give_it():
@@ -72,14 +94,17 @@ def test_a_resume_that_would_stop_at_once_says_what_to_give_it():
         assert refusal("r1", end(reason), total_turns=3, max_turns=0, message="") is None
 
 
-@pytest.mark.parametrize("reason,says", [
-    ("task_complete", 'ouroboros resume --message "what to do next"'),
-    ("idle", "no tool call and said nothing new in 3 turns in a row, so the run is paused"),
-    ("stuck", "stuck in a loop (see the `stuck` event), so the run is paused"),
-    ("max_turns", "`ouroboros resume --max-turns N` gives it N more"),
-    ("interrupted", "`ouroboros resume` continues the run"),
-    ("error", "fix the cause"),
-])
+@pytest.mark.parametrize(
+    "reason,says",
+    [
+        ("task_complete", 'ouroboros resume --message "what to do next"'),
+        ("idle", "no tool call and said nothing new in 3 turns in a row, so the run is paused"),
+        ("stuck", "stuck in a loop (see the `stuck` event), so the run is paused"),
+        ("max_turns", "`ouroboros resume --max-turns N` gives it N more"),
+        ("interrupted", "`ouroboros resume` continues the run"),
+        ("error", "fix the cause"),
+    ],
+)
 def test_every_end_says_how_to_continue(reason, says):
     assert says in how_to_continue(reason, max_turns=5, max_idle_turns=3)
 

@@ -57,14 +57,19 @@ def killer(step: str, nth: int) -> Callable[[], None]:
     return lambda: segments.STEP_HOOKS.append(hook)
 
 
-SAMPLE = {("rollover: first manifest written", 1), ("rollover: segment moved", 1),
-          ("rollover: new segment begun", 1), ("compression: .gz.tmp written", 1),
-          ("pruning: a file removed", 1)}
+SAMPLE = {
+    ("rollover: first manifest written", 1),
+    ("rollover: segment moved", 1),
+    ("rollover: new segment begun", 1),
+    ("compression: .gz.tmp written", 1),
+    ("pruning: a file removed", 1),
+}
 
 
 @pytest.mark.parametrize("step,nth", sweep(STEPS, SAMPLE, [f"{s}#{n}" for s, n in STEPS]))
 def test_a_kill_after_any_step_of_a_rollover_resumes_to_the_uninterrupted_result(
-        tmp_path, scripted_server, step, nth):
+    tmp_path, scripted_server, step, nth
+):
     parts = PRUNING_PARTS if step.startswith("pruning") else PARTS
     config, expected = tiny_segments_project(tmp_path, scripted_server, parts)
     args = ("--config", str(config), "--headless")
@@ -86,7 +91,8 @@ def test_a_kill_after_any_step_of_a_rollover_resumes_to_the_uninterrupted_result
 
 
 def test_a_kill_just_after_the_first_segment_moves_leaves_a_run_that_resumes(
-        tmp_path, scripted_server):
+    tmp_path, scripted_server
+):
     """As the tests above, with a function wrapped that an Ouroboros without the steps hook
     has too (the directory sync just after the segment's rename)."""
     config, expected = tiny_segments_project(tmp_path, scripted_server, PARTS)
@@ -95,6 +101,7 @@ def test_a_kill_just_after_the_first_segment_moves_leaves_a_run_that_resumes(
     def prepare() -> None:
         def die(directory: Path) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
+
         segments.sync_directory = die
 
     killed = ouroboros_child("run", *args, timeout=WAIT_SECS, prepare=prepare)

@@ -49,8 +49,11 @@ def killed_at_a_rollover(root: Path, *args: str) -> bool:
     before = rollovers(root)
     process = start_forked(*args, root=root)
     try:
-        wait_for(lambda: rollovers(root) > before or process.poll() is not None,
-                 "a segment closed", timeout=60)
+        wait_for(
+            lambda: rollovers(root) > before or process.poll() is not None,
+            "a segment closed",
+            timeout=60,
+        )
         ended = process.poll() is not None
     finally:
         kill(process)
@@ -63,9 +66,16 @@ def tiny_segments_project(root: Path, scripted_server: Any, parts: int) -> tuple
     all retention lets go: its config and the results the task ends with."""
     agent = CountingAgent(parts)
     agent.server = scripted_server(agent)
-    return demo_project(root, agent.server.base_url, parts, max_turns=400, chars_per_part=3000,
-                        model={"context_limit": 4096}, context={"carryover_turns": 2},
-                        logging=TINY_SEGMENTS)
+    return demo_project(
+        root,
+        agent.server.base_url,
+        parts,
+        max_turns=400,
+        chars_per_part=3000,
+        model={"context_limit": 4096},
+        context={"carryover_turns": 2},
+        logging=TINY_SEGMENTS,
+    )
 
 
 def test_kills_at_rollovers_lose_nothing_and_run_nothing_twice(tmp_path, scripted_server):

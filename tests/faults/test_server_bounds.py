@@ -23,21 +23,35 @@ def survived_with_one_retry(project, result) -> dict:
     return retries[0]
 
 
-@pytest.mark.parametrize("fault, bound, reason", [
-    ("trickle", 1.0, "the reply took longer than 1 s (model.request_timeout_secs)"),
-    ("keepalive_first", 0.5, "no data for 0.5 s after the request (model.first_token_timeout_secs;"
-                             " keep-alive comments do not count)"),
-    ("keepalive_idle", 0.5, "no data for 0.5 s in the middle of the reply "
-                            "(model.idle_timeout_secs; keep-alive comments do not count)"),
-], ids=["trickle", "pings-first", "pings-mid-reply"])
+@pytest.mark.parametrize(
+    "fault, bound, reason",
+    [
+        ("trickle", 1.0, "the reply took longer than 1 s (model.request_timeout_secs)"),
+        (
+            "keepalive_first",
+            0.5,
+            "no data for 0.5 s after the request (model.first_token_timeout_secs;"
+            " keep-alive comments do not count)",
+        ),
+        (
+            "keepalive_idle",
+            0.5,
+            "no data for 0.5 s in the middle of the reply "
+            "(model.idle_timeout_secs; keep-alive comments do not count)",
+        ),
+    ],
+    ids=["trickle", "pings-first", "pings-mid-reply"],
+)
 def test_a_reply_that_never_ends_is_cut_at_its_bound_and_retried(tmp_path, fault, bound, reason):
     with start(fault) as server:
         result = run_against(tmp_path, server, FAULTS[fault].model)
 
     retry = survived_with_one_retry(tmp_path, result)
     assert reason in retry["error"]
-    assert any(line.split(" t1 ", 1)[-1].startswith("retry 1 in ") and reason in line
-               for line in result.stdout.splitlines()), result.stdout
+    assert any(
+        line.split(" t1 ", 1)[-1].startswith("retry 1 in ") and reason in line
+        for line in result.stdout.splitlines()
+    ), result.stdout
     # The held attempt was given up at its bound, not when the server stopped (60 s on).
     first, second = server.chat_requests()[:2]
     assert second["time"] - first["time"] < 30

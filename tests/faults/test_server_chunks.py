@@ -24,18 +24,35 @@ SHAPES = [
     ('{"choices": {"0": {"delta": {}}}}', "choices is an object, not an array"),
     ('{"choices": ["x"]}', "choices[0] is a string, not an object"),
     ('{"choices": [{"delta": "hi"}]}', "choices[0].delta is a string, not an object"),
-    ('{"choices": [{"delta": {"tool_calls": {"index": 0}}}]}',
-     "choices[0].delta.tool_calls is an object, not an array"),
-    ('{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "a", '
-     '"arguments": 5}}]}}]}', "choices[0].delta.tool_calls[0].function.arguments is a number"),
+    (
+        '{"choices": [{"delta": {"tool_calls": {"index": 0}}}]}',
+        "choices[0].delta.tool_calls is an object, not an array",
+    ),
+    (
+        '{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "a", '
+        '"arguments": 5}}]}}]}',
+        "choices[0].delta.tool_calls[0].function.arguments is a number",
+    ),
     ('{"choices": [{"delta": {"content": 5}}]}', "choices[0].delta.content is a number"),
-    ('{"choices": [{"delta": {"tool_calls": [{"function": "file_read"}]}}]}',
-     "choices[0].delta.tool_calls[0].function is a string, not an object"),
+    (
+        '{"choices": [{"delta": {"tool_calls": [{"function": "file_read"}]}}]}',
+        "choices[0].delta.tool_calls[0].function is a string, not an object",
+    ),
 ]
 
 
-SHAPE_IDS = ["array", "string", "null", "choices-object", "choice-string", "delta-string",
-             "tool_calls-object", "arguments-number", "content-number", "function-string"]
+SHAPE_IDS = [
+    "array",
+    "string",
+    "null",
+    "choices-object",
+    "choice-string",
+    "delta-string",
+    "tool_calls-object",
+    "arguments-number",
+    "content-number",
+    "function-string",
+]
 
 
 @pytest.mark.parametrize("payload, reason", SHAPES, ids=SHAPE_IDS)
@@ -59,10 +76,15 @@ def test_a_malformed_chunk_ends_the_attempt_naming_the_field(payload, reason):
 
 
 def test_a_run_survives_malformed_chunks_and_stores_text_with_lone_surrogates(tmp_path):
-    surrogates = Reply("bad \ud800 text \udfff.", [
-        ("file_write", {"path": "s.txt", "content": "x\udc00y"})])
-    acts = [Malformed(payload='{"choices": {"0": {}}}'), Good(),
-            Malformed(payload='{"choices": [{"delta": "hi"}]}'), Good(reply=surrogates)]
+    surrogates = Reply(
+        "bad \ud800 text \udfff.", [("file_write", {"path": "s.txt", "content": "x\udc00y"})]
+    )
+    acts = [
+        Malformed(payload='{"choices": {"0": {}}}'),
+        Good(),
+        Malformed(payload='{"choices": [{"delta": "hi"}]}'),
+        Good(reply=surrogates),
+    ]
     with start_server(acts) as server:
         result = run_against(tmp_path, server, {}, max_turns=2)
 

@@ -24,11 +24,19 @@ def test_a_429_is_retried_after_the_wait_the_server_asked_for(tmp_path):
     assert second["time"] - first["time"] >= 2
 
 
-@pytest.mark.parametrize("fault, line, kind", [
-    ("html_400", "rejected the request (400: Bad Request)", "PermanentModelError"),
-    ("status_501", "answers HTTP but is not an OpenAI-compatible LLM server: POST "
-                   "/v1/chat/completions answered 501 (not implemented)", "NotAnLLMServerError"),
-], ids=["400-html-page", "501"])  # 505 and the rest of the table: test_client_errors.py
+@pytest.mark.parametrize(
+    "fault, line, kind",
+    [
+        ("html_400", "rejected the request (400: Bad Request)", "PermanentModelError"),
+        (
+            "status_501",
+            "answers HTTP but is not an OpenAI-compatible LLM server: POST "
+            "/v1/chat/completions answered 501 (not implemented)",
+            "NotAnLLMServerError",
+        ),
+    ],
+    ids=["400-html-page", "501"],
+)  # 505 and the rest of the table: test_client_errors.py
 def test_a_permanent_error_stops_the_run_at_once_with_one_line(tmp_path, fault, line, kind):
     with start(fault) as server:
         result = run_against(tmp_path, server, FAULTS[fault].model)
@@ -53,5 +61,6 @@ def test_a_plain_web_server_is_named_as_one_before_a_run_starts(tmp_path):
         "GET /v1/models answered 404 (Error response), GET /api/tags answered 404 (Error "
         "response), POST /v1/chat/completions answered 501 (Error response); set "
         "model.base_url to the model server's address (Ollama listens on port 11434, "
-        "llama-server on 8080, vLLM on 8000)")
+        "llama-server on 8080, vLLM on 8000)"
+    )
     assert not list_runs(tmp_path / ".ouroboros")

@@ -23,8 +23,10 @@ def test_fragmented_calls_get_ids_unique_in_the_reply_and_the_conversation(same_
             for _ in range(2):
                 reply = await client.complete(list(messages), [])
                 messages.append(reply.to_message())
-                messages += [{"role": "tool", "tool_call_id": call.id, "content": "ok"}
-                             for call in reply.tool_calls]
+                messages += [
+                    {"role": "tool", "tool_call_id": call.id, "content": "ok"}
+                    for call in reply.tool_calls
+                ]
         return messages
 
     acts = [CallsWithoutIds(calls=TWO_CALLS, same_id=same_id)] * 2
@@ -33,15 +35,19 @@ def test_fragmented_calls_get_ids_unique_in_the_reply_and_the_conversation(same_
 
     calls = [call for m in messages for call in m.get("tool_calls", [])]
     assert [c["function"]["name"] for c in calls] == ["file_read", "list_dir"] * 2
-    assert [c["function"]["arguments"] for c in calls[:2]] == ['{"path": "a.txt"}',
-                                                               '{"path": "."}']
+    assert [c["function"]["arguments"] for c in calls[:2]] == ['{"path": "a.txt"}', '{"path": "."}']
     ids = [c["id"] for c in calls]
     assert len(set(ids)) == 4 and all(ids), ids
 
 
 def test_each_result_answers_its_own_call_across_turns(tmp_path):
-    turns = [[("file_write", {"path": f"f{n}.txt", "content": f"content {n}"}),
-              ("file_read", {"path": f"f{n}.txt"})] for n in range(3)]
+    turns = [
+        [
+            ("file_write", {"path": f"f{n}.txt", "content": f"content {n}"}),
+            ("file_read", {"path": f"f{n}.txt"}),
+        ]
+        for n in range(3)
+    ]
     with start_server([CallsWithoutIds(calls=calls) for calls in turns]) as server:
         result = run_against(tmp_path, server, {}, max_turns=4)  # the 4th request sees all
 
@@ -51,8 +57,12 @@ def test_each_result_answers_its_own_call_across_turns(tmp_path):
     assert len(ids) == 7 and len(set(ids)) == 7, ids  # and the 4th reply's list_dir
     # What the model was sent last: every result follows its call, under the call's id.
     messages = server.chat_requests()[3]["body"]["messages"]
-    asked = {c["id"]: c["function"]["arguments"] for m in messages if m["role"] == "assistant"
-             for c in m.get("tool_calls", [])}
+    asked = {
+        c["id"]: c["function"]["arguments"]
+        for m in messages
+        if m["role"] == "assistant"
+        for c in m.get("tool_calls", [])
+    }
     results = [m for m in messages if m["role"] == "tool"]
     assert len(results) == 6
     for n, message in enumerate(results):

@@ -30,8 +30,17 @@ STOP_AT = 9  # the model call after which the server refuses (401): the run stop
 PRUNING_PARTS = 12
 PRUNING_STOP_AT = 24
 
-SEGMENT = {"number": 1, "file": "000001.jsonl.gz", "bytes": 10, "first_seq": 1, "last_seq": 5,
-           "sessions": [1, 1], "turns": [0, 1], "time": [None, None], "last_state": {}}
+SEGMENT = {
+    "number": 1,
+    "file": "000001.jsonl.gz",
+    "bytes": 10,
+    "first_seq": 1,
+    "last_seq": 5,
+    "sessions": [1, 1],
+    "turns": [0, 1],
+    "time": [None, None],
+    "last_state": {},
+}
 MANIFESTS = {
     "a list": [],
     "segments of numbers": {"segments": [1, 2]},
@@ -69,8 +78,9 @@ def genuine(tmp_path_factory) -> Iterator[tuple[Path, str]]:
     with ScriptedServer(agent) as server:
         agent.server = server
         root = tmp_path_factory.mktemp("genuine")
-        config, expected = demo_project(root, server.base_url, PARTS, max_turns=40,
-                                        logging={"segment_mb": 0.0001})
+        config, expected = demo_project(
+            root, server.base_url, PARTS, max_turns=40, logging={"segment_mb": 0.0001}
+        )
         result = ouroboros_here("run", "--config", str(config), "--headless")
         assert result.returncode == 2, result.stderr
         assert load_manifest(run_dir(root)).segments
@@ -89,23 +99,32 @@ def resumes_to_the_end(root: Path, expected: str) -> list[str]:
     status = ouroboros_here("status", "--config", config)
     resumed = ouroboros_here("resume", "--config", config, "--headless")
     logs = ouroboros_here("logs", "--config", config)
-    failures = [f"{name}: exit {result.returncode}: {(result.stderr + result.stdout)[-600:]}"
-                for name, result in (("status", status), ("resume", resumed), ("logs", logs))
-                if result.returncode != 0 or "Traceback" in result.stderr + result.stdout]
+    failures = [
+        f"{name}: exit {result.returncode}: {(result.stderr + result.stdout)[-600:]}"
+        for name, result in (("status", status), ("resume", resumed), ("logs", logs))
+        if result.returncode != 0 or "Traceback" in result.stderr + result.stdout
+    ]
     if not failures and (root / "workspace" / "results.txt").read_text() != expected:
         failures.append(f"results.txt is {parts_recorded(root)}")
     return failures
 
 
-SHAPES = [(MANIFEST_FILE, name) for name in MANIFESTS] + \
-    [(SNAPSHOT_FILE, name) for name in SNAPSHOTS]
+SHAPES = [(MANIFEST_FILE, name) for name in MANIFESTS] + [
+    (SNAPSHOT_FILE, name) for name in SNAPSHOTS
+]
 
 
-@pytest.mark.parametrize("file,name", sweep(
-    SHAPES, set(SHAPES[:3]) | {(SNAPSHOT_FILE, name) for name in list(SNAPSHOTS)[:3]},
-    [f"{file}-{name}" for file, name in SHAPES]))
-def test_json_of_the_wrong_shape_is_damage_rebuilt_and_the_run_resumes(genuine, tmp_path,
-                                                                      file, name):
+@pytest.mark.parametrize(
+    "file,name",
+    sweep(
+        SHAPES,
+        set(SHAPES[:3]) | {(SNAPSHOT_FILE, name) for name in list(SNAPSHOTS)[:3]},
+        [f"{file}-{name}" for file, name in SHAPES],
+    ),
+)
+def test_json_of_the_wrong_shape_is_damage_rebuilt_and_the_run_resumes(
+    genuine, tmp_path, file, name
+):
     shape = (MANIFESTS if file == MANIFEST_FILE else SNAPSHOTS)[name]
     root = copy_of(genuine, tmp_path, name)
     (run_dir(root) / file).write_text(json.dumps(shape))
@@ -116,25 +135,38 @@ def test_json_of_the_wrong_shape_is_damage_rebuilt_and_the_run_resumes(genuine, 
 @pytest.fixture(scope="module")
 def pruned(tmp_path_factory) -> Iterator[tuple[Path, str]]:
     """As `genuine`, a longer run whose oldest segments retention removed."""
-    agent = CountingAgent(PRUNING_PARTS,
-                          inject_at={PRUNING_STOP_AT: [Fault("status", 401, "unauthorized")]})
+    agent = CountingAgent(
+        PRUNING_PARTS, inject_at={PRUNING_STOP_AT: [Fault("status", 401, "unauthorized")]}
+    )
     with ScriptedServer(agent) as server:
         agent.server = server
         root = tmp_path_factory.mktemp("pruned")
         config, expected = demo_project(
-            root, server.base_url, PRUNING_PARTS, max_turns=200, chars_per_part=3000,
-            model={"context_limit": 4096}, context={"carryover_turns": 2},
-            logging={"segment_mb": 0.0001, "keep_mb": 0.000001})
+            root,
+            server.base_url,
+            PRUNING_PARTS,
+            max_turns=200,
+            chars_per_part=3000,
+            model={"context_limit": 4096},
+            context={"carryover_turns": 2},
+            logging={"segment_mb": 0.0001, "keep_mb": 0.000001},
+        )
         result = ouroboros_here("run", "--config", str(config), "--headless")
         assert result.returncode == 2, result.stderr
         assert load_manifest(run_dir(root)).pruned.get("segments", 0) > 0
         yield root, expected
 
 
-@pytest.mark.parametrize("lost", [[MANIFEST_FILE], [SNAPSHOT_FILE],
-                                  [MANIFEST_FILE, SNAPSHOT_FILE], [MANIFEST_FILE, TOTALS_FILE]])
-def test_a_pruned_run_that_loses_its_manifest_or_snapshot_keeps_its_totals(pruned, tmp_path,
-                                                                          lost):
+@pytest.mark.parametrize(
+    "lost",
+    [
+        [MANIFEST_FILE],
+        [SNAPSHOT_FILE],
+        [MANIFEST_FILE, SNAPSHOT_FILE],
+        [MANIFEST_FILE, TOTALS_FILE],
+    ],
+)
+def test_a_pruned_run_that_loses_its_manifest_or_snapshot_keeps_its_totals(pruned, tmp_path, lost):
     root = copy_of(pruned, tmp_path, "-".join(lost))
     run = run_dir(root)
     before = read_tail(run).summary()
@@ -151,8 +183,11 @@ def test_a_pruned_run_that_loses_its_manifest_or_snapshot_keeps_its_totals(prune
         assert load_manifest(run).problem is not None
         assert after.assistants < before.assistants
     else:
-        assert (after.turns, after.assistants, after.restarts) == \
-            (before.turns, before.assistants, before.restarts)
+        assert (after.turns, after.assistants, after.restarts) == (
+            before.turns,
+            before.assistants,
+            before.restarts,
+        )
         assert after.run_start == before.run_start
         assert plan_resume(state_dir, None, {}, None).total_turns == taken
         assert recovered.state.total_turns == turns

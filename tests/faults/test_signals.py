@@ -41,9 +41,13 @@ def logged(root: Path, event_type: str) -> list[dict]:
     return of_type(run_events(root), event_type) if path_exists else []
 
 
-def check_stopped(root: Path, process, elapsed: float,
-                  reasons: tuple[str, ...] = ("interrupted",),
-                  sig: signal.Signals = signal.SIGTERM) -> dict:
+def check_stopped(
+    root: Path,
+    process,
+    elapsed: float,
+    reasons: tuple[str, ...] = ("interrupted",),
+    sig: signal.Signals = signal.SIGTERM,
+) -> dict:
     code = 128 + sig
     assert process.returncode == code, log_text(root)
     assert elapsed < WAITED_OUT_SECS, f"took {elapsed:.2f}s to stop: it waited, not cancelled"
@@ -58,8 +62,9 @@ def check_stopped(root: Path, process, elapsed: float,
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_a_signal_during_an_outage_stops_at_once(tmp_path, scripted_server, sig):
-    server = scripted_server([Reply("Looking.", [("list_dir", {"path": "."})]),
-                              Fault("outage", seconds=60)])
+    server = scripted_server(
+        [Reply("Looking.", [("list_dir", {"path": "."})]), Fault("outage", seconds=60)]
+    )
     config = parts_project(tmp_path, server.base_url)
     process = start_forked(tmp_path, "run", "--config", str(config))
     try:
@@ -72,8 +77,11 @@ def test_a_signal_during_an_outage_stops_at_once(tmp_path, scripted_server, sig)
     assert "ouroboros resume" in end["next"]
 
 
-@pytest.mark.parametrize("act", [Status(status=503, text='{"error": {"message": "loading"}}'),
-                                 Trickle(interval=0.2)], ids=["503", "trickle"])
+@pytest.mark.parametrize(
+    "act",
+    [Status(status=503, text='{"error": {"message": "loading"}}'), Trickle(interval=0.2)],
+    ids=["503", "trickle"],
+)
 def test_a_signal_while_the_server_answers_503_or_trickles_stops_at_once(tmp_path, act):
     server = start_server([act], repeat=True)
     try:
@@ -95,7 +103,8 @@ def test_a_signal_while_the_server_answers_503_or_trickles_stops_at_once(tmp_pat
 
 @pytest.mark.parametrize("gap", [0.0, 0.02, 0.2])
 def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_130(
-        tmp_path, scripted_server, gap):
+    tmp_path, scripted_server, gap
+):
     server = scripted_server(PartsAgent(3, hold_part=1))
     config = parts_project(tmp_path, server.base_url)
     launch = start if gap == 0.2 else start_forked  # one whole new `python -m ouroboros`
@@ -108,9 +117,13 @@ def test_a_long_tool_call_is_killed_and_recorded_and_a_second_signal_keeps_exit_
         kill(process)
     # a second signal during the first one's clean-up ends it at once (interrupted_now);
     # after the end is recorded it changes nothing
-    end = check_stopped(tmp_path, process, elapsed,
-                        ("interrupted", "interrupted_now") if gap else ("interrupted",),
-                        sig=signal.SIGINT)
+    end = check_stopped(
+        tmp_path,
+        process,
+        elapsed,
+        ("interrupted", "interrupted_now") if gap else ("interrupted",),
+        sig=signal.SIGINT,
+    )
     assert not live_members(group), "the command's process group is gone"
     results = logged(tmp_path, "tool_result")
     assert results[-1]["interrupted"] is True and results[-1]["name"] == "shell_exec"

@@ -94,10 +94,13 @@ SNAPSHOT_DAMAGE: dict[str, Damage] = {
     "missing": lambda run: (run / SNAPSHOT_FILE).unlink(),
     "not a run's state": lambda run: (run / SNAPSHOT_FILE).write_text('{"seq": "x"}'),
     "wrong fields": lambda run: (run / SNAPSHOT_FILE).write_text(
-        '{"format_version": 1, "seq": 3, "state": {"run_id": "x", "bogus": 1}}'),
+        '{"format_version": 1, "seq": 3, "state": {"run_id": "x", "bogus": 1}}'
+    ),
     "torn log, no snapshot": torn_log_and_no_snapshot,
     "no snapshot, no observations": lambda run: (
-        (run / SNAPSHOT_FILE).unlink(), shutil.rmtree(run / "observations")),
+        (run / SNAPSHOT_FILE).unlink(),
+        shutil.rmtree(run / "observations"),
+    ),
 }
 
 
@@ -106,8 +109,7 @@ def test_a_damaged_snapshot_is_rebuilt_from_the_log_and_the_run_finishes(genuine
     for name, damage in SNAPSHOT_DAMAGE.items():
         roots[name] = copy_of(genuine, tmp_path, name.replace(" ", "_").replace("'", ""))
         damage(run_dir(roots[name]))
-    before = {name: read_events(run_dir(root) / EVENTS_FILE).events
-              for name, root in roots.items()}
+    before = {name: read_events(run_dir(root) / EVENTS_FILE).events for name, root in roots.items()}
 
     results = ouroboros_all([("resume", root) for root in roots.values()])
 
@@ -120,7 +122,7 @@ def test_a_damaged_snapshot_is_rebuilt_from_the_log_and_the_run_finishes(genuine
         if (root / "workspace" / "results.txt").read_text() != genuine[1]:
             failures.append(f"{name}: results.txt is {parts_recorded(root)}")
         events = read_events(run_dir(root) / EVENTS_FILE).events
-        if events[:len(before[name])] != before[name]:
+        if events[: len(before[name])] != before[name]:
             failures.append(f"{name}: the log before the resume changed")
         warnings = [e["message"] for e in of_type(events, "warning")]
         if not any("rebuilt from events.jsonl" in w for w in warnings):
@@ -137,12 +139,15 @@ def test_the_rebuilt_conversation_is_the_one_the_snapshot_held(genuine):
     saved = json.loads((run / SNAPSHOT_FILE).read_text())
     prompt = saved["state"]["messages"][0]["content"]
 
-    state, seq = rebuild_state(events, run.name, ContextConfig(), prompt,
-                               observation_reader(run))
+    state, seq = rebuild_state(events, run.name, ContextConfig(), prompt, observation_reader(run))
 
     assert to_wire(state.messages) == to_wire(saved["state"]["messages"])
     assert (state.session, state.session_turns, state.total_turns, state.restarts) == (
-        1, saved["state"]["session_turns"], saved["state"]["total_turns"], 0)
+        1,
+        saved["state"]["session_turns"],
+        saved["state"]["total_turns"],
+        0,
+    )
     assert state.context.next_observation == saved["state"]["context"]["next_observation"]
     assert seq == max(e["seq"] for e in events if e["type"] in ("assistant", "tool_result"))
 
@@ -157,15 +162,15 @@ def damage_log_middle(run: Path) -> int:
     return offset
 
 
-def test_a_log_damaged_in_the_middle_is_one_line_naming_the_file_and_the_byte(genuine,
-                                                                              tmp_path):
+def test_a_log_damaged_in_the_middle_is_one_line_naming_the_file_and_the_byte(genuine, tmp_path):
     root = copy_of(genuine, tmp_path, "damaged")
     offset = damage_log_middle(run_dir(root))
     log = run_dir(root) / EVENTS_FILE
     data = log.read_bytes()
 
-    results = ouroboros_all([(command, root)
-                             for command in ("resume", "status", "runs", "stats", "logs")])
+    results = ouroboros_all(
+        [(command, root) for command in ("resume", "status", "runs", "stats", "logs")]
+    )
 
     for result in results:
         assert "Traceback" not in result.stdout + result.stderr, result.stderr
@@ -186,8 +191,9 @@ def test_reading_a_log_names_the_byte_where_it_is_damaged(tmp_path):
     assert raised.value.message.startswith(f"{log} is damaged at byte {len(first)} (line 2 ")
 
 
-@pytest.mark.parametrize("last", [b'{"type": "assistant", "se', b"[1, 2]\n", b'{"seq": 2}\n',
-                                  b"\xff\xfe\n"])
+@pytest.mark.parametrize(
+    "last", [b'{"type": "assistant", "se', b"[1, 2]\n", b'{"seq": 2}\n', b"\xff\xfe\n"]
+)
 def test_a_bad_last_line_is_torn_not_damage(tmp_path, last):
     log = tmp_path / EVENTS_FILE
     first = b'{"type": "run_start", "seq": 1}\n'
@@ -202,27 +208,62 @@ def test_a_bad_last_line_is_torn_not_damage(tmp_path, last):
 def test_a_rebuild_after_a_restart_opens_with_the_restart_note_and_keeps_the_last_answer():
     """Session 2 of a run: its turns only, the restart marker first; a reply logged twice
     (asked again after a crash) counts once, the later one kept; a wind-down is told again."""
+
     def event(seq: int, type: str, session: int, turn: int, **fields) -> dict:
         return {"type": type, "seq": seq, "session": session, "turn": turn, **fields}
 
     call = {"id": "c1", "name": "file_read", "arguments": '{"path": "a.txt"}'}
     window = {"context_limit": 4096, "limit_source": "config", "budget": 3584}
     events = [
-        event(1, "run_start", 1, 0, run_id="r1", version="0.1.0", pid=1,
-              config={"agent": {"continue_message": "Go on."}}),
+        event(
+            1,
+            "run_start",
+            1,
+            0,
+            run_id="r1",
+            version="0.1.0",
+            pid=1,
+            config={"agent": {"continue_message": "Go on."}},
+        ),
         event(2, "session_start", 1, 0, **window, carryover_messages=0),
         event(3, "assistant", 1, 1, text="Reading.", finish_reason="tool_calls", tool_calls=[call]),
         event(4, "tool_call", 1, 1, **call),
-        event(5, "tool_result", 1, 1, id="c1", name="file_read", ok=True, bytes=2,
-              observation="obs-1", truncated=False, summary="A", duration_ms=1),
-        event(6, "session_restart", 2, 0, previous_turns=1, carryover_messages=2,
-              reason="context full"),
+        event(
+            5,
+            "tool_result",
+            1,
+            1,
+            id="c1",
+            name="file_read",
+            ok=True,
+            bytes=2,
+            observation="obs-1",
+            truncated=False,
+            summary="A",
+            duration_ms=1,
+        ),
+        event(
+            6,
+            "session_restart",
+            2,
+            0,
+            previous_turns=1,
+            carryover_messages=2,
+            reason="context full",
+        ),
         event(7, "session_start", 2, 0, **window, carryover_messages=2),
         event(8, "assistant", 2, 1, text="Thinking.", finish_reason="stop", tool_calls=[]),
         event(9, "wind_down", 2, 1, context_used_pct=91.0),
         event(10, "assistant", 2, 2, text="First try.", finish_reason="stop", tool_calls=[]),
-        event(11, "assistant", 2, 2, text="<think>hm</think>Second try.", finish_reason="stop",
-              tool_calls=[]),
+        event(
+            11,
+            "assistant",
+            2,
+            2,
+            text="<think>hm</think>Second try.",
+            finish_reason="stop",
+            tool_calls=[],
+        ),
     ]
 
     state, seq = rebuild_state(events, "r1", ContextConfig(), "Mission.", lambda obs: "A\n")
@@ -250,23 +291,36 @@ def test_a_tool_result_logged_after_the_last_snapshot_is_taken_not_run_again(tmp
     call = ToolCall("c1", "file_read", '{"path": "a.txt"}')
     log = EventLog(run / EVENTS_FILE)
     log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
-    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls",
-                          tool_calls=[asdict(call)]))
+    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls", tool_calls=[asdict(call)]))
     context = ContextManager.create(8192, "config", 1024, ContextConfig())
-    messages = [{"role": "system", "content": "Mission."},
-                {"role": "assistant", "content": "Reading.", "tool_calls": [call.to_wire()]}]
+    messages = [
+        {"role": "system", "content": "Mission."},
+        {"role": "assistant", "content": "Reading.", "tool_calls": [call.to_wire()]},
+    ]
     write_snapshot(run, log.seq, RunState("run1", messages, context, total_turns=1).to_dict())
     log.emit(ev.ToolCallEvent(**asdict(call)))
-    log.emit(ev.ToolResultEvent(id="c1", name="file_read", ok=True, bytes=10,
-                                observation="obs-1", truncated=False, summary="KEY: 1234",
-                                duration_ms=1))
+    log.emit(
+        ev.ToolResultEvent(
+            id="c1",
+            name="file_read",
+            ok=True,
+            bytes=10,
+            observation="obs-1",
+            truncated=False,
+            summary="KEY: 1234",
+            duration_ms=1,
+        )
+    )
     log.close()
 
     recovered = recover(run, ContextConfig())
 
     assert recovered.interrupted == [] and recovered.rebuilt is None
-    assert recovered.state.messages[-1] == {"role": "tool", "tool_call_id": "c1",
-                                            "content": "KEY: 1234\n"}
+    assert recovered.state.messages[-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "KEY: 1234\n",
+    }
     assert recovered.state.context.next_observation == 2
 
 
@@ -279,13 +333,15 @@ def test_a_reply_logged_after_the_last_snapshot_is_taken_not_asked_again(tmp_pat
     messages = [{"role": "system", "content": "Mission."}, {"role": "user", "content": "Go."}]
     write_snapshot(run, log.seq, RunState("run1", messages, context).to_dict())
     log.turn = 1
-    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls",
-                          tool_calls=[asdict(call)]))
+    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls", tool_calls=[asdict(call)]))
     log.close()
 
     recovered = recover(run, ContextConfig())
 
-    assert recovered.state.messages[-1] == {"role": "assistant", "content": "Reading.",
-                                            "tool_calls": [call.to_wire()]}
+    assert recovered.state.messages[-1] == {
+        "role": "assistant",
+        "content": "Reading.",
+        "tool_calls": [call.to_wire()],
+    }
     assert (recovered.state.total_turns, recovered.state.session_turns) == (1, 1)
     assert recovered.interrupted == []  # its call never started: the resume runs it

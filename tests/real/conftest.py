@@ -59,8 +59,9 @@ def smollm2() -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama_server(llama_binary: Path, smollm2: Path,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+def llama_server(
+    llama_binary: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
     """One server for the tier, with the project's chat template that takes tools."""
     log = tmp_path_factory.mktemp("llama-log") / "server.log"
     with LlamaServer(llama_binary, smollm2, TOOLS_TEMPLATE, log=log) as server:

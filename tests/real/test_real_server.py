@@ -31,32 +31,56 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(240)]
 
 MISSION = "Write short notes into files under notes/, one new file per reply."
 QUIET_AGENT = {  # a 135M model repeats itself: the guards that would pause it are off
-    "max_idle_turns": 0, "idle_pause_max_secs": 0, "stuck_repeats": 0, "stuck_cycles": 0,
-    "redo_notice_repeats": 0, "redo_pause_repeats": 0,
+    "max_idle_turns": 0,
+    "idle_pause_max_secs": 0,
+    "stuck_repeats": 0,
+    "stuck_cycles": 0,
+    "redo_notice_repeats": 0,
+    "redo_pause_repeats": 0,
 }
 
 
-def project(tmp_path: Path, server: LlamaServer, *, agent: dict[str, Any] | None = None,
-            context: dict[str, Any] | None = None, **model: Any) -> Path:
+def project(
+    tmp_path: Path,
+    server: LlamaServer,
+    *,
+    agent: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None,
+    **model: Any,
+) -> Path:
     """A project on the real server: greedy sampling, short replies."""
     return make_project(
-        tmp_path, server.base_url, prompt=MISSION,
-        model={"name": "smollm2", "temperature": 0.0, "max_output_tokens": 96,
-               "max_retry_secs": 5, **model},
-        agent={**QUIET_AGENT, **(agent or {})}, context=context or {})
+        tmp_path,
+        server.base_url,
+        prompt=MISSION,
+        model={
+            "name": "smollm2",
+            "temperature": 0.0,
+            "max_output_tokens": 96,
+            "max_retry_secs": 5,
+            **model,
+        },
+        agent={**QUIET_AGENT, **(agent or {})},
+        context=context or {},
+    )
 
 
 def figures(events: list[dict[str, Any]]) -> dict[str, Any]:
     """What docs/benchmarks.md reports of a run: turns, calls, restarts, and the harness's
     estimate of each prompt against the server's count."""
     usage = of_type(events, "token_usage")
-    errors = [abs(u["estimated"] - u["reported"]) / u["reported"] for u in usage[1:]
-              if u.get("reported") and u.get("estimated")]
-    return {"turns": len(of_type(events, "assistant")),
-            "calls": len(of_type(events, "tool_call")),
-            "restarts": len(of_type(events, "session_restart")),
-            "worst_estimate_error": round(max(errors, default=0.0), 3),
-            "over_budget": sum(1 for u in usage if (u.get("reported") or 0) > u["budget"])}
+    errors = [
+        abs(u["estimated"] - u["reported"]) / u["reported"]
+        for u in usage[1:]
+        if u.get("reported") and u.get("estimated")
+    ]
+    return {
+        "turns": len(of_type(events, "assistant")),
+        "calls": len(of_type(events, "tool_call")),
+        "restarts": len(of_type(events, "session_restart")),
+        "worst_estimate_error": round(max(errors, default=0.0), 3),
+        "over_budget": sum(1 for u in usage if (u.get("reported") or 0) > u["budget"]),
+    }
 
 
 def report(name: str, events: list[dict[str, Any]], started: float) -> dict[str, Any]:
@@ -67,9 +91,13 @@ def report(name: str, events: list[dict[str, Any]], started: float) -> dict[str,
 
 def test_a_small_file_task_through_three_restarts(tmp_path, llama_server):
     started = time.monotonic()
-    config = project(tmp_path, llama_server, context_limit=1024,
-                     agent={"max_turns": 60},
-                     context={"max_restarts": 3, "carryover_turns": 1})
+    config = project(
+        tmp_path,
+        llama_server,
+        context_limit=1024,
+        agent={"max_turns": 60},
+        context={"max_restarts": 3, "carryover_turns": 1},
+    )
     ran = ouroboros_here("run", "-c", str(config), "--headless")
     assert (tmp_path / ".ouroboros" / "runs").is_dir(), ran.stdout + ran.stderr
 
@@ -101,8 +129,11 @@ def test_a_call_cut_at_max_tokens_is_answered_and_the_run_goes_on(tmp_path, llam
     report("cut at max_tokens", events, started)
     assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr  # not the server's 500
     assert len(of_type(events, "assistant")) == 3
-    cut = [e for e in of_type(events, "assistant") if e["finish_reason"] == "length"
-           and e["tool_calls"]]
+    cut = [
+        e
+        for e in of_type(events, "assistant")
+        if e["finish_reason"] == "length" and e["tool_calls"]
+    ]
     assert cut, "the model's calls were not cut: max_output_tokens too high for the test"
     results = of_type(events, "tool_result")
     assert [r for r in results if "cut off" in r["summary"] and not r["ok"]]
@@ -112,12 +143,19 @@ def test_a_call_cut_at_max_tokens_is_answered_and_the_run_goes_on(tmp_path, llam
 def test_a_run_killed_mid_task_resumes_where_it_was(tmp_path, llama_server):
     started = time.monotonic()
     config = project(tmp_path, llama_server, agent={"max_turns": 40})
-    process = ouroboros_forked("run", "-c", str(config), "--headless",
-                               out=tmp_path / "out", err=tmp_path / "err")
+    process = ouroboros_forked(
+        "run", "-c", str(config), "--headless", out=tmp_path / "out", err=tmp_path / "err"
+    )
     try:
-        wait_for(lambda: (tmp_path / ".ouroboros" / "runs").is_dir() and len(of_type(
-            run_events(tmp_path), "tool_result")) >= 3, "three tool results", process,
-            timeout=120)
+        wait_for(
+            lambda: (
+                (tmp_path / ".ouroboros" / "runs").is_dir()
+                and len(of_type(run_events(tmp_path), "tool_result")) >= 3
+            ),
+            "three tool results",
+            process,
+            timeout=120,
+        )
     finally:
         kill(process)
     assert process.returncode == -signal.SIGKILL
@@ -129,15 +167,16 @@ def test_a_run_killed_mid_task_resumes_where_it_was(tmp_path, llama_server):
     assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr
     assert len(list(run_dir(tmp_path).parent.iterdir())) == 1  # the same run, continued
     resumed = next(i for i, e in enumerate(events) if e["type"] == "run_resumed")
-    assert events[:len(before) - 1] == before[:-1]  # the log continued, not rewritten
+    assert events[: len(before) - 1] == before[:-1]  # the log continued, not rewritten
     after = events[resumed:]
     assert len(of_type(after, "assistant")) == 3
     assert of_type(after, "tool_result") and of_type(after, "token_usage")
     assert events[-1]["type"] == "run_end" and events[-1]["reason"] == "max_turns"
 
 
-def test_a_window_too_small_for_the_prompt_and_tools_is_refused_at_the_start(tmp_path,
-                                                                           llama_server):
+def test_a_window_too_small_for_the_prompt_and_tools_is_refused_at_the_start(
+    tmp_path, llama_server
+):
     config = project(tmp_path, llama_server, context_limit=400, agent={"max_turns": 3})
     ran = ouroboros_here("run", "-c", str(config), "--headless")
 
@@ -150,8 +189,9 @@ def test_a_window_too_small_for_the_prompt_and_tools_is_refused_at_the_start(tmp
 
 
 def test_a_reply_in_a_small_window_is_asked_for_what_it_leaves(tmp_path, llama_server):
-    config = project(tmp_path, llama_server, context_limit=1024, max_output_tokens=2048,
-                     agent={"max_turns": 1})
+    config = project(
+        tmp_path, llama_server, context_limit=1024, max_output_tokens=2048, agent={"max_turns": 1}
+    )
     ran = ouroboros_here("run", "-c", str(config), "--headless")
 
     assert ran.returncode == 3, ran.stdout[-2000:] + ran.stderr
@@ -160,7 +200,8 @@ def test_a_reply_in_a_small_window_is_asked_for_what_it_leaves(tmp_path, llama_s
 
 
 def test_a_template_without_tools_is_named_at_the_start_and_after_five_replies(
-        tmp_path, toolless_server):
+    tmp_path, toolless_server
+):
     started = time.monotonic()
     assert toolless_server.props()["chat_template_caps"]["supports_tools"] is False
     config = project(tmp_path, toolless_server, max_output_tokens=32, agent={"max_turns": 5})

@@ -24,14 +24,13 @@ def probe_user() -> tuple[int, int]:
         pytest.skip("no useradd or setpriv on this machine")
     found = subprocess.run(["id", "-u", PROBE_USER], capture_output=True, text=True)
     if found.returncode != 0:
-        made = subprocess.run(["useradd", "--system", "--no-create-home", PROBE_USER],
-                              capture_output=True, text=True)
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", PROBE_USER], capture_output=True, text=True
+        )
         if made.returncode != 0:
             pytest.skip(f"useradd failed: {made.stderr.strip()}")
-    uid = int(subprocess.run(["id", "-u", PROBE_USER], capture_output=True,
-                             text=True).stdout)
-    gid = int(subprocess.run(["id", "-g", PROBE_USER], capture_output=True,
-                             text=True).stdout)
+    uid = int(subprocess.run(["id", "-u", PROBE_USER], capture_output=True, text=True).stdout)
+    gid = int(subprocess.run(["id", "-g", PROBE_USER], capture_output=True, text=True).stdout)
     return uid, gid
 
 
@@ -57,23 +56,45 @@ def probe_workspace(probe: str) -> tuple[Path, Path]:
     return shared, workspace
 
 
-def as_probe_user(code: str, *args: str, env: dict[str, str] | None = None,
-                  timeout: float = 60, python: str = sys.executable,
-                  **popen) -> subprocess.Popen[str]:
+def as_probe_user(
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    python: str = sys.executable,
+    **popen,
+) -> subprocess.Popen[str]:
     """Start `python -c code args...` as the probe user, with this checkout importable (give
     `python` one the probe user may start again itself, such as /usr/bin/python3, if the
     code starts Python)."""
     uid, gid = probe_user()
     root = str(Path(__file__).resolve().parents[2])
-    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root,
-                   "HOME": "/nonexistent", **(env or {})}
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": root,
+        "HOME": "/nonexistent",
+        **(env or {}),
+    }
     return subprocess.Popen(
-        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-         python, "-c", code, *args], env=environment, text=True, **popen)
+        [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            python,
+            "-c",
+            code,
+            *args,
+        ],
+        env=environment,
+        text=True,
+        **popen,
+    )
 
 
-def harness_as_probe_user(project: Path, *args: str, env: dict[str, str] | None = None,
-                          timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def harness_as_probe_user(
+    project: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
     """`ouroboros ARGS` run by the probe user, on a project the probe user owns; the system
     Python with this checkout and the venv's packages on the path (the venv's own
     interpreter may live where that user cannot reach)."""
@@ -84,10 +105,29 @@ def harness_as_probe_user(project: Path, *args: str, env: dict[str, str] | None 
     python = "/usr/bin/python3"
     if not os.path.exists(python):
         pytest.skip("no /usr/bin/python3 to run the harness as another user")
-    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
-                   "PYTHONPATH": f"{root}:{packages}", "XDG_CACHE_HOME": str(project / "cache"),
-                   "XDG_CONFIG_HOME": "/nonexistent-ouroboros-test", **(env or {})}
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",
+        "PYTHONPATH": f"{root}:{packages}",
+        "XDG_CACHE_HOME": str(project / "cache"),
+        "XDG_CONFIG_HOME": "/nonexistent-ouroboros-test",
+        **(env or {}),
+    }
     return subprocess.run(
-        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", python, "-m",
-         "ouroboros", *args], env=environment, cwd=str(project), capture_output=True,
-        text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            python,
+            "-m",
+            "ouroboros",
+            *args,
+        ],
+        env=environment,
+        cwd=str(project),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )

@@ -56,16 +56,16 @@ def test_headless_output_and_logs_show_escapes_but_the_log_keeps_them(
     config = make_project(tmp_path, server.base_url)
     env = clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
 
-    run = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "3",
-                         env=env)
+    run = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "3", env=env)
     logs = ouroboros_here("logs", "--config", str(config), env=env)
 
     assert run.returncode == 3, run.stderr
     assert logs.returncode == 0, logs.stderr
     for shown in (run.stdout, run.stderr, logs.stdout, logs.stderr):
         assert no_terminal_controls(shown), repr(shown)
-    assert "assistant: Hello ^[]0;PWNED-TITLE^G^[]52;c;cm0gLXJmIH4=^G^[[2J\\x9b31mthere" \
-        in run.stdout
+    assert (
+        "assistant: Hello ^[]0;PWNED-TITLE^G^[]52;c;cm0gLXJmIH4=^G^[[2J\\x9b31mthere" in run.stdout
+    )
     assert "^[]0;TOOL-TITLE^G^[]52;c;dG9vbA==^Gtool done" in run.stdout
     assert "^[]0;PWNED-TITLE^G" in logs.stdout
     events = run_events(tmp_path)
@@ -77,8 +77,12 @@ def test_watch_shows_escapes_without_sending_them(tmp_path: Path, scripted_serve
     server = scripted_server(SCRIPT)
     config = make_project(tmp_path, server.base_url)
     env = clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
-    assert ouroboros_here("run", "-c", str(config), "--headless", "--max-turns", "2",
-                          env=env).returncode == 3
+    assert (
+        ouroboros_here(
+            "run", "-c", str(config), "--headless", "--max-turns", "2", env=env
+        ).returncode
+        == 3
+    )
     state_dir = tmp_path / ".ouroboros"
     path = state_dir / "runs" / list_runs(state_dir)[-1] / EVENTS_FILE
     out = io.StringIO()

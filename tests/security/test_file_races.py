@@ -80,8 +80,12 @@ def test_a_directory_swapped_for_a_symlink_never_lets_a_call_outside(
     events: list[dict[str, Any]] = []
     reader = FileRead(workspace, max_read_bytes=MAX_READ, on_security=events.append)
     writer = FileWrite(workspace, on_security=events.append)
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(workspace), str(outside)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(workspace), str(outside)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     read_outside = read_inside = 0
     try:
         assert swapper.stdout is not None and swapper.stdout.readline() == "swapping\n"
@@ -113,10 +117,12 @@ def test_a_hard_link_to_a_file_outside_is_not_read(workspace: Path, outside: Pat
     assert "TOP SECRET" not in result.content
     assert result.content == (
         "error: linked.txt has 2 hard links, and a file with more than one may be a file "
-        "outside the workspace; file_read only reads files with one link")
+        "outside the workspace; file_read only reads files with one link"
+    )
     assert events == [{"kind": "hard_link", "tool": "file_read", "path": "linked.txt"}]
-    written = run(FileWrite(workspace, on_security=events.append), path="linked.txt",
-                  content="mine")
+    written = run(
+        FileWrite(workspace, on_security=events.append), path="linked.txt", content="mine"
+    )
     assert written.ok and (workspace / "linked.txt").read_text() == "mine"
     assert (outside / "secret.txt").read_text() == "TOP SECRET\n"  # the link was replaced
 

@@ -17,8 +17,10 @@ from tests.security.accounts import as_probe_user, probe_workspace
 
 # A tree of subshells seven deep (at most 255 of them, each with a `sleep`), its output away
 # from the pipe: the shell's output closes as soon as the shell dies, the rest still dying.
-BOMB = ("echo $$ > sh.pid; f() { if [ $1 -gt 0 ]; then f $(($1-1)) & f $(($1-1)) & fi; "
-        "sleep 60; }; f 7 > /dev/null 2>&1")
+BOMB = (
+    "echo $$ > sh.pid; f() { if [ $1 -gt 0 ]; then f $(($1-1)) & f $(($1-1)) & fi; "
+    "sleep 60; }; f 7 > /dev/null 2>&1"
+)
 PROBE = """
 import asyncio, json, sys
 from pathlib import Path
@@ -63,16 +65,24 @@ def test_a_timed_out_fork_bomb_is_reported_killed_once_its_group_is_gone(tmp_pat
     workspace = tmp_path / "ws"
     workspace.mkdir()
     root = str(Path(__file__).resolve().parents[2])
-    check_reported_once_gone(bomb(subprocess.Popen(
-        [sys.executable, "-c", PROBE, str(workspace), BOMB], stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": root})))
+    check_reported_once_gone(
+        bomb(
+            subprocess.Popen(
+                [sys.executable, "-c", PROBE, str(workspace), BOMB],
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": root},
+            )
+        )
+    )
 
 
 def test_a_timed_out_fork_bomb_of_an_unprivileged_user_is_reported_killed_once_gone():
     shared, workspace = probe_workspace("")
     try:
-        check_reported_once_gone(bomb(as_probe_user(PROBE, str(workspace), BOMB,
-                                                    stdout=subprocess.PIPE)))
+        check_reported_once_gone(
+            bomb(as_probe_user(PROBE, str(workspace), BOMB, stdout=subprocess.PIPE))
+        )
     finally:
         subprocess.run(["rm", "-rf", str(shared)])
 
@@ -90,8 +100,11 @@ def test_a_group_that_cannot_be_killed_is_reported_with_what_is_left():
 
 
 def test_the_status_line_says_what_was_left_of_a_killed_group():
-    assert status_line(Outcome(None, timed_out=True), 5) == \
-        "[timed out after 5s; process group killed]"
+    assert (
+        status_line(Outcome(None, timed_out=True), 5)
+        == "[timed out after 5s; process group killed]"
+    )
     assert status_line(Outcome(None, timed_out=True, left=3), 5) == (
         f"[timed out after 5s; process group sent SIGKILL, but 3 of its processes were still "
-        f"there {KILL_WAIT_SECS:g}s later]")
+        f"there {KILL_WAIT_SECS:g}s later]"
+    )

@@ -22,8 +22,9 @@ from tests.ui_sample import RUN_ID, write_sample_run
 
 
 def invoke(*args: str):
-    env: dict[str, str | None] = {name: None for name in os.environ
-                                  if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"}
+    env: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("OUROBOROS_") or name == "OLLAMA_HOST"
+    }
     env.update(COLUMNS="120", XDG_CONFIG_HOME="/nonexistent-ouroboros-test")
     return CliRunner().invoke(app, list(args), env=env)
 
@@ -51,11 +52,13 @@ print(",".join(seen) or "none", flush=True)
 def unrelated(project: Path) -> Iterator[subprocess.Popen[str]]:
     """A live process that is not a harness, named by the dead harness's lock file (its pid
     reused), which no process holds; it notes every SIGHUP it gets."""
-    bystander = subprocess.Popen([sys.executable, "-c", BYSTANDER], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", BYSTANDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert bystander.stdout is not None and bystander.stdout.readline() == "ready\n"
-    (project.parent / ".ouroboros" / LOCK_FILE).write_text(json.dumps(
-        {"pid": bystander.pid, "host": socket.gethostname(), "run_id": RUN_ID}))
+    (project.parent / ".ouroboros" / LOCK_FILE).write_text(
+        json.dumps({"pid": bystander.pid, "host": socket.gethostname(), "run_id": RUN_ID})
+    )
     yield bystander
     bystander.kill()
     bystander.wait()
@@ -87,8 +90,10 @@ def test_reload_does_not_signal_a_process_that_does_not_hold_the_lock(
     result = invoke("reload", "-c", str(project))
 
     assert result.exit_code == 2
-    assert result.stderr == (f"error: no run is going on in {project.parent / '.ouroboros'}; a "
-                             "new value is read when a run starts or resumes\n")
+    assert result.stderr == (
+        f"error: no run is going on in {project.parent / '.ouroboros'}; a "
+        "new value is read when a run starts or resumes\n"
+    )
     assert signals_seen(unrelated) == "none"
 
 
@@ -104,10 +109,12 @@ def test_tell_does_not_say_it_reached_a_dead_harness(
 
 def test_a_heartbeat_from_the_future_is_not_a_fresh_one(project: Path) -> None:
     state_dir = project.parent / ".ouroboros"
-    (state_dir / "heartbeat").write_text(json.dumps(
-        {"pid": os.getpid(), "run_id": RUN_ID, "beat": "2999-01-01T00:00:00.000Z"}))
-    held = hold_state_lock(state_dir, {"pid": os.getpid(), "host": socket.gethostname(),
-                                       "run_id": RUN_ID})
+    (state_dir / "heartbeat").write_text(
+        json.dumps({"pid": os.getpid(), "run_id": RUN_ID, "beat": "2999-01-01T00:00:00.000Z"})
+    )
+    held = hold_state_lock(
+        state_dir, {"pid": os.getpid(), "host": socket.gethostname(), "run_id": RUN_ID}
+    )
     try:
         probed = invoke("status", "--json", "--stale-after", "60", "-c", str(project))
     finally:

@@ -51,8 +51,9 @@ def test_racing_takeovers_of_a_dead_holders_lock_have_exactly_one_winner(
     dirs: tuple[Path, Path], cache_env: dict[str, str]
 ) -> None:
     workspace, state_dir = dirs
-    stale = ('{"pid": %d, "host": "%s", "run_id": "dead"}'
-             % (dead_pid(), os.uname().nodename)).encode()
+    stale = (
+        '{"pid": %d, "host": "%s", "run_id": "dead"}' % (dead_pid(), os.uname().nodename)
+    ).encode()
     lock_files = [workspace_lock_path(workspace, cache_env), state_dir / LOCK_FILE]
     start = threading.Barrier(RACERS + 1, timeout=10)
     done = threading.Barrier(RACERS + 1, timeout=10)
@@ -97,13 +98,16 @@ def test_two_projects_on_one_workspace_cannot_run_at_once(
     server = scripted_server(agent)
     config, _ = demo_project(tmp_path / "first", server.base_url, 3, max_turns=20)
     shared = tmp_path / "first" / "workspace"
-    other = make_project(tmp_path / "second", server.base_url,
-                         agent={"workspace": str(shared)})
+    other = make_project(tmp_path / "second", server.base_url, agent={"workspace": str(shared)})
     env = clean_env(**cache_env)
     with (tmp_path / "first.out").open("w") as out:
-        first = subprocess.Popen([sys.executable, "-m", "ouroboros", "run", "--config",
-                                  str(config), "--headless"], env=env, stdout=out,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", "run", "--config", str(config), "--headless"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         wait_for(agent.request_held.is_set, "the first run to be working", first)
         second = ouroboros("run", "--config", str(other), "--headless", env=env)
@@ -115,7 +119,8 @@ def test_two_projects_on_one_workspace_cannot_run_at_once(
         f"error: another Ouroboros (pid {first.pid} on {os.uname().nodename}, run "
         f"{list_runs(tmp_path / 'first' / '.ouroboros')[0]}, state dir "
         f"{(tmp_path / 'first' / '.ouroboros').resolve()}) is using the workspace "
-        f"{shared.resolve()}; stop it first"]
+        f"{shared.resolve()}; stop it first"
+    ]
     assert list_runs(tmp_path / "second" / ".ouroboros") == []
 
 
@@ -132,8 +137,11 @@ time.sleep(60)
 
 def hold(state_dir: Path, workspace: Path, cache: Path) -> subprocess.Popen[str]:
     """A process holding the workspace's lock (reached by `workspace`) until killed."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir), str(workspace),
-                               str(cache)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(state_dir), str(workspace), str(cache)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     return holder
 
@@ -182,8 +190,12 @@ def test_a_symlink_and_another_cache_dir_meet_the_same_lock(tmp_path: Path) -> N
     holder = hold(tmp_path / "state", workspace, tmp_path / "cache-one")
     try:
         with pytest.raises(RunLockedError, match="is using the workspace"):
-            WorkspaceLock.acquire(tmp_path / "state-two", tmp_path / "alias", "second",
-                                  env={"XDG_CACHE_HOME": str(tmp_path / "cache-two")})
+            WorkspaceLock.acquire(
+                tmp_path / "state-two",
+                tmp_path / "alias",
+                "second",
+                env={"XDG_CACHE_HOME": str(tmp_path / "cache-two")},
+            )
     finally:
         stop(holder)
 
@@ -192,15 +204,20 @@ def test_a_bind_mount_of_the_workspace_meets_the_same_lock(tmp_path: Path) -> No
     workspace, mounted = tmp_path / "ws", tmp_path / "mounted"
     workspace.mkdir()
     mounted.mkdir()
-    bound = subprocess.run(["mount", "--bind", str(workspace), str(mounted)],
-                           capture_output=True, text=True)
+    bound = subprocess.run(
+        ["mount", "--bind", str(workspace), str(mounted)], capture_output=True, text=True
+    )
     if bound.returncode != 0:
         pytest.skip(f"cannot bind-mount here: {bound.stderr.strip()}")
     holder = hold(tmp_path / "state", workspace, tmp_path / "cache-one")
     try:
         with pytest.raises(RunLockedError, match="is using the workspace"):
-            WorkspaceLock.acquire(tmp_path / "state-two", mounted, "second",
-                                  env={"XDG_CACHE_HOME": str(tmp_path / "cache-two")})
+            WorkspaceLock.acquire(
+                tmp_path / "state-two",
+                mounted,
+                "second",
+                env={"XDG_CACHE_HOME": str(tmp_path / "cache-two")},
+            )
     finally:
         stop(holder)
         subprocess.run(["umount", str(mounted)], check=True)
@@ -228,8 +245,13 @@ def test_another_user_meets_the_same_lock(tmp_path: Path) -> None:
     workspace.chmod(0o777)
     holder = hold(tmp_path / "state", workspace, tmp_path / "cache")
     try:
-        probe = as_probe_user(TRY_LOCK, str(shared / "probe-state"), str(workspace),
-                              str(shared / "probe-cache"), stdout=subprocess.PIPE)
+        probe = as_probe_user(
+            TRY_LOCK,
+            str(shared / "probe-state"),
+            str(workspace),
+            str(shared / "probe-cache"),
+            stdout=subprocess.PIPE,
+        )
         out, _ = probe.communicate(timeout=60)
     finally:
         stop(holder)
@@ -244,15 +266,18 @@ def test_a_dead_holder_on_another_host_is_taken_over_saying_what_is_known(
     workspace, state_dir = dirs
     (state_dir / LOCK_FILE).write_text(
         '{"pid": 4242, "host": "node-7", "run_id": "20250101-000000-gone", '
-        '"since": "2025-01-01T00:00:00Z"}')
+        '"since": "2025-01-01T00:00:00Z"}'
+    )
     lock = WorkspaceLock.acquire(state_dir, workspace, "here", env=cache_env)
     try:
         note = lock.takeover_note()
     finally:
         lock.release()
-    assert note == ("took over a stale lock left by pid 4242 (on node-7, run "
-                    "20250101-000000-gone, holding it since 2025-01-01T00:00:00Z): that "
-                    "process no longer holds the kernel lock, so it is gone")
+    assert note == (
+        "took over a stale lock left by pid 4242 (on node-7, run "
+        "20250101-000000-gone, holding it since 2025-01-01T00:00:00Z): that "
+        "process no longer holds the kernel lock, so it is gone"
+    )
 
 
 MOUNTINFO = """\
@@ -264,9 +289,17 @@ MOUNTINFO = """\
 """
 
 
-@pytest.mark.parametrize(("path", "spans"), [
-    ("/home/me/ws", True), ("/srv/share/ws", True), ("/srv/lonely/ws", False),
-    ("/mnt/smb/ws", False), ("/mnt/ssh/ws", False), ("/srv/shared", True)])
+@pytest.mark.parametrize(
+    ("path", "spans"),
+    [
+        ("/home/me/ws", True),
+        ("/srv/share/ws", True),
+        ("/srv/lonely/ws", False),
+        ("/mnt/smb/ws", False),
+        ("/mnt/ssh/ws", False),
+        ("/srv/shared", True),
+    ],
+)
 def test_only_filesystems_sharing_flocks_between_hosts_take_over_another_hosts_lock(
     path: str, spans: bool
 ) -> None:

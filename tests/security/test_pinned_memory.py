@@ -73,7 +73,7 @@ def test_a_device_is_refused(rooms: tuple[Path, Path]) -> None:
 
 
 def test_a_name_swapped_between_a_file_and_a_link_never_pins_the_secret(
-    rooms: tuple[Path, Path]
+    rooms: tuple[Path, Path],
 ) -> None:
     workspace, secret = rooms
     notes, stop = workspace / "NOTES.md", threading.Event()

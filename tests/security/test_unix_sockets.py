@@ -60,9 +60,11 @@ def outside(tmp_path: Path) -> Iterator[list[tuple[Path, socket.socket]]]:
     where services keep theirs (/srv, /var/lib, /dev/shm)."""
     shared = shared_dir()
     tag = f"ouroboros-test-{os.getpid()}.sock"
-    paths = [Path(f"/run/{tag}"), shared / "agent.sock",
-             *(Path(place) / tag for place in ("/srv", "/var/lib", "/dev/shm")
-               if Path(place).is_dir())]
+    paths = [
+        Path(f"/run/{tag}"),
+        shared / "agent.sock",
+        *(Path(place) / tag for place in ("/srv", "/var/lib", "/dev/shm") if Path(place).is_dir()),
+    ]
     servers = []
     try:
         for path in paths:
@@ -79,8 +81,15 @@ def outside(tmp_path: Path) -> Iterator[list[tuple[Path, socket.socket]]]:
 
 
 def shell(sandbox: Sandbox, workspace: Path, command: str) -> str:
-    tool = ShellExec(workspace, timeout_secs=20, max_output_bytes=10_000, blocked_patterns=[],
-                     secret_env_names=[], on_security=lambda e: None, sandbox=sandbox)
+    tool = ShellExec(
+        workspace,
+        timeout_secs=20,
+        max_output_bytes=10_000,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=lambda e: None,
+        sandbox=sandbox,
+    )
     return asyncio.run(tool.run({"command": command})).content
 
 
@@ -97,8 +106,9 @@ def test_a_root_harness_commands_reach_no_unix_socket_outside_the_workspace(
     sandbox = Sandbox.prepare("auto", workspace=workspace, network=network)
     try:
         paths = " ".join(str(p) for p, _ in outside)
-        seen = shell(sandbox, workspace, f"{sys.executable} probe.py {paths} ../beside.sock "
-                                         "own.sock")
+        seen = shell(
+            sandbox, workspace, f"{sys.executable} probe.py {paths} ../beside.sock own.sock"
+        )
     finally:
         sandbox.close()
         inside.close()
@@ -134,13 +144,19 @@ print(json.dumps(out))
 
 @needs_landlock
 def test_an_unprivileged_harness_commands_reach_no_unix_socket_outside_the_workspace(
-    outside
+    outside,
 ) -> None:
     shared, workspace = probe_workspace(PROBE)
     neighbour = listening(shared / "neighbour.sock")  # beside the workspace, under /tmp
     try:
-        probe = as_probe_user(AS_USER, str(workspace), *(str(p) for p, _ in outside),
-                              "../neighbour.sock", stdout=subprocess.PIPE, cwd=str(shared))
+        probe = as_probe_user(
+            AS_USER,
+            str(workspace),
+            *(str(p) for p, _ in outside),
+            "../neighbour.sock",
+            stdout=subprocess.PIPE,
+            cwd=str(shared),
+        )
         out, _ = probe.communicate(timeout=120)
     finally:
         neighbour.close()
@@ -165,16 +181,20 @@ sandbox.close()
 
 @needs_landlock
 def test_an_unreadable_directory_on_path_is_skipped_and_named_not_the_sandbox(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     probe_user()
     hidden = tmp_path / "bin"  # pytest's tmp dir is root's alone
     hidden.mkdir()
     shared = shared_dir()
     try:
-        probe = as_probe_user(UNREADABLE_PATH, str(shared), stdout=subprocess.PIPE,
-                              cwd=str(shared),
-                              env={"PATH": f"{hidden}:/usr/local/bin:/usr/bin:/bin"})
+        probe = as_probe_user(
+            UNREADABLE_PATH,
+            str(shared),
+            stdout=subprocess.PIPE,
+            cwd=str(shared),
+            env={"PATH": f"{hidden}:/usr/local/bin:/usr/bin:/bin"},
+        )
         out, _ = probe.communicate(timeout=60)
     finally:
         subprocess.run(["rm", "-rf", str(shared)])
@@ -201,8 +221,10 @@ def test_an_unprivileged_harness_with_roots_path_keeps_its_sandbox_against_each_
     from tests.security.accounts import harness_as_probe_user
 
     socket_path = outside[0][0]
-    replies = [Reply(name, [("shell_exec", {"command": command.format(socket=socket_path)})])
-               for name, command in USER_ATTACKS]
+    replies = [
+        Reply(name, [("shell_exec", {"command": command.format(socket=socket_path)})])
+        for name, command in USER_ATTACKS
+    ]
     server = scripted_server([*replies, Reply("done")])
     project = shared_dir() / "project"
     try:
@@ -210,8 +232,15 @@ def test_an_unprivileged_harness_with_roots_path_keeps_its_sandbox_against_each_
         (project / "workspace" / "probe.py").write_text(PROBE)
         path = os.environ.get("PATH", "") + ":/root/bin"  # root's PATH: some of it unreadable
         result = harness_as_probe_user(
-            project, "run", "--config", str(config), "--headless", "--max-turns",
-            str(len(USER_ATTACKS) + 1), env={"PATH": path, "TEST_API_KEY": "sk-test-0123456789"})
+            project,
+            "run",
+            "--config",
+            str(config),
+            "--headless",
+            "--max-turns",
+            str(len(USER_ATTACKS) + 1),
+            env={"PATH": path, "TEST_API_KEY": "sk-test-0123456789"},
+        )
     finally:
         subprocess.run(["rm", "-rf", str(project.parent)])
     assert result.returncode == 3, result.stderr  # paused at its max_turns
@@ -229,8 +258,10 @@ def test_an_unprivileged_harness_with_roots_path_keeps_its_sandbox_against_each_
 def test_a_home_inside_a_hidden_directory_is_hidden_with_it() -> None:
     from ouroboros.sandbox.mounts import plan
 
-    steps = plan([Path("/run"), Path("/tmp"), Path("/tmp/ci/home")],
-                 keep=[Path("/tmp/ci/home/ws"), Path("/usr")])
+    steps = plan(
+        [Path("/run"), Path("/tmp"), Path("/tmp/ci/home")],
+        keep=[Path("/tmp/ci/home/ws"), Path("/usr")],
+    )
     assert steps == [(Path("/run"), []), (Path("/tmp"), [Path("/tmp/ci/home/ws")])]
 
 
@@ -262,9 +293,14 @@ print(json.dumps({
 
 @pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this machine")
 def test_the_seccomp_filter_refuses_unix_sockets_and_its_bypasses() -> None:
-    child = subprocess.run([sys.executable, "-c", BYPASSES], capture_output=True, text=True,
-                           timeout=60)
+    child = subprocess.run(
+        [sys.executable, "-c", BYPASSES], capture_output=True, text=True, timeout=60
+    )
     assert child.returncode == 0, child.stderr
     assert json.loads(child.stdout) == {
-        "unix": errno.EACCES, "io_uring_setup": errno.ENOSYS, "x32 socket": errno.ENOSYS,
-        "socketpair": 2, "inet": True}
+        "unix": errno.EACCES,
+        "io_uring_setup": errno.ENOSYS,
+        "x32 socket": errno.ENOSYS,
+        "socketpair": 2,
+        "inet": True,
+    }

@@ -41,10 +41,24 @@ TOOLS_ORDER: tuple[ServerFamily, ...] = (LLAMA_CPP, OLLAMA, VLLM, GENERIC)
 ServerKind = str
 """The `name` of a family in FAMILIES: "ollama", "llama.cpp", "vllm" or "other"."""
 
-__all__ = ["FAMILIES", "Endpoint", "ServerFamily", "ServerKind", "Situation", "Told",
-           "bigger_window", "family_named", "hint", "kind_from_answers", "kind_from_url",
-           "same_model", "takes_tools",
-           "tokenize_endpoints", "window", "window_at_start"]
+__all__ = [
+    "FAMILIES",
+    "Endpoint",
+    "ServerFamily",
+    "ServerKind",
+    "Situation",
+    "Told",
+    "bigger_window",
+    "family_named",
+    "hint",
+    "kind_from_answers",
+    "kind_from_url",
+    "same_model",
+    "takes_tools",
+    "tokenize_endpoints",
+    "window",
+    "window_at_start",
+]
 
 
 def family_named(kind: ServerKind) -> ServerFamily:
@@ -73,7 +87,7 @@ def kind_from_answers(version: Any, props: Any, models: Any) -> ServerKind | Non
 def hint(kind: ServerKind, situation: Situation, model: str = "<model>") -> str:
     """What to do about a failure, in the words of the server it happened on.
 
-        hint("ollama", "model_not_found", "llama3.2")  # "run `ollama pull llama3.2` or ..."
+    hint("ollama", "model_not_found", "llama3.2")  # "run `ollama pull llama3.2` or ..."
     """
     return family_named(kind).hint(situation, model)
 
@@ -84,8 +98,11 @@ def bigger_window(tokens: int) -> str:
 
         bigger_window(8192)  # "Ollama: `OLLAMA_CONTEXT_LENGTH=8192 ollama serve`, ...; vLLM: ..."
     """
-    return "; ".join(f"{family.title}: {family.bigger_window(tokens)}"
-                     for family in FAMILIES if family is not GENERIC)
+    return "; ".join(
+        f"{family.title}: {family.bigger_window(tokens)}"
+        for family in FAMILIES
+        if family is not GENERIC
+    )
 
 
 def tokenize_endpoints() -> tuple[Endpoint, ...]:

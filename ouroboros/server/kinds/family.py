@@ -31,9 +31,9 @@ class Endpoint:
 class ServerFamily(Protocol):
     """One family of model servers (Ollama, llama.cpp, vLLM, any other OpenAI-compatible one).
 
-        family = OLLAMA
-        await family.window(http, "llama3.2")       # (8192, "allocated by Ollama (/api/ps)")
-        family.bigger_window(32768)  # "`OLLAMA_CONTEXT_LENGTH=32768 ollama serve` ..."
+    family = OLLAMA
+    await family.window(http, "llama3.2")       # (8192, "allocated by Ollama (/api/ps)")
+    family.bigger_window(32768)  # "`OLLAMA_CONTEXT_LENGTH=32768 ollama serve` ..."
     """
 
     name: str
@@ -102,8 +102,10 @@ class BaseFamily:
     def hint(self, situation: Situation, model: str) -> str:
         elsewhere = "set model.base_url to point elsewhere"
         if situation == "unreachable":
-            return ("is the model server running there (`ollama serve`, `llama-server` or "
-                    f"`vllm serve`)? ({elsewhere})")
+            return (
+                "is the model server running there (`ollama serve`, `llama-server` or "
+                f"`vllm serve`)? ({elsewhere})"
+            )
         if situation == "model_not_found":
             return "set model.name to one of them"
         return "choose a model with tool support, e.g. qwen3, qwen2.5 or llama3.1"
@@ -116,13 +118,15 @@ IDENTIFYING_PATHS = ("/api/version", "/props", "/v1/models")
 """What a server is asked to tell which family it is, in this order."""
 
 
-async def get_json(http: httpx.AsyncClient, method: str, path: str, body: Any = None
-                   ) -> dict[str, Any] | None:
+async def get_json(
+    http: httpx.AsyncClient, method: str, path: str, body: Any = None
+) -> dict[str, Any] | None:
     """The JSON object at `path`, or None for any failure (an answer not whole within
     WHOLE_ANSWER_SECS too: the read timeout alone never ends one dripped byte by byte)."""
     try:
         response = await asyncio.wait_for(
-            http.request(method, path, json=body, timeout=WHOLE_ANSWER_SECS), WHOLE_ANSWER_SECS)
+            http.request(method, path, json=body, timeout=WHOLE_ANSWER_SECS), WHOLE_ANSWER_SECS
+        )
         response.raise_for_status()
         parsed = response.json()
     except (httpx.HTTPError, ValueError, TimeoutError):

@@ -42,8 +42,11 @@ class LlamaCpp(BaseFamily):
     tokenizers = (LLAMA_CPP_PYTHON_TOKENIZE, LLAMA_CPP_TOKENIZE)
 
     def identifies(self, path: str, body: Any) -> bool:
-        return path == "/props" and isinstance(body, dict) and (
-            "default_generation_settings" in body or "n_ctx" in body)
+        return (
+            path == "/props"
+            and isinstance(body, dict)
+            and ("default_generation_settings" in body or "n_ctx" in body)
+        )
 
     async def window(self, http: httpx.AsyncClient, model: str) -> Told | None:
         props = await get_json(http, "GET", "/props")
@@ -59,10 +62,13 @@ class LlamaCpp(BaseFamily):
         if situation == "unreachable":
             return f"is `llama-server -m <file.gguf>` running there? ({elsewhere})"
         if situation == "model_not_found":
-            return ("set model.name to one of them (llama-server serves the model it was "
-                    "started with)")
-        return ("start `llama-server --jinja` so it uses the model's tool-calling template, "
-                "or choose a model with tool support")
+            return (
+                "set model.name to one of them (llama-server serves the model it was started with)"
+            )
+        return (
+            "start `llama-server --jinja` so it uses the model's tool-calling template, "
+            "or choose a model with tool support"
+        )
 
     def bigger_window(self, tokens: int) -> str:
         return f"`-c {tokens}`"

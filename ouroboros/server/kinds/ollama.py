@@ -69,16 +69,22 @@ class Ollama(BaseFamily):
 
     def hint(self, situation: Situation, model: str) -> str:
         if situation == "unreachable":
-            return ("is `ollama serve` running there? (set model.base_url or OLLAMA_HOST to "
-                    "point elsewhere)")
+            return (
+                "is `ollama serve` running there? (set model.base_url or OLLAMA_HOST to "
+                "point elsewhere)"
+            )
         if situation == "model_not_found":
             return f"run `ollama pull {model}` or set model.name to one of them"
-        return ("choose a model with tool support, e.g. qwen3, qwen2.5 or llama3.1 "
-                "(`ollama show <name>` lists capabilities)")
+        return (
+            "choose a model with tool support, e.g. qwen3, qwen2.5 or llama3.1 "
+            "(`ollama show <name>` lists capabilities)"
+        )
 
     def bigger_window(self, tokens: int) -> str:
-        return (f"`OLLAMA_CONTEXT_LENGTH={tokens} ollama serve`, or `PARAMETER num_ctx "
-                f"{tokens}` in a Modelfile")
+        return (
+            f"`OLLAMA_CONTEXT_LENGTH={tokens} ollama serve`, or `PARAMETER num_ctx "
+            f"{tokens}` in a Modelfile"
+        )
 
 
 def context_from_ps(body: dict[str, Any], model: str) -> int | None:
@@ -198,17 +204,18 @@ async def create(http: httpx.AsyncClient, body: dict[str, Any]) -> None:
     lines: deque[str] = deque(maxlen=CREATE_LINES_KEPT)
     try:
         async with asyncio.timeout(CREATE_SECS):
-            async with http.stream("POST", "/api/create", json=body,
-                                   timeout=CREATE_SECS) as response:
+            async with http.stream(
+                "POST", "/api/create", json=body, timeout=CREATE_SECS
+            ) as response:
                 if not response.is_success:
                     said, _ = error_details((await response.aread()).decode(errors="replace"))
-                    raise WindowNotMade(f"POST /api/create answered {response.status_code}"
-                                        f" ({said})")
+                    raise WindowNotMade(
+                        f"POST /api/create answered {response.status_code} ({said})"
+                    )
                 async for line in response.aiter_lines():
                     lines.append(line)
     except (httpx.HTTPError, TimeoutError) as error:
-        raise WindowNotMade(f"POST /api/create failed ({error or type(error).__name__})"
-                            ) from None
+        raise WindowNotMade(f"POST /api/create failed ({error or type(error).__name__})") from None
     if (failure := create_failure(list(lines))) is not None:
         raise WindowNotMade(f"POST /api/create said: {failure}")
 

@@ -35,7 +35,8 @@ class Vllm(BaseFamily):
     def identifies(self, path: str, body: Any) -> bool:
         entries = body.get("data") if path == "/v1/models" and isinstance(body, dict) else None
         return isinstance(entries, list) and any(
-            isinstance(entry, dict) and "max_model_len" in entry for entry in entries)
+            isinstance(entry, dict) and "max_model_len" in entry for entry in entries
+        )
 
     async def window(self, http: httpx.AsyncClient, model: str) -> Told | None:
         models = await get_json(http, "GET", "/v1/models")
@@ -48,8 +49,10 @@ class Vllm(BaseFamily):
             return f"is `vllm serve {model}` running there? ({elsewhere})"
         if situation == "model_not_found":
             return f"set model.name to one of them, or start `vllm serve {model}`"
-        return ("start `vllm serve --enable-auto-tool-choice --tool-call-parser <parser>`, "
-                "or choose a model with tool support")
+        return (
+            "start `vllm serve --enable-auto-tool-choice --tool-call-parser <parser>`, "
+            "or choose a model with tool support"
+        )
 
     def bigger_window(self, tokens: int) -> str:
         return "`--max-model-len %d`" % tokens  # whole, as the message check reads it
