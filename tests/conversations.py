@@ -45,3 +45,15 @@ def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict
         )
         messages.append(tool(call_id, cm.admit(obs, content)))
     return messages
+
+
+def worked(cm: ContextManager, messages: list[dict]) -> list[dict]:
+    """`messages` with a command that succeeded before their turns: a session at work."""
+    result = ToolResult("[exit code 0]", meta={"command": "true", "exit_code": 0})
+    obs = conv.describe("shell_exec", {"command": "true"}, result, cm.new_observation_id(), "w0")
+    return [
+        *messages[:2],
+        assistant("w0"),
+        tool("w0", cm.admit(obs, "[exit code 0]")),
+        *messages[2:],
+    ]

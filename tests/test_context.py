@@ -21,7 +21,7 @@ from ouroboros.window.policy import (
     brief_tools,
     decide,
 )
-from tests.conversations import assistant, conversation, manager, tool
+from tests.conversations import assistant, conversation, manager, tool, worked
 
 # --- zones ----------------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def test_soft_zone_with_nothing_left_to_mask_continues():
 
 def test_hard_threshold_winds_down_first_then_restarts():
     cm = manager(keep_recent_observations=3)
-    messages = conversation(cm, 3)
+    messages = worked(cm, conversation(cm, 3))
     assert cm.evaluate(9_500, messages) == WindDown()  # masking all three would not do
     decision = cm.evaluate(9_600, messages)
     assert isinstance(decision, Restart)
@@ -89,7 +89,7 @@ def test_a_session_that_masking_cannot_take_far_below_the_hard_threshold_winds_d
     thresholds, so it would mask again every turn, creeping up until old turns were
     dropped from under the agent. It winds down and restarts instead."""
     cm = manager(mask_batch_size=3, keep_recent_observations=2)
-    messages = conversation(cm, 6, size=400)  # ~6% of the budget could be freed
+    messages = worked(cm, conversation(cm, 6, size=400))  # ~6% of the budget could be freed
     assert cm.evaluate(9_500, messages) == WindDown()
     assert isinstance(cm.evaluate(9_500, messages), Restart)
     # Below the hard threshold, with enough to mask, one round takes it to the low-water mark.
@@ -121,7 +121,7 @@ def test_a_full_session_winds_down_even_when_recent_results_could_be_masked():
 
 def test_dropping_below_hard_after_wind_down_rearms_it():
     cm = manager(keep_recent_observations=3)
-    messages = conversation(cm, 3)
+    messages = worked(cm, conversation(cm, 3))
     assert cm.evaluate(9_500, messages) == WindDown()
     assert cm.evaluate(5_000, messages) == Continue()
     assert cm.evaluate(9_500, messages) == WindDown()
@@ -129,7 +129,7 @@ def test_dropping_below_hard_after_wind_down_rearms_it():
 
 def test_hovering_about_the_hard_threshold_restarts_instead_of_winding_down_again():
     cm = manager(keep_recent_observations=3)
-    messages = conversation(cm, 3)
+    messages = worked(cm, conversation(cm, 3))
     assert cm.evaluate(9_500, messages) == WindDown()
     assert cm.evaluate(8_800, messages) == Continue()  # the save turn dipped under hard
     assert isinstance(cm.evaluate(9_500, messages), Restart)
@@ -541,3 +541,26 @@ def test_a_session_sends_the_short_tools_in_a_small_window_and_relearns_the_base
     small.base_tokens = 900  # learned from counts of prompts with the full tools
     assert small.session_tools(system, full, brief) is brief and small.brief
     assert small.base_tokens is None
+
+
+def test_a_session_that_has_done_no_work_acts_on_what_it_just_read_first():
+    """A 2,048 window: the fixed part takes half the budget, the first part read takes the
+    session past the hard threshold. Winding down there made the agent save before recording
+    the part, every session, and no session got further (1/40 in 650 requests)."""
+    policy = ContextConfig(keep_recent_observations=2)
+    idle = decide(policy, 0.97, [("c1", 0.3)], False, unacted=1, maskable=0.0, idle=True)
+    assert idle == (Continue(), False)
+    working = decide(policy, 0.97, [("c1", 0.3)], False, unacted=1, maskable=0.0)
+    assert working == (WindDown(), True)
+    over = decide(policy, 1.02, [("c1", 0.3)], False, unacted=1, maskable=0.0, idle=True)
+    assert over == (WindDown(), True)  # a prompt that does not fit gets no such turn
+
+
+def test_work_is_a_write_or_a_command_that_succeeded_since_the_restart():
+    cm = manager()
+    reads = conversation(cm, 3)
+    assert not conv.worked_this_session(reads, cm.observations)
+    at_work = worked(cm, reads)
+    assert conv.worked_this_session(at_work, cm.observations)
+    restarted = [*at_work, conv.note("restart", "a new session")]
+    assert not conv.worked_this_session(restarted, cm.observations)

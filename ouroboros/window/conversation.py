@@ -246,6 +246,30 @@ def unsaved_work(messages: Sequence[Message], observations: dict[str, Observatio
     return False
 
 
+# How far back worked_this_session looks: a session further along than this is at work.
+YOUNG_SESSION_MESSAGES = 40
+
+
+def worked_this_session(messages: Sequence[Message], observations: dict[str, Observation]) -> bool:
+    """Whether the agent did work this session (since the restart note, or the start): a
+    write of a file, or a command that succeeded; reading is not work. A session longer than
+    YOUNG_SESSION_MESSAGES counts as at work (a turn reads no more than that)."""
+    for message in list(messages[-YOUNG_SESSION_MESSAGES:])[::-1]:
+        if message.get(NOTE_KEY) == "restart":
+            return False
+        obs = (
+            observations.get(message.get("tool_call_id", "")) if message["role"] == "tool" else None
+        )
+        if obs is None or obs.tool in READING_TOOLS:
+            continue
+        content = str(message.get("content") or "")
+        if obs.tool in WRITING_TOOLS and not content.startswith(("error", "[interrupted")):
+            return True
+        if obs.exit_code == 0:
+            return True
+    return len(messages) > YOUNG_SESSION_MESSAGES
+
+
 # Masking is worth it only for a result at least this many times its placeholder's size: a
 # short result (a progress file, a one-line answer) is what the agent goes on, and hiding it
 # frees next to nothing.

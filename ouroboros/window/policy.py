@@ -44,6 +44,7 @@ from ouroboros.window.conversation import (
     save_results,
     unacted_turns,
     unsaved_work,
+    worked_this_session,
     worth_masking,
 )
 
@@ -107,6 +108,7 @@ def decide(
     pending: float = 0.0,
     maskable: float | None = None,
     unsaved: bool = False,
+    idle: bool = False,
 ) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first: id and the share of the budget masking it would free), and
@@ -130,7 +132,11 @@ def decide(
       up until old turns are dropped from under the agent;
     - but the save is the last thing before a restart: when the agent did work since its
       save and was not asked again since (`unsaved`: conversation.unsaved_work), it is told
-      to wind down once more, and the restart waits for the turn after.
+      to wind down once more, and the restart waits for the turn after;
+    - and a session with no work done yet (`idle`: conversation.worked_this_session) gets
+      its turn to act on what it just received while the prompt fits: in a small window a
+      wind-down there made the agent save before recording its first part, every session,
+      and no session ever got further.
     """
     if used < policy.soft_threshold_pct:
         return Continue(), False
@@ -155,6 +161,8 @@ def decide(
             and used < 1
         ):
             return Continue(), wound_down
+    if idle and unacted and used < 1 and not wound_down:
+        return Continue(), False
     if wound_down and not unsaved:
         return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
     return WindDown(), True
@@ -529,6 +537,7 @@ class ContextManager:
             pending,
             maskable,
             unsaved,
+            idle=not worked_this_session(messages, self.observations),
         )
         return decision
 
