@@ -58,7 +58,7 @@ from ouroboros.store.segments import (
     segment_records,
 )
 from ouroboros.store.shapes import check_snapshot, why_not
-from ouroboros.store.summary import RunSummary, envelope
+from ouroboros.store.summary import RunSummary, envelope, envelope_of
 
 # The snapshot alone is no longer the latest state (the checkpoints after it are part of it),
 # so an Ouroboros that would resume from it alone is told to upgrade; 3: the log is in segments
@@ -199,13 +199,7 @@ class EventLog:
                 listener(record)
 
     def _fold(self, data: bytes, event: EventBase) -> None:
-        head = {
-            "type": event.type,
-            "ts": event.ts,
-            "seq": event.seq,
-            "session": event.session,
-            "turn": event.turn,
-        }
+        head = envelope_of(event)
         if self.first is None:
             self.first = head
             self._turns_before = self.summary.assistants

@@ -127,8 +127,17 @@ def remembered(flags: JsonObject, before: JsonObject, *, first: bool) -> JsonObj
     return kept if limit is None else {**kept, TURN_LIMIT: limit}
 
 
+ENVELOPE = ("type", "ts", "seq", "session", "turn")
+
+
 def envelope(record: JsonObject) -> JsonObject:
-    return {k: record.get(k) for k in ("type", "ts", "seq", "session", "turn")}
+    """What every record says of itself: its type, time, place in the log and in the run."""
+    return {k: record.get(k) for k in ENVELOPE}
+
+
+def envelope_of(event: EventBase) -> JsonObject:
+    """The envelope of an event as its model."""
+    return {k: getattr(event, k) for k in ENVELOPE}
 
 
 @dataclass
@@ -206,13 +215,7 @@ class RunSummary:
     def add_event(self, event: EventBase) -> None:
         """Fold in an event as its model (a log's listener gets it so): its record made only
         when its fold reads it."""
-        head = {
-            "type": event.type,
-            "ts": event.ts,
-            "seq": event.seq,
-            "session": event.session,
-            "turn": event.turn,
-        }
+        head = envelope_of(event)
         self.add(event.type, head, event.record)
 
     # -- one fold per event type --
