@@ -415,7 +415,7 @@ class ContextConfig(_Table):
             )
         if self.mask_low_water_pct >= self.soft_threshold_pct:
             raise PydanticCustomError(
-                "threshold_order",
+                "low_water_order",
                 "mask_low_water_pct ({low}) must be less than soft_threshold_pct ({soft})",
                 {"low": self.mask_low_water_pct, "soft": self.soft_threshold_pct},
             )

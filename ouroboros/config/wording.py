@@ -21,6 +21,18 @@ from ouroboros.config.schema import FIELDS, KEYS, default_flag_name
 from ouroboros.config.urls import shown_url
 from ouroboros.config.values import plain_number, show_value
 
+# Errors of two keys out of order: the keys, and the names of their values in the error.
+ORDERED = {
+    "threshold_order": (
+        ("context.soft_threshold_pct", "soft"),
+        ("context.hard_threshold_pct", "hard"),
+    ),
+    "low_water_order": (
+        ("context.mask_low_water_pct", "low"),
+        ("context.soft_threshold_pct", "soft"),
+    ),
+}
+
 
 def describe_validation_error(
     error: ValidationError,
@@ -41,12 +53,12 @@ def describe_validation_error(
     def origin(key: str) -> str:
         return where_set(sources.get(key, "default"), key, flag_names)
 
-    if first["type"] == "threshold_order":
-        soft, hard = "context.soft_threshold_pct", "context.hard_threshold_pct"
+    if first["type"] in ORDERED:
+        (lower, low), (upper, high) = ORDERED[first["type"]]
         ctx = first.get("ctx", {})
         line = (
-            f"{soft} ({show_value(ctx.get('soft'))} {origin(soft)}) must be less than "
-            f"{hard} ({show_value(ctx.get('hard'))} {origin(hard)})"
+            f"{lower} ({show_value(ctx.get(low))} {origin(lower)}) must be less than "
+            f"{upper} ({show_value(ctx.get(high))} {origin(upper)})"
         )
     elif len(loc) >= 2:
         key = ".".join(loc[:2])

@@ -153,6 +153,14 @@ def test_soft_threshold_order_across_layers(project: Path) -> None:
     )
 
 
+def test_the_low_water_mark_must_be_below_the_soft_threshold(project: Path) -> None:
+    write(project, "[context]\nmask_low_water_pct = 0.75\n")
+    assert config_error(path=project) == (
+        f"context.mask_low_water_pct (0.75 in {project}) must be less than "
+        "context.soft_threshold_pct (0.7 by default)"
+    )
+
+
 def test_bad_regex_names_the_pattern(project: Path) -> None:
     write(project, "[safety]\nblocked_patterns = ['ok', 'rm (-rf']\n")
     message = config_error(path=project)
