@@ -225,24 +225,37 @@ def save_results(
     return kept
 
 
+def result_of(message: Message, observations: dict[str, Observation]) -> Observation | None:
+    """The observation a tool result message holds; None for any other message."""
+    if message["role"] != "tool":
+        return None
+    return observations.get(message.get("tool_call_id", ""))
+
+
+def saved(message: Message, obs: Observation) -> bool:
+    """Whether this result is a write of a file that succeeded (the agent saving)."""
+    content = str(message.get("content") or "")
+    return obs.tool in WRITING_TOOLS and not content.startswith(("error", "[interrupted"))
+
+
+def worked(obs: Observation) -> bool:
+    """Whether this result is of a command that succeeded (reading is not work)."""
+    return obs.tool not in READING_TOOLS and obs.exit_code == 0
+
+
 def unsaved_work(messages: Sequence[Message], observations: dict[str, Observation]) -> bool:
     """Whether the agent did work (a command that succeeded) after its newest save (a write
     of a file) with no wind-down note since that save: a restart now would lose it, so it
     is asked to save once more. False when no save is in `messages`."""
-    worked = False
+    since = False
     for message in reversed(messages):
         if message.get(NOTE_KEY) == "wind_down":
             return False
-        obs = (
-            observations.get(message.get("tool_call_id", "")) if message["role"] == "tool" else None
-        )
-        if obs is None:
+        if (obs := result_of(message, observations)) is None:
             continue
-        if obs.tool in WRITING_TOOLS and not str(message.get("content") or "").startswith(
-            ("error", "[interrupted")
-        ):
-            return worked
-        worked = worked or (obs.tool not in READING_TOOLS and obs.exit_code == 0)
+        if saved(message, obs):
+            return since
+        since = since or worked(obs)
     return False
 
 
@@ -252,20 +265,13 @@ YOUNG_SESSION_MESSAGES = 40
 
 def worked_this_session(messages: Sequence[Message], observations: dict[str, Observation]) -> bool:
     """Whether the agent did work this session (since the restart note, or the start): a
-    write of a file, or a command that succeeded; reading is not work. A session longer than
+    write of a file, or a command that succeeded. A session longer than
     YOUNG_SESSION_MESSAGES counts as at work (a turn reads no more than that)."""
     for message in list(messages[-YOUNG_SESSION_MESSAGES:])[::-1]:
         if message.get(NOTE_KEY) == "restart":
             return False
-        obs = (
-            observations.get(message.get("tool_call_id", "")) if message["role"] == "tool" else None
-        )
-        if obs is None or obs.tool in READING_TOOLS:
-            continue
-        content = str(message.get("content") or "")
-        if obs.tool in WRITING_TOOLS and not content.startswith(("error", "[interrupted")):
-            return True
-        if obs.exit_code == 0:
+        obs = result_of(message, observations)
+        if obs is not None and (saved(message, obs) or worked(obs)):
             return True
     return len(messages) > YOUNG_SESSION_MESSAGES
 
