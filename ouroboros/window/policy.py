@@ -142,7 +142,8 @@ def decide(
         return Continue(), False
     keep = max(policy.keep_recent_observations, unacted)
     ids = mask_round(used, candidates[:-keep] if keep else candidates, policy)
-    freed = sum(share for tool_call_id, share in candidates if tool_call_id in ids)
+    chosen = set(ids)
+    freed = sum(share for tool_call_id, share in candidates if tool_call_id in chosen)
     if used < policy.hard_threshold_pct:  # a round only when it lasts: to the low-water mark
         worth_it = ids and used - freed <= policy.mask_low_water_pct
         return (Mask(ids) if worth_it else Continue()), wound_down
