@@ -92,8 +92,13 @@ class _DripServer(ThreadingHTTPServer):
 
 
 @pytest.mark.slow  # the deadline is real time: a second, then the tokenizer's own cap
+@pytest.mark.parametrize(
+    "model",
+    [{}, {"context_limit": 8192}],  # with a window set, Ollama's is made real (ensure_window)
+    ids=["window-asked", "window-made"],
+)
 def test_a_server_that_drips_its_startup_answers_does_not_hold_the_first_turn(
-    tmp_path, scripted_server
+    tmp_path, scripted_server, model
 ) -> None:
     upstream = scripted_server([Reply("the first turn")])
     drip = _DripServer(upstream.base_url)
@@ -101,7 +106,7 @@ def test_a_server_that_drips_its_startup_answers_does_not_hold_the_first_turn(
     thread.start()
     try:
         base_url = f"http://127.0.0.1:{drip.server_address[1]}/v1"
-        config = make_project(tmp_path, base_url)
+        config = make_project(tmp_path, base_url, model=model)
         result = ouroboros_here(
             "run",
             "--config",

@@ -283,7 +283,12 @@ class Runner:
         cfg = loaded.config
         flags = flags_to_remember(cfg.model_dump(), loaded.sources)
         claim = await claim_window(loaded, client.http, startup)
-        claim = await make_window_real(loaded, client, claim)
+        making = make_window_real(loaded, client, claim)
+        claim = await (
+            making
+            if startup is None
+            else startup.within(making, lambda: claim, "the model with the window")
+        )
         await refuse_what_cannot_fit(loaded, claim, counter, startup)
         if resume:
             state, log, interrupted = resume_run(
