@@ -298,3 +298,14 @@ def test_a_server_reloaded_smaller_is_believed_at_where_it_cuts_now():
     count = Count(3900, 4500, previous=4000, added=500, suspects=1, largest_suspect=3950)
     verdict, after = judge(before, count)
     assert verdict == "truncated" and after.limit == 3950
+
+
+def test_a_probe_over_the_window_the_server_names_is_cut_by_it():
+    """A probe sized for the claim, sent as the server says (/api/ps) it holds half: the
+    count of what was left after the cut is no window; the server's word still explains
+    it (a belief of the count made a 4,096 window work as if it were 2,701)."""
+    told = with_allocated(Window(8192, "c"), 4096)
+    after = after_probe(told, Probe(5041, 2701))
+    assert after.limit == 4096
+    silent = after_probe(Window(8192, "c"), Probe(5041, 2701))
+    assert silent.limit == 2701  # nobody says otherwise: the count is all there is

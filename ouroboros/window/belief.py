@@ -318,6 +318,8 @@ def after_probe(window: Window, probe: Probe) -> Window:
         else:
             assert probe.reported is not None
             ceiling, kind = min(probe.reported, window.claimed), "truncation"
+            if 0 < window.told < probe.expected:  # cut by the window the server says it has
+                ceiling = max(ceiling, window.told)  # (a cut count is no window)
         # Cut again about where it was (a probe is cut at a message's edge): the same window.
         again = (
             window.ceiling_kind in EVIDENCE
