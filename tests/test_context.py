@@ -564,3 +564,15 @@ def test_work_is_a_write_or_a_command_that_succeeded_since_the_restart():
     assert conv.worked_this_session(at_work, cm.observations)
     restarted = [*at_work, conv.note("restart", "a new session")]
     assert not conv.worked_this_session(restarted, cm.observations)
+
+
+def test_a_fresh_start_carries_the_results_the_agent_acted_on_masked():
+    """The first prompt of a session is processed whole: a carried result the agent has
+    acted on goes in as its placeholder there, not later at the price of all after it. The
+    newest turn's result (not acted on yet) stays whole, room or not."""
+    cm = manager()
+    messages = conversation(cm, 3, size=400)
+    fitted = cm.fit(messages, [], target=cm.budget, keep=1, fresh=True)
+    assert fitted.masked == ["c0", "c1"]
+    assert "KEY: 0002" in fitted.messages[-1]["content"]
+    assert cm.fit(conversation(cm, 3, size=400), [], target=cm.budget, keep=1).masked == []

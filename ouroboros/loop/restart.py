@@ -111,7 +111,7 @@ def fresh_start(
         )
         messages = [system, *carried_from(session - 1, carried), *carried, note("restart", text)]
         fitted = context.fit(
-            Conversation(messages, context.worth_masking), tools, target, keep=unacted
+            Conversation(messages, context.worth_masking), tools, target, keep=unacted, fresh=True
         )
         if fitted.tokens <= target:
             break

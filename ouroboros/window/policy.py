@@ -576,6 +576,7 @@ class ContextManager:
         tools: list[dict[str, Any]],
         target: int | None = None,
         keep: int | None = None,
+        fresh: bool = False,
     ) -> Fitted:
         """Make a conversation fit `target` tokens (default: the budget): mask older results
         oldest-first, then drop the oldest complete turns (the newest read of each notes
@@ -584,13 +585,16 @@ class ContextManager:
         dropped. Wound down, the agent saves next from what it sees: the turns that hold
         nothing the save needs (the notes read and the work since,
         conversation.save_results) go first, then the newest results are masked, then the
-        work since the read, and the read itself last. The masks are counted only when the
-        caller keeps the result (`masked(fitted.masked)`)."""
+        work since the read, and the read itself last. A `fresh` session's first prompt
+        holds the results the agent has acted on masked, room or not: the server processes
+        that prompt whole anyway, where masking one later would make it process everything
+        after it again. The masks are counted only when the caller keeps the result
+        (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
         tokens = self.current_tokens(conversation, tools)
         fitted = Fitted(conversation, tokens=tokens, before=tokens)
-        if fitted.tokens <= target:
+        if fitted.tokens <= target and not fresh:
             return fitted
         tally = conversation.tally
         starts = tally.starts
@@ -598,12 +602,8 @@ class ContextManager:
         newest_turn = starts[-keep] if starts and keep else len(conversation)
         newest = tally.candidates(newest_turn)
         kept_read = self.kept_reads()
-        self._mask_until(
-            fitted,
-            [i for i in tally.candidates(0, newest_turn) if i not in kept_read],
-            tools,
-            target,
-        )
+        acted = [i for i in tally.candidates(0, newest_turn) if i not in kept_read]
+        self._mask_until(fitted, acted, tools, 0 if fresh else target)
         if self.wound_down:  # the agent saves next: what it saves from goes last
             since = save_results(conversation, self.notes, self.observations)
             self._drop_until(fitted, tools, target, keep, kept_read | since, strict=True)
