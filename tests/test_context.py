@@ -20,6 +20,7 @@ from ouroboros.window.policy import (
     WindDown,
     brief_tools,
     decide,
+    worth_a_round,
 )
 from tests.conversations import assistant, conversation, manager, tool, worked
 
@@ -564,6 +565,66 @@ def test_work_is_a_write_or_a_command_that_succeeded_since_the_restart():
     assert conv.worked_this_session(at_work, cm.observations)
     restarted = [*at_work, conv.note("restart", "a new session")]
     assert not conv.worked_this_session(restarted, cm.observations)
+
+
+# --- masking that keeps the prompt cache (issue 32) -----------------------------------------
+
+
+def long_session(cm: ContextManager, results: int, size: int, talk: int) -> list[dict]:
+    """A session of `results` reads of `size` characters, each followed by turns of the
+    agent's own words (`talk` characters): what a round would make the server process again
+    after its first placeholder is everything that follows."""
+    messages = conversation(cm, results, size=size)
+    chatter = [assistant(text="w" * talk), {"role": "user", "content": "go on"}]
+    out = messages[:2]
+    for i in range(results):
+        out += messages[2 + 2 * i : 4 + 2 * i] + chatter * 4
+    return out
+
+
+def test_a_round_that_frees_less_than_it_makes_the_server_process_again_gives_way():
+    """Issue 32: a small local model muses at length between reads; masking the old reads
+    would throw away the prompt cache for everything after them, more than it frees: the
+    session winds down and restarts instead (a restart's first prompt is processed whole
+    anyway)."""
+    cm = manager(keep_recent_observations=1)
+    messages = long_session(cm, 5, size=2_000, talk=1_000)
+    assert cm.evaluate(9_500, messages) == WindDown()
+
+
+def test_the_same_round_is_taken_where_results_outweigh_what_follows():
+    cm = manager(keep_recent_observations=1)
+    messages = long_session(cm, 5, size=8_000, talk=40)
+    decision = cm.evaluate(9_500, messages)
+    assert isinstance(decision, Mask) and decision.tool_call_ids[0] == "c0"
+
+
+def test_a_short_session_masks_rather_than_restart():
+    """Two turns of a ten-turn session would go to the save and the read of the notes: a
+    restart costs more than the cache does there."""
+    cm = manager(keep_recent_observations=1)
+    messages = conversation(cm, 3, size=4_000)  # three turns: masking c0 frees less than
+    assert cm.evaluate(9_500, messages) == Mask(["c0", "c1"])  # c1 and c2 after it hold
+
+
+def test_without_a_prefix_cache_a_round_costs_nothing_more():
+    cm = manager(keep_recent_observations=1, prefix_cache=False)
+    messages = long_session(cm, 5, size=2_000, talk=1_000)
+    assert isinstance(cm.evaluate(9_500, messages), Mask)
+
+
+@pytest.mark.parametrize(
+    "freed,after,turns,worth",
+    [
+        (0.2, 0.5, 20, False),  # frees 0.2, makes 0.3 processed again
+        (0.3, 0.5, 20, True),  # frees what it costs
+        (0.2, 0.5, 9, True),  # a short session: a restart would cost more
+        (0.2, None, 20, True),  # unknown cost
+    ],
+)
+def test_worth_a_round(freed, after, turns, worth):
+    reprocessed = None if after is None else {"c0": after}
+    assert worth_a_round("c0", freed, reprocessed, turns) is worth
 
 
 def test_a_fresh_start_carries_the_results_the_agent_acted_on_masked():

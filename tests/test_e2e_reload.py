@@ -75,6 +75,8 @@ def run_task(
             edit_config(root, "context", "keep_recent_observations", 1)
             # and rounds that need free only a little, so they come between the thresholds
             edit_config(root, "context", "mask_low_water_pct", 0.54)
+            # on any server: a prefix cache would make most such rounds give way to restarts
+            edit_config(root, "context", "prefix_cache", False)
         else:
             edit_config(root, "model", "base_url", server.base_url)
         keys = make_workspace(root / "workspace", parts, chars_per_part=CHARS_PER_PART)

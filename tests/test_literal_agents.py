@@ -517,9 +517,10 @@ def test_the_save_before_a_restart_never_goes_backwards(tmp_path, scripted_serve
 
     figures = run_figures(tmp_path, keys)
     assert (figures.done, figures.complete) == (PARTS, True), figures.line()
-    # a prompt the reloaded server cut shows the agent a window without its records: the
-    # one part it reads again there is the only one
-    assert server.over_limit <= 1 and figures.redone <= server.over_limit, (
+    # at most the two prompts issue 36 allows over the reloaded window (the one sent before
+    # anyone could know, and the one that finds out); a prompt the server cut shows the agent
+    # a window without its records, and a part read again there is the only kind redone
+    assert server.over_limit <= 2 and figures.redone <= server.over_limit, (
         f"{name}: {figures.line()}; redone {list(figures.redone_parts)}"
     )
     assert result.returncode == 0, result.stdout

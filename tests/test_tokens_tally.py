@@ -208,3 +208,20 @@ def test_a_reply_gets_call_ids_the_encoded_conversation_does_not_use():
     assert request.headers["content-type"] == "application/json"
     assert json.loads(request.content)["messages"] == conv.to_wire(messages)
     assert reply.tool_calls[0].id not in {"c0", "c1"}
+
+
+def test_what_follows_each_result_is_what_a_walk_adds_up():
+    """The tokens from each maskable result to the end, as a prefix cache would process
+    them again, match a walk over the messages."""
+    cm = manager()
+    messages = conv.Conversation([], cm.worth_masking)
+    for i in range(6):
+        add_turn(cm, messages, i, size=100 + 50 * i)
+    suffixes = messages.tally.suffixes(cm.chars_per_token, cm.per_dense)
+    for call_id, tokens in suffixes.items():
+        at = next(i for i, m in enumerate(messages) if m.get("tool_call_id") == call_id)
+        walked = sum(
+            ledger.message_tokens(m, cm.chars_per_token, cm.per_dense) for m in messages[at:]
+        )
+        assert tokens == walked
+    assert list(suffixes) == list(messages.tally.candidate_sizes())  # oldest first

@@ -377,6 +377,13 @@ class ContextConfig(_Table):
         "process everything after the first masked result again, so fewer, larger rounds "
         "cost less. Below soft_threshold_pct.",
     )
+    prefix_cache: bool = Field(
+        True,
+        description="Whether the server keeps the previous prompt's prefix cache (llama.cpp, "
+        "Ollama and vLLM do): a masking round then makes it process everything after the first "
+        "masked result again, and a round that frees less than that gives way to a restart. "
+        "false: masking costs nothing more, as on a server that processes every prompt whole.",
+    )
     keep_recent_observations: int = Field(
         2, ge=0, description="Most recent tool results that are never masked."
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from ouroboros.protocols import Message, Usage, WireMessages
 from ouroboros.window import ledger
@@ -64,6 +64,10 @@ CAP_MARKER_TOKENS = 40  # the line that says what was cut, and how to read it
 # When the fixed part of every prompt (the system prompt and the tool definitions in full)
 # takes more than this share of the budget, the tools are sent in their short form.
 BRIEF_TOOLS_SHARE = 0.4
+# A restart costs about two turns (the save before it, the read of the notes after it): a
+# masking round is given up for one only in a session where that is at most this share.
+RESTART_TURNS = 2
+MAX_RESTART_SHARE = 0.2
 # Tool definitions are JSON, denser than prose: estimated at no more characters per token.
 SCHEMA_CHARS_PER_TOKEN = 3.5
 
@@ -109,6 +113,8 @@ def decide(
     maskable: float | None = None,
     unsaved: bool = False,
     idle: bool = False,
+    reprocessed: Mapping[str, float] | None = None,
+    turns: int = 0,
 ) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first: id and the share of the budget masking it would free), and
@@ -120,6 +126,10 @@ def decide(
     - below the soft threshold: continue (and the wind-down rearms);
     - between the thresholds: one round, only when it brings use down to
       `mask_low_water_pct`; a smaller one waits;
+    - no round, at either threshold, that frees less than it makes the server process again
+      (`reprocessed`: the share of the budget from each result to the end; None: unknown)
+      in a session of `turns` long enough that the restart taking its place costs little
+      (worth_a_round);
     - at the hard threshold: one round of whatever it may mask. Never masked: the newest
       `keep_recent_observations` and the `unacted` ones (the agent has not seen them).
       With nothing there, the `recent` ones the agent has acted on (id and share each) are
@@ -144,6 +154,8 @@ def decide(
     ids = mask_round(used, candidates[:-keep] if keep else candidates, policy)
     chosen = set(ids)
     freed = sum(share for tool_call_id, share in candidates if tool_call_id in chosen)
+    if ids and not worth_a_round(ids[0], freed, reprocessed, turns):
+        ids, maskable = [], 0.0  # a session no round is worth is full: a restart is cheaper
     if used < policy.hard_threshold_pct:  # a round only when it lasts: to the low-water mark
         worth_it = ids and used - freed <= policy.mask_low_water_pct
         return (Mask(ids) if worth_it else Continue()), wound_down
@@ -155,7 +167,9 @@ def decide(
         if ids:
             return Mask(ids), wound_down
         spare = enough_to_mask(used, recent, policy.hard_threshold_pct)
-        if spare:
+        if spare and worth_a_round(
+            spare[0], sum(share for i, share in recent if i in spare), reprocessed, turns
+        ):
             return Mask(spare), wound_down
         if (
             used - pending - sum(share for _, share in recent) < policy.hard_threshold_pct
@@ -167,6 +181,20 @@ def decide(
     if wound_down and not unsaved:
         return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
     return WindDown(), True
+
+
+def worth_a_round(
+    first: str, freed: float, reprocessed: Mapping[str, float] | None, turns: int
+) -> bool:
+    """Whether a masking round whose oldest result is `first` and which frees `freed` (a
+    share of the budget) is worth what it costs: a prefix-caching server processes everything
+    after `first` again (`reprocessed[first]`, less what the round frees). It is when it frees
+    at least that much; and in a session of fewer than RESTART_TURNS / MAX_RESTART_SHARE
+    `turns`, where the restart that would take the round's place would spend too large a
+    share of the session saving and reading the notes back."""
+    if reprocessed is None or first not in reprocessed or turns * MAX_RESTART_SHARE < RESTART_TURNS:
+        return True
+    return freed >= reprocessed[first] - freed
 
 
 def mask_round(
@@ -539,6 +567,13 @@ class ContextManager:
             maskable,
             unsaved,
             idle=not worked_this_session(messages, self.observations),
+            reprocessed={
+                i: self.used_pct(t)
+                for i, t in tally.suffixes(self.chars_per_token, self.per_dense).items()
+            }
+            if self.policy.prefix_cache
+            else None,
+            turns=len(starts),
         )
         return decision
 

@@ -230,6 +230,24 @@ class Tally:
             if e.candidate
         }
 
+    def suffixes(
+        self, chars_per_token: float, per_dense: float = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR
+    ) -> dict[str, int]:
+        """The tokens from each result worth masking to the end of the conversation, by
+        tool-call id, oldest first: what a prefix-caching server processes again when that
+        result is the first to change. One pass back from the end."""
+        self.tokens(chars_per_token, per_dense)  # the estimates at these rates
+        if not self._candidate_at:
+            return {}
+        suffixes: dict[str, int] = {}
+        total = 0
+        first = self._candidate_at[0]
+        for entry in reversed(self._entries[first:]):
+            total += self._size(entry)
+            if entry.candidate:
+                suffixes[entry.candidate] = total
+        return dict(reversed(suffixes.items()))
+
     def _size(self, entry: Entry) -> int:
         measured = ledger.measured(entry.message)
         return measured if measured is not None else self._estimate(entry)
