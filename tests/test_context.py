@@ -637,3 +637,22 @@ def test_a_fresh_start_carries_the_results_the_agent_acted_on_masked():
     assert fitted.masked == ["c0", "c1"]
     assert "KEY: 0002" in fitted.messages[-1]["content"]
     assert cm.fit(conversation(cm, 3, size=400), [], target=cm.budget, keep=1).masked == []
+
+
+def test_after_a_turn_the_window_carries_its_decision_out():
+    """The loop only logs what the window did: the placeholders and the notice are in the
+    conversation when it hears of a Mask, the note when it hears of a WindDown."""
+    cm = manager(keep_recent_observations=2, prefix_cache=False)
+    messages = conv.Conversation(conversation(cm, 6, size=4_000), cm.worth_masking)
+    end = cm.after_turn(messages, [])
+    assert isinstance(end.decision, Mask) and end.after < end.before
+    masked = {m["tool_call_id"] for m in messages if "result masked" in str(m.get("content"))}
+    assert masked == set(end.decision.tool_call_ids)
+    assert messages[-1]["content"].startswith("[Context compressed:")
+
+    full = manager()
+    crowded = worked(full, conversation(full, 1))
+    crowded[0] = {"role": "system", "content": "mission " * 7_000}  # nothing to mask
+    crowded = conv.Conversation(crowded, full.worth_masking)
+    end = full.after_turn(crowded, [])
+    assert end.decision == WindDown() and crowded[-1]["content"].startswith("[Context nearly full")

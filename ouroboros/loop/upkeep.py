@@ -1,9 +1,10 @@
-"""The window's upkeep during a session: the context manager's decisions carried out on the
-conversation, and logged.
+"""The window's upkeep during a session: what the context manager did to the conversation,
+logged.
 
 Before each request the conversation is fitted to the budget (masking, then dropping the
-oldest turns). After each turn the context manager decides: mask the oldest observations
-(and tell the agent), tell the agent to wind down, or restart the session (RestartSession).
+oldest turns). After each turn the context manager decides and carries it out
+(ContextManager.after_turn): mask the oldest observations (and tell the agent), tell the
+agent to wind down; a restart it decides is raised here (RestartSession).
 A reload (SIGHUP, `ouroboros reload`) winds the session down too, and restarts it a turn
 later.
 """
@@ -17,7 +18,6 @@ from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import EventSink, Warn
 from ouroboros.store import events as ev
-from ouroboros.window.conversation import WIND_DOWN_TEXT, mask_notice
 from ouroboros.window.policy import Mask, Restart, WindDown
 
 
@@ -53,23 +53,20 @@ class Upkeep:
         return fitted.tokens
 
     def after_turn(self) -> None:
-        """Do what the context manager decides; raise RestartSession when it says so."""
+        """Log what the window did after the turn; raise RestartSession when it says so."""
         state, context = self.state, self.context
-        tokens = context.current_tokens(state.messages, self.tools)
-        if self.reloading(tokens):
+        if self.reloading(context.current_tokens(state.messages, self.tools)):
             return
-        match context.evaluate(tokens, state.messages):
+        end = context.after_turn(state.messages, self.tools)
+        match end.decision:
             case Mask(tool_call_ids=ids):
-                context.mask(state.messages, ids)
-                after = context.current_tokens(state.messages, self.tools)
-                reclaimed = self.log_mask(len(ids), tokens, after, preflight=False)
-                state.messages.append(mask_notice(len(ids), reclaimed))
+                self.log_mask(len(ids), end.before, end.after, preflight=False)
             case WindDown():
-                pct = context.used_pct(tokens)
-                state.messages.add_note("wind_down", WIND_DOWN_TEXT.format(pct=pct))
-                self.log.emit(ev.WindDown(context_used_pct=round(100 * pct, 1)))
+                self.log.emit(
+                    ev.WindDown(context_used_pct=round(100 * context.used_pct(end.before), 1))
+                )
             case Restart(reason=reason):
-                raise RestartSession(reason, round(100 * context.used_pct(tokens), 1))
+                raise RestartSession(reason, round(100 * context.used_pct(end.before), 1))
 
     def reloading(self, tokens: int) -> bool:
         """A reload ends the session early: the agent is told to save its state, and a turn
@@ -87,8 +84,8 @@ class Upkeep:
         )
         return True
 
-    def log_mask(self, count: int, before: int, after: int, *, preflight: bool) -> float:
-        """Log a masking round; return the share of the window it reclaimed, in percent."""
+    def log_mask(self, count: int, before: int, after: int, *, preflight: bool) -> None:
+        """Log a masking round."""
         reclaimed = 100 * (before - after) / before if before else 0.0
         self.log.emit(
             ev.ContextMask(
@@ -100,4 +97,3 @@ class Upkeep:
                 preflight=preflight,
             )
         )
-        return reclaimed

@@ -34,10 +34,12 @@ from ouroboros.window.belief import (
     with_filler_rate,
 )
 from ouroboros.window.conversation import (
+    WIND_DOWN_TEXT,
     WRITING_TOOLS,
     Conversation,
     Observation,
     cap_text,
+    mask_notice,
     newest_reads,
     notes_written,
     placeholder,
@@ -100,6 +102,21 @@ class Restart:
 
 
 Decision = Continue | Mask | WindDown | Restart
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """The window's decision after a turn, carried out on the conversation (a Mask's
+    placeholders and its notice, a WindDown's note), and the prompt's tokens before and
+    after."""
+
+    decision: Decision
+    before: int
+    after: int
+
+    @property
+    def reclaimed_pct(self) -> float:
+        return 100 * (self.before - self.after) / self.before if self.before else 0.0
 
 
 def decide(
@@ -576,6 +593,20 @@ class ContextManager:
             turns=len(starts),
         )
         return decision
+
+    def after_turn(self, messages: Conversation, tools: list[dict[str, Any]]) -> TurnEnd:
+        """Decide (evaluate) and carry the decision out on `messages`: the loop is told
+        what was done, to log it, and raises the restart."""
+        tokens = self.current_tokens(messages, tools)
+        decision = self.evaluate(tokens, messages)
+        if isinstance(decision, Mask):
+            self.mask(messages, decision.tool_call_ids)
+            end = TurnEnd(decision, tokens, self.current_tokens(messages, tools))
+            messages.append(mask_notice(len(decision.tool_call_ids), end.reclaimed_pct))
+            return end
+        if isinstance(decision, WindDown):
+            messages.add_note("wind_down", WIND_DOWN_TEXT.format(pct=self.used_pct(tokens)))
+        return TurnEnd(decision, tokens, tokens)
 
     def mask_gain(self, tool_call_id: str, size: int) -> float:
         """The share of the budget masking this result (of `size` tokens) would free."""
