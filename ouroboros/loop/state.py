@@ -1,18 +1,27 @@
-"""What a run carries from step to step: the state a resume needs back."""
+"""What a run carries from step to step: the state a resume needs back, written whole after
+every step (store/state_file.py).
+
+    save_state(state, log, run_dir)                  # after a step
+    save_state(state, log, run_dir, durable=True)    # a turn's end, once the log is durable
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.loop.handoff import Digest
-from ouroboros.protocols import EventSink
+from ouroboros.protocols import EventSink, RunLog
 from ouroboros.store.events import WarningCleared, WarningEvent
-from ouroboros.window.conversation import Conversation
-from ouroboros.window.policy import ContextManager
+from ouroboros.store.state_file import DamagedSnapshot, write_state
+from ouroboros.window.belief import Window
+from ouroboros.window.conversation import Conversation, Observation
+from ouroboros.window.ledger import Calibration
+from ouroboros.window.policy import ContextManager, LastCount
 
-__all__ = ["RunState"]
+__all__ = ["RunState", "save_state"]
 
 
 Reload = Literal["", "requested", "wound_down"]
@@ -20,7 +29,7 @@ Reload = Literal["", "requested", "wound_down"]
 
 @dataclass
 class RunState:
-    """Everything a resumed run needs back; saved as the snapshot after every step."""
+    """Everything a resumed run needs back; written whole after every step."""
 
     run_id: str
     messages: Conversation  # given as a list, it becomes one
@@ -41,8 +50,8 @@ class RunState:
     # The run's budgets so far (budgets.py): tokens as the server counted them, seconds run.
     tokens_used: int = 0
     wall_secs: float = 0.0
-    # What the run did, folded from its log (handoff.py): the snapshot holds it, a resume
-    # folds what was logged after the snapshot. Not in the checkpoints.
+    # What the run did, folded from its log (handoff.py): the state holds it, a resume
+    # folds what was logged after the state.
     digest: Digest = field(default_factory=Digest)
 
     def __post_init__(self) -> None:
@@ -63,9 +72,9 @@ class RunState:
             log.emit(WarningCleared(condition=key, message=message))
 
     def to_dict(self) -> dict[str, Any]:
-        """The state as the snapshot holds it. Shallow: the messages are shared, not copied
-        (the snapshot is written at once; copying a long conversation would cost more CPU
-        than the rest of the turn)."""
+        """The state as state.json holds it. Shallow: the messages are shared, not copied
+        (the state is written at once; copying a long conversation would cost more CPU than
+        the rest of the turn)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["messages"] = self.messages.messages
         data["context"] = self.context.to_dict()
@@ -74,7 +83,50 @@ class RunState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> RunState:
+        """The state of a state.json whose shape store/state_file.py checked. Raises
+        DamagedSnapshot when a part of it is not what the object it is read into takes."""
         data = dict(data)
-        data["context"] = ContextManager.from_dict(data["context"], policy)
+        check_fields(cls, data, "state")
+        context = data["context"]
+        # ContextManager.from_dict reads the calibration and observations itself
+        check_fields(ContextManager, context, "state.context", ("policy",), ("calibration",))
+        check_fields(Window, context["window"], "state.context.window")
+        check_fields(Calibration, context["calibration"], "state.context.calibration")
+        if context.get("last_count") is not None:
+            check_fields(LastCount, context["last_count"], "state.context.last_count")
+        for key, observation in context["observations"].items():
+            check_fields(Observation, observation, f"state.context.observations.{key}")
+        data["context"] = ContextManager.from_dict(context, policy)
         data["digest"] = Digest.from_dict(data.get("digest"))
         return cls(**data)
+
+
+def check_fields(
+    kind: type, data: Any, where: str, given: tuple[str, ...] = (), needed: tuple[str, ...] = ()
+) -> None:
+    """DamagedSnapshot unless `data` is a dict of the dataclass `kind`'s fields: each it
+    requires and each `needed`, but those `given` apart; none it does not have."""
+    if not isinstance(data, dict):
+        raise DamagedSnapshot(f"does not hold a run's state ({where}: not an object)")
+    names = {f.name for f in fields(kind) if f.init} - set(given)
+    required = {
+        f.name
+        for f in fields(kind)
+        if f.init and f.default is MISSING and f.default_factory is MISSING
+    }
+    required = (required | set(needed)) - set(given)
+    if missing := sorted(required - data.keys()):
+        raise DamagedSnapshot(f"does not hold a run's state ({where}: no {', '.join(missing)})")
+    if unknown := sorted(data.keys() - names):
+        raise DamagedSnapshot(
+            f"does not hold a run's state ({where}: unknown {', '.join(unknown)})"
+        )
+
+
+def save_state(state: RunState, log: RunLog, run_dir: Path, *, durable: bool = False) -> None:
+    """Write the state whole, as of the last event logged: after every step (a reply, a tool
+    result, a person's message), `durable` at a turn's end, a session boundary and the end,
+    once the log is durable up to it (so that the state on disk never names an event the
+    log on disk may not have). Each write costs what the state holds, which the window
+    bounds (see store/state_file.py), not what the run has done."""
+    write_state(run_dir, log.seq, state.to_dict(), log.redact, durable=durable)
