@@ -17,6 +17,7 @@ import pytest
 
 from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
+from ouroboros.loop.endings import RestartSession
 from ouroboros.loop.resume import recover
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ToolCall
@@ -27,11 +28,14 @@ from ouroboros.store.state_file import (
     CURRENT_SCHEMA_VERSION,
     STATE_FILE,
     DamagedSnapshot,
+    StateWriter,
     read_state,
     upgrade,
     write_state,
 )
 from ouroboros.window.policy import ContextManager
+from tests.fakes import FakeModel
+from tests.session_rig import Rig, reads
 
 LEGACY = Path(__file__).parent / "data" / "legacy_run_v1"
 CALL = ToolCall("c1", "file_read", '{"path": "a.txt"}')
@@ -313,3 +317,62 @@ def test_a_checkpoint_that_keeps_messages_the_snapshot_never_had_is_damage(tmp_p
 
     assert recovered.rebuilt is not None
     assert f"(event {records[last]['seq']}) that keeps messages 0-999" in recovered.rebuilt
+
+
+def test_the_context_is_saved_as_its_own_to_dict_says(tmp_path):
+    """RunState.to_dict saves the context without `asdict`'s deep copies: the same dict."""
+    recovered = recover(legacy_copy(tmp_path), ContextConfig(carryover_turns=3))
+    context = recovered.state.context
+    assert context.observations and context.last_count is not None  # not vacuous
+
+    assert plain(recovered.state.to_dict()["context"]) == plain(context.to_dict())
+
+
+def test_a_message_is_encoded_once_and_again_whenever_it_changed(tmp_path):
+    """The writer keeps each message's JSON while the message stays in its place; a message
+    masked, measured, dropped or moved is written as it is now."""
+    state = a_state()
+    state.messages.add_result("c1", "a long result " * 20)
+    writer = StateWriter(tmp_path)
+    changes = [
+        lambda: None,
+        lambda: state.messages.measure(2, 57),  # `_tokens` written on the held message
+        lambda: state.messages.mask({"c1": "[masked]"}),
+        lambda: state.messages.add_note("continue", "Go on."),
+        lambda: state.messages.drop(1, 3),  # the note moves to where the reply was
+        lambda: state.messages.replace_system({"role": "system", "content": "New mission."}),
+    ]
+
+    def redact(text: str) -> str:
+        return text.replace("Go on", "[REDACTED]")
+
+    for change in changes:
+        change()
+        writer.write(7, state.to_dict(), redact)
+        messages = json.loads(json.dumps(state.messages.messages).replace("Go on", "[REDACTED]"))
+        assert read_state(tmp_path).state == plain({**state.to_dict(), "messages": messages})
+
+
+class CheckedWriter(StateWriter):
+    """Writes as StateWriter does, then checks the file against the state encoded whole."""
+
+    writes = 0
+
+    def write(self, seq: int, state: dict[str, Any], redact: Any = None, **how: Any) -> None:
+        super().write(seq, state, redact, **how)
+        assert read_state(self.path.parent).state == plain(state)
+        self.writes += 1
+
+
+def test_what_a_session_writes_is_its_state_through_masking_and_restarts(tmp_path):
+    model = FakeModel()
+    rig = Rig(tmp_path, model, limit=3000, carryover_turns=1)
+    model.then = reads(rig, 1500)
+    writer = rig.services.state_file = CheckedWriter(rig.services.run_dir)
+
+    for _ in range(3):
+        assert isinstance(rig.run(), RestartSession)
+        rig.restart()
+
+    assert rig.state.context.total_masked > 0 and rig.state.restarts == 3
+    assert writer.writes > 50

@@ -477,7 +477,7 @@ class Runner:
     def snapshot(self) -> None:
         """Write the whole state, durably: at the start, at restarts and at the end."""
         self.log.sync()
-        save_state(self.state, self.log, self.run_dir, durable=True)
+        save_state(self.state, self.log, self.services.state_file, durable=True)
 
     # -- tuning: the config read again at every session start --
 

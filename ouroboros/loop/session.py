@@ -46,6 +46,7 @@ from ouroboros.protocols import (
 )
 from ouroboros.server.retry import RetryPolicy, with_retries
 from ouroboros.store import events as ev
+from ouroboros.store.state_file import StateWriter
 from ouroboros.tools import COMPLETE_KEY, Toolbox
 from ouroboros.window.conversation import (
     Conversation,
@@ -75,9 +76,11 @@ class Services:
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
     asker: WindowAsker | None = None  # the server's own word on its window, where it gives one
+    state_file: StateWriter = field(init=False)  # writes the run's state.json
 
     def __post_init__(self) -> None:
         self.stuck = StuckGuard(lambda: self.config.agent)
+        self.state_file = StateWriter(self.run_dir)
 
     @property
     def config(self) -> Config:
@@ -158,12 +161,12 @@ class Session:
 
     def save(self) -> None:
         """After a step: the state written whole (state.py)."""
-        save_state(self.state, self.log, self.services.run_dir)
+        save_state(self.state, self.log, self.services.state_file)
 
     def end_turn(self) -> None:
         """At a turn's end: the log made durable, then the state written whole and durably."""
         self.log.commit()
-        save_state(self.state, self.log, self.services.run_dir, durable=True)
+        save_state(self.state, self.log, self.services.state_file, durable=True)
 
     def check_limits(self) -> None:
         """Between turns: a stop asked for, or the run's last turn taken, ends the run."""

@@ -7,7 +7,8 @@ observation records by the conversation (those no message refers to leave at eac
 boundary), the digest by its own caps (loop/handoff.py); so a write costs what the window
 holds, not what the run has done.
 
-    write_state(run_dir, seq, state, redact)    # atomic replace; after every step
+    writer = StateWriter(run_dir)                # one per run: it encodes each message once
+    writer.write(seq, state, redact)             # atomic replace; after every step
     saved = read_state(run_dir)                  # as written, its version's shape checked
     saved = upgrade(saved, records, read)        # brought to CURRENT_SCHEMA_VERSION
 
@@ -53,14 +54,75 @@ class DamagedSnapshot(Exception):
 
 @dataclass(frozen=True)
 class SavedState:
-    """state.json as read: the run's state (RunState.to_dict) as of event `seq`."""
+    """state.json as read: the run's state (RunState.to_dict) as of event `seq`; the digest
+    in it as of the seq the file was written as of (schema 1's checkpoints did not carry
+    it)."""
 
     schema_version: int
     seq: int
     state: dict[str, Any]
-    # The seq the digest in `state` is as of: `seq`, but in a state upgraded from schema 1,
-    # whose checkpoints did not carry the digest, the snapshot's.
-    digest_seq: int
+
+
+class StateWriter:
+    """Writes one run's state.json, encoding each message of the conversation once: one
+    still in its place, the same object with the same `_tokens` (the only key written on a
+    message the conversation holds; any other change replaces the message), is written as it
+    was encoded before. The rest of the state is small, and encoded each time."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / STATE_FILE
+        # Position by position: the message encoded, its `_tokens` then, its JSON.
+        self._messages: list[dict[str, Any]] = []
+        self._tokens: list[Any] = []
+        self._texts: list[str] = []
+        self._redact: Callable[[str], str] | None = None
+
+    def write(
+        self,
+        seq: int,
+        state: dict[str, Any],
+        redact: Callable[[str], str] | None = None,
+        *,
+        durable: bool = True,
+    ) -> None:
+        """Replace state.json with the run's state as of event `seq` (its strings redacted),
+        whole or not at all. `durable` syncs it to the disk (a turn's end); without, a killed
+        process still leaves it whole, and a power cut at worst an older or a damaged one,
+        which the log makes good."""
+        self._encode(state["messages"], redact)
+        rest = {key: value for key, value in state.items() if key != "messages"}
+        if redact is not None:
+            rest = redact_strings(rest, redact)
+        fields = json.dumps(rest, ensure_ascii=False)[1:-1]
+        text = (
+            f'{{"schema_version": {CURRENT_SCHEMA_VERSION}, "seq": {seq}, "state": '
+            f'{{{fields}{", " if fields else ""}"messages": [{", ".join(self._texts)}]}}}}'
+        )
+        with cannot_write(self.path):
+            write_atomically(self.path, text, durable=durable)
+
+    def _encode(self, messages: list[dict[str, Any]], redact: Callable[[str], str] | None) -> None:
+        """Bring the JSON held for each position up to `messages`."""
+        if redact is not self._redact:
+            self._messages, self._tokens, self._texts, self._redact = [], [], [], redact
+        del self._messages[len(messages) :], self._tokens[len(messages) :]
+        del self._texts[len(messages) :]
+        changed = [
+            i
+            for i, (message, held, tokens) in enumerate(zip(messages, self._messages, self._tokens))
+            if message is not held or message.get(TOKENS_KEY) != tokens
+        ]
+        for i in changed:
+            self._messages[i], self._tokens[i], self._texts[i] = self._encoded(messages[i])
+        for message in messages[len(self._messages) :]:
+            held, tokens, text = self._encoded(message)
+            self._messages.append(held)
+            self._tokens.append(tokens)
+            self._texts.append(text)
+
+    def _encoded(self, message: dict[str, Any]) -> tuple[dict[str, Any], Any, str]:
+        redacted = message if self._redact is None else redact_strings(message, self._redact)
+        return message, message.get(TOKENS_KEY), json.dumps(redacted, ensure_ascii=False)
 
 
 def write_state(
@@ -71,19 +133,8 @@ def write_state(
     *,
     durable: bool = True,
 ) -> None:
-    """Replace state.json with the run's state as of event `seq` (its strings redacted), whole
-    or not at all. `durable` syncs it to the disk (a turn's end); without, a killed process
-    still leaves it whole, and a power cut at worst an older or damaged one, which the log
-    makes good."""
-    if redact is not None:
-        state = redact_strings(state, redact)
-    text = json.dumps(
-        {"schema_version": CURRENT_SCHEMA_VERSION, "seq": seq, "state": state},
-        ensure_ascii=False,
-    )
-    path = run_dir / STATE_FILE
-    with cannot_write(path):
-        write_atomically(path, text, durable=durable)
+    """Write state.json once (see StateWriter.write)."""
+    StateWriter(run_dir).write(seq, state, redact, durable=durable)
 
 
 def redact_strings(data: Any, redact: Callable[[str], str]) -> Any:
@@ -125,7 +176,7 @@ def read_state(run_dir: Path) -> SavedState | None:
         raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
     except ValueError as error:
         raise DamagedSnapshot(f"does not hold a run's state ({error})") from None
-    return SavedState(version, data["seq"], data["state"], data["seq"])
+    return SavedState(version, data["seq"], data["state"])
 
 
 def schema_version(data: dict[str, Any]) -> int:
