@@ -54,9 +54,9 @@ class DamagedSnapshot(Exception):
 
 @dataclass(frozen=True)
 class SavedState:
-    """state.json as read: the run's state (RunState.to_dict) as of event `seq`; the digest
-    in it as of the seq the file was written as of (schema 1's checkpoints did not carry
-    it)."""
+    """state.json as read: the run's state (RunState.to_dict) as of event `seq`. Upgraded
+    from schema 1, all of it but the digest, which its checkpoints did not carry: that is as
+    of the seq the file was written as of."""
 
     schema_version: int
     seq: int
