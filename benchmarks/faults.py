@@ -36,7 +36,8 @@ import tomli_w
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
 from ouroboros.protocols import Message
-from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs
+from ouroboros.store.log import EVENTS_FILE, list_runs
+from ouroboros.store.state_file import STATE_FILE
 from ouroboros.testing import Fault, Reply, ScriptedServer
 
 MAX_RESUMES = 3
@@ -310,8 +311,8 @@ def run_dir(root: Path) -> Path:
 
 
 def truncate_snapshot(run: Path) -> None:
-    data = (run / SNAPSHOT_FILE).read_bytes()
-    (run / SNAPSHOT_FILE).write_bytes(data[: len(data) // 3])
+    data = (run / STATE_FILE).read_bytes()
+    (run / STATE_FILE).write_bytes(data[: len(data) // 3])
 
 
 def file_size_limit(root: Path, parts: int) -> Outcome:
@@ -398,7 +399,7 @@ SCENARIOS: dict[str, Scenario] = {
     "kill -9, state.json gone": kill_9(
         "kill -9, state.json gone",
         hold_request_at=6,
-        damage=lambda run: (run / SNAPSHOT_FILE).unlink(),
+        damage=lambda run: (run / STATE_FILE).unlink(),
     ),
     "SIGTERM awaiting a reply": sigterm("SIGTERM awaiting a reply", hold_request_at=5),
     "SIGTERM mid-tool": sigterm("SIGTERM mid-tool", hold_tool_at=2),

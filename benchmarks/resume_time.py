@@ -14,7 +14,8 @@ from ouroboros.config import ContextConfig
 from ouroboros.loop.resume import recover
 from ouroboros.loop.state import RunState
 from ouroboros.store import events as ev
-from ouroboros.store.log import EVENTS_FILE, EventLog, write_snapshot
+from ouroboros.store.log import EVENTS_FILE, EventLog
+from ouroboros.store.state_file import write_state
 from ouroboros.window.policy import ContextManager
 
 
@@ -57,7 +58,7 @@ def make_run(run_dir: Path, events: int) -> None:
         )
     messages += [{"role": "user", "content": "x" * 4000} for _ in range(20)]
     state = RunState(run_dir.name, messages, context, total_turns=events // 4)
-    write_snapshot(run_dir, log.seq, state.to_dict())
+    write_state(run_dir, log.seq, state.to_dict())
     log.close()
 
 

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ouroboros.demo import DEMO_PROMPT, RecordingAgent, expected_results, make_workspace
-from ouroboros.loop.journal import replay
-from ouroboros.loop.resume import observation_reader
 from ouroboros.protocols import Message
-from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, list_runs, read_events
+from ouroboros.store.log import list_runs
+from ouroboros.store.state_file import STATE_FILE
 from ouroboros.testing import Fault, Reply
 from tests.helpers import Forked, clean_env, make_project, ouroboros_forked, run_events
 
@@ -159,11 +158,9 @@ def event_lines(root: Path) -> int:
 
 
 def snapshot(root: Path) -> dict[str, Any]:
-    """The state as saved: state.json brought forward by the checkpoints logged after it."""
+    """The state as saved (state.json: `seq`, `state`)."""
     run = root / ".ouroboros" / "runs" / list_runs(root / ".ouroboros")[-1]
-    saved = json.loads((run / SNAPSHOT_FILE).read_text())
-    state, seq = replay(saved, read_events(run / EVENTS_FILE).events, observation_reader(run))
-    return {**saved, "seq": seq, "state": state}
+    return json.loads((run / STATE_FILE).read_text())
 
 
 def executions(root: Path) -> Counter[str]:

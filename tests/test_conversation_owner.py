@@ -1,16 +1,14 @@
 """The conversation's one owner: other code asks it to append, mask, drop or replace, and the
-bookkeeping that must follow each change (the running sums, the Changes since
-the last checkpoint) follows it there, keyed by position and sequence number."""
+bookkeeping that must follow each change (the running sums) follows it there, keyed by
+position."""
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 
 import pytest
 
-from ouroboros.loop.journal import apply_delta, logged, tool_result_ref
 from ouroboros.window import conversation as conv
 from ouroboros.window import ledger
 from ouroboros.window.conversation import Conversation
@@ -53,10 +51,6 @@ def held(turns: int, size: int = 100) -> Conversation:
     return conversation
 
 
-def plain(value):
-    return json.loads(json.dumps(value))
-
-
 def test_the_running_sums_follow_every_change_it_carries_out():
     conversation = held(5)
     assert conversation.tally.tokens(CPT) == walked(conversation)
@@ -80,7 +74,6 @@ def test_the_running_sums_follow_every_change_it_carries_out():
     assert conversation.tally.wire().json == tuple(
         json.dumps(m, separators=(",", ":")).encode() for m in conv.to_wire(conversation)
     )
-    conversation.check()
 
 
 def test_the_oldest_turn_goes_never_the_preamble_nor_the_newest():
@@ -103,55 +96,6 @@ def test_the_same_message_twice_is_counted_twice():
     assert conversation.tally.tokens(CPT) == walked(conversation)
 
 
-def checkpointed_then_a_turn() -> tuple[Conversation, dict, str]:
-    """A conversation of one turn, checkpointed, then a second turn whose result is logged
-    by reference (obs-2)."""
-    conversation = held(1)
-    conversation.checkpoint(logged)
-    assistant, call_id, text = turn(1)
-    conversation.append(assistant)
-    conversation.add_result(call_id, text, tool_result_ref("obs-2", call_id, 500, "head"))
-    return conversation, assistant, call_id
-
-
-def test_appends_are_logged_as_the_range_kept_and_the_new_messages():
-    conversation, assistant, call_id = checkpointed_then_a_turn()
-
-    ops, tokens = conversation.checkpoint(logged)
-
-    assert ops == [
-        [0, 4],
-        assistant,
-        {"obs": "obs-2", "tool_call_id": call_id, "limit": 500, "keep": "head"},
-    ]
-    assert tokens == []
-    assert conversation.checkpoint(logged) == (None, [])  # nothing since
-
-
-def test_a_result_masked_before_it_was_logged_is_logged_as_it_is_now():
-    conversation, assistant, call_id = checkpointed_then_a_turn()
-    conversation.mask({call_id: "[masked]"})
-
-    ops, _ = conversation.checkpoint(logged)
-
-    assert ops == [
-        [0, 4],
-        assistant,
-        {"role": "tool", "tool_call_id": call_id, "content": "[masked]"},
-    ]
-
-
-def test_counts_written_on_kept_messages_are_logged_by_position():
-    conversation = held(2)
-    conversation.checkpoint(logged)
-    conversation.add_note("continue", "more")
-    conversation.measure(3, 40)  # kept from the checkpoint: logged as [position, tokens]
-    conversation.measure(6, 7)  # new: the count travels with the message
-    ops, tokens = conversation.checkpoint(logged)
-    assert tokens == [[3, 40]]
-    assert ops[-1][ledger.TOKENS_KEY] == 7
-
-
 OPERATIONS = (
     "append",
     "result",
@@ -161,19 +105,14 @@ OPERATIONS = (
     "cut",
     "system",
     "measure",
-    "checkpoint",
 )
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_logged_changes_rebuild_the_conversation_at_every_checkpoint(seed):
-    """Invariant 3 of the record: the messages of the last checkpoint with the ops and
-    counts applied are the messages now, whatever mix of changes came between."""
+def test_the_running_sums_follow_any_mix_of_changes(seed):
     rng = random.Random(seed)
     conversation = held(3)
-    saved = {"messages": plain(conversation.messages), "context": {"observations": {}}}
     texts: dict[str, str] = {}  # call id -> its result, until it is added
-    results: dict[str, str] = {}  # what the observations would hold
     for step in range(150):
         operation = rng.choice(OPERATIONS)
         if operation == "append":
@@ -182,8 +121,7 @@ def test_the_logged_changes_rebuild_the_conversation_at_every_checkpoint(seed):
             texts[call_id] = text
         elif operation == "result" and texts:
             call_id, text = texts.popitem()
-            results[call_id] = text
-            conversation.add_result(call_id, text, tool_result_ref(call_id, call_id, 10**6, "head"))
+            conversation.add_result(call_id, text)
         elif operation == "note":
             conversation.add_note("continue", f"note {step}")
         elif operation == "mask" and conversation.tally.candidates():
@@ -196,27 +134,8 @@ def test_the_logged_changes_rebuild_the_conversation_at_every_checkpoint(seed):
             conversation.replace_system({"role": "system", "content": f"mission {step}"})
         elif operation == "measure" and conversation.tally.unmeasured():
             conversation.measure(rng.choice(conversation.tally.unmeasured()), step)
-        elif operation == "checkpoint":
-            ops, tokens = conversation.checkpoint(logged)
-            delta = plain(
-                {"messages": ops, "tokens": tokens} if ops is not None else {"tokens": tokens}
-            )
-            apply_delta(saved, delta, read_observation=results.get)
-            assert saved["messages"] == plain(conversation.messages), f"step {step}"
-        conversation.check()
-        assert conversation.tally.tokens(CPT) == walked(conversation)
-
-
-def test_the_check_finds_a_broken_record():
-    conversation = held(2)
-    conversation.check()
-    broken = copy.copy(conversation)
-    broken._seqs = list(reversed(conversation.seqs))
-    with pytest.raises(AssertionError, match="increasing"):
-        broken.check()
-    broken._seqs = conversation.seqs[:-1]
-    with pytest.raises(AssertionError, match="one seq each"):
-        broken.check()
+        assert conversation.tally.tokens(CPT) == walked(conversation), f"step {step}"
+        assert conversation.tally.starts == conv.turn_starts(conversation), f"step {step}"
 
 
 def test_a_fresh_start_fitted_apart_is_adopted_whole():
@@ -227,6 +146,3 @@ def test_a_fresh_start_fitted_apart_is_adopted_whole():
     conversation.adopt(fresh)
     assert conversation == fresh.messages
     assert conversation.tally.tokens(CPT) == walked(conversation)
-    ops, _ = conversation.checkpoint(logged)
-    assert ops == list(fresh)  # all of it new to the log
-    conversation.check()

@@ -19,11 +19,11 @@ from ouroboros.store.log import (
     prune_run,
     read_tail,
     run_records,
-    write_snapshot,
 )
 from ouroboros.store.observations import ObservationStore, packs
 from ouroboros.store.retention import Retention
 from ouroboros.store.segments import MANIFEST_FILE, SEGMENTS_DIR, load_manifest
+from ouroboros.store.state_file import write_state
 from ouroboros.ui.dashboard import DashboardState
 from ouroboros.ui.follow import follow_events, follow_run
 from ouroboros.ui.status import replay
@@ -261,12 +261,12 @@ def test_following_a_log_goes_on_across_a_rollover(tmp_path):
 def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
     run = tmp_path / "run1"
     write_run(run, sessions=8)
-    write_snapshot(
+    write_state(
         run,
         10_000,
         {
             "run_id": "run1",
-            "messages": [],
+            "messages": [{"role": "system", "content": "Mission."}],
             "session": 8,
             "context": {"observations": {"c1": {"id": "obs-22"}}, "next_observation": 25},
         },
@@ -299,12 +299,12 @@ def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
 def test_retention_keeps_what_the_live_conversation_and_a_resume_need(tmp_path):
     run = tmp_path / "run1"
     write_run(run, sessions=6)
-    write_snapshot(
+    write_state(
         run,
         5,
         {
             "run_id": "run1",
-            "messages": [],
+            "messages": [{"role": "system", "content": "Mission."}],
             "session": 6,
             "context": {"observations": {"c1": {"id": "obs-4"}}, "next_observation": 19},
         },
@@ -344,12 +344,12 @@ def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(
         )
         store.save(f"obs-{turn}", f"result {turn} " + "x" * 500, session=1)
         if turn % 10 == 0:  # a snapshot now and then: it refers to the newest result only
-            write_snapshot(
+            write_state(
                 run,
                 log.seq,
                 {
                     "run_id": "run1",
-                    "messages": [],
+                    "messages": [{"role": "system", "content": "Mission."}],
                     "session": 1,
                     "context": {
                         "observations": {"c": {"id": f"obs-{turn}"}},

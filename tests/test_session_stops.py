@@ -5,13 +5,13 @@ See tests/session_rig.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from ouroboros.loop.endings import StopRun
-from ouroboros.loop.journal import SNAPSHOT_EVERY_TURNS
 from ouroboros.loop.session import Session
 from ouroboros.protocols import Interrupted
-from ouroboros.store.log import read_snapshot
+from ouroboros.store.state_file import read_state
 from tests.fakes import FakeModel, Hang, call, reply
 from tests.session_rig import CONTINUE, Rig, ended, reads
 
@@ -142,16 +142,31 @@ def test_a_stop_signal_ends_an_idle_pause(tmp_path):
     assert len(model.requests) == 2
 
 
-def test_a_long_session_writes_a_full_snapshot_now_and_then(tmp_path):
+def test_the_state_is_written_whole_as_of_the_last_event_at_every_turn(tmp_path):
+    """Whenever the model is asked, state.json holds the live state, as of the last event
+    logged; each turn's end made the log durable first."""
     model = FakeModel()
-    rig = Rig(tmp_path, model, max_turns=SNAPSHOT_EVERY_TURNS + 1)
-    model.then = reads(rig, 10)
+    rig = Rig(tmp_path, model, max_turns=6)
+    read = reads(rig, 10)
+    turns: list[int] = []
 
+    def then(sent: list[dict[str, Any]]) -> Any:
+        saved = read_state(rig.services.run_dir)
+        if saved is not None:
+            assert saved.seq == rig.log.seq
+            assert saved.state == json.loads(json.dumps(rig.state.to_dict()))
+            turns.append(saved.state["total_turns"])
+        return read(sent)
+
+    model.then = then
     rig.run()
 
-    saved = read_snapshot(rig.services.run_dir)
-    assert saved is not None and saved["state"]["total_turns"] == SNAPSHOT_EVERY_TURNS
-    assert rig.log.commits == SNAPSHOT_EVERY_TURNS  # the turn ends but the snapshot's
+    assert turns == [1, 2, 3, 4, 5]
+    assert rig.log.commits == 6
+    saved = read_state(rig.services.run_dir)
+    assert saved.state["total_turns"] == 6 and saved.seq == rig.log.seq
+    assert "checkpoint" not in rig.log.types  # what changed is no longer logged
+    assert all(result.checkpoint is None for result in rig.log.of_type("tool_result"))
 
 
 # --- picking a run up -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A run's state rebuilt from its log, for a `state.json` that is damaged, empty or missing.
+"""A run's state rebuilt from its log, for a `state.json` that is missing or damaged.
 
 The log is the source of truth. Its `assistant` events hold every reply with its tool calls,
 and each `tool_result` names the observation file holding the result's full text, so the
@@ -8,11 +8,6 @@ log and is left out (the restart note sends the agent to its files, as after any
 The context manager starts afresh: it measures again from the first request.
 
     state, seq = rebuild_state(events, run_id, policy, system_prompt, read_observation)
-
-A snapshot that is whole but older than the log (the process died, or the disk filled up,
-between logging a step and saving the snapshot) takes the newer reply and tool results from
-the log too (`restore_results`): a reply that arrived whole is not asked for again, and a
-tool that did run is not reported interrupted and run again.
 """
 
 from __future__ import annotations
@@ -23,12 +18,12 @@ from typing import Any
 from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
 from ouroboros.loop.budgets import spent_in
 from ouroboros.loop.handoff import Digest, restart_note
-from ouroboros.loop.journal import ObservationReader
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.store import events as ev
 from ouroboros.store.events import EventBase, EventLike, parse_event
+from ouroboros.store.state_file import ObservationReader
 from ouroboros.window import conversation as conv
 from ouroboros.window.policy import ContextManager
 
@@ -111,7 +106,7 @@ class Replay:
                 return False
         return True
 
-    def reply(self, event: ev.Assistant, messages: conv.Conversation, *, note: bool = True) -> None:
+    def reply(self, event: ev.Assistant, messages: conv.Conversation) -> None:
         turn = event.turn
         if turn in self.turns:  # asked again after a crash: the later answer is the one kept
             messages.drop(self.turns[turn])
@@ -122,7 +117,7 @@ class Replay:
         if calls:
             message["tool_calls"] = [call.to_wire() for call in calls]
         messages.append(message)
-        if not calls and note:
+        if not calls:
             messages.add_note("continue", self.continue_message)
 
     def result(self, event: ev.ToolResultEvent) -> Message:
@@ -136,51 +131,6 @@ class Replay:
         result = ToolResult(text, ok=event.ok)
         obs = conv.describe(call.name, self.subjects.get(call.id, ""), result, obs_id, call.id)
         return {"role": "tool", "tool_call_id": call.id, "content": self.context.admit(obs, text)}
-
-
-def restore_results(
-    state: RunState, events: list[EventBase], seq: int, read_observation: ObservationReader
-) -> int:
-    """Bring a snapshot taken as of `seq` up to the log: the next reply, if the log has it,
-    then the results the log holds for its unanswered tool calls, in order. Returns the seq
-    the state is now as of."""
-    replay = Replay(state.context, read_observation, "")
-    reply = next(
-        (
-            e
-            for e in events
-            if isinstance(e, ev.Assistant)
-            and e.seq > seq
-            and e.session == state.session
-            and e.turn == state.session_turns + 1
-        ),
-        None,
-    )
-    if (
-        reply is not None
-        and state.messages[-1]["role"] != "assistant"
-        and not conv.pending_calls(state.messages)
-    ):
-        replay.reply(reply, state.messages, note=False)  # the session adds what follows
-        state.session_turns += 1
-        state.total_turns += 1
-        seq = reply.seq
-    pending = conv.pending_calls(state.messages)
-    replay.calls = {call.id: call for call in pending}
-    logged = {
-        e.id: e
-        for e in events
-        if isinstance(e, ev.ToolResultEvent) and e.seq > seq and not e.interrupted
-    }
-    for call in pending:
-        event = logged.get(call.id)
-        if event is None or read_observation(event.observation) is None:
-            break  # the calls after an unanswered one never ran
-        state.messages.append(replay.result(event))
-        state.session_successes += int(event.ok)
-        state.context.restored(next_observation([event]), state.context.wound_down)
-        seq = event.seq
-    return seq
 
 
 def opening(events: list[EventBase], session: int, config: dict[str, Any]) -> Message:

@@ -1,43 +1,41 @@
 """Picking a run up from its directory after the process died (or stopped).
 
-The snapshot (`state.json`) holds the conversation and counters as of event `seq`; the
-`checkpoint` events after it hold what each step changed since (journal.py), and the events
-after the last of them say what happened since. The only thing that can be in flight at a
-crash is a tool call: one that started (its `tool_call` event was written) but has no result
-in the saved state gets a result saying it was interrupted. Calls that never started are
-simply run.
+`state.json` holds the run's state as of event `seq`, written whole after every step (one of
+an older Ouroboros is brought to today's schema by store/state_file.py); the events after it
+say what happened since: the digest is brought forward by them, and a tool call that started
+(its `tool_call` event is after `seq`) but has no result in the state gets a result saying it
+was interrupted. Calls that never started are simply run; a reply logged after `seq` is
+asked for again.
 
-The log is the source of truth: a snapshot that is damaged, empty or missing is rebuilt from
-it (see rebuild.py), and `Recovered.rebuilt` says why.
+The log is the source of truth: a state that is missing, or damaged (it does not validate),
+is rebuilt from it (see rebuild.py), and `Recovered.rebuilt` says why. Anything else raised
+while reading it back is a bug, and is raised.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
 from ouroboros.loop.handoff import Digest
-from ouroboros.loop.journal import replay
-from ouroboros.loop.rebuild import rebuild_state, restore_results
+from ouroboros.loop.rebuild import rebuild_state
 from ouroboros.loop.reload import recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ToolCall
 from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
-from ouroboros.store.log import (
-    EVENTS_FILE,
-    SNAPSHOT_FILE,
-    DamagedSnapshot,
-    RunTail,
-    parse_records,
-    read_snapshot,
-    read_tail,
-    run_records,
-)
+from ouroboros.store.log import EVENTS_FILE, RunTail, parse_records, read_tail, run_records
 from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.segments import closed_records
+from ouroboros.store.state_file import (
+    STATE_FILE,
+    DamagedSnapshot,
+    ObservationReader,
+    read_state,
+    upgrade,
+)
 from ouroboros.store.summary import RunSummary
 from ouroboros.window.conversation import pending_calls
 
@@ -63,7 +61,7 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
     """Read a run back, under the `[context]` policy configured now. Raises UsageError when
     it should not be resumed, StateError when its log cannot be read. `system_prompt` opens
     the conversation if it has to be rebuilt from the log. What is read is the manifest, the
-    snapshot and the records after it (the current segment, as a rule): not the history."""
+    state and the records after it (the current segment, as a rule): not the history."""
     tail = read_tail(run_dir)
     summary = tail.summary()
     if summary.run_start is None and not tail.last_seq:
@@ -75,8 +73,7 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
             f"{version}, this one reads {FORMAT_VERSION}); upgrade to resume it"
         )
     read = observation_reader(run_dir)
-    after = records_after(tail, snapshot_seq(run_dir))
-    state, seq, rebuilt = saved_state(run_dir, policy, after, read)
+    state, seq, after, rebuilt = saved_state(run_dir, tail, policy, read)
     if state is None:  # rebuilt from the whole log
         events = parse_records(list(run_records(run_dir, tail=tail)), run_dir / EVENTS_FILE)
         state, seq = rebuild_state(events, run_dir.name, policy, system_prompt, read)
@@ -97,7 +94,6 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
         events = parse_records(
             sorted(needed.values(), key=lambda r: r["seq"]), run_dir / EVENTS_FILE
         )
-        seq = restore_results(state, events, seq, read)
     started = started_ids(events, seq)
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
     return Recovered(
@@ -122,19 +118,9 @@ def fold(digest: Digest, events: list[EventBase]) -> None:
         digest.take(event)
 
 
-def snapshot_seq(run_dir: Path) -> int:
-    """The seq the snapshot is as of (0 when there is none or it is damaged: then every
-    record is needed)."""
-    try:
-        snapshot = read_snapshot(run_dir)
-    except DamagedSnapshot:
-        return 0
-    return snapshot["seq"] if snapshot is not None else 0
-
-
 def records_after(tail: RunTail, seq: int) -> list[dict[str, Any]]:
     """The records after event `seq`: the current segment's, and a closed segment's only
-    when the snapshot is older than the current segment."""
+    when the state is older than the current segment."""
     if seq >= tail.manifest.last_seq:
         return [r for r in tail.records if r["seq"] > seq]
     return list(closed_records(tail.run_dir, tail.manifest, seq)) + tail.records
@@ -150,26 +136,27 @@ def config_records(summary: RunSummary) -> list[dict[str, Any]]:
 
 
 def saved_state(
-    run_dir: Path,
-    policy: ContextConfig,
-    events: list[dict[str, Any]],
-    read: Callable[[str], str | None],
-) -> tuple[RunState | None, int, str | None]:
-    """The snapshot's state brought forward by the checkpoints logged after it, and the seq
-    it is now as of; (None, 0, why) when it has to be rebuilt."""
+    run_dir: Path, tail: RunTail, policy: ContextConfig, read: ObservationReader
+) -> tuple[RunState | None, int, list[dict[str, Any]], str | None]:
+    """The state state.json holds (brought to today's schema), the seq it is as of, and the
+    records the log has after the seq it was written as of; (None, 0, [], why) when it is
+    missing or damaged, and has to be rebuilt."""
     try:
-        snapshot = read_snapshot(run_dir)
-        if snapshot is None:
-            return None, 0, f"{SNAPSHOT_FILE} is missing"
-        state, seq = replay(snapshot, events, read)
-        return RunState.from_dict(state, policy), seq, None
+        saved = read_state(run_dir)
+        if saved is None:
+            return None, 0, [], f"{STATE_FILE} is missing"
+        if saved.seq > tail.last_seq:  # a power cut kept the state, not the log's end
+            raise DamagedSnapshot(
+                f"is ahead of the log (as of event {saved.seq}; the log ends at {tail.last_seq})"
+            )
+        after = records_after(tail, saved.seq)
+        saved = upgrade(saved, after, read)
+        return RunState.from_dict(saved.state, policy), saved.seq, after, None
     except DamagedSnapshot as damage:
-        return None, 0, f"{SNAPSHOT_FILE} {damage}"
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-        return None, 0, f"{SNAPSHOT_FILE} does not hold a run's state"
+        return None, 0, [], f"{STATE_FILE} {damage}"
 
 
-def observation_reader(run_dir: Path) -> Callable[[str], str | None]:
+def observation_reader(run_dir: Path) -> ObservationReader:
     """Reads a result's full text back by its observation id, as written ("\r\n" stays)."""
     return ObservationStore(run_dir / OBSERVATIONS_DIR).read
 

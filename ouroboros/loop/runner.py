@@ -28,7 +28,6 @@ from ouroboros.errors import (
 )
 from ouroboros.loop import systemd
 from ouroboros.loop.budgets import BUDGET, BudgetMeter
-from ouroboros.loop.checkpoints import Checkpoints
 from ouroboros.loop.continuation import done_words, flags_to_remember, how_to_continue
 from ouroboros.loop.deadline import Deadline, startup_secs
 from ouroboros.loop.endings import RestartSession, StopRun
@@ -61,7 +60,7 @@ from ouroboros.loop.startup import (
     startup_warnings,
     sweep_temporaries,
 )
-from ouroboros.loop.state import RunState
+from ouroboros.loop.state import RunState, save_state
 from ouroboros.loop.stopping import stop_signals
 from ouroboros.loop.tool_use import ToolUseWatch, no_tools_warning
 from ouroboros.protocols import Interrupted, Listener, Message, RunHooks
@@ -72,7 +71,8 @@ from ouroboros.server.discovery import WindowQuestions, tools_word
 from ouroboros.server.kinds import same_model
 from ouroboros.server.tokenizer import TokenCounter
 from ouroboros.store import events as ev
-from ouroboros.store.log import EventLog, find_run, new_run_id, runs_dir, utc_now, write_failure
+from ouroboros.store.atomic import write_failure
+from ouroboros.store.log import EventLog, find_run, new_run_id, runs_dir, utc_now
 from ouroboros.store.observations import OBSERVATIONS_DIR
 from ouroboros.store.owner import claim_state_dir
 
@@ -475,8 +475,9 @@ class Runner:
             )
 
     def snapshot(self) -> None:
-        """Write the whole state: at the start, at restarts and at the end."""
-        Checkpoints(self.state, self.log, self.run_dir, self.services.journal).snapshot()
+        """Write the whole state, durably: at the start, at restarts and at the end."""
+        self.log.sync()
+        save_state(self.state, self.log, self.services.state_file, durable=True)
 
     # -- tuning: the config read again at every session start --
 

@@ -6,7 +6,8 @@ The loop never ends by itself: it raises `RestartSession` when the window says s
 `StopRun` when the run should end (endings.py), an idle or stuck agent included (guards.py);
 a stop signal cancels it wherever it waits (stopping.py). A person's messages (`ouroboros
 tell`, inbox.py) are taken at each turn boundary. The rest of a turn is in tool_calls.py
-(tool calls), upkeep.py (the window) and checkpoints.py (the state, written as it goes).
+(tool calls) and upkeep.py (the window); the state is written whole after every step
+(state.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from ouroboros.config import Config
 from ouroboros.errors import ContextOverflowError, ModelError
-from ouroboros.loop.checkpoints import Checkpoints
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.evidence import Evidence, WindowAsker, choose_tools
 from ouroboros.loop.guards import (
@@ -30,9 +30,8 @@ from ouroboros.loop.guards import (
     step_of,
 )
 from ouroboros.loop.inbox import waiting
-from ouroboros.loop.journal import Journal
 from ouroboros.loop.live_config import LiveConfig
-from ouroboros.loop.state import RunState
+from ouroboros.loop.state import RunState, save_state
 from ouroboros.loop.tool_calls import ToolCalls
 from ouroboros.loop.upkeep import Upkeep
 from ouroboros.protocols import (
@@ -47,6 +46,7 @@ from ouroboros.protocols import (
 )
 from ouroboros.server.retry import RetryPolicy, with_retries
 from ouroboros.store import events as ev
+from ouroboros.store.state_file import StateWriter
 from ouroboros.tools import COMPLETE_KEY, Toolbox
 from ouroboros.window.conversation import (
     Conversation,
@@ -75,11 +75,12 @@ class Services:
     state_dir: Path | None = None  # where `ouroboros tell` leaves messages (inbox.py)
     on_text: TextSink | None = None
     counter: TokenCounter | None = None
-    journal: Journal = field(default_factory=Journal)  # what the last snapshot holds
     asker: WindowAsker | None = None  # the server's own word on its window, where it gives one
+    state_file: StateWriter = field(init=False)  # writes the run's state.json
 
     def __post_init__(self) -> None:
         self.stuck = StuckGuard(lambda: self.config.agent)
+        self.state_file = StateWriter(self.run_dir)
 
     @property
     def config(self) -> Config:
@@ -101,10 +102,7 @@ class Session:
         self.context = state.context
         self.log = services.log
         self.tools = choose_tools(self.context, self.messages[0], services.toolbox, self.warn_once)
-        self.checkpoints = Checkpoints(state, self.log, services.run_dir, services.journal)
-        self.tool_calls = ToolCalls(
-            state, services.toolbox, self.log, self.checkpoints, services.run_dir
-        )
+        self.tool_calls = ToolCalls(state, services.toolbox, self.log, self.save, services.run_dir)
         self.upkeep = Upkeep(state, self.tools, self.log, self.warn_once)
         self.evidence = Evidence(
             self.context,
@@ -133,7 +131,7 @@ class Session:
             self.watch(reply.text, outcomes)
             self.watch_redoing()
             self.upkeep.after_turn()
-            self.checkpoints.end_turn()
+            self.end_turn()
 
     async def pick_up(self) -> None:
         """At a session start: run the calls of the last reply that never started (a stop or
@@ -159,7 +157,16 @@ class Session:
             )
         if pending or due or instruction or cut:
             self.upkeep.after_turn()
-            self.checkpoints.end_turn()
+            self.end_turn()
+
+    def save(self) -> None:
+        """After a step: the state written whole (state.py)."""
+        save_state(self.state, self.log, self.services.state_file)
+
+    def end_turn(self) -> None:
+        """At a turn's end: the log made durable, then the state written whole and durably."""
+        self.log.commit()
+        save_state(self.state, self.log, self.services.state_file, durable=True)
 
     def check_limits(self) -> None:
         """Between turns: a stop asked for, or the run's last turn taken, ends the run."""
@@ -188,7 +195,7 @@ class Session:
                 await self.evidence.ask_allocated(again=True)
                 continue
             await self.record(sent, reply)
-            self.checkpoints.step()
+            self.save()
             return reply
         raise ModelError(
             f"the server kept refusing the prompt as too long after "
@@ -241,7 +248,7 @@ class Session:
         for letter in waiting(self.services.state_dir):
             self.messages.append({"role": "user", "content": self.screened(letter.text)})
             self.log.emit(ev.UserMessage(text=letter.text, queued_at=letter.sent))
-            self.checkpoints.step()
+            self.save()
             letter.path.unlink(missing_ok=True)
 
     def screened(self, text: str) -> str:

@@ -1,18 +1,28 @@
-"""What a run carries from step to step: the state a resume needs back."""
+"""What a run carries from step to step: the state a resume needs back, written whole after
+every step (store/state_file.py).
+
+    save_state(state, log, writer)                   # after a step
+    save_state(state, log, writer, durable=True)     # a turn's end, once the log is durable
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
+from functools import cache
+from operator import attrgetter
 from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.loop.handoff import Digest
-from ouroboros.protocols import EventSink
+from ouroboros.protocols import EventSink, RunLog
 from ouroboros.store.events import WarningCleared, WarningEvent
-from ouroboros.window.conversation import Conversation
-from ouroboros.window.policy import ContextManager
+from ouroboros.store.state_file import DamagedSnapshot, StateWriter
+from ouroboros.window.belief import Window
+from ouroboros.window.conversation import Conversation, Observation
+from ouroboros.window.ledger import Calibration
+from ouroboros.window.policy import ContextManager, LastCount
 
-__all__ = ["RunState"]
+__all__ = ["RunState", "save_state"]
 
 
 Reload = Literal["", "requested", "wound_down"]
@@ -20,7 +30,7 @@ Reload = Literal["", "requested", "wound_down"]
 
 @dataclass
 class RunState:
-    """Everything a resumed run needs back; saved as the snapshot after every step."""
+    """Everything a resumed run needs back; written whole after every step."""
 
     run_id: str
     messages: Conversation  # given as a list, it becomes one
@@ -41,8 +51,8 @@ class RunState:
     # The run's budgets so far (budgets.py): tokens as the server counted them, seconds run.
     tokens_used: int = 0
     wall_secs: float = 0.0
-    # What the run did, folded from its log (handoff.py): the snapshot holds it, a resume
-    # folds what was logged after the snapshot. Not in the checkpoints.
+    # What the run did, folded from its log (handoff.py): the state holds it, a resume
+    # folds what was logged after the state.
     digest: Digest = field(default_factory=Digest)
 
     def __post_init__(self) -> None:
@@ -63,18 +73,93 @@ class RunState:
             log.emit(WarningCleared(condition=key, message=message))
 
     def to_dict(self) -> dict[str, Any]:
-        """The state as the snapshot holds it. Shallow: the messages are shared, not copied
-        (the snapshot is written at once; copying a long conversation would cost more CPU
-        than the rest of the turn)."""
+        """The state as state.json holds it. Shallow: the messages are shared, not copied
+        (the state is written at once; copying a long conversation would cost more CPU than
+        the rest of the turn)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["messages"] = self.messages.messages
-        data["context"] = self.context.to_dict()
+        data["context"] = saved_context(self.context)
         data["digest"] = self.digest.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> RunState:
+        """The state of a state.json whose shape store/state_file.py checked. Raises
+        DamagedSnapshot when a part of it is not what the object it is read into takes."""
         data = dict(data)
-        data["context"] = ContextManager.from_dict(data["context"], policy)
+        check_fields(cls, data, "state")
+        context = data["context"]
+        # ContextManager.from_dict reads the calibration and observations itself
+        check_fields(ContextManager, context, "state.context", ("policy",), ("calibration",))
+        check_fields(Window, context["window"], "state.context.window")
+        check_fields(Calibration, context["calibration"], "state.context.calibration")
+        if context.get("last_count") is not None:
+            check_fields(LastCount, context["last_count"], "state.context.last_count")
+        for key, observation in context["observations"].items():
+            check_fields(Observation, observation, f"state.context.observations.{key}")
+        data["context"] = ContextManager.from_dict(context, policy)
         data["digest"] = Digest.from_dict(data.get("digest"))
         return cls(**data)
+
+
+def saved_context(context: ContextManager) -> dict[str, Any]:
+    """`context.to_dict()`, without the deep copy `dataclasses.asdict` makes of each of its
+    dataclasses: they are flat (the window, the calibration, the last count, every
+    observation), so a dict of each one's fields is the same, at a fraction of the CPU (this
+    runs after every step, over every observation the conversation refers to;
+    tests/test_state_file.py checks the two agree)."""
+    return {f.name: flat(getattr(context, f.name)) for f in fields(context) if f.name != "policy"}
+
+
+def flat(value: Any) -> Any:
+    """A field of the context as `asdict` gives it, one level deep."""
+    kind = type(value)
+    if hasattr(kind, "__dataclass_fields__"):  # an instance (is_dataclass costs more)
+        names, values = field_getter(kind)
+        return dict(zip(names, values(value)))
+    if isinstance(value, dict):
+        return {key: flat(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+@cache
+def field_getter(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """A dataclass's field names, and a function giving their values in that order."""
+    names = tuple(f.name for f in fields(kind))
+    getter = attrgetter(*names)
+    return names, (getter if len(names) > 1 else lambda value: (getter(value),))
+
+
+def check_fields(
+    kind: type, data: Any, where: str, given: tuple[str, ...] = (), needed: tuple[str, ...] = ()
+) -> None:
+    """DamagedSnapshot unless `data` is a dict of the dataclass `kind`'s fields: each it
+    requires and each `needed`, but those `given` apart; none it does not have."""
+    if not isinstance(data, dict):
+        raise DamagedSnapshot(f"does not hold a run's state ({where}: not an object)")
+    names = {f.name for f in fields(kind) if f.init} - set(given)
+    required = {
+        f.name
+        for f in fields(kind)
+        if f.init and f.default is MISSING and f.default_factory is MISSING
+    }
+    required = (required | set(needed)) - set(given)
+    if missing := sorted(required - data.keys()):
+        raise DamagedSnapshot(f"does not hold a run's state ({where}: no {', '.join(missing)})")
+    if unknown := sorted(data.keys() - names):
+        raise DamagedSnapshot(
+            f"does not hold a run's state ({where}: unknown {', '.join(unknown)})"
+        )
+
+
+def save_state(state: RunState, log: RunLog, writer: StateWriter, *, durable: bool = False) -> None:
+    """Write the state whole, as of the last event logged: after every step (a reply, a tool
+    result, a person's message), `durable` at a turn's end, a session boundary and the end,
+    once the log is durable up to it (so that the state on disk never names an event the
+    log on disk may not have); after every step with `logging.durability = "event"`, whose
+    log is durable at every event. Each write costs what the state holds, which the window
+    bounds (see store/state_file.py), not what the run has done."""
+    durable = durable or log.durability == "event"
+    writer.write(log.seq, state.to_dict(), log.redact, durable=durable)

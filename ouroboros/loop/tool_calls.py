@@ -1,9 +1,9 @@
 """The agent's tool calls: each run in turn and its result recorded, as one step.
 
 A result is recorded three ways: its full text in the session's pack in `observations/` (for
-`recall` and for resume, see store/observations.py), the message the model reads (capped, see
-context.admit), and a `tool_result` event that carries the step's checkpoint. A call cut short
-by a stop signal gets a result that says so, so no call is ever left unanswered.
+`recall` and for a rebuild, see store/observations.py), the message the model reads (capped,
+see context.admit), and a `tool_result` event; then the state is written (`save`). A call cut
+short by a stop signal gets a result that says so, so no call is ever left unanswered.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Callable
 
-from ouroboros.loop.checkpoints import Checkpoints
-from ouroboros.loop.journal import tool_result_ref
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.store import events as ev
@@ -30,19 +29,18 @@ class ToolCalls:
         state: RunState,
         toolbox: Toolbox,
         log: RunLog,
-        checkpoints: Checkpoints,
+        save: Callable[[], None],
         run_dir: Path,
     ) -> None:
         self.state = state
         self.context = state.context
         self.toolbox = toolbox
         self.log = log
-        self.checkpoints = checkpoints
+        self.save = save  # writes the state after a step
         self.observations = ObservationStore(run_dir / "observations")
 
     async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
-        """Run the calls in order, a step each (its `tool_result` carries its checkpoint);
-        each call with its result."""
+        """Run the calls in order, a step each; each call with its result."""
         return [(call, await self.run(call)) for call in calls]
 
     async def run(self, call: ToolCall) -> ToolResult:
@@ -56,14 +54,14 @@ class ToolCalls:
             result = await self.toolbox.run(call)
         except asyncio.CancelledError:  # a stop signal: the tool was killed
             self.answer_interrupted(call, round(1000 * (time.monotonic() - started)))
-            self.checkpoints.step()
+            self.save()
             raise
         self.state.session_successes += int(result.ok)
         obs_id = self.context.new_observation_id()
         self.save_observation(obs_id, result.content)
         obs = describe(call.name, subject, result, obs_id, call.id)
         content = self.context.admit(obs, result.content)
-        self.append_result(call.id, obs_id, content, self.context.max_result_chars(result.content))
+        self.state.messages.add_result(call.id, content)
         self.log.emit(
             ev.ToolResultEvent(
                 id=call.id,
@@ -75,19 +73,10 @@ class ToolCalls:
                 summary=obs.first_line[:120],
                 duration_ms=round(1000 * (time.monotonic() - started)),
                 exit_code=result.meta.get("exit_code"),
-                **self.checkpoints.changes(),
             )
         )
+        self.save()
         return result
-
-    def append_result(self, call_id: str, obs_id: str, content: str, limit: int) -> None:
-        """Add a tool result (`content` as context.admit just cut it, to `limit` characters);
-        its checkpoint names the observation holding its text, and the cut that gives
-        `content` back."""
-        keep = self.context.policy.tool_result_truncation
-        self.state.messages.add_result(
-            call_id, content, tool_result_ref(obs_id, call_id, limit, keep)
-        )
 
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
@@ -110,7 +99,7 @@ class ToolCalls:
         )
 
     def save_observation(self, obs_id: str, text: str) -> None:
-        """The full text of a result, for `recall` and for resume."""
+        """The full text of a result, for `recall` and for a rebuild."""
         self.observations.save(
             obs_id, text, self.state.session, durable=self.log.durability == "event"
         )

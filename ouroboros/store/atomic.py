@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import stat
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
+from ouroboros.errors import StateError
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -42,10 +46,27 @@ def replace_in(directory: int, name: str, data: bytes, *, durable: bool) -> None
         os.fsync(directory)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace the file at `path` with `text` (UTF-8), durably."""
+def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace the file at `path` with `text` (UTF-8), durably unless told otherwise."""
     directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        replace_in(directory, path.name, text.encode("utf-8"), durable=True)
+        replace_in(directory, path.name, text.encode("utf-8"), durable=durable)
     finally:
         os.close(directory)
+
+
+@contextmanager
+def cannot_write(path: Path) -> Iterator[None]:
+    """Turn a failed write (a full disk, `ulimit -f`, a read-only state dir) into one line."""
+    try:
+        yield
+    except OSError as error:
+        raise write_failure(path, error) from None
+
+
+def write_failure(path: Path | str, error: OSError) -> StateError:
+    return StateError(
+        f"cannot write {path}: {error.strerror or error}; what was written "
+        "before is kept: fix that (free space, a file size limit, "
+        "permissions), then `ouroboros resume` continues the run"
+    )

@@ -160,7 +160,7 @@ class ToolResultEvent(EventBase):
     duration_ms: int = Field(description="how long it ran")
     interrupted: bool = omitted(False, "when cut short by a stop signal or made up after a crash")
     checkpoint: dict[str, Any] | None = omitted(
-        None, "what the step changed, as in a `checkpoint` event"
+        None, "in logs written before the state was versioned: as in a `checkpoint` event"
     )
     exit_code: int | None = omitted(None, "a shell command's; left out when it timed out")
 
@@ -398,8 +398,8 @@ class PromptChanged(EventBase):
 
 
 class Checkpoint(EventBase):
-    """A step (a reply, a tool result, the end of a turn) changed the run's state; each
-    change below only when there was one."""
+    """Only in logs written before the state was versioned: a step changed the run's state;
+    each change below only when there was one."""
 
     type: Literal["checkpoint"] = "checkpoint"
     base: int = Field(description="the `seq` of the snapshot it builds on")

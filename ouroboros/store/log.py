@@ -1,14 +1,14 @@
-"""The append-only event log (`events.jsonl`), the run's snapshot, and reading them back.
+"""The append-only event log (`events.jsonl`) and reading it back.
 
 Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
     events.jsonl      the current segment: one JSON object per line, written as things
-                      happen; `checkpoint` events hold what each step changed in the run's
-                      state (loop/journal.py)
+                      happen (a log written before the state was versioned also has
+                      `checkpoint` events: what each step changed, see state_file.py)
     segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
     manifest.json     what each closed segment spans, and the run's summary as of the newest
     totals.json       that summary again, where retention never prunes (segments.py)
-    state.json        a full snapshot: conversation and counters as of an event (atomic
-                      replace), written at session boundaries, at the end and now and then
+    state.json        the run's state as of an event, written whole after every step
+                      (state_file.py)
     observations/     the full text of every tool result, packed per session, for `recall`
                       (observations.py)
     end-reserve       RESERVE_BYTES kept allocated while the run runs, freed so that the
@@ -35,13 +35,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
-from pydantic import ValidationError
-
 from ouroboros.errors import StateError, UsageError
 from ouroboros.protocols import Listener
-from ouroboros.store.atomic import write_atomically
+from ouroboros.store.atomic import cannot_write
 from ouroboros.store.events import EventBase, EventError, WarningEvent, parse_event
-from ouroboros.store.files import no_follow, open_regular, read_prefix, read_regular
+from ouroboros.store.files import no_follow, open_regular, read_prefix
 from ouroboros.store.observations import obs_number
 from ouroboros.store.retention import Freed, Retention, apply_retention
 from ouroboros.store.segments import (
@@ -57,16 +55,10 @@ from ouroboros.store.segments import (
     segment_path,
     segment_records,
 )
-from ouroboros.store.shapes import check_snapshot, why_not
+from ouroboros.store.state_file import DamagedSnapshot, read_state, redact_strings
 from ouroboros.store.summary import RunSummary, envelope, envelope_of
 
-# The snapshot alone is no longer the latest state (the checkpoints after it are part of it),
-# so an Ouroboros that would resume from it alone is told to upgrade; 3: the log is in segments
-# (an older Ouroboros would see only the current one).
-SNAPSHOT_FORMAT_VERSION = 3
 EVENTS_FILE = "events.jsonl"
-SNAPSHOT_FILE = "state.json"
-MAX_SNAPSHOT_BYTES = 1 << 30  # the conversation and counters: a window's worth, far less
 
 # The most the current segment holds (give or take the turn that crosses it): it is closed at
 # a turn's end once it holds this much, and at the first session boundary once it holds
@@ -324,23 +316,6 @@ def free_reserve(path: Path) -> bool:
     return True
 
 
-@contextmanager
-def cannot_write(path: Path) -> Iterator[None]:
-    """Turn a failed write (a full disk, `ulimit -f`, a read-only state dir) into one line."""
-    try:
-        yield
-    except OSError as error:
-        raise write_failure(path, error) from None
-
-
-def write_failure(path: Path | str, error: OSError) -> StateError:
-    return StateError(
-        f"cannot write {path}: {error.strerror or error}; what was written "
-        "before is kept: fix that (free space, a file size limit, "
-        "permissions), then `ouroboros resume` continues the run"
-    )
-
-
 @dataclass
 class LogContents:
     events: list[dict[str, Any]]
@@ -472,64 +447,6 @@ def parse_logged(record: dict[str, Any], path: Path) -> EventBase:
         raise StateError(f"{path} is damaged: {error.message}") from None
 
 
-def redact_strings(data: Any, redact: Callable[[str], str]) -> Any:
-    """`data` (JSON-like) with every string value passed through `redact`, before it is
-    serialised: numbers, keys and structure stay as they were, whatever the secret."""
-    if isinstance(data, str):
-        return redact(data)
-    if isinstance(data, dict):
-        return {key: redact_strings(value, redact) for key, value in data.items()}
-    if isinstance(data, list):
-        return [redact_strings(value, redact) for value in data]
-    return data
-
-
-def write_snapshot(
-    run_dir: Path, seq: int, state: dict[str, Any], redact: Callable[[str], str] | None = None
-) -> None:
-    """Save the run's state as of event `seq`, its strings redacted; resume starts from the
-    latest snapshot."""
-    if redact is not None:
-        state = redact_strings(state, redact)
-    snapshot = {"format_version": SNAPSHOT_FORMAT_VERSION, "seq": seq, "state": state}
-    path = run_dir / SNAPSHOT_FILE
-    with cannot_write(path):
-        write_atomically(path, json.dumps(snapshot, ensure_ascii=False))
-
-
-class DamagedSnapshot(Exception):
-    """state.json is there but cannot be read back; the message says how it is damaged."""
-
-
-def read_snapshot(run_dir: Path) -> dict[str, Any] | None:
-    """The snapshot, or None when there is none. Raises DamagedSnapshot when it cannot be
-    read or is not a snapshot, UsageError when a newer Ouroboros wrote it."""
-    path = run_dir / SNAPSHOT_FILE
-    if not os.path.lexists(path):
-        return None
-    try:
-        snapshot = json.loads(read_regular(path, MAX_SNAPSHOT_BYTES).decode("utf-8"))
-    except OSError as error:
-        raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
-    except ValueError:
-        raise DamagedSnapshot("is not JSON (truncated, empty or overwritten)") from None
-    version = snapshot.get("format_version") if isinstance(snapshot, dict) else None
-    if isinstance(version, int) and version > SNAPSHOT_FORMAT_VERSION:
-        raise UsageError(
-            f"{path} was written by a newer Ouroboros (format "
-            f"{snapshot['format_version']}, this one reads "
-            f"{SNAPSHOT_FORMAT_VERSION}); "
-            "upgrade to resume it"
-        )
-    try:
-        check_snapshot(snapshot)
-    except ValidationError as error:
-        raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
-    except ValueError as error:
-        raise DamagedSnapshot(f"does not hold a run's state ({error})") from None
-    return snapshot
-
-
 def runs_dir(state_dir: Path) -> Path:
     return state_dir / "runs"
 
@@ -576,15 +493,15 @@ def find_run(state_dir: Path, run_id: str | None) -> Path:
 
 
 def prune_run(run_dir: Path, retention: Retention) -> Freed:
-    """Apply retention to a run now (`ouroboros prune`): what its snapshot still needs (the
+    """Apply retention to a run now (`ouroboros prune`): what its state still needs (the
     records after it, the results its conversation refers to) is kept."""
     try:
-        snapshot = read_snapshot(run_dir)
+        saved = read_state(run_dir)
     except DamagedSnapshot:
-        snapshot = None
-    if snapshot is None:  # a resume would rebuild from the whole log: remove nothing
+        saved = None
+    if saved is None:  # a resume would rebuild from the whole log: remove nothing
         return apply_retention(run_dir, retention, session=0, keep_seq=0, keep_obs_from=0)
-    state = snapshot["state"]
+    state = saved.state
     context = state.get("context") or {}
     numbers = [
         obs_number(str(o.get("id", "")))
@@ -598,6 +515,6 @@ def prune_run(run_dir: Path, retention: Retention) -> Freed:
         run_dir,
         retention,
         session=int(state.get("session", 0)),
-        keep_seq=snapshot["seq"],
+        keep_seq=saved.seq,
         keep_obs_from=keep_from,
     )

@@ -1,5 +1,6 @@
 """The shapes of the run's own JSON files, as pydantic models (as the events are, events.py):
-manifest.json, totals.json and state.json. A file that is JSON but not of its shape is
+manifest.json, totals.json and state.json (and the checkpoints state.json of schema 1 had in
+the log). A file that is JSON but not of its shape is
 damaged, as one that is not JSON is: its readers rebuild it from what remains (the segments,
 the log), never trust its fields. The models check; the readers keep the plain dicts.
 
@@ -8,7 +9,7 @@ the log), never trust its fields. The models check; the readers keep the plain d
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -129,11 +130,57 @@ class TotalsShape(Shape):
     pruned: Pruned = Pruned()
 
 
+class ToolFunction(Shape):
+    name: str
+    arguments: str = ""
+
+
+class ToolCallShape(Shape):
+    id: str
+    function: ToolFunction
+
+
+class MessageShape(Shape):
+    """A message of the conversation as the state holds it (its wire form, and the harness's
+    `_tokens` and `_note`)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[ToolCallShape] | None = None
+    tool_call_id: str | None = None
+
+
+class DigestShape(BaseModel):
+    """The digest of what the run did (loop/handoff.py's Digest.to_dict); lax, as the digest
+    reads it (a count is taken with int(), a name with str())."""
+
+    model_config = ConfigDict(extra="allow")
+
+    turns: int = 0
+    calls: int = 0
+    failed: int = 0
+    side_effects: int = 0
+    repeats: int = 0
+    told_redoing: int = 0
+    sessions_turns: int = 0
+    sessions_calls: int = 0
+    files_dropped: int = 0
+    failures: dict[str, int]
+    last_failure: dict[str, str]
+    repeated: list[tuple[str, int]]
+    files: list[tuple[str, int]]
+    commands: list[tuple[str, int | None]]
+    interrupted: list[tuple[str, int]]
+    done: list[tuple[str, int]]
+    seen: list[str] = []
+    pending: dict[str, tuple[str, str, str]]
+
+
 class StateShape(Shape):
-    """RunState (loop/state.py) as the snapshot holds it."""
+    """RunState (loop/state.py) as state.json holds it."""
 
     run_id: str
-    messages: list[JsonObject]
+    messages: list[MessageShape] = Field(min_length=1)
     context: JsonObject
     session: int = Field(1, ge=1)
     session_turns: int = Field(0, ge=0)
@@ -147,20 +194,45 @@ class StateShape(Shape):
     instruction: str = ""
     tokens_used: int = Field(0, ge=0)
     wall_secs: float = Field(0.0, ge=0)
-    digest: JsonObject | None = None
+    digest: DigestShape | Annotated[JsonObject, Field(max_length=0)] | None = None
 
 
 class ContextShape(Shape):
     """The parts of the context manager's state that are read without it (prune_run)."""
 
-    observations: dict[str, JsonObject] = {}
+    observations: dict[str, JsonObject]
     next_observation: int = Field(0, ge=0)
 
 
+class SavedStateShape(Shape):
+    """state.json (state_file.py), schema 2."""
+
+    schema_version: int
+    seq: int = Field(ge=0)
+    state: StateShape
+
+
 class SnapshotShape(Shape):
+    """state.json of schema 1: a snapshot, the checkpoints after it in the log."""
+
     format_version: int = Field(0, ge=0)
     seq: int = Field(ge=0)
     state: StateShape
+
+
+Pair = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
+class DeltaShape(Shape):
+    """A `checkpoint` of schema 1 (an event, or a field of a `tool_result`): what a step
+    changed in the state; the messages as `[start, end]` ranges kept and messages new."""
+
+    base: int = Field(ge=0)
+    messages: list[Pair | JsonObject] | None = None
+    tokens: list[Pair] | None = None
+    observations: dict[str, JsonObject] | None = None
+    state: JsonObject | None = None
+    context: JsonObject | None = None
 
 
 def why_not(error: ValidationError) -> str:
@@ -175,9 +247,14 @@ def check(model: type[Shape], data: Any) -> None:
     model.model_validate(data)
 
 
-def check_snapshot(data: Any) -> None:
+def check_state(data: Any) -> None:
+    """ValueError (a ValidationError naming the field) when `data` is not state.json of
+    schema 2."""
+    check(SavedStateShape, data)
+    check(ContextShape, data["state"]["context"])
+
+
+def check_v1(data: Any) -> None:
+    """As check_state, for state.json of schema 1."""
     check(SnapshotShape, data)
     check(ContextShape, data["state"]["context"])
-    for message in data["state"]["messages"]:
-        if not isinstance(message.get("role"), str):
-            raise ValueError("state.messages: a message without a role")

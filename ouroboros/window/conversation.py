@@ -12,10 +12,9 @@ that says what was there, while the message itself (and the call it answers) sta
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, overload
+from typing import Callable, Literal, overload
 
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.window import ledger
@@ -380,9 +379,6 @@ def oldest_turn(
 
 # --- the owner ------------------------------------------------------------------------------
 
-Logged = Callable[[Message, "dict[str, Any] | None"], Message]  # a new message as logged
-Op = list[int] | Message  # [start, end]: messages of the last checkpoint kept; a dict: new
-
 
 def never_worth_masking(message: Message) -> str | None:
     return None
@@ -391,16 +387,11 @@ def never_worth_masking(message: Message) -> str | None:
 class Conversation(Sequence[Message]):
     """The one owner of the messages: other code reads it as a sequence and asks it to
     change (append, mask, drop, replace); it keeps in step what must follow every change,
-    the running sums (sizes.Tally, by position) and the Changes since the
-    last checkpoint (by sequence number), which loop/journal.py writes into the log.
+    the running sums (sizes.Tally, by position).
 
-        conversation.append(message)            # -> its sequence number
+        conversation.append(message)
         conversation.mask({call_id: placeholder})
         conversation.drop_oldest_turn(keep=1)
-        ops, tokens = conversation.checkpoint(logged)
-
-    Each message gets a sequence number when it comes in, one per message, strictly
-    increasing along the conversation (`check` asserts it, with the Changes' invariants).
     """
 
     def __init__(
@@ -408,12 +399,9 @@ class Conversation(Sequence[Message]):
     ) -> None:
         self._worth = worth_masking
         self._messages: list[Message] = []
-        self._seqs: list[int] = []
-        self._next_seq = 0
         self.tally = Tally()
         for message in messages:
-            self._push(message)
-        self.mark()
+            self.append(message)
 
     # -- reading --
 
@@ -444,32 +432,23 @@ class Conversation(Sequence[Message]):
 
     @property
     def messages(self) -> list[Message]:
-        """The list held (not a copy: read it, never change it), as a snapshot saves it."""
+        """The list held (not a copy: read it, never change it), as the state saves it."""
         return self._messages
-
-    @property
-    def seqs(self) -> list[int]:
-        return self._seqs
 
     # -- changing --
 
-    def append(self, message: Message, ref: dict[str, Any] | None = None) -> int:
-        """Add a message at the end; `ref`: how the log may name it instead of holding its
-        text (a tool result whose text is in observations/). Returns its sequence number."""
-        seq = self._push(message)
-        if ref is not None:
-            self._changes.refs[seq] = ref
-        return seq
+    def append(self, message: Message) -> None:
+        """Add a message at the end."""
+        self._messages.append(message)
+        self.tally.add(message, self._worth)
 
     def add_note(self, kind: NoteKind, text: str) -> None:
         """Add a note of the harness's (see `note`)."""
         self.append(note(kind, text))
 
-    def add_result(
-        self, tool_call_id: str, content: str, ref: dict[str, Any] | None = None
-    ) -> None:
+    def add_result(self, tool_call_id: str, content: str) -> None:
         """Add the result of a tool call."""
-        self.append({"role": "tool", "tool_call_id": tool_call_id, "content": content}, ref)
+        self.append({"role": "tool", "tool_call_id": tool_call_id, "content": content})
 
     def mask(self, placeholders: dict[str, str]) -> None:
         """Replace the content of the named tool results (by tool-call id) with these
@@ -491,8 +470,6 @@ class Conversation(Sequence[Message]):
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is
         now, a placeholder)."""
-        self._changes.revise(self._seqs)
-        self._changes.replaced.add(self._seqs[index])
         self._messages[index] = message
         self.tally.replace(index, message, self._worth)
 
@@ -518,131 +495,19 @@ class Conversation(Sequence[Message]):
 
     def drop(self, start: int, end: int | None = None) -> None:
         """Drop the messages at positions [start, end) (to the end by default)."""
-        self._changes.revise(self._seqs)
         end = len(self) if end is None else end
         if end == len(self):
             self.tally.cut(start)
         else:
             entries = self.tally.entries
             self.tally.rebuild(entries[:start] + entries[end:], self._worth)
-        del self._messages[start:end], self._seqs[start:end]
+        del self._messages[start:end]
 
     def adopt(self, other: Conversation) -> None:
         """Begin anew with the messages `other` holds (a fresh start fitted apart), and its
         running sums: nothing is sized again."""
-        self._changes.revise(self._seqs)
         self._messages, self.tally = list(other._messages), other.tally
-        self._seqs = list(range(self._next_seq, self._next_seq + len(other)))
-        self._next_seq += len(other)
 
     def measure(self, index: int, tokens: int) -> None:
         """Write what the server's tokenizer counted for the message at `index`."""
         self.tally.measure(index, tokens)
-        self._changes.measured.append(self._seqs[index])
-
-    def _push(self, message: Message) -> int:
-        seq = self._next_seq
-        self._next_seq += 1
-        self._messages.append(message)
-        self._seqs.append(seq)
-        self.tally.add(message, self._worth)
-        return seq
-
-    # -- the changes since the last checkpoint --
-
-    def mark(self) -> None:
-        """The messages as they are now are in the log (a snapshot or a checkpoint)."""
-        self._changes = Changes(len(self._messages), self._next_seq)
-
-    def checkpoint(self, logged: Logged) -> tuple[list[Op] | None, list[list[int]]]:
-        """What changed since the last mark, and mark now: the messages as ops (None: only
-        `_tokens` written, if anything) and the `_tokens` written on messages kept, as
-        [position, tokens]. A new message is given as `logged(message, its ref)` says."""
-        changes = self._changes
-        assert len(self._seqs) == len(self._messages), "one seq each"
-        ops, tokens = (
-            changes.ops(self._messages, self._seqs, logged),
-            changes.tokens(self._messages, self._seqs),
-        )
-        self.mark()
-        return ops, tokens
-
-    def check(self) -> None:
-        """Assert the invariants (see the class's docstring and Changes'); O(messages)."""
-        seqs, changes = self._seqs, self._changes
-        assert len(seqs) == len(self._messages) == len(self.tally.entries), "one seq each"
-        assert all(a < b for a, b in zip(seqs, seqs[1:])), "seqs strictly increasing"
-        assert all(s < self._next_seq for s in seqs[-1:]), "seqs below the next"
-        if changes.before is None:
-            assert changes.length <= len(seqs) and not changes.replaced, "appends only"
-        before = set(seqs[: changes.length] if changes.before is None else changes.before)
-        assert all(s < changes.next for s in before), "the checkpoint's came before"
-        assert all(s >= changes.next for s in seqs if s not in before), "the rest is new"
-
-
-class Changes:
-    """What changed in a conversation since its last checkpoint, by sequence number (the
-    Conversation tells it; loop/journal.py logs what `ops` and `tokens` say).
-
-    Invariants (Conversation.check asserts what is cheap to; tests apply the ops):
-    1. until the first change other than an append, the messages of the checkpoint are the
-       first `length` held, unchanged (`before` is None);
-    2. a message of the checkpoint still held and not in `replaced` is the same message:
-       only `_tokens` may have been written on it since, and those are in `measured`; so it
-       is logged as a kept range, and any other message as itself (or its reference);
-    3. so the messages of the checkpoint with `ops` and `tokens` applied
-       (journal.apply_delta) are the messages now.
-    """
-
-    def __init__(self, length: int, next_seq: int) -> None:
-        self.length, self.next = length, next_seq  # messages then, and the next seq then
-        self.before: list[int] | None = None  # the checkpoint's seqs, once not only appended
-        self.replaced: set[int] = set()
-        self.measured: list[int] = []  # seqs whose `_tokens` were written since
-        self.refs: dict[int, dict[str, Any]] = {}  # seq -> how the log may name it
-
-    def revise(self, seqs: list[int]) -> None:
-        """A change other than an append is about to be made to the messages of `seqs`."""
-        if self.before is None:  # until now only appended to: the mark's are the first
-            self.before = seqs[: self.length]
-
-    def ops(self, messages: list[Message], seqs: list[int], logged: Logged) -> list[Op] | None:
-        """The messages now, as ranges of the checkpoint's kept and messages new to it;
-        None if only appended to and nothing was."""
-        if self.before is None:
-            added = range(self.length, len(messages))
-            return (
-                [[0, self.length], *(self._logged(messages[i], seqs[i], logged) for i in added)]
-                if added
-                else None
-            )
-        where = {seq: i for i, seq in enumerate(self.before)}
-        ops: list[Op] = []
-        for message, seq in zip(messages, seqs):
-            j = where.get(seq)
-            if j is None or seq in self.replaced:
-                ops.append(self._logged(message, seq, logged))
-                continue
-            last = ops[-1] if ops else None
-            if isinstance(last, list) and last[1] == j:
-                last[1] = j + 1
-            else:
-                ops.append([j, j + 1])
-        return ops
-
-    def _logged(self, message: Message, seq: int, logged: Logged) -> Message:
-        return logged(message, None if seq in self.replaced else self.refs.get(seq))
-
-    def tokens(self, messages: list[Message], seqs: list[int]) -> list[list[int]]:
-        """[position, tokens] of the checkpoint's messages still held as they were, measured
-        since."""
-        kept = [seq for seq in self.measured if seq < self.next and seq not in self.replaced]
-        if self.before is not None:
-            held = set(self.before)
-            kept = [seq for seq in kept if seq in held]
-        written = []
-        for seq in sorted(kept):
-            index = bisect_left(seqs, seq)
-            if index < len(seqs) and seqs[index] == seq:
-                written.append([index, messages[index][ledger.TOKENS_KEY]])
-        return written

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ouroboros.store.log import EVENTS_FILE, SNAPSHOT_FILE, read_events
+from ouroboros.store.log import EVENTS_FILE, read_events
+from ouroboros.store.state_file import STATE_FILE
 from ouroboros.testing import Fault
 from tests.crash_helpers import WAIT_SECS, CountingAgent, check_conversation, demo_project
 from tests.helpers import (
@@ -68,7 +69,7 @@ def resumes_to_the_end(root: Path, expected: str) -> None:
 
 
 def read_snapshot_messages(root: Path) -> list[dict]:
-    return json.loads((run_dir(root) / SNAPSHOT_FILE).read_text())["state"]["messages"]
+    return json.loads((run_dir(root) / STATE_FILE).read_text())["state"]["messages"]
 
 
 def limited(max_bytes: int) -> Callable[[], None]:

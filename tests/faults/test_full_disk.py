@@ -19,6 +19,7 @@ import pytest
 
 import ouroboros.store.log as log
 import ouroboros.store.segments as segments
+import ouroboros.store.state_file as state_file
 from ouroboros.store.log import RESERVE_FILE, list_runs, run_records
 from tests.crash_helpers import WAIT_SECS, kill_held_tool
 from tests.faults.test_disk_and_pipes import one_line_error, tmpfs
@@ -108,10 +109,10 @@ def failing(point: str, code: int, nth: int) -> Callable[[], None]:
         if done == point and due():
             raise OSError(code, os.strerror(code))
 
-    def snapshot(path, text, _original=log.write_atomically):
+    def snapshot(path, text, *, durable=True, _original=state_file.write_atomically):
         if path.name == "state.json" and due():
             raise OSError(code, os.strerror(code), str(path))
-        _original(path, text)
+        _original(path, text, durable=durable)
 
     def append(self, data, _original=log.EventLog._append):
         if due():
@@ -120,7 +121,7 @@ def failing(point: str, code: int, nth: int) -> Callable[[], None]:
 
     def prepare() -> None:
         if point == "snapshot":
-            log.write_atomically = snapshot
+            state_file.write_atomically = snapshot
         elif point == "event":
             log.EventLog._append = append
         else:

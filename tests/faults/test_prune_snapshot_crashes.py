@@ -16,10 +16,10 @@ from typing import Callable
 
 import pytest
 
-import ouroboros.store.log as log
 import ouroboros.store.retention as retention
-from ouroboros.store.log import SNAPSHOT_FILE, read_snapshot
+import ouroboros.store.state_file as state_file
 from ouroboros.store.segments import load_manifest, segment_files
+from ouroboros.store.state_file import STATE_FILE, read_state
 from tests.crash_helpers import WAIT_SECS, kill_held_tool
 from tests.faults.test_segment_crashes import (
     assert_nothing_lost_nothing_twice,
@@ -46,17 +46,17 @@ def killer(point: str, nth: int) -> Callable[[], None]:
         if due():  # listed as pruned; the files not unlinked yet
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def half_snapshot(path, text, _original=log.write_atomically):
+    def half_snapshot(path, text, *, durable=True, _original=state_file.write_atomically):
         if path.name == "state.json" and due():  # dies writing the temporary file
             (path.parent / ".ouroboros-killed.tmp").write_text(text[: len(text) // 2])
             os.kill(os.getpid(), signal.SIGKILL)
-        _original(path, text)
+        _original(path, text, durable=durable)
 
     def prepare() -> None:
         if point == "prune":
             retention.write_manifest = after_manifest
         else:
-            log.write_atomically = half_snapshot
+            state_file.write_atomically = half_snapshot
 
     return prepare
 
@@ -92,6 +92,6 @@ def test_kills_inside_pruning_and_snapshot_writes_lose_nothing_and_run_nothing_t
     assert run is not None
     listed = {s["number"] for s in load_manifest(run).segments}
     assert set(segment_files(run)) == listed  # what a killed pruning left was removed after
-    assert read_snapshot(run) is not None and (run / SNAPSHOT_FILE).exists()
+    assert read_state(run) is not None and (run / STATE_FILE).exists()
     status = ouroboros_here("status", "--config", str(config))
     assert status.returncode == 0 and "task_complete" in status.stdout, status.stderr

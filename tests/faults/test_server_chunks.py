@@ -12,7 +12,7 @@ import pytest
 
 from ouroboros.errors import TransientModelError
 from ouroboros.server.client import ChatClient
-from ouroboros.store.log import SNAPSHOT_FILE
+from ouroboros.store.state_file import STATE_FILE
 from ouroboros.testing import Reply
 from tests.faults.servers import Good, Malformed, run_against, start_server
 from tests.helpers import of_type, run_events
@@ -98,5 +98,5 @@ def test_a_run_survives_malformed_chunks_and_stores_text_with_lone_surrogates(tm
     assert of_type(events, "assistant")[-1]["text"] == "bad \ufffd text \ufffd."
     assert (tmp_path / "workspace" / "s.txt").read_text() == "x\ufffdy"
     run_dir = next((tmp_path / ".ouroboros" / "runs").iterdir())
-    state = json.loads((run_dir / SNAPSHOT_FILE).read_text(encoding="utf-8"))
+    state = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
     assert "bad \ufffd text" in json.dumps(state, ensure_ascii=False)

@@ -19,8 +19,9 @@ import pytest
 from ouroboros.config import ContextConfig
 from ouroboros.loop.continuation import plan_resume
 from ouroboros.loop.resume import recover
-from ouroboros.store.log import SNAPSHOT_FILE, read_snapshot, read_tail, run_records
+from ouroboros.store.log import read_tail, run_records
 from ouroboros.store.segments import MANIFEST_FILE, TOTALS_FILE, load_manifest
+from ouroboros.store.state_file import STATE_FILE, read_state
 from ouroboros.testing import Fault, ScriptedServer
 from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import ouroboros_here, parts_recorded, run_dir, sweep
@@ -109,16 +110,14 @@ def resumes_to_the_end(root: Path, expected: str) -> list[str]:
     return failures
 
 
-SHAPES = [(MANIFEST_FILE, name) for name in MANIFESTS] + [
-    (SNAPSHOT_FILE, name) for name in SNAPSHOTS
-]
+SHAPES = [(MANIFEST_FILE, name) for name in MANIFESTS] + [(STATE_FILE, name) for name in SNAPSHOTS]
 
 
 @pytest.mark.parametrize(
     "file,name",
     sweep(
         SHAPES,
-        set(SHAPES[:3]) | {(SNAPSHOT_FILE, name) for name in list(SNAPSHOTS)[:3]},
+        set(SHAPES[:3]) | {(STATE_FILE, name) for name in list(SNAPSHOTS)[:3]},
         [f"{file}-{name}" for file, name in SHAPES],
     ),
 )
@@ -161,8 +160,8 @@ def pruned(tmp_path_factory) -> Iterator[tuple[Path, str]]:
     "lost",
     [
         [MANIFEST_FILE],
-        [SNAPSHOT_FILE],
-        [MANIFEST_FILE, SNAPSHOT_FILE],
+        [STATE_FILE],
+        [MANIFEST_FILE, STATE_FILE],
         [MANIFEST_FILE, TOTALS_FILE],
     ],
 )
@@ -170,7 +169,7 @@ def test_a_pruned_run_that_loses_its_manifest_or_snapshot_keeps_its_totals(prune
     root = copy_of(pruned, tmp_path, "-".join(lost))
     run = run_dir(root)
     before = read_tail(run).summary()
-    turns = read_snapshot(run)["state"]["total_turns"]
+    turns = read_state(run).state["total_turns"]
     state_dir = root / ".ouroboros"
     taken = plan_resume(state_dir, None, {}, None).total_turns
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -22,20 +21,11 @@ import pytest
 from ouroboros.config import ContextConfig
 from ouroboros.errors import StateError
 from ouroboros.loop.rebuild import rebuild_state
-from ouroboros.loop.resume import observation_reader, recover
-from ouroboros.loop.state import RunState
-from ouroboros.protocols import ToolCall
-from ouroboros.store import events as ev
-from ouroboros.store.log import (
-    EVENTS_FILE,
-    SNAPSHOT_FILE,
-    EventLog,
-    read_events,
-    write_snapshot,
-)
+from ouroboros.loop.resume import observation_reader
+from ouroboros.store.log import EVENTS_FILE, read_events
+from ouroboros.store.state_file import STATE_FILE
 from ouroboros.testing import Fault, ScriptedServer
 from ouroboros.window.conversation import to_wire
-from ouroboros.window.policy import ContextManager
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
 from tests.helpers import of_type, ouroboros_here, parts_recorded, run_dir
 
@@ -55,7 +45,7 @@ def genuine(tmp_path_factory) -> Iterator[tuple[Path, str]]:
         _, expected = demo_project(root, server.base_url, PARTS, max_turns=MAX_TURNS)
         result = ouroboros_all([("run", root)])[0]
         assert result.returncode == 2, result.stderr
-        assert run_dir(root).joinpath(SNAPSHOT_FILE).is_file()
+        assert run_dir(root).joinpath(STATE_FILE).is_file()
         yield root, expected
 
 
@@ -81,24 +71,24 @@ def truncate(path: Path) -> None:
 
 
 def torn_log_and_no_snapshot(run: Path) -> None:
-    (run / SNAPSHOT_FILE).unlink()
+    (run / STATE_FILE).unlink()
     with (run / EVENTS_FILE).open("a") as f:
         f.write('{"type": "assistant", "ts": "2026-01-01T00:00:00.000Z", "seq": 99, "te')
 
 
 Damage = Callable[[Path], None]
 SNAPSHOT_DAMAGE: dict[str, Damage] = {
-    "truncated": lambda run: truncate(run / SNAPSHOT_FILE),
-    "empty": lambda run: (run / SNAPSHOT_FILE).write_bytes(b""),
-    "binary": lambda run: (run / SNAPSHOT_FILE).write_bytes(bytes(range(256)) * 8),
-    "missing": lambda run: (run / SNAPSHOT_FILE).unlink(),
-    "not a run's state": lambda run: (run / SNAPSHOT_FILE).write_text('{"seq": "x"}'),
-    "wrong fields": lambda run: (run / SNAPSHOT_FILE).write_text(
+    "truncated": lambda run: truncate(run / STATE_FILE),
+    "empty": lambda run: (run / STATE_FILE).write_bytes(b""),
+    "binary": lambda run: (run / STATE_FILE).write_bytes(bytes(range(256)) * 8),
+    "missing": lambda run: (run / STATE_FILE).unlink(),
+    "not a run's state": lambda run: (run / STATE_FILE).write_text('{"seq": "x"}'),
+    "wrong fields": lambda run: (run / STATE_FILE).write_text(
         '{"format_version": 1, "seq": 3, "state": {"run_id": "x", "bogus": 1}}'
     ),
     "torn log, no snapshot": torn_log_and_no_snapshot,
     "no snapshot, no observations": lambda run: (
-        (run / SNAPSHOT_FILE).unlink(),
+        (run / STATE_FILE).unlink(),
         shutil.rmtree(run / "observations"),
     ),
 }
@@ -127,7 +117,7 @@ def test_a_damaged_snapshot_is_rebuilt_from_the_log_and_the_run_finishes(genuine
         warnings = [e["message"] for e in of_type(events, "warning")]
         if not any("rebuilt from events.jsonl" in w for w in warnings):
             failures.append(f"{name}: no warning says the state was rebuilt: {warnings}")
-        state = json.loads((run_dir(root) / SNAPSHOT_FILE).read_text())["state"]
+        state = json.loads((run_dir(root) / STATE_FILE).read_text())["state"]
         check_conversation(state["messages"])
     assert not failures, "\n".join(failures)
 
@@ -136,7 +126,7 @@ def test_the_rebuilt_conversation_is_the_one_the_snapshot_held(genuine):
     """Rebuilt from the log alone, a session's conversation is what was sent to the model."""
     run = run_dir(genuine[0])
     events = read_events(run / EVENTS_FILE).events
-    saved = json.loads((run / SNAPSHOT_FILE).read_text())
+    saved = json.loads((run / STATE_FILE).read_text())
     prompt = saved["state"]["messages"][0]["content"]
 
     state, seq = rebuild_state(events, run.name, ContextConfig(), prompt, observation_reader(run))
@@ -280,68 +270,3 @@ def test_a_rebuild_after_a_restart_opens_with_the_restart_note_and_keeps_the_las
     assert (state.session, state.session_turns, state.total_turns, state.restarts) == (2, 2, 3, 1)
     assert state.context.next_observation == 2 and state.context.wound_down
     assert (state.context.limit, seq) == (4096, 11)
-
-
-def test_a_tool_result_logged_after_the_last_snapshot_is_taken_not_run_again(tmp_path):
-    """The disk filled up as the snapshot after a tool was being saved: the log has the
-    result, so the resume answers the call with it instead of reporting it interrupted."""
-    run = tmp_path / "run1"
-    (run / "observations").mkdir(parents=True)
-    (run / "observations" / "obs-1.txt").write_text("KEY: 1234\n")
-    call = ToolCall("c1", "file_read", '{"path": "a.txt"}')
-    log = EventLog(run / EVENTS_FILE)
-    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
-    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls", tool_calls=[asdict(call)]))
-    context = ContextManager.create(8192, "config", 1024, ContextConfig())
-    messages = [
-        {"role": "system", "content": "Mission."},
-        {"role": "assistant", "content": "Reading.", "tool_calls": [call.to_wire()]},
-    ]
-    write_snapshot(run, log.seq, RunState("run1", messages, context, total_turns=1).to_dict())
-    log.emit(ev.ToolCallEvent(**asdict(call)))
-    log.emit(
-        ev.ToolResultEvent(
-            id="c1",
-            name="file_read",
-            ok=True,
-            bytes=10,
-            observation="obs-1",
-            truncated=False,
-            summary="KEY: 1234",
-            duration_ms=1,
-        )
-    )
-    log.close()
-
-    recovered = recover(run, ContextConfig())
-
-    assert recovered.interrupted == [] and recovered.rebuilt is None
-    assert recovered.state.messages[-1] == {
-        "role": "tool",
-        "tool_call_id": "c1",
-        "content": "KEY: 1234\n",
-    }
-    assert recovered.state.context.next_observation == 2
-
-
-def test_a_reply_logged_after_the_last_snapshot_is_taken_not_asked_again(tmp_path):
-    run = tmp_path / "run1"
-    call = ToolCall("c1", "file_read", '{"path": "a.txt"}')
-    log = EventLog(run / EVENTS_FILE)
-    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
-    context = ContextManager.create(8192, "config", 1024, ContextConfig())
-    messages = [{"role": "system", "content": "Mission."}, {"role": "user", "content": "Go."}]
-    write_snapshot(run, log.seq, RunState("run1", messages, context).to_dict())
-    log.turn = 1
-    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls", tool_calls=[asdict(call)]))
-    log.close()
-
-    recovered = recover(run, ContextConfig())
-
-    assert recovered.state.messages[-1] == {
-        "role": "assistant",
-        "content": "Reading.",
-        "tool_calls": [call.to_wire()],
-    }
-    assert (recovered.state.total_turns, recovered.state.session_turns) == (1, 1)
-    assert recovered.interrupted == []  # its call never started: the resume runs it

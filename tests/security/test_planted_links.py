@@ -19,7 +19,8 @@ from ouroboros.errors import ConfigError, RunLockedError
 from ouroboros.loop.inbox import post, waiting
 from ouroboros.sandbox.lock import WorkspaceLock, locks_dir, workspace_lock_name
 from ouroboros.store.holder import LOCK_FILE
-from ouroboros.store.log import DamagedSnapshot, read_snapshot, runs_dir
+from ouroboros.store.log import runs_dir
+from ouroboros.store.state_file import DamagedSnapshot, read_state
 from tests.crash_helpers import CountingAgent, demo_project
 from tests.helpers import clean_env
 from tests.security.accounts import as_probe_user, probe_user, shared_dir
@@ -214,6 +215,7 @@ import os, sys
 from pathlib import Path
 from ouroboros.errors import RunLockedError
 from ouroboros.sandbox.lock import WorkspaceLock
+from ouroboros.store.state_file import DamagedSnapshot, read_state
 state, workspace, cache, victim = map(Path, sys.argv[1:5])
 state.mkdir()
 (state / "lock").symlink_to(victim)
@@ -348,7 +350,7 @@ def test_a_linked_snapshot_is_damaged_not_read_through(tmp_path: Path) -> None:
     )
     (run_dir / "state.json").symlink_to(tmp_path / "elsewhere.json")
     with pytest.raises(DamagedSnapshot, match="it is a symbolic link"):
-        read_snapshot(run_dir)
+        read_state(run_dir)
 
 
 def test_tell_reads_no_more_of_a_file_than_a_message_may_hold(tmp_path: Path) -> None:

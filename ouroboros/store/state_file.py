@@ -1,0 +1,325 @@
+"""The run's state (`state.json`): one versioned file, written whole, read back for a resume.
+
+The state is what a resumed run needs back (loop/state.py's RunState as a dict): the
+conversation, the context manager's records and the counters. It is bounded: the
+conversation by the window (masking, dropped turns and restarts keep it within it), the
+observation records by the conversation (those no message refers to leave at each session
+boundary), the digest by its own caps (loop/handoff.py); so a write costs what the window
+holds, not what the run has done.
+
+    writer = StateWriter(run_dir)                # one per run: it encodes each message once
+    writer.write(seq, state, redact)             # atomic replace; after every step
+    saved = read_state(run_dir)                  # as written, its version's shape checked
+    saved = upgrade(saved, records, read)        # brought to CURRENT_SCHEMA_VERSION
+
+Schema versions, a line each; `UPGRADES[n]` takes a state of version n to version n + 1:
+    1  no `schema_version` (`format_version` 1-3): a snapshot written at session boundaries,
+       at the end and now and then; the `checkpoint` events logged after it that name it as
+       their `base` hold what each step changed since. Read only (`from_v1`).
+    2  `schema_version` 2: the whole state as of event `seq`, written after every step.
+
+A file that is not JSON, not of its version's shape, or whose checkpoints do not apply is
+DamagedSnapshot (the message says what is wrong; a resume rebuilds the state from the log);
+one written by a newer Ouroboros is UsageError. Anything else raised is a bug, not damage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pydantic import ValidationError
+
+from ouroboros.errors import UsageError
+from ouroboros.store.atomic import cannot_write, write_atomically
+from ouroboros.store.files import read_regular
+from ouroboros.store.shapes import DeltaShape, check_state, check_v1, why_not
+
+CURRENT_SCHEMA_VERSION = 2
+STATE_FILE = "state.json"
+MAX_STATE_BYTES = 1 << 30  # a window's worth of conversation and counters: far less
+# The last `format_version` a state.json of schema 1 had; one above it was written by an
+# Ouroboros newer than any that wrote schema 1, which this one cannot know.
+V1_FORMAT_VERSION = 3
+TOKENS_KEY = "_tokens"  # window/ledger.py's: a message's measured size
+ObservationReader = Callable[[str], "str | None"]  # obs id -> its full text, None if gone
+
+
+class DamagedSnapshot(Exception):
+    """state.json is there but cannot be read back; the message says how it is damaged."""
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """state.json as read: the run's state (RunState.to_dict) as of event `seq`. Upgraded
+    from schema 1, all of it but the digest, which its checkpoints did not carry: that is as
+    of the seq the file was written as of."""
+
+    schema_version: int
+    seq: int
+    state: dict[str, Any]
+
+
+class StateWriter:
+    """Writes one run's state.json, encoding each message of the conversation once: one
+    still in its place, the same object with the same `_tokens` (the only key written on a
+    message the conversation holds; any other change replaces the message), is written as it
+    was encoded before. The rest of the state is small, and encoded each time."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / STATE_FILE
+        # Position by position: the message encoded, its `_tokens` then, its JSON.
+        self._messages: list[dict[str, Any]] = []
+        self._tokens: list[Any] = []
+        self._texts: list[str] = []
+        self._redact: Callable[[str], str] | None = None
+
+    def write(
+        self,
+        seq: int,
+        state: dict[str, Any],
+        redact: Callable[[str], str] | None = None,
+        *,
+        durable: bool = True,
+    ) -> None:
+        """Replace state.json with the run's state as of event `seq` (its strings redacted),
+        whole or not at all. `durable` syncs it to the disk (a turn's end); without, a killed
+        process still leaves it whole, and a power cut at worst an older or a damaged one,
+        which the log makes good."""
+        self._encode(state["messages"], redact)
+        rest = {key: value for key, value in state.items() if key != "messages"}
+        if redact is not None:
+            rest = redact_strings(rest, redact)
+        fields = json.dumps(rest, ensure_ascii=False)[1:-1]
+        text = (
+            f'{{"schema_version": {CURRENT_SCHEMA_VERSION}, "seq": {seq}, "state": '
+            f'{{{fields}{", " if fields else ""}"messages": [{", ".join(self._texts)}]}}}}'
+        )
+        with cannot_write(self.path):
+            write_atomically(self.path, text, durable=durable)
+
+    def _encode(self, messages: list[dict[str, Any]], redact: Callable[[str], str] | None) -> None:
+        """Bring the JSON held for each position up to `messages`."""
+        if redact is not self._redact:
+            self._messages, self._tokens, self._texts, self._redact = [], [], [], redact
+        del self._messages[len(messages) :], self._tokens[len(messages) :]
+        del self._texts[len(messages) :]
+        changed = [
+            i
+            for i, (message, held, tokens) in enumerate(zip(messages, self._messages, self._tokens))
+            if message is not held or message.get(TOKENS_KEY) != tokens
+        ]
+        for i in changed:
+            self._messages[i], self._tokens[i], self._texts[i] = self._encoded(messages[i])
+        for message in messages[len(self._messages) :]:
+            held, tokens, text = self._encoded(message)
+            self._messages.append(held)
+            self._tokens.append(tokens)
+            self._texts.append(text)
+
+    def _encoded(self, message: dict[str, Any]) -> tuple[dict[str, Any], Any, str]:
+        redacted = message if self._redact is None else redact_strings(message, self._redact)
+        return message, message.get(TOKENS_KEY), json.dumps(redacted, ensure_ascii=False)
+
+
+def write_state(
+    run_dir: Path,
+    seq: int,
+    state: dict[str, Any],
+    redact: Callable[[str], str] | None = None,
+    *,
+    durable: bool = True,
+) -> None:
+    """Write state.json once (see StateWriter.write)."""
+    StateWriter(run_dir).write(seq, state, redact, durable=durable)
+
+
+def redact_strings(data: Any, redact: Callable[[str], str]) -> Any:
+    """`data` (JSON-like) with every string value passed through `redact`, before it is
+    written (dict keys are the harness's own names and stay as they are)."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, dict):
+        return {key: redact_strings(value, redact) for key, value in data.items()}
+    if isinstance(data, list):
+        return [redact_strings(value, redact) for value in data]
+    return data
+
+
+def read_state(run_dir: Path) -> SavedState | None:
+    """state.json as written, or None when there is none. Raises DamagedSnapshot when it
+    cannot be read or is not of its version's shape, UsageError when a newer Ouroboros wrote
+    it."""
+    path = run_dir / STATE_FILE
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = json.loads(read_regular(path, MAX_STATE_BYTES).decode("utf-8"))
+    except OSError as error:
+        raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
+    except ValueError:
+        raise DamagedSnapshot("is not JSON (truncated, empty or overwritten)") from None
+    if not isinstance(data, dict):
+        raise DamagedSnapshot("does not hold a run's state (not a JSON object)")
+    version = schema_version(data)
+    if version > CURRENT_SCHEMA_VERSION:
+        raise UsageError(
+            f"{path} was written by a newer Ouroboros (state schema {version}, this one "
+            f"reads {CURRENT_SCHEMA_VERSION}); upgrade to resume it"
+        )
+    try:
+        (check_v1 if version == 1 else check_state)(data)
+    except ValidationError as error:
+        raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
+    except ValueError as error:
+        raise DamagedSnapshot(f"does not hold a run's state ({error})") from None
+    return SavedState(version, data["seq"], data["state"])
+
+
+def schema_version(data: dict[str, Any]) -> int:
+    """The version of the state.json holding `data` (see the module's docstring)."""
+    version = data.get("schema_version")
+    if version is None:
+        old = data.get("format_version", 0)
+        # A `format_version` past schema 1's is a newer Ouroboros's, whatever it holds.
+        return 1 if not isinstance(old, int) or old <= V1_FORMAT_VERSION else old
+    if not isinstance(version, int) or isinstance(version, bool) or version < 2:
+        raise DamagedSnapshot(f"does not hold a run's state (schema_version {version!r})")
+    return version
+
+
+def upgrade(
+    saved: SavedState, records: Iterable[dict[str, Any]], read_observation: ObservationReader
+) -> SavedState:
+    """The state brought to CURRENT_SCHEMA_VERSION, a version at a time; `records` are the
+    log's records after `saved.seq` (schema 1's checkpoints are among them), and
+    `read_observation` reads a tool result's full text back. Raises DamagedSnapshot when a
+    step finds the state or its checkpoints damaged."""
+    records = list(records)
+    while saved.schema_version < CURRENT_SCHEMA_VERSION:
+        saved = UPGRADES[saved.schema_version](saved, records, read_observation)
+    return saved
+
+
+# -- schema 1: a snapshot and the checkpoints logged after it (read only) --
+
+
+def from_v1(
+    saved: SavedState, records: list[dict[str, Any]], read_observation: ObservationReader
+) -> SavedState:
+    """Schema 1 to 2: the snapshot brought forward by the checkpoints logged after it that
+    build on it, in order (each a `checkpoint` event, or a `checkpoint` field on the
+    `tool_result` that ended its step). The digest was not in the checkpoints: it stays as
+    of the snapshot."""
+    state, seq = saved.state, saved.seq
+    for record in records:
+        delta = record if record.get("type") == "checkpoint" else record.get("checkpoint")
+        if (
+            record.get("seq", 0) > saved.seq
+            and isinstance(delta, dict)
+            and delta.get("base") == saved.seq
+        ):
+            try:
+                DeltaShape.model_validate(delta)
+            except ValidationError as error:
+                raise DamagedSnapshot(
+                    f"has a checkpoint (event {record['seq']}) that is not one ({why_not(error)})"
+                ) from None
+            apply_delta(state, delta, read_observation, record["seq"])
+            seq = record["seq"]
+    try:
+        check_state({"schema_version": 2, "seq": seq, "state": state})
+    except ValidationError as error:
+        raise DamagedSnapshot(
+            f"with the checkpoints after it does not hold a run's state ({why_not(error)})"
+        ) from None
+    except ValueError as error:
+        raise DamagedSnapshot(
+            f"with the checkpoints after it does not hold a run's state ({error})"
+        ) from None
+    return replace(saved, schema_version=2, seq=seq, state=state)
+
+
+def apply_delta(
+    state: dict[str, Any],
+    delta: dict[str, Any],
+    read_observation: ObservationReader,
+    seq: int,
+) -> None:
+    """Bring a schema-1 state forward by one checkpoint (of DeltaShape), in place; event
+    `seq` logged it. DamagedSnapshot when it names messages the state does not hold."""
+    if delta.get("messages") is not None:
+        previous = state["messages"]
+        messages: list[dict[str, Any]] = []
+        for op in delta["messages"]:
+            if isinstance(op, list):
+                start, end = op
+                if not 0 <= start <= end <= len(previous):
+                    raise DamagedSnapshot(
+                        f"has a checkpoint (event {seq}) that keeps messages {start}-{end} of "
+                        f"{len(previous)}"
+                    )
+                messages.extend(previous[start:end])
+            else:
+                messages.append(resolve(op, read_observation, seq))
+        state["messages"] = messages
+    for index, tokens in delta.get("tokens") or ():
+        if not 0 <= index < len(state["messages"]):
+            raise DamagedSnapshot(
+                f"has a checkpoint (event {seq}) that measures message {index} of "
+                f"{len(state['messages'])}"
+            )
+        state["messages"][index] = {**state["messages"][index], TOKENS_KEY: tokens}
+    state.update(delta.get("state") or {})
+    context = state["context"]
+    context.update(delta.get("context") or {})
+    if not isinstance(context.get("observations"), dict):
+        raise DamagedSnapshot(f"has no observations to apply the checkpoint of event {seq} to")
+    context["observations"].update(delta.get("observations") or {})
+
+
+def resolve(op: dict[str, Any], read_observation: ObservationReader, seq: int) -> dict[str, Any]:
+    """The message a logged one stands for: itself, or the tool result a reference names
+    (`obs`, `tool_call_id`, `limit`, `keep`: its observation, cut as on arrival)."""
+    if "obs" not in op:
+        return dict(op)
+    obs, call_id, limit, keep = (op.get(key) for key in ("obs", "tool_call_id", "limit", "keep"))
+    if not (
+        isinstance(obs, str)
+        and isinstance(call_id, str)
+        and isinstance(limit, int)
+        and keep in ("head", "tail", "both")
+    ):
+        raise DamagedSnapshot(f"has a checkpoint (event {seq}) with a result it cannot read")
+    text = read_observation(obs)
+    if text is None:  # gone from the disk: the model is told, and may run the tool again
+        text = f"[the full result of this call ({obs}) is no longer on disk]"
+    message = {"role": "tool", "tool_call_id": call_id, "content": capped(text, limit, keep, obs)}
+    if TOKENS_KEY in op:
+        message[TOKENS_KEY] = op[TOKENS_KEY]
+    return message
+
+
+def capped(text: str, max_chars: int, keep: str, obs_id: str) -> str:
+    """A result cut as schema 1's writers cut it (window/conversation.py's cap_text then), so
+    that the message read back is the one the model was sent."""
+    if len(text) <= max_chars:
+        return text
+    cut = len(text) - max_chars
+    marker = (
+        f"[... {cut:,} characters cut ({keep} kept); "
+        f'recall(id="{obs_id}", offset=N) reads the full output ...]'
+    )
+    if keep == "head":
+        return f"{text[:max_chars]}\n{marker}"
+    if keep == "tail":
+        return f"{marker}\n{text[-max_chars:]}"
+    half = max_chars // 2
+    return f"{text[:half]}\n{marker}\n{text[len(text) - (max_chars - half) :]}"
+
+
+Upgrade = Callable[[SavedState, list[dict[str, Any]], ObservationReader], SavedState]
+UPGRADES: dict[int, Upgrade] = {1: from_v1}

@@ -1,0 +1,378 @@
+"""state.json: one versioned state, written whole (store/state_file.py). It reads back as it was
+written; each kind of damage is DamagedSnapshot saying what is wrong (a resume rebuilds from
+the log, saying why); a newer schema is refused; a bug is raised, not taken for damage. A run
+written before the state was versioned (a snapshot and checkpoints) still resumes to the same
+conversation, and a call started but not answered when the process died is answered as
+interrupted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ouroboros.config import ContextConfig
+from ouroboros.errors import UsageError
+from ouroboros.loop.endings import RestartSession
+from ouroboros.loop.resume import recover
+from ouroboros.loop.state import RunState
+from ouroboros.protocols import ToolCall
+from ouroboros.store import events as ev
+from ouroboros.store.log import EVENTS_FILE, EventLog
+from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
+from ouroboros.store.state_file import (
+    CURRENT_SCHEMA_VERSION,
+    STATE_FILE,
+    DamagedSnapshot,
+    StateWriter,
+    read_state,
+    upgrade,
+    write_state,
+)
+from ouroboros.window.policy import ContextManager
+from tests.fakes import FakeModel
+from tests.session_rig import Rig, reads
+
+LEGACY = Path(__file__).parent / "data" / "legacy_run_v1"
+CALL = ToolCall("c1", "file_read", '{"path": "a.txt"}')
+
+
+def a_state(**fields: Any) -> RunState:
+    context = ContextManager.create(8192, "config", 1024, ContextConfig())
+    messages = [
+        {"role": "system", "content": "Mission."},
+        {"role": "assistant", "content": "Reading.", "tool_calls": [CALL.to_wire()]},
+    ]
+    return RunState("run1", messages, context, **fields)
+
+
+def plain(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def started_run(tmp_path: Path) -> tuple[Path, EventLog]:
+    """A run whose first reply asked for CALL, its state written as of that reply."""
+    run = tmp_path / "run1"
+    log = EventLog(run / EVENTS_FILE)
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
+    log.turn = 1
+    log.emit(ev.Assistant(text="Reading.", finish_reason="tool_calls", tool_calls=[asdict(CALL)]))
+    write_state(run, log.seq, a_state(session_turns=1, total_turns=1).to_dict())
+    return run, log
+
+
+# -- the file --
+
+
+def test_the_state_reads_back_as_written_with_its_version_and_seq(tmp_path):
+    state = a_state(total_turns=3, warned=["brief_tools"])
+    state.messages.add_result("c1", "the token is s3cret")
+
+    write_state(tmp_path, 41, state.to_dict(), lambda text: text.replace("s3cret", "[REDACTED]"))
+
+    on_disk = json.loads((tmp_path / STATE_FILE).read_text())
+    assert on_disk["schema_version"] == CURRENT_SCHEMA_VERSION == 2
+    saved = read_state(tmp_path)
+    assert (saved.schema_version, saved.seq) == (2, 41)
+    assert saved.state["messages"][-1]["content"] == "the token is [REDACTED]"
+    back = RunState.from_dict(saved.state, ContextConfig())
+    assert back.total_turns == 3 and back.warned == ["brief_tools"]
+    assert plain(back.to_dict()) == plain(saved.state)
+
+
+def test_no_state_file_is_none(tmp_path):
+    assert read_state(tmp_path) is None
+
+
+def written(tmp_path: Path, data: Any) -> Path:
+    (tmp_path / STATE_FILE).write_text(data if isinstance(data, str) else json.dumps(data))
+    return tmp_path
+
+
+def whole() -> dict[str, Any]:
+    return {"schema_version": 2, "seq": 4, "state": plain(a_state().to_dict())}
+
+
+def changed(path: str, value: Any) -> dict[str, Any]:
+    """The whole state with the value at the dotted `path` replaced (deleted: ...)."""
+    data = whole()
+    *parents, last = path.split(".")
+    where = data
+    for key in parents:
+        where = where[int(key)] if isinstance(where, list) else where[key]
+    if value is ...:
+        del where[last]
+    else:
+        where[int(last) if isinstance(where, list) else last] = value
+    return data
+
+
+DAMAGE = {
+    "truncated": ('{"schema_version": 2, "seq": 4, "sta', "is not JSON"),
+    "empty": ("", "is not JSON"),
+    "a list": ([1, 2], "not a JSON object"),
+    "no seq": (changed("seq", ...), "seq: Field required"),
+    "a seq in words": (changed("seq", "four"), "seq: Input should be a valid integer"),
+    "no run id": (changed("state.run_id", ...), "state.run_id: Field required"),
+    "no messages": (changed("state.messages", []), "state.messages: List should have at least"),
+    "a message of no role": (changed("state.messages.1.role", ...), "state.messages.1.role"),
+    "a call without an id": (
+        changed("state.messages.1.tool_calls", [{"function": {"name": "x"}}]),
+        "state.messages.1.tool_calls.0.id: Field required",
+    ),
+    "a count as text": (changed("state.total_turns", "3"), "state.total_turns"),
+    "no observations": (changed("state.context.observations", ...), "observations: Field"),
+    "a schema version in words": (changed("schema_version", "2"), "schema_version '2'"),
+    "a digest of the wrong shape": (changed("state.digest.failures", 3), "state.digest"),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_each_kind_of_damage_says_what_is_wrong(tmp_path, kind):
+    data, why = DAMAGE[kind]
+    with pytest.raises(DamagedSnapshot) as damage:
+        read_state(written(tmp_path, data))
+    assert why in str(damage.value)
+
+
+SHAPE_OF_PARTS = {
+    "a field the window never had": (
+        changed("state.context.window.bogus", 1),
+        "state.context.window: unknown bogus",
+    ),
+    "no calibration": (changed("state.context.calibration", ...), "state.context: no calibration"),
+    "a field the state never had": (changed("state.bogus", 1), "state: unknown bogus"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SHAPE_OF_PARTS))
+def test_a_part_the_state_cannot_be_read_into_is_damage_too(tmp_path, kind):
+    data, why = SHAPE_OF_PARTS[kind]
+    saved = read_state(written(tmp_path, data))
+    with pytest.raises(DamagedSnapshot) as damage:
+        RunState.from_dict(saved.state, ContextConfig())
+    assert why in str(damage.value)
+
+
+@pytest.mark.parametrize(
+    "data", [{**whole(), "schema_version": 3}, {"format_version": 4, "seq": 1, "state": {}}]
+)
+def test_a_state_written_by_a_newer_ouroboros_is_refused(tmp_path, data):
+    with pytest.raises(UsageError, match="written by a newer Ouroboros .* upgrade to resume"):
+        read_state(written(tmp_path, data))
+
+
+def test_a_damaged_state_is_rebuilt_from_the_log_saying_why(tmp_path):
+    run, log = started_run(tmp_path)
+    log.close()
+    written(run, changed("state.messages.1.role", "robot"))
+
+    recovered = recover(run, ContextConfig(), "Mission.")
+
+    assert recovered.rebuilt is not None
+    assert recovered.rebuilt.startswith("state.json does not hold a run's state")
+    assert "state.messages.1.role" in recovered.rebuilt
+    assert recovered.state.total_turns == 1  # the reply, from the log
+
+
+def test_a_state_ahead_of_its_log_is_damage(tmp_path):
+    """A power cut kept the state but not the log's last events."""
+    run, log = started_run(tmp_path)
+    log.close()
+    write_state(run, 9, a_state(total_turns=1).to_dict())
+
+    recovered = recover(run, ContextConfig(), "Mission.")
+
+    assert recovered.rebuilt == (
+        "state.json is ahead of the log (as of event 9; the log ends at 2)"
+    )
+
+
+def test_a_bug_while_reading_the_state_back_is_raised_not_taken_for_damage(tmp_path):
+    """Only a state that does not validate is damage: an error of the code reading it (here
+    an observation reader that fails) comes out as itself."""
+    run = tmp_path / "run1"
+    shutil.copytree(LEGACY, run)
+    saved = read_state(run)
+    records = [json.loads(line) for line in (run / EVENTS_FILE).read_text().splitlines()]
+
+    def broken(obs_id: str) -> str | None:
+        raise TypeError("a bug")
+
+    with pytest.raises(TypeError, match="a bug"):
+        upgrade(saved, [r for r in records if r["seq"] > saved.seq], broken)
+
+
+# -- resuming --
+
+
+def test_a_call_logged_as_started_but_not_answered_is_answered_as_interrupted(tmp_path):
+    """Killed after the `tool_call` event was logged, before its result."""
+    run, log = started_run(tmp_path)
+    log.emit(ev.ToolCallEvent(**asdict(CALL)))
+    log.close()
+
+    recovered = recover(run, ContextConfig())
+
+    assert recovered.rebuilt is None
+    assert recovered.interrupted == [CALL]
+    assert recovered.state.messages[-1]["role"] == "assistant"  # the runner answers it
+
+
+def test_a_result_logged_after_the_state_was_written_is_answered_as_interrupted(tmp_path):
+    """The process died between logging a result and writing the state: the state is what
+    the model was given, so the call is answered as interrupted (the agent checks whether it
+    took effect), not taken from the log."""
+    run, log = started_run(tmp_path)
+    ObservationStore(run / OBSERVATIONS_DIR).save("obs-1", "KEY: 1234\n", session=1)
+    log.emit(ev.ToolCallEvent(**asdict(CALL)))
+    log.emit(
+        ev.ToolResultEvent(
+            id="c1",
+            name="file_read",
+            ok=True,
+            bytes=10,
+            observation="obs-1",
+            truncated=False,
+            summary="KEY: 1234",
+            duration_ms=1,
+        )
+    )
+    log.close()
+
+    recovered = recover(run, ContextConfig())
+
+    assert recovered.rebuilt is None and recovered.interrupted == [CALL]
+
+
+def test_a_reply_logged_after_the_state_was_written_is_asked_for_again(tmp_path):
+    run, log = started_run(tmp_path)
+    state = a_state()
+    del state.messages.messages[1:]  # the state as of the run's start, before the reply
+    state = RunState("run1", [*state.messages, {"role": "user", "content": "Go."}], state.context)
+    write_state(run, 1, state.to_dict())
+    log.close()
+
+    recovered = recover(run, ContextConfig())
+
+    assert recovered.rebuilt is None and recovered.interrupted == []
+    assert recovered.state.messages[-1] == {"role": "user", "content": "Go."}
+    assert recovered.state.total_turns == 0
+
+
+def legacy_copy(tmp_path: Path) -> Path:
+    run = tmp_path / "run1"  # the run's id is its directory's name
+    shutil.copytree(LEGACY, run, ignore=shutil.ignore_patterns("*.md", "recovered.json"))
+    return run
+
+
+def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conversation(
+    tmp_path,
+):
+    """tests/data/legacy_run_v1: a snapshot (schema 1) and the checkpoints after it (masking
+    and a wind-down among them), killed after a call started; recovered.json is what the
+    Ouroboros that wrote it recovered."""
+    expected = json.loads((LEGACY / "recovered.json").read_text())
+    run = legacy_copy(tmp_path)
+
+    recovered = recover(run, ContextConfig(carryover_turns=3), "You are a test.")
+
+    state = plain(recovered.state.to_dict())
+    assert recovered.rebuilt is None
+    assert state["messages"] == expected["state"]["messages"]
+    counters = [key for key in expected["state"] if key not in ("messages", "context")]
+    assert {key: state[key] for key in counters} == {
+        key: expected["state"][key] for key in counters
+    }
+    assert state["context"]["observations"] == expected["state"]["context"]["observations"]
+    assert recovered.seq == expected["seq"]
+    assert [[c.id, c.name, c.arguments] for c in recovered.interrupted] == expected["interrupted"]
+
+
+def test_a_run_written_before_is_written_back_in_todays_schema(tmp_path):
+    run = legacy_copy(tmp_path)
+    recovered = recover(run, ContextConfig(carryover_turns=3))
+
+    write_state(run, recovered.seq, recovered.state.to_dict())
+
+    saved = read_state(run)
+    assert saved.schema_version == CURRENT_SCHEMA_VERSION
+    again = RunState.from_dict(saved.state, ContextConfig(carryover_turns=3))
+    assert plain(again.to_dict()) == plain(recovered.state.to_dict())
+
+
+def test_a_checkpoint_that_keeps_messages_the_snapshot_never_had_is_damage(tmp_path):
+    run = legacy_copy(tmp_path)
+    lines = (run / EVENTS_FILE).read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    last = max(i for i, r in enumerate(records) if r["type"] == "checkpoint" and "messages" in r)
+    records[last]["messages"][0] = [0, 999]
+    (run / EVENTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    recovered = recover(run, ContextConfig(carryover_turns=3), "You are a test.")
+
+    assert recovered.rebuilt is not None
+    assert f"(event {records[last]['seq']}) that keeps messages 0-999" in recovered.rebuilt
+
+
+def test_the_context_is_saved_as_its_own_to_dict_says(tmp_path):
+    """RunState.to_dict saves the context without `asdict`'s deep copies: the same dict."""
+    recovered = recover(legacy_copy(tmp_path), ContextConfig(carryover_turns=3))
+    context = recovered.state.context
+    assert context.observations and context.last_count is not None  # not vacuous
+
+    assert plain(recovered.state.to_dict()["context"]) == plain(context.to_dict())
+
+
+def test_a_message_is_encoded_once_and_again_whenever_it_changed(tmp_path):
+    """The writer keeps each message's JSON while the message stays in its place; a message
+    masked, measured, dropped or moved is written as it is now."""
+    state = a_state()
+    state.messages.add_result("c1", "a long result " * 20)
+    writer = StateWriter(tmp_path)
+    changes = [
+        lambda: None,
+        lambda: state.messages.measure(2, 57),  # `_tokens` written on the held message
+        lambda: state.messages.mask({"c1": "[masked]"}),
+        lambda: state.messages.add_note("continue", "Go on."),
+        lambda: state.messages.drop(1, 3),  # the note moves to where the reply was
+        lambda: state.messages.replace_system({"role": "system", "content": "New mission."}),
+    ]
+
+    def redact(text: str) -> str:
+        return text.replace("Go on", "[REDACTED]")
+
+    for change in changes:
+        change()
+        writer.write(7, state.to_dict(), redact)
+        messages = json.loads(json.dumps(state.messages.messages).replace("Go on", "[REDACTED]"))
+        assert read_state(tmp_path).state == plain({**state.to_dict(), "messages": messages})
+
+
+class CheckedWriter(StateWriter):
+    """Writes as StateWriter does, then checks the file against the state encoded whole."""
+
+    writes = 0
+
+    def write(self, seq: int, state: dict[str, Any], redact: Any = None, **how: Any) -> None:
+        super().write(seq, state, redact, **how)
+        assert read_state(self.path.parent).state == plain(state)
+        self.writes += 1
+
+
+def test_what_a_session_writes_is_its_state_through_masking_and_restarts(tmp_path):
+    model = FakeModel()
+    rig = Rig(tmp_path, model, limit=3000, carryover_turns=1)
+    model.then = reads(rig, 1500)
+    writer = rig.services.state_file = CheckedWriter(rig.services.run_dir)
+
+    for _ in range(3):
+        assert isinstance(rig.run(), RestartSession)
+        rig.restart()
+
+    assert rig.state.context.total_masked > 0 and rig.state.restarts == 3
+    assert writer.writes > 50
