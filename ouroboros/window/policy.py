@@ -828,7 +828,7 @@ class ContextManager:
         obs.truncated = cut > 0
         self.observations[obs.tool_call_id] = obs
         if obs.tool in WRITING_TOOLS:
-            self.notes = notes_written(self.notes, obs)  # a new list: the journal compares
+            self.notes = notes_written(self.notes, obs)  # a new list, never changed in place
         return capped
 
     def forget_unreferenced(self, messages: Sequence[Message]) -> int:
