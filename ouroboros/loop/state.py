@@ -107,8 +107,39 @@ def saved_context(context: ContextManager) -> dict[str, Any]:
     dataclasses: they are flat (the window, the calibration, the last count, every
     observation), so a dict of each one's fields is the same, at a fraction of the CPU (this
     runs after every step, over every observation the conversation refers to;
-    tests/test_state_file.py checks the two agree)."""
-    return {f.name: flat(getattr(context, f.name)) for f in fields(context) if f.name != "policy"}
+    tests/test_state_file.py checks the two agree). An observation's dict is made once
+    (SAVED_OBSERVATIONS)."""
+    saved = {
+        f.name: flat(getattr(context, f.name))
+        for f in fields(context)
+        if f.name not in ("policy", "observations")
+    }
+    saved["observations"] = SAVED_OBSERVATIONS.of(context.observations)
+    return saved
+
+
+class SavedObservations:
+    """Each observation's saved dict, made once: only its `masked` changes after it is made
+    (ContextManager.masked), and then it is made again. Keyed by the object, which the entry
+    holds so that its id is not reused; entries for objects no longer held are let go."""
+
+    def __init__(self) -> None:
+        self._saved: dict[int, tuple[Any, bool, dict[str, Any]]] = {}
+
+    def of(self, observations: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        saved = {}
+        for key, obs in observations.items():
+            entry = self._saved.get(id(obs))
+            if entry is None or entry[0] is not obs or entry[1] != obs.masked:
+                entry = self._saved[id(obs)] = (obs, obs.masked, flat(obs))
+            saved[key] = entry[2]
+        if len(self._saved) > 2 * len(observations) + 64:
+            held = {id(obs) for obs in observations.values()}
+            self._saved = {k: v for k, v in self._saved.items() if k in held}
+        return saved
+
+
+SAVED_OBSERVATIONS = SavedObservations()
 
 
 def flat(value: Any) -> Any:

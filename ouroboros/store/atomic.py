@@ -55,6 +55,21 @@ def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
         os.close(directory)
 
 
+def sync_file(path: Path) -> None:
+    """Make the file at `path`, written before without syncing, and its directory entry
+    survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 @contextmanager
 def cannot_write(path: Path) -> Iterator[None]:
     """Turn a failed write (a full disk, `ulimit -f`, a read-only state dir) into one line."""

@@ -26,6 +26,7 @@ one written by a newer Ouroboros is UsageError. Anything else raised is a bug, n
 from __future__ import annotations
 
 import json
+import operator
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any, Callable, Iterable
 from pydantic import ValidationError
 
 from ouroboros.errors import UsageError
-from ouroboros.store.atomic import cannot_write, write_atomically
+from ouroboros.store.atomic import cannot_write, sync_file, write_atomically
 from ouroboros.store.files import read_regular
 from ouroboros.store.shapes import DeltaShape, check_state, check_v1, why_not
 
@@ -45,6 +46,7 @@ MAX_STATE_BYTES = 1 << 30  # a window's worth of conversation and counters: far 
 # Ouroboros newer than any that wrote schema 1, which this one cannot know.
 V1_FORMAT_VERSION = 3
 TOKENS_KEY = "_tokens"  # window/ledger.py's: a message's measured size
+_tokens_of = operator.methodcaller("get", TOKENS_KEY)
 ObservationReader = Callable[[str], "str | None"]  # obs id -> its full text, None if gone
 
 
@@ -76,6 +78,10 @@ class StateWriter:
         self._tokens: list[Any] = []
         self._texts: list[str] = []
         self._redact: Callable[[str], str] | None = None
+        # id of an observation's saved dict -> the dict, its JSON as a "key": value pair
+        self._observation_texts: dict[int, tuple[dict[str, Any], str]] = {}
+        self._body: str | None = None  # what the file on disk holds, but its seq
+        self._durable = False  # and whether it is synced to the disk
 
     def write(
         self,
@@ -90,16 +96,51 @@ class StateWriter:
         process still leaves it whole, and a power cut at worst an older or a damaged one,
         which the log makes good."""
         self._encode(state["messages"], redact)
-        rest = {key: value for key, value in state.items() if key != "messages"}
-        if redact is not None:
-            rest = redact_strings(rest, redact)
-        fields = json.dumps(rest, ensure_ascii=False)[1:-1]
-        text = (
-            f'{{"schema_version": {CURRENT_SCHEMA_VERSION}, "seq": {seq}, "state": '
-            f'{{{fields}{", " if fields else ""}"messages": [{", ".join(self._texts)}]}}}}'
-        )
+        rest = {key: value for key, value in state.items() if key not in ("messages", "context")}
+        parts = [self._fields(rest)]
+        if "context" in state:
+            context = state["context"]
+            observations = context.get("observations")
+            if isinstance(observations, dict):
+                inner = self._fields({k: v for k, v in context.items() if k != "observations"})
+                parts.append(
+                    f'"context": {{{inner}, "observations": {self._observations(observations)}}}'
+                )
+            else:
+                parts.append(f'"context": {self._json(context)}')
+        parts.append(f'"messages": [{", ".join(self._texts)}]')
+        body = "{" + ", ".join(part for part in parts if part) + "}"
         with cannot_write(self.path):
+            if body == self._body:  # only the seq moved on: the file on disk says the same
+                if durable and not self._durable:
+                    sync_file(self.path)
+                    self._durable = True
+                return
+            text = f'{{"schema_version": {CURRENT_SCHEMA_VERSION}, "seq": {seq}, "state": {body}}}'
             write_atomically(self.path, text, durable=durable)
+        self._body, self._durable = body, durable
+
+    def _json(self, value: Any) -> str:
+        if self._redact is not None:
+            value = redact_strings(value, self._redact)
+        return json.dumps(value, ensure_ascii=False)
+
+    def _fields(self, values: dict[str, Any]) -> str:
+        """`values` as the members of a JSON object, without its braces."""
+        return self._json(values)[1:-1]
+
+    def _observations(self, observations: dict[str, Any]) -> str:
+        """The JSON of the context's observations, each encoded once: an observation's dict
+        is the same object until it changes (loop/state.py's SavedObservations)."""
+        texts = []
+        cache, self._observation_texts = self._observation_texts, {}
+        for key, saved in observations.items():
+            entry = cache.get(id(saved))
+            if entry is None or entry[0] is not saved:
+                entry = (saved, f"{json.dumps(key)}: {self._json(saved)}")
+            self._observation_texts[id(saved)] = entry
+            texts.append(entry[1])
+        return "{" + ", ".join(texts) + "}"
 
     def _encode(self, messages: list[dict[str, Any]], redact: Callable[[str], str] | None) -> None:
         """Bring the JSON held for each position up to `messages`."""
@@ -107,11 +148,18 @@ class StateWriter:
             self._messages, self._tokens, self._texts, self._redact = [], [], [], redact
         del self._messages[len(messages) :], self._tokens[len(messages) :]
         del self._texts[len(messages) :]
-        changed = [
-            i
-            for i, (message, held, tokens) in enumerate(zip(messages, self._messages, self._tokens))
-            if message is not held or message.get(TOKENS_KEY) != tokens
-        ]
+        tokens_now = list(map(_tokens_of, messages[: len(self._messages)]))
+        changed = (
+            []
+            if tokens_now == self._tokens and all(map(operator.is_, messages, self._messages))
+            else [
+                i
+                for i, (message, held, tokens) in enumerate(
+                    zip(messages, self._messages, self._tokens)
+                )
+                if message is not held or tokens_now[i] != tokens
+            ]
+        )
         for i in changed:
             self._messages[i], self._tokens[i], self._texts[i] = self._encoded(messages[i])
         for message in messages[len(self._messages) :]:
