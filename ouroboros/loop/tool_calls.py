@@ -1,8 +1,9 @@
 """The agent's tool calls: each run in turn and its result recorded, as one step.
 
-A result is recorded three ways: its full text in the session's pack in `observations/` (for
-`recall` and for a rebuild, see store/observations.py), the message the model reads (capped,
-see context.admit), and a `tool_result` event; then the state is written (`save`). A call cut
+A result is recorded three ways: the message the model reads (the window registers it as an
+observation, caps it and adds it: context.add_result), its full text in the session's pack
+in `observations/` (for `recall` and for a rebuild, see store/observations.py), and a
+`tool_result` event; then the state is written (`save`). A call cut
 short by a stop signal gets a result that says so, so no call is ever left unanswered.
 """
 
@@ -18,7 +19,7 @@ from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.store import events as ev
 from ouroboros.store.observations import ObservationStore
 from ouroboros.tools import Toolbox
-from ouroboros.window.conversation import describe, interrupted_text
+from ouroboros.window.conversation import interrupted_text
 
 
 class ToolCalls:
@@ -57,18 +58,15 @@ class ToolCalls:
             self.save()
             raise
         self.state.session_successes += int(result.ok)
-        obs_id = self.context.new_observation_id()
-        self.save_observation(obs_id, result.content)
-        obs = describe(call.name, subject, result, obs_id, call.id)
-        content = self.context.admit(obs, result.content)
-        self.state.messages.add_result(call.id, content)
+        obs = self.context.add_result(self.state.messages, call.id, call.name, subject, result)
+        self.save_observation(obs.id, result.content)
         self.log.emit(
             ev.ToolResultEvent(
                 id=call.id,
                 name=call.name,
                 ok=result.ok,
                 bytes=len(result.content.encode()),
-                observation=obs_id,
+                observation=obs.id,
                 truncated=obs.truncated,
                 summary=obs.first_line[:120],
                 duration_ms=round(1000 * (time.monotonic() - started)),
@@ -81,15 +79,13 @@ class ToolCalls:
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
         result = ToolResult(interrupted_text(call.name), ok=False)
-        obs = describe(call.name, "", result, self.context.new_observation_id(), call.id)
-        content = self.context.admit(obs, result.content)
-        self.state.messages.add_result(call.id, content)
+        obs = self.context.add_result(self.state.messages, call.id, call.name, "", result)
         self.log.emit(
             ev.ToolResultEvent(
                 id=call.id,
                 name=call.name,
                 ok=False,
-                bytes=len(content),
+                bytes=len(result.content),
                 observation=obs.id,
                 truncated=False,
                 summary="interrupted",

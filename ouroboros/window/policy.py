@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
-from ouroboros.protocols import Message, Usage, WireMessages
+from ouroboros.protocols import Message, ToolResult, Usage, WireMessages
 from ouroboros.window import ledger
 from ouroboros.window.belief import (
     Count,
@@ -39,6 +39,7 @@ from ouroboros.window.conversation import (
     Conversation,
     Observation,
     cap_text,
+    describe,
     mask_notice,
     newest_reads,
     notes_written,
@@ -819,6 +820,16 @@ class ContextManager:
         obs_id = f"obs-{self.next_observation}"
         self.next_observation += 1
         return obs_id
+
+    def add_result(
+        self, messages: Conversation, tool_call_id: str, tool: str, subject: str, result: ToolResult
+    ) -> Observation:
+        """A tool result comes in: it is registered as an observation, cut to what the model
+        may read (admit) and added to `messages`. The observation says what the loop logs of
+        it; the placeholder that may replace it later is the window's too (after_turn)."""
+        obs = describe(tool, subject, result, self.new_observation_id(), tool_call_id)
+        messages.add_result(tool_call_id, self.admit(obs, result.content))
+        return obs
 
     def admit(self, obs: Observation, text: str) -> str:
         """Register a tool result and return its content as the model will see it."""
