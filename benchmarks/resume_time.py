@@ -16,7 +16,7 @@ from ouroboros.loop.state import RunState
 from ouroboros.store import events as ev
 from ouroboros.store.log import EVENTS_FILE, EventLog
 from ouroboros.store.state_file import write_state
-from ouroboros.window.policy import ContextManager
+from ouroboros.window.manager import ContextManager
 
 
 def make_run(run_dir: Path, events: int) -> None:

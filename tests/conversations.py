@@ -7,7 +7,7 @@ import json
 from ouroboros.config import ContextConfig
 from ouroboros.protocols import ToolResult
 from ouroboros.window import conversation as conv
-from ouroboros.window.policy import ContextManager
+from ouroboros.window.manager import ContextManager
 
 
 def assistant(*call_ids: str, text: str = "") -> dict:

@@ -17,7 +17,7 @@ from ouroboros.server.retry import RetryPolicy
 from ouroboros.store import events as ev
 from ouroboros.tools import FileRead, FileWrite, TaskComplete, Toolbox
 from ouroboros.window.conversation import note
-from ouroboros.window.policy import ContextManager
+from ouroboros.window.manager import ContextManager
 from tests.fakes import FakeModel, MemoryLog, Waits, call, reply
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}

@@ -12,8 +12,8 @@ from ouroboros.protocols import ToolResult, Usage
 from ouroboros.window import conversation as conv
 from ouroboros.window import ledger
 from ouroboros.window.belief import named_window
+from ouroboros.window.manager import ContextManager
 from ouroboros.window.policy import (
-    ContextManager,
     Continue,
     Mask,
     Restart,

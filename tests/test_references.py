@@ -3,7 +3,7 @@
 
 A path resolves beside the module that names it, under `ouroboros/` or under the repository
 (`store/state_file.py`, `tests/test_state_file.py`). A dotted name is checked when it starts with a
-module's name (`conversation.Conversation`, `window.policy.ContextManager`, `store.log.EventLog`):
+module's name (`conversation.Conversation`, `window.manager.ContextManager`, `store.log.EventLog`):
 the name after the module must be defined at its top level (and the one after a class, in
 the class). Where only the first part matches a module (`state.alert`, `sandbox.spawn()` in
 a usage line: a variable named like a module), a name some class defines is enough. File

@@ -33,7 +33,7 @@ from ouroboros.store.state_file import (
     upgrade,
     write_state,
 )
-from ouroboros.window.policy import ContextManager
+from ouroboros.window.manager import ContextManager
 from tests.fakes import FakeModel
 from tests.session_rig import Rig, reads
 

@@ -15,7 +15,8 @@ from ouroboros.protocols import ToolResult, Usage
 from ouroboros.server.client import ChatClient
 from ouroboros.window import conversation as conv
 from ouroboros.window import ledger
-from ouroboros.window.policy import ContextManager, Mask
+from ouroboros.window.manager import ContextManager
+from ouroboros.window.policy import Mask
 
 CHAT = "http://127.0.0.1:11434/v1/chat/completions"
 TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]

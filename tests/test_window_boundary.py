@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from ouroboros.cli import app
 from ouroboros.window.conversation import Conversation
-from ouroboros.window.policy import ContextManager
+from ouroboros.window.manager import ContextManager
 from tests.helpers import run_events
 
 

@@ -48,7 +48,7 @@ from ouroboros.window.belief import (
     uncut,
 )
 from ouroboros.window.conversation import to_wire
-from ouroboros.window.policy import ContextManager, Reading
+from ouroboros.window.manager import ContextManager, Reading
 
 # Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
 # this many words (a server that cuts the front of long prompts drops whole pieces).

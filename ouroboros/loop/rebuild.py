@@ -25,7 +25,7 @@ from ouroboros.store import events as ev
 from ouroboros.store.events import EventBase, EventLike, parse_event
 from ouroboros.store.state_file import ObservationReader
 from ouroboros.window import conversation as conv
-from ouroboros.window.policy import ContextManager
+from ouroboros.window.manager import ContextManager
 
 UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one anyway)
 OBS_NUMBER = re.compile(r"obs-(\d+)$")

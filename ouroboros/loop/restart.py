@@ -32,7 +32,7 @@ from ouroboros.loop.state import RunState
 from ouroboros.protocols import ConfirmRestart, Message
 from ouroboros.window import ledger
 from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, unacted_turns
-from ouroboros.window.policy import ContextManager, Fitted
+from ouroboros.window.manager import ContextManager, Fitted
 
 # Sessions in a row that end without one successful tool call before the run is stopped.
 MAX_BARREN_SESSIONS = 3

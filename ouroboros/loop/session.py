@@ -181,20 +181,20 @@ class Session:
         long shrinks the window believed and asks again, up to MAX_OVERFLOW_RECOVERIES."""
         for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
             await self.evidence.measure(self.messages)
-            sent_tokens = self.upkeep.fit()
-            sent = len(self.messages)
-            wire = self.context.wire(self.messages)
+            prompt = self.upkeep.request()
             try:
                 reply = await with_retries(
-                    lambda: self.services.client.complete(wire, self.tools, self.services.on_text),
+                    lambda: self.services.client.complete(
+                        prompt.wire, self.tools, self.services.on_text
+                    ),
                     self.services.retry,
                     on_retry=self.on_retry,
                 )
             except ContextOverflowError as error:  # an empty stream too
-                await self.evidence.refused(error, self.messages, sent_tokens)
+                await self.evidence.refused(error, self.messages, prompt.tokens)
                 await self.evidence.ask_allocated(again=True)
                 continue
-            await self.record(sent, reply)
+            await self.record(prompt.sent, reply)
             self.save()
             return reply
         raise ModelError(

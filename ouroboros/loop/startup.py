@@ -37,7 +37,8 @@ from ouroboros.store.retention import Retention
 from ouroboros.store.segments import complete_summary, write_manifest
 from ouroboros.tools import Recall, Toolbox, default_tools
 from ouroboros.window.conversation import note
-from ouroboros.window.policy import ContextManager, fixed_part_problem, least_tokens
+from ouroboros.window.manager import ContextManager
+from ouroboros.window.policy import fixed_part_problem, least_tokens
 
 Claim = tuple[int, str]  # the window the config claims (or the server says), and from where
 

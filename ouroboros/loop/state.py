@@ -20,7 +20,7 @@ from ouroboros.store.state_file import DamagedSnapshot, StateWriter
 from ouroboros.window.belief import Window
 from ouroboros.window.conversation import Conversation, Observation
 from ouroboros.window.ledger import Calibration
-from ouroboros.window.policy import ContextManager, LastCount
+from ouroboros.window.manager import ContextManager, LastCount
 
 __all__ = ["RunState", "save_state"]
 

@@ -18,6 +18,7 @@ from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import EventSink, Warn
 from ouroboros.store import events as ev
+from ouroboros.window.manager import Prompt
 from ouroboros.window.policy import Mask, Restart, WindDown
 
 
@@ -33,11 +34,12 @@ class Upkeep:
         self.log = log
         self.warn_once = warn_once
 
-    def fit(self) -> int:
-        """Shrink the conversation before sending if it would not fit; return its size."""
-        state, context = self.state, self.context
-        fitted = context.fit(state.messages, self.tools)  # in place
-        context.masked(fitted.masked)
+    def request(self) -> Prompt:
+        """The next request, fitted to the budget (ContextManager.request), and what fitting
+        it did logged."""
+        context = self.context
+        prompt = context.request(self.state.messages, self.tools)
+        fitted = prompt.fitted
         if fitted.masked:
             self.log_mask(len(fitted.masked), fitted.before, fitted.tokens, preflight=True)
         if fitted.dropped_turns:
@@ -50,7 +52,7 @@ class Upkeep:
                 f"the newest turn alone (~{fitted.tokens} tokens) does "
                 f"not fit the {context.budget}-token budget; sending it anyway",
             )
-        return fitted.tokens
+        return prompt
 
     def after_turn(self) -> None:
         """Log what the window did after the turn; raise RestartSession when it says so."""
