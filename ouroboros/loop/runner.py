@@ -372,6 +372,7 @@ class Runner:
         finally:
             beating.cancel()
             self.remove_signal_handlers()
+            self.services.state_file.close()
 
     def start_heartbeat(self) -> asyncio.Future[None]:
         """Keep <state_dir>/heartbeat: at every event, and every metrics.heartbeat_secs

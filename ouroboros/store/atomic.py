@@ -48,26 +48,27 @@ def replace_in(directory: int, name: str, data: bytes, *, durable: bool) -> None
 
 def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
     """Replace the file at `path` with `text` (UTF-8), durably unless told otherwise."""
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    directory = open_directory(path.parent)
     try:
         replace_in(directory, path.name, text.encode("utf-8"), durable=durable)
     finally:
         os.close(directory)
 
 
-def sync_file(path: Path) -> None:
-    """Make the file at `path`, written before without syncing, and its directory entry
-    survive a power cut."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def open_directory(path: Path) -> int:
+    """A file descriptor of the directory at `path`, for replace_in and sync_in."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def sync_in(directory: int, name: str) -> None:
+    """Make the file `name` in the directory fd `directory`, written before without syncing,
+    and its directory entry survive a power cut."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    os.fsync(directory)
 
 
 @contextmanager

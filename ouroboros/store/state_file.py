@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable
 from pydantic import ValidationError
 
 from ouroboros.errors import UsageError
-from ouroboros.store.atomic import cannot_write, sync_file, write_atomically
+from ouroboros.store.atomic import cannot_write, open_directory, replace_in, sync_in
 from ouroboros.store.files import read_regular
 from ouroboros.store.shapes import DeltaShape, check_state, check_v1, why_not
 
@@ -82,6 +82,7 @@ class StateWriter:
         self._observation_texts: dict[int, tuple[dict[str, Any], str]] = {}
         self._body: str | None = None  # what the file on disk holds, but its seq
         self._durable = False  # and whether it is synced to the disk
+        self._directory: int | None = None  # the run dir, opened once: a write is a step
 
     def write(
         self,
@@ -111,14 +112,22 @@ class StateWriter:
         parts.append(f'"messages": [{", ".join(self._texts)}]')
         body = "{" + ", ".join(part for part in parts if part) + "}"
         with cannot_write(self.path):
+            if self._directory is None:
+                self._directory = open_directory(self.path.parent)
             if body == self._body:  # only the seq moved on: the file on disk says the same
                 if durable and not self._durable:
-                    sync_file(self.path)
+                    sync_in(self._directory, self.path.name)
                     self._durable = True
                 return
             text = f'{{"schema_version": {CURRENT_SCHEMA_VERSION}, "seq": {seq}, "state": {body}}}'
-            write_atomically(self.path, text, durable=durable)
+            replace_in(self._directory, self.path.name, text.encode("utf-8"), durable=durable)
         self._body, self._durable = body, durable
+
+    def close(self) -> None:
+        """Let the run directory go (the writer writes no more)."""
+        if self._directory is not None:
+            os.close(self._directory)
+            self._directory = None
 
     def _json(self, value: Any) -> str:
         if self._redact is not None:

@@ -109,10 +109,10 @@ def failing(point: str, code: int, nth: int) -> Callable[[], None]:
         if done == point and due():
             raise OSError(code, os.strerror(code))
 
-    def snapshot(path, text, *, durable=True, _original=state_file.write_atomically):
-        if path.name == "state.json" and due():
-            raise OSError(code, os.strerror(code), str(path))
-        _original(path, text, durable=durable)
+    def snapshot(directory, name, data, *, durable=True, _original=state_file.replace_in):
+        if name == "state.json" and due():
+            raise OSError(code, os.strerror(code), name)
+        _original(directory, name, data, durable=durable)
 
     def append(self, data, _original=log.EventLog._append):
         if due():
@@ -121,7 +121,7 @@ def failing(point: str, code: int, nth: int) -> Callable[[], None]:
 
     def prepare() -> None:
         if point == "snapshot":
-            state_file.write_atomically = snapshot
+            state_file.replace_in = snapshot
         elif point == "event":
             log.EventLog._append = append
         else:

@@ -46,17 +46,19 @@ def killer(point: str, nth: int) -> Callable[[], None]:
         if due():  # listed as pruned; the files not unlinked yet
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def half_snapshot(path, text, *, durable=True, _original=state_file.write_atomically):
-        if path.name == "state.json" and due():  # dies writing the temporary file
-            (path.parent / ".ouroboros-killed.tmp").write_text(text[: len(text) // 2])
+    def half_snapshot(directory, name, data, *, durable=True, _original=state_file.replace_in):
+        if name == "state.json" and due():  # dies writing the temporary file
+            fd = os.open(".ouroboros-killed.tmp", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=directory)
+            os.write(fd, data[: len(data) // 2])
+            os.close(fd)
             os.kill(os.getpid(), signal.SIGKILL)
-        _original(path, text, durable=durable)
+        _original(directory, name, data, durable=durable)
 
     def prepare() -> None:
         if point == "prune":
             retention.write_manifest = after_manifest
         else:
-            state_file.write_atomically = half_snapshot
+            state_file.replace_in = half_snapshot
 
     return prepare
 
