@@ -20,7 +20,7 @@ from ouroboros.errors import UsageError
 from ouroboros.loop.endings import RestartSession
 from ouroboros.loop.resume import recover
 from ouroboros.loop.state import RunState
-from ouroboros.protocols import ToolCall
+from ouroboros.protocols import ToolCall, ToolResult
 from ouroboros.store import events as ev
 from ouroboros.store.log import EVENTS_FILE, EventLog
 from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
@@ -376,3 +376,36 @@ def test_what_a_session_writes_is_its_state_through_masking_and_restarts(tmp_pat
 
     assert rig.state.context.total_masked > 0 and rig.state.restarts == 3
     assert writer.writes > 50
+
+
+def test_a_write_that_would_say_the_same_again_leaves_the_file_as_it_is(tmp_path):
+    """After a step's write, the turn's end often has nothing new but the seq: the file is
+    not written again (the events after its seq are none a resume needs), only synced when
+    asked to be durable; the next change is written whole."""
+    state = a_state()
+    writer = StateWriter(tmp_path)
+    writer.write(7, state.to_dict(), durable=False)
+    before = (tmp_path / STATE_FILE).stat().st_ino
+    writer.write(9, state.to_dict(), durable=True)
+    assert (tmp_path / STATE_FILE).stat().st_ino == before
+    assert read_state(tmp_path).seq == 7
+    state.messages.add_result(CALL.id, "done")
+    writer.write(11, state.to_dict(), durable=True)
+    saved = read_state(tmp_path)
+    assert (saved.seq, saved.state["messages"][-1]["content"]) == (11, "done")
+    writer.close()
+
+
+def test_an_observation_is_written_as_the_redaction_now_says(tmp_path):
+    """Each observation's JSON is kept between writes, but not across a change of what is
+    redacted: a secret added to the run's secrets leaves the file at the next write."""
+    context = ContextManager.create(8192, "config", 1024, ContextConfig())
+    state = RunState("run1", [{"role": "system", "content": "Mission."}], context)
+    context.add_result(
+        state.messages, "c1", "file_read", "key.txt", ToolResult("token=hunter2\n", meta={})
+    )
+    writer = StateWriter(tmp_path)
+    writer.write(3, state.to_dict())
+    assert "hunter2" in (tmp_path / STATE_FILE).read_text()
+    writer.write(4, state.to_dict(), lambda text: text.replace("hunter2", "[REDACTED]"))
+    assert "hunter2" not in (tmp_path / STATE_FILE).read_text()

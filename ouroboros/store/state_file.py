@@ -153,8 +153,9 @@ class StateWriter:
 
     def _encode(self, messages: list[dict[str, Any]], redact: Callable[[str], str] | None) -> None:
         """Bring the JSON held for each position up to `messages`."""
-        if redact is not self._redact:
+        if redact is not self._redact:  # what was encoded was redacted otherwise
             self._messages, self._tokens, self._texts, self._redact = [], [], [], redact
+            self._observation_texts = {}
         del self._messages[len(messages) :], self._tokens[len(messages) :]
         del self._texts[len(messages) :]
         tokens_now = list(map(_tokens_of, messages[: len(self._messages)]))
