@@ -43,7 +43,7 @@ RESUME_RSS_RATIO = 1.2
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # Replies the scripted server has given: the turns, counted by the fake, not by the harness's
-# own log (whose tally is part of what is measured).
+# own log (whose summary is part of what is measured).
 REPLIES = [0]
 
 
@@ -127,7 +127,7 @@ def turns_run(state_dir: Path) -> tuple[int, dict[str, float]]:
         elif record["type"] == "session_start" and ended:
             pauses[record["ts"]] = seconds(record["ts"]) - seconds(ended)
             ended = None
-    return tail.tally().assistants, pauses
+    return tail.summary().assistants, pauses
 
 
 def seconds(ts: str) -> float:
