@@ -99,8 +99,9 @@ async def shell_costs(workspace: Path, rounds: int) -> dict[str, float]:
 
 async def file_costs(workspace: Path, rounds: int) -> dict[str, float]:
     (workspace / "notes.md").write_text("a line of notes\n" * 400)
-    plain = Toolbox(
-        default_tools(
+
+    def tools() -> list:
+        return default_tools(
             workspace,
             shell_timeout_secs=30,
             max_output_bytes=65536,
@@ -108,18 +109,9 @@ async def file_costs(workspace: Path, rounds: int) -> dict[str, float]:
             secret_env_names=[],
             on_security=lambda e: None,
         )
-    )
-    redacted = Toolbox(
-        default_tools(
-            workspace,
-            shell_timeout_secs=30,
-            max_output_bytes=65536,
-            blocked_patterns=[],
-            secret_env_names=[],
-            on_security=lambda e: None,
-        ),
-        redact=Redactor.of(["sk-benchmark-0123456789abcdef"]),
-    )
+
+    plain = Toolbox(tools())
+    redacted = Toolbox(tools(), redact=Redactor.of(["sk-benchmark-0123456789abcdef"]))
     read = ToolCall("r", "file_read", json.dumps({"path": "notes.md"}))
     write = ToolCall("w", "file_write", json.dumps({"path": "out.md", "content": "x" * 6000}))
     setups = {

@@ -19,7 +19,7 @@ from ouroboros.store.log import EVENTS_FILE, EventLog, read_events, runs_dir
 from ouroboros.ui.chart import RESTART
 from ouroboros.ui.plain import EVENT_TYPES
 from tests.helpers import clean_env, hold_state_lock, ouroboros_here
-from tests.ui_sample import RESTART_REASON, RUN_ID, write_sample_run
+from tests.ui_sample import RESTART_REASON, RUN_ID, sample_resumed, write_sample_run
 
 
 def project(tmp_path: Path, *, ended: bool = True) -> tuple[Path, Path]:
@@ -317,17 +317,7 @@ def resumed(events: Path) -> None:
     """The sample run (paused by max_turns) resumed, one turn into its new session."""
     log = EventLog(events)
     log.session, log.turn = 3, 0
-    log.emit(
-        ev.RunResumed(
-            total_turns=9,
-            restarts=1,
-            torn_line_dropped=False,
-            interrupted_tools=[],
-            context_limit=8192,
-            limit_source="config",
-            budget=6144,
-        )
-    )
+    log.emit(sample_resumed(limit_source="config"))
     log.emit(
         ev.SessionStart(
             context_limit=8192, limit_source="config", budget=6144, carryover_messages=4

@@ -17,7 +17,7 @@ from ouroboros.errors import ServerUnreachableError
 from ouroboros.testing.server import ScriptedServer
 from tests.crash_helpers import kill, wait_for
 from tests.faults.parts_agent import PartsAgent, expected_parts, log_text, start_forked
-from tests.helpers import make_project, ouroboros_here
+from tests.helpers import Forked, clean_env, make_project, ouroboros_forked, ouroboros_here
 from tests.test_supervise import free_port, parts, status
 
 PARTS = 3
@@ -476,6 +476,21 @@ def received(sock: socket.socket, messages: list[str]) -> list[str]:
             return messages
 
 
+def run_under_systemd(tmp_path: Path, config: Path, notify: str) -> Forked:
+    """`ouroboros run --headless` forked as systemd starts it: NOTIFY_SOCKET at `notify` and
+    a watchdog that wants a ping every 0.1 s."""
+
+    return ouroboros_forked(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        out=tmp_path / "out.txt",
+        err=tmp_path / "err.txt",
+        env=clean_env(NOTIFY_SOCKET=notify, WATCHDOG_USEC="200000"),
+    )
+
+
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
 def test_under_systemd_it_says_ready_pings_the_watchdog_and_says_stopping(
     tmp_path, scripted_server, abstract
@@ -483,7 +498,6 @@ def test_under_systemd_it_says_ready_pings_the_watchdog_and_says_stopping(
     import os
 
     from tests.faults.parts_agent import held_pid
-    from tests.helpers import clean_env, ouroboros_forked
 
     name = (
         f"@ouroboros-test-{os.getpid()}-{id(tmp_path)}"
@@ -493,16 +507,7 @@ def test_under_systemd_it_says_ready_pings_the_watchdog_and_says_stopping(
     sock = notify_socket(b"\0" + name[1:].encode() if abstract else name)
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = make_project(tmp_path, server.base_url, model={"context_limit": 16384})
-    env = clean_env(NOTIFY_SOCKET=name, WATCHDOG_USEC="200000")  # a ping every 0.1 s
-    process = ouroboros_forked(
-        "run",
-        "--config",
-        str(config),
-        "--headless",
-        out=tmp_path / "out.txt",
-        err=tmp_path / "err.txt",
-        env=env,
-    )
+    process = run_under_systemd(tmp_path, config, name)
     messages: list[str] = []
     try:
         wait_for(lambda: "READY=1" in received(sock, messages), "READY=1", process)
@@ -532,23 +537,13 @@ def test_a_stopped_harness_goes_quiet_to_the_watchdog_and_reads_stuck(tmp_path, 
     import os
 
     from tests.faults.parts_agent import held_pid
-    from tests.helpers import clean_env, ouroboros_forked
 
     sock = notify_socket(str(tmp_path / "notify.sock"))
     server = scripted_server(PartsAgent(PARTS, hold_part=2))
     config = make_project(
         tmp_path, server.base_url, model={"context_limit": 16384}, metrics={"heartbeat_secs": 0.1}
     )
-    env = clean_env(NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="200000")
-    process = ouroboros_forked(
-        "run",
-        "--config",
-        str(config),
-        "--headless",
-        out=tmp_path / "out.txt",
-        err=tmp_path / "err.txt",
-        env=env,
-    )
+    process = run_under_systemd(tmp_path, config, str(tmp_path / "notify.sock"))
     messages: list[str] = []
     try:
         wait_for(lambda: "READY=1" in received(sock, messages), "READY=1", process)
@@ -589,8 +584,6 @@ def test_without_notify_socket_nothing_is_sent_and_odd_values_are_ignored():
 
 
 def test_prunes_help_says_what_it_does_without_a_run_id(tmp_path, scripted_server):
-    from tests.helpers import clean_env
-
     help_text = " ".join(
         ouroboros_here("prune", "--help", env=clean_env(COLUMNS="200")).stdout.split()
     )

@@ -241,7 +241,7 @@ def test_default_tools_work_together_in_the_workspace(tmp_path: Path) -> None:
     assert events == [{"kind": "path_escape", "tool": "file_read", "path": "../x"}]
 
 
-def shipped_tools(tmp_path: Path) -> list:
+def shipped_tools(tmp_path: Path, allow_complete: bool = True) -> list:
     return default_tools(
         tmp_path,
         shell_timeout_secs=30,
@@ -250,7 +250,7 @@ def shipped_tools(tmp_path: Path) -> list:
         secret_env_names=[],
         on_security=print,
         recall=Recall(tmp_path),
-        allow_complete=True,
+        allow_complete=allow_complete,
     )
 
 
@@ -264,15 +264,7 @@ def test_a_run_gets_every_tool_from_one_registry(tmp_path: Path) -> None:
         "recall",
         "task_complete",
     ]
-    without = default_tools(
-        tmp_path,
-        shell_timeout_secs=30,
-        max_output_bytes=10_000,
-        blocked_patterns=[],
-        secret_env_names=[],
-        on_security=print,
-        recall=Recall(tmp_path),
-    )
+    without = shipped_tools(tmp_path, allow_complete=False)
     assert "task_complete" not in [tool.name for tool in without]
 
 

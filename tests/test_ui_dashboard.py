@@ -179,6 +179,22 @@ def test_the_rate_stays_steady_across_replies_and_the_pauses_between_them():
     assert len(state._pieces) <= RATE_WINDOW_SECS + 2  # what it keeps does not grow
 
 
+def shell_result(ts: str) -> ev.ToolResultEvent:
+    """A short shell result, logged at `ts`."""
+    return ev.ToolResultEvent(
+        ts=ts,
+        turn=1,
+        id="a",
+        name="shell_exec",
+        ok=True,
+        bytes=3,
+        observation="obs-1",
+        truncated=False,
+        summary="ok",
+        duration_ms=5,
+    )
+
+
 def reply(ts: str) -> ev.Assistant:
     return ev.Assistant(ts=ts, turn=1, text="Done.", finish_reason="stop", tool_calls=[])
 
@@ -200,18 +216,7 @@ def usage(ts: str, completion_tokens: int) -> ev.TokenUsage:
 def test_replayed_rate_comes_from_the_timestamps():
     state = replay(
         [
-            ev.ToolResultEvent(
-                ts="2025-03-01T10:00:00.000Z",
-                turn=1,
-                id="a",
-                name="shell_exec",
-                ok=True,
-                bytes=3,
-                observation="obs-1",
-                truncated=False,
-                summary="ok",
-                duration_ms=5,
-            ),
+            shell_result("2025-03-01T10:00:00.000Z"),
             reply("2025-03-01T10:00:04.000Z"),
             usage("2025-03-01T10:00:04.001Z", completion_tokens=120),
         ]
@@ -573,18 +578,7 @@ def test_a_replayed_rate_is_over_the_newest_replies_not_the_last_one():
     def turn(start: int, secs: float, tokens: int) -> list[ev.EventBase]:
         done = f"2025-03-01T10:00:{start + secs:06.3f}Z"
         return [
-            ev.ToolResultEvent(
-                ts=f"2025-03-01T10:00:{start:02d}.000Z",
-                turn=1,
-                id="a",
-                name="shell_exec",
-                ok=True,
-                bytes=3,
-                observation="obs-1",
-                truncated=False,
-                summary="ok",
-                duration_ms=5,
-            ),
+            shell_result(f"2025-03-01T10:00:{start:02d}.000Z"),
             reply(done),
             usage(done, completion_tokens=tokens),
         ]

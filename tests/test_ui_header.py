@@ -11,6 +11,7 @@ from rich.console import Console
 from ouroboros.store import events as ev
 from ouroboros.ui.render import render
 from tests.test_ui_dashboard import rendered_at, replay, sample_events
+from tests.ui_sample import sample_resumed
 
 
 @pytest.mark.parametrize(
@@ -46,21 +47,7 @@ def test_an_error_alert_goes_when_the_failed_run_is_resumed(tmp_path: Path):
     )
     assert state.alert is not None
 
-    state.apply(
-        ev.RunResumed(
-            total_turns=9,
-            restarts=1,
-            torn_line_dropped=False,
-            interrupted_tools=[],
-            context_limit=8192,
-            limit_source="server /api/show",
-            budget=6144,
-            seq=91,
-            ts="2025-03-01T10:21:00.000Z",
-            session=2,
-            turn=3,
-        )
-    )
+    state.apply(sample_resumed(seq=91, ts="2025-03-01T10:21:00.000Z", session=2, turn=3))
 
     assert state.alert is None
 

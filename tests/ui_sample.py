@@ -151,6 +151,20 @@ def session_start(carried: int) -> ev.SessionStart:
     )
 
 
+def sample_resumed(limit_source: str = "server /api/show", **fields: Any) -> ev.RunResumed:
+    """The sample run, paused after its nine turns and one restart, resumed."""
+    return ev.RunResumed(
+        total_turns=9,
+        restarts=1,
+        torn_line_dropped=False,
+        interrupted_tools=[],
+        context_limit=LIMIT,
+        limit_source=limit_source,
+        budget=BUDGET,
+        **fields,
+    )
+
+
 def write_sample_run(state_dir: Path, *, ended: bool = True) -> Path:
     """Write the sample run into `state_dir`; returns its events.jsonl. Without `ended`, the
     log stops in the middle of session 2, as a live (or killed) run's would."""

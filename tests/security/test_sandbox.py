@@ -61,6 +61,19 @@ def attacker(project: Path):
     return brain
 
 
+def confined_shell(workspace: Path, sandbox: Sandbox) -> ShellExec:
+    """A shell tool with no blocked patterns and no secrets, confined by `sandbox`."""
+    return ShellExec(
+        workspace,
+        timeout_secs=10,
+        max_output_bytes=10_000,
+        blocked_patterns=[],
+        secret_env_names=[],
+        on_security=lambda e: None,
+        sandbox=sandbox,
+    )
+
+
 def shell_results(server) -> dict[str, str]:
     """Each attack's result, as the model was sent it."""
     last = server.requests[-1]["messages"]
@@ -182,15 +195,7 @@ def test_a_bad_sandbox_setting_is_one_line_and_exit_2(tmp_path) -> None:
 @needs_landlock
 def test_a_command_in_the_sandbox_sees_its_private_home_and_temp_dir(tmp_path) -> None:
     sandbox = Sandbox.prepare("auto", workspace=tmp_path)
-    tool = ShellExec(
-        tmp_path,
-        timeout_secs=10,
-        max_output_bytes=10_000,
-        blocked_patterns=[],
-        secret_env_names=[],
-        on_security=lambda e: None,
-        sandbox=sandbox,
-    )
+    tool = confined_shell(tmp_path, sandbox)
     try:
         result = asyncio.run(
             tool.run(
@@ -211,15 +216,7 @@ def test_a_command_in_the_sandbox_sees_its_private_home_and_temp_dir(tmp_path) -
 @needs_landlock
 def test_network_false_leaves_only_loopback(tmp_path) -> None:
     sandbox = Sandbox.prepare("auto", workspace=tmp_path, network=False)
-    tool = ShellExec(
-        tmp_path,
-        timeout_secs=10,
-        max_output_bytes=10_000,
-        blocked_patterns=[],
-        secret_env_names=[],
-        on_security=lambda e: None,
-        sandbox=sandbox,
-    )
+    tool = confined_shell(tmp_path, sandbox)
     probe = (
         "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
         "socket.create_connection(s.getsockname()).close(); print('loopback ok')\n"
@@ -240,15 +237,7 @@ def test_network_false_leaves_only_loopback(tmp_path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root harness could read /etc/shadow")
 def test_a_root_harness_commands_read_in_etc_only_what_any_user_may(tmp_path) -> None:
     sandbox = Sandbox.prepare("auto", workspace=tmp_path)
-    tool = ShellExec(
-        tmp_path,
-        timeout_secs=10,
-        max_output_bytes=10_000,
-        blocked_patterns=[],
-        secret_env_names=[],
-        on_security=lambda e: None,
-        sandbox=sandbox,
-    )
+    tool = confined_shell(tmp_path, sandbox)
     try:
         result = asyncio.run(tool.run({"command": "cat /etc/shadow; head -c 5 /etc/passwd"}))
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from ouroboros.sandbox.secrets import (
     REDACTED,
@@ -20,6 +21,19 @@ from ouroboros.testing import Reply
 from tests.helpers import clean_env, make_project, ouroboros, ouroboros_child, run_events
 
 KEY = "sk-proj-9f8e7d6c5b4a3210"
+
+
+def run_with_key(config: Path, max_turns: int, key: str = KEY) -> CompletedProcess[str]:
+    """`ouroboros run --headless` in a process of its own, its API key in TEST_API_KEY."""
+    return ouroboros_child(
+        "run",
+        "--config",
+        str(config),
+        "--headless",
+        "--max-turns",
+        str(max_turns),
+        env=clean_env(TEST_API_KEY=key),
+    )
 
 
 def tool_results(server) -> list[str]:
@@ -40,15 +54,7 @@ def test_a_key_left_in_a_workspace_file_is_redacted_from_results_and_log(tmp_pat
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
     (tmp_path / "workspace" / ".env").write_text(f"OPENAI_API_KEY={KEY}\n")
 
-    result = ouroboros_child(
-        "run",
-        "--config",
-        str(config),
-        "--headless",
-        "--max-turns",
-        "3",
-        env=clean_env(TEST_API_KEY=KEY),
-    )
+    result = run_with_key(config, max_turns=3)
 
     assert result.returncode == 3, result.stderr
     read, shell = tool_results(server)
@@ -71,15 +77,7 @@ def test_a_key_a_person_pastes_into_a_message_never_reaches_the_model(tmp_path, 
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
     post(tmp_path / ".ouroboros", f"the key is {KEY}, use it")
 
-    first = ouroboros_child(
-        "run",
-        "--config",
-        str(config),
-        "--headless",
-        "--max-turns",
-        "2",
-        env=clean_env(TEST_API_KEY=KEY),
-    )
+    first = run_with_key(config, max_turns=2)
     again = ouroboros_child(
         "resume",
         "--config",
@@ -182,15 +180,7 @@ def test_a_key_the_model_writes_into_a_call_is_in_no_file_of_the_run(tmp_path, s
     )
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
 
-    result = ouroboros_child(
-        "run",
-        "--config",
-        str(config),
-        "--headless",
-        "--max-turns",
-        "3",
-        env=clean_env(TEST_API_KEY=KEY),
-    )
+    result = run_with_key(config, max_turns=3)
 
     assert result.returncode == 3, result.stderr  # paused at its max_turns
     run_dir = tmp_path / ".ouroboros" / "runs" / run_events(tmp_path)[0]["run_id"]
@@ -233,15 +223,7 @@ def test_a_key_too_short_to_redact_is_one_start_up_warning(tmp_path, scripted_se
     server = scripted_server([Reply("done")])
     config = make_project(tmp_path, server.base_url, model={"api_key_env": "TEST_API_KEY"})
 
-    result = ouroboros_child(
-        "run",
-        "--config",
-        str(config),
-        "--headless",
-        "--max-turns",
-        "1",
-        env=clean_env(TEST_API_KEY="abc123"),
-    )
+    result = run_with_key(config, max_turns=1, key="abc123")
 
     assert result.returncode == 3, result.stderr  # paused at its max_turns
     warning = (
