@@ -623,7 +623,7 @@ def test_without_a_prefix_cache_a_round_costs_nothing_more():
     ],
 )
 def test_worth_a_round(freed, after, turns, worth):
-    reprocessed = None if after is None else {"c0": after}
+    reprocessed = None if after is None else {"c0": after}.__getitem__
     assert worth_a_round("c0", freed, reprocessed, turns) is worth
 
 

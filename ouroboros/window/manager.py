@@ -11,7 +11,7 @@ outside window/ writes its fields. No I/O.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from ouroboros.protocols import Message, ToolResult, Usage, WireMessages
 from ouroboros.window import ledger
@@ -60,6 +60,7 @@ from ouroboros.window.policy import (
     placeholder_tokens,
     prompt_budget,
 )
+from ouroboros.window.sizes import Tally
 
 if TYPE_CHECKING:
     from ouroboros.config import ContextConfig
@@ -382,15 +383,17 @@ class ContextManager:
             maskable,
             unsaved,
             idle=not worked_this_session(messages, self.observations),
-            reprocessed={
-                i: self.used_pct(t)
-                for i, t in tally.suffixes(self.chars_per_token, self.per_dense).items()
-            }
-            if self.policy.prefix_cache
-            else None,
+            reprocessed=self.reprocessed(tally) if self.policy.prefix_cache else None,
             turns=len(starts),
         )
         return decision
+
+    def reprocessed(self, tally: Tally) -> Callable[[str], float]:
+        """The share of the budget a prefix-caching server processes again when the result
+        of this tool-call id is the first to change: sized only when a round is weighed."""
+        return lambda tool_call_id: self.used_pct(
+            tally.suffix(tool_call_id, self.chars_per_token, self.per_dense)
+        )
 
     def after_turn(self, messages: Conversation, tools: list[dict[str, Any]]) -> TurnEnd:
         """Decide (evaluate) and carry the decision out on `messages`: the loop is told
