@@ -253,6 +253,3 @@ def brief_tools(fixed_tokens: int, budget: int) -> bool:
 
 def placeholder_tokens(obs: Observation, chars_per_token: float) -> int:
     return ledger.estimate_text(placeholder(obs), chars_per_token) + ledger.MESSAGE_OVERHEAD_TOKENS
-
-
-# --- the manager ----------------------------------------------------------------------------
