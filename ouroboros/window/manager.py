@@ -193,11 +193,13 @@ class ContextManager:
             return self.base_tokens
         return ledger.estimate_chars(ledger.tools_chars(tools), self.chars_per_token)
 
-    def current_tokens(self, messages: Sequence[Message], tools: list[dict[str, Any]]) -> int:
-        """The window a request of these messages would take: measured sizes where counts
-        have been attributed, estimates for the rest."""
+    def current_tokens(
+        self, messages: Sequence[Message], tools: list[dict[str, Any]], upto: int | None = None
+    ) -> int:
+        """The window a request of these messages (the first `upto`) would take: measured
+        sizes where counts have been attributed, estimates for the rest."""
         tally = self.held(messages).tally
-        return self.base(tools) + tally.tokens(self.chars_per_token, self.per_dense)
+        return self.base(tools) + tally.tokens(self.chars_per_token, self.per_dense, upto)
 
     def held(self, messages: Sequence[Message]) -> Conversation:
         """`messages` as a Conversation, whose running sums answer for it; a plain list (a
