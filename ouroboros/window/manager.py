@@ -59,6 +59,7 @@ from ouroboros.window.policy import (
     decide,
     placeholder_tokens,
     prompt_budget,
+    reclaimed_pct,
 )
 from ouroboros.window.sizes import Tally
 
@@ -78,7 +79,7 @@ class TurnEnd:
 
     @property
     def reclaimed_pct(self) -> float:
-        return 100 * (self.before - self.after) / self.before if self.before else 0.0
+        return reclaimed_pct(self.before, self.after)
 
 
 @dataclass

@@ -204,6 +204,11 @@ def enough_to_mask(used: float, recent: Sequence[tuple[str, float]], below: floa
     return []
 
 
+def reclaimed_pct(before: int, after: int) -> float:
+    """How much smaller a prompt of `before` tokens got, in percent, at `after`."""
+    return 100 * (before - after) / before if before else 0.0
+
+
 def prompt_budget(limit: int, max_output_tokens: int) -> int:
     """The tokens a prompt may take: the limit less the reply's reserve."""
     return limit - min(max_output_tokens, int(limit * REPLY_RESERVE_MAX_SHARE))
