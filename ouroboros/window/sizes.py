@@ -210,19 +210,9 @@ class Tally:
         """The positions of the results worth masking whose tool-call ids are among these."""
         return [i for i in self._candidate_at if self._entries[i].candidate in tool_call_ids]
 
-    def size_of(self, tool_call_id: str) -> int:
-        """The tokens a result worth masking takes now (measured, else estimated)."""
-        # Asked of the newest ones: look from the end.
-        entry = next(
-            e
-            for e in map(self._entries.__getitem__, reversed(self._candidate_at))
-            if e.candidate == tool_call_id
-        )
-        return self._size(entry)
-
     def candidate_sizes(self, start: int = 0) -> dict[str, int]:
-        """The tokens each result worth masking among messages[start:] takes now, by
-        tool-call id, oldest first: one pass, where size_of for each would walk them all."""
+        """The tokens (measured, else estimated) each result worth masking among
+        messages[start:] takes now, by tool-call id, oldest first."""
         at = self._candidate_at
         return {
             e.candidate: self._size(e)
