@@ -46,9 +46,7 @@ def add_turn(
         }
     )
     text = f"result {i}\n" + "x" * size
-    obs = conv.describe(
-        "shell", {"command": "ls"}, ToolResult(text), cm.new_observation_id(), call_id
-    )
+    obs = conv.describe("shell", "ls", ToolResult(text), cm.new_observation_id(), call_id)
     messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
 
 
@@ -219,7 +217,7 @@ def test_what_follows_each_result_is_what_a_walk_adds_up():
     for i in range(6):
         add_turn(cm, messages, i, size=100 + 50 * i)
     call_ids = list(messages.tally.candidate_sizes())
-    assert call_ids == ["c3", "c4", "c5"]  # the larger results
+    assert call_ids == ["c2", "c3", "c4", "c5"]  # the results worth masking
     for call_id in call_ids:
         at = next(i for i, m in enumerate(messages) if m.get("tool_call_id") == call_id)
         walked = sum(
