@@ -518,11 +518,15 @@ class ContextManager:
 
     def fixed_tokens(self, system: Message, tools: list[dict[str, Any]]) -> int:
         """What every prompt of a session holds before any work: the system prompt and the
-        tool definitions, by the estimate (JSON at its own density)."""
-        cpt = min(self.chars_per_token, SCHEMA_CHARS_PER_TOKEN)
+        tool definitions, by the estimate."""
         return ledger.message_tokens(
             system, self.chars_per_token, self.per_dense
-        ) + ledger.estimate_chars(ledger.tools_chars(tools), cpt)
+        ) + self.tools_tokens(tools)
+
+    def tools_tokens(self, tools: list[dict[str, Any]]) -> int:
+        """The tool definitions by the estimate: JSON, at its own density."""
+        cpt = min(self.chars_per_token, SCHEMA_CHARS_PER_TOKEN)
+        return ledger.estimate_chars(ledger.tools_chars(tools), cpt)
 
     def session_tools(
         self, system: Message, full: list[dict[str, Any]], brief: list[dict[str, Any]]
