@@ -401,7 +401,7 @@ def test_fit_keeps_the_newest_turn_even_when_it_alone_is_too_big():
 def test_admit_caps_results_at_a_quarter_of_the_budget():
     cm = manager(limit=8_000, max_tool_result_tokens=8_000)
     result = ToolResult("z" * 100_000)
-    obs = conv.describe("shell_exec", {"command": "cat big"}, result, "obs-1", "c1")
+    obs = conv.describe("shell_exec", "cat big", result, "obs-1", "c1")
     content = cm.admit(obs, result.content)
     assert len(content) < 8_000 + 200
     assert obs.truncated
@@ -459,12 +459,12 @@ def test_dense_scripts_are_estimated_per_character_with_a_margin():
 
 def test_a_dense_tool_result_is_capped_in_tokens_not_characters():
     cm = manager(limit=8192, max_tool_result_tokens=1000)
-    obs = conv.describe("file_read", {"path": "zh.txt"}, ToolResult(CJK * 10), "obs-1", "c1")
+    obs = conv.describe("file_read", "zh.txt", ToolResult(CJK * 10), "obs-1", "c1")
     capped = cm.admit(obs, CJK * 10)
     assert obs.truncated
     assert len(capped) <= 1000  # 1,000 tokens hold at most ~1,000 CJK characters
     plain = "plain words " * 2000
-    obs = conv.describe("file_read", {"path": "en.txt"}, ToolResult(plain), "obs-2", "c2")
+    obs = conv.describe("file_read", "en.txt", ToolResult(plain), "obs-2", "c2")
     assert len(cm.admit(obs, plain)) >= 2500  # Latin text keeps its characters per token
 
 
@@ -483,7 +483,7 @@ def test_a_short_result_is_not_worth_masking_its_placeholder_is_no_smaller():
     """The agent's 115-byte read of its progress file: masking it frees nothing."""
     cm = manager()
     text = "next: part 17\n" + "done: 1-16, keys in results.txt\n" * 5
-    obs = conv.describe("file_read", {"path": "progress.md"}, ToolResult(text), "obs-1", "c1")
+    obs = conv.describe("file_read", "progress.md", ToolResult(text), "obs-1", "c1")
     message = tool("c1", cm.admit(obs, text))
     assert conv.worth_masking(message, cm.observations) is None
 
@@ -623,7 +623,7 @@ def test_without_a_prefix_cache_a_round_costs_nothing_more():
     ],
 )
 def test_worth_a_round(freed, after, turns, worth):
-    reprocessed = None if after is None else {"c0": after}
+    reprocessed = None if after is None else {"c0": after}.__getitem__
     assert worth_a_round("c0", freed, reprocessed, turns) is worth
 
 

@@ -23,7 +23,7 @@ def test_placeholder_for_a_shell_command_names_command_and_exit_code():
     result = ToolResult(
         "boom\n[exit code 2]", ok=False, meta={"command": "make test", "exit_code": 2}
     )
-    obs = conv.describe("shell_exec", {"command": "make test"}, result, "obs-1", "c1")
+    obs = conv.describe("shell_exec", "make test", result, "obs-1", "c1")
     text = conv.placeholder(obs)
     assert "shell_exec result masked: make test" in text
     assert "exit code 2" in text

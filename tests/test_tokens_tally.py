@@ -46,9 +46,7 @@ def add_turn(
         }
     )
     text = f"result {i}\n" + "x" * size
-    obs = conv.describe(
-        "shell", {"command": "ls"}, ToolResult(text), cm.new_observation_id(), call_id
-    )
+    obs = conv.describe("shell", "ls", ToolResult(text), cm.new_observation_id(), call_id)
     messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
 
 
@@ -218,11 +216,11 @@ def test_what_follows_each_result_is_what_a_walk_adds_up():
     messages = conv.Conversation([], cm.worth_masking)
     for i in range(6):
         add_turn(cm, messages, i, size=100 + 50 * i)
-    suffixes = messages.tally.suffixes(cm.chars_per_token, cm.per_dense)
-    for call_id, tokens in suffixes.items():
+    call_ids = list(messages.tally.candidate_sizes())
+    assert call_ids == ["c2", "c3", "c4", "c5"]  # the results worth masking
+    for call_id in call_ids:
         at = next(i for i, m in enumerate(messages) if m.get("tool_call_id") == call_id)
         walked = sum(
             ledger.message_tokens(m, cm.chars_per_token, cm.per_dense) for m in messages[at:]
         )
-        assert tokens == walked
-    assert list(suffixes) == list(messages.tally.candidate_sizes())  # oldest first
+        assert messages.tally.suffix(call_id, cm.chars_per_token, cm.per_dense) == walked

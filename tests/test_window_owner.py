@@ -18,7 +18,8 @@ def names_the_context(node: ast.expr) -> bool:
 
 
 def writes(tree: ast.AST) -> list[int]:
-    """The lines assigning an attribute of the context manager (or deeper: context.x.y)."""
+    """The lines assigning an attribute of the context manager (or deeper: context.x.y,
+    context.x[k])."""
     lines = []
     for node in ast.walk(tree):
         targets = (
@@ -29,7 +30,7 @@ def writes(tree: ast.AST) -> list[int]:
             else []
         )
         for target in targets:
-            while isinstance(target, ast.Attribute):
+            while isinstance(target, (ast.Attribute, ast.Subscript)):
                 if names_the_context(target.value):
                     lines.append(node.lineno)
                     break
@@ -50,5 +51,6 @@ def test_no_module_outside_window_writes_window_state() -> None:
 def test_a_write_to_the_window_from_outside_is_found() -> None:
     code = (
         "def f(state):\n    x = 1\n    state.context.window = 2\n    self.context.revision += 1\n"
+        "    context.observations['c0'] = 3\n    rows[0] = 4\n"
     )
-    assert writes(ast.parse(code)) == [3, 4]
+    assert writes(ast.parse(code)) == [3, 4, 5]

@@ -190,7 +190,7 @@ class Evidence:
         if rate <= 0:  # its counts cannot size a probe
             self.context.probed_with(Probe(expected=size))
             return None
-        have = self.context.current_tokens(list(messages[:sent]), self.tools)
+        have = self.context.current_tokens(messages, self.tools, sent)
         words = max(int((size - have) / rate), 0)
         pieces = max(round(words / FILLER_PIECE_WORDS), 1)
         piece = {"role": "user", "content": RETEST_FILLER * (words // pieces)}

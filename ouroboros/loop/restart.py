@@ -190,7 +190,7 @@ def largest_part(
         ),
         Part(
             "the tool definitions",
-            ledger.estimate_chars(ledger.tools_chars(tools), cpt),
+            context.tools_tokens(tools),
             "give the model fewer or shorter tools",
         ),
     ]

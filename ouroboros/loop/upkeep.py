@@ -19,7 +19,7 @@ from ouroboros.loop.state import RunState
 from ouroboros.protocols import EventSink, Warn
 from ouroboros.store import events as ev
 from ouroboros.window.manager import Prompt
-from ouroboros.window.policy import Mask, Restart, WindDown
+from ouroboros.window.policy import Mask, Restart, WindDown, reclaimed_pct
 
 
 class Upkeep:
@@ -88,14 +88,13 @@ class Upkeep:
 
     def log_mask(self, count: int, before: int, after: int, *, preflight: bool) -> None:
         """Log a masking round."""
-        reclaimed = 100 * (before - after) / before if before else 0.0
         self.log.emit(
             ev.ContextMask(
                 observations_masked=count,
                 total_masked=self.context.total_masked,
                 tokens_before=before,
                 tokens_after=after,
-                reclaimed_pct=round(reclaimed, 1),
+                reclaimed_pct=round(reclaimed_pct(before, after), 1),
                 preflight=preflight,
             )
         )

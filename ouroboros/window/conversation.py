@@ -1,5 +1,5 @@
 """The conversation: its one owner (Conversation: the messages and their bookkeeping, which
-carries out what the ContextManager in policy.py decides), and the data it is made of: the
+carries out what the ContextManager in manager.py decides), and the data it is made of: the
 notes the harness writes into it, tool results as observations (their placeholders and
 caps), turns, masking and what a restart carries over, as pure functions. No I/O.
 

@@ -11,7 +11,7 @@ outside window/ writes its fields. No I/O.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from ouroboros.protocols import Message, ToolResult, Usage, WireMessages
 from ouroboros.window import ledger
@@ -59,7 +59,9 @@ from ouroboros.window.policy import (
     decide,
     placeholder_tokens,
     prompt_budget,
+    reclaimed_pct,
 )
+from ouroboros.window.sizes import Tally
 
 if TYPE_CHECKING:
     from ouroboros.config import ContextConfig
@@ -77,7 +79,7 @@ class TurnEnd:
 
     @property
     def reclaimed_pct(self) -> float:
-        return 100 * (self.before - self.after) / self.before if self.before else 0.0
+        return reclaimed_pct(self.before, self.after)
 
 
 @dataclass
@@ -192,11 +194,13 @@ class ContextManager:
             return self.base_tokens
         return ledger.estimate_chars(ledger.tools_chars(tools), self.chars_per_token)
 
-    def current_tokens(self, messages: Sequence[Message], tools: list[dict[str, Any]]) -> int:
-        """The window a request of these messages would take: measured sizes where counts
-        have been attributed, estimates for the rest."""
+    def current_tokens(
+        self, messages: Sequence[Message], tools: list[dict[str, Any]], upto: int | None = None
+    ) -> int:
+        """The window a request of these messages (the first `upto`) would take: measured
+        sizes where counts have been attributed, estimates for the rest."""
         tally = self.held(messages).tally
-        return self.base(tools) + tally.tokens(self.chars_per_token, self.per_dense)
+        return self.base(tools) + tally.tokens(self.chars_per_token, self.per_dense, upto)
 
     def held(self, messages: Sequence[Message]) -> Conversation:
         """`messages` as a Conversation, whose running sums answer for it; a plain list (a
@@ -382,15 +386,17 @@ class ContextManager:
             maskable,
             unsaved,
             idle=not worked_this_session(messages, self.observations),
-            reprocessed={
-                i: self.used_pct(t)
-                for i, t in tally.suffixes(self.chars_per_token, self.per_dense).items()
-            }
-            if self.policy.prefix_cache
-            else None,
+            reprocessed=self.reprocessed(tally) if self.policy.prefix_cache else None,
             turns=len(starts),
         )
         return decision
+
+    def reprocessed(self, tally: Tally) -> Callable[[str], float]:
+        """The share of the budget a prefix-caching server processes again when the result
+        of this tool-call id is the first to change: sized only when a round is weighed."""
+        return lambda tool_call_id: self.used_pct(
+            tally.suffix(tool_call_id, self.chars_per_token, self.per_dense)
+        )
 
     def after_turn(self, messages: Conversation, tools: list[dict[str, Any]]) -> TurnEnd:
         """Decide (evaluate) and carry the decision out on `messages`: the loop is told
@@ -512,11 +518,15 @@ class ContextManager:
 
     def fixed_tokens(self, system: Message, tools: list[dict[str, Any]]) -> int:
         """What every prompt of a session holds before any work: the system prompt and the
-        tool definitions, by the estimate (JSON at its own density)."""
-        cpt = min(self.chars_per_token, SCHEMA_CHARS_PER_TOKEN)
+        tool definitions, by the estimate."""
         return ledger.message_tokens(
             system, self.chars_per_token, self.per_dense
-        ) + ledger.estimate_chars(ledger.tools_chars(tools), cpt)
+        ) + self.tools_tokens(tools)
+
+    def tools_tokens(self, tools: list[dict[str, Any]]) -> int:
+        """The tool definitions by the estimate: JSON, at its own density."""
+        cpt = min(self.chars_per_token, SCHEMA_CHARS_PER_TOKEN)
+        return ledger.estimate_chars(ledger.tools_chars(tools), cpt)
 
     def session_tools(
         self, system: Message, full: list[dict[str, Any]], brief: list[dict[str, Any]]

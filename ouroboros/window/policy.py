@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ouroboros.protocols import Message
 from ouroboros.window import ledger
@@ -91,7 +91,7 @@ def decide(
     maskable: float | None = None,
     unsaved: bool = False,
     idle: bool = False,
-    reprocessed: Mapping[str, float] | None = None,
+    reprocessed: Callable[[str], float] | None = None,
     turns: int = 0,
 ) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
@@ -105,7 +105,7 @@ def decide(
     - between the thresholds: one round, only when it brings use down to
       `mask_low_water_pct`; a smaller one waits;
     - no round, at either threshold, that frees less than it makes the server process again
-      (`reprocessed`: the share of the budget from each result to the end; None: unknown)
+      (`reprocessed(id)`: the share of the budget from that result to the end; None: unknown)
       in a session of `turns` long enough that the restart taking its place costs little
       (worth_a_round);
     - at the hard threshold: one round of whatever it may mask. Never masked: the newest
@@ -162,17 +162,17 @@ def decide(
 
 
 def worth_a_round(
-    first: str, freed: float, reprocessed: Mapping[str, float] | None, turns: int
+    first: str, freed: float, reprocessed: Callable[[str], float] | None, turns: int
 ) -> bool:
     """Whether a masking round whose oldest result is `first` and which frees `freed` (a
     share of the budget) is worth what it costs: a prefix-caching server processes everything
-    after `first` again (`reprocessed[first]`, less what the round frees). It is when it frees
+    after `first` again (`reprocessed(first)`, less what the round frees). It is when it frees
     at least that much; and in a session of fewer than RESTART_TURNS / MAX_RESTART_SHARE
     `turns`, where the restart that would take the round's place would spend too large a
     share of the session saving and reading the notes back."""
-    if reprocessed is None or first not in reprocessed or turns * MAX_RESTART_SHARE < RESTART_TURNS:
+    if reprocessed is None or turns * MAX_RESTART_SHARE < RESTART_TURNS:
         return True
-    return freed >= reprocessed[first] - freed
+    return freed >= reprocessed(first) - freed
 
 
 def mask_round(
@@ -202,6 +202,11 @@ def enough_to_mask(used: float, recent: Sequence[tuple[str, float]], below: floa
         if used < below:
             return ids
     return []
+
+
+def reclaimed_pct(before: int, after: int) -> float:
+    """How much smaller a prompt of `before` tokens got, in percent, at `after`."""
+    return 100 * (before - after) / before if before else 0.0
 
 
 def prompt_budget(limit: int, max_output_tokens: int) -> int:
@@ -253,6 +258,3 @@ def brief_tools(fixed_tokens: int, budget: int) -> bool:
 
 def placeholder_tokens(obs: Observation, chars_per_token: float) -> int:
     return ledger.estimate_text(placeholder(obs), chars_per_token) + ledger.MESSAGE_OVERHEAD_TOKENS
-
-
-# --- the manager ----------------------------------------------------------------------------

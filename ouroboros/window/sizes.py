@@ -210,19 +210,9 @@ class Tally:
         """The positions of the results worth masking whose tool-call ids are among these."""
         return [i for i in self._candidate_at if self._entries[i].candidate in tool_call_ids]
 
-    def size_of(self, tool_call_id: str) -> int:
-        """The tokens a result worth masking takes now (measured, else estimated)."""
-        # Asked of the newest ones: look from the end.
-        entry = next(
-            e
-            for e in map(self._entries.__getitem__, reversed(self._candidate_at))
-            if e.candidate == tool_call_id
-        )
-        return self._size(entry)
-
     def candidate_sizes(self, start: int = 0) -> dict[str, int]:
-        """The tokens each result worth masking among messages[start:] takes now, by
-        tool-call id, oldest first: one pass, where size_of for each would walk them all."""
+        """The tokens (measured, else estimated) each result worth masking among
+        messages[start:] takes now, by tool-call id, oldest first."""
         at = self._candidate_at
         return {
             e.candidate: self._size(e)
@@ -230,23 +220,20 @@ class Tally:
             if e.candidate
         }
 
-    def suffixes(
-        self, chars_per_token: float, per_dense: float = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR
-    ) -> dict[str, int]:
-        """The tokens from each result worth masking to the end of the conversation, by
-        tool-call id, oldest first: what a prefix-caching server processes again when that
-        result is the first to change. One pass back from the end."""
+    def suffix(
+        self,
+        tool_call_id: str,
+        chars_per_token: float,
+        per_dense: float = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR,
+    ) -> int:
+        """The tokens from the result worth masking `tool_call_id` to the end of the
+        conversation: what a prefix-caching server processes again when that result is the
+        first to change."""
         self.tokens(chars_per_token, per_dense)  # the estimates at these rates
-        if not self._candidate_at:
-            return {}
-        suffixes: dict[str, int] = {}
-        total = 0
-        first = self._candidate_at[0]
-        for entry in reversed(self._entries[first:]):
-            total += self._size(entry)
-            if entry.candidate:
-                suffixes[entry.candidate] = total
-        return dict(reversed(suffixes.items()))
+        at = next(
+            i for i in reversed(self._candidate_at) if self._entries[i].candidate == tool_call_id
+        )
+        return sum(map(self._size, self._entries[at:]))
 
     def _size(self, entry: Entry) -> int:
         measured = ledger.measured(entry.message)
