@@ -40,9 +40,7 @@ def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict
         messages.append(assistant(call_id))
         content = f"KEY: {i:04d}\n" + "x" * size
         result = ToolResult(content, meta={"path": f"data/{i}.txt"})
-        obs = conv.describe(
-            "file_read", {"path": f"data/{i}.txt"}, result, cm.new_observation_id(), call_id
-        )
+        obs = conv.describe("file_read", f"data/{i}.txt", result, cm.new_observation_id(), call_id)
         messages.append(tool(call_id, cm.admit(obs, content)))
     return messages
 
@@ -50,7 +48,7 @@ def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict
 def worked(cm: ContextManager, messages: list[dict]) -> list[dict]:
     """`messages` with a command that succeeded before their turns: a session at work."""
     result = ToolResult("[exit code 0]", meta={"command": "true", "exit_code": 0})
-    obs = conv.describe("shell_exec", {"command": "true"}, result, cm.new_observation_id(), "w0")
+    obs = conv.describe("shell_exec", "true", result, cm.new_observation_id(), "w0")
     return [
         *messages[:2],
         assistant("w0"),
