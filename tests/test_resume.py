@@ -395,3 +395,37 @@ def test_the_handoff_after_a_kill_and_resume_remembers_the_whole_run(tmp_path, s
         turns = len({(e["session"], e["turn"]) for e in of_type(before, "assistant")})
         assert f"progress.md ({writes} writes)" in handoff["text"]
         assert f"{turns} turns, " in handoff["text"]  # the run's, not the session's
+
+
+def test_the_torn_line_is_cut_from_the_log_not_from_where_a_link_points(tmp_path):
+    """A link planted where events.jsonl should be is refused, and what it points to is
+    left whole."""
+    from ouroboros.loop.resume import drop_torn_line
+    from ouroboros.store.log import EVENTS_FILE
+
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not the harness's\n")
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / EVENTS_FILE).symlink_to(elsewhere)
+    with pytest.raises(OSError, match="symbolic link"):
+        drop_torn_line(run, 3)
+    assert elsewhere.read_text() == "not the harness's\n"
+
+
+def test_an_old_runs_result_file_is_not_read_through_a_link(tmp_path):
+    """A result of a run from before packs is read from its own file, never through a link
+    (a FIFO there would hang the resume)."""
+    from ouroboros.store.observations import ObservationStore
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the run's\n")
+    store = tmp_path / "observations"
+    store.mkdir()
+    (store / "obs-000001.txt").write_text("a result\r\n", newline="")
+    (store / "obs-000002.txt").symlink_to(secret)
+    os.mkfifo(store / "obs-000003.txt")
+    reader = ObservationStore(store)
+    assert reader.read("obs-000001") == "a result\r\n"
+    assert reader.read("obs-000002") is None
+    assert reader.read("obs-000003") is None

@@ -116,6 +116,22 @@ def whole_replay(run_dir: Path) -> DashboardState:
     return state
 
 
+def test_a_link_planted_where_a_segment_is_compressed_is_not_written_through(tmp_path):
+    """The .gz.tmp a compression writes is a file of its own: a link there (a killed
+    compression's name, planted) is replaced, and what it points to is left whole."""
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not the harness's\n")
+    run = tmp_path / "run1"
+    (run / SEGMENTS_DIR).mkdir(parents=True)
+    (run / SEGMENTS_DIR / "000001.jsonl.gz.tmp").symlink_to(elsewhere)
+    write_run(run, sessions=2)
+
+    assert elsewhere.read_text() == "not the harness's\n"
+    assert sorted(p.name for p in (run / SEGMENTS_DIR).iterdir()) == ["000001.jsonl.gz"]
+    with gzip.open(run / SEGMENTS_DIR / "000001.jsonl.gz") as f:
+        assert json.loads(f.readline())["type"] == "run_start"
+
+
 def test_the_log_rolls_over_at_session_boundaries_into_compressed_segments(tmp_path):
     run = tmp_path / "run1"
     write_run(run, sessions=4)

@@ -12,7 +12,6 @@ The context manager starts afresh: it measures again from the first request.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
@@ -23,12 +22,12 @@ from ouroboros.loop.state import RunState
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.store import events as ev
 from ouroboros.store.events import EventBase, EventLike, parse_event
+from ouroboros.store.observations import obs_number
 from ouroboros.store.state_file import ObservationReader
 from ouroboros.window import conversation as conv
 from ouroboros.window.manager import ContextManager
 
 UNKNOWN_LIMIT = 8192  # a log that never said its window (the resume claims one anyway)
-OBS_NUMBER = re.compile(r"obs-(\d+)$")
 
 
 def rebuild_state(
@@ -162,9 +161,9 @@ def last_window(events: list[EventBase]) -> tuple[int, str]:
 def next_observation(events: list[EventBase]) -> int:
     """One past the highest observation number the log names, so none is overwritten."""
     numbers = [
-        int(m.group(1))
+        number
         for e in events
-        if isinstance(e, ev.ToolResultEvent) and (m := OBS_NUMBER.match(e.observation))
+        if isinstance(e, ev.ToolResultEvent) and (number := obs_number(e.observation)) is not None
     ]
     return max(numbers, default=0) + 1
 

@@ -14,6 +14,7 @@ while reading it back is a bug, and is raised.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ouroboros.loop.reload import recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ToolCall
 from ouroboros.store.events import FORMAT_VERSION, EventBase, ToolCallEvent
+from ouroboros.store.files import open_regular
 from ouroboros.store.log import EVENTS_FILE, RunTail, parse_records, read_tail, run_records
 from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.segments import closed_records
@@ -172,5 +174,8 @@ def rebuilt_warning(why: str, state: RunState) -> str:
 
 def drop_torn_line(run_dir: Path, valid_bytes: int) -> None:
     """Cut a half-written last record off the log so new events start on a fresh line."""
-    with (run_dir / EVENTS_FILE).open("r+b") as f:
-        f.truncate(valid_bytes)
+    fd = open_regular(run_dir / EVENTS_FILE, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, valid_bytes)
+    finally:
+        os.close(fd)

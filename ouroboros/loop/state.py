@@ -58,6 +58,7 @@ class RunState:
     def __post_init__(self) -> None:
         if not isinstance(self.messages, Conversation):  # one given is built with the judge
             self.messages = Conversation(self.messages, self.context.worth_masking)
+        self._saved_observations = SavedObservations()  # not a field: to_dict's, not saved
 
     def warn_once(self, log: EventSink, key: str, message: str) -> None:
         """A `warning` event, the first time this run meets `key`."""
@@ -78,7 +79,7 @@ class RunState:
         the rest of the turn)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["messages"] = self.messages.messages
-        data["context"] = saved_context(self.context)
+        data["context"] = saved_context(self.context, self._saved_observations)
         data["digest"] = self.digest.to_dict()
         return data
 
@@ -102,26 +103,27 @@ class RunState:
         return cls(**data)
 
 
-def saved_context(context: ContextManager) -> dict[str, Any]:
+def saved_context(context: ContextManager, observations: SavedObservations) -> dict[str, Any]:
     """`context.to_dict()`, without the deep copy `dataclasses.asdict` makes of each of its
     dataclasses: they are flat (the window, the calibration, the last count, every
     observation), so a dict of each one's fields is the same, at a fraction of the CPU (this
     runs after every step, over every observation the conversation refers to;
-    tests/test_state_file.py checks the two agree). An observation's dict is made once
-    (SAVED_OBSERVATIONS)."""
+    tests/test_state_file.py checks the two agree). An observation's dict is made once, by
+    the run's `observations`."""
     saved = {
         f.name: flat(getattr(context, f.name))
         for f in fields(context)
         if f.name not in ("policy", "observations")
     }
-    saved["observations"] = SAVED_OBSERVATIONS.of(context.observations)
+    saved["observations"] = observations.of(context.observations)
     return saved
 
 
 class SavedObservations:
     """Each observation's saved dict, made once: only its `masked` changes after it is made
-    (ContextManager.masked), and then it is made again. Keyed by the object, which the entry
-    holds so that its id is not reused; entries for objects no longer held are let go."""
+    (ContextManager.masked), and then it is made again. One per run (its RunState's). Keyed
+    by the object, which the entry holds so that its id is not reused; entries for objects
+    no longer held are let go."""
 
     def __init__(self) -> None:
         self._saved: dict[int, tuple[Any, bool, dict[str, Any]]] = {}
@@ -137,9 +139,6 @@ class SavedObservations:
             held = {id(obs) for obs in observations.values()}
             self._saved = {k: v for k, v in self._saved.items() if k in held}
         return saved
-
-
-SAVED_OBSERVATIONS = SavedObservations()
 
 
 def flat(value: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import Callable
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import RunLog, ToolCall, ToolResult
 from ouroboros.store import events as ev
-from ouroboros.store.observations import ObservationStore
+from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.tools import Toolbox
 from ouroboros.window.conversation import interrupted_text
 
@@ -38,7 +38,7 @@ class ToolCalls:
         self.toolbox = toolbox
         self.log = log
         self.save = save  # writes the state after a step
-        self.observations = ObservationStore(run_dir / "observations")
+        self.observations = ObservationStore(run_dir / OBSERVATIONS_DIR)
 
     async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
         """Run the calls in order, a step each; each call with its result."""

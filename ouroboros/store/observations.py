@@ -91,7 +91,8 @@ class ObservationStore:
         if pack is not None and (text := read_from_pack(pack.path, obs_id)) is not None:
             return text
         try:  # a run written before packs: one file per result
-            with (self.directory / f"{obs_id}.txt").open(encoding="utf-8", newline="") as f:
+            fd = open_regular(self.directory / f"{obs_id}.txt")
+            with os.fdopen(fd, encoding="utf-8", newline="") as f:
                 return f.read()
         except (OSError, ValueError):
             return None

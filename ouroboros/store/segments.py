@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from ouroboros.errors import StateError
 from ouroboros.protocols import JsonObject
 from ouroboros.store.atomic import write_atomically
-from ouroboros.store.files import read_regular
+from ouroboros.store.files import open_regular, read_regular
 from ouroboros.store.shapes import ManifestShape, TotalsShape, check, why_not
 from ouroboros.store.summary import RunSummary, envelope
 
@@ -370,15 +370,25 @@ def compress_closed(run_dir: Path, manifest: Manifest) -> None:
             (run_dir / SEGMENTS_DIR / entry["file"][:-3]).unlink(missing_ok=True)
 
 
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def compress(run_dir: Path, manifest: Manifest, entry: dict[str, Any]) -> None:
+    """gzip one closed segment (see compress_closed); neither file is opened through a
+    link."""
     plain = run_dir / SEGMENTS_DIR / entry["file"]
     packed = plain.with_name(plain.name + ".gz")
     partial = plain.with_name(plain.name + ".gz.tmp")
     try:
-        with plain.open("rb") as source, gzip.open(partial, "wb", compresslevel=6) as target:
-            while chunk := source.read(1 << 16):
-                target.write(chunk)
-        with partial.open("rb") as written:
+        partial.unlink(missing_ok=True)  # one a killed compression left
+        with (
+            os.fdopen(open_regular(plain), "rb") as source,
+            os.fdopen(os.open(partial, NEW_FILE, 0o666), "wb") as written,
+        ):
+            with gzip.GzipFile(fileobj=written, mode="wb", compresslevel=6) as target:
+                while chunk := source.read(1 << 16):
+                    target.write(chunk)
+            written.flush()
             os.fsync(written.fileno())
         reached("compression: .gz.tmp written")
         os.replace(partial, packed)

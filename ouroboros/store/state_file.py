@@ -212,10 +212,10 @@ def read_state(run_dir: Path) -> SavedState | None:
     cannot be read or is not of its version's shape, UsageError when a newer Ouroboros wrote
     it."""
     path = run_dir / STATE_FILE
-    if not os.path.lexists(path):
-        return None
     try:
         data = json.loads(read_regular(path, MAX_STATE_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        return None
     except OSError as error:
         raise DamagedSnapshot(f"cannot be read ({error.strerror or error})") from None
     except ValueError:
