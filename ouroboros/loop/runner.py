@@ -120,6 +120,7 @@ async def start_and_run(
     )
     background: list[asyncio.Future[None]] = []
     counter = TokenCounter(cfg.model.base_url, cfg.model.name, http=client.http)
+    runner: Runner | None = None
     try:
         # before an interrupted call is answered: its processes are gone
         guard.start(lock.kernel_fds)
@@ -153,6 +154,8 @@ async def start_and_run(
     finally:
         for task in background:
             task.cancel()
+        if runner is not None:  # its state's writer holds the run dir open (run() closes it)
+            runner.services.state_file.close()
         await client.aclose()
         guard.close()
         lock.release()

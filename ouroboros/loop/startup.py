@@ -32,7 +32,7 @@ from ouroboros.server.tokenizer import TokenCounter
 from ouroboros.store import events as ev
 from ouroboros.store.files import make_private_dir
 from ouroboros.store.log import EVENTS_FILE, SEGMENT_BYTES, Durability, EventLog, RunTail
-from ouroboros.store.observations import obs_number
+from ouroboros.store.observations import OBSERVATIONS_DIR, obs_number
 from ouroboros.store.retention import Retention
 from ouroboros.store.segments import complete_summary, write_manifest
 from ouroboros.tools import Recall, Toolbox, default_tools
@@ -358,7 +358,7 @@ def start_toolbox(loaded: LoadedConfig) -> Toolbox:
             blocked_patterns=safety.blocked_patterns,
             secret_env_names=[],
             on_security=lambda event: None,
-            recall=Recall(loaded.state_dir / "observations"),
+            recall=Recall(loaded.state_dir / OBSERVATIONS_DIR),
             allow_complete=loaded.config.agent.allow_complete,
         )
     )
@@ -421,7 +421,7 @@ def build_toolbox(
         secret_env_names=secrets,
         on_security=lambda event: log.emit(ev.Security(**event)),
         sandbox=guard.sandbox_for(safety, loaded) if guard is not None else None,
-        recall=Recall(run_dir / "observations", context.max_result_chars),
+        recall=Recall(run_dir / OBSERVATIONS_DIR, context.max_result_chars),
         allow_complete=loaded.config.agent.allow_complete,
     )
     return Toolbox(tools, redact=guard.redact if guard is not None and guard.redact else None)

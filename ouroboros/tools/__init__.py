@@ -2,7 +2,7 @@
 
     toolbox = Toolbox(default_tools(workspace, shell_timeout_secs=120, max_output_bytes=50_000,
                                     blocked_patterns=[], secret_env_names=["OPENAI_API_KEY"],
-                                    on_security=print, recall=Recall(run_dir / "observations"),
+                                    on_security=print, recall=Recall(run_dir / OBSERVATIONS_DIR),
                                     allow_complete=True))
     result = await toolbox.run(call)  # never raises: every failure is an "error: ..." result
 

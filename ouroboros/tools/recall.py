@@ -26,7 +26,7 @@ class RecallArguments(ToolArguments):
 class RecallTool(ModelTool[RecallArguments]):
     """Show an observation the context masked or cut, from the file it was saved to.
 
-    RecallTool(run_dir / "observations", max_chars=lambda: 8000)
+    RecallTool(run_dir / OBSERVATIONS_DIR, max_chars=lambda: 8000)
     """
 
     name = "recall"
