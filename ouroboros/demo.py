@@ -142,6 +142,23 @@ def part_read(action: Action, messages: list[Message]) -> int | None:
     return None
 
 
+def read_in_sight(messages: list[Message], part: int) -> str | None:
+    """What the newest read of `part` in the conversation gave (its text or placeholder)."""
+    for i in range(len(messages) - 1, -1, -1):
+        for call in messages[i].get("tool_calls") or ():
+            match = PART_RE.search(call["function"]["arguments"])
+            if call["function"]["name"] == "file_read" and match and int(match.group(1)) == part:
+                return next(
+                    (
+                        r.get("content") or ""
+                        for r in messages[i + 1 :]
+                        if r.get("tool_call_id") == call["id"]
+                    ),
+                    None,
+                )
+    return None
+
+
 def record(index: int, key: str) -> Reply:
     line = shlex.quote(f"part_{index:03d}: {key}")
     command = f"grep -qxF {line} results.txt 2>/dev/null || echo {line} >> results.txt"
@@ -152,6 +169,10 @@ def record(index: int, key: str) -> Reply:
             ("file_write", {"path": "progress.md", "content": f"next: {index + 1}\n"}),
         ],
     )
+
+
+PROGRESS_READ = ("file_read", {"path": "progress.md"})
+RESTART_ASKS = "re-read your notes"  # what the restart note asks first (loop/handoff.py)
 
 
 class RecordingAgent:
@@ -166,6 +187,8 @@ class RecordingAgent:
         reading = action is not None and part_read(action, messages) is not None
         if "Context nearly full" in (last.get("content") or "") and not reading:
             return self.save(messages)
+        if last["role"] == "user" and RESTART_ASKS in (last.get("content") or ""):
+            return Reply("A new session: checking my notes first.", [PROGRESS_READ])
         if action is None:
             return Reply("Starting: let me look around.", [("list_dir", {"path": "."})])
         if any(r.startswith("[interrupted:") for r in action.results):
@@ -188,13 +211,18 @@ class RecordingAgent:
 
     def after_listing(self, listing: str, messages: list[Message]) -> Reply:
         """What to do once the workspace is listed: read progress.md for where to start."""
-        return Reply("Checking saved progress.", [("file_read", {"path": "progress.md"})])
+        return Reply("Checking saved progress.", [PROGRESS_READ])
 
     def read_next(self, messages: list[Message]) -> Reply:
         next_part = known_next_part(messages) or 1
         if next_part > self.parts:
             summary = f"all {self.parts} parts are recorded in results.txt"
             return Reply(f"{COMPLETE}: {summary}.", [("task_complete", {"summary": summary})])
+        seen = read_in_sight(messages, next_part) or ""  # read before the notes were
+        if key := KEY_RE.search(seen):
+            return record(next_part, key.group(1))
+        if obs := re.search(r'recall\(id="(obs-\d+)"', seen):
+            return Reply("I read it before; recalling it.", [("recall", {"id": obs.group(1)})])
         return Reply(f"Reading part {next_part}.", [("file_read", {"path": part_name(next_part)})])
 
     def save(self, messages: list[Message]) -> Reply:

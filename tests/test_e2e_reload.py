@@ -255,6 +255,7 @@ def test_resume_after_an_edit_uses_the_edited_values(tmp_path):
         write_demo_project(tmp_path, server.base_url, 24)
         edit_config(tmp_path, "context", "keep_recent_observations", 1)  # as run_task does
         edit_config(tmp_path, "context", "mask_low_water_pct", 0.54)
+        edit_config(tmp_path, "context", "prefix_cache", False)
         make_workspace(tmp_path / "workspace", 24, chars_per_part=CHARS_PER_PART)
         loaded = load_config(tmp_path / "ouroboros.toml", {}, env={}, user_file=None)
         with pytest.raises(RunFailed):
