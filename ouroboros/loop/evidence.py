@@ -155,12 +155,11 @@ class Evidence:
         """At a session start: re-test a ceiling if it is due (belief.needs_retest). A claim
         nobody vouched for waits for the first count, which a probe's is weighed against."""
         if self.context.window.ceiling_kind in EVIDENCE:
-            await self.test_window(messages, len(messages))
+            await self.test_window(messages)
 
     async def test_window(
         self,
         messages: Sequence[Message],
-        sent: int,
         *,
         doubt: bool = False,
         whole: int = 0,
@@ -168,12 +167,13 @@ class Evidence:
     ) -> Probe | None:
         """Send a probe when the belief is due one, or when a count gave cause to `doubt` it
         (at most once every DOUBT_EVERY requests, unless `force`: a ceiling just inferred is
-        tested before it can stop the run): the first `sent` messages with filler after
-        the system prompt, sized just under the window tested (belief.hypothesis), asked for
-        one token. A count of it below `whole` (what the server just counted of the
-        conversation it extends, whole) is no evidence: a window that held the conversation
-        cuts a longer prompt to about its size, not below. Returns the probe (None when none
-        was sent)."""
+        tested before it can stop the run): the system prompt (messages[0]) and filler in
+        pieces, sized just under the window tested (belief.hypothesis), asked for one token.
+        Filler only: a server that cuts whole messages from the front cuts pieces of filler,
+        so a cut probe counts about the window, not what was left after a long tool result
+        went. A count of it below `whole` (what the server just counted of the conversation,
+        whole) is no evidence: a window that held the conversation cuts a longer prompt to
+        about its size, not below. Returns the probe (None when none was sent)."""
         window = self.context.window
         size = needs_retest(window)
         if (
@@ -190,15 +190,14 @@ class Evidence:
         if rate <= 0:  # its counts cannot size a probe
             self.context.probed_with(Probe(expected=size))
             return None
-        have = self.context.current_tokens(messages, self.tools, sent)
+        have = self.context.current_tokens(messages, self.tools, 1)
         words = max(int((size - have) / rate), 0)
         pieces = max(round(words / FILLER_PIECE_WORDS), 1)
         piece = {"role": "user", "content": RETEST_FILLER * (words // pieces)}
-        wire = to_wire(messages[:sent])
         expected = have + round(pieces * (words // pieces) * rate)
         try:
             counted = await self.client.prompt_tokens(
-                [wire[0], *[piece] * pieces, *wire[1:]], self.tools
+                [*to_wire(messages[:1]), *[piece] * pieces], self.tools
             )
             probe = Probe(expected, counted)
             if counted is not None and counted < whole * (1 - FALL_TOLERANCE):
@@ -375,7 +374,7 @@ class Evidence:
         self.short_doubted = self.short_doubted or (doubt and not (cut or below))
         floor = (reading.reported or 0) if reading.verdict == "whole" else 0
         probe = await self.test_window(
-            messages, sent, doubt=doubt, whole=floor, force=reading.verdict == "truncated" or below
+            messages, doubt=doubt, whole=floor, force=reading.verdict == "truncated" or below
         )
         if (
             below
