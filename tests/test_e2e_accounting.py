@@ -17,7 +17,7 @@ import pytest
 
 from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, expected_results, write_demo_project
-from ouroboros.errors import RunFailed
+from ouroboros.errors import EXIT_PAUSED, RunFailed
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import RunHooks
 from ouroboros.testing import Fault, Reply, ScriptedServer
@@ -161,6 +161,37 @@ def test_real_truncation_is_caught_on_any_tokenizer(tmp_path, name):
     assert server.over_limit <= 4
     later = [e for e in of_type(events, "session_start") if e["seq"] > detected[0]["seq"]]
     assert all(e["context_limit"] <= 2500 for e in later)
+
+
+class NotesIgnoringAgent(RecordingAgent):
+    """Never reads the restart note: a session begins from what the carried turns show."""
+
+    def __call__(self, messages):
+        if messages[-1]["role"] == "user" and "re-read your notes" in messages[-1]["content"]:
+            messages = messages[:-1]
+        return super().__call__(messages)
+
+
+def test_a_window_that_holds_one_step_a_session_pauses_the_run_not_spins_it(tmp_path):
+    """2.5k held of 16k claimed, the tools taking most of it: a session holds one part, and
+    an agent that never reads its notes after a restart records part 1 again every session.
+    Each session does some work, so no session alone looks barren; the sessions in a row
+    that only redo add up, and the run pauses (resumable) instead of restarting for ever."""
+    with ScriptedServer(
+        NotesIgnoringAgent(PARTS),
+        model="scripted-demo",
+        context_length=2500,
+        tokenizer=TOKENIZERS["cpt-2.5"],
+        api_ps="silent",
+    ) as server:
+        code, _ = run_task(tmp_path, server, **{"model.context_limit": 16384})
+    events = run_events(tmp_path)
+    assert code == EXIT_PAUSED
+    assert [(e["kind"], e["action"]) for e in of_type(events, "stuck")][-1] == (
+        "redoing",
+        "pause",
+    )
+    assert len(of_type(events, "session_restart")) <= 8
 
 
 @pytest.mark.parametrize("name", ["words", "by-content"])

@@ -407,6 +407,38 @@ def test_running_the_same_checks_again_and_again_is_not_work_done_again(tmp_path
     assert not rig.log.of_type("stuck")
 
 
+def test_short_sessions_that_each_redo_the_same_step_add_up_to_a_pause(tmp_path):
+    """A window that holds one step a session: every session restarts into the same two
+    writes and ends, each far too short to reach the pause alone. In a row they count
+    together: told in session 3, paused in session 7, not restarting for ever."""
+    model = FakeModel(writes(0, 2) + [reply("", call("task_complete", summary="x"))])
+    limits = {"redo_notice_repeats": 3, "redo_pause_repeats": 12}
+    rig = Rig(tmp_path, model, agent={**limits, "stuck_repeats": 0, "stuck_cycles": 0})
+    ends = [rig.run()]
+    while not isinstance(ends[-1], StopRun) or ends[-1].reason != "redoing":
+        assert len(ends) < 10, "short sessions redoing the same step never paused the run"
+        rig.restart()
+        model.script.extend(writes(0, 2) + [reply("", call("task_complete", summary="x"))])
+        ends.append(rig.run())
+
+    assert len(ends) == 7
+    stuck = [(e.kind, e.action, e.session) for e in rig.log.of_type("stuck")]
+    assert stuck[0] == ("redoing", "note", 3) and stuck[-1] == ("redoing", "pause", 7)
+    assert "(and 10 in the sessions just before it)" in rig.log.of_type("stuck")[-1].detail
+
+
+def test_a_session_of_new_work_ends_the_run_of_short_redoing_ones(tmp_path):
+    model = FakeModel(writes(0, 2) + [reply("", call("task_complete", summary="x"))])
+    rig = Rig(tmp_path, model, agent={"redo_notice_repeats": 0, "redo_pause_repeats": 6})
+    assert rig.run().reason == "task_complete"
+    for session in range(12):
+        rig.restart()
+        new = writes(100 + 3 * session, 3) if session % 2 else []  # every other one moves on
+        model.script.extend(new + writes(0, 2) + [reply("", call("task_complete", summary="x"))])
+        assert rig.run().reason == "task_complete"
+    assert not rig.log.of_type("stuck")
+
+
 def test_the_redo_check_is_a_pure_decision():
     from ouroboros.loop.guards import redoing
 
@@ -417,6 +449,12 @@ def test_the_redo_check_is_a_pure_decision():
     assert redoing(12, 20, True, **limits) == "pause"
     assert redoing(12, 24, True, **limits) is None  # half new work: going somewhere
     assert redoing(50, 60, False, notice_after=0, pause_after=0) is None  # both off
+    # short sessions in a row, mostly repeats, count together
+    assert redoing(2, 2, False, **limits, before=9) == "note"
+    assert redoing(2, 2, True, **limits, before=9) is None
+    assert redoing(2, 2, True, **limits, before=10) == "pause"
+    assert redoing(2, 5, True, **limits, before=10) is None  # this one moves on
+    assert redoing(0, 0, False, **limits, before=10) is None  # nothing repeated yet
 
 
 def test_the_digest_survives_a_snapshot_whole(tmp_path):

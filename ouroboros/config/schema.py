@@ -270,7 +270,8 @@ class AgentConfig(_Table):
         ge=0,
         description="Work done again: when this many of a session's writes and commands "
         "repeat earlier sessions' and they are most of the session's, the run pauses (reason "
-        "redoing, resumable). 0 = never pause.",
+        "redoing, resumable). Short sessions in a row that are mostly repeats count "
+        "together. 0 = never pause.",
         json_schema_extra=LIVE,
     )
 

@@ -275,25 +275,36 @@ Redo = Literal["note", "pause"]
 
 
 def redoing(
-    repeats: int, side_effects: int, told: bool, *, notice_after: int, pause_after: int
+    repeats: int,
+    side_effects: int,
+    told: bool,
+    *,
+    notice_after: int,
+    pause_after: int,
+    before: int = 0,
 ) -> Redo | None:
     """What to do about a session whose `repeats` of its `side_effects` (writes and commands)
     repeat ones that already succeeded in an earlier session: tell the agent once, at
     `notice_after`; pause the run at `pause_after` when they are most of the session's (0
-    turns each off)."""
-    if pause_after and repeats >= pause_after and 2 * repeats > side_effects:
+    turns each off). `before`: the repeats of the sessions in a row before this one that
+    were mostly repeats too, counted toward both: a window that holds one step a session
+    restarts into the same step again and again, each session too short to count alone."""
+    if pause_after and repeats + before >= pause_after and 2 * repeats > side_effects:
         return "pause"
-    if notice_after and repeats >= notice_after and not told:
+    if notice_after and repeats and repeats + before >= notice_after and not told:
         return "note"
     return None
 
 
-def redo_detail(repeats: int, side_effects: int, examples: Sequence[tuple[str, int]]) -> str:
+def redo_detail(
+    repeats: int, side_effects: int, examples: Sequence[tuple[str, int]], before: int = 0
+) -> str:
     """The figures, for the event and the note: how many, and the newest examples."""
     shown = "; ".join(f"`{what}` (already done in session {at})" for what, at in examples)
+    earlier = f" (and {before} in the sessions just before it)" if before else ""
     return (
-        f"{repeats} of this session's {side_effects} writes and commands repeat ones that "
-        f"succeeded in an earlier session: {shown}"
+        f"{repeats} of this session's {side_effects} writes and commands{earlier} repeat ones "
+        f"that succeeded in an earlier session: {shown}"
     )
 
 

@@ -82,6 +82,8 @@ class Digest:
     )
     told_redoing: bool = False
     # -- the whole run
+    redone_before: int = 0  # repeats of the sessions in a row before this one that were
+    # mostly repeats: sessions too short to trip the guard alone still add up
     sessions_turns: int = 0  # turns in sessions before this one
     sessions_calls: int = 0
     files: OrderedDict[str, int] = field(default_factory=OrderedDict)  # path -> writes
@@ -176,7 +178,7 @@ class Digest:
 
     def start_counting(self) -> None:
         """A person chose to go on (a resume): the session's repeats are counted afresh."""
-        self.side_effects = self.repeats = 0
+        self.side_effects = self.repeats = self.redone_before = 0
         self.repeated.clear()
         self.seen.clear()
         self.told_redoing = False
@@ -192,6 +194,8 @@ class Digest:
         """A restart: the session's counts begin again; what the run did is kept."""
         self.sessions_turns += self.turns
         self.sessions_calls += self.calls
+        redoing = 2 * self.repeats > self.side_effects
+        self.redone_before = self.redone_before + self.repeats if redoing else 0
         fresh = Digest()
         for name in SESSION_FIELDS:
             setattr(self, name, getattr(fresh, name))
@@ -247,6 +251,7 @@ COUNTS = (
     "sessions_turns",
     "sessions_calls",
     "files_dropped",
+    "redone_before",
 )
 SESSION_FIELDS = (
     "turns",

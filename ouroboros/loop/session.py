@@ -281,10 +281,13 @@ class Session:
             digest.told_redoing,
             notice_after=agent.redo_notice_repeats,
             pause_after=agent.redo_pause_repeats,
+            before=digest.redone_before,
         )
         if action is None:
             return
-        detail = redo_detail(digest.repeats, digest.side_effects, digest.repeated)
+        detail = redo_detail(
+            digest.repeats, digest.side_effects, digest.repeated, digest.redone_before
+        )
         self.log.emit(ev.Stuck(kind="redoing", detail=detail, action=action))
         if action == "pause":
             raise StopRun("redoing")
