@@ -133,6 +133,32 @@ def test_a_reload_to_a_smaller_window_mid_session_is_caught_at_once(tmp_path, ap
     assert after and max(after) <= 4096
 
 
+def test_a_reload_to_half_the_window_right_after_masking_is_caught_at_its_first_count(tmp_path):
+    """The benchmark's `shrinks 8192->4096 ps-silent`: the reload lands on the request
+    right after a masking round, when no earlier count compares, and a count short of the
+    ledger had already had its probe this session. Counted at half the ledger's figure (the
+    server dropped whole messages from the front), it is doubted again at once: one prompt
+    over, not three."""
+    with ScriptedServer(
+        RecordingAgent(12),
+        model="scripted-demo",
+        context_length=8192,
+        tokenizer=TOKENIZERS["bpe-bytes"],
+        api_ps="silent",
+        grows=(20, 4096),
+    ) as server:
+        code, keys = run_task(
+            tmp_path,
+            server,
+            8192,
+            parts=12,
+            chars=BENCHMARK_FILE_CHARS,
+            **{"model.max_output_tokens": 2048},
+        )
+    assert_done(tmp_path, code, keys)
+    assert server.over_limit <= 1
+
+
 @pytest.mark.parametrize("overflow", ["named", "error"])
 def test_a_ceiling_from_a_refusal_is_re_tested_after_the_server_grew(tmp_path, overflow):
     """Item 6: a refusal naming the window (vLLM's 400) or not (Ollama's) set the belief;

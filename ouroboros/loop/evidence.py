@@ -62,6 +62,9 @@ MIN_FILLER_RATE, MAX_FILLER_RATE = 0.5, 4.0
 DOUBTED_FILL = 0.5
 # Requests of a session between probes that doubt alone asks for.
 DOUBT_EVERY = 4
+# A count under this share of the ledger's figure is doubted again in the same session: a
+# server reloaded smaller that drops whole messages from the front counts about half.
+FAR_SHORT = 0.55
 
 
 def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Warn) -> None:
@@ -358,9 +361,11 @@ class Evidence:
         )
         if cut or short or below:
             await self.ask_allocated(again=True)
-        # A count a little short is worth a probe once a session, unless a probe has found
-        # where the server cuts, or the server's word and a probe lately agreed.
+        # A count a little short is worth a probe once a session (one far short, each time),
+        # unless a probe has found where the server cuts, or the server's word and a probe
+        # lately agreed.
         window = self.context.window
+        far = short and reading.reported < FAR_SHORT * reading.estimated
         doubt = (
             cut
             or below
@@ -368,7 +373,7 @@ class Evidence:
                 short
                 and window.ceiling_kind not in EVIDENCE
                 and not (window.told and window.quiet)
-                and not self.short_doubted
+                and (far or not self.short_doubted)
             )
         )
         self.short_doubted = self.short_doubted or (doubt and not (cut or below))
