@@ -143,19 +143,22 @@ def part_read(action: Action, messages: list[Message]) -> int | None:
 
 
 def read_in_sight(messages: list[Message], part: int) -> str | None:
-    """What the newest read of `part` in the conversation gave (its text or placeholder)."""
+    """What the newest read of `part` in the conversation (a file_read of it, or a recall of
+    one) gave: its text, or the placeholder it became."""
     for i in range(len(messages) - 1, -1, -1):
         for call in messages[i].get("tool_calls") or ():
-            match = PART_RE.search(call["function"]["arguments"])
-            if call["function"]["name"] == "file_read" and match and int(match.group(1)) == part:
-                return next(
-                    (
-                        r.get("content") or ""
-                        for r in messages[i + 1 :]
-                        if r.get("tool_call_id") == call["id"]
-                    ),
-                    None,
-                )
+            name = call["function"]["name"]
+            args = json.loads(call["function"]["arguments"] or "{}")
+            if part_read(Action([(name, args)], []), messages) != part:
+                continue
+            return next(
+                (
+                    r.get("content") or ""
+                    for r in messages[i + 1 :]
+                    if r.get("tool_call_id") == call["id"]
+                ),
+                None,
+            )
     return None
 
 
