@@ -33,8 +33,10 @@ def manager(limit: int = 10_000, **settings) -> ContextManager:
 
 
 def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict]:
-    """system, kickoff, then n turns of one file_read each, registered with the manager."""
-    messages = [{"role": "system", "content": "mission"}, conv.note("continue", "go")]
+    """system, kickoff, then n turns of one file_read each, registered with the manager (the
+    messages only: a Conversation of them, `held`, keeps their sizes as they are measured;
+    the kickoff is no note of the harness's there)."""
+    messages = [{"role": "system", "content": "mission"}, {"role": "user", "content": "go"}]
     for i in range(n_calls):
         call_id = f"c{i}"
         messages.append(assistant(call_id))
@@ -55,3 +57,8 @@ def worked(cm: ContextManager, messages: list[dict]) -> list[dict]:
         tool("w0", cm.admit(obs, "[exit code 0]")),
         *messages[2:],
     ]
+
+
+def held(cm: ContextManager, messages: list) -> conv.Conversation:
+    """`messages` (or records) as the one conversation that keeps what is measured of them."""
+    return conv.Conversation(messages, cm.worth_masking)

@@ -22,7 +22,7 @@ from ouroboros.window.policy import (
     decide,
     worth_a_round,
 )
-from tests.conversations import assistant, conversation, manager, tool, worked
+from tests.conversations import assistant, conversation, held, manager, tool, worked
 
 # --- zones ----------------------------------------------------------------------------------
 
@@ -198,26 +198,29 @@ def test_absent_or_zero_counts_are_unknown_not_zero(reported):
 
 def test_a_whole_count_is_attributed_to_the_messages_never_counted():
     cm = manager()
-    first = [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 200}]
-    cm.observe_reply(first, [], usage(120), 10)
-    assert cm.current_tokens(first, []) == 120
-    later = first + [assistant(text="a" * 40), tool("c1", "t" * 4000)]
+    later = held(
+        cm, [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 200}]
+    )
+    cm.observe_reply(later, [], usage(120), 10)
+    assert cm.current_tokens(later, []) == 120
+    later.append(assistant(text="a" * 40))
+    later.append(tool("c1", "t" * 4000))
     cm.observe_reply(later, [], usage(1120), 10)
     assert cm.current_tokens(later, []) == 1120
     # The new tool result took most of the 1,000 new tokens: its share follows its size.
-    assert later[3][ledger.TOKENS_KEY] > 900
+    assert later.measured_at(3) > 900
     # What comes after is estimated at the ratio the counts taught: ~4 chars per token here.
-    newest = later + [tool("c2", "n" * 4000)]
-    assert cm.current_tokens(newest, []) == pytest.approx(1120 + 1000, rel=0.1)
+    later.append(tool("c2", "n" * 4000))
+    assert cm.current_tokens(later, []) == pytest.approx(1120 + 1000, rel=0.1)
 
 
 def test_the_ledger_adds_up_to_the_count_even_when_the_base_was_guessed_high():
     cm = manager()
     tools = [{"type": "function", "function": {"name": "x" * 900}}]  # the server skips these
-    sent = [{"role": "system", "content": "s" * 1200}]
+    sent = held(cm, [{"role": "system", "content": "s" * 1200}])
     cm.observe_reply(sent, tools, usage(350), 10)
     assert cm.current_tokens(sent, tools) == 350
-    sent = grow(sent, 1, size=800)
+    sent = held(cm, sent.records + [conv.Record(m) for m in grow([], 1, size=800)])
     cm.observe_reply(sent, tools, usage(560), 10)
     assert cm.current_tokens(sent, tools) == 560
 
@@ -237,22 +240,26 @@ def test_the_base_never_goes_negative_when_a_count_is_below_what_the_ledger_expl
 @pytest.mark.parametrize("reported", [-40, 10**8])
 def test_a_nonsense_count_leaves_the_ledger_as_it_was(reported):
     cm = manager()
-    first = [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 200}]
-    cm.observe_reply(first, [], usage(120), 10)
-    later = first + [assistant(text="a" * 40), tool("c1", "t" * 4000)]
+    later = held(
+        cm, [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 200}]
+    )
+    cm.observe_reply(later, [], usage(120), 10)
+    later.append(assistant(text="a" * 40))
+    later.append(tool("c1", "t" * 4000))
     before = (cm.current_tokens(later, []), cm.base_tokens, cm.window)
     reading = cm.observe_reply(later, [], usage(reported), 10)
     assert reading.verdict == "nonsense" and reading.source == "estimate"
     assert (cm.current_tokens(later, []), cm.base_tokens, cm.window) == before
-    assert all(ledger.TOKENS_KEY not in m for m in later[2:])
+    assert later.tokens[2:] == [None, None]
 
 
 def test_masking_forgets_the_measured_size_of_what_it_replaced():
     cm = manager()
-    messages = conversation(cm, 3, size=4000)
+    messages = held(cm, conversation(cm, 3, size=4000))
     cm.observe_reply(messages, [], usage(3200), 10)
+    assert messages.measured_at(3) is not None
     masked = cm.mask(messages, ["c0"])
-    assert ledger.TOKENS_KEY not in masked[3]
+    assert masked.measured_at(3) is None
     assert cm.current_tokens(masked, []) < 3200 - 900
 
 
@@ -376,13 +383,15 @@ def test_fit_masks_oldest_first_until_it_fits():
 
 def test_fit_drops_oldest_whole_turns_as_a_last_resort():
     cm = manager(limit=400)
-    messages = [{"role": "system", "content": "s" * 100}, conv.note("continue", "go")]
+    messages = held(cm, [{"role": "system", "content": "s" * 100}, conv.note("continue", "go")])
     for i in range(5):
-        messages += [assistant(text="t" * 800), conv.note("continue", "go on")]
-    fitted = cm.fit(messages, [])
+        messages.append(assistant(text="t" * 800))
+        messages.add_note("continue", "go on")
+    messages = messages.records
+    fitted = cm.fit(held(cm, messages), [])
     assert fitted.dropped_turns > 0
-    assert fitted.messages[0] == messages[0]  # never the system prompt
-    assert fitted.messages[-2:] == messages[-2:]  # never the newest turn
+    assert fitted.messages.records[0] == messages[0]  # never the system prompt
+    assert fitted.messages.records[-2:] == messages[-2:]  # never the newest turn, its note
     assert fitted.tokens <= cm.budget
     roles = [m["role"] for m in fitted.messages]
     assert roles[2] == "assistant"
@@ -436,10 +445,13 @@ def test_a_server_that_never_shows_the_model_its_tools_is_believed():
     estimate of messages plus schemas, but not below the messages alone."""
     cm = manager()
     tools = [{"type": "function", "function": {"name": "x" * 2300}}]
-    sent = [
-        {"role": "system", "content": "s" * 600, ledger.TOKENS_KEY: 201},
-        {"role": "user", "content": "u" * 400, ledger.TOKENS_KEY: 131},
-    ]
+    sent = held(
+        cm,
+        [
+            conv.Record({"role": "system", "content": "s" * 600}, tokens=201),
+            conv.Record({"role": "user", "content": "u" * 400}, tokens=131),
+        ],
+    )
     reading = cm.observe_reply(sent, tools, usage(338), 10)
     assert reading.verdict == "whole"
     assert cm.current_tokens(sent, tools) == 338
@@ -506,13 +518,15 @@ def test_a_result_just_read_gets_its_turn_when_masking_it_then_will_free_enough(
 
 def test_the_turn_a_wind_down_interrupted_is_never_dropped_before_others():
     cm = manager(limit=4000)
-    messages = conversation(cm, 4, size=1200)
+    messages = held(cm, conversation(cm, 4, size=1200))
     read_at = len(messages) - 2  # the newest read, c3, then the note
-    messages.append(conv.note("wind_down", "save now"))
-    messages += [assistant("c9"), tool("c9", "saved")]
-    assert conv.unacted_turns(messages) == 2
-    fitted = cm.fit(messages, [], target=cm.current_tokens(messages, []) - 500)
-    assert messages[read_at] in fitted.messages  # the older reads went first
+    messages.add_note("wind_down", "save now")
+    messages.append(assistant("c9"))
+    messages.append(tool("c9", "saved"))
+    assert conv.unacted_turns(messages, messages.notes) == 2
+    messages = messages.records
+    fitted = cm.fit(held(cm, messages), [], target=cm.current_tokens(held(cm, messages), []) - 500)
+    assert messages[read_at].message in fitted.messages  # the older reads went first
     assert fitted.dropped_turns >= 1 or fitted.masked
 
 
@@ -560,11 +574,11 @@ def test_a_session_that_has_done_no_work_acts_on_what_it_just_read_first():
 def test_work_is_a_write_or_a_command_that_succeeded_since_the_restart():
     cm = manager()
     reads = conversation(cm, 3)
-    assert not conv.worked_this_session(reads, cm.observations)
+    assert not conv.worked_this_session(reads, [None] * len(reads), cm.observations)
     at_work = worked(cm, reads)
-    assert conv.worked_this_session(at_work, cm.observations)
-    restarted = [*at_work, conv.note("restart", "a new session")]
-    assert not conv.worked_this_session(restarted, cm.observations)
+    assert conv.worked_this_session(at_work, [None] * len(at_work), cm.observations)
+    restarted = held(cm, [*at_work, conv.note("restart", "a new session")])
+    assert not conv.worked_this_session(restarted, restarted.notes, cm.observations)
 
 
 # --- masking that keeps the prompt cache (issue 32) -----------------------------------------

@@ -29,55 +29,71 @@ def test_placeholder_for_a_shell_command_names_command_and_exit_code():
     assert "exit code 2" in text
 
 
+def records(items: list) -> list[conv.Record]:
+    """Messages as records (a note is one already)."""
+    return [item if isinstance(item, conv.Record) else conv.Record(item) for item in items]
+
+
 def test_carryover_keeps_the_last_complete_turns():
     cm = manager()
-    messages = conversation(cm, 6)
+    messages = records(conversation(cm, 6))
     carried = conv.carryover(messages, 2)
     assert carried == messages[-4:]
-    assert carried[0]["role"] == "assistant"
+    assert carried[0].message["role"] == "assistant"
 
 
 def test_carryover_never_splits_a_call_from_its_results():
-    messages = [
-        {"role": "system", "content": "s"},
-        conv.note("continue", "go"),
-        assistant("a", "b"),
-        tool("a", "1"),
-        tool("b", "2"),
-        assistant(text="done"),
-        conv.note("continue", "go on"),
-        assistant("c"),
-        tool("c", "3"),
-    ]
+    messages = records(
+        [
+            {"role": "system", "content": "s"},
+            conv.note("continue", "go"),
+            assistant("a", "b"),
+            tool("a", "1"),
+            tool("b", "2"),
+            assistant(text="done"),
+            conv.note("continue", "go on"),
+            assistant("c"),
+            tool("c", "3"),
+        ]
+    )
     carried = conv.carryover(messages, 2)
     assert carried == [messages[5], *messages[7:]]  # the harness's note stays behind
     carried = conv.carryover(messages, 3)
     assert carried == [*messages[2:6], *messages[7:]]
-    ids = {c["id"] for m in carried for c in m.get("tool_calls", [])}
-    assert ids == {m["tool_call_id"] for m in carried if m["role"] == "tool"}
+    carried_messages = [record.message for record in carried]
+    ids = {c["id"] for m in carried_messages for c in m.get("tool_calls", [])}
+    assert ids == {m["tool_call_id"] for m in carried_messages if m["role"] == "tool"}
+
+
+def test_carryover_keeps_each_message_s_measured_size():
+    messages = records([{"role": "system", "content": "s"}, assistant("a")])
+    messages.append(conv.Record(tool("a", "1"), tokens=17))
+    assert conv.carryover(messages, 1) == messages[1:]
 
 
 def test_carryover_drops_every_note_of_the_old_session():
     """An instruction of the old session's would read as if it still applied (a literal
     model saves again, before reading its notes): none is carried; a person's message is."""
-    person = {"role": "user", "content": "Skip part 7."}
-    messages = [
-        {"role": "system", "content": "s"},
-        assistant("a"),
-        tool("a", "1"),
-        conv.mask_notice(3, 40),
-        conv.note("wind_down", "save now"),
-        person,
-        conv.note("stuck", "loop"),
-        conv.note("interrupted", "check it"),
-        conv.note("restart", "re-read your notes"),
-    ]
+    person = conv.Record({"role": "user", "content": "Skip part 7."})
+    messages = records(
+        [
+            {"role": "system", "content": "s"},
+            assistant("a"),
+            tool("a", "1"),
+            conv.mask_notice(3, 40),
+            conv.note("wind_down", "save now"),
+            person,
+            conv.note("stuck", "loop"),
+            conv.note("interrupted", "check it"),
+            conv.note("restart", "re-read your notes"),
+        ]
+    )
     assert conv.carryover(messages, 5) == [*messages[1:3], person]
 
 
 def test_carryover_of_zero_turns_is_empty():
     cm = manager()
-    assert conv.carryover(conversation(cm, 3), 0) == []
+    assert conv.carryover(records(conversation(cm, 3)), 0) == []
 
 
 @pytest.mark.parametrize("keep", ["head", "tail", "both"])
@@ -93,6 +109,9 @@ def test_oversized_results_are_cut_with_an_indicator(keep):
         assert capped.rstrip().endswith("line 4999")
 
 
-def test_to_wire_strips_the_harness_private_keys():
-    wire = conv.to_wire([conv.note("wind_down", "save")])
-    assert wire == [{"role": "user", "content": "save"}]
+def test_a_note_is_its_wire_form_and_its_kind_beside_it():
+    assert conv.note("wind_down", "save") == (
+        {"role": "user", "content": "save"},
+        "wind_down",
+        None,
+    )

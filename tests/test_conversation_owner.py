@@ -17,7 +17,9 @@ CPT = 3.0
 
 
 def walked(conversation: Conversation) -> int:
-    return sum(ledger.message_tokens(m, CPT) for m in conversation)
+    return sum(
+        ledger.message_tokens(r.message, CPT, measured=r.tokens) for r in conversation.records
+    )
 
 
 def worth(message: dict) -> str | None:
@@ -72,7 +74,7 @@ def test_the_running_sums_follow_every_change_it_carries_out():
     conversation.add_note("continue", "go on")
     assert conversation.tally.tokens(CPT) == walked(conversation)
     assert conversation.tally.wire().json == tuple(
-        json.dumps(m, separators=(",", ":")).encode() for m in conv.to_wire(conversation)
+        json.dumps(m, separators=(",", ":")).encode() for m in conversation
     )
 
 
@@ -145,4 +147,31 @@ def test_a_fresh_start_fitted_apart_is_adopted_whole():
     )
     conversation.adopt(fresh)
     assert conversation == fresh.messages
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+
+
+def test_what_is_kept_beside_each_message_travels_with_it_never_in_it():
+    """A measured size and a note kind are the conversation's, beside the message: a drop
+    moves them with it, masking forgets the size of what it replaced, and a fresh start
+    built of records and adopted keeps both (nothing is sized again)."""
+    conversation = held(3)
+    conversation.measure(3, 40)
+    conversation.measure(5, 41)
+    conversation.add_note("wind_down", "save")
+    assert conversation.notes[:] == [None, "continue", *[None] * 6, "wind_down"]
+    assert all(set(m) <= {"role", "content", "tool_calls", "tool_call_id"} for m in conversation)
+
+    conversation.drop_oldest_turn(keep=1)  # the turn at 2-3 goes: the rest move up
+    assert [conversation.measured_at(i) for i in (3, 5)] == [41, None]
+    assert conversation.note_at(len(conversation) - 1) == "wind_down"
+    conversation.mask({"c1": "[masked c1]"})
+    assert conversation.measured_at(3) is None
+    assert conversation.tally.tokens(CPT) == walked(conversation)
+
+    conversation.measure(5, 42)
+    carried = conv.carryover(conversation.records, 1)
+    fresh = Conversation([conv.Record(conversation[0]), *carried, conv.note("restart", "go")])
+    assert [r.tokens for r in carried] == [None, 42]
+    conversation.adopt(fresh)
+    assert conversation.records[1:] == [*carried, conv.note("restart", "go")]
     assert conversation.tally.tokens(CPT) == walked(conversation)

@@ -443,7 +443,7 @@ def harness_notes() -> dict[str, str]:
     from ouroboros.loop.restart import carried_from
     from ouroboros.protocols import ToolCall
     from ouroboros.tools import cut_off_result
-    from ouroboros.window.conversation import interrupted_note, mask_notice
+    from ouroboros.window.conversation import Record, interrupted_note, mask_notice
 
     digest = Digest(turns=21, calls=30)
     for _ in range(3):
@@ -456,10 +456,12 @@ def harness_notes() -> dict[str, str]:
         "restart": restart_note(
             digest, session=4, previous_turns=21, carried=True, facts_chars=4000, memory="NOTES.md"
         ),
-        "carried": carried_from(3, [{"role": "assistant", "content": ""}])[0]["content"],
+        "carried": carried_from(3, [Record({"role": "assistant", "content": ""})])[0].message[
+            "content"
+        ],
         "interrupted": interrupted_note([("shell_exec", RECORD.format(8, "def456"))]),
         "redoing": redo_note(redo_detail(3, 5, [(f"shell_exec {RECORD.format(2, 'a')}", 1)])),
-        "mask": mask_notice(3, 40.0)["content"],
+        "mask": mask_notice(3, 40.0).message["content"],
         "stuck": loop_note(Loop("repeat", 4, "file_read gone.txt failed 4 times")),
         "cut off": cut_off_result(
             ToolCall("c1", "file_write", '{"path": "notes.md", "content": "DONE: 1-')

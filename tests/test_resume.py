@@ -104,7 +104,7 @@ def turns_of(events: list[dict]) -> int:
 
 def kept_every_turn(before: dict, server, first_after: int) -> None:
     """What the model sees after the resume starts with the conversation as saved."""
-    saved = to_wire(before["state"]["messages"])
+    saved = to_wire(before["state"]["messages"])  # the system prompt's marks were not sent
     sent = sent_from(server, first_after)
     assert any(m[: len(saved)] == saved for m in sent), "the saved conversation was not kept"
 

@@ -10,7 +10,7 @@ from ouroboros.config import ContextConfig
 from ouroboros.protocols import ToolResult
 from ouroboros.window import conversation as conv
 from ouroboros.window.policy import Restart, WindDown, decide
-from tests.conversations import manager
+from tests.conversations import held, manager
 
 
 def turn(cm, messages, call_id, name, args, content, **meta):
@@ -66,14 +66,16 @@ def read(cm, messages, call_id, path, content):
 def session_at_the_wind_down(cm):
     """A session that read its notes first, recorded two parts, read a third, and was told
     to save: the pre-flight of the save's request must make room."""
-    messages = [{"role": "system", "content": "mission " * 40}, conv.note("restart", "go")]
+    messages = held(
+        cm, [{"role": "system", "content": "mission " * 40}, conv.note("restart", "go")]
+    )
     save(cm, [], "w0", "DONE: 1-2\nNEXT: 3\n")  # the previous session wrote its notes
     read(cm, messages, "n1", "notes.md", "DONE: 1-2\nNEXT: 3\n" + "Thoughts. " * 60)
     for part, call_id in ((3, "r3"), (4, "r4")):
         read(cm, messages, f"p{part}", f"data/part_{part:03d}.txt", "KEY: 1\n" + "x" * 1600)
         record(cm, messages, call_id, part)
     read(cm, messages, "p5", "data/part_005.txt", "KEY: 5\n" + "x" * 1600)
-    messages.append(conv.note("wind_down", "Save your progress now."))
+    messages.add_note("wind_down", "Save your progress now.")
     cm.wound_down = True
     return messages
 
@@ -92,7 +94,7 @@ def test_at_a_wind_down_the_notes_read_and_the_records_since_are_not_what_goes()
     )
     assert older_masked.masked == ["p3", "p4"] and not older_masked.dropped_turns
     target = older_masked.tokens - 150  # more than the older reads free
-    fitted = cm.fit(messages, [], target=target)
+    fitted = cm.fit(held(cm, messages.records), [], target=target)  # fitted apart
     seen = visible(fitted.messages)
     assert seen["n1"].startswith("DONE: 1-2")  # the notes, whole
     assert seen["r3"] == seen["r4"] == "[exit code 0]"  # the records since
@@ -103,26 +105,30 @@ def test_at_a_wind_down_the_notes_read_and_the_records_since_are_not_what_goes()
 def test_the_notes_read_goes_only_when_nothing_else_can():
     cm = manager(limit=3_000)
     messages = session_at_the_wind_down(cm)
-    fitted = cm.fit(messages, [], target=200)  # nothing fits: all but the newest turn go
+    fitted = cm.fit(held(cm, messages.records), [], target=200)  # all but the newest turn go
     assert "n1" not in visible(fitted.messages)
     assert fitted.messages[-1] == messages[-1] and "p5" in visible(fitted.messages)
 
 
 def test_work_after_the_save_is_unsaved_until_saved_again_or_asked_once():
     cm = manager()
-    messages = [{"role": "system", "content": "mission"}, conv.note("wind_down", "save")]
+    messages = held(cm, [{"role": "system", "content": "mission"}, conv.note("wind_down", "save")])
+
+    def unsaved() -> bool:
+        return conv.unsaved_work(messages, messages.notes, cm.observations)
+
     save(cm, messages, "w1")
-    assert not conv.unsaved_work(messages, cm.observations)  # the save is the last thing
+    assert not unsaved()  # the save is the last thing
     record(cm, messages, "r5", 5)
-    assert conv.unsaved_work(messages, cm.observations)  # a record after it
-    messages.append(conv.note("wind_down", "save again"))
-    assert not conv.unsaved_work(messages, cm.observations)  # asked again: asked once only
+    assert unsaved()  # a record after it
+    messages.add_note("wind_down", "save again")
+    assert not unsaved()  # asked again: asked once only
     save(cm, messages, "w2")
     record(cm, messages, "r6", 6)
     read(cm, messages, "p7", "data/part_007.txt", "KEY: 7")
-    assert conv.unsaved_work(messages, cm.observations)
+    assert unsaved()
     save(cm, messages, "w3")
-    assert not conv.unsaved_work(messages, cm.observations)
+    assert not unsaved()
 
 
 def test_after_a_wind_down_work_since_the_save_is_saved_again_before_the_restart():
@@ -134,11 +140,11 @@ def test_after_a_wind_down_work_since_the_save_is_saved_again_before_the_restart
 
 def test_the_manager_asks_for_the_save_again_when_work_followed_it():
     cm = manager(limit=3_000, keep_recent_observations=1)
-    messages = [{"role": "system", "content": "mission"}, conv.note("wind_down", "save")]
+    messages = held(cm, [{"role": "system", "content": "mission"}, conv.note("wind_down", "save")])
     save(cm, messages, "w1")
     record(cm, messages, "r5", 5)
     cm.wound_down = True
     assert cm.evaluate(int(0.95 * cm.budget), messages) == WindDown()
-    messages.append(conv.note("wind_down", "save again"))
+    messages.add_note("wind_down", "save again")
     save(cm, messages, "w2")
     assert isinstance(cm.evaluate(int(0.95 * cm.budget), messages), Restart)

@@ -283,6 +283,8 @@ def test_retention_removes_the_oldest_history_and_says_what_it_freed(tmp_path):
         {
             "run_id": "run1",
             "messages": [{"role": "system", "content": "Mission."}],
+            "tokens": [None],
+            "notes": [None],
             "session": 8,
             "context": {"observations": {"c1": {"id": "obs-22"}}, "next_observation": 25},
         },
@@ -321,6 +323,8 @@ def test_retention_keeps_what_the_live_conversation_and_a_resume_need(tmp_path):
         {
             "run_id": "run1",
             "messages": [{"role": "system", "content": "Mission."}],
+            "tokens": [None],
+            "notes": [None],
             "session": 6,
             "context": {"observations": {"c1": {"id": "obs-4"}}, "next_observation": 19},
         },
@@ -366,6 +370,8 @@ def test_a_session_that_never_ends_stays_within_retention_and_its_segment_bound(
                 {
                     "run_id": "run1",
                     "messages": [{"role": "system", "content": "Mission."}],
+                    "tokens": [None],
+                    "notes": [None],
                     "session": 1,
                     "context": {
                         "observations": {"c": {"id": f"obs-{turn}"}},

@@ -20,7 +20,6 @@ from ouroboros.loop.endings import RestartSession, StopRun
 from ouroboros.loop.reload import RELOAD_REASON, RELOAD_WIND_DOWN_TEXT
 from ouroboros.loop.restart import count_progress, fresh_start, may_restart
 from ouroboros.loop.session import MAX_OVERFLOW_RECOVERIES
-from ouroboros.window.conversation import to_wire
 from tests.fakes import FakeModel, call, reply
 from tests.session_rig import SYSTEM, Rig, contents, reads
 
@@ -55,7 +54,7 @@ def test_a_full_window_restarts_with_the_newest_turns_carried_over(tmp_path):
     model.then = lambda sent: reply("", call("task_complete", summary="saved and done"))
     end = rig.run()
     assert isinstance(end, StopRun) and end.reason == "task_complete"
-    assert model.requests[-1] == to_wire(fresh)  # the new session began from exactly that
+    assert model.requests[-1] == fresh  # the new session began from exactly that
     assert rig.state.session == 2 and rig.state.session_turns == 1
 
 
@@ -179,7 +178,7 @@ def test_the_oldest_whole_turns_are_dropped_when_masking_cannot_make_room(tmp_pa
     said = [m["content"] for m in sent if m["role"] == "assistant"]
     assert drop.turns_dropped == 8 - len(said) and drop.tokens_after <= 1500
     assert said == [f"turn {i}" for i in range(8 - len(said), 8)] and "turn 7" in said
-    assert sent[:2] == to_wire(rig.state.messages[:2])  # the system prompt and the kickoff
+    assert sent[:2] == rig.state.messages[:2]  # the system prompt and the kickoff
 
 
 def test_an_empty_stream_for_a_prompt_that_fits_is_asked_again_as_it_was(tmp_path):

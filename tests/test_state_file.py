@@ -75,9 +75,9 @@ def test_the_state_reads_back_as_written_with_its_version_and_seq(tmp_path):
     write_state(tmp_path, 41, state.to_dict(), lambda text: text.replace("s3cret", "[REDACTED]"))
 
     on_disk = json.loads((tmp_path / STATE_FILE).read_text())
-    assert on_disk["schema_version"] == CURRENT_SCHEMA_VERSION == 2
+    assert on_disk["schema_version"] == CURRENT_SCHEMA_VERSION == 3
     saved = read_state(tmp_path)
-    assert (saved.schema_version, saved.seq) == (2, 41)
+    assert (saved.schema_version, saved.seq) == (3, 41)
     assert saved.state["messages"][-1]["content"] == "the token is [REDACTED]"
     back = RunState.from_dict(saved.state, ContextConfig())
     assert back.total_turns == 3 and back.warned == ["brief_tools"]
@@ -94,7 +94,7 @@ def written(tmp_path: Path, data: Any) -> Path:
 
 
 def whole() -> dict[str, Any]:
-    return {"schema_version": 2, "seq": 4, "state": plain(a_state().to_dict())}
+    return {"schema_version": 3, "seq": 4, "state": plain(a_state().to_dict())}
 
 
 def changed(path: str, value: Any) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def changed(path: str, value: Any) -> dict[str, Any]:
 
 
 DAMAGE = {
-    "truncated": ('{"schema_version": 2, "seq": 4, "sta', "is not JSON"),
+    "truncated": ('{"schema_version": 3, "seq": 4, "sta', "is not JSON"),
     "empty": ("", "is not JSON"),
     "a list": ([1, 2], "not a JSON object"),
     "no seq": (changed("seq", ...), "seq: Field required"),
@@ -126,7 +126,10 @@ DAMAGE = {
     ),
     "a count as text": (changed("state.total_turns", "3"), "state.total_turns"),
     "no observations": (changed("state.context.observations", ...), "observations: Field"),
-    "a schema version in words": (changed("schema_version", "2"), "schema_version '2'"),
+    "a schema version in words": (changed("schema_version", "3"), "schema_version '3'"),
+    "sizes not by position": (changed("state.tokens", [None]), "2 messages, 1 tokens, 2 notes"),
+    "a size in words": (changed("state.tokens.0", "12"), "state.tokens.0"),
+    "a note of no kind": (changed("state.notes.1", 1), "state.notes.1"),
     "a digest of the wrong shape": (changed("state.digest.failures", 3), "state.digest"),
 }
 
@@ -159,7 +162,7 @@ def test_a_part_the_state_cannot_be_read_into_is_damage_too(tmp_path, kind):
 
 
 @pytest.mark.parametrize(
-    "data", [{**whole(), "schema_version": 3}, {"format_version": 4, "seq": 1, "state": {}}]
+    "data", [{**whole(), "schema_version": 4}, {"format_version": 4, "seq": 1, "state": {}}]
 )
 def test_a_state_written_by_a_newer_ouroboros_is_refused(tmp_path, data):
     with pytest.raises(UsageError, match="written by a newer Ouroboros .* upgrade to resume"):
@@ -283,7 +286,9 @@ def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conv
 
     state = plain(recovered.state.to_dict())
     assert recovered.rebuilt is None
-    assert state["messages"] == expected["state"]["messages"]
+    assert by_position(expected["state"]["messages"]) == {
+        key: state[key] for key in ("messages", "tokens", "notes")
+    }
     counters = [key for key in expected["state"] if key not in ("messages", "context", "digest")]
     assert {key: state[key] for key in counters} == {
         key: expected["state"][key] for key in counters
@@ -293,6 +298,18 @@ def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conv
     assert state["context"]["observations"] == expected["state"]["context"]["observations"]
     assert recovered.seq == expected["seq"]
     assert [[c.id, c.name, c.arguments] for c in recovered.interrupted] == expected["interrupted"]
+
+
+def by_position(messages: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Messages of schema 1 or 2 as schema 3 holds them: without their `_tokens` and `_note`,
+    which are beside them."""
+    return {
+        "messages": [
+            {k: v for k, v in m.items() if k not in ("_tokens", "_note")} for m in messages
+        ],
+        "tokens": [m.get("_tokens") for m in messages],
+        "notes": [m.get("_note") for m in messages],
+    }
 
 
 def test_a_run_written_before_is_written_back_in_todays_schema(tmp_path):
@@ -338,7 +355,7 @@ def test_a_message_is_encoded_once_and_again_whenever_it_changed(tmp_path):
     writer = StateWriter(tmp_path)
     changes = [
         lambda: None,
-        lambda: state.messages.measure(2, 57),  # `_tokens` written on the held message
+        lambda: state.messages.measure(2, 57),  # kept beside the message, not in it
         lambda: state.messages.mask({"c1": "[masked]"}),
         lambda: state.messages.add_note("continue", "Go on."),
         lambda: state.messages.drop(1, 3),  # the note moves to where the reply was
@@ -411,3 +428,70 @@ def test_an_observation_is_written_as_the_redaction_now_says(tmp_path):
     assert "hunter2" in (tmp_path / STATE_FILE).read_text()
     writer.write(4, state.to_dict(), lambda text: text.replace("hunter2", "[REDACTED]"))
     assert "hunter2" not in (tmp_path / STATE_FILE).read_text()
+
+
+# -- schema 2: the harness's keys in the messages --
+
+V2_STATE = (
+    '{"schema_version": 2, "seq": 2, "state": {"run_id": "run1", "messages": ['
+    '{"role": "system", "content": "Mission.", "_tokens": 12}, '
+    '{"role": "user", "content": "Begin.", "_note": "continue", "_tokens": 9}, '
+    '{"role": "assistant", "content": "Reading.", "tool_calls": [{"id": "c1", "type": '
+    '"function", "function": {"name": "file_read", "arguments": "{\\"path\\": \\"a.txt\\"}"}}]}], '
+    '"context": {"window": {"claimed": 8192, "claimed_source": "config"}, '
+    '"max_output_tokens": 1024, "calibration": {"chars": 0.0, "tokens": 0.0, '
+    '"dense_chars": 0.0, "dense_tokens": 0.0}, "observations": {}}, '
+    '"session_turns": 1, "total_turns": 1}}'
+)
+
+
+def test_a_state_of_schema_2_moves_the_harness_keys_out_of_its_messages(tmp_path):
+    """Written by hand as the Ouroboros of schema 2 wrote it: `_tokens` and `_note` in the
+    messages. Upgraded, each message is its wire form, its size and note beside it."""
+    (tmp_path / STATE_FILE).write_text(V2_STATE)
+    saved = read_state(tmp_path)
+    assert saved.schema_version == 2
+
+    upgraded = upgrade(saved, [], lambda obs: None)
+
+    assert (upgraded.schema_version, upgraded.seq) == (3, 2)
+    state = upgraded.state
+    assert state["messages"][:2] == [
+        {"role": "system", "content": "Mission."},
+        {"role": "user", "content": "Begin."},
+    ]
+    assert state["tokens"] == [12, 9, None]
+    assert state["notes"] == [None, "continue", None]
+    assert "_tokens" in saved.state["messages"][0]  # the state read is left as it was
+
+
+def test_a_run_whose_state_is_of_schema_2_resumes_with_its_sizes_and_notes(tmp_path):
+    run, log = started_run(tmp_path)
+    log.close()
+    (run / STATE_FILE).write_text(V2_STATE)
+
+    recovered = recover(run, ContextConfig())
+
+    assert recovered.rebuilt is None
+    messages = recovered.state.messages
+    assert [messages.note_at(i) for i in range(3)] == [None, "continue", None]
+    assert [messages.measured_at(i) for i in range(3)] == [12, 9, None]
+    assert all(not key.startswith("_") for m in messages for key in m)
+    assert messages.tally.tokens(3.0) > 12 + 9  # the sizes are the ledger's
+    write_state(run, recovered.seq, recovered.state.to_dict())
+    assert read_state(run).state["notes"] == [None, "continue", None]
+
+
+def test_the_upgrade_keeps_the_marks_of_the_system_prompt(tmp_path):
+    """The system prompt's `_mission` (loop/memory.py) tells an edit of SYSTEM_PROMPT.md from
+    one of the memory after a resume: it stays; `_tokens` and `_note` go, from every message."""
+    saved = read_state(legacy_copy(tmp_path))
+    assert "_mission" in saved.state["messages"][0]
+    records = [json.loads(line) for line in (tmp_path / "run1" / EVENTS_FILE).open()]
+
+    upgraded = upgrade(saved, records, ObservationStore(tmp_path / "run1" / OBSERVATIONS_DIR).read)
+
+    messages = upgraded.state["messages"]
+    assert messages[0]["_mission"] == saved.state["messages"][0]["_mission"]
+    assert not {"_tokens", "_note"} & {key for m in messages for key in m}
+    assert upgraded.state["notes"][1] == "restart" and upgraded.state["tokens"][0] == 201

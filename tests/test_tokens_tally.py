@@ -51,16 +51,19 @@ def add_turn(
 
 
 def start(cm: ContextManager, turns: int, size: int = 120, wrap=lambda m: m) -> conv.Conversation:
-    messages = [{"role": "system", "content": "mission"}, conv.note("continue", "go")]
+    messages = [{"role": "system", "content": "mission"}, {"role": "user", "content": "go"}]
     for i in range(turns):
         add_turn(cm, messages, i, size)
-    return conv.Conversation([wrap(m) for m in messages], cm.worth_masking)
+    notes = ["continue" if i == 1 else None for i in range(len(messages))]
+    return conv.Conversation(list(map(conv.Record, map(wrap, messages), notes)), cm.worth_masking)
 
 
-def walked(cm: ContextManager, messages: list[dict]) -> int:
+def walked(cm: ContextManager, messages: conv.Conversation) -> int:
     """The figure every turn used to walk the whole conversation for."""
     cpt = cm.chars_per_token
-    return cm.base(TOOLS) + sum(ledger.message_tokens(m, cpt) for m in messages)
+    return cm.base(TOOLS) + sum(
+        ledger.message_tokens(r.message, cpt, measured=r.tokens) for r in messages.records
+    )
 
 
 def body(cm: ContextManager, messages: list[dict]) -> dict:
@@ -129,8 +132,8 @@ def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
     sent = len(messages)
     add_turn(cm, messages, 4, size=2000)
     cm.observe_reply(messages, TOOLS, Usage(4000, 5), 2, sent)  # measured sizes written
-    assert all(ledger.TOKENS_KEY in m for m in messages[:sent])
-    assert not any(ledger.TOKENS_KEY in m for m in messages[sent:])  # not sent, not counted
+    assert None not in messages.tokens[:sent]
+    assert messages.tokens[sent:] == [None] * (len(messages) - sent)  # not sent, not counted
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     decision = cm.evaluate(cm.current_tokens(messages, TOOLS), messages)
     assert decision == Mask(["c0", "c1", "c2", "c3"])  # down to the low-water mark
@@ -140,17 +143,17 @@ def test_the_running_sums_match_a_walk_through_appends_counts_masks_and_cuts():
     # Asked again: what was masked is not offered twice.
     again = cm.evaluate(cm.budget, messages)
     assert not isinstance(again, Mask) or not set(again.tool_call_ids) & set(decision.tool_call_ids)
-    assert body(cm, messages)["messages"] == conv.to_wire(messages)
+    assert body(cm, messages)["messages"] == list(messages)
     messages.drop(len(messages) - 2)  # cut short (as a replay does), then grown anew
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     add_turn(cm, messages, 5, size=10)
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
-    assert body(cm, messages)["messages"] == conv.to_wire(messages)
+    assert body(cm, messages)["messages"] == list(messages)
     taken = set(cm.wire(messages).call_ids)
     assert messages.drop_oldest_turn()  # a turn from the middle: the sums are rebuilt
     assert cm.current_tokens(messages, TOOLS) == walked(cm, messages)
     assert taken <= set(cm.wire(messages).call_ids)  # a dropped turn's ids stay taken
-    assert body(cm, messages)["messages"] == conv.to_wire(messages)
+    assert body(cm, messages)["messages"] == list(messages)
 
 
 def test_fitting_masks_and_drops_as_a_walk_would():
@@ -159,17 +162,17 @@ def test_fitting_masks_and_drops_as_a_walk_would():
     fitted = cm.fit(messages, TOOLS)
     assert fitted.masked[:2] == ["c0", "c1"] and "c5" not in fitted.masked[:5]
     assert fitted.tokens == walked(cm, fitted.messages) <= cm.budget
-    assert body(cm, fitted.messages)["messages"] == conv.to_wire(fitted.messages)
+    assert body(cm, fitted.messages)["messages"] == list(fitted.messages)
 
 
-def test_the_request_is_the_conversation_without_private_keys_in_one_json_body():
+def test_the_request_is_the_conversation_as_held_in_one_json_body():
     cm = manager()
     messages = start(cm, 2)
-    messages.append(conv.note("continue", 'go on: ünïcode and "quotes"\n'))
+    messages.add_note("continue", 'go on: ünïcode and "quotes"\n')
     # Byte for byte what encoding the whole request at once gives (httpx's `json=`).
     whole = {
         "model": "m",
-        "messages": conv.to_wire(messages),
+        "messages": list(messages),
         "tools": TOOLS,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -205,7 +208,7 @@ def test_a_reply_gets_call_ids_the_encoded_conversation_does_not_use():
     reply = asyncio.run(go())
     request = route.calls.last.request
     assert request.headers["content-type"] == "application/json"
-    assert json.loads(request.content)["messages"] == conv.to_wire(messages)
+    assert json.loads(request.content)["messages"] == list(messages)
     assert reply.tool_calls[0].id not in {"c0", "c1"}
 
 

@@ -11,7 +11,6 @@ from ouroboros.loop.endings import StopRun
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.inbox import post, waiting
 from ouroboros.loop.memory import read_pinned, system_message
-from ouroboros.window.conversation import NOTE_KEY
 from tests.fakes import FakeModel, call, reply
 from tests.helpers import make_project
 from tests.session_rig import CONTINUE, Rig, contents, reads
@@ -27,7 +26,8 @@ def test_a_repeated_failing_call_gets_a_note_then_pauses_the_run(tmp_path):
 
     assert isinstance(end, StopRun) and end.reason == "stuck"
     assert len(model.requests) == 8  # 4 to see the loop, 4 more once told
-    notes = [m for m in rig.state.messages if m.get(NOTE_KEY) == "stuck"]
+    held = rig.state.messages
+    notes = [m for m, kind in zip(held, held.notes) if kind == "stuck"]
     assert len(notes) == 1 and "missing.txt" in notes[0]["content"]
     assert any("Loop detected" in text for text in contents(model.requests[4]))
     assert [(e.kind, e.action) for e in rig.log.of_type("stuck")] == [
@@ -270,12 +270,12 @@ def test_a_restart_reads_in_the_order_things_happened_and_ends_with_what_to_do_f
     assert messages[1]["content"].startswith("[Carried over from session 1")
     assert messages[2]["role"] == "assistant"  # the carried turns, in order
     last = messages[-1]
-    assert last[NOTE_KEY] == "restart" and "chapter1.md (2 writes)" in last["content"]
+    assert messages.note_at(-1) == "restart" and "chapter1.md (2 writes)" in last["content"]
     assert last["content"].splitlines()[-1].startswith("First, before you act: re-read")
     # Nothing of the old session's wind-down reads as if it still applied.
-    notes = [m["content"] for m in messages if m.get(NOTE_KEY)]
+    notes = [m["content"] for m, kind in zip(messages, messages.notes) if kind]
     assert not any(word in note.lower() for note in notes for word in WIND_DOWN_WORDS)
-    assert not any(m.get(NOTE_KEY) == "wind_down" for m in messages)
+    assert "wind_down" not in messages.notes
 
 
 def wound_down_after_two_big_reads(tmp_path) -> Rig:
@@ -330,7 +330,7 @@ def test_a_handoff_too_long_for_the_room_is_cut_never_the_carried_pairs(tmp_path
     begin_session(rig.state, fitted.messages)
 
     messages = rig.state.messages
-    assert messages[-1][NOTE_KEY] == "restart"
+    assert messages.note_at(-1) == "restart"
     assert messages[-1]["content"].splitlines()[-1].startswith("First, before you act")
     calls = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
     assert calls == {m["tool_call_id"] for m in messages if m["role"] == "tool"}
@@ -373,7 +373,8 @@ def test_work_an_earlier_session_did_is_named_once_then_the_run_pauses(tmp_path)
     assert isinstance(end, StopRun) and end.reason == "redoing"
     stuck = [(e.kind, e.action) for e in rig.log.of_type("stuck")]
     assert stuck == [("redoing", "note"), ("redoing", "pause")]
-    [note] = [m["content"] for m in rig.state.messages if m.get(NOTE_KEY) == "redoing"]
+    held = rig.state.messages
+    [note] = [m["content"] for m, kind in zip(held, held.notes) if kind == "redoing"]
     assert note.startswith("[Work done again: 3 of this session's 5 writes and commands")
     assert "file_write part_2.txt` (already done in session 1)" in note
     # Told after the third repeat; paused at the twelfth, when repeats were most of the work.

@@ -401,7 +401,7 @@ class Evidence:
         conversation = self.context.held(messages)
         scale = reading.reported / max(reading.estimated, 1)
         for index in range(sent):
-            tokens = ledger.measured(conversation[index])
+            tokens = conversation.measured_at(index)
             if tokens is not None:
                 conversation.measure(index, max(round(tokens * scale), 1))
         self.context.units_changed()

@@ -132,7 +132,7 @@ class Replay:
         return {"role": "tool", "tool_call_id": call.id, "content": self.context.admit(obs, text)}
 
 
-def opening(events: list[EventBase], session: int, config: dict[str, Any]) -> Message:
+def opening(events: list[EventBase], session: int, config: dict[str, Any]) -> conv.Record:
     """The note a session starts with: the kickoff, or the restart marker."""
     restarts = [e for e in events if isinstance(e, ev.SessionRestart) and e.session == session]
     if restarts:

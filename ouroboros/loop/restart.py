@@ -31,7 +31,13 @@ from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ConfirmRestart, Message
 from ouroboros.window import ledger
-from ouroboros.window.conversation import NOTE_KEY, Conversation, carryover, note, unacted_turns
+from ouroboros.window.conversation import (
+    Conversation,
+    Record,
+    carryover,
+    note,
+    unacted_turns,
+)
 from ouroboros.window.manager import ContextManager, Fitted
 
 # Sessions in a row that end without one successful tool call before the run is stopped.
@@ -93,9 +99,10 @@ def fresh_start(
     may take: a session that cannot read one result and act on it would only restart
     again."""
     context = state.context
-    starts = state.messages.tally.starts  # the turns, without a walk through the messages
-    unacted = unacted_turns(state.messages, starts)
-    carried = carryover(state.messages, max(policy.carryover_turns, unacted), starts)
+    held = state.messages
+    starts = held.tally.starts  # the turns, without a walk through the messages
+    unacted = unacted_turns(held, held.notes, starts)
+    carried = carryover(held.records, max(policy.carryover_turns, unacted), starts)
     context.new_session(told)
     if brief is not None:
         tools = context.session_tools(system, tools, brief)
@@ -109,7 +116,12 @@ def fresh_start(
             facts_chars=chars,
             memory=memory,
         )
-        messages = [system, *carried_from(session - 1, carried), *carried, note("restart", text)]
+        messages = [
+            Record(system),
+            *carried_from(session - 1, carried),
+            *carried,
+            note("restart", text),
+        ]
         fitted = context.fit(
             Conversation(messages, context.worth_masking), tools, target, keep=unacted, fresh=True
         )
@@ -136,7 +148,7 @@ def fresh_start(
     return fitted
 
 
-def carried_from(session: int, carried: Sequence[Message]) -> list[Message]:
+def carried_from(session: int, carried: Sequence[Record]) -> list[Record]:
     """The line before the turns carried over (a user turn first, as strict chat templates
     want): where they come from, and nothing to act on."""
     if not carried:
@@ -146,10 +158,10 @@ def carried_from(session: int, carried: Sequence[Message]) -> list[Message]:
     ]
 
 
-def carried_messages(messages: Sequence[Message]) -> int:
+def carried_messages(messages: Conversation) -> int:
     """How many messages of a fresh start were carried over (all but the system prompt and
     the harness's restart notes)."""
-    return sum(1 for m in messages[1:] if m.get(NOTE_KEY) != "restart")
+    return sum(1 for kind in messages.notes[1:] if kind != "restart")
 
 
 def begin_session(state: RunState, messages: Conversation) -> int:
@@ -176,7 +188,7 @@ class Part:
 
 
 def largest_part(
-    context: ContextManager, messages: Sequence[Message], tools: list[dict[str, Any]]
+    context: ContextManager, messages: Conversation, tools: list[dict[str, Any]]
 ) -> Part:
     """The largest part of a fresh session's first prompt (`messages`, sent with `tools`):
     the system prompt, the tool definitions, one tool call of the turns carried over (its
@@ -185,7 +197,7 @@ def largest_part(
     parts = [
         Part(
             "the system prompt",
-            ledger.message_tokens(messages[0], cpt, per_dense),
+            ledger.message_tokens(messages[0], cpt, per_dense, messages.measured_at(0)),
             "shorten SYSTEM_PROMPT.md",
         ),
         Part(
@@ -195,7 +207,7 @@ def largest_part(
         ),
     ]
     names = {}
-    for message in messages[1:]:
+    for at, message in enumerate(messages[1:], 1):
         for call in message.get("tool_calls") or ():
             function = call.get("function", {})
             name = function.get("name", "")
@@ -215,7 +227,7 @@ def largest_part(
             parts.append(
                 Part(
                     f"the result of one {name} call",
-                    ledger.message_tokens(message, cpt, per_dense),
+                    ledger.message_tokens(message, cpt, per_dense, messages.measured_at(at)),
                     "lower context.max_tool_result_tokens",
                 )
             )

@@ -36,7 +36,7 @@ from ouroboros.store.observations import OBSERVATIONS_DIR, obs_number
 from ouroboros.store.retention import Retention
 from ouroboros.store.segments import complete_summary, write_manifest
 from ouroboros.tools import Recall, Toolbox, default_tools
-from ouroboros.window.conversation import note
+from ouroboros.window.conversation import Record, note
 from ouroboros.window.manager import ContextManager
 from ouroboros.window.policy import fixed_part_problem, least_tokens
 
@@ -330,7 +330,7 @@ async def refuse_what_cannot_fit(
     without running the model (llama.cpp) by the start-up deadline, else the least they can
     take."""
     cfg = loaded.config
-    messages = first_messages(loaded, cfg.agent.continue_message)
+    messages = [record.message for record in first_messages(loaded, cfg.agent.continue_message)]
     tools = start_toolbox(loaded).brief_schemas()
     asking = counter.prompt(messages, tools)
     counted = await (
@@ -398,9 +398,10 @@ def read_system_prompt(loaded: LoadedConfig) -> str:
     return loaded.system_prompt_path.read_text(encoding="utf-8")
 
 
-def first_messages(loaded: LoadedConfig, kickoff: str) -> list[Message]:
+def first_messages(loaded: LoadedConfig, kickoff: str) -> list[Record]:
     """A new run's conversation: the system prompt and the kickoff note."""
-    return [{"role": "system", "content": read_system_prompt(loaded)}, note("continue", kickoff)]
+    system: Message = {"role": "system", "content": read_system_prompt(loaded)}
+    return [Record(system), note("continue", kickoff)]
 
 
 def build_toolbox(

@@ -18,7 +18,7 @@ from ouroboros.protocols import EventSink, RunLog
 from ouroboros.store.events import WarningCleared, WarningEvent
 from ouroboros.store.state_file import DamagedSnapshot, StateWriter
 from ouroboros.window.belief import Window
-from ouroboros.window.conversation import Conversation, Observation
+from ouroboros.window.conversation import Conversation, Observation, Record
 from ouroboros.window.ledger import Calibration
 from ouroboros.window.manager import ContextManager, LastCount
 
@@ -33,7 +33,7 @@ class RunState:
     """Everything a resumed run needs back; written whole after every step."""
 
     run_id: str
-    messages: Conversation  # given as a list, it becomes one
+    messages: Conversation  # given as a list (of messages or Records), it becomes one
     context: ContextManager
     session: int = 1
     session_turns: int = 0
@@ -74,11 +74,14 @@ class RunState:
             log.emit(WarningCleared(condition=key, message=message))
 
     def to_dict(self) -> dict[str, Any]:
-        """The state as state.json holds it. Shallow: the messages are shared, not copied
-        (the state is written at once; copying a long conversation would cost more CPU than
-        the rest of the turn)."""
+        """The state as state.json holds it: the messages as sent, and beside them each
+        one's measured size (`tokens`) and note kind (`notes`), by position. Shallow: the
+        messages are shared, not copied (the state is written at once; copying a long
+        conversation would cost more CPU than the rest of the turn)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["messages"] = self.messages.messages
+        data["tokens"] = self.messages.tokens
+        data["notes"] = self.messages.notes[:]
         data["context"] = saved_context(self.context, self._saved_observations)
         data["digest"] = self.digest.to_dict()
         return data
@@ -88,7 +91,10 @@ class RunState:
         """The state of a state.json whose shape store/state_file.py checked. Raises
         DamagedSnapshot when a part of it is not what the object it is read into takes."""
         data = dict(data)
+        tokens, notes = data.pop("tokens", None), data.pop("notes", None)
         check_fields(cls, data, "state")
+        if tokens is not None and notes is not None:  # of the length checked with the shape
+            data["messages"] = list(map(Record, data["messages"], notes, tokens))
         context = data["context"]
         # ContextManager.from_dict reads the calibration and observations itself
         check_fields(ContextManager, context, "state.context", ("policy",), ("calibration",))

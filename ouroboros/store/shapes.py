@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ouroboros.protocols import JsonObject
 
@@ -141,8 +141,8 @@ class ToolCallShape(Shape):
 
 
 class MessageShape(Shape):
-    """A message of the conversation as the state holds it (its wire form, and the harness's
-    `_tokens` and `_note`)."""
+    """A message of the conversation as the state holds it: its wire form (before schema 3,
+    with the harness's `_tokens` and `_note` in it too)."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = None
@@ -177,7 +177,7 @@ class DigestShape(BaseModel):
 
 
 class StateShape(Shape):
-    """RunState (loop/state.py) as state.json holds it."""
+    """RunState (loop/state.py) as state.json holds it (schemas 1 and 2)."""
 
     run_id: str
     messages: list[MessageShape] = Field(min_length=1)
@@ -197,6 +197,22 @@ class StateShape(Shape):
     digest: DigestShape | Annotated[JsonObject, Field(max_length=0)] | None = None
 
 
+class StateShape3(StateShape):
+    """RunState as state.json of schema 3 holds it: beside the messages, each one's measured
+    size and the kind of each note of the harness's (null where none), by position."""
+
+    tokens: list[Annotated[int, Field(ge=0)] | None]
+    notes: list[str | None]
+
+    @model_validator(mode="after")
+    def by_position(self) -> StateShape3:
+        if not len(self.tokens) == len(self.notes) == len(self.messages):
+            raise ValueError(
+                f"{len(self.messages)} messages, {len(self.tokens)} tokens, {len(self.notes)} notes"
+            )
+        return self
+
+
 class ContextShape(Shape):
     """The parts of the context manager's state that are read without it (prune_run)."""
 
@@ -205,7 +221,15 @@ class ContextShape(Shape):
 
 
 class SavedStateShape(Shape):
-    """state.json (state_file.py), schema 2."""
+    """state.json (state_file.py), schema 3."""
+
+    schema_version: int
+    seq: int = Field(ge=0)
+    state: StateShape3
+
+
+class SavedStateShape2(Shape):
+    """state.json of schema 2."""
 
     schema_version: int
     seq: int = Field(ge=0)
@@ -249,8 +273,14 @@ def check(model: type[Shape], data: Any) -> None:
 
 def check_state(data: Any) -> None:
     """ValueError (a ValidationError naming the field) when `data` is not state.json of
-    schema 2."""
+    schema 3."""
     check(SavedStateShape, data)
+    check(ContextShape, data["state"]["context"])
+
+
+def check_v2(data: Any) -> None:
+    """As check_state, for state.json of schema 2."""
+    check(SavedStateShape2, data)
     check(ContextShape, data["state"]["context"])
 
 

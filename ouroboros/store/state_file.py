@@ -16,7 +16,12 @@ Schema versions, a line each; `UPGRADES[n]` takes a state of version n to versio
     1  no `schema_version` (`format_version` 1-3): a snapshot written at session boundaries,
        at the end and now and then; the `checkpoint` events logged after it that name it as
        their `base` hold what each step changed since. Read only (`from_v1`).
-    2  `schema_version` 2: the whole state as of event `seq`, written after every step.
+    2  `schema_version` 2: the whole state as of event `seq`, written after every step; a
+       message held the harness's `_tokens` (its measured size) and `_note` (the kind of a
+       note the harness wrote) beside its wire form. Read only (`from_v2`).
+    3  `schema_version` 3: as 2, each message without `_tokens` and `_note`; the state's
+       `tokens` and `notes` hold each one's measured size and note kind (or null), by
+       position. (The system prompt keeps its marks, `_mission`: loop/memory.py.)
 
 A file that is not JSON, not of its version's shape, or whose checkpoints do not apply is
 DamagedSnapshot (the message says what is wrong; a resume rebuilds the state from the log);
@@ -37,16 +42,17 @@ from pydantic import ValidationError
 from ouroboros.errors import UsageError
 from ouroboros.store.atomic import cannot_write, open_directory, replace_in, sync_in
 from ouroboros.store.files import read_regular
-from ouroboros.store.shapes import DeltaShape, check_state, check_v1, why_not
+from ouroboros.store.shapes import DeltaShape, check_state, check_v1, check_v2, why_not
 
-CURRENT_SCHEMA_VERSION = 2
+CURRENT_SCHEMA_VERSION = 3
 STATE_FILE = "state.json"
 MAX_STATE_BYTES = 1 << 30  # a window's worth of conversation and counters: far less
 # The last `format_version` a state.json of schema 1 had; one above it was written by an
 # Ouroboros newer than any that wrote schema 1, which this one cannot know.
 V1_FORMAT_VERSION = 3
-TOKENS_KEY = "_tokens"  # window/ledger.py's: a message's measured size
-_tokens_of = operator.methodcaller("get", TOKENS_KEY)
+# Schemas 1 and 2 kept these beside a message's wire form, in it: its measured size and the
+# kind of a note the harness wrote.
+TOKENS_KEY, NOTE_KEY = "_tokens", "_note"
 ObservationReader = Callable[[str], "str | None"]  # obs id -> its full text, None if gone
 
 
@@ -67,15 +73,15 @@ class SavedState:
 
 class StateWriter:
     """Writes one run's state.json, encoding each message of the conversation once: one
-    still in its place, the same object with the same `_tokens` (the only key written on a
-    message the conversation holds; any other change replaces the message), is written as it
-    was encoded before. The rest of the state is small, and encoded each time."""
+    still in its place, the same object (the conversation never changes a message it holds:
+    it replaces it), is written as it was encoded before. The rest of the state is small
+    (the measured sizes and note kinds are a number or a word a message), and encoded each
+    time."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / STATE_FILE
-        # Position by position: the message encoded, its `_tokens` then, its JSON.
+        # Position by position: the message encoded, its JSON.
         self._messages: list[dict[str, Any]] = []
-        self._tokens: list[Any] = []
         self._texts: list[str] = []
         self._redact: Callable[[str], str] | None = None
         # id of an observation's saved dict -> the dict, its JSON as a "key": value pair
@@ -97,7 +103,7 @@ class StateWriter:
         process still leaves it whole, and a power cut at worst an older or a damaged one,
         which the log makes good."""
         self._encode(state["messages"], redact)
-        rest = {key: value for key, value in state.items() if key not in ("messages", "context")}
+        rest = {key: value for key, value in state.items() if key not in _APART}
         parts = [self._fields(rest)]
         if "context" in state:
             context = state["context"]
@@ -109,6 +115,9 @@ class StateWriter:
                 )
             else:
                 parts.append(f'"context": {self._json(context)}')
+        if "tokens" in state:  # numbers and the harness's words: nothing to redact
+            parts.append(f'"tokens": {json.dumps(state["tokens"])}')
+            parts.append(f'"notes": {json.dumps(state["notes"])}')
         parts.append(f'"messages": [{", ".join(self._texts)}]')
         body = "{" + ", ".join(part for part in parts if part) + "}"
         with cannot_write(self.path):
@@ -154,33 +163,24 @@ class StateWriter:
     def _encode(self, messages: list[dict[str, Any]], redact: Callable[[str], str] | None) -> None:
         """Bring the JSON held for each position up to `messages`."""
         if redact is not self._redact:  # what was encoded was redacted otherwise
-            self._messages, self._tokens, self._texts, self._redact = [], [], [], redact
+            self._messages, self._texts, self._redact = [], [], redact
             self._observation_texts = {}
-        del self._messages[len(messages) :], self._tokens[len(messages) :]
-        del self._texts[len(messages) :]
-        tokens_now = list(map(_tokens_of, messages[: len(self._messages)]))
-        changed = (
-            []
-            if tokens_now == self._tokens and all(map(operator.is_, messages, self._messages))
-            else [
-                i
-                for i, (message, held, tokens) in enumerate(
-                    zip(messages, self._messages, self._tokens)
-                )
-                if message is not held or tokens_now[i] != tokens
-            ]
-        )
-        for i in changed:
-            self._messages[i], self._tokens[i], self._texts[i] = self._encoded(messages[i])
-        for message in messages[len(self._messages) :]:
-            held, tokens, text = self._encoded(message)
-            self._messages.append(held)
-            self._tokens.append(tokens)
-            self._texts.append(text)
+        del self._messages[len(messages) :], self._texts[len(messages) :]
+        held = self._messages
+        if not all(map(operator.is_, messages, held)):  # one replaced (masked), or dropped
+            for i, message in enumerate(messages[: len(held)]):
+                if message is not held[i]:
+                    held[i], self._texts[i] = message, self._encoded(message)
+        for message in messages[len(held) :]:
+            held.append(message)
+            self._texts.append(self._encoded(message))
 
-    def _encoded(self, message: dict[str, Any]) -> tuple[dict[str, Any], Any, str]:
+    def _encoded(self, message: dict[str, Any]) -> str:
         redacted = message if self._redact is None else redact_strings(message, self._redact)
-        return message, message.get(TOKENS_KEY), json.dumps(redacted, ensure_ascii=False)
+        return json.dumps(redacted, ensure_ascii=False)
+
+
+_APART = ("messages", "context", "tokens", "notes")  # encoded apart, by StateWriter.write
 
 
 def write_state(
@@ -229,7 +229,7 @@ def read_state(run_dir: Path) -> SavedState | None:
             f"reads {CURRENT_SCHEMA_VERSION}); upgrade to resume it"
         )
     try:
-        (check_v1 if version == 1 else check_state)(data)
+        {1: check_v1, 2: check_v2}.get(version, check_state)(data)
     except ValidationError as error:
         raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
     except ValueError as error:
@@ -289,7 +289,7 @@ def from_v1(
             apply_delta(state, delta, read_observation, record["seq"])
             seq = record["seq"]
     try:
-        check_state({"schema_version": 2, "seq": seq, "state": state})
+        check_v2({"schema_version": 2, "seq": seq, "state": state})
     except ValidationError as error:
         raise DamagedSnapshot(
             f"with the checkpoints after it does not hold a run's state ({why_not(error)})"
@@ -379,5 +379,29 @@ def capped(text: str, max_chars: int, keep: str, obs_id: str) -> str:
     return f"{text[:half]}\n{marker}\n{text[len(text) - (max_chars - half) :]}"
 
 
+# -- schema 2: the harness's keys in each message (read only) --
+
+
+def from_v2(
+    saved: SavedState, records: list[dict[str, Any]], read_observation: ObservationReader
+) -> SavedState:
+    """Schema 2 to 3: each message's `_tokens` and `_note` move out of it, to the state's
+    `tokens` and `notes` (null where it had none). The system prompt's marks (`_mission`,
+    loop/memory.py) stay where they are."""
+    state = dict(saved.state)
+    messages, tokens, notes = [], [], []
+    for message in state["messages"]:
+        measured, kind = message.get(TOKENS_KEY), message.get(NOTE_KEY)
+        tokens.append(measured if type(measured) is int else None)
+        notes.append(kind if isinstance(kind, str) else None)
+        messages.append({k: v for k, v in message.items() if k not in (TOKENS_KEY, NOTE_KEY)})
+    state.update(messages=messages, tokens=tokens, notes=notes)
+    try:
+        check_state({"schema_version": 3, "seq": saved.seq, "state": state})
+    except ValidationError as error:
+        raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
+    return replace(saved, schema_version=3, state=state)
+
+
 Upgrade = Callable[[SavedState, list[dict[str, Any]], ObservationReader], SavedState]
-UPGRADES: dict[int, Upgrade] = {1: from_v1}
+UPGRADES: dict[int, Upgrade] = {1: from_v1, 2: from_v2}

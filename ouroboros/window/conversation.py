@@ -7,6 +7,10 @@ Vocabulary (see policy.py for the window's): a *turn* is an assistant message an
 after it up to the next assistant message (its tool results and any notes); turns are never
 split. An *observation* is a tool result; masking replaces its content with a placeholder
 that says what was there, while the message itself (and the call it answers) stays.
+
+A message is its wire form (the system prompt also carries the marks loop/memory.py puts on
+it); what the harness keeps beside it (its measured size, and for a note the harness wrote,
+the note's kind) is kept by the Conversation that holds it, and travels with it as a Record.
 """
 
 from __future__ import annotations
@@ -14,13 +18,11 @@ from __future__ import annotations
 import re
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, overload
+from typing import Callable, Literal, NamedTuple, cast, overload
 
 from ouroboros.protocols import Message, ToolCall, ToolResult
 from ouroboros.window import ledger
-from ouroboros.window.sizes import Tally, WorthMasking
-
-NOTE_KEY = "_note"  # marks messages the harness wrote; stripped before sending
+from ouroboros.window.sizes import Entry, Tally, WorthMasking, make_entry
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
@@ -60,13 +62,26 @@ WIND_DOWN_TEXT = (
 # --- notes ----------------------------------------------------------------------------------
 
 
-def note(kind: NoteKind, text: str) -> Message:
+class Record(NamedTuple):
+    """A message and what the harness keeps beside it: its measured size (None: never
+    counted) and, for a note the harness wrote, the note's kind.
+
+        Conversation([Record(system), note("continue", "Begin.")])
+    """
+
+    message: Message
+    note: NoteKind | None = None
+    tokens: int | None = None
+
+
+def note(kind: NoteKind, text: str) -> Record:
     """A message the harness adds to the conversation (sent to the model as a user turn)."""
-    return {"role": "user", "content": text, NOTE_KEY: kind}
+    return Record({"role": "user", "content": text}, kind)
 
 
 def to_wire(messages: Sequence[Message]) -> list[Message]:
-    """The messages as the server should see them: without the harness's private keys."""
+    """The messages as the server should see them: without the marks the system prompt
+    carries for the harness (keys beginning with "_", loop/memory.py)."""
     return [{k: v for k, v in m.items() if not k.startswith("_")} for m in messages]
 
 
@@ -76,7 +91,7 @@ def without_reasoning(text: str) -> str:
     return _THINK.sub("", text).lstrip()
 
 
-def mask_notice(count: int, reclaimed_pct: float) -> Message:
+def mask_notice(count: int, reclaimed_pct: float) -> Record:
     """The note that tells the agent observations were masked."""
     return note(
         "mask",
@@ -242,14 +257,20 @@ def worked(obs: Observation) -> bool:
     return obs.tool not in READING_TOOLS and obs.exit_code == 0
 
 
-def unsaved_work(messages: Sequence[Message], observations: dict[str, Observation]) -> bool:
+def unsaved_work(
+    messages: Sequence[Message],
+    notes: Sequence[NoteKind | None],
+    observations: dict[str, Observation],
+) -> bool:
     """Whether the agent did work (a command that succeeded) after its newest save (a write
     of a file) with no wind-down note since that save: a restart now would lose it, so it
-    is asked to save once more. False when no save is in `messages`."""
+    is asked to save once more. False when no save is in `messages` (`notes`: each one's
+    note kind, Conversation.notes)."""
     since = False
-    for message in reversed(messages):
-        if message.get(NOTE_KEY) == "wind_down":
+    for at in range(len(messages) - 1, -1, -1):
+        if notes[at] == "wind_down":
             return False
+        message = messages[at]
         if (obs := result_of(message, observations)) is None:
             continue
         if saved(message, obs):
@@ -262,13 +283,19 @@ def unsaved_work(messages: Sequence[Message], observations: dict[str, Observatio
 YOUNG_SESSION_MESSAGES = 40
 
 
-def worked_this_session(messages: Sequence[Message], observations: dict[str, Observation]) -> bool:
+def worked_this_session(
+    messages: Sequence[Message],
+    notes: Sequence[NoteKind | None],
+    observations: dict[str, Observation],
+) -> bool:
     """Whether the agent did work this session (since the restart note, or the start): a
     write of a file, or a command that succeeded. A session longer than
-    YOUNG_SESSION_MESSAGES counts as at work (a turn reads no more than that)."""
-    for message in list(messages[-YOUNG_SESSION_MESSAGES:])[::-1]:
-        if message.get(NOTE_KEY) == "restart":
+    YOUNG_SESSION_MESSAGES counts as at work (a turn reads no more than that). `notes`:
+    each message's note kind (Conversation.notes)."""
+    for at in range(len(messages) - 1, max(len(messages) - YOUNG_SESSION_MESSAGES, 0) - 1, -1):
+        if notes[at] == "restart":
             return False
+        message = messages[at]
         obs = result_of(message, observations)
         if obs is not None and (saved(message, obs) or worked(obs)):
             return True
@@ -297,16 +324,20 @@ def worth_masking(message: Message, observations: dict[str, Observation]) -> str
     return obs.tool_call_id
 
 
-def unacted_turns(messages: Sequence[Message], starts: list[int] | None = None) -> int:
+def unacted_turns(
+    messages: Sequence[Message],
+    notes: Sequence[NoteKind | None],
+    starts: list[int] | None = None,
+) -> int:
     """How many turns at the end hold results the agent has not acted on yet: the newest
     (its results are not seen yet), and the one before it when a wind-down note came right
     after that one (the reply to the note saved state; the work on what that turn read is
-    still to be done). `starts`: turn_starts(messages), if known."""
+    still to be done). `notes`: each message's note kind (Conversation.notes); `starts`:
+    turn_starts(messages), if known."""
     starts = turn_starts(messages) if starts is None else starts
     if len(starts) < 2:
         return len(starts)
-    between = messages[starts[-2] + 1 : starts[-1]]
-    return 2 if any(m.get(NOTE_KEY) == "wind_down" for m in between) else 1
+    return 2 if "wind_down" in notes[starts[-2] + 1 : starts[-1]] else 1
 
 
 def pending_calls(messages: Sequence[Message]) -> list[ToolCall]:
@@ -345,18 +376,19 @@ def cut_short(messages: Sequence[Message]) -> list[ToolCall]:
 
 
 def carryover(
-    messages: Sequence[Message], turns: int, starts: list[int] | None = None
-) -> list[Message]:
+    records: Sequence[Record], turns: int, starts: list[int] | None = None
+) -> list[Record]:
     """The last `turns` complete turns, minus the harness's notes: they spoke to the old
-    session, and an instruction in one would read as if it still applied. `starts`:
-    turn_starts(messages), if known."""
+    session, and an instruction in one would read as if it still applied. Each message
+    keeps its measured size. `starts`: the turns' (turn_starts), if known."""
     if turns <= 0:
         return []
-    starts = turn_starts(messages) if starts is None else starts
+    if starts is None:
+        starts = turn_starts([record.message for record in records])
     if not starts:
         return []
-    kept = messages[starts[-turns] if len(starts) >= turns else starts[0] :]
-    return [m for m in kept if NOTE_KEY not in m]
+    kept = records[starts[-turns] if len(starts) >= turns else starts[0] :]
+    return [record for record in kept if record.note is None]
 
 
 def oldest_turn(
@@ -384,24 +416,56 @@ def never_worth_masking(message: Message) -> str | None:
     return None
 
 
+class Notes(Sequence["NoteKind | None"]):
+    """Each message's note kind, by position (None: not a note of the harness's): a view of
+    a conversation's entries as they are (read it before the conversation changes)."""
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[NoteKind | None]:
+        return (cast("NoteKind | None", e.note) for e in self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> NoteKind | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[NoteKind | None]: ...
+
+    def __getitem__(self, index: int | slice) -> NoteKind | None | list[NoteKind | None]:
+        if isinstance(index, slice):
+            return [cast("NoteKind | None", e.note) for e in self._entries[index]]
+        return cast("NoteKind | None", self._entries[index].note)
+
+
 class Conversation(Sequence[Message]):
-    """The one owner of the messages: other code reads it as a sequence and asks it to
-    change (append, mask, drop, replace); it keeps in step what must follow every change,
-    the running sums (sizes.Tally, by position).
+    """The one owner of the messages and of what the harness keeps beside each (its
+    measured size, its note kind): other code reads it as a sequence of wire messages and
+    asks it to change (append, mask, drop, replace); it keeps in step what must follow every
+    change, the running sums (sizes.Tally, by position, whose entries hold the rest).
 
         conversation.append(message)
+        conversation.add_note("continue", text)
         conversation.mask({call_id: placeholder})
         conversation.drop_oldest_turn(keep=1)
     """
 
     def __init__(
-        self, messages: Iterable[Message] = (), worth_masking: WorthMasking = never_worth_masking
+        self,
+        messages: Iterable[Message | Record] = (),
+        worth_masking: WorthMasking = never_worth_masking,
     ) -> None:
         self._worth = worth_masking
         self._messages: list[Message] = []
         self.tally = Tally()
-        for message in messages:
-            self.append(message)
+        for item in messages:
+            if isinstance(item, Record):
+                self.append(*item)
+            else:
+                self.append(item)
 
     # -- reading --
 
@@ -421,9 +485,22 @@ class Conversation(Sequence[Message]):
         return iter(self._messages)
 
     def __eq__(self, other: object) -> bool:
+        """Equal to a conversation of the same records, or to a list of the same messages
+        (a Record in the list compares what it says: the note, a measured size if any)."""
         if isinstance(other, Conversation):
-            return self._messages == other._messages
-        return isinstance(other, list) and self._messages == other
+            return self.records == other.records
+        if not isinstance(other, list) or len(other) != len(self._messages):
+            return False
+        return all(
+            entry.message == item
+            if not isinstance(item, Record)
+            else (
+                entry.message == item.message
+                and entry.note == item.note
+                and (item.tokens is None or entry.tokens == item.tokens)
+            )
+            for entry, item in zip(self.tally.entries, other)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -435,16 +512,44 @@ class Conversation(Sequence[Message]):
         """The list held (not a copy: read it, never change it), as the state saves it."""
         return self._messages
 
+    @property
+    def notes(self) -> Notes:
+        """Each message's note kind (None: not a note of the harness's), by position."""
+        return Notes(self.tally.entries)
+
+    @property
+    def tokens(self) -> list[int | None]:
+        """Each message's measured size (None: never counted), by position: a copy."""
+        return [entry.tokens for entry in self.tally.entries]
+
+    @property
+    def records(self) -> list[Record]:
+        """Each message with what is kept beside it, by position: a copy."""
+        return [
+            Record(e.message, cast("NoteKind | None", e.note), e.tokens) for e in self.tally.entries
+        ]
+
+    def note_at(self, index: int) -> NoteKind | None:
+        """The kind of the note at `index`; None for a message the harness did not write."""
+        return cast("NoteKind | None", self.tally.entries[index].note)
+
+    def measured_at(self, index: int) -> int | None:
+        """The measured size of the message at `index`; None when it was never counted."""
+        return self.tally.entries[index].tokens
+
     # -- changing --
 
-    def append(self, message: Message) -> None:
-        """Add a message at the end."""
+    def append(
+        self, message: Message, note: NoteKind | None = None, tokens: int | None = None
+    ) -> None:
+        """Add a message at the end (`note`: the kind, for one the harness wrote; `tokens`:
+        its size, when measured before)."""
         self._messages.append(message)
-        self.tally.add(message, self._worth)
+        self.tally.add(make_entry(message, self._worth, tokens, note))
 
     def add_note(self, kind: NoteKind, text: str) -> None:
         """Add a note of the harness's (see `note`)."""
-        self.append(note(kind, text))
+        self.append(*note(kind, text))
 
     def add_result(self, tool_call_id: str, content: str) -> None:
         """Add the result of a tool call."""
@@ -463,13 +568,11 @@ class Conversation(Sequence[Message]):
             ]
         for index in at:
             message = self._messages[index]
-            self.replace_at(
-                index, {**ledger.forget(message), "content": placeholders[message["tool_call_id"]]}
-            )
+            self.replace_at(index, {**message, "content": placeholders[message["tool_call_id"]]})
 
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is
-        now, a placeholder)."""
+        now, a placeholder): its measured size is unknown again, and it is no note."""
         self._messages[index] = message
         self.tally.replace(index, message, self._worth)
 
@@ -505,9 +608,10 @@ class Conversation(Sequence[Message]):
 
     def adopt(self, other: Conversation) -> None:
         """Begin anew with the messages `other` holds (a fresh start fitted apart), and its
-        running sums: nothing is sized again."""
+        running sums with what they keep beside each (measured sizes, notes): nothing is
+        sized again."""
         self._messages, self.tally = list(other._messages), other.tally
 
     def measure(self, index: int, tokens: int) -> None:
-        """Write what the server's tokenizer counted for the message at `index`."""
+        """Keep what the server (or its tokenizer) counted for the message at `index`."""
         self.tally.measure(index, tokens)

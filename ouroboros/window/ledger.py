@@ -4,10 +4,10 @@ Only the server knows how many tokens a prompt takes, and its density varies wit
 (English prose near 5 characters per token, JSON 3.5, hex digests near 2), so one ratio can be
 off by 2x either way. What the server counts is better: each whole count, less what is already
 known, is shared among the messages that were never counted, in proportion to their
-estimates, and written on each message under `_tokens` (private keys never reach the wire, but
-they are saved with the conversation). A prompt's size is then its messages' measured tokens
-plus a `base` (tool schemas and template tokens the server adds), and only what was added since
-the last count is estimated.
+estimates, and kept beside each message by the conversation that holds it (sizes.Entry; saved
+with the conversation, never in the message, which is its wire form). A prompt's size is then
+its messages' measured tokens plus a `base` (tool schemas and template tokens the server
+adds), and only what was added since the last count is estimated.
 
     cpt = Calibration().chars_per_token
     size = base + sum(message_tokens(m, cpt) for m in messages)
@@ -35,7 +35,6 @@ MAX_MESSAGE_OVERHEAD_TOKENS = 64
 # How much the previous calibration still weighs after each new count: recent content counts
 # most, since the next tool result will likely look like the last ones.
 CALIBRATION_DECAY = 0.7
-TOKENS_KEY = "_tokens"
 # Scripts a vocabulary trained mostly on Latin text splits finely (Greek and Cyrillic on, CJK,
 # emoji): a character of these costs about a token or more, whatever ratio Latin text taught.
 # They are estimated per character, at a rate learned apart, starting with a margin.
@@ -106,17 +105,17 @@ def estimate_message(
     )
 
 
-def measured(message: Message) -> int | None:
-    value = message.get(TOKENS_KEY)
-    return value if isinstance(value, int) else None
-
-
 def message_tokens(
-    message: Message, chars_per_token: float, per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR
+    message: Message,
+    chars_per_token: float,
+    per_dense: float = DEFAULT_TOKENS_PER_DENSE_CHAR,
+    measured: int | None = None,
 ) -> int:
-    """The message's measured size if a count has been attributed to it, else an estimate."""
-    value = measured(message)
-    return value if value is not None else estimate_message(message, chars_per_token, per_dense)
+    """The message's `measured` size if a count has been attributed to it, else an
+    estimate."""
+    if measured is not None:
+        return measured
+    return estimate_message(message, chars_per_token, per_dense)
 
 
 @dataclass
@@ -186,7 +185,7 @@ def attribute(
 ) -> tuple[int, list[int], int, int]:
     """Take in a whole count of a prompt whose measured messages add up to `known` tokens:
     share what it does not already explain among the messages never counted (`fresh`, to be
-    written on them as `_tokens`). Returns the base that makes the ledger add up to
+    kept as their measured sizes). Returns the base that makes the ledger add up to
     `reported`, each fresh message's share, and the characters and tokens attributed (for
     calibration).
 
@@ -231,8 +230,3 @@ def learned_overhead(believed: float, missed: int, messages: int) -> float:
     seen = believed + missed / messages if messages else believed
     learned = (believed + seen) / 2
     return min(max(learned, MESSAGE_OVERHEAD_TOKENS), MAX_MESSAGE_OVERHEAD_TOKENS)
-
-
-def forget(message: Message) -> Message:
-    """A copy without the measured size (for a message whose content is about to change)."""
-    return {k: v for k, v in message.items() if k != TOKENS_KEY}

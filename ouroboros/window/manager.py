@@ -325,7 +325,7 @@ class ContextManager:
         the count as a first one)."""
         cpt, per_dense = self.chars_per_token, self.per_dense
         new = list(range(previous.messages, sent))
-        sizes = [ledger.message_tokens(held[i], cpt, per_dense) for i in new]
+        sizes = [ledger.message_tokens(held[i], cpt, per_dense, held.measured_at(i)) for i in new]
         shares = ledger.grown_shares(reported - previous.reported, sizes)
         if shares is None or self.base_tokens is None:
             return False
@@ -356,7 +356,8 @@ class ContextManager:
     def evaluate(self, tokens: int, messages: Sequence[Message]) -> Decision:
         """The decision after a turn. The results of the newest turn are never masked here:
         the agent has not seen them yet; nor the newest read of its notes (kept_reads)."""
-        tally = self.held(messages).tally
+        held = self.held(messages)
+        tally = held.tally
         tally.tokens(self.chars_per_token, self.per_dense)  # its sizes at today's rates
         starts = tally.starts
         kept_read = self.kept_reads()
@@ -374,7 +375,7 @@ class ContextManager:
         recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0) : acted]]
         pending = sum(gains[i] for i in candidates[acted:])
         maskable = sum(gains[i] for i in candidates[: max(acted, 0)])
-        unsaved = self.wound_down and unsaved_work(messages, self.observations)
+        unsaved = self.wound_down and unsaved_work(held, held.notes, self.observations)
         decision, self.wound_down = decide(
             self.policy,
             self.used_pct(tokens),
@@ -385,7 +386,7 @@ class ContextManager:
             pending,
             maskable,
             unsaved,
-            idle=not worked_this_session(messages, self.observations),
+            idle=not worked_this_session(held, held.notes, self.observations),
             reprocessed=self.reprocessed(tally) if self.policy.prefix_cache else None,
             turns=len(starts),
         )
@@ -406,7 +407,7 @@ class ContextManager:
         if isinstance(decision, Mask):
             self.mask(messages, decision.tool_call_ids)
             end = TurnEnd(decision, tokens, self.current_tokens(messages, tools))
-            messages.append(mask_notice(len(decision.tool_call_ids), end.reclaimed_pct))
+            messages.append(*mask_notice(len(decision.tool_call_ids), end.reclaimed_pct))
             return end
         if isinstance(decision, WindDown):
             messages.add_note("wind_down", WIND_DOWN_TEXT.format(pct=self.used_pct(tokens)))
@@ -468,7 +469,7 @@ class ContextManager:
             return fitted
         tally = conversation.tally
         starts = tally.starts
-        keep = unacted_turns(conversation, starts) if keep is None else keep
+        keep = unacted_turns(conversation, conversation.notes, starts) if keep is None else keep
         newest_turn = starts[-keep] if starts and keep else len(conversation)
         newest = tally.candidates(newest_turn)
         kept_read = self.kept_reads()

@@ -1,14 +1,17 @@
 """Running sums over the conversation, so a turn costs what changed, not what is held.
 
-Each message is sized and encoded once, when the tally is told of it: its characters, its
-measured tokens (`_tokens`, see ledger.py) and its wire form as JSON bytes. Totals are running
-sums. The tally does not look at the conversation: its owner (conversation.Conversation) tells
-it what changed, by position: a message added at the end, the messages from a position on cut
+Each message is sized and encoded once, when the tally is told of it: its characters and its
+wire form as JSON bytes. Its entry also holds what the harness keeps beside the message, never
+in it (a message is its wire form, but for the system prompt's marks): its measured tokens
+(see ledger.py) and, for a note of the harness's, its kind (conversation.NoteKind). Totals are
+running sums. The tally
+does not look at the conversation: its owner (conversation.Conversation) tells it what
+changed, by position: a message added at the end, the messages from a position on cut
 off, one message replaced (masking), or the whole rebuilt from the entries it keeps (dropped
 turns), so only the messages that really changed are sized and encoded again. Tool-call ids
 of messages cut off stay in `call_ids`.
 
-    tally.add(message, worth_masking)
+    tally.add(make_entry(message, worth_masking))
     tokens = base + tally.tokens(chars_per_token)
     wire = tally.wire()  # (b'{"role":"system",...}', ...)
 """
@@ -34,7 +37,8 @@ def encode_json(value: Any) -> bytes:
 
 
 def encode(message: Message) -> bytes:
-    """The message as the server reads it: JSON, without the harness's private keys."""
+    """The message as the server reads it: JSON, without the marks the system prompt carries
+    for the harness (keys beginning with "_", loop/memory.py); no other message has any."""
     return encode_json({k: v for k, v in message.items() if not k.startswith("_")})
 
 
@@ -45,21 +49,32 @@ def wire_messages(messages: list[Message]) -> WireMessages:
 
 @dataclass(slots=True)
 class Entry:
+    """One message, its sizes, and what the harness keeps beside it."""
+
     message: Message
     chars: int
     dense: int  # of those, characters of a densely tokenized script
     wire: bytes
     candidate: str | None  # its tool-call id, if it is a result worth masking
     index: int = 0  # its position in the conversation
+    tokens: int | None = None  # its measured size; None: never counted
+    note: str | None = None  # the kind of note, for one the harness wrote (NoteKind)
 
 
-def make_entry(message: Message, worth_masking: WorthMasking) -> Entry:
+def make_entry(
+    message: Message,
+    worth_masking: WorthMasking,
+    tokens: int | None = None,
+    note: str | None = None,
+) -> Entry:
     return Entry(
         message,
         ledger.message_chars(message),
         ledger.message_dense(message),
         encode(message),
         worth_masking(message),
+        tokens=tokens,
+        note=note,
     )
 
 
@@ -84,11 +99,10 @@ class Tally:
 
     # -- told what changed --
 
-    def add(
-        self, message: Message, worth_masking: WorthMasking, entry: Entry | None = None
-    ) -> None:
-        """A message added at the end (`entry`: the one it had, kept through a rebuild)."""
-        entry = entry or make_entry(message, worth_masking)
+    def add(self, entry: Entry) -> None:
+        """A message added at the end, in its entry (make_entry; or the one it had, kept
+        through a rebuild)."""
+        message = entry.message
         entry.index = index = len(self._entries)
         self._entries.append(entry)
         self._wires.append(entry.wire)
@@ -118,11 +132,12 @@ class Tally:
         for entry in kept:
             if entry.candidate is not None:
                 entry.candidate = worth_masking(entry.message)
-            self.add(entry.message, worth_masking, entry)
+            self.add(entry)
 
     def replace(self, index: int, message: Message, worth_masking: WorthMasking) -> None:
         """The message at `index` is replaced by `message` (a placeholder for a result, the
-        system prompt as it is now): only it is sized and encoded again."""
+        system prompt as it is now): only it is sized and encoded again, and its measured
+        size is unknown again."""
         old = self._entries[index]
         self._count_out(old)
         if old.candidate is not None:
@@ -141,23 +156,22 @@ class Tally:
         entry = self._unmeasured.pop(index, None)
         if entry is None:
             entry = self._entries[index]
-            self._measured_sum -= ledger.measured(entry.message) or 0
+            self._measured_sum -= entry.tokens or 0
         else:
             self._estimated -= self._estimate(entry)
-        entry.message[ledger.TOKENS_KEY] = tokens
+        entry.tokens = tokens
         self._measured_sum += tokens
 
     def _count_in(self, entry: Entry) -> None:
-        measured = ledger.measured(entry.message)
-        if measured is None:
+        if entry.tokens is None:
             self._unmeasured[entry.index] = entry
             self._estimated += self._estimate(entry)
         else:
-            self._measured_sum += measured
+            self._measured_sum += entry.tokens
 
     def _count_out(self, entry: Entry) -> None:
         if self._unmeasured.pop(entry.index, None) is None:
-            self._measured_sum -= ledger.measured(entry.message) or 0
+            self._measured_sum -= entry.tokens or 0
         else:
             self._estimated -= self._estimate(entry)
 
@@ -184,14 +198,13 @@ class Tally:
             self._estimated = sum(self._estimate(e) for e in self._unmeasured.values())
         tokens = self._measured_sum + self._estimated
         for entry in self._entries[len(self._entries) if upto is None else upto :]:
-            measured = ledger.measured(entry.message)
-            tokens -= measured if measured is not None else self._estimate(entry)
+            tokens -= entry.tokens if entry.tokens is not None else self._estimate(entry)
         return tokens
 
     def measured_sum(self, upto: int | None = None) -> int:
         """The measured tokens of the first `upto` messages (all by default)."""
         tail = self._entries[len(self._entries) if upto is None else upto :]
-        return self._measured_sum - sum(ledger.measured(e.message) or 0 for e in tail)
+        return self._measured_sum - sum(e.tokens or 0 for e in tail)
 
     def unmeasured(self, upto: int | None = None) -> list[int]:
         """The positions of the messages never counted, oldest first (among the first
@@ -236,8 +249,7 @@ class Tally:
         return sum(map(self._size, self._entries[at:]))
 
     def _size(self, entry: Entry) -> int:
-        measured = ledger.measured(entry.message)
-        return measured if measured is not None else self._estimate(entry)
+        return entry.tokens if entry.tokens is not None else self._estimate(entry)
 
     @property
     def starts(self) -> list[int]:
