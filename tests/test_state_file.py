@@ -372,6 +372,32 @@ def test_a_message_is_encoded_once_and_again_whenever_it_changed(tmp_path):
         assert read_state(tmp_path).state == plain({**state.to_dict(), "messages": messages})
 
 
+def test_each_observation_is_saved_as_it_is_now_through_growth_masking_and_drops():
+    """The saved dicts are made once and kept by identity: after a masking round, turns
+    dropped from the front, or new results, what is saved is each observation as it is."""
+    from dataclasses import asdict
+
+    from ouroboros.loop.state import SavedObservations
+    from ouroboros.window.conversation import Observation
+
+    def obs(i: int) -> Observation:
+        return Observation(f"obs-{i}", f"c{i}", "file_read", f"f{i}", 10 * i, i, "first")
+
+    registry = {f"c{i}": obs(i) for i in range(5)}
+    saved = SavedObservations()
+    steps = [
+        lambda: None,
+        lambda: setattr(registry["c2"], "masked", True),
+        lambda: registry.update({"c5": obs(5), "c6": obs(6)}),
+        lambda: [registry.pop(key) for key in ("c0", "c1")],  # a dropped turn's
+        lambda: setattr(registry["c4"], "masked", True),
+        lambda: registry.update({"c7": obs(7)}),
+    ]
+    for step in steps:
+        step()
+        assert saved.of(registry) == {key: asdict(o) for key, o in registry.items()}
+
+
 class CheckedWriter(StateWriter):
     """Writes as StateWriter does, then checks the file against the state encoded whole."""
 

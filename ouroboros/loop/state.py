@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
@@ -127,24 +127,37 @@ def saved_context(context: ContextManager, observations: SavedObservations) -> d
 
 class SavedObservations:
     """Each observation's saved dict, made once: only its `masked` changes after it is made
-    (ContextManager.masked), and then it is made again. One per run (its RunState's). Keyed
-    by the object, which the entry holds so that its id is not reused; entries for objects
-    no longer held are let go."""
+    (ContextManager.masked), and then it is made again. One per run (its RunState's). The
+    registry grows at its end and loses entries only with the turns they were in, so what
+    was saved before is checked in one pass of identity and flag comparisons (no Python
+    loop over the observations, which a long conversation in a large window holds by the
+    thousand): only the new ones, and the few a masking round changed, are made again."""
 
     def __init__(self) -> None:
-        self._saved: dict[int, tuple[Any, bool, dict[str, Any]]] = {}
+        self._keys: list[str] = []
+        self._observations: list[Any] = []
+        self._masked: list[bool] = []
+        self._dicts: list[dict[str, Any]] = []
 
     def of(self, observations: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        saved = {}
-        for key, obs in observations.items():
-            entry = self._saved.get(id(obs))
-            if entry is None or entry[0] is not obs or entry[1] != obs.masked:
-                entry = self._saved[id(obs)] = (obs, obs.masked, flat(obs))
-            saved[key] = entry[2]
-        if len(self._saved) > 2 * len(observations) + 64:
-            held = {id(obs) for obs in observations.values()}
-            self._saved = {k: v for k, v in self._saved.items() if k in held}
-        return saved
+        keys, held = list(observations), list(observations.values())
+        masked = list(map(_MASKED, held))
+        n = len(self._keys)
+        if not (
+            len(keys) >= n and keys[:n] == self._keys and all(map(is_, held, self._observations))
+        ):  # some went (dropped turns): start over
+            self._keys, self._observations, self._masked, self._dicts = [], [], [], []
+            n = 0
+        dicts = self._dicts
+        if masked[:n] != self._masked:  # a masking round: the few it changed
+            for i in [i for i in range(n) if masked[i] != self._masked[i]]:
+                dicts[i] = flat(held[i])
+        dicts.extend(map(flat, held[n:]))
+        self._keys, self._observations, self._masked = keys, held, masked
+        return dict(zip(keys, dicts))
+
+
+_MASKED = attrgetter("masked")
 
 
 def flat(value: Any) -> Any:

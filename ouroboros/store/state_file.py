@@ -84,8 +84,11 @@ class StateWriter:
         self._messages: list[dict[str, Any]] = []
         self._texts: list[str] = []
         self._redact: Callable[[str], str] | None = None
-        # id of an observation's saved dict -> the dict, its JSON as a "key": value pair
-        self._observation_texts: dict[int, tuple[dict[str, Any], str]] = {}
+        # The observations encoded, in order: their keys, saved dicts, and JSON as a
+        # "key": value pair
+        self._observation_keys: list[str] = []
+        self._observation_saved: list[dict[str, Any]] = []
+        self._observation_texts: list[str] = []
         self._body: str | None = None  # what the file on disk holds, but its seq
         self._durable = False  # and whether it is synced to the disk
         self._directory: int | None = None  # the run dir, opened once: a write is a step
@@ -149,22 +152,30 @@ class StateWriter:
 
     def _observations(self, observations: dict[str, Any]) -> str:
         """The JSON of the context's observations, each encoded once: an observation's dict
-        is the same object until it changes (loop/state.py's SavedObservations)."""
-        texts = []
-        cache, self._observation_texts = self._observation_texts, {}
-        for key, saved in observations.items():
-            entry = cache.get(id(saved))
-            if entry is None or entry[0] is not saved:
-                entry = (saved, f"{json.dumps(key)}: {self._json(saved)}")
-            self._observation_texts[id(saved)] = entry
-            texts.append(entry[1])
+        is the same object until it changes (loop/state.py's SavedObservations), and the
+        registry grows at its end, so an unchanged prefix is found by identity in one pass
+        and only what follows it, or what a masking round replaced, is encoded."""
+        keys, saved = list(observations), list(observations.values())
+        n = len(self._observation_keys)
+        if not (len(keys) >= n and keys[:n] == self._observation_keys):
+            self._observation_keys, self._observation_saved, self._observation_texts = [], [], []
+            n = 0
+        texts, held = self._observation_texts, self._observation_saved
+        if not all(map(operator.is_, saved, held)):
+            for i in [i for i in range(n) if saved[i] is not held[i]]:
+                texts[i] = self._observation_text(keys[i], saved[i])
+        texts.extend(map(self._observation_text, keys[n:], saved[n:]))
+        self._observation_keys, self._observation_saved = keys, saved
         return "{" + ", ".join(texts) + "}"
+
+    def _observation_text(self, key: str, saved: dict[str, Any]) -> str:
+        return f"{json.dumps(key)}: {self._json(saved)}"
 
     def _encode(self, messages: list[dict[str, Any]], redact: Callable[[str], str] | None) -> None:
         """Bring the JSON held for each position up to `messages`."""
         if redact is not self._redact:  # what was encoded was redacted otherwise
             self._messages, self._texts, self._redact = [], [], redact
-            self._observation_texts = {}
+            self._observation_keys, self._observation_saved, self._observation_texts = [], [], []
         del self._messages[len(messages) :], self._texts[len(messages) :]
         held = self._messages
         if not all(map(operator.is_, messages, held)):  # one replaced (masked), or dropped

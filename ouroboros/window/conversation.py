@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable, Literal, NamedTuple, cast, overload
 
 from ouroboros.protocols import Message, ToolCall, ToolResult
@@ -437,8 +438,11 @@ class Notes(Sequence["NoteKind | None"]):
 
     def __getitem__(self, index: int | slice) -> NoteKind | None | list[NoteKind | None]:
         if isinstance(index, slice):
-            return [cast("NoteKind | None", e.note) for e in self._entries[index]]
+            return list(map(_NOTE, self._entries[index]))
         return cast("NoteKind | None", self._entries[index].note)
+
+
+_NOTE, _TOKENS = attrgetter("note"), attrgetter("tokens")
 
 
 class Conversation(Sequence[Message]):
@@ -520,7 +524,7 @@ class Conversation(Sequence[Message]):
     @property
     def tokens(self) -> list[int | None]:
         """Each message's measured size (None: never counted), by position: a copy."""
-        return [entry.tokens for entry in self.tally.entries]
+        return list(map(_TOKENS, self.tally.entries))
 
     @property
     def records(self) -> list[Record]:
