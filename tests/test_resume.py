@@ -83,14 +83,15 @@ def crash_and_resume(
 
 
 def check_resumed_from(before: dict, events: list[dict]) -> dict:
-    """The resumed run starts where the state left it (same session, turns, restarts); a
-    reply the state missed (the kill came between logging it and writing the state) is
-    asked for again, so the log may hold its turn twice."""
+    """The resumed run starts where the log left it: the state as of the last turn's end
+    (same session, restarts), brought forward by the reply the kill came after, if one was
+    logged since (the state is written at a turn's end, the turn is replayed from the
+    log), so every reply logged counts once."""
     resumed = of_type(events, "run_resumed")
     assert len(resumed) == 1
     state = before["state"]
     logged = turns_of([e for e in events if e["seq"] < resumed[0]["seq"]])
-    assert resumed[0]["total_turns"] == state["total_turns"]
+    assert resumed[0]["total_turns"] == logged
     assert state["total_turns"] <= logged <= state["total_turns"] + 1
     assert resumed[0]["restarts"] == state["restarts"]
     assert resumed[0]["session"] == state["session"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
-from ouroboros.loop.budgets import spent_in
+from ouroboros.loop.budgets import spent_in, tokens_counted
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
 from ouroboros.loop.state import RunState
@@ -67,6 +67,38 @@ def rebuild_state(
     state.tokens_used, state.wall_secs = spent_in(events)
     context.restored(context.next_observation, replay.wound_down)
     return state, seq
+
+
+def replay_tail(
+    state: RunState,
+    events: list[EventBase],
+    read_observation: ObservationReader,
+    continue_message: str,
+) -> None:
+    """Bring a state written at a turn's end forward by the events logged after it (`events`,
+    in order): the reply of the turn the process died in, with the results its calls had
+    (their full text is in the observation files) and the wind-down note, as the turn's end
+    would have written them. Its counters follow (turns, successes, tokens counted). A call
+    logged as started with no result stays unanswered: the resume answers it as
+    interrupted."""
+    tail = [e for e in events if e.session == state.session]
+    if not tail:
+        return
+    context = state.context
+    replay = Replay(context, read_observation, continue_message)
+    replay.calls.update({call.id: call for call in conv.pending_calls(state.messages)})
+    context.restored(next_observation(tail), context.wound_down)
+    for event in tail:
+        replay.apply(event, state.messages)
+        match event:
+            case ev.Assistant():
+                state.session_turns += 1
+                state.total_turns += 1
+            case ev.ToolResultEvent(ok=ok, interrupted=False) if ok:
+                state.session_successes += 1
+            case ev.TokenUsage():
+                state.tokens_used += tokens_counted(event)
+    context.restored(context.next_observation, context.wound_down or replay.wound_down)
 
 
 class Replay:

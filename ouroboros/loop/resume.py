@@ -1,11 +1,12 @@
 """Picking a run up from its directory after the process died (or stopped).
 
-`state.json` holds the run's state as of event `seq`, written whole after every step (one of
-an older Ouroboros is brought to today's schema by store/state_file.py); the events after it
-say what happened since: the digest is brought forward by them, and a tool call that started
-(its `tool_call` event is after `seq`) but has no result in the state gets a result saying it
-was interrupted. Calls that never started are simply run; a reply logged after `seq` is
-asked for again.
+`state.json` holds the run's state as of event `seq`, written whole at every turn's end (one
+of an older Ouroboros is brought to today's schema by store/state_file.py); the events after
+it say what happened since, and bring it forward (rebuild.replay_tail): the reply of the
+turn the process died in, the results its calls had (their full text is in the observation
+files), the digest. A tool call that started (its `tool_call` event is after `seq`) but has
+no result gets a result saying it was interrupted; calls that never started are simply run;
+a reply never logged is asked for again.
 
 The log is the source of truth: a state that is missing, or damaged (it does not validate),
 is rebuilt from it (see rebuild.py), and `Recovered.rebuilt` says why. Anything else raised
@@ -22,7 +23,7 @@ from typing import Any
 from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
 from ouroboros.loop.handoff import Digest
-from ouroboros.loop.rebuild import rebuild_state
+from ouroboros.loop.rebuild import rebuild_state, replay_tail, setting
 from ouroboros.loop.reload import recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ToolCall
@@ -96,6 +97,8 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
         events = parse_records(
             sorted(needed.values(), key=lambda r: r["seq"]), run_dir / EVENTS_FILE
         )
+        continue_message = setting(recorded_config(events), "agent", "continue_message")
+        replay_tail(state, [e for e in events if e.seq > seq], read, continue_message)
     started = started_ids(events, seq)
     interrupted = [call for call in pending_calls(state.messages) if call.id in started]
     return Recovered(

@@ -160,7 +160,8 @@ class Session:
             self.end_turn()
 
     def save(self) -> None:
-        """After a step: the state written whole (state.py)."""
+        """After a step the log cannot replay (a person's message, a call a stop cut short):
+        the state written whole (state.py)."""
         save_state(self.state, self.log, self.services.state_file)
 
     def end_turn(self) -> None:
@@ -195,7 +196,6 @@ class Session:
                 await self.evidence.ask_allocated(again=True)
                 continue
             await self.record(prompt.sent, reply)
-            self.save()
             return reply
         raise ModelError(
             f"the server kept refusing the prompt as too long after "

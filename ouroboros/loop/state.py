@@ -1,8 +1,9 @@
-"""What a run carries from step to step: the state a resume needs back, written whole after
-every step (store/state_file.py).
+"""What a run carries from turn to turn: the state a resume needs back, written whole at
+every turn's end (store/state_file.py); a resume brings it forward by the events logged
+after it (loop/rebuild.py's replay_tail).
 
-    save_state(state, log, writer)                   # after a step
     save_state(state, log, writer, durable=True)     # a turn's end, once the log is durable
+    save_state(state, log, writer)                   # a person's message, a call cut short
 """
 
 from __future__ import annotations
@@ -204,11 +205,13 @@ def check_fields(
 
 
 def save_state(state: RunState, log: RunLog, writer: StateWriter, *, durable: bool = False) -> None:
-    """Write the state whole, as of the last event logged: after every step (a reply, a tool
-    result, a person's message), `durable` at a turn's end, a session boundary and the end,
-    once the log is durable up to it (so that the state on disk never names an event the
-    log on disk may not have); after every step with `logging.durability = "event"`, whose
-    log is durable at every event. Each write costs what the state holds, which the window
-    bounds (see store/state_file.py), not what the run has done."""
+    """Write the state whole, as of the last event logged: `durable` at a turn's end, a
+    session boundary and the end, once the log is durable up to it (so that the state on
+    disk never names an event the log on disk may not have); not durable at the steps the
+    log cannot replay (a person's message, a call a stop cut short), unless
+    `logging.durability = "event"` makes the log durable at every event. What happens
+    within a turn (its reply, its results) is replayed from the log on a resume, so a turn
+    costs one write. Each costs what the state holds, which the window bounds (see
+    store/state_file.py), not what the run has done."""
     durable = durable or log.durability == "event"
     writer.write(log.seq, state.to_dict(), log.redact, durable=durable)

@@ -37,7 +37,7 @@ class ToolCalls:
         self.context = state.context
         self.toolbox = toolbox
         self.log = log
-        self.save = save  # writes the state after a step
+        self.save = save  # writes the state after a call a stop cut short
         self.observations = ObservationStore(run_dir / OBSERVATIONS_DIR)
 
     async def execute(self, calls: list[ToolCall]) -> list[tuple[ToolCall, ToolResult]]:
@@ -73,7 +73,6 @@ class ToolCalls:
                 exit_code=result.meta.get("exit_code"),
             )
         )
-        self.save()
         return result
 
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:

@@ -52,9 +52,11 @@ from ouroboros.window.policy import (
     MIN_RESULT_TOKENS,
     RESULT_MAX_SHARE,
     SCHEMA_CHARS_PER_TOKEN,
+    Continue,
     Decision,
     Mask,
     WindDown,
+    at_rest,
     brief_tools,
     decide,
     placeholder_tokens,
@@ -355,7 +357,12 @@ class ContextManager:
 
     def evaluate(self, tokens: int, messages: Sequence[Message]) -> Decision:
         """The decision after a turn. The results of the newest turn are never masked here:
-        the agent has not seen them yet; nor the newest read of its notes (kept_reads)."""
+        the agent has not seen them yet; nor the newest read of its notes (kept_reads).
+        Below the soft threshold, as most turns are, nothing is weighed."""
+        used = self.used_pct(tokens)
+        if at_rest(self.policy, used):
+            self.wound_down = False
+            return Continue()
         held = self.held(messages)
         tally = held.tally
         tally.tokens(self.chars_per_token, self.per_dense)  # its sizes at today's rates
@@ -378,7 +385,7 @@ class ContextManager:
         unsaved = self.wound_down and unsaved_work(held, held.notes, self.observations)
         decision, self.wound_down = decide(
             self.policy,
-            self.used_pct(tokens),
+            used,
             list(gains.items()),
             self.wound_down,
             recent,

@@ -80,6 +80,12 @@ class Restart:
 Decision = Continue | Mask | WindDown | Restart
 
 
+def at_rest(policy: ContextConfig, used: float) -> bool:
+    """Below the soft threshold: nothing to weigh, the agent goes on (and a wind-down told
+    before is over)."""
+    return used < policy.soft_threshold_pct
+
+
 def decide(
     policy: ContextConfig,
     used: float,
@@ -126,7 +132,7 @@ def decide(
       wind-down there made the agent save before recording its first part, every session,
       and no session ever got further.
     """
-    if used < policy.soft_threshold_pct:
+    if at_rest(policy, used):
         return Continue(), False
     keep = max(policy.keep_recent_observations, unacted)
     ids = mask_round(used, candidates[:-keep] if keep else candidates, policy)
