@@ -8,7 +8,7 @@ boundary), the digest by its own caps (loop/handoff.py); so a write costs what t
 holds, not what the run has done.
 
     writer = StateWriter(run_dir)                # one per run: it encodes each message once
-    writer.write(seq, state, redact)             # atomic replace; after every step
+    writer.write(seq, state, redact)             # atomic replace; at every turn's end
     saved = read_state(run_dir)                  # as written, its version's shape checked
     saved = upgrade(saved, records, read)        # brought to CURRENT_SCHEMA_VERSION
 
@@ -21,7 +21,8 @@ Schema versions, a line each; `UPGRADES[n]` takes a state of version n to versio
        note the harness wrote) beside its wire form. Read only (`from_v2`).
     3  `schema_version` 3: as 2, each message without `_tokens` and `_note`; the state's
        `tokens` and `notes` hold each one's measured size and note kind (or null), by
-       position. (The system prompt keeps its marks, `_mission`: loop/memory.py.)
+       position. (The system prompt keeps its marks, `_mission`: loop/memory.py.) Written
+       at every turn's end; a resume replays the events after `seq` (loop/rebuild.py).
 
 A file that is not JSON, not of its version's shape, or whose checkpoints do not apply is
 DamagedSnapshot (the message says what is wrong; a resume rebuilds the state from the log);
