@@ -72,15 +72,14 @@ def test_success_is_ok_and_stdin_is_empty(workspace: Path, events: Events) -> No
 
 
 def test_timeout_kills_the_whole_process_group(workspace: Path, events: Events) -> None:
-    started = time.monotonic()
-    result = run(shell(workspace, events, timeout_secs=1), "sleep 100 & echo $! > bg.pid; sleep 30")
-    elapsed = time.monotonic() - started
+    command = "sleep 100 & echo $! > bg.pid; sleep 30; touch waited_out"
+    result = run(shell(workspace, events, timeout_secs=1), command)
 
     assert result.content.endswith("[timed out after 1s; process group killed]")
     assert not result.ok
     assert result.meta["timed_out"] is True
     assert result.meta["exit_code"] is None
-    assert elapsed < 20
+    assert not (workspace / "waited_out").exists()  # killed, not waited for
     grandchild = int((workspace / "bg.pid").read_text())
     assert gone_soon(grandchild)
 
@@ -88,11 +87,9 @@ def test_timeout_kills_the_whole_process_group(workspace: Path, events: Events) 
 def test_background_child_holding_the_output_is_killed_after_the_shell_exits(
     workspace: Path, events: Events
 ) -> None:
-    started = time.monotonic()
     tool = shell(workspace, events, timeout_secs=60)
     result = run(tool, "sleep 100 & echo $! > bg.pid; echo started")
-    assert time.monotonic() - started < 30
-    assert result.ok
+    assert result.ok  # not timed out: the background child was not waited for
     assert result.content.startswith("started\n[a background process kept the output open")
     assert result.content.endswith("[exit code 0]")
     assert gone_soon(int((workspace / "bg.pid").read_text()))

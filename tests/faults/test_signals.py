@@ -31,10 +31,6 @@ from tests.faults.parts_agent import (
 from tests.faults.servers import Status, Trickle, start_server
 from tests.helpers import of_type, run_events
 
-# What each test's run waits on lasts 30 s or more (a 60 s outage, an endless trickle, a
-# `sleep 30`): a stop that waited it out instead of cancelling it takes at least that long.
-WAITED_OUT_SECS = 15
-
 
 def logged(root: Path, event_type: str) -> list[dict]:
     path_exists = list((root / ".ouroboros" / "runs").glob("*/events.jsonl"))
@@ -49,8 +45,10 @@ def check_stopped(
     sig: signal.Signals = signal.SIGTERM,
 ) -> dict:
     code = 128 + sig
-    assert process.returncode == code, log_text(root)
-    assert elapsed < WAITED_OUT_SECS, f"took {elapsed:.2f}s to stop: it waited, not cancelled"
+    # What each run waits on lasts longer than stop_and_time waits for the exit (a 60 s
+    # outage, an endless trickle or 503, a `sleep 30` whose result must say interrupted): a
+    # stop that waited it out instead of cancelling it fails there, whatever the machine.
+    assert process.returncode == code, f"{log_text(root)} (stopped after {elapsed:.1f}s)"
     events = run_events(root)
     end = events[-1]
     assert end["type"] == "run_end", events[-3:]
