@@ -143,22 +143,20 @@ def part_read(action: Action, messages: list[Message]) -> int | None:
 
 
 def read_in_sight(messages: list[Message], part: int) -> str | None:
-    """What the newest read of `part` in the conversation (a file_read of it, or a recall of
-    one) gave: its text, or the placeholder it became."""
+    """What the newest file_read of `part` in the conversation gave: its text, or the
+    placeholder it became."""
     for i in range(len(messages) - 1, -1, -1):
         for call in messages[i].get("tool_calls") or ():
-            name = call["function"]["name"]
-            args = json.loads(call["function"]["arguments"] or "{}")
-            if part_read(Action([(name, args)], []), messages) != part:
-                continue
-            return next(
-                (
-                    r.get("content") or ""
-                    for r in messages[i + 1 :]
-                    if r.get("tool_call_id") == call["id"]
-                ),
-                None,
-            )
+            match = PART_RE.search(call["function"]["arguments"])
+            if call["function"]["name"] == "file_read" and match and int(match.group(1)) == part:
+                return next(
+                    (
+                        r.get("content") or ""
+                        for r in messages[i + 1 :]
+                        if r.get("tool_call_id") == call["id"]
+                    ),
+                    None,
+                )
     return None
 
 
@@ -224,7 +222,7 @@ class RecordingAgent:
         seen = read_in_sight(messages, next_part) or ""  # read before the notes were
         if key := KEY_RE.search(seen):
             return record(next_part, key.group(1))
-        if obs := re.search(r'recall\(id="(obs-\d+)"', seen):
+        if "result masked" in seen and (obs := re.search(r'recall\(id="(obs-\d+)"', seen)):
             return Reply("I read it before; recalling it.", [("recall", {"id": obs.group(1)})])
         return Reply(f"Reading part {next_part}.", [("file_read", {"path": part_name(next_part)})])
 
