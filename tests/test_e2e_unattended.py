@@ -5,6 +5,7 @@ with the harness's handoff, and `ouroboros tell` reaches a running agent."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -13,8 +14,16 @@ from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, write_demo_project
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import Message, RunHooks
+from ouroboros.store.state_file import STATE_FILE
 from ouroboros.testing import Reply, ScriptedServer
-from tests.helpers import make_project, of_type, ouroboros_forked, ouroboros_here, run_events
+from tests.helpers import (
+    make_project,
+    of_type,
+    ouroboros_forked,
+    ouroboros_here,
+    run_dir,
+    run_events,
+)
 
 MEMORY = "- part 3's key is upper-case in results.txt (decided in session 1)"
 
@@ -95,6 +104,18 @@ def test_memory_and_handoff_carry_a_session_into_the_next(tmp_path):
     assert first[2]["role"] == "assistant"
     [logged] = [e for e in of_type(events, "handoff") if e["session"] == 2]
     assert logged["text"] == handoff
+
+
+def test_the_system_prompt_s_marks_stay_beside_it_never_on_the_wire(tmp_path):
+    """What the system prompt is made of (the mission's fingerprint, the memory pinned) is
+    kept beside it and saved in state.json: no request holds a key of the harness's."""
+    server = demo_task(tmp_path, NoteTaker(14))
+    assert any(MEMORY in r["messages"][0]["content"] for r in server.requests)  # pinned
+    sent = [key for r in server.requests for m in r["messages"] for key in m]
+    assert sent and not [key for key in sent if key.startswith("_")]
+    state = json.loads((run_dir(tmp_path) / STATE_FILE).read_text())["state"]
+    assert state["system_marks"]["memory"] == "NOTES.md"
+    assert not [key for m in state["messages"] for key in m if key.startswith("_")]
 
 
 @pytest.mark.parametrize("typo", ["", "[context]\nsof_threshold_pct = 0.6\n"])

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from ouroboros.store.log import list_runs, read_events
-from ouroboros.window.conversation import to_wire
 from tests.crash_helpers import (
     CountingAgent,
     check_conversation,
@@ -105,7 +104,7 @@ def turns_of(events: list[dict]) -> int:
 
 def kept_every_turn(before: dict, server, first_after: int) -> None:
     """What the model sees after the resume starts with the conversation as saved."""
-    saved = to_wire(before["state"]["messages"])  # the system prompt's marks were not sent
+    saved = before["state"]["messages"]
     sent = sent_from(server, first_after)
     assert any(m[: len(saved)] == saved for m in sent), "the saved conversation was not kept"
 

@@ -18,6 +18,7 @@ import pytest
 from ouroboros.config import ContextConfig
 from ouroboros.errors import UsageError
 from ouroboros.loop.endings import RestartSession
+from ouroboros.loop.memory import SystemMarks, fingerprint
 from ouroboros.loop.resume import recover
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ToolCall, ToolResult
@@ -26,6 +27,7 @@ from ouroboros.store.log import EVENTS_FILE, EventLog
 from ouroboros.store.observations import OBSERVATIONS_DIR, ObservationStore
 from ouroboros.store.state_file import (
     CURRENT_SCHEMA_VERSION,
+    MARK_KEYS,
     STATE_FILE,
     DamagedSnapshot,
     StateWriter,
@@ -321,6 +323,12 @@ def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conv
     assert by_position(expected["state"]["messages"]) == {
         key: state[key] for key in ("messages", "tokens", "notes")
     }
+    system = expected["state"]["messages"][0]
+    assert state["system_marks"] == {
+        "mission": system["_mission"],
+        "mission_chars": system["_mission_chars"],
+        "memory": None,
+    }
     counters = [key for key in expected["state"] if key not in ("messages", "context", "digest")]
     assert {key: state[key] for key in counters} == {
         key: expected["state"][key] for key in counters
@@ -334,10 +342,11 @@ def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conv
 
 def by_position(messages: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Messages of schema 1 or 2 as schema 3 holds them: without their `_tokens` and `_note`,
-    which are beside them."""
+    which are beside them, nor the system prompt's marks (`system_marks`)."""
     return {
         "messages": [
-            {k: v for k, v in m.items() if k not in ("_tokens", "_note")} for m in messages
+            {k: v for k, v in m.items() if k not in ("_tokens", "_note", *MARK_KEYS)}
+            for m in messages
         ],
         "tokens": [m.get("_tokens") for m in messages],
         "notes": [m.get("_note") for m in messages],
@@ -540,16 +549,77 @@ def test_a_run_whose_state_is_of_schema_2_resumes_with_its_sizes_and_notes(tmp_p
     assert read_state(run).state["notes"] == [None, "continue", None]
 
 
-def test_the_upgrade_keeps_the_marks_of_the_system_prompt(tmp_path):
-    """The system prompt's `_mission` (loop/memory.py) tells an edit of SYSTEM_PROMPT.md from
-    one of the memory after a resume: it stays; `_tokens` and `_note` go, from every message."""
+# -- schema 3 as first written: the system prompt's marks in it --
+
+V3_MARKED = (
+    '{"schema_version": 3, "seq": 2, "state": {"run_id": "run1", "messages": ['
+    '{"role": "system", "content": "Mission.\\n\\n---\\n\\nnotes", "_mission": '
+    '"0123456789abcdef", "_mission_chars": 8, "_memory": "NOTES.md"}, '
+    '{"role": "user", "content": "Begin."}], "tokens": [12, null], '
+    '"notes": [null, "continue"], '
+    '"context": {"window": {"claimed": 8192, "claimed_source": "config"}, '
+    '"max_output_tokens": 1024, "calibration": {"chars": 0.0, "tokens": 0.0, '
+    '"dense_chars": 0.0, "dense_tokens": 0.0}, "observations": {}}}}'
+)
+
+
+def test_a_state_of_schema_3_with_the_marks_in_its_system_prompt_is_written_with_them_apart(
+    tmp_path,
+):
+    """Schema 3 as first written kept the system prompt's marks in it: they are read from
+    there, and written beside it."""
+    run, log = started_run(tmp_path)
+    log.close()
+    (run / STATE_FILE).write_text(V3_MARKED)
+
+    recovered = recover(run, ContextConfig())
+
+    assert recovered.rebuilt is None
+    state = recovered.state
+    assert state.system_marks == SystemMarks("0123456789abcdef", 8, "NOTES.md")
+    assert state.messages[0] == {"role": "system", "content": "Mission.\n\n---\n\nnotes"}
+    assert state.system_prompt.pinned_memory == "NOTES.md"
+    write_state(run, recovered.seq, state.to_dict())
+    saved = read_state(run).state
+    assert saved["system_marks"] == {
+        "mission": "0123456789abcdef",
+        "mission_chars": 8,
+        "memory": "NOTES.md",
+    }
+    assert not any(key.startswith("_") for m in saved["messages"] for key in m)
+    again = RunState.from_dict(saved, ContextConfig())
+    assert again.system_marks == state.system_marks
+
+
+def test_a_state_whose_system_prompt_has_no_marks_takes_its_whole_text_for_the_mission(tmp_path):
+    unmarked = json.loads(V3_MARKED)
+    unmarked["state"]["messages"][0] = {"role": "system", "content": "Mission."}
+    (tmp_path / STATE_FILE).write_text(json.dumps(unmarked))
+
+    upgraded = upgrade(read_state(tmp_path), [], lambda obs: None)
+
+    assert upgraded.state["system_marks"] is None
+    state = RunState.from_dict(upgraded.state, ContextConfig())
+    assert state.system_prompt.mission() == (fingerprint("Mission."), len("Mission."))
+
+
+def test_the_upgrade_moves_the_marks_of_the_system_prompt_beside_it(tmp_path):
+    """The system prompt's marks (loop/memory.py) tell an edit of SYSTEM_PROMPT.md from one of
+    the memory after a resume: they move out of it, to `system_marks`, as `_tokens` and
+    `_note` go from every message."""
     saved = read_state(legacy_copy(tmp_path))
-    assert "_mission" in saved.state["messages"][0]
+    system = saved.state["messages"][0]
+    assert "_mission" in system
     records = [json.loads(line) for line in (tmp_path / "run1" / EVENTS_FILE).open()]
 
     upgraded = upgrade(saved, records, ObservationStore(tmp_path / "run1" / OBSERVATIONS_DIR).read)
 
     messages = upgraded.state["messages"]
-    assert messages[0]["_mission"] == saved.state["messages"][0]["_mission"]
-    assert not {"_tokens", "_note"} & {key for m in messages for key in m}
+    assert upgraded.state["system_marks"] == {
+        "mission": system["_mission"],
+        "mission_chars": system["_mission_chars"],
+        "memory": None,
+    }
+    assert not any(key.startswith("_") for m in messages for key in m)
     assert upgraded.state["notes"][1] == "restart" and upgraded.state["tokens"][0] == 201
+    assert "_mission" in saved.state["messages"][0]  # the state read is left as it was

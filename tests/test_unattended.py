@@ -10,7 +10,7 @@ from ouroboros.config import load_config
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.inbox import post, waiting
-from ouroboros.loop.memory import read_pinned, system_message
+from ouroboros.loop.memory import SystemPrompt, read_pinned, system_message
 from tests.fakes import FakeModel, call, reply
 from tests.helpers import make_project
 from tests.session_rig import CONTINUE, Rig, contents, reads
@@ -116,9 +116,9 @@ def test_the_memory_file_and_agents_md_are_pinned_after_the_mission(tmp_path):
     (tmp_path / "workspace/NOTES.md").write_text("- part 3 is corrupt\n")
     (tmp_path / "workspace/AGENTS.md").write_text("Run the tests with make test.\n")
 
-    message, warnings = system_message(loaded, {}, 4.0)
+    prompt, warnings = system_message(loaded, SystemPrompt({}), 4.0)
 
-    text = message["content"]
+    text = prompt.message["content"]
     assert warnings == []
     assert text.startswith("MISSION\n")
     assert (
@@ -128,6 +128,12 @@ def test_the_memory_file_and_agents_md_are_pinned_after_the_mission(tmp_path):
     )
     assert "## Your memory: NOTES.md (yours to edit" in text
     assert "AGENTS.md: the workspace's instructions for agents (read-only" in text
+    assert prompt.message.keys() == {"role", "content"}  # its marks are beside it
+    assert prompt.pinned_memory == "NOTES.md"
+    assert (
+        prompt.mission()
+        == SystemPrompt({"content": loaded.system_prompt_path.read_text()}).mission()
+    )
 
 
 def test_a_memory_over_its_budget_keeps_its_newest_part_and_says_so(tmp_path):
@@ -135,9 +141,9 @@ def test_a_memory_over_its_budget_keeps_its_newest_part_and_says_so(tmp_path):
     lines = [f"note {i:04d}: something learned" for i in range(2000)]
     (tmp_path / "workspace/NOTES.md").write_text("\n".join(lines) + "\n")
 
-    message, warnings = system_message(loaded, {}, 4.0)
+    prompt, warnings = system_message(loaded, SystemPrompt({}), 4.0)
 
-    text = message["content"]
+    text = prompt.message["content"]
     assert "note 1999: something learned" in text and "note 0000" not in text
     assert "over its 50-token budget: only its newest part is shown" in text
     assert len(text) < 600
@@ -157,10 +163,11 @@ def test_a_memory_file_that_cannot_be_pinned_is_one_warning_and_the_run_goes_on(
         (lambda: notes.mkdir(), "is not a regular file"),
     ]:
         make()
-        message, warnings = system_message(loaded, {}, 4.0)
+        prompt, warnings = system_message(loaded, SystemPrompt({}), 4.0)
         assert len(warnings) == 1 and said in warnings[0], warnings
-        assert message["content"].startswith("MISSION")
-        assert "not for the agent" not in message["content"]
+        assert prompt.message["content"].startswith("MISSION")
+        assert "not for the agent" not in prompt.message["content"]
+        assert prompt.pinned_memory is None
         notes.rmdir() if notes.is_dir() and not notes.is_symlink() else notes.unlink()
 
 
@@ -338,17 +345,17 @@ def test_a_handoff_too_long_for_the_room_is_cut_never_the_carried_pairs(tmp_path
 
 
 def test_an_edit_of_the_memory_is_not_an_edit_of_the_mission():
-    from ouroboros.loop.memory import mission_changed, mission_message
+    from ouroboros.loop.memory import mission_changed, mission_prompt
 
-    before = mission_message("Count parts.\n\n---\n\nnotes: part 3", "Count parts.")
-    notes_edited = mission_message("Count parts.\n\n---\n\nnotes: part 4", "Count parts.")
-    mission_edited = mission_message("Count all parts.\n\n---\n\nnotes: part 4", "Count all parts.")
+    before = mission_prompt("Count parts.\n\n---\n\nnotes: part 3", "Count parts.")
+    notes_edited = mission_prompt("Count parts.\n\n---\n\nnotes: part 4", "Count parts.")
+    mission_edited = mission_prompt("Count all parts.\n\n---\n\nnotes: part 4", "Count all parts.")
 
     assert mission_changed(before, notes_edited) is None
     assert mission_changed(notes_edited, mission_edited) == (12, 16)
-    assert mission_changed(
-        {"role": "system", "content": "old"}, {"role": "system", "content": "new"}
-    ) == (3, 3)
+    assert before.message == {"role": "system", "content": before.message["content"]}
+    unmarked = SystemPrompt({"role": "system", "content": "old"})  # a state from before marks
+    assert mission_changed(unmarked, SystemPrompt({"role": "system", "content": "new"})) == (3, 3)
 
 
 # --- work done again ------------------------------------------------------------------------

@@ -47,7 +47,6 @@ from ouroboros.window.belief import (
     needs_retest,
     uncut,
 )
-from ouroboros.window.conversation import to_wire
 from ouroboros.window.manager import ContextManager, Reading
 
 # Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
@@ -200,7 +199,7 @@ class Evidence:
         expected = have + round(pieces * (words // pieces) * rate)
         try:
             counted = await self.client.prompt_tokens(
-                [*to_wire(messages[:1]), *[piece] * pieces], self.tools
+                [*messages[:1], *[piece] * pieces], self.tools
             )
             probe = Probe(expected, counted)
             if counted is not None and counted < whole * (1 - FALL_TOLERANCE):

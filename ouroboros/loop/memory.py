@@ -8,7 +8,13 @@ Each pinned file has a budget in tokens (`agent.memory_max_tokens`): over it, it
 is kept and the agent is told. A file that cannot be pinned (binary, not a file, a link out of
 the workspace, unreadable) is left out with one warning; the run goes on.
 
-    message, warnings = system_message(loaded, previous, chars_per_token)
+The system message is only its wire form; what it is made of (the mission's fingerprint and
+size, the pinned memory's name) is kept beside it, in its SystemMarks, never sent: so an edit
+of SYSTEM_PROMPT.md can be told from one of the memory.
+
+    prompt, warnings = system_message(loaded, previous, chars_per_token)
+    prompt.message   # {"role": "system", "content": ...}
+    mission_changed(previous, prompt)  # (old chars, new chars), or None
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ouroboros.config import LoadedConfig
 from ouroboros.protocols import Message
@@ -171,15 +178,53 @@ def pin_budget(memory_max_tokens: int, prompt_budget: int | None) -> int:
 PIN_SHARE = 8  # each pinned file takes at most an eighth of the prompt's budget
 
 
+@dataclass(frozen=True)
+class SystemMarks:
+    """What a system message is made of: a fingerprint of the mission it holds
+    (SYSTEM_PROMPT.md's text) and the mission's length, and the memory file it pins (None:
+    none). Kept beside the message (the run's state saves them), never sent."""
+
+    mission: str
+    mission_chars: int
+    memory: str | None = None
+
+    @classmethod
+    def of(cls, mission: str, memory: str | None = None) -> SystemMarks:
+        return cls(fingerprint(mission), len(mission), memory)
+
+
+class SystemPrompt(NamedTuple):
+    """The system message and its marks (None: not known, as in a state from before them;
+    then its whole text counts as the mission).
+
+        SystemPrompt({"role": "system", "content": "Count parts."}, SystemMarks.of("Count parts."))
+    """
+
+    message: Message
+    marks: SystemMarks | None = None
+
+    @property
+    def pinned_memory(self) -> str | None:
+        """The memory file's name if the message pins it."""
+        return self.marks.memory if self.marks is not None else None
+
+    def mission(self) -> tuple[str, int]:
+        """The mission's fingerprint and length."""
+        if self.marks is not None:
+            return self.marks.mission, self.marks.mission_chars
+        content = str(self.message.get("content", ""))
+        return fingerprint(content), len(content)
+
+
 def system_message(
     loaded: LoadedConfig,
-    previous: Message,
+    previous: SystemPrompt,
     chars_per_token: float,
     prompt_budget: int | None = None,
-) -> tuple[Message, list[str]]:
-    """The system message as the files are now, and a warning for each file left out. The
-    previous message if the mission's file has gone; the mission alone if the memory's
-    budget is 0."""
+) -> tuple[SystemPrompt, list[str]]:
+    """The system message as the files are now, with its marks, and a warning for each file
+    left out. The previous one if the mission's file has gone; the mission alone if the
+    memory's budget is 0."""
     try:
         mission = loaded.system_prompt_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -187,7 +232,7 @@ def system_message(
     agent = loaded.config.agent
     max_tokens = pin_budget(agent.memory_max_tokens, prompt_budget)
     if agent.memory_max_tokens == 0:
-        return mission_message(mission, mission), []
+        return mission_prompt(mission, mission), []
     warnings: list[str] = []
     pinned: list[Pinned | None] = []
     for name in (agent.memory_file, AGENTS_FILE):
@@ -206,47 +251,22 @@ def system_message(
         )
         warnings.append(f"{memory.name} is over {limit}: only its newest part is pinned")
     content = compose(mission, memory, agents, max_tokens)
-    message = mission_message(content, mission)
-    if memory is not None and memory.text is not None:
-        message[MEMORY_KEY] = memory.name
-    return message, warnings
+    pins = memory.name if memory is not None and memory.text is not None else None
+    return mission_prompt(content, mission, pins), warnings
 
 
-def mission_message(content: str, mission: str) -> Message:
-    """The system message, marked with the mission it holds (private keys, never sent), so an
-    edit of SYSTEM_PROMPT.md can be told from one of the memory."""
-    return {
-        "role": "system",
-        "content": content,
-        MISSION_KEY: fingerprint(mission),
-        MISSION_CHARS_KEY: len(mission),
-    }
+def mission_prompt(content: str, mission: str, memory: str | None = None) -> SystemPrompt:
+    """The system message holding `content`, marked with the `mission` in it and the name of
+    the `memory` file it pins."""
+    return SystemPrompt({"role": "system", "content": content}, SystemMarks.of(mission, memory))
 
 
 def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-MISSION_KEY = "_mission"
-MISSION_CHARS_KEY = "_mission_chars"
-MEMORY_KEY = "_memory"  # the memory file's name, when the message pins it
-
-
-def pinned_memory(system: Message) -> str | None:
-    """The memory file's name if this system message pins it."""
-    return system.get(MEMORY_KEY)
-
-
-def mission_changed(before: Message, now: Message) -> tuple[int, int] | None:
+def mission_changed(before: SystemPrompt, now: SystemPrompt) -> tuple[int, int] | None:
     """The mission's size before and now when SYSTEM_PROMPT.md was edited between the two
-    system messages; None when it was not (a message without the mark: its whole text)."""
-
-    def mark(message: Message) -> tuple[str, int]:
-        content = str(message.get("content", ""))
-        return (
-            message.get(MISSION_KEY) or fingerprint(content),
-            message.get(MISSION_CHARS_KEY, len(content)),
-        )
-
-    (old, old_chars), (new, new_chars) = mark(before), mark(now)
+    system prompts; None when it was not."""
+    (old, old_chars), (new, new_chars) = before.mission(), now.mission()
     return None if old == new else (old_chars, new_chars)

@@ -17,6 +17,7 @@ from typing import Any
 from ouroboros.config import AgentConfig, ContextConfig, ModelConfig
 from ouroboros.loop.budgets import spent_in, tokens_counted
 from ouroboros.loop.handoff import Digest, restart_note
+from ouroboros.loop.memory import mission_prompt
 from ouroboros.loop.reload import RELOAD_WIND_DOWN_TEXT, recorded_config
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import Message, ToolCall, ToolResult
@@ -47,9 +48,9 @@ def rebuild_state(
     )
     context.restored(next_observation(events), wound_down=False)
     replay = Replay(context, read_observation, setting(config, "agent", "continue_message"))
+    system = mission_prompt(system_prompt, system_prompt)
     messages = conv.Conversation(
-        [{"role": "system", "content": system_prompt}, opening(events, session, config)],
-        context.worth_masking,
+        [system.message, opening(events, session, config)], context.worth_masking
     )
     seq = 0
     for event in events:
@@ -59,6 +60,7 @@ def rebuild_state(
         run_id,
         messages,
         context,
+        system_marks=system.marks,
         session=session,
         session_turns=len(replay.turns),
         total_turns=count_turns(events),

@@ -9,7 +9,7 @@ The runner, when a session raised RestartSession (after reading the config again
                                                  # window is to blame, else the cause
     fitted = fresh_start(state, system, tools, policy, told, facts_chars=...)  # or
                                                  # WindowTooSmallError
-    previous_turns = begin_session(state, fitted.messages)  # the conversation adopts them
+    previous_turns = begin_session(state, fitted.messages, marks)  # the conversation adopts them
 
 The next session reads in the order things happened: the system prompt as it is on disk now
 (with the memory file pinned), the newest `carryover_turns` complete turns that fit (the
@@ -28,6 +28,7 @@ from ouroboros.errors import WindowTooSmallError
 from ouroboros.loop.endings import StopRun
 from ouroboros.loop.guards import barren_cause
 from ouroboros.loop.handoff import Digest, restart_note
+from ouroboros.loop.memory import SystemMarks
 from ouroboros.loop.state import RunState
 from ouroboros.protocols import ConfirmRestart, Message
 from ouroboros.window import ledger
@@ -164,15 +165,17 @@ def carried_messages(messages: Conversation) -> int:
     return sum(1 for kind in messages.notes[1:] if kind != "restart")
 
 
-def begin_session(state: RunState, messages: Conversation) -> int:
-    """Make `messages` (fitted apart) the conversation of the run's next session; return how
-    many turns the previous one ran."""
+def begin_session(state: RunState, messages: Conversation, marks: SystemMarks | None = None) -> int:
+    """Make `messages` (fitted apart; `marks`: what its system prompt is made of, None if not
+    known) the conversation of the run's next session; return how many turns the previous
+    one ran."""
     previous_turns = state.session_turns
     state.session += 1
     state.restarts += 1
     state.session_turns = state.session_successes = 0
     state.reload = ""
     state.messages.adopt(messages)
+    state.system_marks = marks
     state.context.forget_unreferenced(messages)
     return previous_turns
 

@@ -35,7 +35,7 @@ from ouroboros.loop.evidence import believe_told
 from ouroboros.loop.handoff import handoff_budget, tokens_of
 from ouroboros.loop.heartbeat import HEARTBEAT_FILE, Heartbeat
 from ouroboros.loop.live_config import LiveConfig
-from ouroboros.loop.memory import mission_changed, pinned_memory, system_message
+from ouroboros.loop.memory import SystemPrompt, mission_changed, system_message
 from ouroboros.loop.reload import Change, bad_edit, config_diff, needs_new_run, show, with_live
 from ouroboros.loop.restart import (
     begin_session,
@@ -332,9 +332,7 @@ class Runner:
         runner.guard = guard
         runner.follow_config()
         client.reply_room = lambda: runner.state.context.limit - runner.state.context.budget
-        system = runner.system_message()  # the memory as it is now, on a resume too
-        if system["content"] != state.messages[0].get("content"):
-            state.messages.replace_system(system)
+        if state.replace_system(runner.system_prompt()):  # the memory now, on a resume too
             state.context.changed()
         session = Session(state, services)
         for call in interrupted:
@@ -405,21 +403,22 @@ class Runner:
         self.brake(count_progress(state, state.digest))
         asker = self.services.asker
         told = await asker.told() if asker is not None else None
-        context, previous_prompt, toolbox = state.context, state.messages[0], self.services.toolbox
-        system = self.system_message()
+        context, toolbox = state.context, self.services.toolbox
+        previous_prompt = state.system_prompt
+        system = self.system_prompt()
         facts = handoff_budget(policy.handoff_max_tokens, context.budget)
         fitted = fresh_start(
             state,
-            system,
+            system.message,
             toolbox.schemas(),
             policy,
             told,
             facts_chars=int(facts * context.chars_per_token),
-            memory=pinned_memory(system),
+            memory=system.pinned_memory,
             brief=toolbox.brief_schemas(),
         )
         self.log.emit(ev.SessionEnd(reason="restart"))
-        previous_turns = begin_session(state, fitted.messages)
+        previous_turns = begin_session(state, fitted.messages, system.marks)
         carried = carried_messages(fitted.messages)
         # Saved before the events that announce it: a crash in between resumes the new session.
         self.snapshot()
@@ -436,7 +435,7 @@ class Runner:
             )
         )
         log_changes(self.log, changes)
-        self.log_prompt_change(previous_prompt, fitted.messages[0])
+        self.log_prompt_change(previous_prompt, system)
         self.log.emit(
             ev.SessionStart(
                 context_limit=context.limit,
@@ -454,18 +453,18 @@ class Runner:
             self.log.emit(ev.Stuck(kind="barren", detail=cause, action="pause"))
             raise StopRun("stuck")
 
-    def system_message(self) -> Message:
+    def system_prompt(self) -> SystemPrompt:
         """The mission and the agent's memory as the files are now (memory.py); a file that
         cannot be pinned is warned about once."""
-        context = self.state.context
-        message, warnings = system_message(
-            self.loaded, self.state.messages[0], context.chars_per_token, context.budget
+        state = self.state
+        prompt, warnings = system_message(
+            self.loaded, state.system_prompt, state.context.chars_per_token, state.context.budget
         )
         for warning in warnings:
             self.warn_once(warning, warning)
-        return message
+        return prompt
 
-    def log_prompt_change(self, before: Message, now: Message) -> None:
+    def log_prompt_change(self, before: SystemPrompt, now: SystemPrompt) -> None:
         """One line when the system prompt file was edited since the session before, as a
         config edit gets one."""
         changed = mission_changed(before, now)

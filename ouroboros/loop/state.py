@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
 from ouroboros.loop.handoff import Digest
+from ouroboros.loop.memory import SystemMarks, SystemPrompt
 from ouroboros.protocols import EventSink, RunLog
 from ouroboros.store.events import WarningCleared, WarningEvent
 from ouroboros.store.state_file import DamagedSnapshot, StateWriter
@@ -36,6 +37,8 @@ class RunState:
     run_id: str
     messages: Conversation  # given as a list (of messages or Records), it becomes one
     context: ContextManager
+    # What the system prompt (messages[0]) is made of (memory.py); None: not known.
+    system_marks: SystemMarks | None = None
     session: int = 1
     session_turns: int = 0
     total_turns: int = 0
@@ -61,6 +64,20 @@ class RunState:
             self.messages = Conversation(self.messages, self.context.worth_masking)
         self._saved_observations = SavedObservations()  # not a field: to_dict's, not saved
 
+    @property
+    def system_prompt(self) -> SystemPrompt:
+        """The system message and its marks."""
+        return SystemPrompt(self.messages[0], self.system_marks)
+
+    def replace_system(self, prompt: SystemPrompt) -> bool:
+        """The system prompt as it is now: its marks, and its message if its text changed
+        (then True)."""
+        self.system_marks = prompt.marks
+        if prompt.message.get("content") == self.messages[0].get("content"):
+            return False
+        self.messages.replace_system(prompt.message)
+        return True
+
     def warn_once(self, log: EventSink, key: str, message: str) -> None:
         """A `warning` event, the first time this run meets `key`."""
         if key not in self.warned:
@@ -76,13 +93,16 @@ class RunState:
 
     def to_dict(self) -> dict[str, Any]:
         """The state as state.json holds it: the messages as sent, and beside them each
-        one's measured size (`tokens`) and note kind (`notes`), by position. Shallow: the
-        messages are shared, not copied (the state is written at once; copying a long
-        conversation would cost more CPU than the rest of the turn)."""
+        one's measured size (`tokens`) and note kind (`notes`), by position, and what the
+        system prompt is made of (`system_marks`). Shallow: the messages are shared, not
+        copied (the state is written at once; copying a long conversation would cost more
+        CPU than the rest of the turn)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["messages"] = self.messages.messages
         data["tokens"] = self.messages.tokens
         data["notes"] = self.messages.notes[:]
+        marks = self.system_marks
+        data["system_marks"] = flat(marks) if marks is not None else None
         data["context"] = saved_context(self.context, self._saved_observations)
         data["digest"] = self.digest.to_dict()
         return data
@@ -94,6 +114,9 @@ class RunState:
         data = dict(data)
         tokens, notes = data.pop("tokens", None), data.pop("notes", None)
         check_fields(cls, data, "state")
+        if (marks := data.get("system_marks")) is not None:
+            check_fields(SystemMarks, marks, "state.system_marks")
+            data["system_marks"] = SystemMarks(**marks)
         if tokens is not None and notes is not None:  # of the length checked with the shape
             data["messages"] = list(map(Record, data["messages"], notes, tokens))
         context = data["context"]

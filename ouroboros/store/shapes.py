@@ -142,7 +142,8 @@ class ToolCallShape(Shape):
 
 class MessageShape(Shape):
     """A message of the conversation as the state holds it: its wire form (before schema 3,
-    with the harness's `_tokens` and `_note` in it too)."""
+    with the harness's `_tokens` and `_note` in it too, and the system prompt with its
+    marks)."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = None
@@ -197,12 +198,22 @@ class StateShape(Shape):
     digest: DigestShape | Annotated[JsonObject, Field(max_length=0)] | None = None
 
 
+class SystemMarksShape(Shape):
+    """What the system prompt is made of (loop/memory.py's SystemMarks)."""
+
+    mission: str
+    mission_chars: int = Field(ge=0)
+    memory: str | None = None
+
+
 class StateShape3(StateShape):
     """RunState as state.json of schema 3 holds it: beside the messages, each one's measured
-    size and the kind of each note of the harness's (null where none), by position."""
+    size and the kind of each note of the harness's (null where none), by position, and the
+    system prompt's marks (absent from a file written before they were kept apart)."""
 
     tokens: list[Annotated[int, Field(ge=0)] | None]
     notes: list[str | None]
+    system_marks: SystemMarksShape | None = None
 
     @model_validator(mode="after")
     def by_position(self) -> StateShape3:

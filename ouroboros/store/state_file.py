@@ -21,8 +21,10 @@ Schema versions, a line each; `UPGRADES[n]` takes a state of version n to versio
        note the harness wrote) beside its wire form. Read only (`from_v2`).
     3  `schema_version` 3: as 2, each message without `_tokens` and `_note`; the state's
        `tokens` and `notes` hold each one's measured size and note kind (or null), by
-       position. (The system prompt keeps its marks, `_mission`: loop/memory.py.) Written
-       at every turn's end; a resume replays the events after `seq` (loop/rebuild.py).
+       position; `system_marks` what the system prompt is made of (loop/memory.py; before,
+       its `_mission`, `_mission_chars` and `_memory` were in it, as they may still be in a
+       file of schema 3 written first). Written at every turn's end; a resume replays the
+       events after `seq` (loop/rebuild.py).
 
 A file that is not JSON, not of its version's shape, or whose checkpoints do not apply is
 DamagedSnapshot (the message says what is wrong; a resume rebuilds the state from the log);
@@ -54,6 +56,8 @@ V1_FORMAT_VERSION = 3
 # Schemas 1 and 2 kept these beside a message's wire form, in it: its measured size and the
 # kind of a note the harness wrote.
 TOKENS_KEY, NOTE_KEY = "_tokens", "_note"
+# And the system prompt's marks (state["system_marks"] since) were in it, under these keys.
+MARK_KEYS = {"_mission": "mission", "_mission_chars": "mission_chars", "_memory": "memory"}
 ObservationReader = Callable[[str], "str | None"]  # obs id -> its full text, None if gone
 
 
@@ -271,6 +275,8 @@ def upgrade(
     records = list(records)
     while saved.schema_version < CURRENT_SCHEMA_VERSION:
         saved = UPGRADES[saved.schema_version](saved, records, read_observation)
+    if "system_marks" not in saved.state:  # schema 3 as first written: the marks in messages[0]
+        saved = replace(saved, state=marks_apart(saved.state))
     return saved
 
 
@@ -398,9 +404,9 @@ def from_v2(
     saved: SavedState, records: list[dict[str, Any]], read_observation: ObservationReader
 ) -> SavedState:
     """Schema 2 to 3: each message's `_tokens` and `_note` move out of it, to the state's
-    `tokens` and `notes` (null where it had none). The system prompt's marks (`_mission`,
-    loop/memory.py) stay where they are."""
-    state = dict(saved.state)
+    `tokens` and `notes` (null where it had none); the system prompt's marks, to its
+    `system_marks` (marks_apart)."""
+    state = marks_apart(saved.state)
     messages, tokens, notes = [], [], []
     for message in state["messages"]:
         measured, kind = message.get(TOKENS_KEY), message.get(NOTE_KEY)
@@ -413,6 +419,26 @@ def from_v2(
     except ValidationError as error:
         raise DamagedSnapshot(f"does not hold a run's state ({why_not(error)})") from None
     return replace(saved, schema_version=3, state=state)
+
+
+def marks_apart(state: dict[str, Any]) -> dict[str, Any]:
+    """The state with the system prompt's marks (loop/memory.py's SystemMarks) out of it, in
+    `system_marks`: None when it had none, or none of the right types (a resume then takes
+    its whole text for the mission). The state given is left as it was."""
+    system = state["messages"][0]
+    found = {name: system.get(key) for key, name in MARK_KEYS.items()}
+    well_formed = (
+        isinstance(found["mission"], str)
+        and type(found["mission_chars"]) is int
+        and found["mission_chars"] >= 0
+        and isinstance(found["memory"], str | None)
+    )
+    clean = {k: v for k, v in system.items() if k not in MARK_KEYS}
+    return {
+        **state,
+        "messages": [clean, *state["messages"][1:]],
+        "system_marks": found if well_formed else None,
+    }
 
 
 Upgrade = Callable[[SavedState, list[dict[str, Any]], ObservationReader], SavedState]

@@ -80,12 +80,6 @@ def note(kind: NoteKind, text: str) -> Record:
     return Record({"role": "user", "content": text}, kind)
 
 
-def to_wire(messages: Sequence[Message]) -> list[Message]:
-    """The messages as the server should see them: without the marks the system prompt
-    carries for the harness (keys beginning with "_", loop/memory.py)."""
-    return [{k: v for k, v in m.items() if not k.startswith("_")} for m in messages]
-
-
 def without_reasoning(text: str) -> str:
     """Assistant text without its `<think>` blocks. Kept out of the history: templates strip
     earlier reasoning anyway (so counts would shrink unpredictably), and it costs tokens."""

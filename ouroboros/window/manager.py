@@ -216,8 +216,7 @@ class ContextManager:
         return worth_masking(message, self.observations)
 
     def wire(self, messages: Sequence[Message], upto: int | None = None) -> WireMessages:
-        """The messages (the first `upto`) as the server should see them, encoded (see
-        `to_wire`)."""
+        """The messages (the first `upto`) as the server should see them, encoded."""
         return self.held(messages).tally.wire(upto)
 
     def comparable(self, sent: int) -> LastCount | None:

@@ -1,11 +1,10 @@
 """Running sums over the conversation, so a turn costs what changed, not what is held.
 
 Each message is sized and encoded once, when the tally is told of it: its characters and its
-wire form as JSON bytes. Its entry also holds what the harness keeps beside the message, never
-in it (a message is its wire form, but for the system prompt's marks): its measured tokens
-(see ledger.py) and, for a note of the harness's, its kind (conversation.NoteKind). Totals are
-running sums. The tally
-does not look at the conversation: its owner (conversation.Conversation) tells it what
+wire form as JSON bytes (a message is its wire form, nothing else). Its entry also holds what
+the harness keeps beside the message, never in it: its measured tokens (see ledger.py) and,
+for a note of the harness's, its kind (conversation.NoteKind). Totals are running sums. The
+tally does not look at the conversation: its owner (conversation.Conversation) tells it what
 changed, by position: a message added at the end, the messages from a position on cut
 off, one message replaced (masking), or the whole rebuilt from the entries it keeps (dropped
 turns), so only the messages that really changed are sized and encoded again. Tool-call ids
@@ -37,9 +36,10 @@ def encode_json(value: Any) -> bytes:
 
 
 def encode(message: Message) -> bytes:
-    """The message as the server reads it: JSON, without the marks the system prompt carries
-    for the harness (keys beginning with "_", loop/memory.py); no other message has any."""
-    return encode_json({k: v for k, v in message.items() if not k.startswith("_")})
+    """The message as the server reads it: JSON. A message is its wire form as it is: what
+    the harness keeps of it is beside it (its Entry; the system prompt's marks,
+    loop/memory.py)."""
+    return encode_json(message)
 
 
 def wire_messages(messages: list[Message]) -> WireMessages:

@@ -25,7 +25,6 @@ from ouroboros.loop.resume import observation_reader
 from ouroboros.store.log import EVENTS_FILE, read_events
 from ouroboros.store.state_file import STATE_FILE
 from ouroboros.testing import Fault, ScriptedServer
-from ouroboros.window.conversation import to_wire
 from tests.crash_helpers import CountingAgent, check_conversation, demo_project
 from tests.helpers import of_type, ouroboros_here, parts_recorded, run_dir
 
@@ -131,8 +130,7 @@ def test_the_rebuilt_conversation_is_the_one_the_snapshot_held(genuine):
 
     state, seq = rebuild_state(events, run.name, ContextConfig(), prompt, observation_reader(run))
 
-    # The system prompt's marks (loop/memory.py) are not in the log.
-    assert state.messages == to_wire(saved["state"]["messages"])
+    assert state.messages == saved["state"]["messages"]
     assert state.messages.notes[:] == saved["state"]["notes"]
     assert (state.session, state.session_turns, state.total_turns, state.restarts) == (
         1,
