@@ -447,6 +447,22 @@ def test_a_session_of_new_work_ends_the_run_of_short_redoing_ones(tmp_path):
     assert not rig.log.of_type("stuck")
 
 
+def test_long_sessions_that_write_the_same_status_each_time_are_not_short_redoing_ones(tmp_path):
+    """A monitoring loop: every session reads for a while and writes the same status file
+    as the one before. Each session stands alone: no note, no pause, however many."""
+    status = reply("", call("file_write", path="status.txt", content="all good"))
+    look = reply("", call("list_dir", path="."))
+    model = FakeModel([status, *[look] * 12, reply("", call("task_complete", summary="x"))])
+    limits = {"redo_notice_repeats": 3, "redo_pause_repeats": 6}
+    rig = Rig(tmp_path, model, agent={**limits, "stuck_repeats": 0, "stuck_cycles": 0})
+    assert rig.run().reason == "task_complete"
+    for _ in range(10):
+        rig.restart()
+        model.script.extend([status, *[look] * 12, reply("", call("task_complete", summary="x"))])
+        assert rig.run().reason == "task_complete"
+    assert not rig.log.of_type("stuck")
+
+
 def test_the_redo_check_is_a_pure_decision():
     from ouroboros.loop.guards import redoing
 

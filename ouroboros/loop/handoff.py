@@ -38,6 +38,11 @@ MAX_FAILURES = 20
 MAX_INTERRUPTED = 5
 MAX_DONE = 4096  # fingerprints of side-effecting calls that succeeded, newest kept
 MAX_REPEATS_SHOWN = 3
+# A session of at most this many turns that was mostly repeats counts toward the next one's
+# (Digest.redone_before): a window that holds one step a session restarts that often. A
+# longer session, mostly repeats or not, is an agent at work (a monitoring loop writes the
+# same status again and again), and stands alone.
+SHORT_SESSION_TURNS = 10
 SHOWN_CHARS = 80
 HANDOFF_SHARE = 20  # of the prompt's budget, at most
 WRITING_TOOLS = ("file_write", "file_edit")
@@ -82,8 +87,8 @@ class Digest:
     )
     told_redoing: bool = False
     # -- the whole run
-    redone_before: int = 0  # repeats of the sessions in a row before this one that were
-    # mostly repeats: sessions too short to trip the guard alone still add up
+    redone_before: int = 0  # repeats of the short sessions in a row before this one that
+    # were mostly repeats: sessions too short to trip the guard alone still add up
     sessions_turns: int = 0  # turns in sessions before this one
     sessions_calls: int = 0
     files: OrderedDict[str, int] = field(default_factory=OrderedDict)  # path -> writes
@@ -194,7 +199,7 @@ class Digest:
         """A restart: the session's counts begin again; what the run did is kept."""
         self.sessions_turns += self.turns
         self.sessions_calls += self.calls
-        redoing = 2 * self.repeats > self.side_effects
+        redoing = 2 * self.repeats > self.side_effects and self.turns <= SHORT_SESSION_TURNS
         self.redone_before = self.redone_before + self.repeats if redoing else 0
         fresh = Digest()
         for name in SESSION_FIELDS:
