@@ -177,7 +177,11 @@ RESTART_ASKS = "re-read your notes"  # what the restart note asks first (loop/ha
 
 
 class RecordingAgent:
-    """A deterministic agent for the demo task. Callable as the scripted server's brain."""
+    """A deterministic agent for the demo task. Callable as the scripted server's brain.
+    After a restart it goes on from the turns carried over when they show where it was (a
+    part it read, a `next: N` it wrote or read), and re-reads its notes, as the restart note
+    asks, when they do not. (The agents of ouroboros/testing/agents.py take every note
+    literally.)"""
 
     def __init__(self, parts: int) -> None:
         self.parts = parts
@@ -188,7 +192,8 @@ class RecordingAgent:
         reading = action is not None and part_read(action, messages) is not None
         if "Context nearly full" in (last.get("content") or "") and not reading:
             return self.save(messages)
-        if last["role"] == "user" and RESTART_ASKS in (last.get("content") or ""):
+        restarted = last["role"] == "user" and RESTART_ASKS in (last.get("content") or "")
+        if restarted and not reading and known_next_part(messages) is None:  # lost
             return Reply("A new session: checking my notes first.", [PROGRESS_READ])
         if action is None:
             return Reply("Starting: let me look around.", [("list_dir", {"path": "."})])
