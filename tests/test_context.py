@@ -571,6 +571,42 @@ def test_a_session_that_has_done_no_work_acts_on_what_it_just_read_first():
     assert over == (WindDown(), True)  # a prompt that does not fit gets no such turn
 
 
+def test_an_agent_that_saved_and_read_in_one_turn_records_what_it_read_first():
+    """The chatter row of issue 36: the agent writes its notes and reads the next part in one
+    turn, and that turn takes the session past the hard threshold. Told to wind down there,
+    it saved again what it had just saved, the part went unrecorded into the next session,
+    and every session held one part where it could hold two (154 requests against 120)."""
+    policy = ContextConfig(keep_recent_observations=2)
+    args = {"unacted": 1, "maskable": 0.0}
+    fresh = decide(policy, 0.93, [("c1", 0.3)], False, **args, read_after_save=True)
+    assert fresh == (Continue(), False)
+    assert decide(policy, 0.93, [("c1", 0.3)], False, **args) == (WindDown(), True)
+    told = decide(policy, 0.93, [("c1", 0.3)], True, **args, read_after_save=True)
+    assert isinstance(told[0], Restart)  # told once already: no second such turn
+    over = decide(policy, 1.02, [("c1", 0.3)], False, **args, read_after_save=True)
+    assert over == (WindDown(), True)  # a prompt that does not fit gets no such turn
+
+
+def test_a_turn_read_after_a_save_when_it_wrote_and_read():
+    cm = manager()
+    read = conversation(cm, 1)[2:]  # its reply and its result
+    result = ToolResult("wrote 9 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
+    obs = conv.describe("file_write", "notes.md", result, cm.new_observation_id(), "w0")
+    write = [assistant("w0"), tool("w0", cm.admit(obs, result.content))]
+    both = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [*write[0]["tool_calls"]] + [*read[0]["tool_calls"]],
+        },
+        write[1],
+        read[1],
+    ]
+    assert not conv.read_after_save(read, cm.observations)  # read only
+    assert not conv.read_after_save(write, cm.observations)  # wrote only
+    assert conv.read_after_save(both, cm.observations)
+
+
 def test_work_is_a_write_or_a_command_that_succeeded_since_the_restart():
     cm = manager()
     reads = conversation(cm, 3)

@@ -247,6 +247,15 @@ def saved(message: Message, obs: Observation) -> bool:
     return obs.tool in WRITING_TOOLS and not content.startswith(("error", "[interrupted"))
 
 
+def read_after_save(turn: Sequence[Message], observations: dict[str, Observation]) -> bool:
+    """Whether this turn (its reply and results) both saved (a write that succeeded) and
+    read (the agent has not seen what yet)."""
+    done = [(m, obs) for m in turn if (obs := result_of(m, observations)) is not None]
+    return any(saved(m, obs) for m, obs in done) and any(
+        obs.tool in READING_TOOLS for _, obs in done
+    )
+
+
 def worked(obs: Observation) -> bool:
     """Whether this result is of a command that succeeded (reading is not work)."""
     return obs.tool not in READING_TOOLS and obs.exit_code == 0

@@ -39,6 +39,7 @@ from ouroboros.window.conversation import (
     newest_reads,
     notes_written,
     placeholder,
+    read_after_save,
     save_results,
     unacted_turns,
     unsaved_work,
@@ -395,6 +396,7 @@ class ContextManager:
             idle=not worked_this_session(held, held.notes, self.observations),
             reprocessed=self.reprocessed(tally) if self.policy.prefix_cache else None,
             turns=len(starts),
+            read_after_save=bool(starts) and read_after_save(held[starts[-1] :], self.observations),
         )
         return decision
 

@@ -99,6 +99,7 @@ def decide(
     idle: bool = False,
     reprocessed: Callable[[str], float] | None = None,
     turns: int = 0,
+    read_after_save: bool = False,
 ) -> tuple[Decision, bool]:
     """The decision at `used` (a fraction of the budget), given the observations worth
     masking (oldest first: id and the share of the budget masking it would free), and
@@ -130,7 +131,10 @@ def decide(
     - and a session with no work done yet (`idle`: conversation.worked_this_session) gets
       its turn to act on what it just received while the prompt fits: in a small window a
       wind-down there made the agent save before recording its first part, every session,
-      and no session ever got further.
+      and no session ever got further; so does an agent whose newest turn saved its notes
+      and read what it has not acted on (`read_after_save`): told to save again at once, it
+      repeated the save, the read went unrecorded into the next session, and that session
+      began fuller and held one step where it could have held two.
     """
     if at_rest(policy, used):
         return Continue(), False
@@ -160,7 +164,7 @@ def decide(
             and used < 1
         ):
             return Continue(), wound_down
-    if idle and unacted and used < 1 and not wound_down:
+    if (idle or read_after_save) and unacted and used < 1 and not wound_down:
         return Continue(), False
     if wound_down and not unsaved:
         return Restart(f"context at {100 * used:.1f}% of the budget after the wind-down"), True
