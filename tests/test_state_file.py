@@ -285,6 +285,86 @@ def test_a_reply_logged_after_the_state_was_written_is_taken_from_the_log(tmp_pa
     assert recovered.state.total_turns == 1
 
 
+TWO_CALLS = [
+    ToolCall("c1", "file_read", '{"path": "a.txt"}'),
+    ToolCall("c2", "file_read", '{"path": "b.txt"}'),
+]
+
+
+def turn_events() -> list[ev.EventBase]:
+    """A turn of two calls as a run logs it, after the state of the turn before."""
+
+    def result(call_id: str, obs_id: str, text: str) -> ev.ToolResultEvent:
+        return ev.ToolResultEvent(
+            id=call_id,
+            name="file_read",
+            ok=True,
+            bytes=len(text),
+            observation=obs_id,
+            truncated=False,
+            summary=text.strip(),
+            duration_ms=1,
+        )
+
+    return [
+        ev.Assistant(
+            text="Both.", finish_reason="tool_calls", tool_calls=list(map(asdict, TWO_CALLS))
+        ),
+        ev.TokenUsage(
+            prompt_tokens=100,
+            completion_tokens=10,
+            total_tokens=110,
+            context_limit=8192,
+            budget=7168,
+            context_used_pct=1.4,
+            source="server",
+            reported=100,
+        ),
+        ev.ToolCallEvent(**asdict(TWO_CALLS[0])),
+        result("c1", "obs-1", "A\n"),
+        ev.ToolCallEvent(**asdict(TWO_CALLS[1])),
+        result("c2", "obs-2", "B\n"),
+    ]
+
+
+@pytest.mark.parametrize("cut", range(len(turn_events()) + 1))
+def test_a_kill_anywhere_in_a_turn_resumes_with_everything_it_logged(tmp_path, cut):
+    """The state is written at a turn's end; the process is killed after `cut` events of the
+    next turn. The resume has the reply and each result logged (their text from the
+    observation files), a call started without a result answered as interrupted, a call
+    never started left to run, and the turn and its tokens counted once."""
+    run = tmp_path / "run1"
+    log = EventLog(run / EVENTS_FILE)
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
+    state = a_state()
+    del state.messages.messages[1:]
+    state = RunState("run1", [*state.messages, {"role": "user", "content": "Go."}], state.context)
+    write_state(run, log.seq, state.to_dict())
+    observations = ObservationStore(run / OBSERVATIONS_DIR)
+    log.turn = 1
+    for event in turn_events()[:cut]:
+        if isinstance(event, ev.ToolResultEvent):  # its text is saved before it is logged
+            observations.save(event.observation, event.summary + "\n", session=1)
+        log.emit(event)
+    log.close()
+
+    recovered = recover(run, ContextConfig())
+
+    messages = recovered.state.messages
+    answered = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+    expected = [("c1", "A\n")] * (cut >= 4) + [("c2", "B\n")] * (cut >= 6)
+    assert answered == dict(expected)
+    started = {1: 3, 2: 5}  # the events after which each call was started and not answered
+    assert [c.id for c in recovered.interrupted] == [
+        f"c{n}" for n, at in started.items() if cut == at
+    ]
+    unanswered = {c.id for c in pending_calls(messages)} - {c.id for c in recovered.interrupted}
+    assert unanswered == ({"c1", "c2"} if cut in (1, 2) else {"c2"} if cut in (3, 4) else set())
+    assert recovered.state.total_turns == (1 if cut else 0)
+    assert recovered.state.tokens_used == (110 if cut >= 2 else 0)
+    assert recovered.rebuilt is None
+
+
 def test_a_reply_never_logged_is_asked_for_again(tmp_path):
     run = tmp_path / "run1"
     log = EventLog(run / EVENTS_FILE)
