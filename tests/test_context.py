@@ -587,6 +587,31 @@ def test_an_agent_that_saved_and_read_in_one_turn_records_what_it_read_first():
     assert over == (WindDown(), True)  # a prompt that does not fit gets no such turn
 
 
+def test_a_read_after_a_save_gets_one_turn_not_one_a_turn():
+    """An agent that writes a file and reads another in every turn: past the hard threshold
+    the first such turn goes on, the next winds down (it would otherwise go on to a full
+    prompt, with no room left for the save)."""
+    cm = manager(keep_recent_observations=1)
+    messages = worked(cm, conversation(cm, 2))
+
+    def write_and_read(i: int) -> list[dict]:
+        wrote = ToolResult("wrote 9 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
+        read = ToolResult(f"KEY: {i}\n" + "x" * 400, meta={"path": f"data/{i}.txt"})
+        w = conv.describe("file_write", "notes.md", wrote, cm.new_observation_id(), f"w{i}")
+        r = conv.describe("file_read", f"data/{i}.txt", read, cm.new_observation_id(), f"r{i}")
+        calls = [*assistant(f"w{i}")["tool_calls"], *assistant(f"r{i}")["tool_calls"]]
+        return [
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            tool(f"w{i}", cm.admit(w, wrote.content)),
+            tool(f"r{i}", cm.admit(r, read.content)),
+        ]
+
+    messages = held(cm, messages + write_and_read(1))
+    assert cm.evaluate(9_300, messages) == Continue()
+    messages = held(cm, [*messages.records, *map(conv.Record, write_and_read(2))])
+    assert cm.evaluate(9_400, messages) == WindDown()
+
+
 def test_a_turn_read_after_a_save_when_it_wrote_and_read():
     cm = manager()
     read = conversation(cm, 1)[2:]  # its reply and its result

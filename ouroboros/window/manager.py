@@ -10,7 +10,7 @@ outside window/ writes its fields. No I/O.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from ouroboros.protocols import Message, ToolResult, Usage, WireMessages
@@ -134,6 +134,17 @@ class LastCount:
     largest_suspect: int = 0
 
 
+def plain(value: Any) -> Any:
+    """A field of the manager as plain data: a dataclass (or a dict or list of them) copied."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
 @dataclass
 class ContextManager:
     """Tracks how full the window is and decides what to do about it.
@@ -153,6 +164,7 @@ class ContextManager:
     total_masked: int = 0
     mask_rounds: int = 0
     wound_down: bool = False
+    read_granted: bool = False  # the last turn was let go on for a read after a save
     next_observation: int = 1
     revision: int = 0  # bumped whenever the conversation changes other than by appending
     # (compared with the last count's; saved with the state)
@@ -361,7 +373,7 @@ class ContextManager:
         Below the soft threshold, as most turns are, nothing is weighed."""
         used = self.used_pct(tokens)
         if at_rest(self.policy, used):
-            self.wound_down = False
+            self.wound_down = self.read_granted = False
             return Continue()
         held = self.held(messages)
         tally = held.tally
@@ -383,6 +395,12 @@ class ContextManager:
         pending = sum(gains[i] for i in candidates[acted:])
         maskable = sum(gains[i] for i in candidates[: max(acted, 0)])
         unsaved = self.wound_down and unsaved_work(held, held.notes, self.observations)
+        # a read after a save gets one turn, not one a turn: the next such turn winds down
+        grant = (
+            bool(starts)
+            and not self.read_granted
+            and read_after_save(held[starts[-1] :], self.observations)
+        )
         decision, self.wound_down = decide(
             self.policy,
             used,
@@ -396,8 +414,9 @@ class ContextManager:
             idle=not worked_this_session(held, held.notes, self.observations),
             reprocessed=self.reprocessed(tally) if self.policy.prefix_cache else None,
             turns=len(starts),
-            read_after_save=bool(starts) and read_after_save(held[starts[-1] :], self.observations),
+            read_after_save=grant,
         )
+        self.read_granted = grant and isinstance(decision, Continue)
         return decision
 
     def reprocessed(self, tally: Tally) -> Callable[[str], float]:
@@ -678,23 +697,9 @@ class ContextManager:
     # -- persistence --
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "window": asdict(self.window),
-            "max_output_tokens": self.max_output_tokens,
-            "calibration": asdict(self.calibration),
-            "base_tokens": self.base_tokens,
-            "message_overhead": self.message_overhead,
-            "observations": {k: asdict(o) for k, o in self.observations.items()},
-            "total_masked": self.total_masked,
-            "mask_rounds": self.mask_rounds,
-            "wound_down": self.wound_down,
-            "next_observation": self.next_observation,
-            "revision": self.revision,
-            "last_count": asdict(self.last_count) if self.last_count else None,
-            "probed": self.probed,
-            "brief": self.brief,
-            "notes": list(self.notes),
-        }
+        """Every field but the policy (configured anew at a resume), as plain data. The run's
+        state saves the same without these copies (loop/state.py's saved_context)."""
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self) if f.name != "policy"}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> ContextManager:

@@ -131,8 +131,9 @@ def decide(
     - and a session with no work done yet (`idle`: conversation.worked_this_session) gets
       its turn to act on what it just received while the prompt fits: in a small window a
       wind-down there made the agent save before recording its first part, every session,
-      and no session ever got further; so does an agent whose newest turn saved its notes
-      and read what it has not acted on (`read_after_save`): told to save again at once, it
+      and no session ever got further; so does, for one turn (the caller grants it no two
+      in a row), an agent whose newest turn saved (wrote a file) and read what it has not
+      acted on (`read_after_save`): told to save again at once, it
       repeated the save, the read went unrecorded into the next session, and that session
       began fuller and held one step where it could have held two.
     """
