@@ -28,6 +28,7 @@ import tomli_w
 
 from ouroboros.config import load_config
 from ouroboros.errors import UsageError, signal_exit_code
+from ouroboros.loop.handoff import REREAD_NOTES
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import Message, RunHooks
 from ouroboros.store.events import EventBase, RunEnd
@@ -173,7 +174,7 @@ def record(index: int, key: str) -> Reply:
 
 
 PROGRESS_READ = ("file_read", {"path": "progress.md"})
-RESTART_ASKS = "re-read your notes"  # what the restart note asks first (loop/handoff.py)
+RESTART_ASKS = REREAD_NOTES  # what the restart note asks first
 
 
 class RecordingAgent:

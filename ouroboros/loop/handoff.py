@@ -337,6 +337,9 @@ def restart_note(
     return "\n".join([head, *body, first_step(digest, memory)]) + "]"
 
 
+REREAD_NOTES = "re-read your notes"  # what a restarted session is asked to do first
+
+
 def first_step(digest: Digest, memory: str | None) -> str:
     """What to do before anything else: read the notes, wherever they are kept."""
     kept = [path for path, writes in digest.files.items() if writes > 1 and path != memory]
@@ -347,7 +350,7 @@ def first_step(digest: Digest, memory: str | None) -> str:
         where.append("the files you keep them in: " + ", ".join(kept[-3:]))
     named = f" ({'; '.join(where)})" if where else ""
     return (
-        f"First, before you act: re-read your notes{named}, then go on from where they "
+        f"First, before you act: {REREAD_NOTES}{named}, then go on from where they "
         "say. Do not redo what they record as done."
     )
 
