@@ -163,7 +163,7 @@ def test_what_is_kept_beside_each_message_travels_with_it_never_in_it():
 
     conversation.drop_oldest_turn(keep=1)  # the turn at 2-3 goes: the rest move up
     assert [conversation.measured_at(i) for i in (3, 5)] == [41, None]
-    assert conversation.note_at(len(conversation) - 1) == "wind_down"
+    assert conversation.notes[-1] == "wind_down"
     conversation.mask({"c1": "[masked c1]"})
     assert conversation.measured_at(3) is None
     assert conversation.tally.tokens(CPT) == walked(conversation)

@@ -277,7 +277,7 @@ def test_a_restart_reads_in_the_order_things_happened_and_ends_with_what_to_do_f
     assert messages[1]["content"].startswith("[Carried over from session 1")
     assert messages[2]["role"] == "assistant"  # the carried turns, in order
     last = messages[-1]
-    assert messages.note_at(-1) == "restart" and "chapter1.md (2 writes)" in last["content"]
+    assert messages.notes[-1] == "restart" and "chapter1.md (2 writes)" in last["content"]
     assert last["content"].splitlines()[-1].startswith("First, before you act: re-read")
     # Nothing of the old session's wind-down reads as if it still applied.
     notes = [m["content"] for m, kind in zip(messages, messages.notes) if kind]
@@ -337,7 +337,7 @@ def test_a_handoff_too_long_for_the_room_is_cut_never_the_carried_pairs(tmp_path
     begin_session(rig.state, fitted.messages)
 
     messages = rig.state.messages
-    assert messages.note_at(-1) == "restart"
+    assert messages.notes[-1] == "restart"
     assert messages[-1]["content"].splitlines()[-1].startswith("First, before you act")
     calls = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
     assert calls == {m["tool_call_id"] for m in messages if m["role"] == "tool"}

@@ -8,9 +8,10 @@ after it up to the next assistant message (its tool results and any notes); turn
 split. An *observation* is a tool result; masking replaces its content with a placeholder
 that says what was there, while the message itself (and the call it answers) stays.
 
-A message is its wire form (the system prompt also carries the marks loop/memory.py puts on
-it); what the harness keeps beside it (its measured size, and for a note the harness wrote,
-the note's kind) is kept by the Conversation that holds it, and travels with it as a Record.
+A message is its wire form, nothing else (what the system prompt is made of is kept beside
+it too: loop/memory.py's SystemMarks); what the harness keeps beside it (its measured size,
+and for a note the harness wrote, the note's kind) is kept by the Conversation that holds
+it, and travels with it as a Record.
 """
 
 from __future__ import annotations
@@ -535,10 +536,6 @@ class Conversation(Sequence[Message]):
         return [
             Record(e.message, cast("NoteKind | None", e.note), e.tokens) for e in self.tally.entries
         ]
-
-    def note_at(self, index: int) -> NoteKind | None:
-        """The kind of the note at `index`; None for a message the harness did not write."""
-        return cast("NoteKind | None", self.tally.entries[index].note)
 
     def measured_at(self, index: int) -> int | None:
         """The measured size of the message at `index`; None when it was never counted."""
