@@ -1,8 +1,9 @@
 """Endurance: does a long run cost the same per turn as its first hour?
 
 One `ouroboros run` on the scripted server: an 8k window, a task that never ends (read the
-next of 50 files, keep a progress note every fifth turn), nothing masked so a session
-restarts whenever the window fills (about every 65 turns), default retention. Every `--every`
+next of 50 files, keep a progress note every fifth turn), a session restarting whenever
+the window fills (about every 25 turns: its small results free less by masking than a
+prefix-caching server would process again), default retention. Every `--every`
 turns the harness process is sampled: CPU per turn since the last sample (from
 /proc/<pid>/stat), the restart pause over every restart since the last sample (session_end to
 the next session_start, from the log, read each second so none is missed at a rollover; the

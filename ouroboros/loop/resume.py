@@ -2,11 +2,11 @@
 
 `state.json` holds the run's state as of event `seq`, written whole at every turn's end (one
 of an older Ouroboros is brought to today's schema by store/state_file.py); the events after
-it say what happened since, and bring it forward (rebuild.replay_tail): the reply of the
-turn the process died in, the results its calls had (their full text is in the observation
-files), the digest. A tool call that started (its `tool_call` event is after `seq`) but has
-no result gets a result saying it was interrupted; calls that never started are simply run;
-a reply never logged is asked for again.
+it say what happened since, and bring it forward: the reply of the turn the process died
+in and the results its calls had (their full text is in the observation files), by
+rebuild.replay_tail; the digest, by `fold`. A tool call that started (its `tool_call` event
+is after `seq`) but has no result gets a result saying it was interrupted; calls that never
+started are simply run; a reply never logged is asked for again.
 
 The log is the source of truth: a state that is missing, or damaged (it does not validate),
 is rebuilt from it (see rebuild.py), and `Recovered.rebuilt` says why. Anything else raised

@@ -6,8 +6,8 @@ The loop never ends by itself: it raises `RestartSession` when the window says s
 `StopRun` when the run should end (endings.py), an idle or stuck agent included (guards.py);
 a stop signal cancels it wherever it waits (stopping.py). A person's messages (`ouroboros
 tell`, inbox.py) are taken at each turn boundary. The rest of a turn is in tool_calls.py
-(tool calls) and upkeep.py (the window); the state is written whole after every step
-(state.py).
+(tool calls) and upkeep.py (the window); the state is written whole at every turn's end
+(state.py), and a resume replays the turn in progress from the log (rebuild.replay_tail).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Reload = Literal["", "requested", "wound_down"]
 
 @dataclass
 class RunState:
-    """Everything a resumed run needs back; written whole after every step."""
+    """Everything a resumed run needs back; written whole at every turn's end."""
 
     run_id: str
     messages: Conversation  # given as a list (of messages or Records), it becomes one
@@ -137,7 +137,7 @@ def saved_context(context: ContextManager, observations: SavedObservations) -> d
     """`context.to_dict()`, without the deep copy `dataclasses.asdict` makes of each of its
     dataclasses: they are flat (the window, the calibration, the last count, every
     observation), so a dict of each one's fields is the same, at a fraction of the CPU (this
-    runs after every step, over every observation the conversation refers to;
+    runs at every turn's end, over every observation the conversation refers to;
     tests/test_state_file.py checks the two agree). An observation's dict is made once, by
     the run's `observations`."""
     saved = {

@@ -2,9 +2,10 @@
 
 A result is recorded three ways: the message the model reads (the window registers it as an
 observation, caps it and adds it: context.add_result), its full text in the session's pack
-in `observations/` (for `recall` and for a rebuild, see store/observations.py), and a
-`tool_result` event; then the state is written (`save`). A call cut
-short by a stop signal gets a result that says so, so no call is ever left unanswered.
+in `observations/` (for `recall`, and for a resume that replays the turn, see
+store/observations.py), and a `tool_result` event; the state is written at the turn's end.
+A call cut short by a stop signal gets a result that says so, and the state is written at
+once (`save`), so no call is ever left unanswered.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class ToolCalls:
         )
 
     def save_observation(self, obs_id: str, text: str) -> None:
-        """The full text of a result, for `recall` and for a rebuild."""
+        """The full text of a result, for `recall` and for a resume or a rebuild."""
         self.observations.save(
             obs_id, text, self.state.session, durable=self.log.durability == "event"
         )

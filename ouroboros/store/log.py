@@ -7,8 +7,8 @@ Layout of a run's directory, `<state_dir>/runs/<run_id>/` (format 3):
     segments/         closed segments, 000001.jsonl.gz, ... (segments.py)
     manifest.json     what each closed segment spans, and the run's summary as of the newest
     totals.json       that summary again, where retention never prunes (segments.py)
-    state.json        the run's state as of an event, written whole after every step
-                      (state_file.py)
+    state.json        the run's state as of an event, written whole at every turn's end
+                      (state_file.py; a resume replays the events after it)
     observations/     the full text of every tool result, packed per session, for `recall`
                       (observations.py)
     end-reserve       RESERVE_BYTES kept allocated while the run runs, freed so that the
@@ -215,7 +215,7 @@ class EventLog:
     def commit(self) -> None:
         """A turn boundary: make what was logged durable, unless every event already was; a
         segment grown to its full size (a session that never restarts) is closed, and
-        retention applied as the snapshot allows (see prune_run)."""
+        retention applied as the state on disk allows (see prune_run)."""
         if self._size >= self.segment_bytes and self.roll() is not None:
             if self.retention is not None:
                 with cannot_write(self.path.parent):
@@ -228,9 +228,9 @@ class EventLog:
         return self._size * BOUNDARY_FRACTION >= self.segment_bytes and self.first is not None
 
     def at_session_boundary(self, keep_obs_from: int) -> None:
-        """Between sessions, just after a snapshot: close the segment if it is big enough,
-        then let retention remove what it allows (results numbered from `keep_obs_from` on
-        are still referred to)."""
+        """Between sessions, just after the state is written: close the segment if it is big
+        enough, then let retention remove what it allows (results numbered from
+        `keep_obs_from` on are still referred to)."""
         if not self.roll_due():
             return
         self.roll()

@@ -10,7 +10,7 @@ its messages' measured tokens plus a `base` (tool schemas and template tokens th
 adds), and only what was added since the last count is estimated.
 
     cpt = Calibration().chars_per_token
-    size = base + sum(message_tokens(m, cpt) for m in messages)
+    size = base + conversation.tally.tokens(cpt)   # measured where counted, else estimated
 """
 
 from __future__ import annotations

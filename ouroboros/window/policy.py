@@ -113,8 +113,8 @@ def decide(
       `mask_low_water_pct`; a smaller one waits;
     - no round, at either threshold, that frees less than it makes the server process again
       (`reprocessed(id)`: the share of the budget from that result to the end; None: unknown)
-      in a session of `turns` long enough that the restart taking its place costs little
-      (worth_a_round);
+      in a conversation of `turns` (held, carried ones among them) long enough that the
+      restart taking its place costs little (worth_a_round);
     - at the hard threshold: one round of whatever it may mask. Never masked: the newest
       `keep_recent_observations` and the `unacted` ones (the agent has not seen them).
       With nothing there, the `recent` ones the agent has acted on (id and share each) are
@@ -178,9 +178,10 @@ def worth_a_round(
     """Whether a masking round whose oldest result is `first` and which frees `freed` (a
     share of the budget) is worth what it costs: a prefix-caching server processes everything
     after `first` again (`reprocessed(first)`, less what the round frees). It is when it frees
-    at least that much; and in a session of fewer than RESTART_TURNS / MAX_RESTART_SHARE
-    `turns`, where the restart that would take the round's place would spend too large a
-    share of the session saving and reading the notes back."""
+    at least that much; and in a conversation of fewer than RESTART_TURNS / MAX_RESTART_SHARE
+    `turns` (the turns it holds, those carried over at the last restart among them), where the
+    restart that would take the round's place would spend too large a share of the session
+    saving and reading the notes back."""
     if reprocessed is None or turns * MAX_RESTART_SHARE < RESTART_TURNS:
         return True
     return freed >= reprocessed(first) - freed
