@@ -134,11 +134,10 @@ def test_a_reload_to_a_smaller_window_mid_session_is_caught_at_once(tmp_path, ap
 
 
 def test_a_reload_to_half_the_window_right_after_masking_is_caught_at_its_first_count(tmp_path):
-    """The benchmark's `shrinks 8192->4096 ps-silent`: the reload lands on the request
-    right after a masking round, when no earlier count compares, and a count short of the
-    ledger had already had its probe this session. Counted at half the ledger's figure (the
-    server dropped whole messages from the front), it is doubted again at once: one prompt
-    over, not three."""
+    """The benchmark's `shrinks 8192->4096 ps-silent`: the reload lands just after a masking
+    round, when no earlier count compares, and a count short of the ledger had already had
+    its probe this session. Counted at half the ledger's figure (the server dropped whole
+    messages from the front), it is doubted again at once: one prompt over, not three."""
     with ScriptedServer(
         RecordingAgent(12),
         model="scripted-demo",
@@ -157,6 +156,14 @@ def test_a_reload_to_half_the_window_right_after_masking_is_caught_at_its_first_
         )
     assert_done(tmp_path, code, keys)
     assert server.over_limit <= 1
+    # the case it is about: the count that revealed the reload was far short of the ledger
+    # (the server dropped whole messages), in a session that had masked before it
+    events = run_events(tmp_path)
+    found = next(i for i, e in enumerate(events) if e["type"] == "context_truncation_detected")
+    count = next(e for e in events[found:] if e["type"] == "token_usage")
+    assert count["reported"] < 0.55 * count["estimated"]
+    began = max(i for i, e in enumerate(events[:found]) if e["type"] == "session_start")
+    assert any(e["type"] == "context_mask" for e in events[began:found])
 
 
 @pytest.mark.parametrize("overflow", ["named", "error"])

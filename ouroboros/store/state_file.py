@@ -381,7 +381,8 @@ def resolve(op: dict[str, Any], read_observation: ObservationReader, seq: int) -
 
 def capped(text: str, max_chars: int, keep: str, obs_id: str) -> str:
     """A result cut as schema 1's writers cut it (window/conversation.py's cap_text then), so
-    that the message read back is the one the model was sent."""
+    that the message read back is the one the model was sent. A frozen copy, not a call:
+    store/ may not import window/, and what schema 1 wrote must not follow later changes."""
     if len(text) <= max_chars:
         return text
     cut = len(text) - max_chars
