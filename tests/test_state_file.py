@@ -57,6 +57,22 @@ def plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def state_at_its_start() -> RunState:
+    """The state of a run before its first reply: the mission, and the person's "Go."."""
+    context = ContextManager.create(8192, "config", 1024, ContextConfig())
+    messages = [{"role": "system", "content": "Mission."}, {"role": "user", "content": "Go."}]
+    return RunState("run1", messages, context)
+
+
+def run_at_its_start(tmp_path: Path) -> tuple[Path, EventLog]:
+    """A run that has logged its start, its state written as of it (state_at_its_start)."""
+    run = tmp_path / "run1"
+    log = EventLog(run / EVENTS_FILE)
+    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
+    write_state(run, log.seq, state_at_its_start().to_dict())
+    return run, log
+
+
 def started_run(tmp_path: Path) -> tuple[Path, EventLog]:
     """A run whose first reply asked for CALL, its state written as of that reply."""
     run = tmp_path / "run1"
@@ -266,10 +282,7 @@ def test_a_reply_logged_after_the_state_was_written_is_taken_from_the_log(tmp_pa
     """The state as of the run's start; the reply (CALL) was logged, its call never started:
     the reply is replayed, counted, and its call is left to run, not asked for again."""
     run, log = started_run(tmp_path)
-    state = a_state()
-    del state.messages.messages[1:]  # the state as of the run's start, before the reply
-    state = RunState("run1", [*state.messages, {"role": "user", "content": "Go."}], state.context)
-    write_state(run, 1, state.to_dict())
+    write_state(run, 1, state_at_its_start().to_dict())  # before the reply
     log.close()
 
     recovered = recover(run, ContextConfig())
@@ -333,13 +346,7 @@ def test_a_kill_anywhere_in_a_turn_resumes_with_everything_it_logged(tmp_path, c
     next turn. The resume has the reply and each result logged (their text from the
     observation files), a call started without a result answered as interrupted, a call
     never started left to run, and the turn and its tokens counted once."""
-    run = tmp_path / "run1"
-    log = EventLog(run / EVENTS_FILE)
-    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
-    state = a_state()
-    del state.messages.messages[1:]
-    state = RunState("run1", [*state.messages, {"role": "user", "content": "Go."}], state.context)
-    write_state(run, log.seq, state.to_dict())
+    run, log = run_at_its_start(tmp_path)
     observations = ObservationStore(run / OBSERVATIONS_DIR)
     log.turn = 1
     for event in turn_events()[:cut]:
@@ -366,13 +373,7 @@ def test_a_kill_anywhere_in_a_turn_resumes_with_everything_it_logged(tmp_path, c
 
 
 def test_a_reply_never_logged_is_asked_for_again(tmp_path):
-    run = tmp_path / "run1"
-    log = EventLog(run / EVENTS_FILE)
-    log.emit(ev.RunStart(run_id="run1", version="0.1.0", pid=1, config={}))
-    state = a_state()
-    del state.messages.messages[1:]
-    state = RunState("run1", [*state.messages, {"role": "user", "content": "Go."}], state.context)
-    write_state(run, log.seq, state.to_dict())
+    run, log = run_at_its_start(tmp_path)
     log.close()
 
     recovered = recover(run, ContextConfig())

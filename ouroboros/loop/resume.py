@@ -85,6 +85,8 @@ def recover(run_dir: Path, policy: ContextConfig, system_prompt: str = "") -> Re
             state.restarts = max(state.restarts, summary.restarts)
         fold(state.digest, events)
     else:
+        # `after` is parsed for the digest apart: a schema-1 state's digest is as of the
+        # file's own seq, and the records since then may start before `seq` (SavedState)
         fold(
             state.digest,
             parse_records([r for r in after if r["type"] in DIGESTED], run_dir / EVENTS_FILE),
