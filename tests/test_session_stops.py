@@ -159,10 +159,27 @@ def test_the_state_is_written_whole_as_of_the_last_event_at_every_turn(tmp_path)
         return read(sent)
 
     model.then = then
+    order: list[tuple[str, int]] = []  # what was made durable, in order, and as of which seq
+    commit, write = rig.log.commit, rig.services.state_file.write
+
+    def committing() -> None:
+        commit()
+        order.append(("log", rig.log.seq))
+
+    def writing(seq: int, state: Any, redact: Any = None, *, durable: bool = True) -> None:
+        write(seq, state, redact, durable=durable)
+        if durable:
+            order.append(("state", seq))
+
+    rig.log.commit, rig.services.state_file.write = committing, writing  # type: ignore
     rig.run()
 
     assert turns == [1, 2, 3, 4, 5]
     assert rig.log.commits == 6
+    # a durable state never names an event the durable log does not have
+    for at, (what, seq) in enumerate(order):
+        if what == "state":
+            assert order[at - 1] == ("log", seq), order
     saved = read_state(rig.services.run_dir)
     assert saved.state["total_turns"] == 6 and saved.seq == rig.log.seq
     assert "checkpoint" not in rig.log.types  # what changed is no longer logged
