@@ -138,8 +138,10 @@ def part_read(action: Action, messages: list[Message]) -> int | None:
     name, args = action.calls[0]
     if name == "file_read" and (match := PART_RE.search(args.get("path", ""))):
         return int(match.group(1))
-    if name == "recall":
-        return part_of_observation(messages, args.get("id", ""))
+    if name == "recall":  # the part it recalled, or the one its masked result names
+        named = PART_RE.search(action.results[0]) if action.results else None
+        part = part_of_observation(messages, args.get("id", ""))
+        return part if part is not None or named is None else int(named.group(1))
     return None
 
 

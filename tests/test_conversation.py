@@ -29,6 +29,24 @@ def test_placeholder_for_a_shell_command_names_command_and_exit_code():
     assert "exit code 2" in text
 
 
+def test_a_masked_recall_names_the_file_it_brought_back():
+    """A recall's placeholder says what it showed again (the call it came from), not only
+    an id: a session that finds it masked after a restart knows which file it was reading."""
+    cm = manager()
+    messages = conversation(cm, 1)  # obs-1: the file_read of data/0.txt
+    text = messages[-1]["content"]
+    for call_id, recalled in (("r1", "obs-1"), ("r2", "obs-2")):  # a recall, then of it
+        shown = ToolResult(text, meta={"path": recalled})
+        obs = conv.describe("recall", recalled, shown, cm.new_observation_id(), call_id)
+        cm.admit(obs, text)
+        assert conv.placeholder(obs).startswith(
+            "[recall result masked: obs-1 (file_read data/0.txt), "
+        )
+    gone = conv.describe("recall", "obs-9", ToolResult(text), cm.new_observation_id(), "r3")
+    cm.admit(gone, text)  # one the registry no longer holds: its id alone
+    assert conv.placeholder(gone).startswith("[recall result masked: obs-9, ")
+
+
 def records(items: list) -> list[conv.Record]:
     """Messages as records (a note is one already)."""
     return [item if isinstance(item, conv.Record) else conv.Record(item) for item in items]

@@ -136,6 +136,21 @@ def describe(
     )
 
 
+RECALL_TOOL = "recall"
+
+
+def recalled_target(obs_id: str, observations: Iterable[Observation]) -> str:
+    """What a recall of `obs_id` brought back, for its placeholder: the id and the call it
+    came from ("obs-6 (file_read data/part_002.txt)"), or that call's own words for a recall
+    of a recall; the id alone once the registry has let that observation go."""
+    source = next((obs for obs in observations if obs.id == obs_id), None)
+    if source is None:
+        return obs_id
+    if source.tool == RECALL_TOOL:
+        return source.target
+    return f"{obs_id} ({source.tool} {source.target})" if source.target else obs_id
+
+
 def human_size(chars: int) -> str:
     """A size for a person: bytes below 1 KB, else KB with one decimal."""
     if chars < 1024:

@@ -29,6 +29,7 @@ from ouroboros.window.belief import (
     with_filler_rate,
 )
 from ouroboros.window.conversation import (
+    RECALL_TOOL,
     WIND_DOWN_TEXT,
     WRITING_TOOLS,
     Conversation,
@@ -40,6 +41,7 @@ from ouroboros.window.conversation import (
     notes_written,
     placeholder,
     read_after_save,
+    recalled_target,
     save_results,
     unacted_turns,
     unsaved_work,
@@ -679,6 +681,8 @@ class ContextManager:
             text, self.max_result_chars(text), self.policy.tool_result_truncation, obs.id
         )
         obs.truncated = cut > 0
+        if obs.tool == RECALL_TOOL:  # its placeholder names what it brought back
+            obs.target = recalled_target(obs.target, self.observations.values())
         self.observations[obs.tool_call_id] = obs
         if obs.tool in WRITING_TOOLS:
             self.notes = notes_written(self.notes, obs)  # a new list, never changed in place
