@@ -164,12 +164,20 @@ def test_real_truncation_is_caught_on_any_tokenizer(tmp_path, name):
 
 
 class NotesIgnoringAgent(RecordingAgent):
-    """Never reads the restart note: a session begins from what the carried turns show."""
+    """Never reads the restart note, nor which file a masked recall brought back: a session
+    begins from the reads the carried turns show."""
 
     def __call__(self, messages):
         if messages[-1]["role"] == "user" and "re-read your notes" in messages[-1]["content"]:
             messages = messages[:-1]
+        messages = [
+            {**m, "content": RECALLED_FROM.sub(r"\1", m["content"])} if m["role"] == "tool" else m
+            for m in messages
+        ]
         return super().__call__(messages)
+
+
+RECALLED_FROM = re.compile(r"(obs-\d+) \(\w+ [^)]*\)")
 
 
 def test_a_window_that_holds_one_step_a_session_pauses_the_run_not_spins_it(tmp_path):
