@@ -166,8 +166,8 @@ def test_the_state_is_written_whole_as_of_the_last_event_at_every_turn(tmp_path)
         commit()
         order.append(("log", rig.log.seq))
 
-    def writing(seq: int, state: Any, redact: Any = None, *, durable: bool = True) -> None:
-        write(seq, state, redact, durable=durable)
+    def writing(seq: int, state: Any, redact: Any = None, *, durable: bool = True, **rest) -> None:
+        write(seq, state, redact, durable=durable, **rest)
         if durable:
             order.append(("state", seq))
 

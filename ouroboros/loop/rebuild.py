@@ -78,10 +78,12 @@ def replay_tail(
     continue_message: str,
 ) -> None:
     """Bring a state written at a turn's end forward by the events logged after it (`events`,
-    in order): the reply of the turn the process died in, with the results its calls had
-    (their full text is in the observation files) and the wind-down note, as the turn's end
-    would have written them. Its counters follow (turns, successes, tokens counted). A call
-    logged as started with no result stays unanswered: the resume answers it as
+    in order): the turns since (a large state leaves its write to a later turn's end, see
+    store/state_file.py) and the reply of the turn the process died in, with the results
+    their calls had (their full text is in the observation files) and the wind-down note, as
+    the turn's end would have written them. Its counters follow (turns, successes, tokens
+    counted), and a count the server took whole raises the window known held, as it did. A
+    call logged as started with no result stays unanswered: the resume answers it as
     interrupted."""
     tail = [e for e in events if e.session == state.session]
     if not tail:
@@ -98,8 +100,10 @@ def replay_tail(
                 state.total_turns += 1
             case ev.ToolResultEvent(ok=ok, interrupted=False) if ok:
                 state.session_successes += 1
-            case ev.TokenUsage():
+            case ev.TokenUsage(verdict=verdict, reported=reported):
                 state.tokens_used += tokens_counted(event)
+                if verdict == "whole" and reported is not None:
+                    context.counted_whole(reported)
     context.restored(context.next_observation, context.wound_down or replay.wound_down)
 
 

@@ -167,7 +167,7 @@ class Session:
     def end_turn(self) -> None:
         """At a turn's end: the log made durable, then the state written whole and durably."""
         self.log.commit()
-        save_state(self.state, self.log, self.services.state_file, durable=True)
+        save_state(self.state, self.log, self.services.state_file, durable=True, turn_end=True)
 
     def check_limits(self) -> None:
         """Between turns: a stop asked for, or the run's last turn taken, ends the run."""

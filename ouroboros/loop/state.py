@@ -2,12 +2,14 @@
 every turn's end (store/state_file.py); a resume brings it forward by the events logged
 after it (loop/rebuild.py's replay_tail).
 
-    save_state(state, log, writer, durable=True)     # a turn's end, once the log is durable
+    save_state(state, log, writer, durable=True, turn_end=True)  # once the log is durable
+    save_state(state, log, writer, durable=True)     # a session boundary, the end
     save_state(state, log, writer)                   # a person's message, a call cut short
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
 from operator import attrgetter, is_
@@ -18,7 +20,7 @@ from ouroboros.loop.handoff import Digest
 from ouroboros.loop.memory import SystemMarks, SystemPrompt
 from ouroboros.protocols import EventSink, RunLog
 from ouroboros.store.events import WarningCleared, WarningEvent
-from ouroboros.store.state_file import DamagedSnapshot, StateWriter
+from ouroboros.store.state_file import DamagedSnapshot, Growth, StateWriter
 from ouroboros.window.belief import Window
 from ouroboros.window.conversation import Conversation, Observation, Record
 from ouroboros.window.ledger import Calibration
@@ -28,6 +30,17 @@ __all__ = ["RunState", "save_state"]
 
 
 Reload = Literal["", "requested", "wound_down"]
+# What a resume brings forward from the events logged after the state (rebuild.replay_tail,
+# resume.fold), or learns again: the turn counters and tokens, the digest; of the context,
+# the largest count taken whole (its window's `accepted`), the counts' calibration; and the
+# seconds run (a kill loses those of the turns since the state, as it always lost those of
+# the turn it cut). The conversation and the observations come back while they only grow.
+REPLAYED = frozenset(
+    {"session_turns", "total_turns", "session_successes", "tokens_used", "wall_secs", "digest"}
+)
+REPLAYED_CONTEXT = frozenset(
+    {"calibration", "last_count", "next_observation", "notes", "wound_down"}
+)
 
 
 @dataclass
@@ -90,6 +103,25 @@ class RunState:
         for key in [key for key in self.warned if keys(key)]:
             self.warned.remove(key)
             log.emit(WarningCleared(condition=key, message=message))
+
+    def growth(self) -> Growth:
+        """The state in brief, for whether a turn's end may leave its write to a later one
+        (store/state_file.py): what is not brought back from the log (REPLAYED) costs a
+        small encoding; the conversation and the observations are not looked at."""
+        steady = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("messages", "context", "digest") and f.name not in REPLAYED
+        }
+        steady["system_marks"] = flat(self.system_marks) if self.system_marks else None
+        steady["context"] = {
+            f.name: flat(getattr(self.context, f.name))
+            for f in fields(self.context)
+            if f.name not in ("policy", "observations") and f.name not in REPLAYED_CONTEXT
+        }
+        steady["context"]["window"].pop("accepted")
+        conversation = self.messages
+        return Growth(conversation.edits, conversation.appended, json.dumps(steady, default=str))
 
     def to_dict(self) -> dict[str, Any]:
         """The state as state.json holds it: the messages as sent, and beside them each
@@ -227,7 +259,14 @@ def check_fields(
         )
 
 
-def save_state(state: RunState, log: RunLog, writer: StateWriter, *, durable: bool = False) -> None:
+def save_state(
+    state: RunState,
+    log: RunLog,
+    writer: StateWriter,
+    *,
+    durable: bool = False,
+    turn_end: bool = False,
+) -> None:
     """Write the state whole, as of the last event logged: `durable` at a turn's end, a
     session boundary and the end, once the log is durable up to it (so that the state on
     disk never names an event the log on disk may not have); not durable at the steps the
@@ -235,6 +274,11 @@ def save_state(state: RunState, log: RunLog, writer: StateWriter, *, durable: bo
     `logging.durability = "event"` makes the log durable at every event. What happens
     within a turn (its reply, its results) is replayed from the log on a resume, so a turn
     costs one write. Each costs what the state holds, which the window bounds (see
-    store/state_file.py), not what the run has done."""
+    store/state_file.py), not what the run has done; at a `turn_end` a large state that
+    only grew by what the log replays is written once its growth is worth a write
+    (StateWriter.may_wait), so a turn in a large window costs what it added."""
     durable = durable or log.durability == "event"
-    writer.write(log.seq, state.to_dict(), log.redact, durable=durable)
+    growth = state.growth()
+    if turn_end and durable and writer.may_wait(growth):
+        return
+    writer.write(log.seq, state.to_dict(), log.redact, durable=durable, growth=growth)

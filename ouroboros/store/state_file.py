@@ -59,10 +59,28 @@ TOKENS_KEY, NOTE_KEY = "_tokens", "_note"
 # And the system prompt's marks (state["system_marks"] since) were in it, under these keys.
 MARK_KEYS = {"_mission": "mission", "_mission_chars": "mission_chars", "_memory": "memory"}
 ObservationReader = Callable[[str], "str | None"]  # obs id -> its full text, None if gone
+# A turn's end may leave a large state's write to a later one (StateWriter.may_wait): a state
+# under WAIT_MIN_BYTES is written at every turn's end (a local model's window holds far less);
+# a larger one once what was appended to it reaches 1/WAIT_SHARE of it, so a turn costs what
+# it added, and a resume replays at most that share of the state from the log.
+WAIT_MIN_BYTES = 256 * 1024
+WAIT_SHARE = 8
 
 
 class DamagedSnapshot(Exception):
     """state.json is there but cannot be read back; the message says how it is damaged."""
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A state in brief, for whether its write may wait (StateWriter.may_wait): how many
+    times its conversation changed other than by growing at its end (`edits`), how many bytes
+    of messages were added to it there (`appended`, ever), and the JSON of its parts that the
+    events logged after the state do not bring back on a resume (`steady`)."""
+
+    edits: int
+    appended: int
+    steady: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,8 @@ class StateWriter:
         self._body: str | None = None  # what the file on disk holds, but its seq
         self._durable = False  # and whether it is synced to the disk
         self._directory: int | None = None  # the run dir, opened once: a write is a step
+        self._written = 0  # bytes, the last time
+        self._growth: Growth | None = None  # of the state written then (None: not known)
 
     def write(
         self,
@@ -105,11 +125,12 @@ class StateWriter:
         redact: Callable[[str], str] | None = None,
         *,
         durable: bool = True,
+        growth: Growth | None = None,
     ) -> None:
         """Replace state.json with the run's state as of event `seq` (its strings redacted),
         whole or not at all. `durable` syncs it to the disk (a turn's end); without, a killed
         process still leaves it whole, and a power cut at worst an older or a damaged one,
-        which the log makes good."""
+        which the log makes good. `growth`: the state in brief, for `may_wait` later."""
         self._encode(state["messages"], redact)
         rest = {key: value for key, value in state.items() if key not in _APART}
         parts = [self._fields(rest)]
@@ -135,10 +156,26 @@ class StateWriter:
                 if durable and not self._durable:
                     sync_in(self._directory, self.path.name)
                     self._durable = True
+                self._growth = growth
                 return
             text = f'{{"schema_version": {CURRENT_SCHEMA_VERSION}, "seq": {seq}, "state": {body}}}'
-            replace_in(self._directory, self.path.name, text.encode("utf-8"), durable=durable)
-        self._body, self._durable = body, durable
+            data = text.encode("utf-8")
+            replace_in(self._directory, self.path.name, data, durable=durable)
+        self._body, self._durable, self._written, self._growth = body, durable, len(data), growth
+
+    def may_wait(self, growth: Growth) -> bool:
+        """Whether a turn's end (the log durable up to it) may leave the file as it is: the
+        file holds at least WAIT_MIN_BYTES, the state only grew since it was written, by
+        less than 1/WAIT_SHARE of it, and changed nowhere else but in what the log brings
+        back on a resume (loop/rebuild.py's replay_tail)."""
+        last = self._growth
+        return (
+            last is not None
+            and self._written >= WAIT_MIN_BYTES
+            and growth.edits == last.edits
+            and growth.steady == last.steady
+            and (growth.appended - last.appended) * WAIT_SHARE < self._written
+        )
 
     def close(self) -> None:
         """Let the run directory go (the writer writes no more)."""

@@ -484,6 +484,11 @@ class Conversation(Sequence[Message]):
         self._worth = worth_masking
         self._messages: list[Message] = []
         self.tally = Tally()
+        # Changes other than at the end (replaced, dropped, begun anew), and the bytes of
+        # wire form added at the end, counted: while the first stays, what a state written
+        # earlier held is still here, as it was (store/state_file.py's may_wait).
+        self.edits = 0
+        self.appended = 0
         for item in messages:
             if isinstance(item, Record):
                 self.append(*item)
@@ -563,8 +568,10 @@ class Conversation(Sequence[Message]):
     ) -> None:
         """Add a message at the end (`note`: the kind, for one the harness wrote; `tokens`:
         its size, when measured before)."""
+        entry = make_entry(message, self._worth, tokens, note)
         self._messages.append(message)
-        self.tally.add(make_entry(message, self._worth, tokens, note))
+        self.tally.add(entry)
+        self.appended += len(entry.wire)
 
     def add_note(self, kind: NoteKind, text: str) -> None:
         """Add a note of the harness's (see `note`)."""
@@ -594,6 +601,7 @@ class Conversation(Sequence[Message]):
         now, a placeholder): its measured size is unknown again, and it is no note."""
         self._messages[index] = message
         self.tally.replace(index, message, self._worth)
+        self.edits += 1
 
     def replace_system(self, message: Message) -> None:
         """The system prompt as it is now."""
@@ -624,12 +632,14 @@ class Conversation(Sequence[Message]):
             entries = self.tally.entries
             self.tally.rebuild(entries[:start] + entries[end:], self._worth)
         del self._messages[start:end]
+        self.edits += 1
 
     def adopt(self, other: Conversation) -> None:
         """Begin anew with the messages `other` holds (a fresh start fitted apart), and its
         running sums with what they keep beside each (measured sizes, notes): nothing is
         sized again."""
         self._messages, self.tally = list(other._messages), other.tally
+        self.edits += 1
 
     def measure(self, index: int, tokens: int) -> None:
         """Keep what the server (or its tokenizer) counted for the message at `index`."""

@@ -20,6 +20,7 @@ from ouroboros.window.belief import (
     Probe,
     Verdict,
     Window,
+    accept,
     after_probe,
     after_refusal,
     at_session_start,
@@ -616,6 +617,10 @@ class ContextManager:
     def changed(self) -> None:
         """The conversation changed other than by appending (its system prompt replaced)."""
         self.revision += 1
+
+    def counted_whole(self, reported: int) -> None:
+        """A count the server took whole, read back from the log: the window holds it."""
+        self.window = accept(self.window, reported)
 
     def restored(self, next_observation: int, wound_down: bool) -> None:
         """What a rebuild from the log found of the counters a snapshot would have held."""
