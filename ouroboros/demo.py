@@ -117,16 +117,18 @@ def known_next_part(messages: list[Message]) -> int | None:
 
 
 def part_of_observation(messages: list[Message], obs_id: str) -> int | None:
-    """The part whose file_read produced observation `obs_id` (named in its placeholder)."""
+    """The part observation `obs_id` holds: the file its placeholder names, or the one the
+    call that made it read."""
     marker = f'"{obs_id}"'
-    call_id = next(
-        (
-            m["tool_call_id"]
-            for m in messages
-            if m["role"] == "tool" and marker in (m.get("content") or "")
-        ),
+    placeholder = next(
+        (m for m in messages if m["role"] == "tool" and marker in (m.get("content") or "")),
         None,
     )
+    if placeholder is None:
+        return None
+    if match := PART_RE.search(placeholder["content"]):
+        return int(match.group(1))
+    call_id = placeholder["tool_call_id"]
     for m in messages:
         for call in m.get("tool_calls") or ():
             if call["id"] == call_id and (match := PART_RE.search(call["function"]["arguments"])):

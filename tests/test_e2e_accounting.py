@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from ouroboros.config import load_config
-from ouroboros.demo import RecordingAgent, expected_results, write_demo_project
+from ouroboros.demo import RecordingAgent, expected_results, part_name, write_demo_project
 from ouroboros.errors import EXIT_PAUSED, RunFailed
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import RunHooks
@@ -164,20 +164,21 @@ def test_real_truncation_is_caught_on_any_tokenizer(tmp_path, name):
 
 
 class NotesIgnoringAgent(RecordingAgent):
-    """Never reads the restart note, nor which file a masked recall brought back: a session
-    begins from the reads the carried turns show."""
+    """Never reads its notes: each session begins afresh from the data, the restart note and
+    the turns carried over unread."""
 
     def __call__(self, messages):
-        if messages[-1]["role"] == "user" and "re-read your notes" in messages[-1]["content"]:
-            messages = messages[:-1]
-        messages = [
-            {**m, "content": RECALLED_FROM.sub(r"\1", m["content"])} if m["role"] == "tool" else m
-            for m in messages
+        restarted = [
+            i
+            for i, m in enumerate(messages)
+            if m["role"] == "user" and "re-read your notes" in m["content"]
         ]
+        if restarted:
+            messages = [messages[0], *messages[restarted[-1] + 1 :]]
         return super().__call__(messages)
 
-
-RECALLED_FROM = re.compile(r"(obs-\d+) \(\w+ [^)]*\)")
+    def after_listing(self, listing, messages):
+        return Reply("Starting with part 1.", [("file_read", {"path": part_name(1)})])
 
 
 def test_a_window_that_holds_one_step_a_session_pauses_the_run_not_spins_it(tmp_path):

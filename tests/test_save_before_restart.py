@@ -148,3 +148,31 @@ def test_the_manager_asks_for_the_save_again_when_work_followed_it():
     messages.add_note("wind_down", "save again")
     save(cm, messages, "w2")
     assert isinstance(cm.evaluate(int(0.95 * cm.budget), messages), Restart)
+
+
+def test_at_a_wind_down_a_recall_acted_on_goes_before_the_newest_read():
+    """A session that began by recalling the part it was on (masked at the restart),
+    recorded and saved it, read the next part and was told to save: the recall is a read
+    the save does not need, so its turn goes before the newest read is masked."""
+
+    def session(cm):
+        messages = held(
+            cm, [{"role": "system", "content": "mission " * 40}, conv.note("restart", "go")]
+        )
+        turn(cm, messages, "q1", "recall", {"id": "obs-0"}, "KEY: 1\n" + "x" * 1600)
+        record(cm, messages, "r1", 1)
+        save(cm, messages, "w1", "DONE: 1\nNEXT: 2\n")
+        read(cm, messages, "p2", "data/part_002.txt", "KEY: 2\n" + "x" * 1600)
+        messages.add_note("wind_down", "Save your progress now.")
+        cm.wound_down = True
+        return messages
+
+    cm = manager(limit=3_000)
+    messages = session(cm)
+    recall_masked = cm.fit(session(manager(limit=3_000)), [], target=0)
+    assert recall_masked.masked[0] == "q1"
+    fitted = cm.fit(held(cm, messages.records), [], target=cm.current_tokens(messages, []) - 520)
+    seen = visible(fitted.messages)
+    assert "q1" not in seen and fitted.dropped_turns == 1
+    assert seen["p2"].startswith("KEY: 2")  # the part the agent is on, whole
+    assert seen["r1"] == "[exit code 0]" and seen["w1"].startswith("wrote")

@@ -197,7 +197,7 @@ def turn_starts(messages: Sequence[Message]) -> list[int]:
 
 
 WRITING_TOOLS = ("file_write", "file_edit")
-READING_TOOLS = ("file_read",)
+READING_TOOLS = ("file_read", RECALL_TOOL)  # a recall shows a result again: a read
 MAX_NOTES = 16  # files the agent writes, newest kept, whose newest read is never hidden
 
 
