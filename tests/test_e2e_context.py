@@ -11,10 +11,10 @@ import pytest
 
 from ouroboros.config import load_config
 from ouroboros.demo import RecordingAgent, expected_results, write_demo_project
-from ouroboros.loop.evidence import RETEST_FILLER
 from ouroboros.loop.runner import run_agent
 from ouroboros.protocols import RunHooks
 from ouroboros.testing import Reply, ScriptedServer
+from ouroboros.window.probes import RETEST_FILLER
 from tests.helpers import of_type, run_events
 
 CONTEXT = 4096

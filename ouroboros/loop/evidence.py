@@ -6,11 +6,13 @@ prompt once a session when its stream carried none), and what it proved is logge
 per kind, explained to the person. A refusal as too long makes the window smaller, with the
 size the server names if it will name one.
 
-The belief is tested by probes (belief.after_probe): a count-only request of the
-conversation with filler, sized just under the window tested. One is sent when the claim is
+The belief is tested by probes (belief.after_probe): a count-only request of the system
+prompt with filler, sized just under the window tested. One is sent when the claim is
 nobody's word but the config's (at the first reply), when a ceiling is inferred (before it
 can stop the run), when a count looks cut or falls short of the ledger, and at session starts
-while a ceiling is due its re-test (belief.needs_retest).
+while a ceiling is due its re-test (belief.needs_retest). What a count says against the
+belief, when it is worth a probe and what the probe holds are window/probes.py's decisions;
+this module asks the server, logs and explains.
 """
 
 from __future__ import annotations
@@ -34,36 +36,18 @@ from ouroboros.server.kinds.ollama import ALLOCATED
 from ouroboros.store import events as ev
 from ouroboros.tools import Toolbox
 from ouroboros.window import ledger
-from ouroboros.window.belief import (
-    EVIDENCE,
-    FALL_TOLERANCE,
-    FALL_TOLERANCE_TOKENS,
-    PROBE_SHARE,
-    Count,
-    Probe,
-    Window,
-    hypothesis,
-    named_window,
-    needs_retest,
-    uncut,
-)
+from ouroboros.window.belief import EVIDENCE, Probe, Window, named_window
 from ouroboros.window.manager import ContextManager, Reading
-
-# Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
-# this many words (a server that cuts the front of long prompts drops whole pieces).
-RETEST_FILLER = "ledger "
-FILLER_PIECE_WORDS = 100
-FILLER_RATE_PIECES = 4  # pieces in the request that measures the server's rate
-# The tokens per filler word (with its share of the template) a real vocabulary counts.
-MIN_FILLER_RATE, MAX_FILLER_RATE = 0.5, 4.0
-# A count short of the ledger's figure for a prompt this big (a share of the budget) is
-# doubted even where no earlier count can be compared with (right after masking).
-DOUBTED_FILL = 0.5
-# Requests of a session between probes that doubt alone asks for.
-DOUBT_EVERY = 4
-# A count under this share of the ledger's figure is doubted again in the same session: a
-# server reloaded smaller that drops whole messages from the front counts about half.
-FAR_SHORT = 0.55
+from ouroboros.window.probes import (
+    DOUBT_EVERY,
+    counted_probe,
+    doubted,
+    filler_rate,
+    probe_messages,
+    probe_size,
+    rate_messages,
+    signs_of,
+)
 
 
 def believe_told(context: ContextManager, told: tuple[int, str] | None, warn: Warn) -> None:
@@ -168,23 +152,12 @@ class Evidence:
         force: bool = False,
     ) -> Probe | None:
         """Send a probe when the belief is due one, or when a count gave cause to `doubt` it
-        (at most once every DOUBT_EVERY requests, unless `force`: a ceiling just inferred is
-        tested before it can stop the run): the system prompt (messages[0]) and filler in
-        pieces, sized just under the window tested (belief.hypothesis), asked for one token.
-        Filler only: a server that cuts whole messages from the front cuts pieces of filler,
-        so a cut probe counts about the window, not what was left after a long tool result
-        went. A count of it below `whole` (what the server just counted of the conversation,
-        whole) is no evidence: a window that held the conversation cuts a longer prompt to
-        about its size, not below. Returns the probe (None when none was sent)."""
+        (window/probes.py decides when, what it holds and what its count proves; `force`: a
+        ceiling just inferred is tested before it can stop the run; `whole`: what the server
+        just counted of the conversation, whole). Returns the probe (None when none was
+        sent)."""
         window = self.context.window
-        size = needs_retest(window)
-        if (
-            not size
-            and doubt
-            and not window.distrusted
-            and (force or self.requests - self.doubted >= DOUBT_EVERY)
-        ):
-            size = int(PROBE_SHARE * hypothesis(window))
+        size = probe_size(window, doubt, force=force, since_last=self.requests - self.doubted)
         if not size:
             return None
         self.doubted = self.requests
@@ -193,18 +166,10 @@ class Evidence:
             self.context.probed_with(Probe(expected=size))
             return None
         have = self.context.current_tokens(messages, self.tools, 1)
-        words = max(int((size - have) / rate), 0)
-        pieces = max(round(words / FILLER_PIECE_WORDS), 1)
-        piece = {"role": "user", "content": RETEST_FILLER * (words // pieces)}
-        expected = have + round(pieces * (words // pieces) * rate)
+        probe_request, expected = probe_messages(messages[0], have, size, rate)
         try:
-            counted = await self.client.prompt_tokens(
-                [*messages[:1], *[piece] * pieces], self.tools
-            )
-            probe = Probe(expected, counted)
-            if counted is not None and counted < whole * (1 - FALL_TOLERANCE):
-                probe = Probe(expected)
-            said = ""
+            counted = await self.client.prompt_tokens(probe_request, self.tools)
+            probe, said = counted_probe(expected, counted, whole), ""
         except ContextOverflowError as refusal:
             probe = Probe(expected, refused=True, named=named_window(refusal.message))
             said = refusal.message
@@ -218,15 +183,11 @@ class Evidence:
         """Measure (once a run) how many tokens the server counts per word of probe filler;
         -1 when its count is none a vocabulary could give (or it gives none): no probe is
         sent to it this run."""
-        piece = {"role": "user", "content": RETEST_FILLER * FILLER_PIECE_WORDS}
-        words = FILLER_PIECE_WORDS * FILLER_RATE_PIECES
         try:
-            counted = await self.client.prompt_tokens([piece] * FILLER_RATE_PIECES, [])
+            counted = await self.client.prompt_tokens(rate_messages(), [])
         except ModelError:
             return 0.0  # a refusal or an error: asked again at the next probe
-        rate = (counted or 0) / words
-        if not MIN_FILLER_RATE <= rate <= MAX_FILLER_RATE:
-            rate = -1.0
+        rate = filler_rate(counted)
         self.context.filler_measured(rate)
         return rate
 
@@ -340,48 +301,18 @@ class Evidence:
         or below what the ledger had already measured of it. Truncation a probe disproves is
         no alarm; counts below the measured part of a prompt the window holds are in other
         units than before (rescale)."""
-        window = self.context.window
-        fell = reading.reported is not None and not uncut(
-            Count(reading.reported, reading.estimated), max(window.told, window.accepted)
-        )
-        cut = fell and reading.verdict in ("suspect", "truncated")
-        below = (
-            fell
-            and reading.verdict in ("whole", "suspect", "truncated")
-            and reading.reported
-            < self.context.held(messages).tally.measured_sum(sent) * (1 - FALL_TOLERANCE)
-            - FALL_TOLERANCE_TOKENS
-        )
-        short = (
-            reading.reported is not None
-            and reading.verdict == "whole"
-            and reading.estimated >= DOUBTED_FILL * self.context.budget
-            and reading.reported < reading.estimated * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
-        )
-        if cut or short or below:
+        measured = self.context.held(messages).tally.measured_sum(sent)
+        signs = signs_of(reading, self.context.window, measured, self.context.budget)
+        if signs:
             await self.ask_allocated(again=True)
-        # A count a little short is worth a probe once a session (one far short, each time),
-        # unless a probe has found where the server cuts, or the server's word and a probe
-        # lately agreed.
-        window = self.context.window
-        far = short and reading.reported < FAR_SHORT * reading.estimated
-        doubt = (
-            cut
-            or below
-            or (
-                short
-                and window.ceiling_kind not in EVIDENCE
-                and not (window.told and window.quiet)
-                and (far or not self.short_doubted)
-            )
-        )
-        self.short_doubted = self.short_doubted or (doubt and not (cut or below))
+        doubt = doubted(signs, self.context.window, self.short_doubted)
+        self.short_doubted = self.short_doubted or (doubt and not (signs.cut or signs.below))
         floor = (reading.reported or 0) if reading.verdict == "whole" else 0
         probe = await self.test_window(
-            messages, doubt=doubt, whole=floor, force=reading.verdict == "truncated" or below
+            messages, doubt=doubt, whole=floor, force=reading.verdict == "truncated" or signs.below
         )
         if (
-            below
+            signs.below
             and probe is not None
             and probe.reported is not None
             and self.context.limit >= reading.estimated
@@ -393,17 +324,10 @@ class Evidence:
 
     def rescale(self, messages: Sequence[Message], sent: int, reading: Reading) -> None:
         """The server counted a prompt the window holds below what the ledger had measured
-        of it: it counts in other units than it did (counts gone 40 % low after the first).
-        The measured sizes are scaled to its count, so the ledger is in the units its window
-        is believed in, and the comparison with earlier counts starts over."""
+        of it: the ledger follows its units (ContextManager.rescale), and the person is
+        told."""
         assert reading.reported is not None
-        conversation = self.context.held(messages)
-        scale = reading.reported / max(reading.estimated, 1)
-        for index in range(sent):
-            tokens = conversation.measured_at(index)
-            if tokens is not None:
-                conversation.measure(index, max(round(tokens * scale), 1))
-        self.context.units_changed()
+        self.context.rescale(messages, sent, reading.reported, reading.estimated)
         self.log.emit(
             ev.WarningEvent(
                 message=(

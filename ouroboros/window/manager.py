@@ -618,6 +618,22 @@ class ContextManager:
         """The conversation changed other than by appending (its system prompt replaced)."""
         self.revision += 1
 
+    def rescale(
+        self, messages: Sequence[Message], sent: int, reported: int, estimated: int
+    ) -> None:
+        """The server counted a prompt the window holds (its first `sent` messages, ~`estimated`
+        by the ledger) below what the ledger had measured of it: it counts in other units
+        than it did (counts gone 40 % low after the first). The measured sizes are scaled to
+        its count, so the ledger is in the units its window is believed in, and the
+        comparison with earlier counts starts over."""
+        conversation = self.held(messages)
+        scale = reported / max(estimated, 1)
+        for index in range(sent):
+            tokens = conversation.measured_at(index)
+            if tokens is not None:
+                conversation.measure(index, max(round(tokens * scale), 1))
+        self.units_changed()
+
     def counted_whole(self, reported: int) -> None:
         """A count the server took whole, read back from the log: the window holds it."""
         self.window = accept(self.window, reported)

@@ -1,0 +1,87 @@
+"""window/probes.py: what a count says against the window believed, when a probe tests it,
+what the probe holds and what its count proves, as pure decisions (loop/evidence.py asks)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ouroboros.window.belief import Window
+from ouroboros.window.manager import Reading
+from ouroboros.window.probes import (
+    DOUBT_EVERY,
+    FILLER_PIECE_WORDS,
+    RETEST_FILLER,
+    Signs,
+    counted_probe,
+    doubted,
+    filler_rate,
+    probe_messages,
+    probe_size,
+    signs_of,
+)
+
+TESTED = Window(8192, "config", tested=True)  # a claim a probe has tested
+BUDGET = 6144
+
+
+def count(reported: int | None, estimated: int, verdict: str = "whole") -> Reading:
+    return Reading(reported or estimated, 10, "server", estimated, verdict, reported)
+
+
+def test_a_count_far_short_of_a_large_prompt_is_a_sign_and_a_small_one_is_not():
+    assert signs_of(count(2500, 5000), TESTED, 0, BUDGET) == Signs(short=True, far=True)
+    assert signs_of(count(4000, 5000), TESTED, 0, BUDGET) == Signs(short=True)
+    assert not signs_of(count(500, 1000), TESTED, 0, BUDGET)  # under half the budget
+    assert not signs_of(count(None, 5000, "unknown"), TESTED, 0, BUDGET)
+
+
+def test_a_count_below_what_was_measured_of_the_prompt_is_a_sign_a_window_known_held_is_not():
+    assert signs_of(count(1500, 2000), TESTED, 4000, BUDGET) == Signs(below=True)
+    held = replace(TESTED, accepted=8000)  # the server counted 8,000 whole before
+    assert not signs_of(count(1500, 2000), held, 4000, BUDGET)
+    assert signs_of(count(1500, 2000, "suspect"), TESTED, 0, BUDGET) == Signs(cut=True)
+
+
+def test_a_short_count_is_worth_one_probe_a_session_a_far_short_one_each_time():
+    short, far = Signs(short=True), Signs(short=True, far=True)
+    assert doubted(short, TESTED, short_doubted=False)
+    assert not doubted(short, TESTED, short_doubted=True)
+    assert doubted(far, TESTED, short_doubted=True)
+    found = replace(TESTED, ceiling=4000, ceiling_kind="truncation")  # a probe found the cut
+    assert not doubted(far, found, short_doubted=False)
+    assert doubted(Signs(cut=True), found, short_doubted=True)
+
+
+def test_a_doubt_probes_once_every_few_requests_unless_forced_a_claim_untested_at_once():
+    assert probe_size(TESTED, True, force=False, since_last=DOUBT_EVERY) == int(0.9 * 8192)
+    assert probe_size(TESTED, True, force=False, since_last=DOUBT_EVERY - 1) == 0
+    assert probe_size(TESTED, True, force=True, since_last=0) == int(0.9 * 8192)
+    assert probe_size(TESTED, False, force=True, since_last=99) == 0
+    untested = Window(8192, "config")
+    assert probe_size(untested, False, force=False, since_last=0) == int(0.9 * 8192)
+    distrusted = replace(TESTED, distrusted=True)
+    assert probe_size(distrusted, True, force=True, since_last=99) == 0
+
+
+def test_a_probe_is_the_system_prompt_and_pieces_of_filler_of_about_its_size():
+    system = {"role": "system", "content": "Mission."}
+    messages, expected = probe_messages(system, 900, 7000, 1.3)
+    assert messages[0] is system
+    pieces = messages[1:]
+    assert len(pieces) > 1 and all(p == pieces[0] for p in pieces)
+    words = pieces[0]["content"].count(RETEST_FILLER.strip())
+    assert abs(words - FILLER_PIECE_WORDS) <= FILLER_PIECE_WORDS // 2
+    assert 6900 <= expected <= 7000  # what it is expected to count: under the size asked
+
+
+def test_a_probe_counted_below_the_conversation_just_counted_whole_proves_nothing():
+    assert counted_probe(7000, 3000, whole=3500).reported is None
+    assert counted_probe(7000, 3600, whole=3500).reported == 3600
+    assert counted_probe(7000, None, whole=3500).reported is None
+
+
+def test_a_filler_rate_no_vocabulary_gives_cannot_size_a_probe():
+    assert filler_rate(400 * 1.25) == 1.25
+    assert filler_rate(3) == -1.0
+    assert filler_rate(None) == -1.0
+    assert filler_rate(400 * 9) == -1.0
