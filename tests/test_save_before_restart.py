@@ -9,7 +9,7 @@ import json
 from ouroboros.config import ContextConfig
 from ouroboros.protocols import ToolResult
 from ouroboros.window import conversation as conv
-from ouroboros.window.policy import Restart, WindDown, decide
+from ouroboros.window.policy import Continue, Restart, WindDown, decide
 from tests.conversations import held, manager
 
 
@@ -176,3 +176,53 @@ def test_at_a_wind_down_a_recall_acted_on_goes_before_the_newest_read():
     assert "q1" not in seen and fitted.dropped_turns == 1
     assert seen["p2"].startswith("KEY: 2")  # the part the agent is on, whole
     assert seen["r1"] == "[exit code 0]" and seen["w1"].startswith("wrote")
+
+
+def test_no_wind_down_that_can_only_ask_for_the_save_just_made_blind_to_what_was_read():
+    """A window that holds the mission and one part: the agent saved after its record and
+    read the next part, and the context is over the budget. Wound down, the pre-flight
+    would have to mask that read: the agent would be told to save what it saved, unable to
+    see what it read. The session restarts at once (the read carries over); with work after
+    the save, or a read the wound-down prompt still holds, it winds down as before."""
+
+    def session(part_chars, work_after_save=False, saved_with_the_read=False, words=500):
+        cm = manager(limit=2_000)
+        messages = held(
+            cm, [{"role": "system", "content": "mission " * words}, conv.note("restart", "go")]
+        )
+        record(cm, messages, "r1", 1)
+        save(cm, messages, "w1", "DONE: 1\nNEXT: 2\n")
+        if work_after_save:
+            record(cm, messages, "r2", 2)
+        read(cm, messages, "p2", "data/part_002.txt", "KEY: 2\n" + "x" * part_chars)
+        if saved_with_the_read:  # one turn that saved and read: its reply holds both calls
+            reply = messages[-4]
+            calls = [*reply["tool_calls"], *messages[-2]["tool_calls"]]
+            records = messages.records
+            del records[-2]
+            records[-3] = conv.Record({**reply, "tool_calls": calls})
+            messages = held(cm, records)
+        return cm, messages
+
+    cm, messages = session(1_600)
+    end = cm.after_turn(messages, [])
+    assert isinstance(end.decision, Restart), end.decision
+    assert "could not show it what it just read" in end.decision.reason
+    assert messages.notes[-1] != "wind_down"  # no wind-down note was added
+
+    cm, messages = session(1_600, work_after_save=True)
+    assert isinstance(cm.after_turn(messages, []).decision, WindDown)  # the record is unsaved
+
+    # the save is the newest turn's: that turn is let go on for its read (read_after_save)
+    cm, messages = session(1_600, saved_with_the_read=True)
+    assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "tool"]
+    assert isinstance(cm.after_turn(messages, []).decision, Continue)
+    # and over the budget, it winds down (the save it would repeat is what it saves from)
+    cm, messages = session(1_600, saved_with_the_read=True, words=560)
+    assert cm.current_tokens(messages, []) > cm.budget
+    assert isinstance(cm.after_turn(messages, []).decision, WindDown)
+
+    cm, messages = session(1_200)  # a read the wound-down prompt holds: the agent acts on it
+    tokens = cm.current_tokens(messages, [])
+    assert tokens > cm.policy.hard_threshold_pct * cm.budget
+    assert isinstance(cm.after_turn(messages, []).decision, WindDown)

@@ -277,6 +277,19 @@ def worked(obs: Observation) -> bool:
     return obs.tool not in READING_TOOLS and obs.exit_code == 0
 
 
+def saved_after_work(messages: Sequence[Message], observations: dict[str, Observation]) -> bool:
+    """Whether the agent's newest save (a write of a file that succeeded) follows all the
+    work it did (commands that succeeded): a restart now loses nothing it did."""
+    for message in reversed(messages):
+        if (obs := result_of(message, observations)) is None:
+            continue
+        if saved(message, obs):
+            return True
+        if worked(obs):
+            return False
+    return False
+
+
 def unsaved_work(
     messages: Sequence[Message],
     notes: Sequence[NoteKind | None],

@@ -39,11 +39,13 @@ from ouroboros.window.conversation import (
     describe,
     mask_notice,
     newest_reads,
+    note,
     notes_written,
     placeholder,
     read_after_save,
     recalled_target,
     save_results,
+    saved_after_work,
     unacted_turns,
     unsaved_work,
     worked_this_session,
@@ -59,6 +61,7 @@ from ouroboros.window.policy import (
     Continue,
     Decision,
     Mask,
+    Restart,
     WindDown,
     at_rest,
     brief_tools,
@@ -433,7 +436,13 @@ class ContextManager:
         """Decide (evaluate) and carry the decision out on `messages`: the loop is told
         what was done, to log it, and raises the restart."""
         tokens = self.current_tokens(messages, tools)
+        wound_down = self.wound_down
         decision = self.evaluate(tokens, messages)
+        if isinstance(decision, WindDown) and not wound_down and self.blind(messages, tools):
+            decision = Restart(
+                f"context at {100 * self.used_pct(tokens):.1f}% of the budget; the agent's "
+                "notes hold its work, and a wind-down could not show it what it just read"
+            )
         if isinstance(decision, Mask):
             self.mask(messages, decision.tool_call_ids)
             end = TurnEnd(decision, tokens, self.current_tokens(messages, tools))
@@ -442,6 +451,26 @@ class ContextManager:
         if isinstance(decision, WindDown):
             messages.add_note("wind_down", WIND_DOWN_TEXT.format(pct=self.used_pct(tokens)))
         return TurnEnd(decision, tokens, tokens)
+
+    def blind(self, messages: Conversation, tools: list[dict[str, Any]]) -> bool:
+        """Whether a wind-down now would only ask the agent to save again what it has saved,
+        in a prompt that cannot show it what it has just received: a save before its newest
+        turn follows all its work, that turn did none, and fitting the wound-down prompt
+        (fit, tried on a copy) masks its results. A restart carries them over instead, and
+        costs no turn. (A turn that saved and read is let go on for the read instead, while
+        the prompt fits: policy.decide's `read_after_save`.)"""
+        starts = messages.tally.starts
+        if not starts or not saved_after_work(messages[: starts[-1]], self.observations):
+            return False
+        if not saved_after_work(messages, self.observations):  # its newest turn worked
+            return False
+        newest = set(messages.tally.candidates(starts[-1]))
+        trial = Conversation(messages.records, self.worth_masking)
+        trial.append(*note("wind_down", WIND_DOWN_TEXT.format(pct=1.0)))
+        revision = self.revision
+        fitted = self.fit(trial, tools)
+        self.revision = revision  # a trial: the conversation held did not change
+        return bool(newest & set(fitted.masked))
 
     def mask_gain(self, tool_call_id: str, size: int) -> float:
         """The share of the budget masking this result (of `size` tokens) would free."""
