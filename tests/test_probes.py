@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ouroboros.window.belief import Window
-from ouroboros.window.manager import Reading
+from ouroboros.window.belief import Count, Window
 from ouroboros.window.probes import (
     DOUBT_EVERY,
     FILLER_PIECE_WORDS,
@@ -19,27 +18,29 @@ from ouroboros.window.probes import (
     probe_size,
     signs_of,
 )
+from tests.conversations import manager
 
 TESTED = Window(8192, "config", tested=True)  # a claim a probe has tested
 BUDGET = 6144
 
 
-def count(reported: int | None, estimated: int, verdict: str = "whole") -> Reading:
-    return Reading(reported or estimated, 10, "server", estimated, verdict, reported)
+def signs(reported: int | None, estimated: int, window: Window, measured: int = 0, verdict="whole"):
+    """What a count of `reported` tokens of a prompt the ledger puts at `estimated` says."""
+    return signs_of(Count(reported, estimated), verdict, window, measured, BUDGET)
 
 
 def test_a_count_far_short_of_a_large_prompt_is_a_sign_and_a_small_one_is_not():
-    assert signs_of(count(2500, 5000), TESTED, 0, BUDGET) == Signs(short=True, far=True)
-    assert signs_of(count(4000, 5000), TESTED, 0, BUDGET) == Signs(short=True)
-    assert not signs_of(count(500, 1000), TESTED, 0, BUDGET)  # under half the budget
-    assert not signs_of(count(None, 5000, "unknown"), TESTED, 0, BUDGET)
+    assert signs(2500, 5000, TESTED) == Signs(short=True, far=True)
+    assert signs(4000, 5000, TESTED) == Signs(short=True)
+    assert not signs(500, 1000, TESTED)  # under half the budget
+    assert not signs(None, 5000, TESTED, verdict="unknown")
 
 
 def test_a_count_below_what_was_measured_of_the_prompt_is_a_sign_a_window_known_held_is_not():
-    assert signs_of(count(1500, 2000), TESTED, 4000, BUDGET) == Signs(below=True)
+    assert signs(1500, 2000, TESTED, 4000) == Signs(below=True)
     held = replace(TESTED, accepted=8000)  # the server counted 8,000 whole before
-    assert not signs_of(count(1500, 2000), held, 4000, BUDGET)
-    assert signs_of(count(1500, 2000, "suspect"), TESTED, 0, BUDGET) == Signs(cut=True)
+    assert not signs(1500, 2000, held, 4000)
+    assert signs(1500, 2000, TESTED, verdict="suspect") == Signs(cut=True)
 
 
 def test_a_short_count_is_worth_one_probe_a_session_a_far_short_one_each_time():
@@ -85,3 +86,17 @@ def test_a_filler_rate_no_vocabulary_gives_cannot_size_a_probe():
     assert filler_rate(3) == -1.0
     assert filler_rate(None) == -1.0
     assert filler_rate(400 * 9) == -1.0
+
+
+def test_the_window_keeps_the_sessions_probe_cadence_and_a_new_session_starts_it_over():
+    cm = manager(limit=8192)
+    cm.window = TESTED
+    assert cm.probe_due(True) == int(0.9 * 8192)
+    assert cm.probe_due(True) == 0  # no count taken since
+    for _ in range(DOUBT_EVERY):
+        cm.observe_reply([{"role": "user", "content": "go"}], [], None, 0)
+    assert cm.probe_due(True) == int(0.9 * 8192)
+    assert cm.doubts(Signs(short=True)) and not cm.doubts(Signs(short=True))  # once a session
+    cm.new_session()
+    assert cm.probe_due(True) == int(0.9 * 8192)
+    assert cm.doubts(Signs(short=True))

@@ -418,7 +418,8 @@ def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conv
     assert state["digest"] == {**expected["state"]["digest"], **added_since}
     # the whole context manager, not its observations only: the belief, the calibration, the
     # last count and the counters the old recovery gave (fields added since at their start)
-    assert state["context"] == {**expected["state"]["context"], "read_granted": False}
+    since = {"read_granted": False, "counts_taken": 0, "probed_at": -4, "short_doubted": False}
+    assert state["context"] == {**expected["state"]["context"], **since}
     assert recovered.seq == expected["seq"]
     assert [[c.id, c.name, c.arguments] for c in recovered.interrupted] == expected["interrupted"]
 

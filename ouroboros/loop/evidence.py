@@ -36,15 +36,12 @@ from ouroboros.server.kinds.ollama import ALLOCATED
 from ouroboros.store import events as ev
 from ouroboros.tools import Toolbox
 from ouroboros.window import ledger
-from ouroboros.window.belief import EVIDENCE, Probe, Window, named_window
+from ouroboros.window.belief import EVIDENCE, Count, Probe, Window, named_window
 from ouroboros.window.manager import ContextManager, Reading
 from ouroboros.window.probes import (
-    DOUBT_EVERY,
     counted_probe,
-    doubted,
     filler_rate,
     probe_messages,
-    probe_size,
     rate_messages,
     signs_of,
 )
@@ -121,10 +118,7 @@ class Evidence:
         self.log = log
         self.warn_once = warn_once
         self.asker = asker
-        self.asked_allocated = False  # this session, after its first reply
-        self.requests = 0  # counts taken in this session
-        self.doubted = -DOUBT_EVERY  # the request of the last probe sent
-        self.short_doubted = False  # a count short of the ledger has had its probe
+        self.asked_allocated = False  # by this process, after the session's first reply
 
     async def ask_allocated(self, *, again: bool = False) -> None:
         """After the first reply of a session (`again`: after a refusal too), ask what Ollama
@@ -157,10 +151,9 @@ class Evidence:
         just counted of the conversation, whole). Returns the probe (None when none was
         sent)."""
         window = self.context.window
-        size = probe_size(window, doubt, force=force, since_last=self.requests - self.doubted)
+        size = self.context.probe_due(doubt, force=force)
         if not size:
             return None
-        self.doubted = self.requests
         rate = window.filler_rate or await self.filler_rate()
         if rate <= 0:  # its counts cannot size a probe
             self.context.probed_with(Probe(expected=size))
@@ -268,7 +261,6 @@ class Evidence:
         streamed_count = usage is not None and bool(usage.prompt_tokens)
         if (usage is None or usage.prompt_tokens is None) and not self.context.probed:
             usage = await self.probe(messages, sent, usage)
-        self.requests += 1
         reading = self.context.observe_reply(messages, self.tools, usage, len(reply.text), sent)
         reading = await self.weigh(messages, sent, reading)
         if streamed_count and reading.verdict == "whole":
@@ -302,11 +294,11 @@ class Evidence:
         no alarm; counts below the measured part of a prompt the window holds are in other
         units than before (rescale)."""
         measured = self.context.held(messages).tally.measured_sum(sent)
-        signs = signs_of(reading, self.context.window, measured, self.context.budget)
+        count = Count(reading.reported, reading.estimated)
+        signs = signs_of(count, reading.verdict, self.context.window, measured, self.context.budget)
         if signs:
             await self.ask_allocated(again=True)
-        doubt = doubted(signs, self.context.window, self.short_doubted)
-        self.short_doubted = self.short_doubted or (doubt and not (signs.cut or signs.below))
+        doubt = self.context.doubts(signs)
         floor = (reading.reported or 0) if reading.verdict == "whole" else 0
         probe = await self.test_window(
             messages, doubt=doubt, whole=floor, force=reading.verdict == "truncated" or signs.below

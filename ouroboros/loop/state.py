@@ -32,14 +32,15 @@ __all__ = ["RunState", "save_state"]
 Reload = Literal["", "requested", "wound_down"]
 # What a resume brings forward from the events logged after the state (rebuild.replay_tail,
 # resume.fold), or learns again: the turn counters and tokens, the digest; of the context,
-# the largest count taken whole (its window's `accepted`), the counts' calibration; and the
-# seconds run (a kill loses those of the turns since the state, as it always lost those of
-# the turn it cut). The conversation and the observations come back while they only grow.
+# the largest count taken whole (its window's `accepted`), the counts' calibration and how
+# many were taken (the probes' cadence); and the seconds run (a kill loses those of the
+# turns since the state, as it always lost those of the turn it cut). The conversation and
+# the observations come back while they only grow.
 REPLAYED = frozenset(
     {"session_turns", "total_turns", "session_successes", "tokens_used", "wall_secs", "digest"}
 )
 REPLAYED_CONTEXT = frozenset(
-    {"calibration", "last_count", "next_observation", "notes", "wound_down"}
+    {"calibration", "last_count", "next_observation", "notes", "wound_down", "counts_taken"}
 )
 
 

@@ -70,6 +70,7 @@ from ouroboros.window.policy import (
     prompt_budget,
     reclaimed_pct,
 )
+from ouroboros.window.probes import DOUBT_EVERY, Signs, doubted, probe_size
 from ouroboros.window.sizes import Tally
 
 if TYPE_CHECKING:
@@ -176,6 +177,11 @@ class ContextManager:
     # (compared with the last count's; saved with the state)
     last_count: LastCount | None = None
     probed: bool = False  # the server was asked to count a prompt this session
+    # The session's probes so far (probes.py decides when the next goes): counts taken, the
+    # count at the last probe, whether a short count has had its probe.
+    counts_taken: int = 0
+    probed_at: int = -DOUBT_EVERY
+    short_doubted: bool = False
     brief: bool = False  # the tools are sent in their short form (see session_tools)
     notes: list[str] = field(default_factory=list)  # files the agent writes (notes_written)
 
@@ -256,6 +262,7 @@ class ContextManager:
     ) -> Reading:
         """Take in what the server reported for the request of the first `sent` messages of
         the conversation (all by default; usage None: nothing)."""
+        self.counts_taken += 1
         cpt, per_dense = self.chars_per_token, self.per_dense
         held = self.held(conversation)
         tally = held.tally
@@ -609,7 +616,8 @@ class ContextManager:
         self.window = at_session_start(self.window)
         if told is not None:
             self.told(*told)
-        self.wound_down = self.probed = False
+        self.wound_down = self.probed = self.short_doubted = False
+        self.counts_taken, self.probed_at = 0, -DOUBT_EVERY
         self.changed()
         self.last_count = None
 
@@ -662,6 +670,21 @@ class ContextManager:
             if tokens is not None:
                 conversation.measure(index, max(round(tokens * scale), 1))
         self.units_changed()
+
+    def doubts(self, signs: Signs) -> bool:
+        """Whether what a count says against the belief is worth a probe (probes.doubted); a
+        short count's probe is counted, once a session."""
+        doubt = doubted(signs, self.window, self.short_doubted)
+        self.short_doubted = self.short_doubted or (doubt and not (signs.cut or signs.below))
+        return doubt
+
+    def probe_due(self, doubt: bool = False, *, force: bool = False) -> int:
+        """The tokens a probe should hold now (probes.probe_size; 0: none), counted as sent."""
+        since = self.counts_taken - self.probed_at
+        size = probe_size(self.window, doubt, force=force, since_last=since)
+        if size:
+            self.probed_at = self.counts_taken
+        return size
 
     def counted_whole(self, reported: int) -> None:
         """A count the server took whole, read back from the log: the window holds it."""

@@ -6,7 +6,7 @@ the window tested (belief.hypothesis), asked for one token. Filler only: a serve
 whole messages from the front cuts pieces of filler, so a cut probe counts about the window,
 not what was left after a long tool result went.
 
-    signs = signs_of(reading, window, measured, budget)   # what a count says against it
+    signs = signs_of(Count(reported, estimate), verdict, window, measured, budget)
     size = probe_size(window, doubted(signs, window, False), force=False, since_last=4)
     messages, expected = probe_messages(system, have, size, rate)
     probe = counted_probe(expected, counted, whole)           # the server's count of it
@@ -24,12 +24,12 @@ from ouroboros.window.belief import (
     PROBE_SHARE,
     Count,
     Probe,
+    Verdict,
     Window,
     hypothesis,
     needs_retest,
     uncut,
 )
-from ouroboros.window.manager import Reading
 
 # Filler for a probe: a word that takes about one token on most vocabularies, in pieces of
 # this many words (a server that cuts the front of long prompts drops whole pieces).
@@ -65,27 +65,27 @@ class Signs:
         return self.cut or self.below or self.short
 
 
-def signs_of(reading: Reading, window: Window, measured: int, budget: int) -> Signs:
-    """What this count says against the belief (`measured`: what the ledger had measured of
-    the prompt)."""
-    reported = reading.reported
+def signs_of(count: Count, verdict: Verdict, window: Window, measured: int, budget: int) -> Signs:
+    """What a count (the server's, and the ledger's estimate) and its verdict say against
+    the belief (`measured`: what the ledger had measured of the prompt)."""
+    reported, estimated = count.reported, count.estimate
     if reported is None:
         return Signs()
-    fell = not uncut(Count(reported, reading.estimated), max(window.told, window.accepted))
+    fell = not uncut(count, max(window.told, window.accepted))
     short = (
-        reading.verdict == "whole"
-        and reading.estimated >= DOUBTED_FILL * budget
-        and reported < reading.estimated * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
+        verdict == "whole"
+        and estimated >= DOUBTED_FILL * budget
+        and reported < estimated * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
     )
     return Signs(
-        cut=fell and reading.verdict in ("suspect", "truncated"),
+        cut=fell and verdict in ("suspect", "truncated"),
         below=(
             fell
-            and reading.verdict in ("whole", "suspect", "truncated")
+            and verdict in ("whole", "suspect", "truncated")
             and reported < measured * (1 - FALL_TOLERANCE) - FALL_TOLERANCE_TOKENS
         ),
         short=short,
-        far=short and reported < FAR_SHORT * reading.estimated,
+        far=short and reported < FAR_SHORT * estimated,
     )
 
 
