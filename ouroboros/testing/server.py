@@ -198,7 +198,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self._busy(lambda: self._send_json(*self.server.owner.answer_get(self.path.split("?")[0])))
+        """Answered whole once the connection counts as idle again: a client that has read
+        the answer finds its connection among those an outage closes, never still busy."""
+        owner = self.server.owner
+        answer: list[Any] = []
+        self._busy(lambda: answer.extend(owner.answer_get(self.path.split("?")[0])))
+        if answer:
+            self._send_json(*answer)
 
     def do_POST(self) -> None:
         self._busy(self._post)
