@@ -464,7 +464,8 @@ def test_a_checkpoint_that_keeps_messages_the_snapshot_never_had_is_damage(tmp_p
 
 
 def test_the_context_is_saved_as_its_own_to_dict_says(tmp_path):
-    """RunState.to_dict saves the context without `asdict`'s deep copies: the same dict."""
+    """RunState.to_dict saves the context with the observation dicts it keeps made (one per
+    observation, made again only when it changes): the same as the context makes afresh."""
     recovered = recover(legacy_copy(tmp_path), ContextConfig(carryover_turns=3))
     context = recovered.state.context
     assert context.observations and context.last_count is not None  # not vacuous

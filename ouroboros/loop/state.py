@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, dataclass, field, fields
-from functools import cache
 from operator import attrgetter, is_
 from typing import Any, Callable, Literal
 
@@ -24,7 +23,7 @@ from ouroboros.store.state_file import DamagedSnapshot, Growth, StateWriter
 from ouroboros.window.belief import Window
 from ouroboros.window.conversation import Conversation, Observation, Record
 from ouroboros.window.ledger import Calibration
-from ouroboros.window.manager import ContextManager, LastCount
+from ouroboros.window.manager import ContextManager, LastCount, flat
 
 __all__ = ["RunState", "save_state"]
 
@@ -115,11 +114,8 @@ class RunState:
             if f.name not in ("messages", "context", "digest") and f.name not in REPLAYED
         }
         steady["system_marks"] = flat(self.system_marks) if self.system_marks else None
-        steady["context"] = {
-            f.name: flat(getattr(self.context, f.name))
-            for f in fields(self.context)
-            if f.name not in ("policy", "observations") and f.name not in REPLAYED_CONTEXT
-        }
+        context = self.context.to_dict(observations={})
+        steady["context"] = {k: v for k, v in context.items() if k not in REPLAYED_CONTEXT}
         steady["context"]["window"].pop("accepted")
         conversation = self.messages
         return Growth(conversation.edits, conversation.appended, json.dumps(steady, default=str))
@@ -136,7 +132,9 @@ class RunState:
         data["notes"] = self.messages.notes[:]
         marks = self.system_marks
         data["system_marks"] = flat(marks) if marks is not None else None
-        data["context"] = saved_context(self.context, self._saved_observations)
+        data["context"] = self.context.to_dict(
+            self._saved_observations.of(self.context.observations)
+        )
         data["digest"] = self.digest.to_dict()
         return data
 
@@ -164,22 +162,6 @@ class RunState:
         data["context"] = ContextManager.from_dict(context, policy)
         data["digest"] = Digest.from_dict(data.get("digest"))
         return cls(**data)
-
-
-def saved_context(context: ContextManager, observations: SavedObservations) -> dict[str, Any]:
-    """`context.to_dict()`, without the deep copy `dataclasses.asdict` makes of each of its
-    dataclasses: they are flat (the window, the calibration, the last count, every
-    observation), so a dict of each one's fields is the same, at a fraction of the CPU (this
-    runs at every turn's end, over every observation the conversation refers to;
-    tests/test_state_file.py checks the two agree). An observation's dict is made once, by
-    the run's `observations`."""
-    saved = {
-        f.name: flat(getattr(context, f.name))
-        for f in fields(context)
-        if f.name not in ("policy", "observations")
-    }
-    saved["observations"] = observations.of(context.observations)
-    return saved
 
 
 class SavedObservations:
@@ -215,27 +197,6 @@ class SavedObservations:
 
 
 _MASKED = attrgetter("masked")
-
-
-def flat(value: Any) -> Any:
-    """A field of the context as `asdict` gives it, one level deep."""
-    kind = type(value)
-    if hasattr(kind, "__dataclass_fields__"):  # an instance (is_dataclass costs more)
-        names, values = field_getter(kind)
-        return dict(zip(names, values(value)))
-    if isinstance(value, dict):
-        return {key: flat(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return list(value)
-    return value
-
-
-@cache
-def field_getter(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    """A dataclass's field names, and a function giving their values in that order."""
-    names = tuple(f.name for f in fields(kind))
-    getter = attrgetter(*names)
-    return names, (getter if len(names) > 1 else lambda value: (getter(value),))
 
 
 def check_fields(

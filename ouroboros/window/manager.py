@@ -10,7 +10,9 @@ outside window/ writes its fields. No I/O.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from ouroboros.protocols import Message, ToolResult, Usage, WireMessages
@@ -141,15 +143,27 @@ class LastCount:
     largest_suspect: int = 0
 
 
-def plain(value: Any) -> Any:
-    """A field of the manager as plain data: a dataclass (or a dict or list of them) copied."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
+def flat(value: Any) -> Any:
+    """A field of the manager as plain data, as `asdict` gives it but one level deep: its
+    dataclasses are flat (the window, the calibration, the last count, each observation), so
+    the same, without asdict's deep copies."""
+    kind = type(value)
+    if hasattr(kind, "__dataclass_fields__"):  # an instance (is_dataclass costs more)
+        names, values = field_getter(kind)
+        return dict(zip(names, values(value)))
     if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
+        return {key: flat(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [plain(item) for item in value]
+        return list(value)
     return value
+
+
+@cache
+def field_getter(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """A dataclass's field names, and a function giving their values in that order."""
+    names = tuple(f.name for f in fields(kind))
+    getter = attrgetter(*names)
+    return names, (getter if len(names) > 1 else lambda value: (getter(value),))
 
 
 @dataclass
@@ -773,10 +787,17 @@ class ContextManager:
 
     # -- persistence --
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every field but the policy (configured anew at a resume), as plain data. The run's
-        state saves the same without these copies (loop/state.py's saved_context)."""
-        return {f.name: plain(getattr(self, f.name)) for f in fields(self) if f.name != "policy"}
+    def to_dict(self, observations: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Every field but the policy (configured anew at a resume), as plain data (flat);
+        `observations`: each observation's dict, when the caller keeps them made (the run's
+        state does, loop/state.py: this runs at every turn's end)."""
+        data = {
+            f.name: flat(getattr(self, f.name))
+            for f in fields(self)
+            if f.name not in ("policy", "observations")
+        }
+        data["observations"] = flat(self.observations) if observations is None else observations
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], policy: ContextConfig) -> ContextManager:
