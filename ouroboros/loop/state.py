@@ -240,7 +240,6 @@ def save_state(
     only grew by what the log replays is written once its growth is worth a write
     (StateWriter.may_wait), so a turn in a large window costs what it added."""
     durable = durable or log.durability == "event"
-    growth = state.growth()
-    if turn_end and durable and writer.may_wait(growth):
+    if turn_end and durable and writer.may_wait(state.growth):
         return
-    writer.write(log.seq, state.to_dict(), log.redact, durable=durable, growth=growth)
+    writer.write(log.seq, state.to_dict(), log.redact, durable=durable, growth=state.growth)

@@ -125,12 +125,13 @@ class StateWriter:
         redact: Callable[[str], str] | None = None,
         *,
         durable: bool = True,
-        growth: Growth | None = None,
+        growth: Callable[[], Growth] | None = None,
     ) -> None:
         """Replace state.json with the run's state as of event `seq` (its strings redacted),
         whole or not at all. `durable` syncs it to the disk (a turn's end); without, a killed
         process still leaves it whole, and a power cut at worst an older or a damaged one,
-        which the log makes good. `growth`: the state in brief, for `may_wait` later."""
+        which the log makes good. `growth`: the state in brief, asked for only when the file
+        is large enough for `may_wait` to want it later."""
         self._encode(state["messages"], redact)
         rest = {key: value for key, value in state.items() if key not in _APART}
         parts = [self._fields(rest)]
@@ -156,26 +157,33 @@ class StateWriter:
                 if durable and not self._durable:
                     sync_in(self._directory, self.path.name)
                     self._durable = True
-                self._growth = growth
+                self._growth = self._large(growth)
                 return
             text = f'{{"schema_version": {CURRENT_SCHEMA_VERSION}, "seq": {seq}, "state": {body}}}'
             data = text.encode("utf-8")
             replace_in(self._directory, self.path.name, data, durable=durable)
-        self._body, self._durable, self._written, self._growth = body, durable, len(data), growth
+        self._body, self._durable, self._written = body, durable, len(data)
+        self._growth = self._large(growth)
 
-    def may_wait(self, growth: Growth) -> bool:
+    def may_wait(self, growth: Callable[[], Growth]) -> bool:
         """Whether a turn's end (the log durable up to it) may leave the file as it is: the
         file holds at least WAIT_MIN_BYTES, the state only grew since it was written, by
         less than 1/WAIT_SHARE of it, and changed nowhere else but in what the log brings
-        back on a resume (loop/rebuild.py's replay_tail)."""
+        back on a resume (loop/rebuild.py's replay_tail). A smaller file never waits, and
+        its state is not looked at."""
         last = self._growth
+        if last is None:
+            return False
+        now = growth()
         return (
-            last is not None
-            and self._written >= WAIT_MIN_BYTES
-            and growth.edits == last.edits
-            and growth.steady == last.steady
-            and (growth.appended - last.appended) * WAIT_SHARE < self._written
+            now.edits == last.edits
+            and now.steady == last.steady
+            and (now.appended - last.appended) * WAIT_SHARE < self._written
         )
+
+    def _large(self, growth: Callable[[], Growth] | None) -> Growth | None:
+        """The state just written, in brief, when its file is large enough to wait."""
+        return growth() if growth is not None and self._written >= WAIT_MIN_BYTES else None
 
     def close(self) -> None:
         """Let the run directory go (the writer writes no more)."""
