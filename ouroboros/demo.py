@@ -53,6 +53,7 @@ PROGRESS_LISTED = re.compile(r"^progress\.md ", re.MULTILINE)
 PART_RE = re.compile(r"data/part_(\d+)\.txt")
 KEY_RE = re.compile(r"^KEY: (\S+)", re.MULTILINE)
 NEXT_RE = re.compile(r"next: (\d+)")
+RECALL_RE = re.compile(r'recall\(id="(obs-\d+)"')  # how a placeholder says to see it again
 FILLER = (
     "The archive holds ledgers, letters and inventories from the old harbour office; "
     "each record was copied by hand and checked twice before filing. "
@@ -141,9 +142,10 @@ def part_read(action: Action, messages: list[Message]) -> int | None:
     if name == "file_read" and (match := PART_RE.search(args.get("path", ""))):
         return int(match.group(1))
     if name == "recall":  # the part it recalled, or the one its masked result names
-        named = PART_RE.search(action.results[0]) if action.results else None
         part = part_of_observation(messages, args.get("id", ""))
-        return part if part is not None or named is None else int(named.group(1))
+        if part is None and action.results and (named := PART_RE.search(action.results[0])):
+            part = int(named.group(1))
+        return part
     return None
 
 
@@ -213,7 +215,7 @@ class RecordingAgent:
         if name in ("file_read", "recall") and (part := part_read(action, messages)) is not None:
             if key := KEY_RE.search(result):
                 return record(part, key.group(1))
-            if obs := re.search(r'recall\(id="(obs-\d+)"', result):
+            if obs := RECALL_RE.search(result):
                 return Reply(
                     "That output was masked; recalling it.", [("recall", {"id": obs.group(1)})]
                 )
@@ -232,7 +234,7 @@ class RecordingAgent:
         seen = read_in_sight(messages, next_part) or ""  # read before the notes were
         if key := KEY_RE.search(seen):
             return record(next_part, key.group(1))
-        if "result masked" in seen and (obs := re.search(r'recall\(id="(obs-\d+)"', seen)):
+        if "result masked" in seen and (obs := RECALL_RE.search(seen)):
             return Reply("I read it before; recalling it.", [("recall", {"id": obs.group(1)})])
         return Reply(f"Reading part {next_part}.", [("file_read", {"path": part_name(next_part)})])
 
