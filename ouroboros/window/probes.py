@@ -1,5 +1,6 @@
 """When a count gives cause to doubt the window believed, when a probe tests it, and what
-the probe holds: pure decisions, taken by loop/evidence.py, which does the asking.
+the probe holds: pure decisions. The window keeps a session's cadence and asks them
+(ContextManager.doubts, probe_due); loop/evidence.py does the asking of the server.
 
 A probe is a count-only request: the system prompt and filler in pieces, sized just under
 the window tested (belief.hypothesis), asked for one token. Filler only: a server that cuts
@@ -7,7 +8,7 @@ whole messages from the front cuts pieces of filler, so a cut probe counts about
 not what was left after a long tool result went.
 
     signs = signs_of(Count(reported, estimate), verdict, window, measured, budget)
-    size = probe_size(window, doubted(signs, window, False), force=False, since_last=4)
+    size = probe_size(window, doubted(signs, window, short_doubted), force=False, since_last=n)
     messages, expected = probe_messages(system, have, size, rate)
     probe = counted_probe(expected, counted, whole)           # the server's count of it
 """
