@@ -790,11 +790,12 @@ def main() -> None:
         default=None,
         help="keep each managed run's project (events.jsonl) under DIR/<row>",
     )
+    row_names = ", ".join([*TAIL_ROWS, *LITERAL_ROWS]).replace("%", "%%")  # help is %-formatted
     parser.add_argument(
         "--rows",
         default=None,
-        help="run only these rows at the tails, comma-separated: groups "
-        f"({', '.join(ROW_GROUPS)}) or names ({', '.join(TAIL_ROWS)})",
+        help="run only these rows, comma-separated: groups "
+        f"({', '.join(ROW_GROUPS)}) or names ({row_names})",
     )
     args = parser.parse_args()
     args.parts = args.parts or (12 if args.quick else 40)
