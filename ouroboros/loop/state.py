@@ -23,7 +23,8 @@ from ouroboros.store.state_file import DamagedSnapshot, Growth, StateWriter
 from ouroboros.window.belief import Window
 from ouroboros.window.conversation import Conversation, Observation, Record
 from ouroboros.window.ledger import Calibration
-from ouroboros.window.manager import ContextManager, LastCount, flat
+from ouroboros.window.manager import ContextManager, LastCount
+from ouroboros.window.plain import flat
 
 __all__ = ["RunState", "save_state"]
 

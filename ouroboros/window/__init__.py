@@ -7,6 +7,7 @@ carries them out (fitting a request, taking in a result, the decision after a tu
 replace; the bookkeeping that follows each change) and the notes the harness writes into
 them; `ledger` holds token estimates and measured sizes; `sizes` keeps the running sums the
 owner keeps in step, so a turn costs what changed;
-`belief` judges how big the server's window really is. No I/O. May import `config` and the
+`belief` judges how big the server's window really is; `plain` gives its dataclasses as the
+state saves them. No I/O. May import `config` and the
 base modules only.
 """

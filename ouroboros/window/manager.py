@@ -11,8 +11,6 @@ outside window/ writes its fields. No I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from functools import cache
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from ouroboros.protocols import Message, ToolResult, Usage, WireMessages
@@ -53,6 +51,7 @@ from ouroboros.window.conversation import (
     worked_this_session,
     worth_masking,
 )
+from ouroboros.window.plain import flat
 from ouroboros.window.policy import (
     CAP_MARKER_TOKENS,
     FRESH_START_MAX_FILL,
@@ -141,29 +140,6 @@ class LastCount:
     reported: int
     suspects: int = 0
     largest_suspect: int = 0
-
-
-def flat(value: Any) -> Any:
-    """A field of the manager as plain data, as `asdict` gives it but one level deep: its
-    dataclasses are flat (the window, the calibration, the last count, each observation), so
-    the same, without asdict's deep copies."""
-    kind = type(value)
-    if hasattr(kind, "__dataclass_fields__"):  # an instance (is_dataclass costs more)
-        names, values = field_getter(kind)
-        return dict(zip(names, values(value)))
-    if isinstance(value, dict):
-        return {key: flat(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return list(value)
-    return value
-
-
-@cache
-def field_getter(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    """A dataclass's field names, and a function giving their values in that order."""
-    names = tuple(f.name for f in fields(kind))
-    getter = attrgetter(*names)
-    return names, (getter if len(names) > 1 else lambda value: (getter(value),))
 
 
 @dataclass
