@@ -11,6 +11,7 @@ stop flag it may raise (`StopFlag`), so a view can be handed to a run without im
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import (
     TYPE_CHECKING,
@@ -78,6 +79,33 @@ def is_json_object(text: str) -> bool:
         return isinstance(json.loads(text), dict)
     except ValueError:
         return False
+
+
+# What masking leaves of a call's arguments (window/conversation.py's cut_arguments): the
+# content of a file_write that a later write of the file replaced, and the head of any other
+# long argument. A model that copies the shape of an earlier call would write these into a
+# file or run them, so file_write and shell_exec refuse text that holds one (holds_stand_in).
+REPLACED_CONTENT = "[{chars:,} characters, replaced since by a later write of {path}]"
+ARGUMENT_CUT = "[... {chars:,} more characters, not kept in the history]"
+_STAND_IN = re.compile(
+    r"\[[\d,]+ characters, replaced since by a later write of [^\]\n]*\]"
+    r"|\[\.\.\. [\d,]+ more characters, not kept in the history\]"
+)
+
+
+def replaced_content(chars: int, path: str) -> str:
+    """The content of a write a later write of `path` replaced, as the history keeps it."""
+    return REPLACED_CONTENT.format(chars=chars, path=path)
+
+
+def argument_cut(chars: int) -> str:
+    """What follows the head of a long argument the history keeps, for the `chars` it cut."""
+    return ARGUMENT_CUT.format(chars=chars)
+
+
+def holds_stand_in(text: str) -> bool:
+    """Whether `text` holds what masking left in place of a call's argument."""
+    return _STAND_IN.search(text) is not None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ouroboros.config import ContextConfig
-from ouroboros.protocols import ToolResult
+from ouroboros.protocols import ToolCall, ToolResult
 from ouroboros.window import conversation as conv
 from ouroboros.window.manager import ContextManager
 
@@ -42,7 +42,9 @@ def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict
         messages.append(assistant(call_id))
         content = f"KEY: {i:04d}\n" + "x" * size
         result = ToolResult(content, meta={"path": f"data/{i}.txt"})
-        obs = conv.describe("file_read", f"data/{i}.txt", result, cm.new_observation_id(), call_id)
+        obs = conv.describe(
+            ToolCall(call_id, "file_read", ""), f"data/{i}.txt", result, cm.new_observation_id()
+        )
         messages.append(tool(call_id, cm.admit(obs, content)))
     return messages
 
@@ -50,7 +52,7 @@ def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict
 def worked(cm: ContextManager, messages: list[dict]) -> list[dict]:
     """`messages` with a command that succeeded before their turns: a session at work."""
     result = ToolResult("[exit code 0]", meta={"command": "true", "exit_code": 0})
-    obs = conv.describe("shell_exec", "true", result, cm.new_observation_id(), "w0")
+    obs = conv.describe(ToolCall("w0", "shell_exec", ""), "true", result, cm.new_observation_id())
     return [
         *messages[:2],
         assistant("w0"),

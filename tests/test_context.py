@@ -8,7 +8,7 @@ import math
 import pytest
 
 from ouroboros.config import ContextConfig
-from ouroboros.protocols import ToolResult, Usage
+from ouroboros.protocols import ToolCall, ToolResult, Usage
 from ouroboros.window import conversation as conv
 from ouroboros.window import ledger
 from ouroboros.window.belief import named_window
@@ -410,7 +410,7 @@ def test_fit_keeps_the_newest_turn_even_when_it_alone_is_too_big():
 def test_admit_caps_results_at_a_quarter_of_the_budget():
     cm = manager(limit=8_000, max_tool_result_tokens=8_000)
     result = ToolResult("z" * 100_000)
-    obs = conv.describe("shell_exec", "cat big", result, "obs-1", "c1")
+    obs = conv.describe(ToolCall("c1", "shell_exec", ""), "cat big", result, "obs-1")
     content = cm.admit(obs, result.content)
     assert len(content) < 8_000 + 200
     assert obs.truncated
@@ -471,12 +471,12 @@ def test_dense_scripts_are_estimated_per_character_with_a_margin():
 
 def test_a_dense_tool_result_is_capped_in_tokens_not_characters():
     cm = manager(limit=8192, max_tool_result_tokens=1000)
-    obs = conv.describe("file_read", "zh.txt", ToolResult(CJK * 10), "obs-1", "c1")
+    obs = conv.describe(ToolCall("c1", "file_read", ""), "zh.txt", ToolResult(CJK * 10), "obs-1")
     capped = cm.admit(obs, CJK * 10)
     assert obs.truncated
     assert len(capped) <= 1000  # 1,000 tokens hold at most ~1,000 CJK characters
     plain = "plain words " * 2000
-    obs = conv.describe("file_read", "en.txt", ToolResult(plain), "obs-2", "c2")
+    obs = conv.describe(ToolCall("c2", "file_read", ""), "en.txt", ToolResult(plain), "obs-2")
     assert len(cm.admit(obs, plain)) >= 2500  # Latin text keeps its characters per token
 
 
@@ -495,7 +495,7 @@ def test_a_short_result_is_not_worth_masking_its_placeholder_is_no_smaller():
     """The agent's 115-byte read of its progress file: masking it frees nothing."""
     cm = manager()
     text = "next: part 17\n" + "done: 1-16, keys in results.txt\n" * 5
-    obs = conv.describe("file_read", "progress.md", ToolResult(text), "obs-1", "c1")
+    obs = conv.describe(ToolCall("c1", "file_read", ""), "progress.md", ToolResult(text), "obs-1")
     message = tool("c1", cm.admit(obs, text))
     assert conv.worth_masking(message, cm.observations) is None
 
@@ -597,8 +597,12 @@ def test_a_read_after_a_save_gets_one_turn_not_one_a_turn():
     def write_and_read(i: int) -> list[dict]:
         wrote = ToolResult("wrote 9 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
         read = ToolResult(f"KEY: {i}\n" + "x" * 400, meta={"path": f"data/{i}.txt"})
-        w = conv.describe("file_write", "notes.md", wrote, cm.new_observation_id(), f"w{i}")
-        r = conv.describe("file_read", f"data/{i}.txt", read, cm.new_observation_id(), f"r{i}")
+        w = conv.describe(
+            ToolCall(f"w{i}", "file_write", ""), "notes.md", wrote, cm.new_observation_id()
+        )
+        r = conv.describe(
+            ToolCall(f"r{i}", "file_read", ""), f"data/{i}.txt", read, cm.new_observation_id()
+        )
         calls = [*assistant(f"w{i}")["tool_calls"], *assistant(f"r{i}")["tool_calls"]]
         return [
             {"role": "assistant", "content": "", "tool_calls": calls},
@@ -616,7 +620,9 @@ def test_a_turn_read_after_a_save_when_it_wrote_and_read():
     cm = manager()
     read = conversation(cm, 1)[2:]  # its reply and its result
     result = ToolResult("wrote 9 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
-    obs = conv.describe("file_write", "notes.md", result, cm.new_observation_id(), "w0")
+    obs = conv.describe(
+        ToolCall("w0", "file_write", ""), "notes.md", result, cm.new_observation_id()
+    )
     write = [assistant("w0"), tool("w0", cm.admit(obs, result.content))]
     both = [
         {

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ouroboros.protocols import ToolResult
+from ouroboros.protocols import ToolCall, ToolResult
 from ouroboros.window import conversation as conv
 from tests.conversations import assistant, conversation, manager, tool
 
 
 def test_placeholder_says_what_was_there():
     result = ToolResult("KEY: 9f2c1234567\nline two\n" * 71, meta={"path": "data/part_003.txt"})
-    obs = conv.describe("file_read", "data/part_003.txt", result, "obs-7", "c1")
+    obs = conv.describe(ToolCall("c1", "file_read", ""), "data/part_003.txt", result, "obs-7")
     text = conv.placeholder(obs)
     assert text.startswith("[file_read result masked: data/part_003.txt, 142 lines, ")
     assert "KB" in text
@@ -23,7 +23,7 @@ def test_placeholder_for_a_shell_command_names_command_and_exit_code():
     result = ToolResult(
         "boom\n[exit code 2]", ok=False, meta={"command": "make test", "exit_code": 2}
     )
-    obs = conv.describe("shell_exec", "make test", result, "obs-1", "c1")
+    obs = conv.describe(ToolCall("c1", "shell_exec", ""), "make test", result, "obs-1")
     text = conv.placeholder(obs)
     assert "shell_exec result masked: make test" in text
     assert "exit code 2" in text
@@ -37,12 +37,16 @@ def test_a_masked_recall_names_the_file_it_brought_back():
     text = messages[-1]["content"]
     for call_id, recalled in (("r1", "obs-1"), ("r2", "obs-2")):  # a recall, then of it
         shown = ToolResult(text, meta={"path": recalled})
-        obs = conv.describe("recall", recalled, shown, cm.new_observation_id(), call_id)
+        obs = conv.describe(
+            ToolCall(call_id, "recall", ""), recalled, shown, cm.new_observation_id()
+        )
         cm.admit(obs, text)
         assert conv.placeholder(obs).startswith(
             "[recall result masked: obs-1 (file_read data/0.txt), "
         )
-    gone = conv.describe("recall", "obs-9", ToolResult(text), cm.new_observation_id(), "r3")
+    gone = conv.describe(
+        ToolCall("r3", "recall", ""), "obs-9", ToolResult(text), cm.new_observation_id()
+    )
     cm.admit(gone, text)  # one the registry no longer holds: its id alone
     assert conv.placeholder(gone).startswith("[recall result masked: obs-9, ")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from ouroboros.config import ContextConfig
-from ouroboros.protocols import ToolResult
+from ouroboros.protocols import ToolCall, ToolResult
 from ouroboros.window import conversation as conv
 from ouroboros.window.policy import Continue, Restart, WindDown, decide
 from tests.conversations import held, manager
@@ -30,7 +30,7 @@ def turn(cm, messages, call_id, name, args, content, **meta):
     )
     subject = args.get("path") or args.get("command", "")
     result = ToolResult(content, meta={"path": args.get("path"), **meta})
-    obs = conv.describe(name, subject, result, cm.new_observation_id(), call_id)
+    obs = conv.describe(ToolCall(call_id, name, ""), subject, result, cm.new_observation_id())
     messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, content)})
 
 

@@ -419,7 +419,11 @@ def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conv
     # the whole context manager, not its observations only: the belief, the calibration, the
     # last count and the counters the old recovery gave (fields added since at their start)
     since = {"read_granted": False, "counts_taken": 0, "probed_at": -4, "short_doubted": False}
-    assert state["context"] == {**expected["state"]["context"], **since}
+    context = expected["state"]["context"]
+    observations = {  # a write saved before its content was counted: never masked
+        call_id: {**obs, "call_cut": 0} for call_id, obs in context["observations"].items()
+    }
+    assert state["context"] == {**context, **since, "observations": observations}
     assert recovered.seq == expected["seq"]
     assert [[c.id, c.name, c.arguments] for c in recovered.interrupted] == expected["interrupted"]
 
@@ -573,7 +577,10 @@ def test_an_observation_is_written_as_the_redaction_now_says(tmp_path):
     context = ContextManager.create(8192, "config", 1024, ContextConfig())
     state = RunState("run1", [{"role": "system", "content": "Mission."}], context)
     context.add_result(
-        state.messages, "c1", "file_read", "key.txt", ToolResult("token=hunter2\n", meta={})
+        state.messages,
+        ToolCall("c1", "file_read", '{"path": "key.txt"}'),
+        "key.txt",
+        ToolResult("token=hunter2\n", meta={}),
     )
     writer = StateWriter(tmp_path)
     writer.write(3, state.to_dict())

@@ -11,7 +11,7 @@ import httpx
 import respx
 
 from ouroboros.config import ContextConfig
-from ouroboros.protocols import ToolResult, Usage
+from ouroboros.protocols import ToolCall, ToolResult, Usage
 from ouroboros.server.client import ChatClient
 from ouroboros.window import conversation as conv
 from ouroboros.window import ledger
@@ -46,7 +46,9 @@ def add_turn(
         }
     )
     text = f"result {i}\n" + "x" * size
-    obs = conv.describe("shell", "ls", ToolResult(text), cm.new_observation_id(), call_id)
+    obs = conv.describe(
+        ToolCall(call_id, "shell", ""), "ls", ToolResult(text), cm.new_observation_id()
+    )
     messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
 
 

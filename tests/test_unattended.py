@@ -11,6 +11,7 @@ from ouroboros.loop.endings import StopRun
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.inbox import post, waiting
 from ouroboros.loop.memory import SystemPrompt, read_pinned, system_message
+from ouroboros.protocols import ToolCall
 from tests.fakes import FakeModel, call, reply
 from tests.helpers import make_project
 from tests.session_rig import CONTINUE, Rig, contents, reads
@@ -519,7 +520,9 @@ def test_the_newest_read_of_the_agents_notes_is_never_masked_nor_dropped():
     def turn(call_id: str, name: str, path: str, content: str) -> None:
         messages.append(assistant(call_id))
         result = ToolResult(content, meta={"path": path})
-        obs = conv.describe(name, {"path": path}, result, cm.new_observation_id(), call_id)
+        obs = conv.describe(
+            ToolCall(call_id, name, ""), {"path": path}, result, cm.new_observation_id()
+        )
         messages.append(tool(call_id, cm.admit(obs, content)))
 
     turn("r0", "file_read", "notes.md", notes)  # an older read

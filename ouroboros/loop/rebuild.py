@@ -166,7 +166,7 @@ class Replay:
         elif text is None:
             text = f"[the full result is no longer on disk; its first line was: {event.summary}]"
         result = ToolResult(text, ok=event.ok)
-        obs = conv.describe(call.name, self.subjects.get(call.id, ""), result, obs_id, call.id)
+        obs = conv.describe(call, self.subjects.get(call.id, ""), result, obs_id)
         return {"role": "tool", "tool_call_id": call.id, "content": self.context.admit(obs, text)}
 
 

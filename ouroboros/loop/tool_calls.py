@@ -59,7 +59,7 @@ class ToolCalls:
             self.save()
             raise
         self.state.session_successes += int(result.ok)
-        obs = self.context.add_result(self.state.messages, call.id, call.name, subject, result)
+        obs = self.context.add_result(self.state.messages, call, subject, result)
         self.save_observation(obs.id, result.content)
         self.log.emit(
             ev.ToolResultEvent(
@@ -79,7 +79,7 @@ class ToolCalls:
     def answer_interrupted(self, call: ToolCall, duration_ms: int = 0) -> None:
         """Give a tool call cut short (by a stop signal, or a crash) a result that says so."""
         result = ToolResult(interrupted_text(call.name), ok=False)
-        obs = self.context.add_result(self.state.messages, call.id, call.name, "", result)
+        obs = self.context.add_result(self.state.messages, call, "", result)
         self.log.emit(
             ev.ToolResultEvent(
                 id=call.id,

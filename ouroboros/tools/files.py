@@ -24,7 +24,7 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import Field
 
-from ouroboros.protocols import ToolResult
+from ouroboros.protocols import ToolResult, holds_stand_in
 from ouroboros.store.atomic import replace_in
 from ouroboros.tools.arguments import ModelTool, ToolArguments
 from ouroboros.tools.excerpt import Excerpt, LineScanner, excerpt_note
@@ -249,6 +249,11 @@ class FileWrite(_WorkspaceTool[WriteArguments]):
 
     def _run(self, given: str, arguments: WriteArguments) -> ToolResult:
         content = arguments.content
+        if holds_stand_in(content):
+            raise _Refusal(
+                "the content holds what the history keeps of an earlier write in place of its "
+                f"text, not the text itself; {given} was left as it is. Write the whole content."
+            )
         data = content.encode("utf-8", errors="replace")
         try:
             with self.files.walk(given, final=FINAL_ENTRY, create_dirs=True) as found:

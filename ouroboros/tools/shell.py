@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from ouroboros.protocols import ToolResult
+from ouroboros.protocols import ToolResult, holds_stand_in
 from ouroboros.sandbox.policy import Sandbox
 from ouroboros.sandbox.reaper import MARKER, group_left, workspace_tag
 from ouroboros.tools.arguments import ModelTool, ToolArguments
@@ -39,6 +39,13 @@ OUTPUT_GRACE_SECS = 1.0
 SETTLE_SECS = 2.0  # after the kill: how long to wait for the output pipe to close
 KILL_WAIT_SECS = 10.0  # after the kill: how long the group gets to be gone
 MAX_EXIT_POLL_SECS = 0.1
+
+
+STAND_IN_COMMAND = (
+    "error: the command holds what the history keeps of an earlier call in place of its "
+    "text (a `[... N more characters, not kept in the history]` line), not a command; it was "
+    "not run. Write the whole command out."
+)
 
 
 @dataclass
@@ -328,6 +335,8 @@ class ShellExec(ModelTool[ShellArguments]):
             return ToolResult(
                 "error: empty command; give a shell command to run", ok=False, meta=meta
             )
+        if holds_stand_in(command):
+            return ToolResult(STAND_IN_COMMAND, ok=False, meta=meta)
         pattern = blocked_by(command, self.blocked_patterns)
         if pattern is not None:
             self.on_security(

@@ -6,7 +6,9 @@ caps), turns, masking and what a restart carries over, as pure functions. No I/O
 Vocabulary (see policy.py for the window's): a *turn* is an assistant message and everything
 after it up to the next assistant message (its tool results and any notes); turns are never
 split. An *observation* is a tool result; masking replaces its content with a placeholder
-that says what was there, while the message itself (and the call it answers) stays.
+that says what was there, while the message itself (and the call it answers) stays; a call
+whose own arguments are long keeps their head (a write replaced since: a stand-in for its
+content), cut_arguments.
 
 A message is its wire form, nothing else (what the system prompt is made of is kept beside
 it too: loop/memory.py's SystemMarks); what the harness keeps beside it (its measured size,
@@ -16,13 +18,15 @@ it, and travels with it as a Record.
 
 from __future__ import annotations
 
+import json
 import re
+from bisect import bisect_right
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Literal, NamedTuple, cast, overload
 
-from ouroboros.protocols import Message, ToolCall, ToolResult
+from ouroboros.protocols import Message, ToolCall, ToolResult, argument_cut, replaced_content
 from ouroboros.window import ledger
 from ouroboros.window.sizes import Entry, Tally, WorthMasking, make_entry
 
@@ -113,27 +117,69 @@ class Observation:
     exit_code: int | None = None
     truncated: bool = False
     masked: bool = False
+    call_cut: int = 0  # the characters masking takes out of its call's arguments (cut_arguments)
 
 
-def describe(
-    tool: str, subject: str, result: ToolResult, obs_id: str, tool_call_id: str
-) -> Observation:
-    """What a placeholder for this result of a call to `tool` will say; `subject` is what the
-    call was about, as the tool names it (Toolbox.subject)."""
+def describe(call: ToolCall, subject: str, result: ToolResult, obs_id: str) -> Observation:
+    """What a placeholder for this result of `call` will say; `subject` is what the call was
+    about, as the tool names it (Toolbox.subject)."""
     meta = result.meta
     target = str(meta.get("path") or meta.get("command") or subject)
     text = result.content
     first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    cut = cut_arguments(call.name, call.arguments, target)  # worth it at MASK_MIN_GAIN times
+    worth_cutting = len(call.arguments) >= MASK_MIN_GAIN * len(cut)
     return Observation(
         id=obs_id,
-        tool_call_id=tool_call_id,
-        tool=tool,
+        tool_call_id=call.id,
+        tool=call.name,
         target=target,
         chars=len(text),
         lines=text.count("\n") + (1 if text and not text.endswith("\n") else 0),
         first_line=first_line,
         exit_code=meta.get("exit_code"),
+        call_cut=len(call.arguments) - len(cut) if worth_cutting else 0,
     )
+
+
+WHOLE_WRITE_TOOL = "file_write"  # its call holds the file's whole content
+ARGUMENT_HEAD_CHARS = 200  # what masking keeps of a long argument (not a write's content)
+
+
+def cut_arguments(tool: str, arguments: str, path: str) -> str:
+    """A call's arguments (JSON text) as masking leaves them: a file_write's content made the
+    stand-in a later write of `path` leaves (protocols.replaced_content), any other string
+    over twice ARGUMENT_HEAD_CHARS its head and what was cut (protocols.argument_cut);
+    `arguments` as they are when nothing is cut or they are no JSON object."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
+    if not isinstance(parsed, dict):
+        return arguments
+    kept = dict(parsed)
+    for name, value in parsed.items():
+        if not isinstance(value, str):
+            continue
+        if tool == WHOLE_WRITE_TOOL and name == "content":
+            kept[name] = replaced_content(len(value), path)
+        elif len(value) > 2 * ARGUMENT_HEAD_CHARS:
+            head = value[:ARGUMENT_HEAD_CHARS]
+            kept[name] = head + argument_cut(len(value) - len(head))
+    return json.dumps(kept, ensure_ascii=False) if kept != parsed else arguments
+
+
+def with_arguments_cut(message: Message, tool_call_id: str, path: str) -> Message:
+    """The assistant `message` with the arguments of its call `tool_call_id` cut
+    (cut_arguments)."""
+    calls = []
+    for call in message.get("tool_calls") or ():
+        if call["id"] == tool_call_id:
+            function = call["function"]
+            arguments = cut_arguments(function["name"], function.get("arguments", ""), path)
+            call = {**call, "function": {**function, "arguments": arguments}}
+        calls.append(call)
+    return {**message, "tool_calls": calls}
 
 
 RECALL_TOOL = "recall"
@@ -158,9 +204,13 @@ def human_size(chars: int) -> str:
     return f"{chars / 1024:.1f} KB"
 
 
+TARGET_SHOWN = 120  # of what a call was about (a long command): what its placeholder shows
+
+
 def placeholder(obs: Observation) -> str:
     """The line a masked result becomes: what it was, and how to see it again."""
-    parts = [obs.target] if obs.target else []
+    target = obs.target[:TARGET_SHOWN] + ("..." if len(obs.target) > TARGET_SHOWN else "")
+    parts = [target] if target else []
     parts += [f"{obs.lines} lines", human_size(obs.chars)]
     if obs.exit_code is not None:
         parts.append(f"exit code {obs.exit_code}")
@@ -257,10 +307,29 @@ def result_of(message: Message, observations: dict[str, Observation]) -> Observa
     return observations.get(message.get("tool_call_id", ""))
 
 
+FAILED_PREFIXES = ("error", INTERRUPTED_PREFIX)  # how the result of a call that failed begins
+
+
 def saved(message: Message, obs: Observation) -> bool:
     """Whether this result is a write of a file that succeeded (the agent saving)."""
     content = str(message.get("content") or "")
-    return obs.tool in WRITING_TOOLS and not content.startswith(("error", "[interrupted"))
+    return obs.tool in WRITING_TOOLS and not content.startswith(FAILED_PREFIXES)
+
+
+def standing_writes(observations: dict[str, Observation]) -> set[str]:
+    """The tool-call ids of the file_writes no later write of the same file that succeeded
+    replaced: what each wrote may be all the agent has of it, so the content its call holds
+    stays. The content of a write replaced since is masked like any result (the file no
+    longer holds it)."""
+    standing: dict[str, list[str]] = {}
+    for obs in observations.values():  # in the order the results came
+        if obs.tool != WHOLE_WRITE_TOOL:
+            continue
+        if obs.first_line.startswith(FAILED_PREFIXES):
+            standing.setdefault(obs.target, []).append(obs.tool_call_id)
+        else:
+            standing[obs.target] = [obs.tool_call_id]
+    return {tool_call_id for ids in standing.values() for tool_call_id in ids}
 
 
 def read_after_save(turn: Sequence[Message], observations: dict[str, Observation]) -> bool:
@@ -343,8 +412,9 @@ MASK_MIN_GAIN = 2
 
 def worth_masking(message: Message, observations: dict[str, Observation]) -> str | None:
     """The tool-call id of a result whose observation is unmasked and, by the estimate (dense
-    scripts counted as such), at least MASK_MIN_GAIN times as big as its placeholder; None
-    for any other message."""
+    scripts counted as such), at least MASK_MIN_GAIN times as big as its placeholder, or
+    whose call's arguments masking would cut (Observation.call_cut; a write's only once a
+    later write replaced it: standing_writes); None for any other message."""
     if message["role"] != "tool":
         return None
     obs = observations.get(message.get("tool_call_id", ""))
@@ -352,9 +422,15 @@ def worth_masking(message: Message, observations: dict[str, Observation]) -> str
         return None
     size = ledger.estimate_text(message.get("content") or "", ledger.DEFAULT_CHARS_PER_TOKEN)
     replaced_by = ledger.estimate_text(placeholder(obs), ledger.DEFAULT_CHARS_PER_TOKEN)
-    if size < MASK_MIN_GAIN * replaced_by:
+    if size < MASK_MIN_GAIN * replaced_by and not obs.call_cut:
         return None
     return obs.tool_call_id
+
+
+def replaces_result(obs: Observation) -> bool:
+    """Whether masking `obs` puts its placeholder in place of its result: always, but for a
+    result shorter than MASK_MIN_GAIN placeholders when its call was what was worth it."""
+    return not obs.call_cut or obs.chars >= MASK_MIN_GAIN * len(placeholder(obs))
 
 
 def unacted_turns(
@@ -608,6 +684,17 @@ class Conversation(Sequence[Message]):
         for index in at:
             message = self._messages[index]
             self.replace_at(index, {**message, "content": placeholders[message["tool_call_id"]]})
+
+    def cut_calls(self, paths: dict[str, str]) -> None:
+        """Cut the arguments of the named calls (by tool-call id, each with the path its
+        result names: with_arguments_cut); their results are no longer worth masking."""
+        starts = self.tally.starts
+        for index in self.tally.positions(paths):
+            call_id = self._messages[index]["tool_call_id"]
+            turn = starts[bisect_right(starts, index) - 1]
+            cut = with_arguments_cut(self._messages[turn], call_id, paths[call_id])
+            self.replace_at(turn, cut)
+            self.tally.settle(index)
 
     def replace_at(self, index: int, message: Message) -> None:
         """Put `message` in the place of the one at `index` (the system prompt as it is

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
-from ouroboros.protocols import Message, ToolResult, Usage, WireMessages
+from ouroboros.protocols import Message, ToolCall, ToolResult, Usage, WireMessages
 from ouroboros.window import ledger
 from ouroboros.window.belief import (
     Count,
@@ -44,8 +44,10 @@ from ouroboros.window.conversation import (
     placeholder,
     read_after_save,
     recalled_target,
+    replaces_result,
     save_results,
     saved_after_work,
+    standing_writes,
     unacted_turns,
     unsaved_work,
     worked_this_session,
@@ -67,7 +69,7 @@ from ouroboros.window.policy import (
     at_rest,
     brief_tools,
     decide,
-    placeholder_tokens,
+    mask_frees,
     prompt_budget,
     reclaimed_pct,
 )
@@ -372,7 +374,8 @@ class ContextManager:
 
     def evaluate(self, tokens: int, messages: Sequence[Message]) -> Decision:
         """The decision after a turn. The results of the newest turn are never masked here:
-        the agent has not seen them yet; nor the newest read of its notes (kept_reads).
+        the agent has not seen them yet; nor the newest read of its notes, nor a write no
+        later one replaced (never_masked).
         Below the soft threshold, as most turns are, nothing is weighed."""
         used = self.used_pct(tokens)
         if at_rest(self.policy, used):
@@ -382,16 +385,14 @@ class ContextManager:
         tally = held.tally
         tally.tokens(self.chars_per_token, self.per_dense)  # its sizes at today's rates
         starts = tally.starts
-        kept_read = self.kept_reads()
+        spared = self.never_masked()
         gains = {
             i: self.mask_gain(i, size)
             for i, size in tally.candidate_sizes().items()
-            if i not in kept_read
+            if i not in spared
         }  # oldest first
         candidates = list(gains)
-        unacted = (
-            len([i for i in tally.candidates(starts[-1]) if i not in kept_read]) if starts else 0
-        )
+        unacted = len([i for i in tally.candidates(starts[-1]) if i not in spared]) if starts else 0
         kept = max(self.policy.keep_recent_observations, unacted)
         acted = len(candidates) - unacted
         recent = [(i, gains[i]) for i in candidates[max(len(candidates) - kept, 0) : acted]]
@@ -424,9 +425,15 @@ class ContextManager:
 
     def reprocessed(self, tally: Tally) -> Callable[[str], float]:
         """The share of the budget a prefix-caching server processes again when the result
-        of this tool-call id is the first to change: sized only when a round is weighed."""
+        of this tool-call id (or its call, when masking cuts that) is the first to change:
+        sized only when a round is weighed."""
         return lambda tool_call_id: self.used_pct(
-            tally.suffix(tool_call_id, self.chars_per_token, self.per_dense)
+            tally.suffix(
+                tool_call_id,
+                self.chars_per_token,
+                self.per_dense,
+                call=bool(self.observations[tool_call_id].call_cut),
+            )
         )
 
     def after_turn(self, messages: Conversation, tools: list[dict[str, Any]]) -> TurnEnd:
@@ -472,7 +479,7 @@ class ContextManager:
     def mask_gain(self, tool_call_id: str, size: int) -> float:
         """The share of the budget masking this result (of `size` tokens) would free."""
         return self.used_pct(
-            size - placeholder_tokens(self.observations[tool_call_id], self.chars_per_token)
+            mask_frees(self.observations[tool_call_id], size, self.chars_per_token)
         )
 
     def mask(self, messages: Sequence[Message], ids: list[str]) -> Conversation:
@@ -484,7 +491,9 @@ class ContextManager:
         return conversation
 
     def _hide(self, conversation: Conversation, ids: list[str]) -> None:
-        conversation.mask({i: placeholder(self.observations[i]) for i in ids})
+        hidden = [self.observations[i] for i in ids]
+        conversation.mask({o.tool_call_id: placeholder(o) for o in hidden if replaces_result(o)})
+        conversation.cut_calls({o.tool_call_id: o.target for o in hidden if o.call_cut})
         self.revision += 1
 
     def masked(self, ids: list[str]) -> None:
@@ -515,8 +524,9 @@ class ContextManager:
         work since the read, and the read itself last. A `fresh` session's first prompt
         holds the results the agent has acted on masked, room or not: the server processes
         that prompt whole anyway, where masking one later would make it process everything
-        after it again. The masks are counted only when the caller keeps the result
-        (`masked(fitted.masked)`)."""
+        after it again. A write's call keeps its content until a later write of the file
+        replaces it (standing_writes). The masks are counted only when the caller keeps
+        the result (`masked(fitted.masked)`)."""
         target = self.budget if target is None else target
         conversation = self.held(messages)
         tokens = self.current_tokens(conversation, tools)
@@ -527,9 +537,10 @@ class ContextManager:
         starts = tally.starts
         keep = unacted_turns(conversation, conversation.notes, starts) if keep is None else keep
         newest_turn = starts[-keep] if starts and keep else len(conversation)
-        newest = tally.candidates(newest_turn)
+        standing = standing_writes(self.observations)
+        newest = [i for i in tally.candidates(newest_turn) if i not in standing]
         kept_read = self.kept_reads()
-        acted = [i for i in tally.candidates(0, newest_turn) if i not in kept_read]
+        acted = [i for i in tally.candidates(0, newest_turn) if i not in kept_read | standing]
         self._mask_until(fitted, acted, tools, 0 if fresh else target)
         if self.wound_down:  # the agent saves next: what it saves from goes last
             since = save_results(conversation, self.notes, self.observations)
@@ -541,6 +552,11 @@ class ContextManager:
         if keep > 1:  # the last resort: the turn a wind-down interrupted goes too
             self._drop_until(fitted, tools, target, 1)
         return fitted
+
+    def never_masked(self) -> set[str]:
+        """The results a masking round leaves: the kept reads, and the writes whose content
+        the file still holds (conversation.standing_writes)."""
+        return self.kept_reads() | standing_writes(self.observations)
 
     def kept_reads(self) -> set[str]:
         """The results never masked or dropped while anything else can go: the newest read
@@ -729,13 +745,13 @@ class ContextManager:
         return Prompt(self.wire(messages), len(messages), fitted)
 
     def add_result(
-        self, messages: Conversation, tool_call_id: str, tool: str, subject: str, result: ToolResult
+        self, messages: Conversation, call: ToolCall, subject: str, result: ToolResult
     ) -> Observation:
         """A tool result comes in: it is registered as an observation, cut to what the model
         may read (admit) and added to `messages`. The observation says what the loop logs of
         it; the placeholder that may replace it later is the window's too (after_turn)."""
-        obs = describe(tool, subject, result, self.new_observation_id(), tool_call_id)
-        messages.add_result(tool_call_id, self.admit(obs, result.content))
+        obs = describe(call, subject, result, self.new_observation_id())
+        messages.add_result(call.id, self.admit(obs, result.content))
         return obs
 
     def admit(self, obs: Observation, text: str) -> str:

@@ -24,6 +24,7 @@ from ouroboros.window import ledger
 from ouroboros.window.conversation import (
     Observation,
     placeholder,
+    replaces_result,
 )
 
 if TYPE_CHECKING:
@@ -268,5 +269,11 @@ def brief_tools(fixed_tokens: int, budget: int) -> bool:
     return fixed_tokens > BRIEF_TOOLS_SHARE * budget
 
 
-def placeholder_tokens(obs: Observation, chars_per_token: float) -> int:
-    return ledger.estimate_text(placeholder(obs), chars_per_token) + ledger.MESSAGE_OVERHEAD_TOKENS
+def mask_frees(obs: Observation, size: int, chars_per_token: float) -> int:
+    """The tokens masking `obs` frees: its result (`size` tokens) less its placeholder, and
+    what it cuts from its call's arguments (conversation.cut_arguments)."""
+    frees = ledger.estimate_chars(obs.call_cut, chars_per_token)
+    if replaces_result(obs):
+        placeholder_tokens = ledger.estimate_text(placeholder(obs), chars_per_token)
+        frees += size - placeholder_tokens - ledger.MESSAGE_OVERHEAD_TOKENS
+    return frees

@@ -18,7 +18,7 @@ of messages cut off stay in `call_ids`.
 from __future__ import annotations
 
 import json
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -150,6 +150,14 @@ class Tally:
             self._candidate_at.insert(bisect_left(self._candidate_at, index), index)
         self._call_ids.update(dict.fromkeys(call_ids_in((message,))))
 
+    def settle(self, index: int) -> None:
+        """The result at `index` is no longer worth masking, though it stays as it is (a
+        write whose call lost its content)."""
+        entry = self._entries[index]
+        if entry.candidate is not None:
+            entry.candidate = None
+            del self._candidate_at[bisect_left(self._candidate_at, index)]
+
     def measure(self, index: int, tokens: int) -> None:
         """Write the measured size of the message at `index` (a size measured before is
         replaced: a server's count of the prompt is truer than its tokenizer's of the text)."""
@@ -238,14 +246,18 @@ class Tally:
         tool_call_id: str,
         chars_per_token: float,
         per_dense: float = ledger.DEFAULT_TOKENS_PER_DENSE_CHAR,
+        call: bool = False,
     ) -> int:
-        """The tokens from the result worth masking `tool_call_id` to the end of the
-        conversation: what a prefix-caching server processes again when that result is the
-        first to change."""
+        """The tokens from the result worth masking `tool_call_id` (`call`: from the call
+        it answers, for masking that changes the call) to the end of the conversation:
+        what a prefix-caching server processes again when that message is the first to
+        change."""
         self.tokens(chars_per_token, per_dense)  # the estimates at these rates
         at = next(
             i for i in reversed(self._candidate_at) if self._entries[i].candidate == tool_call_id
         )
+        if call:
+            at = self._starts[bisect_right(self._starts, at) - 1]
         return sum(map(self._size, self._entries[at:]))
 
     def _size(self, entry: Entry) -> int:
