@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-from bisect import bisect_right
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -688,10 +687,9 @@ class Conversation(Sequence[Message]):
     def cut_calls(self, paths: dict[str, str]) -> None:
         """Cut the arguments of the named calls (by tool-call id, each with the path its
         result names: with_arguments_cut); their results are no longer worth masking."""
-        starts = self.tally.starts
         for index in self.tally.positions(paths):
             call_id = self._messages[index]["tool_call_id"]
-            turn = starts[bisect_right(starts, index) - 1]
+            turn = self.tally.turn_of(index)
             cut = with_arguments_cut(self._messages[turn], call_id, paths[call_id])
             self.replace_at(turn, cut)
             self.tally.settle(index)

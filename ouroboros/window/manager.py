@@ -540,7 +540,8 @@ class ContextManager:
         standing = standing_writes(self.observations)
         newest = [i for i in tally.candidates(newest_turn) if i not in standing]
         kept_read = self.kept_reads()
-        acted = [i for i in tally.candidates(0, newest_turn) if i not in kept_read | standing]
+        spared = kept_read | standing
+        acted = [i for i in tally.candidates(0, newest_turn) if i not in spared]
         self._mask_until(fitted, acted, tools, 0 if fresh else target)
         if self.wound_down:  # the agent saves next: what it saves from goes last
             since = save_results(conversation, self.notes, self.observations)

@@ -257,8 +257,12 @@ class Tally:
             i for i in reversed(self._candidate_at) if self._entries[i].candidate == tool_call_id
         )
         if call:
-            at = self._starts[bisect_right(self._starts, at) - 1]
+            at = self.turn_of(at)
         return sum(map(self._size, self._entries[at:]))
+
+    def turn_of(self, index: int) -> int:
+        """The position of the assistant message whose turn holds the message at `index`."""
+        return self._starts[bisect_right(self._starts, index) - 1]
 
     def _size(self, entry: Entry) -> int:
         return entry.tokens if entry.tokens is not None else self._estimate(entry)
