@@ -528,6 +528,26 @@ def test_each_observation_is_saved_as_it_is_now_through_growth_masking_and_drops
         assert saved.of(registry) == {key: asdict(o) for key, o in registry.items()}
 
 
+def test_a_growing_memo_makes_only_what_is_new_or_changed():
+    """A write costs what the turn added: an item is made once, again only when its mark
+    changes, and everything again only when items left from the front."""
+    from ouroboros.store.state_file import GrowingMemo
+
+    made: list[str] = []
+    memo = GrowingMemo(lambda key, item: made.append(key) or f"{key}={item}")
+    registry = {"a": 1, "b": 2, "c": 3}
+
+    assert memo.update(registry) == ["a=1", "b=2", "c=3"]
+    registry["d"] = 4
+    registry["b"] = 20
+    assert memo.update(registry) == ["a=1", "b=20", "c=3", "d=4"]
+    assert made == ["a", "b", "c", "b", "d"]
+    assert memo.update(registry, [1, 20, 3, 4]) == ["a=1", "b=20", "c=3", "d=4"]  # marks given
+    del registry["a"]
+    assert memo.update(registry) == ["b=20", "c=3", "d=4"]
+    assert made[-3:] == ["b", "c", "d"]
+
+
 class CheckedWriter(StateWriter):
     """Writes as StateWriter does, then checks the file against the state encoded whole."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, dataclass, field, fields
-from operator import attrgetter, is_
+from operator import attrgetter
 from typing import Any, Callable, Literal
 
 from ouroboros.config import ContextConfig
@@ -19,7 +19,7 @@ from ouroboros.loop.handoff import Digest
 from ouroboros.loop.memory import SystemMarks, SystemPrompt
 from ouroboros.protocols import EventSink, RunLog
 from ouroboros.store.events import WarningCleared, WarningEvent
-from ouroboros.store.state_file import DamagedSnapshot, Growth, StateWriter
+from ouroboros.store.state_file import DamagedSnapshot, GrowingMemo, Growth, StateWriter
 from ouroboros.window.belief import Window
 from ouroboros.window.conversation import Conversation, Observation, Record
 from ouroboros.window.ledger import Calibration
@@ -166,35 +166,19 @@ class RunState:
 
 
 class SavedObservations:
-    """Each observation's saved dict, made once: only its `masked` changes after it is made
-    (ContextManager.masked), and then it is made again. One per run (its RunState's). The
-    registry grows at its end and loses entries only with the turns they were in, so what
-    was saved before is checked in one pass of identity and flag comparisons (no Python
-    loop over the observations, which a long conversation in a large window holds by the
-    thousand): only the new ones, and the few a masking round changed, are made again."""
+    """Each observation's saved dict, made once (store/state_file.py's GrowingMemo): only its
+    `masked` changes after it is made (ContextManager.masked), and then it is made again.
+    One per run (its RunState's)."""
 
     def __init__(self) -> None:
-        self._keys: list[str] = []
-        self._observations: list[Any] = []
-        self._masked: list[bool] = []
-        self._dicts: list[dict[str, Any]] = []
+        self._dicts: GrowingMemo[Observation, dict[str, Any]] = GrowingMemo(
+            lambda _key, obs: flat(obs)
+        )
 
-    def of(self, observations: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        keys, held = list(observations), list(observations.values())
-        masked = list(map(_MASKED, held))
-        n = len(self._keys)
-        if not (
-            len(keys) >= n and keys[:n] == self._keys and all(map(is_, held, self._observations))
-        ):  # some went (dropped turns): start over
-            self._keys, self._observations, self._masked, self._dicts = [], [], [], []
-            n = 0
-        dicts = self._dicts
-        if masked[:n] != self._masked:  # a masking round: the few it changed
-            for i in [i for i in range(n) if masked[i] != self._masked[i]]:
-                dicts[i] = flat(held[i])
-        dicts.extend(map(flat, held[n:]))
-        self._keys, self._observations, self._masked = keys, held, masked
-        return dict(zip(keys, dicts))
+    def of(self, observations: dict[str, Observation]) -> dict[str, dict[str, Any]]:
+        held = list(observations.values())
+        marks = list(zip(held, map(_MASKED, held)))  # the same object, as masked as it was
+        return dict(zip(observations, self._dicts.update(observations, marks)))
 
 
 _MASKED = attrgetter("masked")

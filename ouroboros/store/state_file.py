@@ -38,7 +38,7 @@ import operator
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from pydantic import ValidationError
 
@@ -58,6 +58,7 @@ V1_FORMAT_VERSION = 3
 TOKENS_KEY, NOTE_KEY = "_tokens", "_note"
 # And the system prompt's marks (state["system_marks"] since) were in it, under these keys.
 MARK_KEYS = {"_mission": "mission", "_mission_chars": "mission_chars", "_memory": "memory"}
+T, V = TypeVar("T"), TypeVar("V")
 ObservationReader = Callable[[str], "str | None"]  # obs id -> its full text, None if gone
 # A turn's end may leave a large state's write to a later one (StateWriter.may_wait): a state
 # under WAIT_MIN_BYTES is written at every turn's end (a local model's window holds far less);
@@ -69,6 +70,46 @@ WAIT_SHARE = 8
 
 class DamagedSnapshot(Exception):
     """state.json is there but cannot be read back; the message says how it is damaged."""
+
+
+class GrowingMemo(Generic[T, V]):
+    """A value made for each item of a registry that grows at its end (the context's
+    observations, in the order their results came), made again only for an item that
+    changed: so a write costs what the turn added, not what the registry holds. What is held
+    is checked in one pass of C-level comparisons, never a Python loop over the items.
+
+        texts = GrowingMemo(lambda key, saved: json.dumps(saved))
+        texts.update(registry)           # each item's value, in order
+        texts.update(registry, marks)    # marks[i] == the one held: item i unchanged
+    """
+
+    def __init__(self, make: Callable[[str, T], V]) -> None:
+        self._make = make
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget what was made (it was made otherwise: a redaction changed)."""
+        self._keys: list[str] = []
+        self._marks: list[Any] = []
+        self._made: list[V] = []
+
+    def update(self, registry: dict[str, T], marks: list[Any] | None = None) -> list[V]:
+        """Each item's value, in order: made for the items after those held, and again for
+        each whose mark (by default the item itself) is no longer equal to the one held; made
+        for all when the keys held are not the registry's first ones (some have gone)."""
+        keys, items = list(registry), list(registry.values())
+        marks = items if marks is None else marks
+        n = len(self._keys)
+        if len(keys) < n or keys[:n] != self._keys:
+            self.clear()
+            n = 0
+        made = self._made
+        if marks[:n] != self._marks:  # identity first: equal unless one was replaced
+            for i in [i for i in range(n) if marks[i] != self._marks[i]]:
+                made[i] = self._make(keys[i], items[i])
+        made.extend(map(self._make, keys[n:], items[n:]))
+        self._keys, self._marks = keys, marks
+        return made
 
 
 @dataclass(frozen=True)
@@ -107,11 +148,9 @@ class StateWriter:
         self._messages: list[dict[str, Any]] = []
         self._texts: list[str] = []
         self._redact: Callable[[str], str] | None = None
-        # The observations encoded, in order: their keys, saved dicts, and JSON as a
-        # "key": value pair
-        self._observation_keys: list[str] = []
-        self._observation_saved: list[dict[str, Any]] = []
-        self._observation_texts: list[str] = []
+        # Each observation's JSON, as a "key": value pair, made again when its dict is
+        # another (loop/state.py's SavedObservations makes a new one when it changes)
+        self._observation_texts = GrowingMemo(self._observation_text)
         self._body: str | None = None  # what the file on disk holds, but its seq
         self._durable = False  # and whether it is synced to the disk
         self._directory: int | None = None  # the run dir, opened once: a write is a step
@@ -201,22 +240,8 @@ class StateWriter:
         return self._json(values)[1:-1]
 
     def _observations(self, observations: dict[str, Any]) -> str:
-        """The JSON of the context's observations, each encoded once: an observation's dict
-        is the same object until it changes (loop/state.py's SavedObservations), and the
-        registry grows at its end, so an unchanged prefix is found by identity in one pass
-        and only what follows it, or what a masking round replaced, is encoded."""
-        keys, saved = list(observations), list(observations.values())
-        n = len(self._observation_keys)
-        if not (len(keys) >= n and keys[:n] == self._observation_keys):
-            self._observation_keys, self._observation_saved, self._observation_texts = [], [], []
-            n = 0
-        texts, held = self._observation_texts, self._observation_saved
-        if not all(map(operator.is_, saved, held)):
-            for i in [i for i in range(n) if saved[i] is not held[i]]:
-                texts[i] = self._observation_text(keys[i], saved[i])
-        texts.extend(map(self._observation_text, keys[n:], saved[n:]))
-        self._observation_keys, self._observation_saved = keys, saved
-        return "{" + ", ".join(texts) + "}"
+        """The JSON of the context's observations, each encoded once (GrowingMemo)."""
+        return "{" + ", ".join(self._observation_texts.update(observations)) + "}"
 
     def _observation_text(self, key: str, saved: dict[str, Any]) -> str:
         return f"{json.dumps(key)}: {self._json(saved)}"
@@ -225,7 +250,7 @@ class StateWriter:
         """Bring the JSON held for each position up to `messages`."""
         if redact is not self._redact:  # what was encoded was redacted otherwise
             self._messages, self._texts, self._redact = [], [], redact
-            self._observation_keys, self._observation_saved, self._observation_texts = [], [], []
+            self._observation_texts.clear()
         del self._messages[len(messages) :], self._texts[len(messages) :]
         held = self._messages
         if not all(map(operator.is_, messages, held)):  # one replaced (masked), or dropped
