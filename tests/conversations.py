@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ouroboros.config import ContextConfig
 from ouroboros.protocols import ToolCall, ToolResult
@@ -10,22 +11,36 @@ from ouroboros.window import conversation as conv
 from ouroboros.window.manager import ContextManager
 
 
+def tool_call(call_id: str, name: str, **arguments: Any) -> ToolCall:
+    """A call as a model makes it: its arguments as JSON."""
+    return ToolCall(call_id, name, json.dumps(arguments))
+
+
+def asked(*calls: ToolCall, text: str = "") -> dict:
+    """The assistant message that makes these calls."""
+    return {"role": "assistant", "content": text, "tool_calls": [c.to_wire() for c in calls]}
+
+
+def read_call(call_id: str) -> ToolCall:
+    return tool_call(call_id, "file_read", path=f"{call_id}.txt")
+
+
 def assistant(*call_ids: str, text: str = "") -> dict:
-    message = {"role": "assistant", "content": text}
-    if call_ids:
-        message["tool_calls"] = [
-            {
-                "id": i,
-                "type": "function",
-                "function": {"name": "file_read", "arguments": json.dumps({"path": f"{i}.txt"})},
-            }
-            for i in call_ids
-        ]
-    return message
+    """An assistant message reading a file for each call id (none: no tool calls)."""
+    if not call_ids:
+        return {"role": "assistant", "content": text}
+    return asked(*map(read_call, call_ids), text=text)
 
 
 def tool(call_id: str, content: str) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def answer(cm: ContextManager, call: ToolCall, result: ToolResult, subject: str = "") -> dict:
+    """The message of `call`'s result, registered with the manager as the loop registers it
+    (ContextManager.add_result does the same for a Conversation)."""
+    obs = conv.describe(call, subject, result, cm.new_observation_id())
+    return tool(call.id, cm.admit(obs, result.content))
 
 
 def manager(limit: int = 10_000, **settings) -> ContextManager:
@@ -42,23 +57,15 @@ def conversation(cm: ContextManager, n_calls: int, size: int = 400) -> list[dict
         messages.append(assistant(call_id))
         content = f"KEY: {i:04d}\n" + "x" * size
         result = ToolResult(content, meta={"path": f"data/{i}.txt"})
-        obs = conv.describe(
-            ToolCall(call_id, "file_read", ""), f"data/{i}.txt", result, cm.new_observation_id()
-        )
-        messages.append(tool(call_id, cm.admit(obs, content)))
+        messages.append(answer(cm, read_call(call_id), result, f"data/{i}.txt"))
     return messages
 
 
 def worked(cm: ContextManager, messages: list[dict]) -> list[dict]:
     """`messages` with a command that succeeded before their turns: a session at work."""
     result = ToolResult("[exit code 0]", meta={"command": "true", "exit_code": 0})
-    obs = conv.describe(ToolCall("w0", "shell_exec", ""), "true", result, cm.new_observation_id())
-    return [
-        *messages[:2],
-        assistant("w0"),
-        tool("w0", cm.admit(obs, "[exit code 0]")),
-        *messages[2:],
-    ]
+    command = tool_call("w0", "shell_exec", command="true")
+    return [*messages[:2], asked(command), answer(cm, command, result, "true"), *messages[2:]]
 
 
 def held(cm: ContextManager, messages: list) -> conv.Conversation:

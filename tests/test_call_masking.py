@@ -16,7 +16,6 @@ import pytest
 
 from ouroboros.protocols import (
     Message,
-    ToolCall,
     ToolResult,
     argument_cut,
     holds_stand_in,
@@ -34,19 +33,11 @@ from ouroboros.testing.agents import (
 )
 from ouroboros.tools import FileWrite, ShellExec
 from ouroboros.window import conversation as conv
-from tests.conversations import manager
+from tests.conversations import asked, manager, tool_call
 from tests.helpers import make_project, of_type, ouroboros_here, run_events
 
 NOTE_TEXT = "DONE: 1-4\nNEXT: 5\nThoughts: " + "the ledger lists each cargo by weight. " * 60
 COMMAND = "echo 'part_004: abc' >> results.txt  # " + "the key line sits at the top. " * 80
-
-
-def call(call_id: str, name: str, **arguments: Any) -> ToolCall:
-    return ToolCall(call_id, name, json.dumps(arguments))
-
-
-def asked(*calls: ToolCall) -> Message:
-    return {"role": "assistant", "content": "", "tool_calls": [c.to_wire() for c in calls]}
 
 
 def arguments_of(message: Message, call_id: str) -> dict[str, Any]:
@@ -62,15 +53,18 @@ def test_a_replaced_write_keeps_a_stand_in_for_its_content_and_its_path():
 
     cut = json.loads(conv.cut_arguments("file_write", arguments, "notes.md"))
 
-    assert cut == {"path": "notes.md", "content": replaced_content(len(NOTE_TEXT), "notes.md")}
-    assert "2,4" in cut["content"] or f"{len(NOTE_TEXT):,}" in cut["content"]
+    assert len(NOTE_TEXT) == 2_368
+    assert cut == {
+        "path": "notes.md",
+        "content": "[2,368 characters, replaced since by a later write of notes.md]",
+    }
 
 
 def test_a_long_argument_keeps_its_head_and_says_how_much_went():
     cut = json.loads(conv.cut_arguments("shell_exec", json.dumps({"command": COMMAND}), ""))
 
-    head = COMMAND[: conv.ARGUMENT_HEAD_CHARS]
-    assert cut["command"] == head + argument_cut(len(COMMAND) - len(head))
+    assert len(COMMAND) == 2_439
+    assert cut["command"] == COMMAND[:200] + "[... 2,239 more characters, not kept in the history]"
     assert cut["command"].startswith("echo 'part_004: abc' >> results.txt")  # what it did
 
 
@@ -90,12 +84,14 @@ def test_arguments_with_nothing_long_stay_as_they_are(arguments):
 def test_an_observation_counts_what_masking_would_cut_from_its_call():
     wrote = ToolResult("wrote 2400 bytes (3 lines) to notes.md", meta={"path": "notes.md"})
     long_write = conv.describe(
-        call("w1", "file_write", path="notes.md", content=NOTE_TEXT), "", wrote, "obs-1"
+        tool_call("w1", "file_write", path="notes.md", content=NOTE_TEXT), "", wrote, "obs-1"
     )
     short_write = conv.describe(
-        call("w2", "file_write", path="notes.md", content="DONE: 1\n"), "", wrote, "obs-2"
+        tool_call("w2", "file_write", path="notes.md", content="DONE: 1\n"), "", wrote, "obs-2"
     )
-    command = conv.describe(call("s1", "shell_exec", command=COMMAND), "", ToolResult(""), "obs-3")
+    command = conv.describe(
+        tool_call("s1", "shell_exec", command=COMMAND), "", ToolResult(""), "obs-3"
+    )
 
     assert long_write.call_cut > 0.9 * len(NOTE_TEXT)
     assert short_write.call_cut == 0  # its stand-in would be longer than what it holds
@@ -104,7 +100,7 @@ def test_an_observation_counts_what_masking_would_cut_from_its_call():
 
 def test_the_placeholder_of_a_long_command_shows_its_head_not_all_of_it():
     result = ToolResult("line\n" * 400, meta={"command": COMMAND, "exit_code": 0})
-    obs = conv.describe(call("s1", "shell_exec", command=COMMAND), COMMAND, result, "obs-1")
+    obs = conv.describe(tool_call("s1", "shell_exec", command=COMMAND), COMMAND, result, "obs-1")
 
     shown = conv.placeholder(obs)
 
@@ -145,8 +141,8 @@ def notes_session(cm, writes: int) -> conv.Conversation:
         cm.worth_masking,
     )
     for n in range(writes):
-        write = call(f"w{n}", "file_write", path="notes.md", content=f"{n}\n{NOTE_TEXT}")
-        read = call(f"r{n}", "file_read", path=f"data/part_{n}.txt")
+        write = tool_call(f"w{n}", "file_write", path="notes.md", content=f"{n}\n{NOTE_TEXT}")
+        read = tool_call(f"r{n}", "file_read", path=f"data/part_{n}.txt")
         messages.append(asked(write, read))
         wrote = ToolResult(f"wrote {len(NOTE_TEXT)} bytes to notes.md", meta={"path": "notes.md"})
         cm.add_result(messages, write, "notes.md", wrote)
@@ -165,7 +161,7 @@ def test_masking_a_replaced_write_takes_its_content_out_of_its_call_and_leaves_i
     turn = messages[2]
     assert arguments_of(turn, "w0") == {
         "path": "notes.md",
-        "content": replaced_content(len(NOTE_TEXT) + 2, "notes.md"),
+        "content": "[2,370 characters, replaced since by a later write of notes.md]",
     }
     assert arguments_of(turn, "r0") == {"path": "data/part_0.txt"}  # its other call as it was
     assert next(m for m in messages if m.get("tool_call_id") == "w0") == result

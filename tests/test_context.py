@@ -22,7 +22,18 @@ from ouroboros.window.policy import (
     decide,
     worth_a_round,
 )
-from tests.conversations import assistant, conversation, held, manager, tool, worked
+from tests.conversations import (
+    answer,
+    asked,
+    assistant,
+    conversation,
+    held,
+    manager,
+    read_call,
+    tool,
+    tool_call,
+    worked,
+)
 
 # --- zones ----------------------------------------------------------------------------------
 
@@ -595,22 +606,14 @@ def test_a_read_after_a_save_gets_one_turn_not_one_a_turn():
     messages = worked(cm, conversation(cm, 2))
 
     def write_and_read(i: int) -> list[dict]:
-        wrote = ToolResult("wrote 9 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
-        read = ToolResult(f"KEY: {i}\n" + "x" * 400, meta={"path": f"data/{i}.txt"})
-        w = conv.describe(
-            ToolCall(f"w{i}", "file_write", ""), "notes.md", wrote, cm.new_observation_id()
-        )
-        r = conv.describe(
-            ToolCall(f"r{i}", "file_read", ""), f"data/{i}.txt", read, cm.new_observation_id()
-        )
-        calls = [*assistant(f"w{i}")["tool_calls"], *assistant(f"r{i}")["tool_calls"]]
-        return [
-            {"role": "assistant", "content": "", "tool_calls": calls},
-            tool(f"w{i}", cm.admit(w, wrote.content)),
-            tool(f"r{i}", cm.admit(r, read.content)),
-        ]
+        write = tool_call(f"w{i}", "file_write", path="notes.md", content=f"next: {i + 1}\n")
+        read = tool_call(f"r{i}", "file_read", path=f"data/{i}.txt")
+        wrote = ToolResult("wrote 8 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
+        text = ToolResult(f"KEY: {i}\n" + "x" * 400, meta={"path": f"data/{i}.txt"})
+        return [asked(write, read), answer(cm, write, wrote), answer(cm, read, text)]
 
     messages = held(cm, messages + write_and_read(1))
+    assert 9_300 > cm.policy.hard_threshold_pct * cm.budget  # past it: only the grant goes on
     assert cm.evaluate(9_300, messages) == Continue()
     messages = held(cm, [*messages.records, *map(conv.Record, write_and_read(2))])
     assert cm.evaluate(9_400, messages) == WindDown()
@@ -619,20 +622,10 @@ def test_a_read_after_a_save_gets_one_turn_not_one_a_turn():
 def test_a_turn_read_after_a_save_when_it_wrote_and_read():
     cm = manager()
     read = conversation(cm, 1)[2:]  # its reply and its result
-    result = ToolResult("wrote 9 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
-    obs = conv.describe(
-        ToolCall("w0", "file_write", ""), "notes.md", result, cm.new_observation_id()
-    )
-    write = [assistant("w0"), tool("w0", cm.admit(obs, result.content))]
-    both = [
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [*write[0]["tool_calls"]] + [*read[0]["tool_calls"]],
-        },
-        write[1],
-        read[1],
-    ]
+    call = tool_call("w0", "file_write", path="notes.md", content="next: 2\n")
+    result = ToolResult("wrote 8 bytes (1 lines) to notes.md", meta={"path": "notes.md"})
+    write = [asked(call), answer(cm, call, result)]
+    both = [asked(call, read_call("c0")), write[1], read[1]]
     assert not conv.read_after_save(read, cm.observations)  # read only
     assert not conv.read_after_save(write, cm.observations)  # wrote only
     assert conv.read_after_save(both, cm.observations)

@@ -16,6 +16,7 @@ from ouroboros.window.probes import (
     filler_rate,
     probe_messages,
     probe_size,
+    rate_messages,
     signs_of,
 )
 from tests.conversations import manager
@@ -72,7 +73,9 @@ def test_a_probe_is_the_system_prompt_and_pieces_of_filler_of_about_its_size():
     assert len(pieces) > 1 and all(p == pieces[0] for p in pieces)
     words = pieces[0]["content"].count(RETEST_FILLER.strip())
     assert abs(words - FILLER_PIECE_WORDS) <= FILLER_PIECE_WORDS // 2
-    assert 6900 <= expected <= 7000  # what it is expected to count: under the size asked
+    in_all = sum(p["content"].count(RETEST_FILLER.strip()) for p in pieces)
+    assert expected == 900 + round(in_all * 1.3)  # what the pieces sent hold, at the rate
+    assert 6900 <= expected <= 7000  # under the size asked, and close to it
 
 
 def test_a_probe_counted_below_the_conversation_just_counted_whole_proves_nothing():
@@ -82,10 +85,12 @@ def test_a_probe_counted_below_the_conversation_just_counted_whole_proves_nothin
 
 
 def test_a_filler_rate_no_vocabulary_gives_cannot_size_a_probe():
-    assert filler_rate(400 * 1.25) == 1.25
+    words = sum(m["content"].count(RETEST_FILLER.strip()) for m in rate_messages())
+    assert words == 400
+    assert filler_rate(words * 1.25) == 1.25
     assert filler_rate(3) == -1.0
     assert filler_rate(None) == -1.0
-    assert filler_rate(400 * 9) == -1.0
+    assert filler_rate(words * 9) == -1.0
 
 
 def test_the_window_keeps_the_sessions_probe_cadence_and_a_new_session_starts_it_over():

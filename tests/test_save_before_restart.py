@@ -4,63 +4,57 @@ made; work done after the save is saved again before the restart."""
 
 from __future__ import annotations
 
-import json
-
 from ouroboros.config import ContextConfig
-from ouroboros.protocols import ToolCall, ToolResult
+from ouroboros.protocols import ToolResult
 from ouroboros.window import conversation as conv
 from ouroboros.window.policy import Continue, Restart, WindDown, decide
-from tests.conversations import held, manager
+from tests.conversations import asked, held, manager, tool_call
 
 
-def turn(cm, messages, call_id, name, args, content, **meta):
-    """One turn of one tool call, its result registered with the manager as the loop does."""
-    messages.append(
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args)},
-                }
-            ],
-        }
-    )
+def step(call_id, name, args, content, **meta):
+    """One tool call, what it was about, and its result."""
     subject = args.get("path") or args.get("command", "")
     result = ToolResult(content, meta={"path": args.get("path"), **meta})
-    obs = conv.describe(ToolCall(call_id, name, ""), subject, result, cm.new_observation_id())
-    messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, content)})
+    return tool_call(call_id, name, **args), subject, result
+
+
+def turn_of(cm, messages, *steps):
+    """One turn of these calls, their results registered with the manager as the loop does."""
+    messages.append(asked(*(call for call, _, _ in steps)))
+    for call, subject, result in steps:
+        cm.add_result(messages, call, subject, result)
+
+
+def recording(call_id, part):
+    command = f"echo 'part_{part:03d}: abc' >> results.txt"
+    return step(
+        call_id, "shell_exec", {"command": command}, "[exit code 0]", command=command, exit_code=0
+    )
+
+
+def saving(call_id, text="DONE: 1-2\nNEXT: 3\n"):
+    args = {"path": "notes.md", "content": text}
+    return step(call_id, "file_write", args, "wrote 20 bytes (2 lines) to notes.md")
+
+
+def reading(call_id, path, content):
+    return step(call_id, "file_read", {"path": path}, content)
 
 
 def record(cm, messages, call_id, part):
-    command = f"echo 'part_{part:03d}: abc' >> results.txt"
-    turn(
-        cm,
-        messages,
-        call_id,
-        "shell_exec",
-        {"command": command},
-        "[exit code 0]",
-        command=command,
-        exit_code=0,
-    )
+    turn_of(cm, messages, recording(call_id, part))
 
 
 def save(cm, messages, call_id, text="DONE: 1-2\nNEXT: 3\n"):
-    turn(
-        cm,
-        messages,
-        call_id,
-        "file_write",
-        {"path": "notes.md", "content": text},
-        "wrote 20 bytes (2 lines) to notes.md",
-    )
+    turn_of(cm, messages, saving(call_id, text))
 
 
 def read(cm, messages, call_id, path, content):
-    turn(cm, messages, call_id, "file_read", {"path": path}, content)
+    turn_of(cm, messages, reading(call_id, path, content))
+
+
+def turn(cm, messages, call_id, name, args, content, **meta):
+    turn_of(cm, messages, step(call_id, name, args, content, **meta))
 
 
 def session_at_the_wind_down(cm):
@@ -69,7 +63,7 @@ def session_at_the_wind_down(cm):
     messages = held(
         cm, [{"role": "system", "content": "mission " * 40}, conv.note("restart", "go")]
     )
-    save(cm, [], "w0", "DONE: 1-2\nNEXT: 3\n")  # the previous session wrote its notes
+    save(cm, held(cm, []), "w0", "DONE: 1-2\nNEXT: 3\n")  # the previous session wrote them
     read(cm, messages, "n1", "notes.md", "DONE: 1-2\nNEXT: 3\n" + "Thoughts. " * 60)
     for part, call_id in ((3, "r3"), (4, "r4")):
         read(cm, messages, f"p{part}", f"data/part_{part:03d}.txt", "KEY: 1\n" + "x" * 1600)
@@ -87,10 +81,9 @@ def visible(messages):
 def test_at_a_wind_down_the_notes_read_and_the_records_since_are_not_what_goes():
     cm = manager(limit=3_000)
     messages = session_at_the_wind_down(cm)
-    older_masked = cm.fit(
-        session_at_the_wind_down(manager(limit=3_000)),
-        [],
-        target=cm.current_tokens(messages, []) - 900,
+    other = manager(limit=3_000)
+    older_masked = other.fit(
+        session_at_the_wind_down(other), [], target=cm.current_tokens(messages, []) - 900
     )
     assert older_masked.masked == ["p3", "p4"] and not older_masked.dropped_turns
     target = older_masked.tokens - 150  # more than the older reads free
@@ -167,11 +160,15 @@ def test_at_a_wind_down_a_recall_acted_on_goes_before_the_newest_read():
         cm.wound_down = True
         return messages
 
-    cm = manager(limit=3_000)
+    cm, other = manager(limit=3_000), manager(limit=3_000)
     messages = session(cm)
-    recall_masked = cm.fit(session(manager(limit=3_000)), [], target=0)
+    recall_masked = other.fit(session(other), [], target=0)
     assert recall_masked.masked[0] == "q1"
-    fitted = cm.fit(held(cm, messages.records), [], target=cm.current_tokens(messages, []) - 520)
+    before, third = cm.current_tokens(messages, []), manager(limit=3_000)
+    masked_only = third.current_tokens(third.mask(session(third), ["q1"]), [])
+    target = masked_only - 10  # more than masking the recall frees: its turn must go
+    fitted = cm.fit(held(cm, messages.records), [], target=target)
+    assert before - masked_only > 400  # the recall was big
     seen = visible(fitted.messages)
     assert "q1" not in seen and fitted.dropped_turns == 1
     assert seen["p2"].startswith("KEY: 2")  # the part the agent is on, whole
@@ -191,17 +188,15 @@ def test_no_wind_down_that_can_only_ask_for_the_save_just_made_blind_to_what_was
             cm, [{"role": "system", "content": "mission " * words}, conv.note("restart", "go")]
         )
         record(cm, messages, "r1", 1)
-        save(cm, messages, "w1", "DONE: 1\nNEXT: 2\n")
+        saved = saving("w1", "DONE: 1\nNEXT: 2\n")
+        read_next = reading("p2", "data/part_002.txt", "KEY: 2\n" + "x" * part_chars)
+        if saved_with_the_read:  # one turn that saved and read: its reply holds both calls
+            turn_of(cm, messages, saved, read_next)
+            return cm, messages
+        turn_of(cm, messages, saved)
         if work_after_save:
             record(cm, messages, "r2", 2)
-        read(cm, messages, "p2", "data/part_002.txt", "KEY: 2\n" + "x" * part_chars)
-        if saved_with_the_read:  # one turn that saved and read: its reply holds both calls
-            reply = messages[-4]
-            calls = [*reply["tool_calls"], *messages[-2]["tool_calls"]]
-            records = messages.records
-            del records[-2]
-            records[-3] = conv.Record({**reply, "tool_calls": calls})
-            messages = held(cm, records)
+        turn_of(cm, messages, read_next)
         return cm, messages
 
     cm, messages = session(1_600)

@@ -177,6 +177,7 @@ def test_the_state_is_written_whole_as_of_the_last_event_at_every_turn(tmp_path)
     assert turns == [1, 2, 3, 4, 5]
     assert rig.log.commits == 6
     # a durable state never names an event the durable log does not have
+    assert [what for what, _ in order].count("state") == 6  # one a turn's end, one the end
     for at, (what, seq) in enumerate(order):
         if what == "state":
             assert at > 0 and order[at - 1] == ("log", seq), order

@@ -37,6 +37,7 @@ from ouroboros.store.state_file import (
 )
 from ouroboros.window.conversation import pending_calls
 from ouroboros.window.manager import ContextManager
+from ouroboros.window.probes import DOUBT_EVERY
 from tests.fakes import FakeModel
 from tests.session_rig import Rig, reads
 
@@ -418,7 +419,12 @@ def test_a_run_written_before_the_state_was_versioned_resumes_with_the_same_conv
     assert state["digest"] == {**expected["state"]["digest"], **added_since}
     # the whole context manager, not its observations only: the belief, the calibration, the
     # last count and the counters the old recovery gave (fields added since at their start)
-    since = {"read_granted": False, "counts_taken": 0, "probed_at": -4, "short_doubted": False}
+    since = {
+        "read_granted": False,
+        "counts_taken": 0,
+        "probed_at": -DOUBT_EVERY,
+        "short_doubted": False,
+    }
     context = expected["state"]["context"]
     observations = {  # a write saved before its content was counted: never masked
         call_id: {**obs, "call_cut": 0} for call_id, obs in context["observations"].items()

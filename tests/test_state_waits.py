@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ouroboros.config import ContextConfig, load_config
 from ouroboros.demo import write_demo_project
 from ouroboros.loop.resume import recover
@@ -22,18 +24,9 @@ from ouroboros.store.log import run_records
 from ouroboros.store.state_file import STATE_FILE, WAIT_MIN_BYTES, WAIT_SHARE, StateWriter
 from ouroboros.testing import Reply, ScriptedServer
 from ouroboros.window.manager import ContextManager
+from tests.fakes import MemoryLog
 
 KB = 1024
-
-
-class Log:
-    """What save_state reads of the run's log: the last seq, how durable it is."""
-
-    durability = "turn"
-    redact = None
-
-    def __init__(self) -> None:
-        self.seq = 1
 
 
 def a_state(results: int) -> RunState:
@@ -53,7 +46,7 @@ def turn(state: RunState, results: int = 1) -> None:
         state.tokens_used += 300
 
 
-def turn_end(state: RunState, log: Log, writer: StateWriter) -> int:
+def turn_end(state: RunState, log: MemoryLog, writer: StateWriter) -> int:
     """A turn's end: the seq of the state on disk after it."""
     log.seq += 3
     save_state(state, log, writer, durable=True, turn_end=True)
@@ -65,16 +58,16 @@ def on_disk(run: Path) -> dict[str, Any]:
 
 
 def test_a_large_state_that_only_grew_is_written_once_its_growth_is_worth_it(tmp_path):
-    state, log, writer = a_state(WAIT_MIN_BYTES // KB + 10), Log(), StateWriter(tmp_path)
+    state, log, writer = a_state(WAIT_MIN_BYTES // KB + 10), MemoryLog(seq=1), StateWriter(tmp_path)
     first = turn_end(state, log, writer)
     size = (tmp_path / STATE_FILE).stat().st_size
 
-    waited = 0
-    while True:
+    for waited in range(WAIT_MIN_BYTES // KB):  # far more turns than a wait may take
         turn(state)
         if turn_end(state, log, writer) != first:
             break
-        waited += 1
+    else:
+        pytest.fail("the state was never written again")
 
     # it waited while the turns added less than 1/WAIT_SHARE of the file (each ~1 KB)
     share = size / WAIT_SHARE
@@ -94,7 +87,7 @@ def test_what_the_log_cannot_bring_back_is_written_at_once(tmp_path):
     for what, change in changes.items():
         run = tmp_path / what.replace(" ", "_")
         run.mkdir()
-        state, log, writer = a_state(WAIT_MIN_BYTES // KB + 10), Log(), StateWriter(run)
+        state, log, writer = a_state(WAIT_MIN_BYTES // KB + 10), MemoryLog(seq=1), StateWriter(run)
         first = turn_end(state, log, writer)
         turn(state)
         assert turn_end(state, log, writer) == first  # it waits
@@ -107,7 +100,7 @@ def test_what_the_log_cannot_bring_back_is_written_at_once(tmp_path):
 
 
 def test_a_small_state_is_written_at_every_turns_end(tmp_path):
-    state, log, writer = a_state(10), Log(), StateWriter(tmp_path)
+    state, log, writer = a_state(10), MemoryLog(seq=1), StateWriter(tmp_path)
     for _ in range(5):
         turn(state)
         assert turn_end(state, log, writer) == log.seq

@@ -17,6 +17,7 @@ from ouroboros.window import conversation as conv
 from ouroboros.window import ledger
 from ouroboros.window.manager import ContextManager
 from ouroboros.window.policy import Mask
+from tests.conversations import answer, asked
 
 CHAT = "http://127.0.0.1:11434/v1/chat/completions"
 TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]
@@ -31,25 +32,9 @@ def add_turn(
     cm: ContextManager, messages: conv.Conversation | list[dict], i: int, size: int = 120
 ) -> None:
     """An assistant call and its result, registered with the manager as the session does."""
-    call_id = f"c{i}"
-    messages.append(
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": "shell", "arguments": '{"command": "ls"}'},
-                }
-            ],
-        }
-    )
-    text = f"result {i}\n" + "x" * size
-    obs = conv.describe(
-        ToolCall(call_id, "shell", ""), "ls", ToolResult(text), cm.new_observation_id()
-    )
-    messages.append({"role": "tool", "tool_call_id": call_id, "content": cm.admit(obs, text)})
+    call = ToolCall(f"c{i}", "shell", '{"command": "ls"}')
+    messages.append(asked(call))
+    messages.append(answer(cm, call, ToolResult(f"result {i}\n" + "x" * size), "ls"))
 
 
 def start(cm: ContextManager, turns: int, size: int = 120, wrap=lambda m: m) -> conv.Conversation:

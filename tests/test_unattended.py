@@ -11,7 +11,6 @@ from ouroboros.loop.endings import StopRun
 from ouroboros.loop.handoff import Digest, restart_note
 from ouroboros.loop.inbox import post, waiting
 from ouroboros.loop.memory import SystemPrompt, read_pinned, system_message
-from ouroboros.protocols import ToolCall
 from tests.fakes import FakeModel, call, reply
 from tests.helpers import make_project
 from tests.session_rig import CONTINUE, Rig, contents, reads
@@ -354,7 +353,7 @@ def test_an_edit_of_the_memory_is_not_an_edit_of_the_mission():
 
     assert mission_changed(before, notes_edited) is None
     assert mission_changed(notes_edited, mission_edited) == (12, 16)
-    assert before.message == {"role": "system", "content": before.message["content"]}
+    assert before.message.keys() == {"role", "content"}
     unmarked = SystemPrompt({"role": "system", "content": "old"})  # a state from before marks
     assert mission_changed(unmarked, SystemPrompt({"role": "system", "content": "new"})) == (3, 3)
 
@@ -511,19 +510,16 @@ def test_the_newest_read_of_the_agents_notes_is_never_masked_nor_dropped():
     same file may go."""
     from ouroboros.protocols import ToolResult
     from ouroboros.window import conversation as conv
-    from tests.conversations import assistant, manager, tool
+    from tests.conversations import answer, asked, manager, tool_call
 
     cm = manager(limit=6_000, keep_recent_observations=1)
     notes = "DONE: " + ", ".join(f"part {i}" for i in range(160))
     messages = [{"role": "system", "content": "mission"}, conv.note("continue", "go")]
 
     def turn(call_id: str, name: str, path: str, content: str) -> None:
-        messages.append(assistant(call_id))
-        result = ToolResult(content, meta={"path": path})
-        obs = conv.describe(
-            ToolCall(call_id, name, ""), {"path": path}, result, cm.new_observation_id()
-        )
-        messages.append(tool(call_id, cm.admit(obs, content)))
+        call = tool_call(call_id, name, path=path)
+        messages.append(asked(call))
+        messages.append(answer(cm, call, ToolResult(content, meta={"path": path}), path))
 
     turn("r0", "file_read", "notes.md", notes)  # an older read
     turn("w0", "file_write", "notes.md", "wrote 900 bytes")
