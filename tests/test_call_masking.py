@@ -29,6 +29,7 @@ from ouroboros.testing.agents import (
     NOTES,
     WindowAgent,
     make_parts,
+    order_in,
     run_figures,
 )
 from ouroboros.tools import FileWrite, ShellExec
@@ -206,6 +207,7 @@ def test_file_write_refuses_content_that_holds_a_stand_in_and_leaves_the_file(wo
     result = asyncio.run(write.run({"path": NOTES, "content": copied}))
 
     assert not result.ok and result.content.startswith("error: the content holds")
+    assert order_in(result.content) is None  # a literal model reads no order in why
     assert (workspace / NOTES).read_text() == "DONE: 1-12\nNEXT: 13\n"
 
 
@@ -223,12 +225,11 @@ def test_shell_exec_refuses_a_command_that_holds_a_cut_and_runs_nothing(workspac
     result = asyncio.run(shell.run({"command": copied}))
 
     assert not result.ok and "not run" in result.content
+    assert order_in(result.content) is None
     assert not (workspace / "ran.txt").exists()
 
 
 def test_the_stand_ins_hold_no_order_a_literal_model_obeys():
-    from ouroboros.testing.agents import order_in
-
     for text in (replaced_content(2400, NOTES), argument_cut(2843)):
         assert holds_stand_in(text) and order_in(text) is None
 
